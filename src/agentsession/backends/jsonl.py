@@ -1,0 +1,646 @@
+"""The JSONL backend: a directory with one append-only file of JSON lines per session.
+
+The line format is documented in ``docs/format.md``. How writing stays safe:
+
+* An append encodes its events first, then takes an exclusive ``flock`` on the file, catches up
+  on whatever other processes or instances appended since this one last looked, assigns the
+  next seqs and writes every line of the batch with one ``write()`` on a descriptor opened with
+  ``O_APPEND`` and kept open. Seqs therefore stay unique and gap-free across processes.
+* Every line of a multi-event batch but the last carries ``"more":true``; a log that ends in such
+  a line ends in a batch a crash cut short, and the batch is moved aside whole.
+* A torn tail (bytes after the last newline, an unparsable last line, or an unfinished batch) is
+  moved, bytes intact, to the sidecar ``<name>.jsonl.quarantine`` and the log is truncated to
+  its last complete line, under the lock. A bad line elsewhere raises
+  :class:`~agentsession.errors.CorruptLogError`, or with ``on_corrupt="quarantine"`` is copied to
+  the sidecar and blanked in place (readers skip blank lines). Nothing is silently dropped.
+* Opening reads from the latest compaction marker to the end, found by scanning backwards.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import fcntl
+import io
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from .._names import safe_name, unsafe_name
+from ..errors import CorruptLogError, StorageError, StoreUnavailable, UsageError
+from ..events import Event, decode_event, decode_event_lines, encode_event
+from ..session import BaseSession, BaseStore, SessionInfo
+
+__all__ = ["JsonlSession", "JsonlStore", "OnCorrupt"]
+
+log = logging.getLogger("agentsession.jsonl")
+_T = TypeVar("_T")
+
+OnCorrupt = Literal["raise", "quarantine"]
+"""What to do with a bad line in the middle of a log: raise, or move it aside and carry on."""
+
+SUFFIX = ".jsonl"
+QUARANTINE_SUFFIX = ".quarantine"
+ID_SUFFIX = ".id"
+_MORE = b'"more":true,'
+_CHUNK = 4 << 20
+_BACK_CHUNK = 1 << 20
+_MARKER_TYPE = b'"type":"session/compaction"'
+_LINE_HEAD = re.compile(rb'\{"seq":\d+,(?:"more":true,)?\Z')
+_HAS_MORE = re.compile(rb'\{"seq":\d+,"more":true,')
+
+try:
+    _datasync = os.fdatasync
+except AttributeError:  # pragma: no cover - macOS
+    _datasync = os.fsync
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    parts = []
+    while size > 0:
+        chunk = os.pread(fd, min(size, 1 << 30), offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size -= len(chunk)
+        offset += len(chunk)
+    return b"".join(parts)
+
+
+def _is_blank(line: bytes) -> bool:
+    return not line.strip()
+
+
+class _BadLine(Exception):
+    """A line that does not parse, found while decoding a region."""
+
+    def __init__(self, offset: int, length: int, reason: str, parsed: list[Event]) -> None:
+        self.offset = offset  # of the line's first byte
+        self.length = length  # including its newline
+        self.reason = reason
+        self.parsed = parsed  # good events before it in the region
+
+
+class JsonlSession(BaseSession):
+    """A session stored as one JSONL file (see the module docstring for the guarantees)."""
+
+    _store: JsonlStore
+
+    def __init__(self, store: JsonlStore, session_id: str, path: str) -> None:
+        super().__init__(store, session_id)
+        self._path = path
+        self._file: io.FileIO | None = None
+        self._fd = -1
+        self._size = 0  # bytes consumed; always ends at a line boundary
+        self._locked = False  # whether this session holds the file lock now
+        with self._lock:
+            self._load()
+
+    # -- files ----------------------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The session's log file."""
+        return self._path
+
+    @property
+    def location(self) -> str:
+        """The session's log file."""
+        return self._path
+
+    def _error(self, action: str, exc: OSError) -> StorageError:
+        return StorageError(
+            f"session {self._id!r}: {action} {self._path} failed: "
+            f"{exc.strerror or exc} (errno {exc.errno})"
+        )
+
+    def _open_fd(self, create: bool) -> bool:
+        if self._fd >= 0:
+            return True
+        flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self._path, flags | (os.O_CREAT if create else 0), 0o600)
+        except FileNotFoundError:
+            if not create:
+                return False
+            raise StoreUnavailable(
+                f"session {self._id!r}: the store directory {os.path.dirname(self._path)} is gone"
+            ) from None
+        except OSError as exc:
+            raise self._error("opening", exc) from exc
+        self._file = io.FileIO(fd, "r+", closefd=True)
+        self._fd = fd
+        if create:
+            self._store._write_id_sidecar(self._id, self._path)
+        return True
+
+    def _storage_close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._file = None
+        self._fd = -1
+
+    def _lock_fd(self) -> None:
+        """Take the exclusive lock on the open log, following a delete to the new file."""
+        while True:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if os.fstat(self._fd).st_nlink > 0:
+                self._locked = True
+                return
+            # Deleted underneath us: whatever comes next starts a new log at seq 1.
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._storage_close()
+            self._reset()
+            self._size = 0
+            self._open_fd(create=True)
+
+    def _unlock_fd(self) -> None:
+        self._locked = False
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _with_lock(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run ``fn`` holding the file lock (re-entrant for this session)."""
+        if self._locked:
+            return fn(*args)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self._locked = True
+        try:
+            return fn(*args)
+        finally:
+            self._unlock_fd()
+
+    # -- loading --------------------------------------------------------------------------
+
+    def _storage_open(self) -> tuple[list[Event], bool]:
+        self._size = 0
+        if not self._open_fd(create=False):
+            return [], True
+        try:
+            return self._load_tail(locked=self._locked)
+        except OSError as exc:
+            raise self._error("reading", exc) from exc
+
+    def _load_tail(self, locked: bool) -> tuple[list[Event], bool]:
+        fd = self._fd
+        size = os.fstat(fd).st_size
+        if size == 0:
+            self._size = 0
+            return [], True
+        if os.pread(fd, 1, size - 1) != b"\n" or self._ends_in_open_batch(size):
+            if not locked:
+                return self._with_lock(self._load_tail, True)
+            size = self._cut_torn_tail(size)
+            if size == 0:
+                self._size = 0
+                return [], True
+        start = self._find_last_marker(size)
+        begin = 0 if start is None else start
+        try:
+            events = self._decode_region(begin, size, tail=True)
+        except _BadLine as bad:
+            if not locked:
+                return self._with_lock(self._load_tail, True)
+            self._quarantine_tail(bad.offset, size, f"unparsable last line: {bad.reason}")
+            return self._load_tail(locked=True)
+        self._size = size
+        return events, begin == 0
+
+    def _ends_in_open_batch(self, size: int) -> bool:
+        start = self._line_start_before(size - 1)
+        return bool(_HAS_MORE.match(os.pread(self._fd, 32, start)))
+
+    def _line_start_before(self, end: int) -> int:
+        """Offset of the first byte after the last newline strictly before ``end``."""
+        pos = end
+        while pos > 0:
+            begin = max(0, pos - 65536)
+            chunk = os.pread(self._fd, pos - begin, begin)
+            nl = chunk.rfind(b"\n")
+            if nl != -1:
+                return begin + nl + 1
+            pos = begin
+        return 0
+
+    def _cut_torn_tail(self, size: int) -> int:
+        """With the lock held: move an unterminated last line and any unfinished batch aside."""
+        end = size
+        if os.pread(self._fd, 1, size - 1) != b"\n":
+            end = self._line_start_before(size)
+        while end > 0:
+            start = self._line_start_before(end - 1)
+            if not _HAS_MORE.match(os.pread(self._fd, 32, start)):
+                break
+            end = start
+        self._quarantine_tail(end, size, "torn write at the end of the log")
+        return end
+
+    def _quarantine_tail(self, offset: int, size: int, reason: str) -> None:
+        """With the lock held: copy ``[offset, size)`` to the sidecar and truncate the log."""
+        data = _pread_all(self._fd, size - offset, offset)
+        self._store._quarantine(self._path, data, reason, offset)
+        os.ftruncate(self._fd, offset)
+        if self._store.durability == "fsync":
+            _datasync(self._fd)
+
+    def _find_last_marker(self, size: int) -> int | None:
+        """Offset of the last compaction marker line, scanning backwards from the end."""
+        fd = self._fd
+        end = size
+        carry = b""
+        while end > 0:
+            begin = max(0, end - _BACK_CHUNK)
+            chunk = os.pread(fd, end - begin, begin) + carry
+            region = chunk.find(b"\n") + 1 if begin > 0 else 0
+            stop = len(chunk)
+            while True:
+                hit = chunk.rfind(_MARKER_TYPE, region, stop)
+                if hit == -1:
+                    break
+                line = chunk.rfind(b"\n", 0, hit) + 1
+                if line >= region and _LINE_HEAD.match(chunk, line, hit):
+                    return begin + line
+                stop = hit
+            carry = chunk[:region]
+            end = begin
+        return None
+
+    def _line_number(self, offset: int) -> int:
+        count, pos = 1, 0
+        while pos < offset:
+            chunk = os.pread(self._fd, min(_CHUNK, offset - pos), pos)
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            pos += len(chunk)
+        return count
+
+    def _decode_region(self, begin: int, end: int, *, tail: bool) -> list[Event]:
+        """Every event in ``[begin, end)`` (whole lines). With ``tail``, a bad *last* line raises
+        :class:`_BadLine` so the caller can move it aside under the lock."""
+        events: list[Event] = []
+        for batch in self._iter_region(begin, end, tail=tail):
+            events.extend(batch)
+        return events
+
+    def _iter_region(self, begin: int, end: int, *, tail: bool) -> Iterator[list[Event]]:
+        pos = begin
+        while pos < end:
+            want = min(_CHUNK, end - pos)
+            buf = _pread_all(self._fd, want, pos)
+            if pos + len(buf) < end:
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0:  # one line longer than the chunk: read it whole
+                    nl = self._find_newline(pos + len(buf), end)
+                    buf = _pread_all(self._fd, nl + 1 - pos, pos)
+                    cut = len(buf)
+                buf = buf[:cut]
+            yield self._decode_chunk(buf, pos, end, tail=tail)
+            pos += len(buf)
+
+    def _find_newline(self, pos: int, end: int) -> int:
+        while pos < end:
+            chunk = os.pread(self._fd, min(_CHUNK, end - pos), pos)
+            nl = chunk.find(b"\n")
+            if nl != -1:
+                return pos + nl
+            pos += len(chunk)
+        return end - 1
+
+    def _decode_chunk(self, buf: bytes, base: int, end: int, *, tail: bool) -> list[Event]:
+        try:
+            events = decode_event_lines(buf)
+            if all(e.seq > 0 for e in events):
+                return events
+        except msgspec.DecodeError:
+            pass
+        # Slow path: find the bad lines one by one.
+        events = []
+        offset = 0
+        for line in buf.splitlines(keepends=True):
+            here = base + offset
+            offset += len(line)
+            if _is_blank(line):
+                continue
+            try:
+                event = decode_event(line)
+                if event.seq <= 0:
+                    raise msgspec.DecodeError("the line has no positive seq")
+            except msgspec.DecodeError as exc:
+                last = base + offset >= end
+                if tail and last:
+                    raise _BadLine(here, len(line), str(exc), events) from None
+                self._bad_line(here, line, str(exc))
+                continue
+            events.append(event)
+        return events
+
+    def _bad_line(self, offset: int, line: bytes, reason: str) -> None:
+        line_no = self._line_number(offset)
+        if self._store.on_corrupt == "raise":
+            raise CorruptLogError(
+                f"session {self._id!r}: {self._path} line {line_no} (byte offset {offset}) "
+                f"is not a valid event: {reason}; open the store with on_corrupt='quarantine' "
+                "to move it aside",
+                path=self._path,
+                line=line_no,
+                offset=offset,
+                session_id=self._id,
+            )
+        self._with_lock(self._blank_line, offset, line.rstrip(b"\n"), f"line {line_no}: {reason}")
+
+    def _blank_line(self, offset: int, body: bytes, reason: str) -> None:
+        """With the lock held: copy a bad line to the sidecar and overwrite it with spaces."""
+        if os.pread(self._fd, len(body), offset) != body:
+            return  # someone else moved it aside already
+        self._store._quarantine(self._path, body, reason, offset)
+        # O_APPEND would send pwrite to the end of the file, so use a plain descriptor.
+        blank = os.open(self._path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.pwrite(blank, b" " * len(body), offset)
+            if self._store.durability == "fsync":
+                _datasync(blank)
+        finally:
+            os.close(blank)
+
+    # -- appending and catching up --------------------------------------------------------
+
+    def _catch_up(self, size: int, *, locked: bool) -> list[Event]:
+        """Events between what this session consumed and ``size``."""
+        if size < self._size:
+            # Truncated or replaced by hand: start again from what is there now.
+            self._load()
+            return []
+        if size == self._size:
+            return []
+        data = _pread_all(self._fd, size - self._size, self._size)
+        end = data.rfind(b"\n") + 1
+        while end > 0:
+            start = data.rfind(b"\n", 0, end - 1) + 1
+            if not _HAS_MORE.match(data, start):
+                break
+            end = start
+        if locked and end < len(data):
+            # We hold the lock, so nobody is writing: the rest is a crashed writer's torn tail.
+            self._quarantine_tail(self._size + end, size, "torn write at the end of the log")
+        if end == 0:
+            return []
+        try:
+            events = self._decode_chunk(data[:end], self._size, self._size + end, tail=locked)
+        except _BadLine as bad:
+            reason = f"unparsable last line: {bad.reason}"
+            self._quarantine_tail(bad.offset, self._size + end, reason)
+            end = bad.offset - self._size
+            events = bad.parsed
+        self._size += end
+        return events
+
+    def _storage_refresh(self) -> list[Event]:
+        try:
+            if self._fd < 0 and not self._open_fd(create=False):
+                return []
+            st = os.fstat(self._fd)
+            if st.st_nlink == 0:
+                self._storage_close()
+                self._load()
+                return []
+            return self._catch_up(st.st_size, locked=False)
+        except OSError as exc:
+            raise self._error("reading", exc) from exc
+
+    def _storage_append(self, events: list[Event]) -> tuple[list[Event], list[Event]]:
+        bodies = [encode_event(event)[1:] for event in events]
+        last = len(bodies) - 1
+        try:
+            self._open_fd(create=True)
+            self._lock_fd()
+        except OSError as exc:
+            raise self._error("locking", exc) from exc
+        try:
+            foreign = self._catch_up(os.fstat(self._fd).st_size, locked=True)
+            first = self._latest_seq + 1 if not foreign else foreign[-1].seq + 1
+            buf = b"".join(
+                b'{"seq":%d,%s%s\n' % (first + i, _MORE if i < last else b"", body)
+                for i, body in enumerate(bodies)
+            )
+            self._write(buf)
+        except OSError as exc:
+            raise self._error("appending to", exc) from exc
+        finally:
+            self._unlock_fd()
+        replace = msgspec.structs.replace
+        return foreign, [replace(event, seq=first + i) for i, event in enumerate(events)]
+
+    def _write(self, buf: bytes) -> None:
+        """With the lock held: write ``buf`` at the end, undoing a partial write on failure."""
+        fd = self._fd
+        try:
+            done = os.write(fd, buf)
+            while done < len(buf):
+                done += os.write(fd, buf[done:])
+            if self._store.durability == "fsync":
+                _datasync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, self._size)
+            except OSError:
+                log.error("could not undo a failed append to %s", self._path)
+            raise
+        self._size += len(buf)
+
+    # -- reading from storage -------------------------------------------------------------
+
+    def _storage_read(self, after: int, limit: int | None) -> list[Event]:
+        with self._lock:
+            if not self._open_fd(create=False):
+                return []
+            out: list[Event] = []
+            try:
+                for batch in self._iter_region(0, self._size, tail=False):
+                    out.extend(e for e in batch if e.seq > after)
+                    if limit is not None and len(out) >= limit:
+                        return out[:limit]
+            except OSError as exc:
+                raise self._error("reading", exc) from exc
+            return out
+
+
+class JsonlStore(BaseStore):
+    """A directory of JSONL session files. Opened by ``open_store(path)``.
+
+    ``on_corrupt`` decides what a bad line in the middle of a log does: ``"raise"`` (default)
+    raises :class:`~agentsession.errors.CorruptLogError`; ``"quarantine"`` moves it to the
+    session's sidecar file and carries on.
+    """
+
+    def __init__(
+        self, directory: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "raise", **options: Any
+    ) -> None:
+        super().__init__(**options)
+        if on_corrupt not in ("raise", "quarantine"):
+            raise UsageError(f"on_corrupt must be 'raise' or 'quarantine', not {on_corrupt!r}")
+        self.on_corrupt: OnCorrupt = on_corrupt
+        """What a bad line in the middle of a log does."""
+        root = os.path.abspath(os.fspath(directory))
+        try:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+        except FileExistsError:
+            raise StoreUnavailable(f"{root} exists and is not a directory") from None
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create the store directory {root}: {exc}") from exc
+        if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
+            raise StoreUnavailable(f"the store directory {root} is not readable and writable")
+        self._root = os.path.realpath(root)
+
+    @property
+    def directory(self) -> str:
+        """The store's directory (resolved)."""
+        return self._root
+
+    @property
+    def location(self) -> str:
+        """The store's directory."""
+        return self._root
+
+    @property
+    def url(self) -> str:
+        """The store's directory."""
+        return self._root
+
+    def path_for(self, session_id: str) -> str:
+        """The log file of a session id (safe and injective; see ``agentsession._names``)."""
+        return os.path.join(self._root, safe_name(session_id) + SUFFIX)
+
+    def _cache_key(self, session_id: str) -> str:
+        return self.path_for(session_id)
+
+    def _open_session(self, session_id: str) -> JsonlSession:
+        return JsonlSession(self, session_id, self.path_for(session_id))
+
+    def _write_id_sidecar(self, session_id: str, path: str) -> None:
+        """A cut (hashed) file name cannot be read back as an id: keep the id beside it."""
+        if "~" not in os.path.basename(path):
+            return
+        id_path = path[: -len(SUFFIX)] + ID_SUFFIX
+        if os.path.exists(id_path):
+            return
+        tmp = f"{id_path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, session_id.encode("utf-8", "surrogatepass"))
+        finally:
+            os.close(fd)
+        os.replace(tmp, id_path)
+
+    def _quarantine(self, path: str, data: bytes, reason: str, offset: int) -> None:
+        """Append bytes taken out of a log to its sidecar, followed by a newline."""
+        target = path + QUARANTINE_SUFFIX
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, data + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        log.warning(
+            "moved %d bytes at offset %d of %s to %s (%s)", len(data), offset, path, target, reason
+        )
+
+    def _id_of(self, name: str) -> str | None:
+        stem = name[: -len(SUFFIX)]
+        sid = unsafe_name(stem)
+        if sid is not None or "~" not in stem:
+            return sid
+        try:
+            with open(os.path.join(self._root, stem + ID_SUFFIX), "rb") as f:
+                return f.read().decode("utf-8", "surrogatepass")
+        except OSError:
+            return None
+
+    def _exists(self, session_id: str) -> bool:
+        try:
+            return os.stat(self.path_for(session_id)).st_size > 0
+        except FileNotFoundError:
+            return False
+
+    def _list_all(self) -> list[SessionInfo]:
+        out = []
+        try:
+            entries = list(os.scandir(self._root))
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot list {self._root}: {exc}") from exc
+        for entry in entries:
+            if not entry.name.endswith(SUFFIX) or not entry.is_file(follow_symlinks=False):
+                continue
+            sid = self._id_of(entry.name)
+            if sid is None:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if st.st_size == 0:
+                continue
+            updated = _dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, _dt.timezone.utc)
+            out.append(SessionInfo(id=sid, updated_at=updated, size=st.st_size))
+        return out
+
+    def _delete(self, session_id: str) -> bool:
+        path = self.path_for(session_id)
+        try:
+            existed = os.stat(path).st_size > 0
+            os.unlink(path)
+        except FileNotFoundError:
+            existed = False
+        stem = path[: -len(SUFFIX)]
+        for extra in (stem + ID_SUFFIX, path + QUARANTINE_SUFFIX):
+            try:
+                os.unlink(extra)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise StorageError(f"cannot delete {extra}: {exc}") from exc
+        return existed
+
+    def _last_append(self, session_id: str) -> _dt.datetime | None:
+        path = self.path_for(session_id)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return None
+        try:
+            line = _last_line(fd)
+        finally:
+            os.close(fd)
+        if line is None:
+            return None
+        try:
+            return decode_event(line).time
+        except msgspec.DecodeError:
+            pass
+        session = self._open_session(session_id)  # moves a torn tail aside
+        try:
+            events = session.read(after=max(0, session.latest_seq - 1))
+            return events[-1].time if events else None
+        finally:
+            session.close()
+
+
+def _last_line(fd: int) -> bytes | None:
+    """The last non-blank line of a file, without its newline."""
+    pos = os.fstat(fd).st_size
+    buf = b""
+    while pos > 0:
+        begin = max(0, pos - 65536)
+        buf = os.pread(fd, pos - begin, begin) + buf
+        pos = begin
+        stripped = buf.rstrip()
+        if not stripped:
+            continue
+        nl = stripped.rfind(b"\n")
+        if nl != -1 or pos == 0:
+            return stripped[nl + 1 :]
+    return None

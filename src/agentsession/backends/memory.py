@@ -1,0 +1,111 @@
+"""The memory backend: the reference implementation of the storage contract.
+
+Every session of a store lives in a list inside that store; nothing survives the process.
+Several session objects for one id (for example one evicted from the cache and a fresh one)
+share the list, so seqs stay unique and gap-free exactly as on the durable backends.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import threading
+from typing import Any
+
+import msgspec
+
+from ..events import Event
+from ..session import BaseSession, BaseStore, SessionInfo
+
+__all__ = ["MemorySession", "MemoryStore"]
+
+
+class MemorySession(BaseSession):
+    """A session whose log is a list in its :class:`MemoryStore`."""
+
+    _store: MemoryStore
+
+    def __init__(self, store: MemoryStore, session_id: str) -> None:
+        super().__init__(store, session_id)
+        with self._lock:
+            self._load()
+
+    def _log(self) -> list[Event]:
+        log = self._store._logs.get(self._id, [])
+        if len(log) < self._latest_seq:
+            self._reset()  # deleted (and perhaps recreated) since we last looked
+        return log
+
+    def _storage_open(self) -> tuple[list[Event], bool]:
+        with self._store._data_lock:
+            return list(self._store._logs.get(self._id, ())), True
+
+    def _storage_append(self, events: list[Event]) -> tuple[list[Event], list[Event]]:
+        with self._store._data_lock:
+            log = self._log()
+            if not log:
+                log = self._store._logs.setdefault(self._id, [])
+            foreign = log[self._latest_seq :]
+            base = len(log)
+            stored = [
+                msgspec.structs.replace(event, seq=base + i)
+                for i, event in enumerate(events, start=1)
+            ]
+            log.extend(stored)
+            return foreign, stored
+
+    def _storage_refresh(self) -> list[Event]:
+        with self._store._data_lock:
+            return self._log()[self._latest_seq :]
+
+    def _storage_read(self, after: int, limit: int | None) -> list[Event]:
+        with self._store._data_lock:
+            log = self._store._logs.get(self._id, [])
+            return log[after : None if limit is None else after + limit]
+
+    @property
+    def location(self) -> str:
+        """Always ``memory``."""
+        return "memory"
+
+
+class MemoryStore(BaseStore):
+    """Sessions kept in this process's memory. Opened by ``open_store("memory:")``."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._logs: dict[str, list[Event]] = {}
+        self._data_lock = threading.RLock()
+
+    def _open_session(self, session_id: str) -> MemorySession:
+        return MemorySession(self, session_id)
+
+    def _exists(self, session_id: str) -> bool:
+        with self._data_lock:
+            return bool(self._logs.get(session_id))
+
+    def _list_all(self) -> list[SessionInfo]:
+        with self._data_lock:
+            return [
+                SessionInfo(id=sid, updated_at=log[-1].time, last_seq=log[-1].seq)
+                for sid, log in self._logs.items()
+                if log
+            ]
+
+    def _delete(self, session_id: str) -> bool:
+        with self._data_lock:
+            return bool(self._logs.pop(session_id, None))
+
+    def _last_append(self, session_id: str) -> _dt.datetime | None:
+        with self._data_lock:
+            log = self._logs.get(session_id)
+            return log[-1].time if log else None
+
+    @property
+    def location(self) -> str:
+        """Always ``memory:``."""
+        return "memory:"
+
+    @property
+    def url(self) -> str:
+        """``memory:`` (which opens a new, empty store: memory is not shared)."""
+        return "memory:"

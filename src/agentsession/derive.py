@@ -1,0 +1,375 @@
+"""From the event log to the message list a model sees.
+
+One state machine, :class:`Deriver`, implements every rule, and every entry point uses it:
+:func:`messages` and :func:`index_messages_for_compaction` here, and the incremental state a
+session keeps so that ``Session.messages()`` after an append costs only the new events.
+
+The rules (agentkit's ``DeriveMessages``, with its gaps closed):
+
+* **Agent filter**: with an agent given, an event takes part when its agent is empty or equal.
+* **Compaction**: the latest compaction marker that passes the filter replaces everything before
+  it with its summary and retained tail. A legacy marker (only ``before_seq``) keeps the summary
+  and replays the events after ``before_seq``.
+* **Messages**: user and assistant messages are replayed as stored; ``tool/result`` events become
+  tool messages; ``turn/continue`` contributes its messages; ``skill/load`` becomes a user
+  message carrying the rendered skill, held back while tool calls are unanswered so that tool
+  results follow their calls directly.
+* **Pairing**: tool results pair with calls by id, first come first served, so ids repeated across
+  steps stay correct. A result with no open call before it is left out. When a user or assistant
+  message arrives while calls are unanswered, or at the end of the log, each unanswered call is
+  answered by the *interrupted* stand-in (:func:`interrupted_tool_result`), placed after the
+  exchange's real results. A real result that arrives after its call was closed this way replaces
+  the stand-in.
+
+The output therefore always passes :func:`agentsession.validation.provider_errors`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from .events import (
+    ASSISTANT_MESSAGE,
+    COMPACTION,
+    SKILL_LOAD,
+    TOOL_RESULT,
+    TURN_CONTINUE,
+    USER_MESSAGE,
+    Compaction,
+    Event,
+    SkillLoad,
+    TurnContinue,
+    decode,
+)
+from .messages import Message, TextPart, ToolCall, ToolResult
+
+__all__ = [
+    "INTERRUPTED_TOOL_RESULT_TEXT",
+    "Deriver",
+    "IndexedMessage",
+    "index_messages_for_compaction",
+    "interrupted_tool_result",
+    "messages",
+    "prune_tool_results",
+    "render_skill",
+    "truncate_text",
+]
+
+INTERRUPTED_TOOL_RESULT_TEXT = (
+    "tool execution was interrupted before it produced a result (process exited); "
+    "re-run it if the result is still needed"
+)
+"""The content of the stand-in result for a tool call that never got one (agentkit's text)."""
+
+TRUNCATION_MARK = "\n...[truncated]"
+"""Appended to text that was cut."""
+
+
+def interrupted_tool_result(call: ToolCall) -> ToolResult:
+    """The stand-in result for ``call``: interrupted text, audit ``{"decision": "interrupted"}``."""
+    return ToolResult(
+        call_id=call.id,
+        name=call.name,
+        content=INTERRUPTED_TOOL_RESULT_TEXT,
+        audit={"decision": "interrupted"},
+    )
+
+
+def truncate_text(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` UTF-8 bytes, on a character boundary, plus the
+    truncation mark; unchanged when it fits or ``max_bytes <= 0``."""
+    if max_bytes <= 0:
+        return text
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= max_bytes:
+        return text
+    cut = data[:max_bytes].decode("utf-8", "ignore")
+    return cut + TRUNCATION_MARK
+
+
+def _escape_attr(value: str) -> str:
+    return value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+
+
+def render_skill(skill: SkillLoad) -> str:
+    """The model-visible text of a loaded skill (agentkit's ``<skill_content>`` form)."""
+    if skill.resource_base:
+        hint = (
+            f"Base directory for this skill: {skill.resource_base}\n"
+            "Relative paths in this skill resolve against that directory: read files with "
+            "`read` and run scripts with `bash`.\n"
+        )
+    else:
+        hint = "Load referenced resources only as needed.\n"
+    return (
+        f'<skill_content name="{_escape_attr(skill.name)}">\n'
+        f"<skill_resources>\n{hint}</skill_resources>\n\n"
+        f"<skill_instructions>\n{skill.body}\n</skill_instructions>\n</skill_content>"
+    )
+
+
+class IndexedMessage(msgspec.Struct, frozen=True):
+    """A derived message with the seq of the event it came from."""
+
+    message: Message
+    """The model-visible message."""
+    seq: int
+    """Seq of the source event (the compaction marker for a summary; the assistant message for a
+    stand-in result)."""
+    is_turn_start: bool = False
+    """True for messages that begin a turn (user messages, skill loads): safe cut points."""
+
+
+class _Slot:
+    """One tool call waiting for its result."""
+
+    __slots__ = ("call", "entry", "index")
+
+    def __init__(self, call: ToolCall) -> None:
+        self.call = call
+        self.entry = -1  # index of the stand-in message in the entries, once closed
+        self.index = -1  # position of this call's stand-in within that message
+
+
+def _decode_or_none(data: msgspec.Raw, type_: type[msgspec.Struct]) -> msgspec.Struct | None:
+    try:
+        return decode(data, type_)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+class Deriver:
+    """Incremental derivation state for one agent filter.
+
+    Feed events in seq order with :meth:`feed`; :meth:`entries` gives the derived list at any
+    point. ``feed`` returns False when it meets a legacy compaction marker, whose rule needs
+    events from before the marker: rebuild from those events with :meth:`from_events`.
+    """
+
+    def __init__(self, agent: str | None = None) -> None:
+        self.agent = agent or None
+        """The agent filter, or None for every agent."""
+        self.last_seq = 0
+        """Seq of the last event fed."""
+        self._entries: list[IndexedMessage] = []
+        self._open: list[_Slot] = []
+        self._exchange_seq = 0
+        self._standins: dict[str, deque[_Slot]] = {}
+        self._pending: list[IndexedMessage] = []
+
+    # -- building -------------------------------------------------------------------------
+
+    @classmethod
+    def from_events(cls, events: Sequence[Event], agent: str | None = None) -> Deriver:
+        """A deriver that has applied ``events`` (a whole log, or a log from a compaction on)."""
+        deriver = cls(agent)
+        start = 0
+        for i in range(len(events) - 1, -1, -1):
+            event = events[i]
+            if event.type != COMPACTION or not deriver.passes(event):
+                continue
+            data = _decode_or_none(event.data, Compaction)
+            if not isinstance(data, Compaction):
+                continue
+            if data.first_kept_seq or data.retained_tail:
+                deriver._start_from(data, event.seq)
+                start = i + 1
+            else:
+                deriver._entries = (
+                    [] if data.summary is None else [IndexedMessage(data.summary, event.seq)]
+                )
+                # The legacy rule replays every event after ``before_seq``, also those before
+                # the marker; later markers do not pass the filter, so none is skipped wrongly.
+                for earlier in events:
+                    if earlier.seq > data.before_seq and earlier.type != COMPACTION:
+                        deriver._apply(earlier)
+                deriver.last_seq = max(event.seq, events[-1].seq)
+                return deriver
+            break
+        for event in events[start:]:
+            deriver.feed(event)
+        return deriver
+
+    def passes(self, event: Event) -> bool:
+        """Whether ``event`` takes part under this deriver's agent filter."""
+        return self.agent is None or not event.agent or event.agent == self.agent
+
+    def feed(self, event: Event) -> bool:
+        """Apply one event. False means a legacy compaction needs a rebuild (nothing changed)."""
+        if event.seq and event.seq <= self.last_seq:
+            return True
+        if event.type == COMPACTION and self.passes(event):
+            data = _decode_or_none(event.data, Compaction)
+            if isinstance(data, Compaction):
+                if not (data.first_kept_seq or data.retained_tail):
+                    return False
+                self._start_from(data, event.seq)
+        else:
+            self._apply(event)
+        self.last_seq = max(self.last_seq, event.seq)
+        return True
+
+    def feed_all(self, events: Iterable[Event]) -> bool:
+        """Apply events in order; False as soon as one needs a rebuild."""
+        return all(self.feed(event) for event in events)
+
+    def _apply(self, event: Event) -> None:
+        if not self.passes(event):
+            return
+        kind = event.type
+        if kind in (USER_MESSAGE, ASSISTANT_MESSAGE):
+            msg = _decode_or_none(event.data, Message)
+            if isinstance(msg, Message):
+                self._message(msg, event.seq, kind == USER_MESSAGE)
+        elif kind == TOOL_RESULT:
+            result = _decode_or_none(event.data, ToolResult)
+            if isinstance(result, ToolResult):
+                self._results((result,), event.seq)
+        elif kind == SKILL_LOAD:
+            skill = _decode_or_none(event.data, SkillLoad)
+            if isinstance(skill, SkillLoad):
+                entry = IndexedMessage(Message.user(render_skill(skill)), event.seq, True)
+                if self._open:
+                    self._pending.append(entry)
+                else:
+                    self._entries.append(entry)
+        elif kind == TURN_CONTINUE:
+            cont = _decode_or_none(event.data, TurnContinue)
+            if isinstance(cont, TurnContinue):
+                for msg in cont.messages:
+                    self._message(msg, event.seq, msg.role == "user")
+
+    def _start_from(self, data: Compaction, seq: int) -> None:
+        self._entries = [] if data.summary is None else [IndexedMessage(data.summary, seq)]
+        self._open = []
+        self._standins = {}
+        self._pending = []
+        tail_seq = data.first_kept_seq or seq
+        for msg in data.retained_tail:
+            self._message(msg, tail_seq, msg.role == "user")
+
+    # -- the pairing rules ----------------------------------------------------------------
+
+    def _message(self, msg: Message, seq: int, is_turn_start: bool) -> None:
+        if msg.role == "tool":
+            self._results(msg.tool_results, seq)
+            return
+        self._close_exchange()
+        self._entries.append(IndexedMessage(msg, seq, is_turn_start and msg.role == "user"))
+        if msg.role == "assistant" and msg.tool_calls:
+            self._open = [_Slot(call) for call in msg.tool_calls]
+            self._exchange_seq = seq
+
+    def _results(self, results: Iterable[ToolResult], seq: int) -> None:
+        matched: list[ToolResult] = []
+        for result in results:
+            slot = next((s for s in self._open if s.call.id == result.call_id), None)
+            if slot is not None:
+                self._open.remove(slot)
+                matched.append(result)
+                continue
+            late = self._standins.get(result.call_id)
+            if late:
+                self._replace_standin(late.popleft(), result)
+            # Otherwise no call precedes it: a provider would reject it, so it is left out.
+        if matched:
+            self._entries.append(IndexedMessage(Message(role="tool", tool_results=matched), seq))
+        if not self._open and self._pending:
+            self._entries.extend(self._pending)
+            self._pending = []
+
+    def _standin_message(self) -> IndexedMessage:
+        results = [interrupted_tool_result(slot.call) for slot in self._open]
+        return IndexedMessage(Message(role="tool", tool_results=results), self._exchange_seq)
+
+    def _close_exchange(self) -> None:
+        if self._open:
+            index = len(self._entries)
+            self._entries.append(self._standin_message())
+            for position, slot in enumerate(self._open):
+                slot.entry, slot.index = index, position
+                self._standins.setdefault(slot.call.id, deque()).append(slot)
+            self._open = []
+        if self._pending:
+            self._entries.extend(self._pending)
+            self._pending = []
+
+    def _replace_standin(self, slot: _Slot, result: ToolResult) -> None:
+        entry = self._entries[slot.entry]
+        results = list(entry.message.tool_results)
+        results[slot.index] = result
+        message = msgspec.structs.replace(entry.message, tool_results=results)
+        self._entries[slot.entry] = msgspec.structs.replace(entry, message=message)
+
+    # -- output ---------------------------------------------------------------------------
+
+    @property
+    def has_open_calls(self) -> bool:
+        """True while tool calls of the latest exchange await results."""
+        return bool(self._open)
+
+    def committed(self) -> list[IndexedMessage]:
+        """The derived entries without the stand-ins and held skill loads of an open exchange."""
+        return list(self._entries)
+
+    def entries(self) -> list[IndexedMessage]:
+        """The derived list as it stands: unanswered calls get the interrupted stand-in."""
+        out = list(self._entries)
+        if self._open:
+            out.append(self._standin_message())
+        out.extend(self._pending)
+        return out
+
+    def messages(self, max_tool_result_bytes: int | None = None) -> list[Message]:
+        """The derived messages, optionally with long tool results cut."""
+        out = [entry.message for entry in self._entries]
+        if self._open:
+            out.append(self._standin_message().message)
+        out.extend(entry.message for entry in self._pending)
+        if max_tool_result_bytes:
+            return prune_tool_results(out, max_tool_result_bytes)
+        return out
+
+
+def prune_tool_results(msgs: Sequence[Message], max_bytes: int) -> list[Message]:
+    """Copies of ``msgs`` whose tool results and tool-message text are cut to ``max_bytes``
+    (on a UTF-8 boundary, plus the truncation mark). The input is not changed."""
+    if max_bytes <= 0:
+        return list(msgs)
+    out: list[Message] = []
+    for msg in msgs:
+        if msg.role != "tool" and not msg.tool_results:
+            out.append(msg)
+            continue
+        parts = [
+            TextPart(truncate_text(p.text, max_bytes)) if type(p) is TextPart else p
+            for p in msg.parts
+        ]
+        results = [
+            msgspec.structs.replace(r, content=truncate_text(r.content, max_bytes))
+            for r in msg.tool_results
+        ]
+        out.append(msgspec.structs.replace(msg, parts=parts, tool_results=results))
+    return out
+
+
+def messages(
+    events: Sequence[Event],
+    agent: str | None = None,
+    max_tool_result_bytes: int | None = None,
+) -> list[Message]:
+    """The model-visible history of ``events`` (see the module docstring for the rules)."""
+    return Deriver.from_events(events, agent).messages(max_tool_result_bytes)
+
+
+def index_messages_for_compaction(
+    events: Sequence[Event], agent: str | None = None
+) -> list[IndexedMessage]:
+    """The derived history with source seqs and turn-start flags, for planning a compaction.
+
+    Exactly the entries behind :func:`messages`, so the two never disagree.
+    """
+    return Deriver.from_events(events, agent).entries()

@@ -1,0 +1,111 @@
+"""The one exception tree of agentsession.
+
+::
+
+    SessionError                      root: catch this to catch everything below
+    ├── StorageError                  the backend could not do what was asked
+    │   ├── ConflictError             a concurrent writer made the operation impossible
+    │   ├── CorruptLogError           stored data does not parse (names file, line, byte offset)
+    │   └── StoreUnavailable          the store cannot be reached (names host and database)
+    ├── SessionNotFound               no session with that id (also a ``LookupError``)
+    ├── SessionExpired                the session outlived the store's TTL
+    ├── DuplicateSession              a session with that id already exists
+    ├── LockTimeout                   the turn lock was not taken in time (also a ``TimeoutError``)
+    └── UsageError                    the caller passed something invalid (also a ``ValueError``)
+
+Driver and operating-system errors are translated into this tree in one place per backend,
+so a caller never needs to import ``sqlite3`` or ``psycopg`` to handle a failure.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConflictError",
+    "CorruptLogError",
+    "DuplicateSession",
+    "LockTimeout",
+    "SessionError",
+    "SessionExpired",
+    "SessionNotFound",
+    "StorageError",
+    "StoreUnavailable",
+    "UsageError",
+]
+
+
+class SessionError(Exception):
+    """Root of every error agentsession raises."""
+
+
+class StorageError(SessionError):
+    """The backend failed to store or load data."""
+
+
+class ConflictError(StorageError):
+    """A concurrent writer made the operation impossible (for example a seq already taken)."""
+
+
+class CorruptLogError(StorageError):
+    """Stored data does not parse.
+
+    ``path``, ``line`` (1-based) and ``offset`` (byte offset of the line's first byte) say where;
+    ``session_id`` names the session when it is known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str = "",
+        line: int = 0,
+        offset: int = -1,
+        session_id: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+        self.offset = offset
+        self.session_id = session_id
+
+
+class StoreUnavailable(StorageError):
+    """The store cannot be reached (server down, directory unreadable, driver missing)."""
+
+
+class SessionNotFound(SessionError, LookupError):
+    """No session with that id exists in the store."""
+
+    def __init__(self, session_id: str, message: str = "") -> None:
+        super().__init__(message or f"session not found: {session_id!r}")
+        self.session_id = session_id
+
+
+class SessionExpired(SessionError):
+    """The session's last append is older than the store's TTL."""
+
+    def __init__(self, session_id: str, message: str = "") -> None:
+        super().__init__(message or f"session expired: {session_id!r}")
+        self.session_id = session_id
+
+
+class DuplicateSession(SessionError):
+    """A session with that id already exists where a new one was required."""
+
+    def __init__(self, session_id: str, message: str = "") -> None:
+        super().__init__(message or f"duplicate session: {session_id!r}")
+        self.session_id = session_id
+
+
+class LockTimeout(SessionError, TimeoutError):
+    """The per-conversation turn lock could not be acquired within the timeout."""
+
+    def __init__(self, session_id: str, timeout: float, message: str = "") -> None:
+        super().__init__(
+            message or f"turn lock of session {session_id!r} not acquired within {timeout:g}s"
+        )
+        self.session_id = session_id
+        self.timeout = timeout
+
+
+class UsageError(SessionError, ValueError):
+    """The caller passed something invalid: a bad id, URL, argument or state."""

@@ -1,0 +1,590 @@
+"""The event log's record, its type vocabulary, typed payloads and the one codec.
+
+Every stored record is an :class:`Event`. Its ``data`` stays encoded JSON bytes
+(:class:`msgspec.Raw`) until someone asks for the payload, so a reader that only needs ``seq``
+and ``type`` never pays for decoding a large tool result. Payloads are typed structs; their JSON
+keys are camelCase, as agentkit writes them. All JSON passes through :func:`encode` and
+:func:`decode` in this module and nowhere else.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as _dt
+import json as _json
+from collections.abc import Mapping
+from typing import Any, Final, TypeVar, overload
+
+import msgspec
+
+from .messages import Message, ToolCall, ToolResult
+
+__all__ = [
+    "ASSISTANT_MESSAGE",
+    "COMPACTION",
+    "EVENT_TYPES",
+    "MESSAGE_END",
+    "MESSAGE_START",
+    "MESSAGE_UPDATE",
+    "OVERFLOW_RECOVERY",
+    "PAYLOAD_TYPES",
+    "PERMISSION_REQUEST",
+    "PERMISSION_RESOLVED",
+    "RETRY_END",
+    "RETRY_START",
+    "RUN_FINISH",
+    "SESSION_RECOVERY",
+    "SKILL_LOAD",
+    "STEP_END",
+    "STEP_START",
+    "SUBAGENT_END",
+    "SUBAGENT_START",
+    "SUMMARIZATION_RETRY_END",
+    "SUMMARIZATION_RETRY_START",
+    "TODO_UPDATE",
+    "TOOL_CALL",
+    "TOOL_RESULT",
+    "TURN_CONTINUE",
+    "TURN_END",
+    "TURN_START",
+    "USAGE",
+    "USER_MESSAGE",
+    "Compaction",
+    "Event",
+    "MessageStream",
+    "OverflowRecovery",
+    "PermissionRequest",
+    "PermissionResolved",
+    "RetryEnd",
+    "RetryStart",
+    "RunFinish",
+    "SessionRecovery",
+    "SkillLoad",
+    "StepEnd",
+    "StepStart",
+    "SubagentEnd",
+    "SubagentStart",
+    "SummarizationRetryEnd",
+    "SummarizationRetryStart",
+    "Todo",
+    "TodoUpdate",
+    "TurnContinue",
+    "TurnEnd",
+    "TurnError",
+    "TurnStart",
+    "Usage",
+    "decode",
+    "encode",
+    "utcnow",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Event type strings (agentkit's vocabulary).
+
+TURN_START: Final = "turn/start"
+TURN_END: Final = "turn/end"
+STEP_START: Final = "step/start"
+STEP_END: Final = "step/end"
+USER_MESSAGE: Final = "user/message"
+ASSISTANT_MESSAGE: Final = "assistant/message"
+MESSAGE_START: Final = "message/start"
+MESSAGE_UPDATE: Final = "message/update"
+MESSAGE_END: Final = "message/end"
+TOOL_CALL: Final = "tool/call"
+TOOL_RESULT: Final = "tool/result"
+COMPACTION: Final = "session/compaction"
+SKILL_LOAD: Final = "skill/load"
+RETRY_START: Final = "retry/start"
+RETRY_END: Final = "retry/end"
+SUMMARIZATION_RETRY_START: Final = "summarization/retry/start"
+SUMMARIZATION_RETRY_END: Final = "summarization/retry/end"
+OVERFLOW_RECOVERY: Final = "overflow/recovery"
+TURN_CONTINUE: Final = "turn/continue"
+USAGE: Final = "usage"
+TODO_UPDATE: Final = "todo/update"
+RUN_FINISH: Final = "run/finish"
+SESSION_RECOVERY: Final = "session/recovery"
+SUBAGENT_START: Final = "subagent/start"
+SUBAGENT_END: Final = "subagent/end"
+PERMISSION_REQUEST: Final = "permission/request"
+PERMISSION_RESOLVED: Final = "permission/resolved"
+
+
+# ---------------------------------------------------------------------------------------------
+# Payloads. Fields that are empty are left out of the JSON, as agentkit does with ``omitempty``.
+
+
+class _Payload(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    pass
+
+
+class TurnStart(_Payload, frozen=True):
+    """``turn/start``: a turn begins. Carries nothing."""
+
+
+class TurnError(_Payload, frozen=True):
+    """The exception that ended a turn."""
+
+    type: str
+    """Exception class name, for example ``TimeoutError``."""
+    message: str = ""
+    """``str(exception)``."""
+
+
+class TurnEnd(_Payload, frozen=True):
+    """``turn/end``: a turn is over."""
+
+    steps: int
+    """Number of steps the turn completed."""
+    error: TurnError | None = None
+    """Set when the turn ended because an exception escaped it."""
+
+
+class StepStart(_Payload, frozen=True):
+    """``step/start``: one model call (and its tool calls) begins."""
+
+    step: int
+    """Step number within the turn, from 0."""
+
+
+class StepEnd(_Payload, frozen=True):
+    """``step/end``: the step is over."""
+
+    step: int
+    """Step number within the turn, from 0."""
+
+
+class Compaction(_Payload, frozen=True):
+    """``session/compaction``: history up to a point is replaced by a summary."""
+
+    summary: Message | None = None
+    """The summary message (usually a user message); ``None`` for a prune."""
+    first_kept_seq: int = 0
+    """First event seq whose messages are kept verbatim (a turn boundary)."""
+    retained_tail: list[Message] = []
+    """The kept messages themselves, so the marker alone rebuilds the history."""
+    tokens_before: int = 0
+    """Context size before compaction, when known."""
+    before_seq: int = 0
+    """Legacy form: highest summarised seq, used only when ``first_kept_seq`` is unset."""
+    kind: str = "summary"
+    """``summary`` or ``prune`` (a history cap that drops messages without summarising)."""
+
+
+class SkillLoad(_Payload, frozen=True):
+    """``skill/load``: a skill's instructions were loaded into the conversation."""
+
+    name: str
+    """Skill name."""
+    description: str = ""
+    """One-line description (not shown to the model)."""
+    body: str = ""
+    """The skill's instructions."""
+    resource_base: str = ""
+    """Directory the skill's relative paths resolve against."""
+
+
+class RetryStart(_Payload, frozen=True):
+    """``retry/start``: a failed model call is retried."""
+
+    attempt: int = 0
+    """Attempt number, from 1."""
+    max_attempts: int = 0
+    """Attempts allowed."""
+    delay_ms: int = 0
+    """Delay before this attempt, in milliseconds."""
+    error_message: str = ""
+    """Why the previous attempt failed."""
+
+
+class RetryEnd(_Payload, frozen=True):
+    """``retry/end``: retrying is over."""
+
+    success: bool = False
+    """Whether an attempt finally succeeded."""
+    attempt: int = 0
+    """The last attempt number."""
+    final_error: str = ""
+    """The error that ended retrying, when it failed."""
+
+
+class SummarizationRetryStart(RetryStart, frozen=True):
+    """``summarization/retry/start``: a failed summarisation call is retried."""
+
+
+class SummarizationRetryEnd(RetryEnd, frozen=True):
+    """``summarization/retry/end``: summarisation retrying is over."""
+
+
+class OverflowRecovery(_Payload, frozen=True):
+    """``overflow/recovery``: the context overflowed and was shrunk."""
+
+    applied: int = 0
+    """How many recovery measures were applied."""
+    reason: str = ""
+    """Why recovery ran."""
+    error: str = ""
+    """The provider error that triggered it."""
+
+
+class TurnContinue(_Payload, frozen=True):
+    """``turn/continue``: a long turn continues in a new segment."""
+
+    segment: int = 0
+    """Segment number."""
+    reason: str = ""
+    """Why the turn continued."""
+    steps: int = 0
+    """Steps so far."""
+    messages: list[Message] = []
+    """Model-visible messages injected at the continuation."""
+
+
+class Usage(_Payload, frozen=True):
+    """``usage``: tokens used by one model call."""
+
+    input_tokens: int = 0
+    """Prompt tokens (the current context size)."""
+    output_tokens: int = 0
+    """Completion tokens."""
+    total_tokens: int = 0
+    """Input plus output, as the provider reported it."""
+    cache_read_tokens: int = 0
+    """Prompt tokens served from the provider's cache."""
+    cache_write_tokens: int = 0
+    """Prompt tokens written to the provider's cache."""
+
+
+class Todo(_Payload, frozen=True, omit_defaults=False):
+    """One item of the agent's todo list."""
+
+    id: str
+    """Stable item id."""
+    title: str = ""
+    """What is to be done."""
+    status: str = "pending"
+    """``pending``, ``in_progress`` or ``done``; anything but ``done`` is outstanding."""
+
+    @property
+    def done(self) -> bool:
+        """True only for status ``done``."""
+        return self.status == "done"
+
+
+class TodoUpdate(_Payload, frozen=True):
+    """``todo/update``: the whole todo list as it is now."""
+
+    items: list[Todo] = []
+    """Every item, in order."""
+
+
+class RunFinish(_Payload, frozen=True):
+    """``run/finish``: the agent declared the run finished."""
+
+    status: str
+    """``completed`` or ``blocked``."""
+    summary: str = ""
+    """What was done, or why it is blocked."""
+
+
+class SessionRecovery(_Payload, frozen=True):
+    """``session/recovery``: an interrupted turn was repaired."""
+
+    turn_start_seq: int = 0
+    """Seq of the repaired turn's ``turn/start``."""
+    steps: int = 0
+    """Steps the turn had completed."""
+    orphan_results: int = 0
+    """How many unanswered tool calls were answered with the interrupted result."""
+    closed_step: int = -1
+    """The step that was closed, or -1 when none was open."""
+    reason: str = ""
+    """Why the repair was needed."""
+
+
+class SubagentStart(_Payload, frozen=True):
+    """``subagent/start``: work was delegated to a subagent."""
+
+    agent: str = ""
+    """Subagent id."""
+    session: str = ""
+    """The child session id."""
+    task: str = ""
+    """What the subagent was asked to do."""
+    async_: bool = msgspec.field(default=False, name="async")
+    """True when the parent did not wait for it."""
+    job_id: str = ""
+    """Background job id, for asynchronous subagents."""
+
+
+class SubagentEnd(_Payload, frozen=True):
+    """``subagent/end``: a subagent finished."""
+
+    agent: str = ""
+    """Subagent id."""
+    session: str = ""
+    """The child session id."""
+    status: str = ""
+    """How it ended (``completed``, ``failed``, ...)."""
+    summary: str = ""
+    """What it reported back."""
+    steps: int = 0
+    """Steps it ran."""
+    error: str = ""
+    """Failure text, when it failed."""
+    job_id: str = ""
+    """Background job id, for asynchronous subagents."""
+
+
+class MessageStream(_Payload, frozen=True):
+    """``message/start``, ``message/update``, ``message/end``: streaming progress (outbound)."""
+
+    id: str = ""
+    """Id of the message being streamed."""
+    delta: str = ""
+    """Text added since the previous update."""
+    message: Message | None = None
+    """The whole message, on ``message/end``."""
+
+
+class PermissionRequest(_Payload, frozen=True):
+    """``permission/request``: a tool call waits for a person's approval."""
+
+    call_id: str = ""
+    """The tool call waiting."""
+    tool: str = ""
+    """Tool name."""
+    reason: str = ""
+    """Why approval is needed."""
+
+
+class PermissionResolved(_Payload, frozen=True):
+    """``permission/resolved``: the approval was decided."""
+
+    call_id: str = ""
+    """The tool call concerned."""
+    decision: str = ""
+    """``allow``, ``deny`` or another runtime decision."""
+    reason: str = ""
+    """Why."""
+
+
+PAYLOAD_TYPES: Final[Mapping[str, type[Any]]] = {
+    TURN_START: TurnStart,
+    TURN_END: TurnEnd,
+    STEP_START: StepStart,
+    STEP_END: StepEnd,
+    USER_MESSAGE: Message,
+    ASSISTANT_MESSAGE: Message,
+    MESSAGE_START: MessageStream,
+    MESSAGE_UPDATE: MessageStream,
+    MESSAGE_END: MessageStream,
+    TOOL_CALL: ToolCall,
+    TOOL_RESULT: ToolResult,
+    COMPACTION: Compaction,
+    SKILL_LOAD: SkillLoad,
+    RETRY_START: RetryStart,
+    RETRY_END: RetryEnd,
+    SUMMARIZATION_RETRY_START: SummarizationRetryStart,
+    SUMMARIZATION_RETRY_END: SummarizationRetryEnd,
+    OVERFLOW_RECOVERY: OverflowRecovery,
+    TURN_CONTINUE: TurnContinue,
+    USAGE: Usage,
+    TODO_UPDATE: TodoUpdate,
+    RUN_FINISH: RunFinish,
+    SESSION_RECOVERY: SessionRecovery,
+    SUBAGENT_START: SubagentStart,
+    SUBAGENT_END: SubagentEnd,
+    PERMISSION_REQUEST: PermissionRequest,
+    PERMISSION_RESOLVED: PermissionResolved,
+}
+"""The payload struct of every known event type."""
+
+EVENT_TYPES: Final = frozenset(PAYLOAD_TYPES)
+"""Every event type string agentsession knows."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The codec.
+
+T = TypeVar("T")
+
+_encoder = msgspec.json.Encoder()
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+_NULL = msgspec.Raw(b"null")
+_Buffer = bytes | memoryview | str | msgspec.Raw
+
+
+def _decoder(type_: Any) -> msgspec.json.Decoder[Any]:
+    dec = _decoders.get(type_)
+    if dec is None:
+        dec = _decoders[type_] = msgspec.json.Decoder(type_)
+    return dec
+
+
+def _fallback_dumps(obj: Any) -> bytes:
+    # Only reached for strings holding lone surrogates, which UTF-8 cannot carry: the standard
+    # library escapes them as ``\udXXX``, which is valid JSON and reads back unchanged.
+    return _json.dumps(msgspec.to_builtins(obj), ensure_ascii=True, separators=(",", ":")).encode(
+        "ascii"
+    )
+
+
+def encode(obj: Any) -> bytes:
+    """Encode ``obj`` (a struct, or plain JSON data) as compact UTF-8 JSON."""
+    try:
+        return _encoder.encode(obj)
+    except UnicodeEncodeError:
+        return _fallback_dumps(obj)
+
+
+@overload
+def decode(buf: _Buffer, type_: type[T]) -> T: ...
+@overload
+def decode(buf: _Buffer, type_: None = None) -> Any: ...
+def decode(buf: _Buffer, type_: Any = None) -> Any:
+    """Decode JSON into ``type_`` (plain JSON data when ``type_`` is None).
+
+    Raises :class:`msgspec.DecodeError` (a ``ValueError``) when the bytes are not valid JSON of
+    that shape.
+    """
+    try:
+        return _decoder(type_ if type_ is not None else Any).decode(buf)
+    except msgspec.DecodeError:
+        # msgspec refuses JSON escapes of lone surrogates; the standard library reads them.
+        try:
+            obj = _json.loads(buf if isinstance(buf, (bytes, str)) else bytes(buf))
+        except ValueError:
+            raise msgspec.DecodeError("JSON is malformed") from None
+        if type_ is None:
+            return obj
+        return msgspec.convert(obj, type_)
+
+
+def utcnow() -> _dt.datetime:
+    """The current time, timezone-aware UTC."""
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def _to_raw(payload: Any) -> msgspec.Raw:
+    if payload is None:
+        return _NULL
+    if isinstance(payload, msgspec.Raw):
+        return payload
+    return msgspec.Raw(encode(payload))
+
+
+# ---------------------------------------------------------------------------------------------
+# The event.
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One record of a session's append-only log.
+
+    Build one with :meth:`Event.new`; the store fills ``seq`` and, when it is unset, ``time``.
+    """
+
+    seq: int = 0
+    """Position in the session: 1, 2, 3 ... unique and never reused. Assigned on append."""
+    type: str
+    """Event type, for example ``user/message`` (see the constants in this module)."""
+    agent: str = ""
+    """Id of the agent that produced or owns the event; may be empty."""
+    user: str = ""
+    """End-user id, set on user messages."""
+    time: _dt.datetime | None = None
+    """When the event was appended (UTC); stamped on append when unset."""
+    data: msgspec.Raw = _NULL
+    """The payload as encoded JSON; see :meth:`payload`."""
+    meta: dict[str, Any] = {}
+    """Small annotations: ``logical_chars``, platform metadata."""
+
+    @classmethod
+    def new(
+        cls,
+        type: str,
+        payload: Any = None,
+        *,
+        agent: str = "",
+        user: str = "",
+        meta: Mapping[str, Any] | None = None,
+        time: _dt.datetime | None = None,
+    ) -> Event:
+        """An event of ``type`` carrying ``payload`` (a payload struct, plain JSON data or None)."""
+        return cls(
+            type=type,
+            agent=agent,
+            user=user,
+            time=time,
+            data=_to_raw(payload),
+            meta=dict(meta) if meta else {},
+        )
+
+    def payload(self) -> Any:
+        """The decoded payload: its typed struct for a known type, plain JSON data otherwise."""
+        return decode(self.data, PAYLOAD_TYPES.get(self.type))
+
+    def decode(self, type_: builtins.type[T]) -> T:
+        """The payload decoded as ``type_``."""
+        return decode(self.data, type_)
+
+    @property
+    def raw(self) -> bytes:
+        """The payload's JSON bytes, exactly as stored."""
+        return bytes(self.data)
+
+    def __repr__(self) -> str:
+        data = bytes(self.data)
+        shown = (data if len(data) <= 120 else data[:117] + b"...").decode("utf-8", "replace")
+        extra = "".join(
+            f", {name}={value!r}"
+            for name, value in (("agent", self.agent), ("user", self.user), ("meta", self.meta))
+            if value
+        )
+        return f"Event(seq={self.seq}, type={self.type!r}{extra}, time={self.time}, data={shown})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole events as JSON (the JSONL line format and the CLI's ``--json`` output).
+
+_event_decoder = msgspec.json.Decoder(Event)
+
+
+def encode_event(event: Event) -> bytes:
+    """One event as compact JSON (no trailing newline). See ``docs/format.md``."""
+    try:
+        return _encoder.encode(event)
+    except UnicodeEncodeError:
+        pass
+    fields = msgspec.to_builtins(msgspec.structs.replace(event, data=_NULL, meta={}))
+    out = _json.dumps(fields, ensure_ascii=True, separators=(",", ":"))[:-1]
+    if event.data is not _NULL and bytes(event.data) != b"null":
+        out += ',"data":' + bytes(event.data).decode("utf-8", "surrogatepass")
+    if event.meta:
+        out += ',"meta":' + _fallback_dumps(event.meta).decode("ascii")
+    return (out + "}").encode("utf-8", "surrogatepass")
+
+
+def decode_event(buf: bytes | memoryview) -> Event:
+    """Parse one event line; raises :class:`msgspec.DecodeError` when it is not an event."""
+    try:
+        return _event_decoder.decode(buf)
+    except msgspec.DecodeError:
+        try:
+            obj = _json.loads(bytes(buf))
+        except ValueError:
+            raise msgspec.DecodeError("JSON is malformed") from None
+        if not isinstance(obj, dict):
+            raise msgspec.DecodeError("an event must be a JSON object") from None
+        if "data" in obj:
+            obj["data"] = msgspec.Raw(_fallback_dumps(obj["data"]))
+        try:
+            return msgspec.convert(obj, Event)
+        except msgspec.ValidationError as exc:
+            raise msgspec.DecodeError(str(exc)) from None
+
+
+def decode_event_lines(buf: bytes | memoryview) -> list[Event]:
+    """Parse newline-delimited events (fast path); raises :class:`msgspec.DecodeError` on any bad
+    line, leaving it to the caller to locate it."""
+    return _event_decoder.decode_lines(buf)

@@ -1,0 +1,218 @@
+"""Provider-neutral messages: what a model sees.
+
+A :class:`Message` has a role, ordered content parts, tool calls (assistant) and tool results
+(tool). Every part is a small typed struct whose JSON form carries a ``type`` tag; the JSON keys
+are camelCase. Converters for provider wire formats live elsewhere; this module only defines
+the shapes and convenient constructors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "AttachmentRef",
+    "FilePart",
+    "ImagePart",
+    "Message",
+    "Part",
+    "Role",
+    "TextPart",
+    "ThinkingPart",
+    "ToolCall",
+    "ToolResult",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+"""The four message roles."""
+
+
+class TextPart(msgspec.Struct, frozen=True, tag="text", tag_field="type"):
+    """Plain text."""
+
+    text: str
+    """The text."""
+
+
+class ThinkingPart(
+    msgspec.Struct, frozen=True, tag="thinking", tag_field="type", omit_defaults=True
+):
+    """Model reasoning, with the provider's signature when it gave one."""
+
+    text: str
+    """The reasoning text."""
+    signature: str = ""
+    """Opaque provider signature that must be sent back unchanged (Anthropic, Gemini)."""
+
+
+class ImagePart(
+    msgspec.Struct,
+    frozen=True,
+    tag="image",
+    tag_field="type",
+    omit_defaults=True,
+    rename="camel",
+):
+    """An image given by URL (``https:`` or ``data:``) or by base64 ``data``."""
+
+    url: str = ""
+    """An ``http(s)`` URL or a ``data:`` URL."""
+    data: str = ""
+    """Base64-encoded image bytes, when no URL is given."""
+    mime: str = ""
+    """Media type, for example ``image/png``."""
+    detail: str = ""
+    """Provider detail hint (``low``, ``high``, ``auto``)."""
+    source: str = ""
+    """Workspace-relative path the image came from; never sent to a provider."""
+
+
+class FilePart(
+    msgspec.Struct,
+    frozen=True,
+    tag="file",
+    tag_field="type",
+    omit_defaults=True,
+    rename="camel",
+):
+    """A document, audio or video file given by URL or base64 ``data``."""
+
+    url: str = ""
+    """An ``http(s)`` URL or a ``data:`` URL."""
+    data: str = ""
+    """Base64-encoded file bytes, when no URL is given."""
+    mime: str = ""
+    """Media type, for example ``application/pdf``."""
+    name: str = ""
+    """File name shown to the model."""
+    source: str = ""
+    """Workspace-relative path the file came from; never sent to a provider."""
+
+
+class AttachmentRef(
+    msgspec.Struct,
+    frozen=True,
+    tag="attachment_ref",
+    tag_field="type",
+    omit_defaults=True,
+):
+    """A stored reference to an attachment; hydrated back into data before a model call."""
+
+    source: str = ""
+    """Workspace-relative path (for example ``upload/shot.png``)."""
+    url: str = ""
+    """Remote URL when there is no local source (never a ``data:`` URL)."""
+    mime: str = ""
+    """Media type."""
+
+
+Part = TextPart | ThinkingPart | ImagePart | FilePart | AttachmentRef
+"""One content part of a message."""
+
+
+class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A model's request to run a tool."""
+
+    id: str
+    """Call id chosen by the provider; a result answers it by this id."""
+    name: str
+    """Tool name."""
+    arguments: dict[str, Any] = {}
+    """Decoded JSON arguments."""
+
+
+class ToolResult(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """The answer to one tool call."""
+
+    call_id: str
+    """Id of the call this answers."""
+    name: str = ""
+    """Tool name."""
+    content: str = ""
+    """What the tool returned, as the model will see it."""
+    is_error: bool = False
+    """True when the tool failed; ``content`` then describes the failure."""
+    audit: dict[str, str] = {}
+    """Runtime annotations (for example ``{"decision": "interrupted"}``); not sent to models."""
+
+
+def _parts(content: str | Part | Sequence[Part] | None) -> list[Part]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [TextPart(content)] if content else []
+    if isinstance(content, (TextPart, ThinkingPart, ImagePart, FilePart, AttachmentRef)):
+        return [content]
+    return list(content)
+
+
+class Message(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """One model-visible message."""
+
+    role: Role
+    """``system``, ``user``, ``assistant`` or ``tool``."""
+    parts: list[Part] = []
+    """Ordered content parts."""
+    tool_calls: list[ToolCall] = []
+    """Tool calls made by an assistant message."""
+    tool_results: list[ToolResult] = []
+    """Tool results carried by a tool message."""
+    name: str = ""
+    """Optional participant name (provider ``name`` field)."""
+    author: str = ""
+    """Optional author: the agent that produced the message, in multi-agent runs."""
+
+    @classmethod
+    def user(
+        cls, content: str | Part | Sequence[Part], *, name: str = "", author: str = ""
+    ) -> Message:
+        """A user message from text or parts."""
+        return cls(role="user", parts=_parts(content), name=name, author=author)
+
+    @classmethod
+    def system(cls, content: str | Part | Sequence[Part]) -> Message:
+        """A system message."""
+        return cls(role="system", parts=_parts(content))
+
+    @classmethod
+    def assistant(
+        cls,
+        content: str | Part | Sequence[Part] | None = None,
+        *,
+        tool_calls: Iterable[ToolCall] = (),
+        thinking: str | None = None,
+        signature: str = "",
+        author: str = "",
+    ) -> Message:
+        """An assistant message: text and/or tool calls, optionally preceded by thinking."""
+        parts = _parts(content)
+        if thinking is not None:
+            parts.insert(0, ThinkingPart(thinking, signature))
+        return cls(role="assistant", parts=parts, tool_calls=list(tool_calls), author=author)
+
+    @classmethod
+    def tool(cls, *results: ToolResult) -> Message:
+        """A tool message carrying one or more results."""
+        return cls(role="tool", tool_results=list(results))
+
+    @classmethod
+    def tool_result(
+        cls,
+        call_id: str,
+        name: str,
+        content: str,
+        *,
+        is_error: bool = False,
+        audit: Mapping[str, str] | None = None,
+    ) -> Message:
+        """A tool message with a single result."""
+        result = ToolResult(call_id, name, content, is_error, dict(audit or {}))
+        return cls(role="tool", tool_results=[result])
+
+    @property
+    def text(self) -> str:
+        """The message's text parts joined with no separator."""
+        return "".join(p.text for p in self.parts if type(p) is TextPart)

@@ -1,0 +1,433 @@
+"""The storage contract every backend must pass, as one abstract pytest class."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..errors import SessionExpired, UsageError
+from ..events import Event, decode
+from ..messages import Message, ToolCall, ToolResult
+from ..session import BaseStore
+
+__all__ = ["FakeClock", "StoreConformance", "run_children"]
+
+
+class FakeClock:
+    """A settable UTC clock for TTL and cache tests."""
+
+    def __init__(self, start: dt.datetime | None = None) -> None:
+        self.now = start or dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        """Move the clock forward by ``timedelta(**delta)``."""
+        self.now += dt.timedelta(**delta)
+
+
+_APPENDER = textwrap.dedent(
+    """
+    import os, sys, time
+    import agentsession as ags
+    url, sid, go = sys.argv[1], sys.argv[2], sys.argv[5]
+    writer, count = int(sys.argv[3]), int(sys.argv[4])
+    store = ags.open_store(url)
+    session = store.get(sid)
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    for i in range(count):
+        session.append(ags.Event.new("test/append", {"writer": writer, "i": i}))
+    store.close()
+    """
+)
+
+
+def run_children(args: list[list[str]], go_file: Path, timeout: float = 180.0) -> None:
+    """Start one Python child per argument list running the appender, release them together,
+    and wait; every child is killed if anything goes wrong."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _APPENDER, *a],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for a in args
+    ]
+    try:
+        time.sleep(0.2)
+        go_file.write_text("go")
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            assert proc.returncode == 0, err.decode(errors="replace")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _payloads(events: list[Event]) -> list[Any]:
+    return [decode(e.data) for e in events]
+
+
+class StoreConformance:
+    """Subclass per backend and implement :meth:`make_store`."""
+
+    durable: bool = True
+    """Whether a second store made on the same ``tmp_path`` sees the first one's data."""
+    shared_across_processes: bool = True
+    """Whether several processes can open the store through its ``url``."""
+
+    def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
+        """The one factory hook: a store keeping its data under ``tmp_path`` (or wherever the
+        backend keeps it), with ``options`` passed to the backend."""
+        raise NotImplementedError
+
+    # -- fixtures -------------------------------------------------------------------------
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[BaseStore]:
+        store = self.make_store(tmp_path)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def reopen(self, store: BaseStore, tmp_path: Path, **options: Any) -> BaseStore:
+        """A second store on the same data (the same store when data is not durable)."""
+        if not self.durable:
+            return store
+        return self.make_store(tmp_path, **options)
+
+    # -- order, seqs, batches -------------------------------------------------------------
+
+    def test_append_assigns_consecutive_seqs_from_one(self, store: BaseStore) -> None:
+        session = store.get("order")
+        seqs = [session.append(Event.new("test/n", {"n": n})) for n in range(5)]
+        assert seqs == [1, 2, 3, 4, 5]
+        assert session.latest_seq == 5
+
+    def test_read_returns_every_event_in_order_with_its_payload(self, store: BaseStore) -> None:
+        session = store.get("order")
+        for n in range(20):
+            session.append(Event.new("test/n", {"n": n}, agent="a", user="u"))
+        events = session.read()
+        assert [e.seq for e in events] == list(range(1, 21))
+        assert _payloads(events) == [{"n": n} for n in range(20)]
+        assert all(e.agent == "a" and e.user == "u" for e in events)
+
+    def test_batch_gets_consecutive_seqs_and_reads_back_whole(self, store: BaseStore) -> None:
+        session = store.get("batch")
+        session.append(Event.new("test/n", {"n": -1}))
+        seqs = session.append_many([Event.new("test/n", {"n": n}) for n in range(10)])
+        assert seqs == list(range(2, 12))
+        assert _payloads(session.read(after=1)) == [{"n": n} for n in range(10)]
+        assert session.append_many([]) == []
+
+    def test_invalid_batch_writes_nothing(self, store: BaseStore) -> None:
+        session = store.get("batch")
+        session.append(Event.new("test/n", {"n": 0}))
+        bad: list[Any] = [Event.new("test/n", {"n": 1}), {"not": "an event"}]
+        with pytest.raises(UsageError):
+            session.append_many(bad)
+        with pytest.raises(UsageError):
+            session.append(Event.new("", {"n": 2}))
+        assert session.latest_seq == 1
+        assert len(session.read()) == 1
+
+    def test_caller_supplied_seq_is_replaced(self, store: BaseStore) -> None:
+        session = store.get("seq")
+        assert session.append(Event(seq=99, type="test/n")) == 1
+        assert session.read()[0].seq == 1
+
+    def test_seqs_continue_after_reopen(self, tmp_path: Path) -> None:
+        store = self.make_store(tmp_path, max_cached_sessions=0)
+        session = store.get("reopen")
+        for n in range(3):
+            session.append(Event.new("test/n", {"n": n}))
+        if self.durable:
+            store.close()
+            store = self.make_store(tmp_path)
+        try:
+            reopened = store.get("reopen")
+            assert reopened is not session
+            assert reopened.latest_seq == 3
+            assert reopened.append(Event.new("test/n", {"n": 3})) == 4
+            assert [e.seq for e in reopened.read()] == [1, 2, 3, 4]
+        finally:
+            store.close()
+
+    def test_concurrent_threads_get_unique_gap_free_seqs(self, store: BaseStore) -> None:
+        session = store.get("threads")
+        errors: list[BaseException] = []
+
+        def work(writer: int) -> None:
+            try:
+                for i in range(50):
+                    if i % 10 == 0:
+                        session.append_many(
+                            [Event.new("test/t", {"w": writer, "i": i, "b": b}) for b in range(3)]
+                        )
+                    else:
+                        session.append(Event.new("test/t", {"w": writer, "i": i}))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        events = session.read()
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert len(events) == 6 * (45 + 5 * 3)
+        # Batches stay contiguous.
+        for i, event in enumerate(events):
+            data = decode(event.data)
+            if data.get("b") == 0:
+                following = [decode(e.data) for e in events[i : i + 3]]
+                assert [(d["w"], d["i"], d.get("b")) for d in following] == [
+                    (data["w"], data["i"], b) for b in range(3)
+                ]
+
+    def test_concurrent_processes_get_unique_gap_free_seqs(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        if not self.shared_across_processes:
+            pytest.skip("this backend's data is not shared between processes")
+        go = tmp_path / "go-processes"
+        run_children([[store.url, "shared", str(w), "500", str(go)] for w in range(4)], go)
+        events = store.get("shared").read()
+        assert [e.seq for e in events] == list(range(1, 2001))
+        seen = sorted((d["writer"], d["i"]) for d in _payloads(events))
+        assert seen == sorted((w, i) for w in range(4) for i in range(500))
+
+    def test_two_stores_on_the_same_data_see_each_others_appends(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        if not self.durable:
+            pytest.skip("data is not shared between stores on this backend")
+        other = self.reopen(store, tmp_path)
+        try:
+            a, b = store.get("both"), other.get("both")
+            assert a.append(Event.new("test/n", {"from": "a"})) == 1
+            assert b.append(Event.new("test/n", {"from": "b"})) == 2
+            assert a.append(Event.new("test/n", {"from": "a"})) == 3
+            assert b.latest_seq == 3
+            assert _payloads(b.read()) == [{"from": "a"}, {"from": "b"}, {"from": "a"}]
+        finally:
+            other.close()
+
+    def test_held_session_survives_cache_eviction(self, tmp_path: Path) -> None:
+        store = self.make_store(tmp_path, max_cached_sessions=1)
+        try:
+            held = store.get("held")
+            held.append(Event.new("user/message", Message.user("first")))
+            store.get("other").append(Event.new("test/n", {}))  # evicts "held"
+            fresh = store.get("held")
+            assert fresh is not held
+            assert fresh.append(Event.new("user/message", Message.user("second"))) == 2
+            assert held.append(Event.new("user/message", Message.user("third"))) == 3
+            assert [m.text for m in held.messages()] == ["first", "second", "third"]
+            assert [m.text for m in fresh.messages()] == ["first", "second", "third"]
+        finally:
+            store.close()
+
+    # -- isolation and content ------------------------------------------------------------
+
+    def test_sessions_are_isolated(self, store: BaseStore) -> None:
+        a, b = store.get("slack:C001"), store.get("slack:C002")
+        a.append(Event.new("user/message", Message.user("for a")))
+        b.append(Event.new("user/message", Message.user("for b")))
+        b.append(Event.new("user/message", Message.user("for b again")))
+        assert [m.text for m in a.messages()] == ["for a"]
+        assert [m.text for m in b.messages()] == ["for b", "for b again"]
+        assert (a.latest_seq, b.latest_seq) == (1, 2)
+
+    def test_similar_ids_never_share_storage(self, store: BaseStore) -> None:
+        ids = ["a:b", "a_b", "a/b", "a.b", "a..b", "A:b", "a%3Ab", "a b", ".", ".."]
+        for n, sid in enumerate(ids):
+            store.get(sid).append(Event.new("test/id", {"n": n}))
+        for n, sid in enumerate(ids):
+            assert _payloads(store.get(sid).read()) == [{"n": n}], sid
+        assert sorted(i.id for i in store.list()) == sorted(ids)
+
+    def test_unicode_round_trips_including_nul_and_lone_surrogates(self, store: BaseStore) -> None:
+        texts = [
+            "héllo wörld",
+            "日本語のテキスト",
+            "emoji 🎉👩‍💻",
+            "nul\x00byte",
+            "lone \ud800 high",
+            "lone \udfff low",
+            "rtl \u202e mark",
+            "line\u2028sep",
+            "<>&'\"",
+        ]
+        session = store.get("unicode:ü🎉")
+        for text in texts:
+            session.append(
+                Event.new(
+                    "user/message",
+                    Message.user(text),
+                    agent="agent-é",
+                    user="ü\ud800",
+                    meta={"note": text},
+                )
+            )
+        events = session.read()
+        assert [decode(e.data, Message).text for e in events] == texts
+        assert [e.meta["note"] for e in events] == texts
+        assert all(e.agent == "agent-é" and e.user == "ü\ud800" for e in events)
+        assert [m.text for m in session.messages()] == texts
+        assert "unicode:ü🎉" in [i.id for i in store.list()]
+
+    def test_large_payloads_round_trip(self, store: BaseStore) -> None:
+        session = store.get("large")
+        big = "x" * (2 << 20) + "ü"
+        session.append(Event.new("tool/result", ToolResult("c1", "read", big)))
+        session.append(Event.new("test/n", {"after": True}))
+        events = session.read()
+        assert decode(events[0].data, ToolResult).content == big
+        assert decode(events[1].data) == {"after": True}
+
+    def test_read_after_and_limit(self, store: BaseStore) -> None:
+        session = store.get("paging")
+        for n in range(10):
+            session.append(Event.new("test/n", {"n": n}))
+        assert [e.seq for e in session.read(after=7)] == [8, 9, 10]
+        assert [e.seq for e in session.read(after=2, limit=3)] == [3, 4, 5]
+        assert [e.seq for e in session.read(limit=2)] == [1, 2]
+        assert session.read(after=10) == []
+        assert session.read(after=3, limit=0) == []
+        with pytest.raises(UsageError):
+            session.read(after=-1)
+        with pytest.raises(UsageError):
+            session.read(limit=-1)
+
+    def test_unknown_event_types_round_trip_unchanged(self, store: BaseStore) -> None:
+        session = store.get("unknown")
+        payload = {"nested": {"list": [1, 2.5, None, True, "s"]}, "Key": "Value", "empty": {}}
+        session.append(Event.new("plugin/custom-thing", payload, meta={"k": 1}))
+        session.append(Event.new("plugin/no-data"))
+        events = session.read()
+        assert events[0].type == "plugin/custom-thing"
+        assert events[0].payload() == payload
+        assert events[0].meta == {"k": 1}
+        assert events[1].payload() is None
+
+    def test_time_is_stamped_in_utc_when_unset_and_kept_when_set(self, store: BaseStore) -> None:
+        session = store.get("time")
+        before = dt.datetime.now(dt.timezone.utc)
+        session.append(Event.new("test/n"))
+        given = dt.datetime(2025, 5, 6, 7, 8, 9, 123456, tzinfo=dt.timezone.utc)
+        session.append(Event.new("test/n", time=given))
+        first, second = session.read()
+        assert first.time is not None
+        assert first.time.utcoffset() == dt.timedelta(0)
+        assert before - dt.timedelta(seconds=5) <= first.time <= before + dt.timedelta(minutes=1)
+        assert second.time == given
+
+    def test_messages_are_derived_from_the_log(self, store: BaseStore) -> None:
+        session = store.get("derive")
+        call = ToolCall("c1", "read", {"path": "a.py"})
+        session.append(Event.new("user/message", Message.user("read a.py")))
+        session.append(Event.new("assistant/message", Message.assistant("ok", tool_calls=[call])))
+        history = session.messages()
+        assert [m.role for m in history] == ["user", "assistant", "tool"]
+        assert history[2].tool_results[0].audit == {"decision": "interrupted"}
+        session.append(Event.new("tool/result", ToolResult("c1", "read", "print(1)")))
+        history = session.messages()
+        assert history[2].tool_results[0].content == "print(1)"
+
+    # -- the store ------------------------------------------------------------------------
+
+    def test_get_rejects_blank_ids(self, store: BaseStore) -> None:
+        for bad in ["", "   "]:
+            with pytest.raises(UsageError):
+                store.get(bad)
+        with pytest.raises(UsageError):
+            store.get(42)  # type: ignore[arg-type]
+
+    def test_exists_list_and_delete(self, store: BaseStore) -> None:
+        assert not store.exists("s1")
+        session = store.get("s1")
+        assert not store.exists("s1")  # nothing appended yet
+        assert store.list() == []
+        session.append(Event.new("test/n"))
+        assert store.exists("s1")
+        assert [i.id for i in store.list()] == ["s1"]
+        assert store.delete("s1") is True
+        assert store.delete("s1") is False
+        assert not store.exists("s1")
+        assert store.list() == []
+        assert store.get("s1").read() == []
+
+    def test_append_after_delete_starts_over(self, store: BaseStore) -> None:
+        held = store.get("gone")
+        held.append(Event.new("test/n", {"n": 1}))
+        held.append(Event.new("test/n", {"n": 2}))
+        store.delete("gone")
+        assert held.append(Event.new("test/n", {"n": 3})) == 1
+        assert _payloads(store.get("gone").read()) == [{"n": 3}]
+
+    def test_list_is_newest_first_with_prefix_limit_and_offset(self, store: BaseStore) -> None:
+        for sid in ["slack:A", "slack:B", "cli:x", "slack:C"]:
+            store.get(sid).append(Event.new("test/n"))
+            time.sleep(0.02)
+        store.get("slack:A").append(Event.new("test/n"))
+        assert [i.id for i in store.list()] == ["slack:A", "slack:C", "cli:x", "slack:B"]
+        assert [i.id for i in store.list(prefix="slack:")] == ["slack:A", "slack:C", "slack:B"]
+        assert [i.id for i in store.list(limit=2)] == ["slack:A", "slack:C"]
+        assert [i.id for i in store.list(limit=2, offset=2)] == ["cli:x", "slack:B"]
+        assert store.list(prefix="nope") == []
+        with pytest.raises(UsageError):
+            store.list(limit=-1)
+
+    def test_ttl_expires_sessions_and_never_revives_them(self, tmp_path: Path) -> None:
+        clock = FakeClock()
+        store = self.make_store(tmp_path, ttl=dt.timedelta(hours=1), clock=clock)
+        try:
+            old, fresh = store.get("old"), store.get("fresh")
+            old.append(Event.new("test/n"))
+            clock.advance(minutes=50)
+            fresh.append(Event.new("test/n"))
+            clock.advance(minutes=20)
+            with pytest.raises(SessionExpired):
+                store.get("old")
+            with pytest.raises(SessionExpired):
+                old.append(Event.new("test/n"))
+            assert store.get("fresh").latest_seq == 1
+            assert store.get("never-used").latest_seq == 0
+            assert store.purge_expired() == ["old"]
+            assert not store.exists("old")
+            assert store.get("old").append(Event.new("test/n")) == 1
+            assert [i.id for i in store.list()] == ["old", "fresh"]
+        finally:
+            store.close()
+
+    def test_closed_store_refuses_use(self, tmp_path: Path) -> None:
+        store = self.make_store(tmp_path)
+        store.close()
+        store.close()
+        with pytest.raises(UsageError):
+            store.get("x")
+
+    def test_store_is_a_context_manager(self, tmp_path: Path) -> None:
+        with self.make_store(tmp_path) as store:
+            store.get("cm").append(Event.new("test/n"))
+        with pytest.raises(UsageError):
+            store.list()

@@ -1,0 +1,178 @@
+"""The canonical events pinned by ``tests/golden/events-v1.jsonl`` (one per event type)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from agentsession import events as ev
+from agentsession.messages import (
+    AttachmentRef,
+    FilePart,
+    ImagePart,
+    Message,
+    TextPart,
+    ThinkingPart,
+    ToolCall,
+    ToolResult,
+)
+
+T0 = dt.datetime(2026, 9, 5, 10, 11, 12, 123456, tzinfo=dt.timezone.utc)
+CALL = ToolCall("call-1", "read", {"path": "a.py", "limit": 10})
+ASSISTANT = Message.assistant(
+    "Reading it.", tool_calls=[CALL], thinking="Need the file.", signature="sig=="
+)
+USER = Message(
+    role="user",
+    parts=[
+        TextPart("look <here> & there"),
+        ImagePart(url="https://example.com/a.png", mime="image/png", detail="high"),
+        FilePart(data="JVBERi0=", mime="application/pdf", name="spec.pdf"),
+        AttachmentRef(source="upload/shot.png", mime="image/png"),
+        ThinkingPart("user-side thinking is kept verbatim"),
+    ],
+    name="alice",
+)
+
+
+def canonical_events() -> list[ev.Event]:
+    """Every event type with a representative payload, seqs 1.., fixed times."""
+    payloads: list[tuple[str, object, dict[str, object]]] = [
+        (ev.TURN_START, ev.TurnStart(), {}),
+        (ev.USER_MESSAGE, USER, {"logical_chars": 12004, "platform": "slack"}),
+        (ev.STEP_START, ev.StepStart(step=0), {}),
+        (ev.MESSAGE_START, ev.MessageStream(id="m1"), {}),
+        (ev.MESSAGE_UPDATE, ev.MessageStream(id="m1", delta="Read"), {}),
+        (ev.MESSAGE_END, ev.MessageStream(id="m1", message=ASSISTANT), {}),
+        (ev.ASSISTANT_MESSAGE, ASSISTANT, {}),
+        (ev.TOOL_CALL, CALL, {}),
+        (
+            ev.PERMISSION_REQUEST,
+            ev.PermissionRequest(call_id="call-1", tool="read", reason="fs"),
+            {},
+        ),
+        (ev.PERMISSION_RESOLVED, ev.PermissionResolved(call_id="call-1", decision="allow"), {}),
+        (
+            ev.SKILL_LOAD,
+            ev.SkillLoad(
+                name="pdf", description="PDFs", body="Use pdftotext.", resource_base="/skills/pdf"
+            ),
+            {},
+        ),
+        (
+            ev.TOOL_RESULT,
+            ToolResult("call-1", "read", "print(1)\n", is_error=False, audit={"decision": "allow"}),
+            {},
+        ),
+        (
+            ev.USAGE,
+            ev.Usage(
+                input_tokens=1200, output_tokens=80, total_tokens=1280, cache_read_tokens=1000
+            ),
+            {},
+        ),
+        (ev.STEP_END, ev.StepEnd(step=0), {}),
+        (
+            ev.RETRY_START,
+            ev.RetryStart(attempt=1, max_attempts=3, delay_ms=500, error_message="429"),
+            {},
+        ),
+        (ev.RETRY_END, ev.RetryEnd(success=True, attempt=2), {}),
+        (
+            ev.SUMMARIZATION_RETRY_START,
+            ev.SummarizationRetryStart(
+                attempt=1, max_attempts=2, delay_ms=100, error_message="timeout"
+            ),
+            {},
+        ),
+        (
+            ev.SUMMARIZATION_RETRY_END,
+            ev.SummarizationRetryEnd(success=False, attempt=2, final_error="timeout"),
+            {},
+        ),
+        (ev.OVERFLOW_RECOVERY, ev.OverflowRecovery(applied=1, reason="context overflow"), {}),
+        (
+            ev.TODO_UPDATE,
+            ev.TodoUpdate(
+                items=[ev.Todo(id="1", title="read", status="done"), ev.Todo(id="2", title="fix")]
+            ),
+            {},
+        ),
+        (
+            ev.TURN_CONTINUE,
+            ev.TurnContinue(
+                segment=1, reason="max steps", steps=8, messages=[Message.user("continue")]
+            ),
+            {},
+        ),
+        (
+            ev.SUBAGENT_START,
+            ev.SubagentStart(
+                agent="researcher",
+                session="s:sub:researcher:1",
+                task="find docs",
+                async_=True,
+                job_id="j1",
+            ),
+            {},
+        ),
+        (
+            ev.SUBAGENT_END,
+            ev.SubagentEnd(
+                agent="researcher",
+                session="s:sub:researcher:1",
+                status="completed",
+                summary="found",
+                steps=3,
+                job_id="j1",
+            ),
+            {},
+        ),
+        (ev.RUN_FINISH, ev.RunFinish(status="completed", summary="done"), {}),
+        (ev.TURN_END, ev.TurnEnd(steps=1), {}),
+        (ev.TURN_END, ev.TurnEnd(steps=2, error=ev.TurnError(type="KeyboardInterrupt")), {}),
+        (
+            ev.SESSION_RECOVERY,
+            ev.SessionRecovery(
+                turn_start_seq=1,
+                steps=1,
+                orphan_results=1,
+                closed_step=0,
+                reason="turn/start without turn/end",
+            ),
+            {},
+        ),
+        (
+            ev.COMPACTION,
+            ev.Compaction(
+                summary=Message.user("Summary: fixed a.py"),
+                first_kept_seq=25,
+                retained_tail=[Message.user("next")],
+                tokens_before=9000,
+            ),
+            {},
+        ),
+        (ev.COMPACTION, ev.Compaction(summary=Message.user("legacy"), before_seq=18), {}),
+        ("plugin/custom", {"anything": ["goes", 1, None]}, {}),
+    ]
+    out = []
+    for seq, (kind, payload, meta) in enumerate(payloads, start=1):
+        event = ev.Event.new(
+            kind,
+            payload,
+            agent="coder" if seq % 2 else "",
+            meta=meta,
+            user="U1" if kind == ev.USER_MESSAGE else "",
+            time=T0 + dt.timedelta(seconds=seq),
+        )
+        out.append(
+            ev.Event(
+                seq=seq,
+                type=event.type,
+                agent=event.agent,
+                user=event.user,
+                time=event.time,
+                data=event.data,
+                meta=event.meta,
+            )
+        )
+    return out

@@ -1,0 +1,49 @@
+"""The on-disk line format is an API: golden files pin it, and old files must keep loading."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+
+from agentsession import open_store
+from agentsession.events import EVENT_TYPES, PAYLOAD_TYPES, decode_event, encode_event
+
+from .golden_events import canonical_events
+
+GOLDEN = Path(__file__).parent / "golden" / "events-v1.jsonl"
+
+
+def test_every_event_type_is_pinned_by_the_golden_file() -> None:
+    assert {e.type for e in canonical_events()} >= EVENT_TYPES
+
+
+def test_encoding_matches_the_golden_lines_byte_for_byte() -> None:
+    lines = [encode_event(e) + b"\n" for e in canonical_events()]
+    if os.environ.get("AGENTSESSION_UPDATE_GOLDEN"):
+        GOLDEN.write_bytes(b"".join(lines))
+    assert GOLDEN.read_bytes().splitlines(keepends=True) == lines
+
+
+def test_golden_lines_decode_to_the_same_events_and_payloads() -> None:
+    expected = canonical_events()
+    decoded = [decode_event(line) for line in GOLDEN.read_bytes().splitlines()]
+    assert decoded == expected
+    for got, want in zip(decoded, expected, strict=True):
+        if got.type in PAYLOAD_TYPES:
+            assert got.payload() == want.payload()
+            assert type(got.payload()) is PAYLOAD_TYPES[got.type]
+        else:
+            assert got.payload() == msgspec.json.decode(want.raw)
+
+
+def test_golden_file_opens_as_a_jsonl_session(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    (tmp_path / "golden.jsonl").write_bytes(GOLDEN.read_bytes())
+    session = store.get("golden")
+    assert session.latest_seq == len(canonical_events())
+    assert session.read() == canonical_events()
+    # The last marker is a legacy compaction (before_seq 18): summary, then events after 18.
+    history = session.messages()
+    assert history[0].text == "legacy"

@@ -1,0 +1,339 @@
+"""Behaviour specific to the JSONL backend: files, crashes, corruption, names, permissions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import agentsession as ags
+from agentsession import CorruptLogError, Event, Message, StoreUnavailable
+from agentsession.backends.jsonl import JsonlSession, JsonlStore
+
+
+def line(seq: int, text: str, *, more: bool = False) -> bytes:
+    flag = '"more":true,' if more else ""
+    data = json.dumps({"role": "user", "parts": [{"type": "text", "text": text}]})
+    return (
+        f'{{"seq":{seq},{flag}"type":"user/message","time":"2026-01-01T00:00:00Z","data":{data}}}\n'
+    ).encode()
+
+
+def write_log(directory: Path, name: str, *chunks: bytes) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.jsonl"
+    path.write_bytes(b"".join(chunks))
+    return path
+
+
+def texts(session: ags.BaseSession) -> list[str]:
+    return [m.text for m in session.messages()]
+
+
+# -- torn writes and corruption ---------------------------------------------------------------
+
+
+def test_torn_last_line_is_moved_aside_and_session_opens(tmp_path: Path) -> None:
+    torn = b'{"seq":3,"type":"user/mess'
+    path = write_log(tmp_path, "s", line(1, "one"), line(2, "two"), torn)
+    session = ags.open_store(tmp_path).get("s")
+    assert texts(session) == ["one", "two"]
+    assert path.read_bytes() == line(1, "one") + line(2, "two")
+    assert (tmp_path / "s.jsonl.quarantine").read_bytes() == torn + b"\n"
+    assert session.append(Event.new("user/message", Message.user("three"))) == 3
+    assert texts(ags.open_store(tmp_path).get("s")) == ["one", "two", "three"]
+
+
+def test_unparsable_last_line_with_newline_is_moved_aside(tmp_path: Path) -> None:
+    garbage = b'{"seq":3,"type":"user/message","data":{"role":\n'
+    path = write_log(tmp_path, "s", line(1, "one"), line(2, "two"), garbage)
+    session = ags.open_store(tmp_path).get("s")
+    assert session.latest_seq == 2
+    assert path.read_bytes() == line(1, "one") + line(2, "two")
+    assert (tmp_path / "s.jsonl.quarantine").read_bytes() == garbage + b"\n"
+
+
+def test_batch_cut_short_by_a_crash_is_moved_aside_whole(tmp_path: Path) -> None:
+    partial = line(2, "batch a", more=True) + line(3, "batch b", more=True) + b'{"seq":4,"ty'
+    path = write_log(tmp_path, "s", line(1, "one"), partial)
+    session = ags.open_store(tmp_path).get("s")
+    assert texts(session) == ["one"]
+    assert path.read_bytes() == line(1, "one")
+    assert (tmp_path / "s.jsonl.quarantine").read_bytes() == partial + b"\n"
+    assert session.append_many([Event.new("test/n"), Event.new("test/n")]) == [2, 3]
+
+
+def test_batch_whose_last_line_is_missing_is_moved_aside_whole(tmp_path: Path) -> None:
+    partial = line(2, "batch a", more=True) + line(3, "batch b", more=True)
+    write_log(tmp_path, "s", line(1, "one"), partial)
+    session = ags.open_store(tmp_path).get("s")
+    assert session.latest_seq == 1
+    assert (tmp_path / "s.jsonl.quarantine").read_bytes() == partial + b"\n"
+
+
+def test_writer_repairs_a_torn_tail_left_by_another_crashed_writer(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path)
+    session = store.get("s")
+    session.append(Event.new("user/message", Message.user("one")))
+    with open(tmp_path / "s.jsonl", "ab") as f:  # a crashed writer's half line
+        f.write(b'{"seq":2,"type":"user/message","da')
+    assert session.append(Event.new("user/message", Message.user("two"))) == 2
+    assert texts(ags.open_store(tmp_path).get("s")) == ["one", "two"]
+    assert (tmp_path / "s.jsonl.quarantine").read_bytes() == b'{"seq":2,"type":"user/message","da\n'
+
+
+def test_corrupt_middle_line_raises_naming_file_line_and_offset(tmp_path: Path) -> None:
+    bad = b"this is not json\n"
+    path = write_log(tmp_path, "s", line(1, "one"), bad, line(3, "three"))
+    with pytest.raises(CorruptLogError) as info:
+        ags.open_store(tmp_path).get("s")
+    err = info.value
+    assert (err.path, err.line, err.offset) == (str(path), 2, len(line(1, "one")))
+    assert str(path) in str(err) and "line 2" in str(err)
+    assert "byte offset" in str(err) and err.session_id == "s"
+    assert path.read_bytes() == line(1, "one") + bad + line(3, "three")  # nothing changed
+
+
+def test_corrupt_line_before_a_compaction_marker_surfaces_on_full_read(tmp_path: Path) -> None:
+    marker = (
+        b'{"seq":3,"type":"session/compaction","time":"2026-01-01T00:00:00Z",'
+        b'"data":{"summary":{"role":"user","parts":[{"type":"text","text":"sum"}]},'
+        b'"firstKeptSeq":3}}\n'
+    )
+    write_log(tmp_path, "s", line(1, "one"), b"{broken\n", marker, line(4, "four"))
+    session = ags.open_store(tmp_path).get("s")  # opening reads from the marker on
+    assert texts(session) == ["sum", "four"]
+    with pytest.raises(CorruptLogError) as info:
+        session.read()
+    assert info.value.line == 2
+
+
+def test_quarantine_moves_a_corrupt_middle_line_aside_and_carries_on(tmp_path: Path) -> None:
+    bad = b'{"seq":2,"type":"user/message","data":{"role":"us\n'
+    path = write_log(tmp_path, "s", line(1, "one"), bad, line(3, "three"))
+    session = ags.open_store(tmp_path, on_corrupt="quarantine").get("s")
+    assert texts(session) == ["one", "three"]
+    assert [e.seq for e in session.read()] == [1, 3]
+    assert (tmp_path / "s.jsonl.quarantine").read_bytes() == bad
+    assert path.read_bytes() == line(1, "one") + b" " * (len(bad) - 1) + b"\n" + line(3, "three")
+    # The blanked line stays skipped for every reader, also a strict one.
+    assert [e.seq for e in ags.open_store(tmp_path).get("s").read()] == [1, 3]
+    assert session.append(Event.new("test/n")) == 4
+
+
+def test_a_payload_that_is_not_a_message_is_kept_but_not_derived(tmp_path: Path) -> None:
+    odd = b'{"seq":2,"type":"user/message","data":{"role":"nope"}}\n'
+    write_log(tmp_path, "s", line(1, "one"), odd, line(3, "three"))
+    session = ags.open_store(tmp_path).get("s")
+    assert [e.seq for e in session.read()] == [1, 2, 3]
+    assert texts(session) == ["one", "three"]
+
+
+def test_a_line_without_a_seq_is_corrupt(tmp_path: Path) -> None:
+    write_log(tmp_path, "s", line(1, "one"), b'{"type":"user/message"}\n', line(3, "three"))
+    with pytest.raises(CorruptLogError):
+        ags.open_store(tmp_path).get("s")
+
+
+def test_blank_log_file_is_an_empty_session(tmp_path: Path) -> None:
+    write_log(tmp_path, "s")
+    store = ags.open_store(tmp_path)
+    assert not store.exists("s")
+    assert store.get("s").latest_seq == 0
+    assert store.list() == []
+
+
+# -- sizes ------------------------------------------------------------------------------------
+
+
+def test_lines_of_several_megabytes_round_trip(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path)
+    session = store.get("big")
+    big = "é" * (3 << 20)
+    session.append(Event.new("user/message", Message.user(big)))
+    session.append(Event.new("user/message", Message.user("after")))
+    assert os.path.getsize(tmp_path / "big.jsonl") > 6 << 20
+    reopened = ags.open_store(tmp_path).get("big")
+    assert texts(reopened) == [big, "after"]
+    assert [e.seq for e in reopened.read(after=1)] == [2]
+    assert reopened.read()[0].decode(Message).text == big
+
+
+# -- names and permissions --------------------------------------------------------------------
+
+
+def test_session_files_and_directories_are_owner_only(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        root = tmp_path / "new" / "store"
+        store = ags.open_store(root)
+        store.get("s").append(Event.new("test/n"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(root / "s.jsonl").st_mode) == 0o600
+
+
+def test_quarantine_sidecar_is_owner_only(tmp_path: Path) -> None:
+    write_log(tmp_path, "s", line(1, "one"), b"torn")
+    old = os.umask(0)
+    try:
+        ags.open_store(tmp_path).get("s")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "s.jsonl.quarantine").st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    "session_id", ["../escape", "..", ".", "/etc/passwd", "a/../../b", "..\\..\\x", "x\x00y"]
+)
+def test_hostile_ids_stay_inside_the_store_directory(tmp_path: Path, session_id: str) -> None:
+    root = tmp_path / "store"
+    store = JsonlStore(root)
+    session = store.get(session_id)
+    session.append(Event.new("test/n"))
+    assert isinstance(session, JsonlSession)
+    path = Path(session.path)
+    assert path.parent == root.resolve()
+    assert ".." not in path.name and "/" not in path.name
+    assert sorted(os.listdir(root)) == [path.name]
+    assert [i.id for i in store.list()] == [session_id]
+
+
+def test_common_ids_keep_readable_file_names(tmp_path: Path) -> None:
+    store = JsonlStore(tmp_path)
+    assert Path(store.path_for("slack:C001")).name == "slack_C001.jsonl"
+    assert Path(store.path_for("cli:20260905-101112.123")).name == "cli_20260905-101112.123.jsonl"
+    assert Path(store.path_for("a_b")).name != Path(store.path_for("a:b")).name
+
+
+def test_long_ids_get_short_hashed_names_and_list_returns_the_real_id(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path)
+    long_a = "slack:C001:t:" + "9" * 400
+    long_b = "slack:C001:t:" + "9" * 399 + "8"
+    store.get(long_a).append(Event.new("test/n", {"n": "a"}))
+    store.get(long_b).append(Event.new("test/n", {"n": "b"}))
+    names = [n for n in os.listdir(tmp_path) if n.endswith(".jsonl")]
+    assert len(names) == 2 and all(len(n.encode()) <= 255 for n in names)
+    assert sorted(i.id for i in store.list()) == sorted([long_a, long_b])
+    assert ags.open_store(tmp_path).get(long_b).read()[0].payload() == {"n": "b"}
+    store.delete(long_a)
+    assert [i.id for i in store.list()] == [long_b]
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [Path(store.path_for(long_b)).name, Path(store.path_for(long_b)).stem + ".id"]
+    )
+
+
+def test_foreign_files_in_the_directory_are_ignored(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hi")
+    (tmp_path / "weird~name.jsonl").write_text("{}\n")
+    (tmp_path / "a_b.jsonl.quarantine").write_text("junk\n")
+    store = ags.open_store(tmp_path)
+    store.get("real").append(Event.new("test/n"))
+    assert [i.id for i in store.list()] == ["real"]
+
+
+def test_store_path_that_is_a_file_is_unavailable(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    with pytest.raises(StoreUnavailable):
+        ags.open_store(target)
+
+
+# -- opening reads only the tail --------------------------------------------------------------
+
+
+def test_open_reads_from_the_last_compaction_marker_and_read_still_returns_everything(
+    tmp_path: Path,
+) -> None:
+    store = ags.open_store(tmp_path)
+    session = store.get("s")
+    for n in range(50):
+        session.append(Event.new("user/message", Message.user(f"m{n}")))
+    summary = ags.Compaction(
+        summary=Message.user("summary"), first_kept_seq=50, retained_tail=[Message.user("m49")]
+    )
+    marker_seq = session.append(Event.new("session/compaction", summary))
+    session.append(Event.new("user/message", Message.user("after")))
+    reopened = ags.open_store(tmp_path).get("s")
+    assert isinstance(reopened, JsonlSession)
+    assert reopened._window_start == marker_seq
+    assert len(reopened._window) == 2
+    assert texts(reopened) == ["summary", "m49", "after"]
+    assert [e.seq for e in reopened.read()] == list(range(1, 53))
+    assert [e.seq for e in reopened.read(after=10, limit=2)] == [11, 12]
+
+
+def test_cache_is_keyed_by_resolved_path(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    store_a, store_b = ags.open_store(real), ags.open_store(tmp_path / "link")
+    assert isinstance(store_a, JsonlStore) and isinstance(store_b, JsonlStore)
+    assert store_a._cache_key("x") == store_b._cache_key("x")
+    other = ags.open_store(tmp_path / "other")
+    assert store_a.get("cli:default") is not other.get("cli:default")
+
+
+# -- crashes for real -------------------------------------------------------------------------
+
+_KILLED_WRITER = textwrap.dedent(
+    """
+    import sys
+    import agentsession as ags
+    store = ags.open_store(sys.argv[1])
+    session = store.get("crash")
+    n = 0
+    while True:
+        size = 1 + n % 5
+        filler = "x" * (200 if n % 3 else 300_000)
+        session.append_many([
+            ags.Event.new("test/batch", {"batch": n, "i": i, "of": size, "filler": filler})
+            for i in range(size)
+        ])
+        print(n, flush=True)
+        n += 1
+    """
+)
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_writer_killed_mid_append_leaves_whole_batches_and_gap_free_seqs(
+    tmp_path: Path, round_: int
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        acknowledged = -1
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        while acknowledged < 20 + 15 * round_ and time.monotonic() < deadline:
+            acknowledged = int(proc.stdout.readline())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events = ags.open_store(tmp_path).get("crash").read()
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    batches: dict[int, list[int]] = {}
+    for event in events:
+        data = event.payload()
+        batches.setdefault(data["batch"], []).append(data["i"])
+    # Every acknowledged batch survived the kill (durability "flush"), and every batch is whole.
+    assert set(range(acknowledged + 1)) <= set(batches)
+    for batch, items in batches.items():
+        assert items == list(range(1 + batch % 5)), batch
