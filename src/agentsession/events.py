@@ -461,9 +461,13 @@ def decode(buf: _Buffer, type_: Any = None) -> Any:
         return msgspec.convert(obj, type_)
 
 
+_now = _dt.datetime.now
+_UTC = _dt.timezone.utc
+
+
 def utcnow() -> _dt.datetime:
     """The current time, timezone-aware UTC."""
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _now(_UTC)
 
 
 def _to_raw(payload: Any) -> msgspec.Raw:
@@ -478,11 +482,14 @@ def _to_raw(payload: Any) -> msgspec.Raw:
 # The event.
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """One record of a session's append-only log.
 
     Build one with :meth:`Event.new`; the store fills ``seq`` and, when it is unset, ``time``.
     """
+
+    # gc=False: events never take part in reference cycles, and a session keeps many of them
+    # in memory, so leaving them out of the cycle collector saves its scans.
 
     seq: int = 0
     """Position in the session: 1, 2, 3 ... unique and never reused. Assigned on append."""

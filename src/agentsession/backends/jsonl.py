@@ -19,7 +19,6 @@ The line format is documented in ``docs/format.md``. How writing stays safe:
 from __future__ import annotations
 
 import datetime as _dt
-import errno
 import fcntl
 import io
 import logging
@@ -32,7 +31,7 @@ import msgspec
 
 from .._names import safe_name, unsafe_name
 from ..errors import CorruptLogError, StorageError, StoreUnavailable, UsageError
-from ..events import Event, decode_event, decode_event_lines, encode_event
+from ..events import COMPACTION, Event, decode_event, decode_event_lines, encode_event
 from ..session import BaseSession, BaseStore, SessionInfo
 
 __all__ = ["JsonlSession", "JsonlStore", "OnCorrupt"]
@@ -143,20 +142,6 @@ class JsonlSession(BaseSession):
             self._file.close()
         self._file = None
         self._fd = -1
-
-    def _lock_fd(self) -> None:
-        """Take the exclusive lock on the open log, following a delete to the new file."""
-        while True:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-            if os.fstat(self._fd).st_nlink > 0:
-                self._locked = True
-                return
-            # Deleted underneath us: whatever comes next starts a new log at seq 1.
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            self._storage_close()
-            self._reset()
-            self._size = 0
-            self._open_fd(create=True)
 
     def _unlock_fd(self) -> None:
         self._locked = False
@@ -402,35 +387,109 @@ class JsonlSession(BaseSession):
         try:
             if self._fd < 0 and not self._open_fd(create=False):
                 return []
-            st = os.fstat(self._fd)
-            if st.st_nlink == 0:
+            size = os.lseek(self._fd, 0, os.SEEK_END)
+            if size < self._size or (size == 0 and os.fstat(self._fd).st_nlink == 0):
+                # Deleted (``Store.delete`` empties the file first) or truncated by hand.
                 self._storage_close()
                 self._load()
                 return []
-            return self._catch_up(st.st_size, locked=False)
+            return self._catch_up(size, locked=False)
         except OSError as exc:
             raise self._error("reading", exc) from exc
+
+    def _lock_for_append(self) -> list[Event]:
+        """Take the file lock and catch up; returns other writers' new events.
+
+        A log emptied by ``Store.delete`` (which truncates under this lock before unlinking)
+        shows up as a size below what we consumed: we then reopen the path and start over.
+        """
+        self._open_fd(create=True)
+        while True:
+            fd = self._fd
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._locked = True
+            size = os.lseek(fd, 0, os.SEEK_END)
+            if size > self._size or (size == self._size and (size or os.fstat(fd).st_nlink)):
+                return self._catch_up(size, locked=True) if size > self._size else []
+            # Emptied or deleted underneath us: whatever comes next starts a new log.
+            self._unlock_fd()
+            self._storage_close()
+            self._reset()
+            self._open_fd(create=True)
+            self._load()
+
+    def append(self, event: Event) -> int:
+        """Append one event; returns its seq.
+
+        The fast path covers the common case of a writer that saw the file last (nothing to
+        catch up on, no TTL); anything else goes through ``append_many``.
+        """
+        store = self._store
+        if type(event) is Event and event.type and store.ttl is None:
+            stamp = event.time or store.clock()
+            with self._lock:
+                fd = self._fd
+                size = self._size
+                if fd >= 0 and size:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX)
+                        try:
+                            if os.lseek(fd, 0, os.SEEK_END) != size:
+                                seq = 0  # someone else wrote: take the general path
+                            else:
+                                seq = self._latest_seq + 1
+                                stored = msgspec.structs.replace(event, seq=seq, time=stamp)
+                                line = encode_event(stored) + b"\n"
+                                if os.write(fd, line) == len(line) and store.durability == "flush":
+                                    self._size = size + len(line)
+                                else:
+                                    self._finish_write(line, size)
+                        finally:
+                            fcntl.flock(fd, fcntl.LOCK_UN)
+                    except OSError as exc:
+                        raise self._error("appending to", exc) from exc
+                    if seq:
+                        self._window.append(stored)
+                        self._latest_seq = seq
+                        if stored.type == COMPACTION:
+                            self._trim_at(stored)
+                        return seq
+        return self.append_many((event,))[0]
+
+    def _finish_write(self, line: bytes, start: int) -> None:
+        """After a short write or for ``fsync``: complete ``line`` written from ``start``."""
+        fd = self._fd
+        try:
+            done = os.lseek(fd, 0, os.SEEK_END) - start
+            while done < len(line):
+                done += os.write(fd, line[done:])
+            if self._store.durability == "fsync":
+                _datasync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                log.error("could not undo a failed append to %s", self._path)
+            raise
+        self._size = start + len(line)
 
     def _storage_append(self, events: list[Event]) -> tuple[list[Event], list[Event]]:
         bodies = [encode_event(event)[1:] for event in events]
         last = len(bodies) - 1
         try:
-            self._open_fd(create=True)
-            self._lock_fd()
-        except OSError as exc:
-            raise self._error("locking", exc) from exc
-        try:
-            foreign = self._catch_up(os.fstat(self._fd).st_size, locked=True)
-            first = self._latest_seq + 1 if not foreign else foreign[-1].seq + 1
-            buf = b"".join(
-                b'{"seq":%d,%s%s\n' % (first + i, _MORE if i < last else b"", body)
-                for i, body in enumerate(bodies)
-            )
-            self._write(buf)
+            foreign = self._lock_for_append()
+            try:
+                first = (foreign[-1].seq if foreign else self._latest_seq) + 1
+                self._write(
+                    b"".join(
+                        b'{"seq":%d,%s%s\n' % (first + i, _MORE if i < last else b"", body)
+                        for i, body in enumerate(bodies)
+                    )
+                )
+            finally:
+                self._unlock_fd()
         except OSError as exc:
             raise self._error("appending to", exc) from exc
-        finally:
-            self._unlock_fd()
         replace = msgspec.structs.replace
         return foreign, [replace(event, seq=first + i) for i, event in enumerate(events)]
 
@@ -590,10 +649,21 @@ class JsonlStore(BaseStore):
     def _delete(self, session_id: str) -> bool:
         path = self.path_for(session_id)
         try:
-            existed = os.stat(path).st_size > 0
-            os.unlink(path)
+            fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             existed = False
+        except OSError as exc:
+            raise StorageError(f"cannot delete session {session_id!r} at {path}: {exc}") from exc
+        else:
+            try:
+                # Empty it under the writers' lock first: a session object that still holds the
+                # file sees it shrink and starts over instead of appending to a deleted file.
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                existed = os.fstat(fd).st_size > 0
+                os.ftruncate(fd, 0)
+                os.unlink(path)
+            finally:
+                os.close(fd)
         stem = path[: -len(SUFFIX)]
         for extra in (stem + ID_SUFFIX, path + QUARANTINE_SUFFIX):
             try:
@@ -601,8 +671,7 @@ class JsonlStore(BaseStore):
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    raise StorageError(f"cannot delete {extra}: {exc}") from exc
+                raise StorageError(f"cannot delete {extra}: {exc}") from exc
         return existed
 
     def _last_append(self, session_id: str) -> _dt.datetime | None:

@@ -1,0 +1,1 @@
+"""Storage backends: memory, JSONL, SQLite and PostgreSQL. Open them with ``open_store``."""
