@@ -311,6 +311,13 @@ class Deriver:
         """True while tool calls of the latest exchange await results."""
         return bool(self._open)
 
+    def unanswered_calls(self) -> list[ToolCall]:
+        """Tool calls that have no real result yet, in call order: the open exchange's, and
+        those a later message closed with the interrupted stand-in."""
+        waiting = [slot for queue in self._standins.values() for slot in queue]
+        waiting.sort(key=lambda slot: (slot.entry, slot.index))
+        return [slot.call for slot in waiting] + [slot.call for slot in self._open]
+
     def committed(self) -> list[IndexedMessage]:
         """The derived entries without the stand-ins and held skill loads of an open exchange."""
         return list(self._entries)

@@ -19,15 +19,18 @@ import builtins
 import datetime as _dt
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
+from .compaction import compact, prune
 from .derive import Deriver, IndexedMessage
 from .errors import SessionExpired, UsageError
-from .events import COMPACTION, Compaction, Event, decode, utcnow
+from .events import COMPACTION, USER_MESSAGE, Compaction, Event, decode, utcnow
+from .locks import Locker, TurnLock, _HeldRegistry
 from .messages import Message
+from .recorder import Turn
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -50,6 +53,9 @@ storage, so it survives a power loss or kernel crash, at the cost of a disk sync
 """
 
 Clock = Callable[[], _dt.datetime]
+
+DEFAULT_CLI_SESSION_ID = "cli:default"
+"""The command line's session when none was chosen."""
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -288,6 +294,8 @@ class BaseSession:
             foreign, stored = self._storage_append(prepared)
             self._ingest(foreign)
             self._ingest(stored)
+            if self._store.max_messages:
+                self._after_append(stored)
         return [event.seq for event in stored]
 
     def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
@@ -353,6 +361,47 @@ class BaseSession:
             self._refresh()
             return self._deriver(agent).messages(max_tool_result_bytes)
 
+    # -- recording and compaction ---------------------------------------------------------
+
+    def turn(
+        self,
+        agent: str | None = None,
+        user: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Turn:
+        """Record a turn: ``with session.turn(agent=..., user=...) as turn: ...`` writes
+        ``turn/start`` and, however the block ends, ``turn/end`` (see
+        :mod:`agentsession.recorder`). ``agent``, ``user`` and ``metadata`` default to the turn
+        envelope's."""
+        return Turn(self, agent, user, metadata)
+
+    def compact(
+        self,
+        summary: Message | str | None,
+        *,
+        keep_turns: int | None = None,
+        first_kept_seq: int | None = None,
+        tokens_before: int = 0,
+        agent: str | None = None,
+    ) -> int | None:
+        """Replace the history before a turn boundary by ``summary`` (see
+        :func:`agentsession.compaction.compact`); returns the marker's seq, or None when
+        there was nothing to drop."""
+        return compact(
+            self,
+            summary,
+            keep_turns=keep_turns,
+            first_kept_seq=first_kept_seq,
+            tokens_before=tokens_before,
+            agent=agent,
+        )
+
+    def _after_append(self, stored: Sequence[Event]) -> None:
+        """Apply the store's history cap when a new user turn arrived."""
+        cap = self._store.max_messages
+        if cap and any(e.type == USER_MESSAGE for e in stored):
+            prune(self, cap)
+
     def close(self) -> None:
         """Release open files or connections; the session reopens them when used again."""
         with self._lock:
@@ -381,6 +430,7 @@ class BaseStore:
         max_cached_sessions: int = 256,
         cache_idle_ttl: _dt.timedelta | None = None,
         clock: Clock = utcnow,
+        max_messages: int | None = None,
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
@@ -390,6 +440,11 @@ class BaseStore:
             raise UsageError("max_cached_sessions must be >= 0")
         if cache_idle_ttl is not None and cache_idle_ttl <= _dt.timedelta(0):
             raise UsageError(f"cache_idle_ttl must be positive, not {cache_idle_ttl}")
+        if max_messages is not None and max_messages < 1:
+            raise UsageError(f"max_messages must be >= 1 or None, not {max_messages}")
+        self.max_messages = max_messages
+        """History cap: at a new user turn, older whole turns beyond this many derived
+        messages are dropped from the history by a prune compaction (never deleted)."""
         self.durability: Durability = durability
         """What an acknowledged append survives (see :data:`Durability`)."""
         self.ttl = ttl
@@ -401,6 +456,7 @@ class BaseStore:
         self._cache: OrderedDict[str, _CacheEntry] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._closed = False
+        self._held_locks: _HeldRegistry | None = None
 
     # -- backend primitives ---------------------------------------------------------------
 
@@ -426,6 +482,18 @@ class BaseStore:
 
     def _close(self) -> None:
         """Release backend resources."""
+
+    def _make_locker(self) -> Locker:
+        """The backend's turn-lock implementation."""
+        raise NotImplementedError
+
+    def _meta_get(self, kind: str, key: str) -> str | None:
+        """A small persisted value (active mapping, agent binding, CLI pointer), or None."""
+        raise NotImplementedError
+
+    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
+        """Store a small value atomically (None removes it)."""
+        raise NotImplementedError
 
     @property
     def location(self) -> str:
@@ -532,6 +600,71 @@ class BaseStore:
         for session_id in ids:
             self.delete(session_id)
         return ids
+
+    # -- the turn lock -------------------------------------------------------------------
+
+    def _locks(self) -> _HeldRegistry:
+        with self._cache_lock:
+            if self._held_locks is None:
+                self._held_locks = _HeldRegistry(self._make_locker())
+            return self._held_locks
+
+    def lock(self, session_id: str, timeout: float | None = None) -> TurnLock:
+        """Take the session's turn lock: one holder at a time across threads and processes
+        (and machines, on PostgreSQL). ``timeout`` in seconds (None waits for ever, 0 tries
+        once); raises :class:`~agentsession.errors.LockTimeout` when it runs out. Not
+        reentrant: a second ``lock`` of the same session from the thread that holds it raises
+        :class:`~agentsession.errors.UsageError`. Use as a context manager."""
+        self._check_open()
+        sid = check_session_id(session_id)
+        if timeout is not None and timeout < 0:
+            raise UsageError(f"lock timeout must be >= 0 or None, not {timeout}")
+        return self._locks().acquire(sid, timeout)
+
+    def is_locked(self, session_id: str) -> bool:
+        """Whether some thread or process holds the session's turn lock now."""
+        self._check_open()
+        return self._locks().locker.is_locked(check_session_id(session_id))
+
+    # -- identity: the active-session mapping, agent binding, the CLI pointer -------------
+
+    def active_session(self, key: str) -> str:
+        """The session that ``/new`` made current for an entry key; the key itself when none."""
+        self._check_open()
+        if not isinstance(key, str) or not key.strip():
+            raise UsageError("an active-session entry key is required")
+        return self._meta_get("active", key) or key
+
+    def set_active_session(self, key: str, session_id: str) -> None:
+        """Map an entry key to the session its next turns go to (atomic, persisted)."""
+        self._check_open()
+        if not isinstance(key, str) or not key.strip():
+            raise UsageError("an active-session entry key is required")
+        sid = check_session_id(session_id)
+        self._meta_set("active", key, None if sid == key else sid)
+
+    def agent_bind(self, session_id: str) -> str:
+        """The agent a session is bound to, or ``""``."""
+        self._check_open()
+        return self._meta_get("bind", check_session_id(session_id)) or ""
+
+    def set_agent_bind(self, session_id: str, agent: str) -> None:
+        """Bind a session to an agent (``""`` removes the binding)."""
+        self._check_open()
+        sid = check_session_id(session_id)
+        if not isinstance(agent, str):
+            raise UsageError("agent must be a string")
+        self._meta_set("bind", sid, agent or None)
+
+    def cli_current(self) -> str:
+        """The session the command line attaches to next (default ``cli:default``)."""
+        self._check_open()
+        return self._meta_get("cli", "current") or DEFAULT_CLI_SESSION_ID
+
+    def set_cli_current(self, session_id: str) -> None:
+        """Point the command line at a session."""
+        self._check_open()
+        self._meta_set("cli", "current", check_session_id(session_id))
 
     def close(self) -> None:
         """Close every cached session and the store; safe to call twice."""

@@ -18,12 +18,14 @@ The line format is documented in ``docs/format.md``. How writing stays safe:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import fcntl
 import io
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar
 
@@ -31,7 +33,16 @@ import msgspec
 
 from .._names import safe_name, unsafe_name
 from ..errors import CorruptLogError, StorageError, StoreUnavailable, UsageError
-from ..events import COMPACTION, Event, decode_event, decode_event_lines, encode_event
+from ..events import (
+    COMPACTION,
+    Event,
+    decode,
+    decode_event,
+    decode_event_lines,
+    encode,
+    encode_event,
+)
+from ..locks import FileLocker
 from ..session import BaseSession, BaseStore, SessionInfo
 
 __all__ = ["JsonlSession", "JsonlStore", "OnCorrupt"]
@@ -43,6 +54,8 @@ OnCorrupt = Literal["raise", "quarantine"]
 """What to do with a bad line in the middle of a log: raise, or move it aside and carry on."""
 
 SUFFIX = ".jsonl"
+LOCK_DIR = ".locks"
+META_DIR = ".meta"
 QUARANTINE_SUFFIX = ".quarantine"
 ID_SUFFIX = ".id"
 _MORE = b'"more":true,'
@@ -453,6 +466,8 @@ class JsonlSession(BaseSession):
                         self._latest_seq = seq
                         if stored.type == COMPACTION:
                             self._trim_at(stored)
+                        if store.max_messages:
+                            self._after_append((stored,))
                         return seq
         return self.append_many((event,))[0]
 
@@ -579,6 +594,41 @@ class JsonlStore(BaseStore):
     def _open_session(self, session_id: str) -> JsonlSession:
         return JsonlSession(self, session_id, self.path_for(session_id))
 
+    def _make_locker(self) -> FileLocker:
+        return FileLocker(os.path.join(self._root, LOCK_DIR))
+
+    def _meta_path(self, kind: str, key: str) -> str:
+        return os.path.join(self._root, META_DIR, kind, safe_name(key) + ".json")
+
+    def _meta_get(self, kind: str, key: str) -> str | None:
+        try:
+            with open(self._meta_path(kind, key), "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read {self._meta_path(kind, key)}: {exc}") from exc
+        try:
+            entry = decode(raw, _MetaEntry)
+        except msgspec.DecodeError as exc:
+            raise CorruptLogError(
+                f"{self._meta_path(kind, key)} is not a valid {kind} entry: {exc}",
+                path=self._meta_path(kind, key),
+            ) from exc
+        return entry.value
+
+    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
+        path = self._meta_path(kind, key)
+        try:
+            if value is None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                return
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            _atomic_write(path, encode(_MetaEntry(key=key, value=value, updated_at=self.clock())))
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}") from exc
+
     def _write_id_sidecar(self, session_id: str, path: str) -> None:
         """A cut (hashed) file name cannot be read back as an id: keep the id beside it."""
         if "~" not in os.path.basename(path):
@@ -586,13 +636,7 @@ class JsonlStore(BaseStore):
         id_path = path[: -len(SUFFIX)] + ID_SUFFIX
         if os.path.exists(id_path):
             return
-        tmp = f"{id_path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, session_id.encode("utf-8", "surrogatepass"))
-        finally:
-            os.close(fd)
-        os.replace(tmp, id_path)
+        _atomic_write(id_path, session_id.encode("utf-8", "surrogatepass"))
 
     def _quarantine(self, path: str, data: bytes, reason: str, offset: int) -> None:
         """Append bytes taken out of a log to its sidecar, followed by a newline."""
@@ -664,6 +708,7 @@ class JsonlStore(BaseStore):
                 os.unlink(path)
             finally:
                 os.close(fd)
+        self._meta_set("bind", session_id, None)
         stem = path[: -len(SUFFIX)]
         for extra in (stem + ID_SUFFIX, path + QUARANTINE_SUFFIX):
             try:
@@ -696,6 +741,26 @@ class JsonlStore(BaseStore):
             return events[-1].time if events else None
         finally:
             session.close()
+
+
+class _MetaEntry(msgspec.Struct, rename="camel"):
+    """One small persisted value (``.meta/<kind>/<key>.json``)."""
+
+    key: str
+    value: str
+    updated_at: _dt.datetime | None = None
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old or the new content, never a mix."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def _last_line(fd: int) -> bytes | None:

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from ..events import Event
+from ..locks import ThreadLocker
 from ..session import BaseSession, BaseStore, SessionInfo
 
 __all__ = ["MemorySession", "MemoryStore"]
@@ -74,7 +75,22 @@ class MemoryStore(BaseStore):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._logs: dict[str, list[Event]] = {}
+        self._meta: dict[tuple[str, str], str] = {}
         self._data_lock = threading.RLock()
+
+    def _make_locker(self) -> ThreadLocker:
+        return ThreadLocker()
+
+    def _meta_get(self, kind: str, key: str) -> str | None:
+        with self._data_lock:
+            return self._meta.get((kind, key))
+
+    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
+        with self._data_lock:
+            if value is None:
+                self._meta.pop((kind, key), None)
+            else:
+                self._meta[(kind, key)] = value
 
     def _open_session(self, session_id: str) -> MemorySession:
         return MemorySession(self, session_id)
@@ -93,6 +109,7 @@ class MemoryStore(BaseStore):
 
     def _delete(self, session_id: str) -> bool:
         with self._data_lock:
+            self._meta.pop(("bind", session_id), None)
             return bool(self._logs.pop(session_id, None))
 
     def _last_append(self, session_id: str) -> _dt.datetime | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ..errors import SessionExpired, UsageError
+from ..errors import LockTimeout, SessionExpired, UsageError
 from ..events import Event, decode
 from ..messages import Message, ToolCall, ToolResult
 from ..session import BaseStore
@@ -76,6 +76,43 @@ def run_children(args: list[list[str]], go_file: Path, timeout: float = 180.0) -
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+_LOCK_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    import agentsession as ags
+    store = ags.open_store(sys.argv[1])
+    session = store.get(sys.argv[2])
+    lock = store.lock(sys.argv[2], timeout=30)
+    with session.turn(agent="crashy") as turn:
+        turn.user("do the thing")
+        with turn.step() as step:
+            step.assistant("calling", tool_calls=[ags.ToolCall("call-1", "slow_tool", {})])
+            print("holding", flush=True)
+            time.sleep(600)
+    """
+)
+
+
+def start_lock_holder(url: str, session_id: str) -> subprocess.Popen[str]:
+    """A child that takes the session's turn lock, opens a turn with an unanswered tool call,
+    prints ``holding`` and sleeps until killed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LOCK_HOLDER, url, session_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line.strip() != "holding":
+        proc.kill()
+        proc.wait()
+        raise AssertionError(
+            f"lock holder failed: {line} {proc.stderr.read() if proc.stderr else ''}"
+        )
+    return proc
 
 
 def _payloads(events: list[Event]) -> list[Any]:
@@ -418,6 +455,140 @@ class StoreConformance:
             assert [i.id for i in store.list()] == ["old", "fresh"]
         finally:
             store.close()
+
+    # -- identity -------------------------------------------------------------------------
+
+    def test_active_session_maps_a_key_and_survives_reopen(self, tmp_path: Path) -> None:
+        store = self.make_store(tmp_path)
+        key = "slack:C001:t:123:u:U111"
+        assert store.active_session(key) == key
+        store.set_active_session(key, "slack:C001:t:123:u:U111:new:1")
+        assert store.active_session(key) == "slack:C001:t:123:u:U111:new:1"
+        assert store.active_session("slack:C002") == "slack:C002"
+        store.set_active_session(key, "slack:C001:t:123:u:U111:new:2")
+        assert store.active_session(key) == "slack:C001:t:123:u:U111:new:2"
+        if self.durable:
+            store.close()
+            store = self.make_store(tmp_path)
+            assert store.active_session(key) == "slack:C001:t:123:u:U111:new:2"
+        for bad in ["", "  "]:
+            with pytest.raises(UsageError):
+                store.active_session(bad)
+            with pytest.raises(UsageError):
+                store.set_active_session(bad, "x")
+        with pytest.raises(UsageError):
+            store.set_active_session(key, "")
+        store.close()
+
+    def test_agent_binding_defaults_empty_and_survives_reopen(self, tmp_path: Path) -> None:
+        store = self.make_store(tmp_path)
+        assert store.agent_bind("slack:C001") == ""
+        store.set_agent_bind("slack:C001", "coder")
+        assert store.agent_bind("slack:C001") == "coder"
+        assert store.agent_bind("slack:C002") == ""
+        if self.durable:
+            store.close()
+            store = self.make_store(tmp_path)
+            assert store.agent_bind("slack:C001") == "coder"
+        store.set_agent_bind("slack:C001", "")
+        assert store.agent_bind("slack:C001") == ""
+        with pytest.raises(UsageError):
+            store.agent_bind("")
+        store.close()
+
+    def test_cli_current_defaults_and_round_trips(self, tmp_path: Path) -> None:
+        store = self.make_store(tmp_path)
+        assert store.cli_current() == "cli:default"
+        store.set_cli_current("cli:20260905-101112.123-abcdef")
+        assert store.cli_current() == "cli:20260905-101112.123-abcdef"
+        store.set_cli_current("cli:with_underscore.and.dots")
+        if self.durable:
+            store.close()
+            store = self.make_store(tmp_path)
+        assert store.cli_current() == "cli:with_underscore.and.dots"
+        with pytest.raises(UsageError):
+            store.set_cli_current("")
+        store.close()
+
+    def test_identity_writes_from_many_threads_never_tear(self, store: BaseStore) -> None:
+        def work(n: int) -> None:
+            for i in range(30):
+                store.set_active_session("slack:C001", f"slack:C001:new:{n}-{i}")
+                assert store.active_session("slack:C001").startswith("slack:C001:new:")
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert store.active_session("slack:C001").endswith("-29")
+
+    # -- the turn lock --------------------------------------------------------------------
+
+    def test_turn_lock_is_exclusive_and_times_out(self, store: BaseStore) -> None:
+        assert not store.is_locked("conv")
+        with store.lock("conv", timeout=1) as held:
+            assert held.held
+            assert store.is_locked("conv")
+            failures: list[BaseException] = []
+
+            def other() -> None:
+                try:
+                    store.lock("conv", timeout=0.05)
+                except BaseException as exc:
+                    failures.append(exc)
+
+            t = threading.Thread(target=other)
+            t.start()
+            t.join()
+            assert len(failures) == 1 and isinstance(failures[0], LockTimeout)
+            assert not store.is_locked("other-conv")
+            with store.lock("other-conv", timeout=0):
+                pass
+        assert not held.held
+        assert not store.is_locked("conv")
+        store.lock("conv", timeout=0).release()
+
+    def test_turn_lock_is_not_reentrant_in_one_thread(self, store: BaseStore) -> None:
+        with store.lock("conv"):
+            with pytest.raises(UsageError, match="not reentrant"):
+                store.lock("conv", timeout=5)
+            assert store.is_locked("conv")
+        with store.lock("conv", timeout=0):
+            pass
+
+    def test_turn_lock_waits_for_the_holder_thread(self, store: BaseStore) -> None:
+        order: list[str] = []
+        first = store.lock("conv")
+
+        def waiter() -> None:
+            with store.lock("conv", timeout=10):
+                order.append("waiter")
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        time.sleep(0.1)
+        order.append("holder")
+        first.release()
+        t.join()
+        assert order == ["holder", "waiter"]
+
+    def test_turn_lock_of_a_killed_process_is_released(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        if not self.shared_across_processes:
+            pytest.skip("this backend's data is not shared between processes")
+        holder = start_lock_holder(store.url, "conv:crash")
+        try:
+            assert store.is_locked("conv:crash")
+            with pytest.raises(LockTimeout):
+                store.lock("conv:crash", timeout=0.2)
+        finally:
+            holder.kill()
+            holder.wait()
+        with store.lock("conv:crash", timeout=10):
+            pass
+        assert not store.is_locked("conv:crash")
 
     def test_closed_store_refuses_use(self, tmp_path: Path) -> None:
         store = self.make_store(tmp_path)

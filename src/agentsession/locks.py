@@ -1,0 +1,196 @@
+"""The per-conversation turn lock: one live turn per session across threads and processes.
+
+``store.lock(session_id, timeout=...)`` returns a :class:`TurnLock`, already held; use it as a
+context manager or call :meth:`TurnLock.release`. A holder that dies (even by SIGKILL) releases
+its lock, because the operating system (``flock``) or the database server (advisory locks)
+drops it with the process or connection; that is how recovery tells a crashed turn from a live
+one.
+
+The lock is **not reentrant**: asking for a lock the same thread already holds raises
+:class:`~agentsession.errors.UsageError` at once instead of waiting for itself. Another thread
+of the same process waits like another process would.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Protocol
+
+from ._names import safe_name
+from .errors import LockTimeout, StorageError, UsageError
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["FileLocker", "Locker", "ThreadLocker", "TurnLock"]
+
+
+class Locker(Protocol):
+    """What a backend provides for turn locks."""
+
+    def acquire(self, session_id: str, timeout: float | None) -> object:
+        """Block until the lock is held (or raise :class:`LockTimeout`); returns a handle."""
+
+    def release(self, handle: object) -> None:
+        """Release a held lock."""
+
+    def is_locked(self, session_id: str) -> bool:
+        """Whether anyone (this process included) holds the lock now."""
+
+
+def _wait_steps(timeout: float | None) -> tuple[float | None, float]:
+    deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+    return deadline, 0.001
+
+
+class TurnLock:
+    """A held turn lock. Released by :meth:`release` or on leaving a ``with`` block."""
+
+    def __init__(self, registry: _HeldRegistry, session_id: str, handle: object) -> None:
+        self._registry = registry
+        self.session_id = session_id
+        """The session whose turns this lock serialises."""
+        self._handle: object | None = handle
+
+    @property
+    def held(self) -> bool:
+        """True until released."""
+        return self._handle is not None
+
+    def release(self) -> None:
+        """Release the lock; releasing twice is harmless."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._registry.release(self.session_id, handle)
+
+    def __enter__(self) -> TurnLock:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "held" if self.held else "released"
+        return f"<TurnLock {self.session_id!r} {state}>"
+
+
+class _HeldRegistry:
+    """Which thread holds which session's lock in this process (to refuse re-entry)."""
+
+    def __init__(self, locker: Locker) -> None:
+        self.locker = locker
+        self._owners: dict[str, int] = {}
+        self._mutex = threading.Lock()
+
+    def acquire(self, session_id: str, timeout: float | None) -> TurnLock:
+        me = threading.get_ident()
+        with self._mutex:
+            if self._owners.get(session_id) == me:
+                raise UsageError(
+                    f"the turn lock of session {session_id!r} is already held by this thread; "
+                    "the lock is not reentrant"
+                )
+        handle = self.locker.acquire(session_id, timeout)
+        with self._mutex:
+            self._owners[session_id] = me
+        return TurnLock(self, session_id, handle)
+
+    def release(self, session_id: str, handle: object) -> None:
+        with self._mutex:
+            self._owners.pop(session_id, None)
+        self.locker.release(handle)
+
+
+class ThreadLocker:
+    """Turn locks for one process (the memory backend)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, threading.Lock] = {}
+        self._mutex = threading.Lock()
+
+    def _lock_for(self, session_id: str) -> threading.Lock:
+        with self._mutex:
+            return self._locks.setdefault(session_id, threading.Lock())
+
+    def acquire(self, session_id: str, timeout: float | None) -> object:
+        lock = self._lock_for(session_id)
+        if not lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            raise LockTimeout(session_id, timeout or 0.0)
+        return lock
+
+    def release(self, handle: object) -> None:
+        assert isinstance(handle, type(threading.Lock()))
+        handle.release()
+
+    def is_locked(self, session_id: str) -> bool:
+        return self._lock_for(session_id).locked()
+
+
+class FileLocker:
+    """Turn locks as ``flock`` on one small file per session in a directory."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        """Where the lock files live (created owner-only)."""
+
+    def path_for(self, session_id: str) -> str:
+        """The lock file of a session."""
+        return os.path.join(self.directory, safe_name(session_id) + ".lock")
+
+    def _open(self, session_id: str, create: bool) -> int | None:
+        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if create else 0)
+        try:
+            if create:
+                os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            return os.open(self.path_for(session_id), flags, 0o600)
+        except FileNotFoundError:
+            if create:
+                raise
+            return None
+        except OSError as exc:
+            raise StorageError(
+                f"cannot open the turn lock file {self.path_for(session_id)}: {exc}"
+            ) from exc
+
+    def acquire(self, session_id: str, timeout: float | None) -> object:
+        fd = self._open(session_id, create=True)
+        assert fd is not None
+        deadline, pause = _wait_steps(timeout)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                pass
+            except OSError:
+                os.close(fd)
+                raise
+            if deadline is not None and time.monotonic() >= deadline:
+                os.close(fd)
+                raise LockTimeout(session_id, timeout or 0.0)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def release(self, handle: object) -> None:
+        assert isinstance(handle, int)
+        os.close(handle)  # closing the descriptor drops the flock
+
+    def is_locked(self, session_id: str) -> bool:
+        fd = self._open(session_id, create=False)
+        if fd is None:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
