@@ -23,8 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import agentsession as ags
 from _workload import transcript
+
+import agentsession as ags
 
 
 def append_store(

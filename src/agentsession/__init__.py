@@ -6,11 +6,29 @@ recovery and routing are derived from it. Start with :func:`open_store`.
 
 from __future__ import annotations
 
+from . import derive
+from .commands import CommandRegistry, default_commands, resolve_active_session_id
+from .compaction import prune
 from .derive import (
     INTERRUPTED_TOOL_RESULT_TEXT,
     IndexedMessage,
     index_messages_for_compaction,
     interrupted_tool_result,
+)
+from .envelope import (
+    ActorRef,
+    MessageEvent,
+    RoutePolicy,
+    TurnEnvelope,
+    active_entry_key_from_context,
+    apply_envelope,
+    default_route_policy,
+    envelope,
+    resolve_envelope,
+    with_agent_id,
+    with_conversation,
+    with_route,
+    with_workspace,
 )
 from .errors import (
     ConflictError,
@@ -47,6 +65,7 @@ from .events import (
     TurnStart,
     Usage,
 )
+from .locks import TurnLock
 from .messages import (
     AttachmentRef,
     FilePart,
@@ -58,6 +77,19 @@ from .messages import (
     ToolCall,
     ToolResult,
 )
+from .recorder import Step, Turn
+from .routing import (
+    RouteRef,
+    SessionRouteTarget,
+    apply_scope,
+    build_delivery_id,
+    new_session_id,
+    parse_delivery,
+    session_route_from_delivery,
+    workspace_dir_name,
+    workspace_key,
+)
+from .sanitize import hydrate_local_attachments, sanitize_for_storage
 from .session import BaseSession, BaseStore, Durability, Session, SessionInfo, Store
 from .store import open_store
 from .validation import assert_provider_valid, provider_errors
@@ -66,9 +98,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "INTERRUPTED_TOOL_RESULT_TEXT",
+    "ActorRef",
     "AttachmentRef",
     "BaseSession",
     "BaseStore",
+    "CommandRegistry",
     "Compaction",
     "ConflictError",
     "CorruptLogError",
@@ -80,10 +114,13 @@ __all__ = [
     "IndexedMessage",
     "LockTimeout",
     "Message",
+    "MessageEvent",
     "OverflowRecovery",
     "Part",
     "RetryEnd",
     "RetryStart",
+    "RoutePolicy",
+    "RouteRef",
     "RunFinish",
     "Session",
     "SessionError",
@@ -91,7 +128,9 @@ __all__ = [
     "SessionInfo",
     "SessionNotFound",
     "SessionRecovery",
+    "SessionRouteTarget",
     "SkillLoad",
+    "Step",
     "StepEnd",
     "StepStart",
     "StorageError",
@@ -107,16 +146,41 @@ __all__ = [
     "TodoUpdate",
     "ToolCall",
     "ToolResult",
+    "Turn",
     "TurnContinue",
     "TurnEnd",
+    "TurnEnvelope",
     "TurnError",
+    "TurnLock",
     "TurnStart",
     "Usage",
     "UsageError",
     "__version__",
+    "active_entry_key_from_context",
+    "apply_envelope",
+    "apply_scope",
     "assert_provider_valid",
+    "build_delivery_id",
+    "default_commands",
+    "default_route_policy",
+    "derive",
+    "envelope",
+    "hydrate_local_attachments",
     "index_messages_for_compaction",
     "interrupted_tool_result",
+    "new_session_id",
     "open_store",
+    "parse_delivery",
     "provider_errors",
+    "prune",
+    "resolve_active_session_id",
+    "resolve_envelope",
+    "sanitize_for_storage",
+    "session_route_from_delivery",
+    "with_agent_id",
+    "with_conversation",
+    "with_route",
+    "with_workspace",
+    "workspace_dir_name",
+    "workspace_key",
 ]

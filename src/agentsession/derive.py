@@ -159,6 +159,7 @@ class Deriver:
         self._exchange_seq = 0
         self._standins: dict[str, deque[_Slot]] = {}
         self._pending: list[IndexedMessage] = []
+        self._floor = 0  # a legacy marker hides every event up to its before_seq
 
     # -- building -------------------------------------------------------------------------
 
@@ -181,6 +182,7 @@ class Deriver:
                 deriver._entries = (
                     [] if data.summary is None else [IndexedMessage(data.summary, event.seq)]
                 )
+                deriver._floor = data.before_seq
                 # The legacy rule replays every event after ``before_seq``, also those before
                 # the marker; later markers do not pass the filter, so none is skipped wrongly.
                 for earlier in events:
@@ -217,7 +219,7 @@ class Deriver:
         return all(self.feed(event) for event in events)
 
     def _apply(self, event: Event) -> None:
-        if not self.passes(event):
+        if not self.passes(event) or (event.seq and event.seq <= self._floor):
             return
         kind = event.type
         if kind in (USER_MESSAGE, ASSISTANT_MESSAGE):
@@ -247,6 +249,7 @@ class Deriver:
         self._open = []
         self._standins = {}
         self._pending = []
+        self._floor = 0
         tail_seq = data.first_kept_seq or seq
         for msg in data.retained_tail:
             self._message(msg, tail_seq, msg.role == "user")

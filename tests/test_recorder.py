@@ -1,0 +1,211 @@
+"""Recording turns and steps, and the plain append functions."""
+
+from __future__ import annotations
+
+import pytest
+
+import agentsession as ags
+from agentsession import recorder
+from agentsession.envelope import ActorRef, TurnEnvelope, apply_envelope
+from agentsession.events import TurnEnd
+from agentsession.validation import provider_errors
+
+
+@pytest.fixture
+def session() -> ags.BaseSession:
+    return ags.open_store("memory:").get("rec")
+
+
+def kinds(session: ags.BaseSession) -> list[str]:
+    return [e.type for e in session.read()]
+
+
+def test_turn_and_steps_write_their_lifecycle_events(session: ags.BaseSession) -> None:
+    call = ags.ToolCall("c1", "read", {"path": "a.py"})
+    with session.turn(agent="coder", user="U456") as turn:
+        turn.user("Fix the failing test")
+        with turn.step() as step:
+            step.assistant("Looking.", tool_calls=[call])
+            step.tool_call(call)
+            step.tool_result("c1", "read", "...file contents...")
+            step.usage(input_tokens=1200, output_tokens=80)
+        with turn.step() as step:
+            step.assistant("Fixed.")
+    assert kinds(session) == [
+        "turn/start",
+        "user/message",
+        "step/start",
+        "assistant/message",
+        "tool/call",
+        "tool/result",
+        "usage",
+        "step/end",
+        "step/start",
+        "assistant/message",
+        "step/end",
+        "turn/end",
+    ]
+    events = session.read()
+    assert all(e.agent == "coder" for e in events)
+    assert [e.user for e in events if e.user] == ["U456"]  # only the user message
+    assert [e.payload().step for e in events if e.type.startswith("step/")] == [0, 0, 1, 1]
+    assert events[-1].payload() == TurnEnd(steps=2)
+    assert events[6].payload().total_tokens == 1280
+    assert provider_errors(session.messages()) == []
+
+
+def test_exception_in_a_step_answers_calls_closes_step_and_turn_and_reraises(
+    session: ags.BaseSession,
+) -> None:
+    with (  # noqa: PT012 - the whole turn is what raises
+        pytest.raises(TimeoutError, match="model took too long"),
+        session.turn(agent="coder") as turn,
+    ):
+        turn.user("go")
+        with turn.step() as step:
+            step.assistant(tool_calls=[ags.ToolCall("c1", "slow"), ags.ToolCall("c2", "slow")])
+            step.tool_result("c2", "slow", "done")
+            raise TimeoutError("model took too long")
+    assert kinds(session)[-4:] == ["tool/result", "tool/result", "step/end", "turn/end"]
+    failed = session.read()[-3].payload()
+    assert failed.call_id == "c1"
+    assert failed.is_error and "TimeoutError: model took too long" in failed.content
+    end = session.read()[-1].payload()
+    assert end.steps == 1
+    assert end.error is not None
+    assert (end.error.type, end.error.message) == ("TimeoutError", "model took too long")
+    assert provider_errors(session.messages()) == []
+
+
+def test_exception_outside_steps_still_closes_the_turn(session: ags.BaseSession) -> None:
+    with pytest.raises(KeyboardInterrupt), session.turn() as turn:  # noqa: PT012
+        turn.user("hi")
+        raise KeyboardInterrupt
+    assert kinds(session) == ["turn/start", "user/message", "turn/end"]
+    assert session.read()[-1].payload().error.type == "KeyboardInterrupt"
+
+
+def test_caught_exception_in_a_step_keeps_the_turn_going(session: ags.BaseSession) -> None:
+    with session.turn() as turn:
+        try:
+            with turn.step() as step:
+                step.assistant(tool_calls=[ags.ToolCall("c1", "flaky")])
+                raise RuntimeError("tool crashed")
+        except RuntimeError:
+            pass
+        with turn.step() as step:
+            step.assistant("recovered")
+    assert kinds(session) == [
+        "turn/start",
+        "step/start",
+        "assistant/message",
+        "tool/result",
+        "step/end",
+        "step/start",
+        "assistant/message",
+        "step/end",
+        "turn/end",
+    ]
+    assert session.read()[-1].payload() == TurnEnd(steps=2)
+
+
+def test_steps_do_not_nest_and_need_an_open_turn(session: ags.BaseSession) -> None:
+    turn = session.turn()
+    with pytest.raises(ags.UsageError):
+        turn.step()
+    with turn, turn.step(), pytest.raises(ags.UsageError, match="steps do not nest"):
+        turn.step().__enter__()
+
+
+def test_turn_defaults_come_from_the_envelope(session: ags.BaseSession) -> None:
+    env = TurnEnvelope(
+        agent_id="meetingbot", actor=ActorRef(user_id="U9"), metadata={"platform": "slack"}
+    )
+    with apply_envelope(env), session.turn() as turn:
+        turn.user("hello")
+    events = session.read()
+    assert {e.agent for e in events} == {"meetingbot"}
+    user_event = events[1]
+    assert user_event.user == "U9"
+    assert user_event.meta == {"platform": "slack"}
+
+
+def test_helpers_record_every_kind_of_event(session: ags.BaseSession) -> None:
+    with session.turn(agent="a") as turn:
+        turn.todos([ags.Todo("1", "read"), ags.Todo("2", "fix", "done")])
+        turn.retry_start(1, 3, 500, "429")
+        turn.retry_end(True, 2)
+        turn.summarization_retry_start(1, 2)
+        turn.summarization_retry_end(False, 2, "timeout")
+        turn.overflow_recovery(1, "context overflow")
+        turn.skill_load("pdf", "Use pdftotext.", resource_base="/skills/pdf")
+        turn.continue_turn(1, "max steps", messages=[ags.Message.user("continue")])
+        turn.subagent_start("researcher", "s:sub:researcher:1", "find docs")
+        turn.subagent_end("researcher", "s:sub:researcher:1", "completed", summary="found")
+        turn.finish("completed", "done")
+        with pytest.raises(ags.UsageError):
+            turn.finish("maybe")
+    assert kinds(session)[1:-1] == [
+        "todo/update",
+        "retry/start",
+        "retry/end",
+        "summarization/retry/start",
+        "summarization/retry/end",
+        "overflow/recovery",
+        "skill/load",
+        "turn/continue",
+        "subagent/start",
+        "subagent/end",
+        "run/finish",
+    ]
+
+
+def test_plain_functions_keep_agentkit_names(session: ags.BaseSession) -> None:
+    recorder.append_turn_start(session, "a")
+    recorder.append_message(session, "a", "user/message", ags.Message.user("hi"), user="U1")
+    recorder.append_step_start(session, "a", 0)
+    recorder.append_tool_call(session, "a", ags.ToolCall("c", "t"))
+    recorder.append_tool_result(session, "a", ags.ToolResult("c", "t", "r"))
+    recorder.append_step_end(session, "a", 0)
+    recorder.append_turn_end(session, "a", 1)
+    assert kinds(session) == [
+        "turn/start",
+        "user/message",
+        "step/start",
+        "tool/call",
+        "tool/result",
+        "step/end",
+        "turn/end",
+    ]
+    assert session.read()[1].user == "U1"
+
+
+def test_append_message_sanitizes_and_records_logical_chars(session: ags.BaseSession) -> None:
+    big = ags.Message.user("x" * 12000)
+    recorder.append_message(session, "", "user/message", big, user="")
+    event = session.read()[0]
+    assert event.meta["logical_chars"] >= 12000
+    stored = event.payload().text
+    assert stored.endswith("\n...[truncated]") and len(stored.encode()) < 9000
+
+
+def test_append_message_keeps_short_messages_without_logical_chars(
+    session: ags.BaseSession,
+) -> None:
+    recorder.append_message(session, "", "assistant/message", ags.Message.assistant("short"))
+    assert session.read()[0].meta == {}
+
+
+def test_append_message_never_stamps_the_user_on_assistant_messages(
+    session: ags.BaseSession,
+) -> None:
+    with apply_envelope(TurnEnvelope(actor=ActorRef(user_id="U9"))):
+        recorder.append_message(session, "", "assistant/message", ags.Message.assistant("x"))
+    assert session.read()[0].user == ""
+
+
+def test_large_tool_call_arguments_stay_valid_json(session: ags.BaseSession) -> None:
+    args = {"content": "y" * 20000, "path": "big.txt"}
+    msg = ags.Message.assistant(tool_calls=[ags.ToolCall("w", "write", args)])
+    recorder.append_message(session, "", "assistant/message", msg)
+    assert session.read()[0].payload().tool_calls[0].arguments == args
