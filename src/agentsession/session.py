@@ -533,6 +533,7 @@ class BaseStore:
         key = self._cache_key(sid)
         now = self.clock()
         with self._cache_lock:
+            self._evict(now)  # idle entries go before this lookup can refresh them
             entry = self._cache.get(key)
             if entry is not None:
                 entry.last_used = now

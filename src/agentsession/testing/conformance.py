@@ -252,6 +252,17 @@ class StoreConformance:
         seen = sorted((d["writer"], d["i"]) for d in _payloads(events))
         assert seen == sorted((w, i) for w in range(4) for i in range(500))
 
+    def test_eight_processes_appending_to_one_session_get_seqs_1_to_2000(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        if not self.shared_across_processes:
+            pytest.skip("this backend's data is not shared between processes")
+        go = tmp_path / "go-eight"
+        run_children([[store.url, "eight", str(w), "250", str(go)] for w in range(8)], go)
+        events = store.get("eight").read()
+        assert [e.seq for e in events] == list(range(1, 2001))
+        assert len({(d["writer"], d["i"]) for d in _payloads(events)}) == 2000
+
     def test_two_stores_on_the_same_data_see_each_others_appends(
         self, store: BaseStore, tmp_path: Path
     ) -> None:
