@@ -1,4 +1,7 @@
-"""Write a short conversation to a JSONL store, reopen it and print the derived history."""
+"""Record a short conversation in a JSONL store, reopen it and print the derived history.
+
+    python examples/quickstart.py [DIRECTORY]
+"""
 
 from __future__ import annotations
 
@@ -11,23 +14,14 @@ import agentsession as ags
 def main(directory: str) -> None:
     store = ags.open_store(directory)
     session = store.get("slack:C001:t:1712345678.9")
-    call = ags.ToolCall(id="c1", name="read", arguments={"path": "a.py"})
-    session.append_many(
-        [
-            ags.Event.new("turn/start", ags.TurnStart(), agent="coder"),
-            ags.Event.new("user/message", ags.Message.user("Fix the failing test"), agent="coder"),
-            ags.Event.new(
-                "assistant/message",
-                ags.Message.assistant("Looking.", tool_calls=[call]),
-                agent="coder",
-            ),
-            ags.Event.new(
-                "tool/result", ags.ToolResult("c1", "read", "assert 1 == 2"), agent="coder"
-            ),
-            ags.Event.new("assistant/message", ags.Message.assistant("Fixed."), agent="coder"),
-            ags.Event.new("turn/end", ags.TurnEnd(steps=1), agent="coder"),
-        ]
-    )
+    with session.turn(agent="coder", user="U456") as turn:
+        turn.user("Fix the failing test")
+        with turn.step() as step:
+            call = ags.ToolCall(id="c1", name="read", arguments={"path": "a.py"})
+            step.assistant("Looking.", tool_calls=[call])
+            step.tool_result("c1", "read", "assert 1 == 2")
+            step.usage(input_tokens=1200, output_tokens=80)
+        turn.assistant("Fixed.")
     store.close()
 
     reopened = ags.open_store(directory).get("slack:C001:t:1712345678.9")

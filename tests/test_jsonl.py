@@ -337,3 +337,23 @@ def test_writer_killed_mid_append_leaves_whole_batches_and_gap_free_seqs(
     assert set(range(acknowledged + 1)) <= set(batches)
     for batch, items in batches.items():
         assert items == list(range(1 + batch % 5)), batch
+
+
+# -- durability -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("durability", "syncs"), [("flush", 0), ("fsync", 4)])
+def test_fsync_durability_syncs_every_append_and_flush_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str, syncs: int
+) -> None:
+    import agentsession.backends.jsonl as jsonl
+
+    calls: list[int] = []
+    real = jsonl._datasync
+    monkeypatch.setattr(jsonl, "_datasync", lambda fd: (calls.append(fd), real(fd)))
+    session = ags.open_store(tmp_path, durability=durability).get("d")
+    session.append(Event.new("test/n"))  # first append: general path
+    session.append(Event.new("test/n"))  # later appends: fast path
+    session.append(Event.new("test/n"))
+    session.append_many([Event.new("test/n"), Event.new("test/n")])
+    assert len(calls) == syncs

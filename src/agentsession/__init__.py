@@ -78,6 +78,16 @@ from .messages import (
     ToolResult,
 )
 from .recorder import Step, Turn
+from .recovery import (
+    IncompleteTurn,
+    RecoveryReport,
+    StoreRecoveryReport,
+    recover_store,
+    repair_all_incomplete,
+    repair_incomplete,
+    scan_all_incomplete,
+    scan_incomplete,
+)
 from .routing import (
     RouteRef,
     SessionRouteTarget,
@@ -89,6 +99,7 @@ from .routing import (
     workspace_dir_name,
     workspace_key,
 )
+from .runstate import RunState, load_run_state
 from .sanitize import hydrate_local_attachments, sanitize_for_storage
 from .session import BaseSession, BaseStore, Durability, Session, SessionInfo, Store
 from .store import open_store
@@ -111,17 +122,20 @@ __all__ = [
     "Event",
     "FilePart",
     "ImagePart",
+    "IncompleteTurn",
     "IndexedMessage",
     "LockTimeout",
     "Message",
     "MessageEvent",
     "OverflowRecovery",
     "Part",
+    "RecoveryReport",
     "RetryEnd",
     "RetryStart",
     "RoutePolicy",
     "RouteRef",
     "RunFinish",
+    "RunState",
     "Session",
     "SessionError",
     "SessionExpired",
@@ -135,6 +149,7 @@ __all__ = [
     "StepStart",
     "StorageError",
     "Store",
+    "StoreRecoveryReport",
     "StoreUnavailable",
     "SubagentEnd",
     "SubagentStart",
@@ -168,14 +183,20 @@ __all__ = [
     "hydrate_local_attachments",
     "index_messages_for_compaction",
     "interrupted_tool_result",
+    "load_run_state",
     "new_session_id",
     "open_store",
     "parse_delivery",
     "provider_errors",
     "prune",
+    "recover_store",
+    "repair_all_incomplete",
+    "repair_incomplete",
     "resolve_active_session_id",
     "resolve_envelope",
     "sanitize_for_storage",
+    "scan_all_incomplete",
+    "scan_incomplete",
     "session_route_from_delivery",
     "with_agent_id",
     "with_conversation",

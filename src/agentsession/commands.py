@@ -14,7 +14,7 @@ command line, moves the CLI pointer); ``/session`` describes the session the nex
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .envelope import active_entry_key_from_context, conversation_id
@@ -69,7 +69,7 @@ class Command:
 class CommandRegistry:
     """Commands by name and alias; thread-safe."""
 
-    def __init__(self, commands: Iterator[Command] | list[Command] = ()) -> None:
+    def __init__(self, commands: Iterable[Command] = ()) -> None:
         self._commands: dict[str, Command] = {}
         self._lock = threading.Lock()
         for command in commands:

@@ -35,6 +35,8 @@ from .recorder import Turn
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from .recovery import StoreRecoveryReport
+
 __all__ = [
     "BaseSession",
     "BaseStore",
@@ -626,6 +628,18 @@ class BaseStore:
         """Whether some thread or process holds the session's turn lock now."""
         self._check_open()
         return self._locks().locker.is_locked(check_session_id(session_id))
+
+    def recover(
+        self, session_ids: Sequence[str] | None = None, *, lock_timeout: float = 0.0
+    ) -> builtins.list[StoreRecoveryReport]:
+        """Repair every crashed turn whose turn lock is free (see
+        :func:`agentsession.recovery.recover_store`): one report per session with an incomplete
+        turn, or per session named in ``session_ids``; a session whose lock is held by a live
+        process is reported ``live`` and left alone."""
+        from .recovery import recover_store
+
+        self._check_open()
+        return recover_store(self, session_ids, lock_timeout=lock_timeout)
 
     # -- identity: the active-session mapping, agent binding, the CLI pointer -------------
 

@@ -1,0 +1,597 @@
+"""The ``agentsession`` command line: inspect, follow, repair, compact and copy sessions.
+
+A thin click layer over the library. The store is chosen by ``--store URL`` or the
+``AGENTSESSION_STORE`` environment variable (default: the JSONL directory ``./.agentsession``).
+Errors print one line and exit 1; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import click
+import msgspec
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress
+from rich.table import Table
+
+from . import events as ev
+from .errors import SessionError, SessionNotFound, UsageError
+from .events import Event, encode, encode_event
+from .messages import Message, ToolCall, ToolResult
+from .session import BaseSession, BaseStore
+from .store import open_store
+
+__all__ = ["main"]
+
+DEFAULT_STORE = "./.agentsession"
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@dataclass
+class State:
+    """What the commands share: the store URL, opened on first use."""
+
+    url: str
+    debug: bool
+    _store: BaseStore | None = field(default=None, repr=False)
+
+    def store(self) -> BaseStore:
+        """The store, opened once."""
+        if self._store is None:
+            self._store = open_store(self.url)
+        return self._store
+
+    def existing(self, session_id: str) -> BaseSession:
+        """A session that has events, or :class:`SessionNotFound`."""
+        store = self.store()
+        if not store.exists(session_id):
+            raise SessionNotFound(session_id, f"no session {session_id!r} in {store.location}")
+        return store.get(session_id)
+
+    def close(self) -> None:
+        """Close the store if it was opened."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(1)
+
+
+class _Group(click.Group):
+    """Turns library and OS errors into one clear line (a traceback with ``--debug``)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (SessionError, OSError) as exc:
+            state = ctx.find_object(State)
+            if state is not None and state.debug:
+                traceback.print_exc()
+            _fail(str(exc) or type(exc).__name__)
+        finally:
+            state = ctx.find_object(State)
+            if state is not None:
+                state.close()
+
+
+pass_state = click.make_pass_decorator(State)
+
+
+@click.group(cls=_Group, context_settings=CONTEXT)
+@click.option(
+    "--store",
+    "url",
+    envvar="AGENTSESSION_STORE",
+    default=DEFAULT_STORE,
+    show_default=True,
+    help="Store URL or directory (env AGENTSESSION_STORE): a path, memory:, "
+    "sqlite:///file.db or postgresql://...",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@click.version_option(package_name="agentsession")
+@click.pass_context
+def cli(ctx: click.Context, url: str, debug: bool) -> None:
+    """Durable, crash-safe sessions for LLM agents.
+
+    Start with `agentsession demo`, then explore what it wrote with `ls`, `show` and
+    `messages`.
+    """
+    ctx.obj = State(url=url, debug=debug)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _console() -> Console:
+    return Console(
+        file=sys.stdout,
+        width=int(os.environ.get("COLUMNS", "0") or 0) or None,
+        soft_wrap=False,
+        highlight=False,
+    )
+
+
+def _when(time_: dt.datetime | None) -> str:
+    if time_ is None:
+        return "-"
+    return time_.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _short(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters; unchanged when ``limit <= 0``."""
+    if limit <= 0:
+        return text
+    text = text.replace("\n", " ⏎ ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _args(call: ToolCall) -> str:
+    return encode(call.arguments).decode("utf-8", "replace")
+
+
+def _message_line(msg: Message, limit: int) -> str:
+    parts = [_short(msg.text, limit)] if msg.text else []
+    for call in msg.tool_calls:
+        parts.append(f"→ {call.name}({_short(_args(call), limit)}) [{call.id}]")
+    return "  ".join(parts) or "(empty)"
+
+
+def _result_line(result: ToolResult, limit: int) -> str:
+    mark = "✗" if result.is_error else "←"
+    audit = f" {{{', '.join(f'{k}={v}' for k, v in result.audit.items())}}}" if result.audit else ""
+    return f"{mark} {result.name} [{result.call_id}]{audit}: {_short(result.content, limit)}"
+
+
+def _turn_count(events: Sequence[Event]) -> int:
+    return sum(1 for e in events if e.type == ev.TURN_START)
+
+
+def _payload(event: Event) -> Any:
+    try:
+        return event.payload()
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+# -- ls, stats, rm ----------------------------------------------------------------------------
+
+
+class _Row(msgspec.Struct):
+    """One line of ``ls``."""
+
+    id: str
+    events: int
+    turns: int
+    last_activity: dt.datetime | None
+    size: int
+
+
+@cli.command("ls", context_settings=CONTEXT)
+@click.option("--prefix", default=None, help="Only ids starting with this.")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@pass_state
+def ls_command(state: State, prefix: str | None, limit: int | None, as_json: bool) -> None:
+    """List sessions, most recently active first."""
+    store = state.store()
+    rows = []
+    for info in store.list(prefix=prefix, limit=limit):
+        events = store.get(info.id).read()
+        rows.append(
+            _Row(
+                id=info.id,
+                events=len(events),
+                turns=_turn_count(events),
+                last_activity=events[-1].time if events else info.updated_at,
+                size=info.size,
+            )
+        )
+    if as_json:
+        for row in rows:
+            click.echo(encode(row).decode())
+        return
+    table = Table(box=None, pad_edge=False)
+    table.add_column("id")
+    table.add_column("events", justify="right")
+    table.add_column("turns", justify="right")
+    table.add_column("last activity (UTC)")
+    table.add_column("size", justify="right")
+    for row in rows:
+        table.add_row(
+            escape(row.id),
+            str(row.events),
+            str(row.turns),
+            _when(row.last_activity),
+            _size(row.size) if row.size else "-",
+        )
+    if rows:
+        _console().print(table)
+    else:
+        click.echo(f"no sessions in {store.location}")
+
+
+@cli.command("stats", context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@pass_state
+def stats_command(state: State, as_json: bool) -> None:
+    """Count sessions, events, bytes and incomplete turns."""
+    from .recovery import scan_all_incomplete
+
+    store = state.store()
+    totals = {"sessions": 0, "events": 0, "bytes": 0, "incomplete_turns": 0}
+    for info in store.list():
+        events = store.get(info.id).read()
+        totals["sessions"] += 1
+        totals["events"] += len(events)
+        totals["bytes"] += info.size
+        totals["incomplete_turns"] += len(scan_all_incomplete(events))
+    if as_json:
+        click.echo(encode(totals).decode())
+        return
+    click.echo(f"store: {store.location}")
+    for key, value in totals.items():
+        label = key.replace("_", " ")
+        click.echo(f"{label}: {_size(value) if key == 'bytes' else value}")
+
+
+@cli.command("rm", context_settings=CONTEXT)
+@click.argument("session_ids", nargs=-1, required=True)
+@pass_state
+def rm_command(state: State, session_ids: tuple[str, ...]) -> None:
+    """Delete sessions (their events and everything stored beside them)."""
+    store = state.store()
+    missing = [sid for sid in session_ids if not store.exists(sid)]
+    if missing:
+        raise SessionNotFound(missing[0], f"no session {missing[0]!r} in {store.location}")
+    for sid in session_ids:
+        store.delete(sid)
+        click.echo(f"deleted {sid}")
+
+
+# -- show, tail, messages ---------------------------------------------------------------------
+
+
+def _render_transcript(session: BaseSession, events: Sequence[Event], full: bool) -> Iterator[str]:
+    """Rich-markup lines for a person reading the session, grouped by turn and step."""
+    limit = 0 if full else 160
+    yield (
+        f"[bold]session {escape(session.id)}[/] · {len(events)} events · "
+        f"{_turn_count(events)} turns · {escape(session.location)}"
+    )
+    indent = ""
+    turn_usage = [0, 0]
+    for event in events:
+        data = _payload(event)
+        who = f" [dim]({escape(event.agent)})[/]" if event.agent else ""
+        seq = f"[dim]{event.seq:>5}[/] "
+        kind = event.type
+        if kind == ev.TURN_START:
+            turn_usage = [0, 0]
+            user = f" · user {escape(event.user)}" if event.user else ""
+            yield ""
+            yield f"{seq}[bold cyan]┌─ turn[/]{who}{user} · {_when(event.time)}"
+            indent = "│ "
+        elif kind == ev.TURN_END and isinstance(data, ev.TurnEnd):
+            usage = f" · {turn_usage[0]} in / {turn_usage[1]} out tokens" if any(turn_usage) else ""
+            error = ""
+            if data.error is not None:
+                failure = escape(f"{data.error.type} {data.error.message}".strip())
+                error = f" · [bold red]failed: {failure}[/]"
+            steps = f"{data.steps} step" + ("" if data.steps == 1 else "s")
+            yield f"{seq}[bold cyan]└─ end of turn[/] · {steps}{usage}{error}"
+            indent = ""
+        elif kind == ev.STEP_START and isinstance(data, ev.StepStart):
+            yield f"{seq}{indent}[cyan]┌ step {data.step}[/]"
+            indent = "│ │ " if indent else "│ "
+        elif kind == ev.STEP_END and isinstance(data, ev.StepEnd):
+            indent = "│ " if indent == "│ │ " else ""
+            yield f"{seq}{indent}[cyan]└ end of step {data.step}[/]"
+        elif kind == ev.USER_MESSAGE and isinstance(data, Message):
+            user = f" {escape(event.user)}" if event.user else ""
+            yield f"{seq}{indent}[bold green]user{user}:[/] {escape(_message_line(data, limit))}"
+        elif kind == ev.ASSISTANT_MESSAGE and isinstance(data, Message):
+            line = escape(_message_line(data, limit))
+            yield f"{seq}{indent}[bold magenta]assistant{who}:[/] {line}"
+        elif kind == ev.TOOL_RESULT and isinstance(data, ToolResult):
+            style = (
+                "red" if data.is_error or data.audit.get("decision") == "interrupted" else "yellow"
+            )
+            yield f"{seq}{indent}[{style}]{escape(_result_line(data, limit))}[/]"
+        elif kind == ev.TOOL_CALL and isinstance(data, ToolCall):
+            started = escape(f"{data.name} [{data.id}]")
+            yield f"{seq}{indent}[dim]tool call started: {started}[/]"
+        elif kind == ev.USAGE and isinstance(data, ev.Usage):
+            turn_usage[0] += data.input_tokens
+            turn_usage[1] += data.output_tokens
+            yield f"{seq}{indent}[dim]usage: {data.input_tokens} in / {data.output_tokens} out[/]"
+        elif kind == ev.SESSION_RECOVERY and isinstance(data, ev.SessionRecovery):
+            closed = f"closed step {data.closed_step}" if data.closed_step >= 0 else "no open step"
+            yield (
+                f"{seq}[bold white on red] RECOVERY [/] the turn from seq {data.turn_start_seq} "
+                f"was cut off: {data.orphan_results} tool call(s) answered as interrupted, "
+                f"{closed}"
+            )
+        elif kind == ev.COMPACTION and isinstance(data, ev.Compaction):
+            summary = _short(data.summary.text, limit) if data.summary else "(prune, no summary)"
+            yield (
+                f"{seq}[bold black on yellow] COMPACTION [/] {data.kind}: history before seq "
+                f"{data.first_kept_seq or data.before_seq} replaced; "
+                f"{len(data.retained_tail)} messages kept · {escape(summary)}"
+            )
+        elif kind == ev.TODO_UPDATE and isinstance(data, ev.TodoUpdate):
+            items = ", ".join(f"[{'x' if t.done else ' '}] {t.title}" for t in data.items)
+            yield f"{seq}{indent}todos: {escape(items)}"
+        elif kind == ev.RUN_FINISH and isinstance(data, ev.RunFinish):
+            summary = escape(_short(data.summary, limit))
+            yield f"{seq}{indent}[bold]run {escape(data.status)}[/]: {summary}"
+        else:
+            raw = _short(event.raw.decode("utf-8", "replace"), limit)
+            yield f"{seq}{indent}[dim]{escape(kind)}{who}: {escape(raw)}[/]"
+
+
+@cli.command("show", context_settings=CONTEXT)
+@click.argument("session_id")
+@click.option("--full", is_flag=True, help="Do not shorten long texts and results.")
+@click.option("--json", "as_json", is_flag=True, help="Print the raw events, one per line.")
+@pass_state
+def show_command(state: State, session_id: str, full: bool, as_json: bool) -> None:
+    """Show a session's transcript, grouped by turn and step."""
+    session = state.existing(session_id)
+    events = session.read()
+    if as_json:
+        out = sys.stdout.buffer
+        for event in events:
+            out.write(encode_event(event) + b"\n")
+        return
+    console = _console()
+    for line in _render_transcript(session, events, full):
+        console.print(line)
+
+
+def _event_line(event: Event) -> str:
+    agent = f" {event.agent}" if event.agent else ""
+    data = _short(event.raw.decode("utf-8", "replace"), 200)
+    return f"{event.seq:>6} {_when(event.time)} {event.type}{agent} {data}"
+
+
+@cli.command("tail", context_settings=CONTEXT)
+@click.argument("session_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing events as they arrive.")
+@click.option(
+    "-n",
+    "--lines",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="How many of the latest events to print first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print raw JSON lines.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    default=0.2,
+    show_default=True,
+    help="Seconds between checks when following.",
+)
+@pass_state
+def tail_command(
+    state: State, session_id: str, follow: bool, lines: int, as_json: bool, interval: float
+) -> None:
+    """Print a session's latest events; with -f, follow new ones (also from other processes)."""
+    store = state.store()
+    if not follow and not store.exists(session_id):
+        state.existing(session_id)
+    session = store.get(session_id)
+    latest = session.latest_seq
+    last = max(0, latest - lines)
+    out = sys.stdout
+
+    def emit(batch: list[Event]) -> int:
+        for event in batch:
+            out.write((encode_event(event).decode() if as_json else _event_line(event)) + "\n")
+        out.flush()
+        return batch[-1].seq if batch else 0
+
+    last = emit(session.read(after=last)) or last
+    while follow:
+        time.sleep(interval)
+        last = emit(session.read(after=last)) or last
+
+
+@cli.command("messages", context_settings=CONTEXT)
+@click.argument("session_id")
+@click.option("--agent", default=None, help="Only this agent's view of the history.")
+@pass_state
+def messages_command(state: State, session_id: str, agent: str | None) -> None:
+    """Print the model-visible history as JSON."""
+    session = state.existing(session_id)
+    text = msgspec.json.format(encode(session.messages(agent=agent)), indent=2)
+    sys.stdout.buffer.write(text + b"\n")
+
+
+# -- repair, compact, copy, migrate -----------------------------------------------------------
+
+
+@cli.command("repair", context_settings=CONTEXT)
+@click.argument("session_ids", nargs=-1)
+@click.option("--all", "all_sessions", is_flag=True, help="Every session in the store.")
+@click.option("--dry-run", is_flag=True, help="Report what would be repaired; write nothing.")
+@pass_state
+def repair_command(
+    state: State, session_ids: tuple[str, ...], all_sessions: bool, dry_run: bool
+) -> None:
+    """Repair turns a crash cut off (those whose turn lock is free)."""
+    from .recovery import scan_all_incomplete
+
+    if bool(session_ids) == all_sessions:
+        raise UsageError("name sessions to repair, or pass --all (not both)")
+    store = state.store()
+    for sid in session_ids:
+        state.existing(sid)
+    if dry_run:
+        ids = list(session_ids) or [i.id for i in store.list()]
+        for sid in ids:
+            turns = scan_all_incomplete(store.get(sid).read())
+            if not turns:
+                click.echo(f"{sid}: clean")
+                continue
+            live = store.is_locked(sid)
+            what = ", ".join(
+                f"turn at seq {t.turn_start_seq} ({len(t.orphan_calls)} unanswered calls)"
+                for t in turns
+            )
+            click.echo(f"{sid}: {'live (turn lock held), ' if live else ''}would repair {what}")
+        return
+    reports = store.recover(list(session_ids) if session_ids else None)
+    if not reports:
+        click.echo("nothing to repair")
+    for report in reports:
+        if report.status == "repaired":
+            results = sum(t.orphan_results for t in report.turns if t.repaired)
+            repaired = sum(1 for t in report.turns if t.repaired)
+            click.echo(
+                f"{report.session_id}: repaired {repaired} turn(s), {results} interrupted "
+                "tool result(s) recorded"
+            )
+        elif report.status == "live":
+            click.echo(f"{report.session_id}: live (turn lock held), left alone")
+        elif report.status == "expired":
+            click.echo(f"{report.session_id}: expired (older than the store's TTL), left alone")
+        else:
+            click.echo(f"{report.session_id}: clean")
+
+
+@cli.command("compact", context_settings=CONTEXT)
+@click.argument("session_id")
+@click.option("--summary", default=None, help="The summary text.")
+@click.option(
+    "--summary-file",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help="Read the summary from a file ('-' for stdin).",
+)
+@click.option(
+    "--keep-turns",
+    type=click.IntRange(min=0),
+    required=True,
+    help="How many of the latest turns to keep verbatim.",
+)
+@click.option("--agent", default=None, help="Compact only this agent's history.")
+@pass_state
+def compact_command(
+    state: State,
+    session_id: str,
+    summary: str | None,
+    summary_file: Any,
+    keep_turns: int,
+    agent: str | None,
+) -> None:
+    """Replace older history by a summary, keeping the latest turns (nothing is deleted)."""
+    if (summary is None) == (summary_file is None):
+        raise UsageError("give the summary with --summary TEXT or --summary-file FILE")
+    text = summary if summary is not None else summary_file.read()
+    if not text.strip():
+        raise UsageError("the summary is empty")
+    session = state.existing(session_id)
+    seq = session.compact(Message.user(text.strip()), keep_turns=keep_turns, agent=agent)
+    if seq is None:
+        click.echo(f"{session_id}: nothing to compact (it has at most {keep_turns} turns)")
+        return
+    marker = session.read(after=seq - 1, limit=1)[0].decode(ev.Compaction)
+    click.echo(
+        f"{session_id}: compacted at seq {seq}; history before seq "
+        f"{marker.first_kept_seq} is now the summary, {len(marker.retained_tail)} "
+        "messages kept"
+    )
+
+
+@cli.command("copy", context_settings=CONTEXT)
+@click.argument("source")
+@click.argument("destination")
+@click.option("--id", "ids", multiple=True, help="Copy only this session (repeatable).")
+@pass_state
+def copy_command(state: State, source: str, destination: str, ids: tuple[str, ...]) -> None:
+    """Copy sessions from one store to another, verifying counts and last seqs."""
+    src, dst = open_store(source), open_store(destination)
+    try:
+        wanted = list(ids) or [info.id for info in src.list()]
+        for sid in wanted:
+            if not src.exists(sid):
+                raise SessionNotFound(sid, f"no session {sid!r} in {src.location}")
+            if dst.exists(sid):
+                raise UsageError(
+                    f"session {sid!r} already exists in {dst.location}; remove it there first"
+                )
+        copied = 0
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task("copying", total=len(wanted))
+            for sid in wanted:
+                events = src.get(sid).read()
+                target = dst.get(sid)
+                for start in range(0, len(events), 1000):
+                    target.append_many(events[start : start + 1000])
+                got = target.read()
+                if len(got) != len(events) or (got and got[-1].seq != events[-1].seq):
+                    raise SessionError(
+                        f"copy of {sid!r} does not match: {len(got)} events up to seq "
+                        f"{got[-1].seq if got else 0} in {dst.location}, {len(events)} up to "
+                        f"{events[-1].seq if events else 0} in {src.location}"
+                    )
+                copied += len(events)
+                progress.advance(task)
+        click.echo(
+            f"copied {len(wanted)} sessions ({copied} events) from {src.location} to "
+            f"{dst.location}; event counts and last seqs verified"
+        )
+    finally:
+        src.close()
+        dst.close()
+
+
+@cli.command("migrate", context_settings=CONTEXT)
+@pass_state
+def migrate_command(state: State) -> None:
+    """Apply pending schema migrations (SQL stores; opening a store also applies them)."""
+    store = state.store()
+    migrate = getattr(store, "migrate", None)
+    if migrate is None:
+        click.echo(f"{store.location}: this store has no schema to migrate")
+        return
+    applied = migrate()
+    click.echo(
+        f"{store.location}: " + (f"applied migrations {applied}" if applied else "up to date")
+    )
+
+
+@cli.command("demo", context_settings=CONTEXT)
+@click.argument("directory", default="./agentsession-demo")
+def demo_command(directory: str) -> None:
+    """Run a scripted agent through three conversations, crash one, recover and compact."""
+    from .demo import run_demo
+
+    run_demo(directory, _console())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``agentsession`` command."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="agentsession")

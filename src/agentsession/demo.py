@@ -1,0 +1,298 @@
+"""``agentsession demo``: a scripted agent, a crash, a recovery and a compaction, offline.
+
+A fake model decides tool calls from the conversation the way a real one would, and a small
+agent loop records everything through ``session.turn()``. Three conversations run on a JSONL
+store; one runs in a child process that is SIGKILLed in the middle of a tool call. The demo
+then restarts, lets ``store.recover()`` repair the interrupted turn, shows that the history a
+model would see carries the interrupted tool result, compacts the long conversation and prints
+the commands to explore what it wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from .derive import INTERRUPTED_TOOL_RESULT_TEXT
+from .errors import UsageError
+from .messages import Message, ToolCall
+from .session import BaseSession, BaseStore
+from .store import open_store
+
+__all__ = ["ScriptedModel", "run_demo", "run_turn"]
+
+MARKER = ".agentsession-demo"
+AGENT = "demo-coder"
+LONG = "slack:C001:t:1712345678.9"
+SHORT = "cli:demo"
+CRASHED = "slack:C002"
+Tool = Callable[..., str]
+
+
+class ScriptedModel:
+    """A stand-in for an LLM: reads the conversation and decides the next message."""
+
+    def __init__(self) -> None:
+        self._calls = 0
+
+    def _call(self, text: str, name: str, **arguments: str) -> Message:
+        self._calls += 1
+        call = ToolCall(f"call_{self._calls:03d}", name, dict(arguments))
+        return Message.assistant(text, tool_calls=[call])
+
+    def respond(self, history: list[Message]) -> Message:
+        """The assistant message a model would return for ``history``."""
+        last = history[-1]
+        if last.role == "tool":
+            result = last.tool_results[-1]
+            if result.audit.get("decision") == "interrupted":
+                return Message.assistant(f"The {result.name} call was interrupted.")
+            if result.name == "run_tests" and "failed" in result.content:
+                path = re.search(r"\((\S+\.py)", result.content)
+                return self._call(
+                    "One test fails; reading the code it names.",
+                    "read_file",
+                    path=path.group(1) if path else "src/app.py",
+                )
+            answers = {
+                "run_tests": "All 42 tests pass now.",
+                "read_file": "parse() splits on every comma, so quoted fields break.",
+                "search_docs": "The docs say csv.reader handles quoted fields.",
+                "write_file": "Rewrote src/parse.py to use csv.reader.",
+                "slow_deploy": "Deployed to production.",
+            }
+            return Message.assistant(answers.get(result.name, result.content))
+        question = last.text.lower()
+        if "deploy" in question:
+            interrupted = any(
+                r.audit.get("decision") == "interrupted" for m in history for r in m.tool_results
+            )
+            text = "The last deploy was interrupted; running it again." if interrupted else ""
+            return self._call(text, "slow_deploy", target="production")
+        if "fix" in question:
+            return self._call(
+                "",
+                "write_file",
+                path="src/parse.py",
+                content="import csv\n\ndef parse(text):\n    return next(csv.reader([text]))\n",
+            )
+        if "test" in question:
+            return self._call("", "run_tests")
+        if "read" in question:
+            path = re.search(r"(\S+\.py)", last.text)
+            return self._call("", "read_file", path=path.group(1) if path else "README.md")
+        if "docs" in question:
+            return self._call("", "search_docs", query=last.text)
+        return Message.assistant(
+            "I can read and write files, run the tests, search the docs and deploy."
+        )
+
+
+def _tools(crash_signal: Callable[[], None] | None = None) -> dict[str, Tool]:
+    state = {"fixed": False}
+
+    def read_file(path: str) -> str:
+        return f"# {path}\ndef parse(text):\n    return text.split(',')"
+
+    def write_file(path: str, content: str) -> str:
+        state["fixed"] = True
+        return f"wrote {len(content)} bytes to {path}"
+
+    def run_tests() -> str:
+        if state["fixed"]:
+            return "42 passed"
+        return "1 failed, 41 passed: test_parse_quoted (src/parse.py:3: quoted commas are split)"
+
+    def search_docs(query: str) -> str:
+        return "csv.reader handles quoted fields; see https://docs.python.org/3/library/csv.html"
+
+    def slow_deploy(target: str) -> str:
+        if crash_signal is not None:
+            crash_signal()
+            time.sleep(60)  # the demo kills the process here
+        return f"deployed to {target}"
+
+    return {
+        "read_file": read_file,
+        "write_file": write_file,
+        "run_tests": run_tests,
+        "search_docs": search_docs,
+        "slow_deploy": slow_deploy,
+    }
+
+
+def run_turn(
+    store: BaseStore,
+    session_id: str,
+    text: str,
+    model: ScriptedModel,
+    tools: dict[str, Tool],
+) -> BaseSession:
+    """One turn of the agent loop: record the user message, then let the model call tools until
+    it answers in plain text (at most 6 steps), under the conversation's turn lock."""
+    session = store.get(session_id)
+    with store.lock(session_id, timeout=10), session.turn(agent=AGENT, user="U-demo") as turn:
+        turn.user(text)
+        for _ in range(6):
+            history = session.messages(agent=AGENT)
+            reply = model.respond(history)
+            with turn.step() as step:
+                step.assistant(reply)
+                prompt = sum(len(m.text) + 40 * len(m.tool_results) for m in history)
+                step.usage(input_tokens=prompt // 4 + 120, output_tokens=len(reply.text) // 4 + 12)
+                for call in reply.tool_calls:
+                    step.tool_call(call)
+                    step.tool_result(call.id, call.name, tools[call.name](**call.arguments))
+            if not reply.tool_calls:
+                break
+    return session
+
+
+def _prepare(root: Path) -> None:
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{root} exists and is not a directory")
+    if root.exists() and any(root.iterdir()):
+        if not (root / MARKER).exists():
+            raise UsageError(
+                f"{root} is not empty and was not made by the demo; choose another directory"
+            )
+        shutil.rmtree(root)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (root / MARKER).write_text("made by `agentsession demo`; safe to delete\n")
+
+
+def _child(directory: str) -> None:
+    """The crashing conversation, run in its own process (the parent kills it mid-tool)."""
+    store = open_store(directory)
+
+    def crash_signal() -> None:
+        print("tool running", flush=True)
+
+    run_turn(
+        store, CRASHED, "Deploy the build to production", ScriptedModel(), _tools(crash_signal)
+    )
+
+
+def _run_crashing_child(directory: Path) -> int:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentsession.demo", "--child", str(directory)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.strip() != "tool running":
+            err = proc.stderr.read() if proc.stderr else ""
+            raise UsageError(f"the demo's child process failed: {line}{err}")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        return proc.pid
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def run_demo(directory: str | os.PathLike[str], console: Console | None = None) -> None:
+    """Run the whole demo in ``directory`` (created, or reset when an earlier demo made it)."""
+    console = console or Console(highlight=False)
+    root = Path(directory)
+    _prepare(root)
+    started = time.perf_counter()
+    store = open_store(root)
+    model = ScriptedModel()
+    tools = _tools()
+    shown = escape(str(directory))
+    say = console.print
+
+    say(f"[bold]agentsession demo[/] · a scripted agent on the JSONL store in [cyan]{shown}[/]\n")
+
+    say("[bold]1.[/] A coding conversation in a Slack thread, five turns:")
+    for question in [
+        "Why does the test suite fail?",
+        "Read src/parse.py",
+        "Search the docs for quoted fields",
+        "Fix parse.py with csv.reader",
+        "Run the tests again",
+    ]:
+        session = run_turn(store, LONG, question, model, tools)
+        answer = session.messages(agent=AGENT)[-1].text
+        say(f"   user: {question}  →  assistant: {escape(answer)}")
+    long_events = store.get(LONG).latest_seq
+    say(f"   {long_events} events recorded in {escape(store.get(LONG).location)}\n")
+
+    say("[bold]2.[/] A short command-line conversation:")
+    session = run_turn(store, SHORT, "What can you do?", model, tools)
+    say(f"   assistant: {escape(session.messages()[-1].text)}\n")
+
+    say("[bold]3.[/] A deploy in another process, killed in the middle of a tool call:")
+    pid = _run_crashing_child(root)
+    crashed = store.get(CRASHED)
+    say(
+        f"   child process {pid} started tool slow_deploy and was SIGKILLed; its turn has no "
+        f"end ({crashed.latest_seq} events on disk)\n"
+    )
+    store.close()
+
+    say("[bold]4.[/] Restart: a fresh store runs recovery before any new turn:")
+    store = open_store(root)
+    for report in store.recover():
+        turns = [t for t in report.turns if t.repaired]
+        results = sum(t.orphan_results for t in turns)
+        say(
+            f"   {escape(report.session_id)}: {report.status}, {len(turns)} turn repaired, "
+            f"{results} tool call answered as interrupted"
+        )
+    history = store.get(CRASHED).messages(agent=AGENT)
+    interrupted = next(r for m in history for r in m.tool_results)
+    assert interrupted.content == INTERRUPTED_TOOL_RESULT_TEXT
+    say(f'   the model now sees for {interrupted.name}: "{escape(interrupted.content)}"')
+    session = run_turn(store, CRASHED, "Is the deploy done?", model, tools)
+    replies = [m.text for m in session.messages(agent=AGENT)[-3:] if m.role == "assistant"]
+    say(f"   next turn, assistant: {escape(' / '.join(r for r in replies if r))}\n")
+
+    say("[bold]5.[/] Compaction of the long conversation, keeping the last two turns:")
+    long_session = store.get(LONG)
+    before = len(long_session.messages(agent=AGENT))
+    long_session.compact(
+        "Summary: the tests failed on quoted commas in src/parse.py; the docs point to "
+        "csv.reader, which the assistant proposed using.",
+        keep_turns=2,
+    )
+    after = len(long_session.messages(agent=AGENT))
+    say(
+        f"   {before} messages → {after} (summary + the last two turns); all "
+        f"{long_session.latest_seq} events stay on disk\n"
+    )
+    store.close()
+
+    elapsed = time.perf_counter() - started
+    say(f"Finished in {elapsed:.1f} s. Explore what the demo wrote:")
+    prefix = f"agentsession --store {shown}"
+    for command in [
+        "ls",
+        f"show {CRASHED}",
+        f"show {LONG}",
+        f"messages {CRASHED} --agent {AGENT}",
+        "stats",
+    ]:
+        say(f"   [green]{prefix} {command}[/]")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        _child(sys.argv[2])
+    else:
+        run_demo(sys.argv[1] if len(sys.argv) > 1 else "./agentsession-demo")
