@@ -584,7 +584,7 @@ class StoreConformance:
         t.join()
         assert order == ["holder", "waiter"]
 
-    def test_turn_lock_of_a_killed_process_is_released(
+    def test_killed_lock_holder_frees_the_lock_and_recover_repairs_its_turn(
         self, store: BaseStore, tmp_path: Path
     ) -> None:
         if not self.shared_across_processes:
@@ -594,12 +594,22 @@ class StoreConformance:
             assert store.is_locked("conv:crash")
             with pytest.raises(LockTimeout):
                 store.lock("conv:crash", timeout=0.2)
+            [live] = store.recover(["conv:crash"])
+            assert live.status == "live"
         finally:
             holder.kill()
             holder.wait()
         with store.lock("conv:crash", timeout=10):
             pass
         assert not store.is_locked("conv:crash")
+        [report] = store.recover()
+        assert (report.session_id, report.status) == ("conv:crash", "repaired")
+        session = store.get("conv:crash")
+        assert [e.type for e in session.read()][-4:] == [
+            "tool/result", "step/end", "turn/end", "session/recovery",
+        ]
+        assert session.messages()[-1].tool_results[0].audit == {"decision": "interrupted"}
+        assert store.recover() == []
 
     def test_closed_store_refuses_use(self, tmp_path: Path) -> None:
         store = self.make_store(tmp_path)
