@@ -24,7 +24,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from . import events as ev
-from .errors import SessionError, SessionNotFound, UsageError
+from .errors import SessionError, SessionNotFound, StoreUnavailable, UsageError
 from .events import Event, encode, encode_event
 from .messages import Message, ToolCall, ToolResult
 from .session import BaseSession, BaseStore
@@ -571,15 +571,26 @@ def copy_command(state: State, source: str, destination: str, ids: tuple[str, ..
 @cli.command("migrate", context_settings=CONTEXT)
 @pass_state
 def migrate_command(state: State) -> None:
-    """Apply pending schema migrations (SQL stores; opening a store also applies them)."""
-    store = state.store()
-    migrate = getattr(store, "migrate", None)
-    if migrate is None:
-        click.echo(f"{store.location}: this store has no schema to migrate")
+    """Apply pending schema migrations to a SQL store (opening a store applies them too;
+    run this from a deploy step when workers open stores with auto_migrate=False)."""
+    scheme = state.url.partition(":")[0].lower()
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from .backends.postgres import migrate
+        except ImportError as exc:
+            raise StoreUnavailable(
+                "the PostgreSQL backend needs psycopg: "
+                f"pip install 'agentsession[postgres]' ({exc})"
+            ) from exc
+        applied = migrate(state.url)
+    elif scheme == "sqlite":
+        state.store()  # SQLite migrates its one file on open
+        applied = []
+    else:
+        click.echo(f"{state.store().location}: this store has no schema to migrate")
         return
-    applied = migrate()
     click.echo(
-        f"{store.location}: " + (f"applied migrations {applied}" if applied else "up to date")
+        "applied migrations " + ", ".join(map(str, applied)) if applied else "schema is up to date"
     )
 
 

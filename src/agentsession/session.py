@@ -540,11 +540,18 @@ class BaseStore:
             if entry is not None:
                 entry.last_used = now
                 self._cache.move_to_end(key)
-                session = entry.session
-            else:
-                session = self._open_session(sid)
-                self._cache[key] = _CacheEntry(session, now)
-            self._evict(now)
+        if entry is None:
+            opened = self._open_session(sid)  # I/O outside the store-wide lock
+            with self._cache_lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    entry = self._cache[key] = _CacheEntry(opened, now)
+                else:
+                    opened.close()  # another thread opened it first
+                entry.last_used = now
+                self._cache.move_to_end(key)
+                self._evict(now)
+        session = entry.session
         if self.ttl is not None:
             with session._lock:
                 session._refresh()

@@ -25,8 +25,10 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     * a store object, returned as it is.
 
     ``options`` go to the backend: ``durability`` (``"flush"`` or ``"fsync"``), ``ttl``
-    (a ``timedelta``), ``max_cached_sessions``, ``cache_idle_ttl``, ``clock``, and for JSONL
-    ``on_corrupt`` (``"raise"`` or ``"quarantine"``).
+    (a ``timedelta``), ``max_cached_sessions``, ``cache_idle_ttl``, ``clock``,
+    ``max_messages``; for JSONL ``on_corrupt`` (``"raise"`` or ``"quarantine"``); for
+    PostgreSQL ``schema``, ``pool_min_size``, ``pool_max_size``, ``lock_pool_max_size``,
+    ``pool_timeout``, ``connect_timeout``, ``auto_migrate`` and ``prepare_threshold``.
     """
     if isinstance(target, BaseStore):
         if options:
@@ -61,13 +63,13 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
         return SqliteStore(_path_of(target, scheme), **options)  # type: ignore[no-any-return]
     if scheme in ("postgresql", "postgres"):
         try:
-            from .backends.postgres import PostgresStore  # type: ignore[import-not-found]
+            from .backends.postgres import PostgresStore
         except ImportError as exc:
             raise StoreUnavailable(
                 "the PostgreSQL backend needs psycopg: pip install 'agentsession[postgres]' "
                 f"({exc})"
             ) from exc
-        return PostgresStore(target, **options)  # type: ignore[no-any-return]
+        return PostgresStore(target, **options)
     raise UsageError(
         f"unknown store URL scheme {scheme!r} in {target!r}: use a directory path, 'memory:', "
         "'jsonl:///dir', 'sqlite:///file.db' or 'postgresql://...'"

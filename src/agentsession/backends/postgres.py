@@ -1,0 +1,965 @@
+"""The PostgreSQL backend: many workers on many machines sharing one database.
+
+Opened by ``open_store("postgresql://user@host:5432/db?schema=agentsession")``. The tables
+and their migrations are in :mod:`agentsession.backends.postgres_schema`; ``docs/scaling.md``
+covers running it at scale. How it keeps the storage contract:
+
+* **Append is one statement** (so one round trip, one transaction in autocommit mode): an
+  ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` bumps ``sessions.last_seq`` by the batch
+  size (creating the row on the first append), and a data-modifying CTE inserts the events with
+  seqs after the returned previous value (scalar parameters for one event, ``unnest`` of one
+  array per column for a batch). The session
+  row's lock serialises the writers of one session; other sessions proceed in parallel. When the
+  previous ``last_seq`` is beyond what this session object has seen, the events in between
+  (other writers') are read by key range right after: they were committed before this append
+  could lock the row and never change, so reading them after the commit gives exactly the rows
+  the same transaction would have seen. A previous ``last_seq`` *below* ours means the session
+  was deleted (and perhaps recreated) underneath us, and the session starts over.
+* **Opening** reads from ``sessions.compaction_seq`` (the latest compaction marker that
+  rebuilds the history on its own) to the end, never the whole history.
+* **Values JSONB and TEXT cannot hold** — NUL anywhere, lone UTF-16 surrogates (both legal in
+  a Python ``str`` and in agentsession's JSON) — go whole into ``raw_event`` as the event's
+  agentsession JSON (``encode_event``), which round-trips them exactly; for such rows ``data``
+  and ``meta`` are NULL and ``type``/``agent``/``user`` hold a readable copy with U+FFFD in
+  place of what TEXT cannot hold. Every other event keeps ``data``/``meta`` as JSONB, which is
+  semantically exact but not byte-exact: JSONB reorders object keys, drops duplicate keys and
+  normalises whitespace and number spelling. Session ids, meta keys and values that TEXT cannot
+  hold are refused with :class:`~agentsession.errors.UsageError` (a documented divergence
+  from the file backends, which accept any non-blank id).
+* **Durability**: an acknowledged append is a committed transaction, which survives our
+  process dying whatever the setting. ``flush`` leaves ``synchronous_commit`` at the server's
+  default (normally ``on``: the commit waits for the WAL to reach disk); ``fsync`` forces
+  ``synchronous_commit = on`` on the store's connections even where the server or role default
+  is ``off`` or ``local``. Whether a commit survives a power loss is finally the server's
+  business (its ``fsync``, ``full_page_writes`` and disk cache settings, replication); opening
+  an ``fsync`` store on a server with ``fsync = off`` logs a warning.
+* **Errors** are translated in one place (:meth:`PostgresStore._run`): a server that cannot
+  be reached is :class:`~agentsession.errors.StoreUnavailable` naming host and database, never
+  the password. A read whose connection drops is retried once on a fresh connection. A write
+  whose connection drops is never retried: its outcome is unknown, and the
+  :class:`~agentsession.errors.StorageError` says so.
+* **The turn lock** is ``pg_try_advisory_lock`` on a 64-bit key derived from the schema and
+  the session id, held on a connection of a separate lock pool that is not handed back until
+  the lock is released; a holder that dies (SIGKILL, lost network) loses its connection and
+  with it the lock. See :class:`PostgresLocker`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as _dt
+import hashlib
+import logging
+import re
+import select
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import msgspec
+import psycopg
+import psycopg_pool
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
+from psycopg.conninfo import conninfo_to_dict
+
+from ..errors import LockTimeout, StorageError, StoreUnavailable, UsageError
+from ..events import COMPACTION, Compaction, Event, decode, decode_event, encode, encode_event
+from ..session import BaseSession, BaseStore, SessionInfo
+from .postgres_schema import LATEST_VERSION, Statements, apply_migrations, schema_version
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "PostgresLocker",
+    "PostgresSession",
+    "PostgresStore",
+    "migrate",
+    "turn_lock_key",
+]
+
+log = logging.getLogger("agentsession.postgres")
+_T = TypeVar("_T")
+_Conn = psycopg.Connection[Any]
+
+DEFAULT_SCHEMA = "agentsession"
+"""The schema a store uses when neither the URL's ``?schema=`` nor the option names one."""
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
+# JSON escapes JSONB refuses: \u0000 and any UTF-16 surrogate (paired ones are accepted, but
+# telling them apart is not worth it: a false positive only sends the event to raw_event).
+_UNSAFE_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+# -- values -----------------------------------------------------------------------------------
+
+
+class _JsonBytesLoader(Loader):
+    """Load JSONB as its JSON text bytes (the event keeps them as ``msgspec.Raw``)."""
+
+    def load(self, data: Buffer) -> bytes:
+        return bytes(data)
+
+
+def _fits_text(value: str) -> bool:
+    """Whether a PostgreSQL TEXT value can hold ``value`` exactly."""
+    if "\x00" in value:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _readable(value: str) -> str:
+    """``value`` with NUL and lone surrogates replaced by U+FFFD, so TEXT can hold it."""
+    value = value.replace("\x00", "\ufffd")
+    return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _json_text(raw: bytes) -> str | None:
+    """``raw`` as a string JSONB accepts, or None when it must go to ``raw_event``."""
+    if b"\x00" in raw or (b"\\u" in raw and _UNSAFE_ESCAPE.search(raw)):
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _rebuild_point(events: Sequence[Event]) -> int:
+    """1-based position of the batch's last compaction marker that rebuilds the history on its
+    own (``first_kept_seq`` or ``retained_tail``), or 0."""
+    mark = 0
+    for position, event in enumerate(events, start=1):
+        if event.type != COMPACTION:
+            continue
+        try:
+            data = decode(event.data, Compaction)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        if data.first_kept_seq or data.retained_tail:
+            mark = position
+    return mark
+
+
+def _columns(event: Event) -> tuple[str, str, str, str | None, str | None, bytes | None]:
+    """``type, agent, user, data, meta, raw_event`` of one event's row."""
+    data = _json_text(bytes(event.data))
+    meta = _json_text(encode(event.meta)) if event.meta else None
+    if (
+        data is not None
+        and (meta is not None or not event.meta)
+        and _fits_text(event.type)
+        and _fits_text(event.agent)
+        and _fits_text(event.user)
+    ):
+        return event.type, event.agent, event.user, data, meta, None
+    return (
+        _readable(event.type),
+        _readable(event.agent),
+        _readable(event.user),
+        None,
+        None,
+        encode_event(event),
+    )
+
+
+def _append_params(session_id: str, events: Sequence[Event]) -> dict[str, Any]:
+    """The parameters of the one-event or the batch append statement."""
+    params: dict[str, Any] = {
+        "id": session_id,
+        "first_time": events[0].time,
+        "last_time": events[-1].time,
+        "n": len(events),
+        "mark": _rebuild_point(events),
+    }
+    if len(events) == 1:
+        event = events[0]
+        (
+            params["type"],
+            params["agent"],
+            params["user"],
+            params["data"],
+            params["meta"],
+            params["raw"],
+        ) = _columns(event)
+        params["time"] = event.time
+        return params
+    rows = [_columns(event) for event in events]
+    for index, name in enumerate(("types", "agents", "users", "datas", "metas", "raws")):
+        params[name] = [row[index] for row in rows]
+    params["times"] = [event.time for event in events]
+    return params
+
+
+def _event_of(row: Sequence[Any]) -> Event:
+    """An event from the columns ``seq, type, agent, user, time, data, meta, raw_event``."""
+    raw = row[7]
+    if raw is not None:
+        return msgspec.structs.replace(decode_event(raw), seq=row[0])
+    meta = row[6]
+    return Event(
+        seq=row[0],
+        type=row[1],
+        agent=row[2],
+        user=row[3],
+        time=row[4],
+        data=msgspec.Raw(row[5]),
+        meta=decode(meta) if meta is not None else {},
+    )
+
+
+def _events_of(rows: Iterable[Sequence[Any]]) -> list[Event]:
+    return [_event_of(row) for row in rows]
+
+
+# -- URLs and messages ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What a URL names: the DSN for psycopg, the schema, and how to describe it safely."""
+
+    url: str
+    """What reopens the store (the given URL, with ``schema=`` when it came as an option)."""
+    conninfo: str
+    """The URL without agentsession's own query parameters."""
+    schema: str
+    host: str
+    port: str
+    dbname: str
+    user: str
+    secrets: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def parse(cls, url: str, schema: str | None) -> _Target:
+        if not isinstance(url, str):
+            raise UsageError(f"a PostgreSQL URL must be a string, not {type(url).__name__}")
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in ("postgresql", "postgres"):
+            raise UsageError(f"not a PostgreSQL URL (postgresql://user@host/db): {url!r}")
+        kept: list[str] = []
+        url_schema: str | None = None
+        for item in parts.query.split("&") if parts.query else []:
+            name, _, value = item.partition("=")
+            if name == "schema":
+                url_schema = unquote(value)
+            else:
+                kept.append(item)
+        if schema is not None and url_schema is not None and schema != url_schema:
+            raise UsageError(
+                f"the URL names schema {url_schema!r} but the schema option says {schema!r}"
+            )
+        chosen = schema if schema is not None else url_schema
+        if chosen is not None and not _SCHEMA_NAME.match(chosen):
+            raise UsageError(
+                f"schema name {chosen!r} must be 1-63 letters, digits or underscores, "
+                "not starting with a digit"
+            )
+        conninfo = urlunsplit(parts._replace(query="&".join(kept)))
+        try:
+            params = conninfo_to_dict(conninfo)
+        except psycopg.Error as exc:
+            raise UsageError(f"invalid PostgreSQL URL: {_scrub(str(exc), _secrets(url))}") from None
+        password = str(params.get("password") or "")
+        secrets = tuple(s for s in {password, *_secrets(url)} if s)
+        if schema is not None and url_schema is None:
+            query = "&".join([*kept, f"schema={schema}"])
+            url = urlunsplit(parts._replace(query=query))
+        return cls(
+            url=url,
+            conninfo=conninfo,
+            schema=chosen or DEFAULT_SCHEMA,
+            host=str(params.get("host") or params.get("hostaddr") or "localhost"),
+            port=str(params.get("port") or "5432"),
+            dbname=str(params.get("dbname") or params.get("user") or "(default)"),
+            user=str(params.get("user") or ""),
+            secrets=secrets,
+        )
+
+    @property
+    def where(self) -> str:
+        """Host, port and database for messages (never the password)."""
+        return f"PostgreSQL at {self.host}:{self.port}, database {self.dbname!r}"
+
+    @property
+    def location(self) -> str:
+        """A password-free URL for people."""
+        user = f"{self.user}@" if self.user else ""
+        return f"postgresql://{user}{self.host}:{self.port}/{self.dbname}?schema={self.schema}"
+
+    def scrub(self, message: str) -> str:
+        """``message`` with any secret of the URL masked."""
+        return _scrub(message, self.secrets)
+
+
+def _secrets(url: str) -> tuple[str, ...]:
+    """The password part of a URL's netloc, raw and as given (before percent-decoding)."""
+    netloc = urlsplit(url).netloc if "://" in url else ""
+    userinfo, at, _ = netloc.rpartition("@")
+    if not at:
+        return ()
+    _, colon, password = userinfo.partition(":")
+    return (password,) if colon and password else ()
+
+
+def _scrub(message: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if secret:
+            message = message.replace(secret, "***")
+    return message
+
+
+def _looks_dead(conn: _Conn) -> bool:
+    """Whether an idle connection was closed by the server (restart, termination, timeout).
+
+    An idle connection has nothing to read unless the server sent an error and hung up, so a
+    readable socket means it is gone: checking costs a ``poll``, not a round trip, and keeps a
+    write from going to a connection that is already dead (whose outcome would be unknown).
+    """
+    if conn.closed or conn.broken:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError, psycopg.Error):
+        return True
+
+
+# -- the session ------------------------------------------------------------------------------
+
+
+class PostgresSession(BaseSession):
+    """A session stored as rows of ``<schema>.events`` (see the module docstring)."""
+
+    _store: PostgresStore
+
+    def __init__(self, store: PostgresStore, session_id: str) -> None:
+        super().__init__(store, session_id)
+        self._stale = False  # set when catching up failed: reload before the next use
+        with self._lock:
+            self._load()
+
+    @property
+    def location(self) -> str:
+        """The store's password-free URL and the session id."""
+        return f"{self._store.location} session {self._id!r}"
+
+    def _storage_open(self) -> tuple[list[Event], bool]:
+        self._stale = False
+        statement = self._store._sql.open
+        rows = self._store._run(
+            f"opening session {self._id!r}",
+            lambda conn: conn.execute(statement, (self._id,)).fetchall(),
+        )
+        if not rows:
+            return [], True
+        return _events_of(rows), int(rows[0][8]) <= 1
+
+    def _storage_refresh(self) -> list[Event]:
+        if self._stale:
+            self._load()
+            return []
+        statement = self._store._sql.refresh
+        after = self._latest_seq
+        rows = self._store._run(
+            f"reading session {self._id!r}",
+            lambda conn: conn.execute(statement, (after, self._id)).fetchall(),
+        )
+        if not rows:
+            if after:
+                self._reset()  # deleted since we last looked
+            return []
+        last_seq = int(rows[0][8])
+        if last_seq < after:
+            self._load()  # deleted and recreated since we last looked
+            return []
+        return _events_of(rows) if rows[0][0] is not None else []
+
+    def _storage_read(self, after: int, limit: int | None) -> list[Event]:
+        statement = self._store._sql.read
+        rows = self._store._run(
+            f"reading session {self._id!r}",
+            lambda conn: conn.execute(statement, (self._id, after, limit)).fetchall(),
+        )
+        return _events_of(rows)
+
+    def _storage_append(self, events: list[Event]) -> tuple[list[Event], list[Event]]:
+        store = self._store
+        if self._stale:
+            self._load()
+        params = _append_params(self._id, events)
+        count = len(events)
+        statement = store._sql.append_one if count == 1 else store._sql.append_many
+
+        def append(conn: _Conn) -> int:
+            row = conn.execute(statement, params).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        base = store._run(
+            f"appending {count} event{'s' if count != 1 else ''} to session {self._id!r}",
+            append,
+            write="the append may or may not have been stored: read the session (latest_seq) "
+            "before retrying it",
+        )
+        if base < self._latest_seq:
+            self._reset()  # deleted (and perhaps recreated) since we last looked
+        foreign: list[Event] = []
+        if base > self._latest_seq:
+            after = self._latest_seq
+            try:
+                foreign = self._read_range(after, base)
+            except StorageError as exc:
+                self._stale = True
+                raise StorageError(
+                    f"session {self._id!r}: the append was stored as seqs {base + 1}..."
+                    f"{base + count}, but reading the events other writers appended before it "
+                    f"failed; the session reloads when next used ({exc})"
+                ) from exc
+        replace = msgspec.structs.replace
+        stored = [replace(event, seq=base + i) for i, event in enumerate(events, start=1)]
+        return foreign, stored
+
+    def _read_range(self, after: int, upto: int) -> list[Event]:
+        statement = self._store._sql.read_range
+        rows = self._store._run(
+            f"reading session {self._id!r}",
+            lambda conn: conn.execute(statement, (self._id, after, upto)).fetchall(),
+        )
+        return _events_of(rows)
+
+
+# -- the turn lock ----------------------------------------------------------------------------
+
+
+def turn_lock_key(schema: str, session_id: str) -> int:
+    """The signed 64-bit advisory lock key of a session's turn lock: the first 8 bytes of
+    BLAKE2b over a fixed prefix, the schema and the session id (UTF-8, surrogates kept)."""
+    material = b"agentsession-turn\x00%s\x00%s" % (
+        schema.encode(),
+        session_id.encode("utf-8", "surrogatepass"),
+    )
+    return int.from_bytes(hashlib.blake2b(material, digest_size=8).digest(), "big", signed=True)
+
+
+@dataclass(eq=False)
+class _LockHandle:
+    session_id: str
+    key: int
+    conn: _Conn
+
+
+_IS_LOCKED = b"""
+SELECT EXISTS (
+    SELECT 1 FROM pg_locks
+    WHERE locktype = 'advisory' AND granted AND objsubid = 1
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND classid::bigint = %s AND objid::bigint = %s
+)
+"""
+
+
+class PostgresLocker:
+    """Turn locks as session-level advisory locks, each on a connection of its own.
+
+    ``acquire`` takes a connection from the store's lock pool and polls
+    ``pg_try_advisory_lock`` with backoff (2 ms doubling to 100 ms) until it succeeds or the
+    timeout runs out; the connection stays out of the pool while the lock is held. ``release``
+    unlocks and hands the connection back (or closes it when unlocking fails, which drops the
+    lock too). A process that dies loses its connections, and the server drops their locks: at
+    once when the socket closes (a killed process), or after the TCP keepalive probes set on
+    lock connections fail (a lost network, about 30 s). ``is_locked`` reads ``pg_locks``. The
+    timeout counts only time spent waiting for the lock, not for a connection.
+    """
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+
+    def acquire(self, session_id: str, timeout: float | None) -> object:
+        store = self._store
+        key = turn_lock_key(store.schema, session_id)
+        conn = store._checkout(store._lock_pool, "taking a turn lock")
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        pause = 0.002
+        try:
+            while True:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+                if row is not None and row[0]:
+                    handle = _LockHandle(session_id, key, conn)
+                    store._track_lock(handle, held=True)
+                    return handle
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise LockTimeout(session_id, timeout or 0.0)
+                time.sleep(pause if remaining is None else min(pause, remaining))
+                pause = min(pause * 2, 0.1)
+        except psycopg.Error as exc:
+            store._lock_pool.putconn(conn)
+            raise store._failure(exc, f"taking the turn lock of session {session_id!r}") from None
+        except BaseException:
+            store._lock_pool.putconn(conn)
+            raise
+
+    def release(self, handle: object) -> None:
+        assert isinstance(handle, _LockHandle)
+        store = self._store
+        store._track_lock(handle, held=False)
+        conn = handle.conn
+        unlocked = False
+        try:
+            if not conn.closed:
+                row = conn.execute("SELECT pg_advisory_unlock(%s)", (handle.key,)).fetchone()
+                unlocked = bool(row and row[0])
+        except psycopg.Error:
+            unlocked = False
+        if not unlocked:
+            conn.close()  # closing the connection drops every lock it held
+        try:
+            store._lock_pool.putconn(conn)
+        except psycopg_pool.PoolClosed:
+            conn.close()
+
+    def is_locked(self, session_id: str) -> bool:
+        key = turn_lock_key(self._store.schema, session_id)
+        high, low = (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF
+        row = self._store._run(
+            f"checking the turn lock of session {session_id!r}",
+            lambda conn: conn.execute(_IS_LOCKED, (high, low)).fetchone(),
+        )
+        return bool(row and row[0])
+
+
+# -- the store --------------------------------------------------------------------------------
+
+
+class PostgresStore(BaseStore):
+    """Sessions in a PostgreSQL schema. Opened by ``open_store("postgresql://...")``.
+
+    Options besides the common ones (``durability``, ``ttl``, ...):
+
+    * ``schema``: the schema holding the tables (default ``agentsession``; also ``?schema=``
+      in the URL). Created, with the tables, on open.
+    * ``pool_min_size`` / ``pool_max_size`` (default 1 / 10): connections kept open / at most
+      open for reads and appends. An append or read holds one only for its statement(s).
+    * ``lock_pool_max_size`` (default 64): connections at most held for turn locks, one per
+      held lock; opened on demand, closed after 10 idle minutes.
+    * ``pool_timeout`` (default 30 s): how long to wait for a free connection.
+    * ``connect_timeout`` (default 10 s): how long to wait for the server when connecting
+      (unless the URL sets it).
+    * ``auto_migrate`` (default True): apply missing migrations on open; when False, a schema
+      that is not current raises :class:`~agentsession.errors.StorageError` (run
+      :func:`migrate` first).
+    * ``prepare_threshold`` (default 5): executions after which psycopg prepares a statement
+      on the server; None disables prepared statements (PgBouncer in transaction mode before
+      1.21). Turn locks need a session-level connection: never transaction pooling.
+
+    ``url`` includes the URL's password when it had one (it must reopen the store); prefer a
+    ``.pgpass`` file or ``PGPASSWORD``. Messages and ``location`` never include it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_min_size: int = 1,
+        pool_max_size: int = 10,
+        lock_pool_max_size: int = 64,
+        pool_timeout: float = 30.0,
+        connect_timeout: int = 10,
+        auto_migrate: bool = True,
+        prepare_threshold: int | None = 5,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        if pool_min_size < 0 or pool_max_size < 1 or pool_min_size > pool_max_size:
+            raise UsageError(
+                f"pool sizes must satisfy 0 <= pool_min_size <= pool_max_size and "
+                f"pool_max_size >= 1 (got {pool_min_size} and {pool_max_size})"
+            )
+        if lock_pool_max_size < 1:
+            raise UsageError(f"lock_pool_max_size must be >= 1, not {lock_pool_max_size}")
+        if pool_timeout <= 0:
+            raise UsageError(f"pool_timeout must be positive, not {pool_timeout}")
+        self._target = _Target.parse(url, schema)
+        self._pool_timeout = pool_timeout
+        self._pool_max_size = pool_max_size
+        self._sql = Statements.for_schema(self._target.schema)
+        self._held: set[_LockHandle] = set()
+        self._held_mutex = threading.Lock()
+        params = conninfo_to_dict(self._target.conninfo)
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "prepare_threshold": prepare_threshold,
+        }
+        if "connect_timeout" not in params:
+            self._connect_kwargs["connect_timeout"] = connect_timeout
+        app = "application_name" not in params
+        setup = "SET TimeZone TO 'UTC'"
+        if self.durability == "fsync":
+            setup += "; SET synchronous_commit TO on"
+        self._setup = setup.encode()
+
+        self._prepare_schema(auto_migrate)
+
+        name = f"agentsession/{self._target.schema}"
+        self._pool: psycopg_pool.ConnectionPool[_Conn] = psycopg_pool.ConnectionPool(
+            self._target.conninfo,
+            kwargs={**self._connect_kwargs, **({"application_name": name} if app else {})},
+            min_size=pool_min_size,
+            max_size=pool_max_size,
+            timeout=pool_timeout,
+            configure=self._configure,
+            name=name,
+            open=False,
+        )
+        lock_name = f"agentsession-lock/{self._target.schema}"
+        self._lock_pool: psycopg_pool.ConnectionPool[_Conn] = psycopg_pool.ConnectionPool(
+            self._target.conninfo,
+            kwargs={
+                **self._connect_kwargs,
+                **({"application_name": lock_name} if app else {}),
+                # The client notices a dead server; the server-side settings below make the
+                # server notice a dead client, and drop its locks.
+                "keepalives": 1,
+                "keepalives_idle": 15,
+                "keepalives_interval": 5,
+                "keepalives_count": 3,
+            },
+            min_size=0,
+            max_size=lock_pool_max_size,
+            timeout=pool_timeout,
+            configure=self._configure_lock,
+            reset=_unlock_all,
+            name=lock_name,
+            open=False,
+        )
+        self._pool.open(wait=False)
+        self._lock_pool.open(wait=False)
+
+    # -- connections and the one translation point ----------------------------------------
+
+    def _prepare_schema(self, auto_migrate: bool) -> None:
+        """Connect once directly (for a precise error when the server is unreachable), check
+        the schema version and migrate when allowed."""
+        conn = self._connect()
+        try:
+            if self.durability == "fsync":
+                row = conn.execute("SHOW fsync").fetchone()
+                if row is not None and row[0] != "on":
+                    log.warning(
+                        "%s runs with fsync = %s: durability='fsync' cannot survive a power "
+                        "loss there",
+                        self._target.where,
+                        row[0],
+                    )
+            if auto_migrate:
+                _migrate_on(conn, self._target)
+            elif schema_version(conn, self._target.schema) != LATEST_VERSION:
+                raise StorageError(
+                    f"schema {self._target.schema!r} in {self._target.where} is not at version "
+                    f"{LATEST_VERSION}: run agentsession.backends.postgres.migrate() first, "
+                    "or open the store with auto_migrate=True"
+                )
+        except psycopg.Error as exc:
+            raise self._failure(exc, f"preparing schema {self._target.schema!r}") from None
+        finally:
+            conn.close()
+
+    def _connect(self) -> _Conn:
+        try:
+            return psycopg.connect(self._target.conninfo, **self._connect_kwargs)
+        except psycopg.Error as exc:
+            raise self._unavailable(str(exc)) from None
+
+    def _configure(self, conn: _Conn) -> None:
+        conn.adapters.register_loader("jsonb", _JsonBytesLoader)
+        conn.execute(self._setup)
+
+    def _configure_lock(self, conn: _Conn) -> None:
+        setup = (
+            "SET tcp_keepalives_idle = 15; SET tcp_keepalives_interval = 5; "
+            "SET tcp_keepalives_count = 3"
+        )
+        if conn.info.server_version >= 140000:
+            setup += "; SET idle_session_timeout = 0"  # never drop a connection holding a lock
+        conn.execute(setup.encode())
+
+    def _unavailable(self, reason: str) -> StoreUnavailable:
+        reason = self._target.scrub(reason.strip()).replace("\n", " ").replace("\t", "")
+        return StoreUnavailable(f"cannot reach {self._target.where}: {reason}")
+
+    def _failure(self, exc: psycopg.Error, action: str, write: str = "") -> StorageError:
+        """The agentsession error for a driver error raised while ``action`` ran."""
+        message = self._target.scrub(str(exc).strip().splitlines()[0] if str(exc) else "")
+        if isinstance(exc, psycopg.errors.UndefinedTable):
+            return StorageError(
+                f"{action} failed: the store's tables are missing from schema "
+                f"{self._target.schema!r} in {self._target.where} (dropped?): {message}"
+            )
+        if write:
+            return StorageError(
+                f"{action} failed: the connection to {self._target.where} was lost before the "
+                f"server answered, so the outcome is unknown: {write} ({message})"
+            )
+        if isinstance(exc, psycopg.OperationalError):
+            return self._unavailable(f"{action} failed: {message}")
+        return StorageError(f"{action} failed in {self._target.where}: {message}")
+
+    def _checkout(self, pool: psycopg_pool.ConnectionPool[_Conn], action: str) -> _Conn:
+        """A live connection from ``pool``; dead idle ones are closed and replaced."""
+        for _ in range(pool.max_size + 2):
+            try:
+                conn = pool.getconn(timeout=self._pool_timeout)
+            except psycopg_pool.PoolClosed:
+                raise UsageError(f"store {self.location} is closed") from None
+            except psycopg_pool.PoolTimeout:
+                raise self._pool_timeout_error(pool, action) from None
+            if not _looks_dead(conn):
+                return conn
+            conn.close()
+            pool.putconn(conn)
+        raise self._unavailable(f"{action}: every pooled connection was closed by the server")
+
+    def _pool_timeout_error(
+        self, pool: psycopg_pool.ConnectionPool[_Conn], action: str
+    ) -> StoreUnavailable:
+        """Tell a server that cannot be reached from a pool whose connections are all busy."""
+        try:
+            self._connect().close()
+        except StoreUnavailable as exc:
+            return exc
+        return StoreUnavailable(
+            f"{action}: no free connection to {self._target.where} within {self._pool_timeout:g}"
+            f" s: all {pool.max_size} connections of pool {pool.name!r} are in use (raise "
+            "pool_max_size or lock_pool_max_size, or check the server's max_connections)"
+        )
+
+    def _run(self, action: str, op: Callable[[_Conn], _T], *, write: str = "") -> _T:
+        """Run ``op`` on a pooled connection, translating every driver error.
+
+        A read (``write`` empty) whose connection drops is retried once on a fresh connection.
+        A write is never retried; if its connection drops, ``write`` says what may or may not
+        have happened. A server-reported error leaves the connection usable and means the
+        statement (a whole transaction) did not take effect.
+        """
+        attempts = 1 if write else 2
+        for attempt in range(attempts):
+            conn = self._checkout(self._pool, action)
+            try:
+                result = op(conn)
+            except psycopg.Error as exc:
+                lost = conn.closed or conn.broken
+                self._pool.putconn(conn)
+                if lost and attempt + 1 < attempts:
+                    log.info("%s: connection lost (%s); retrying once", action, exc)
+                    continue
+                raise self._failure(exc, action, write if lost else "") from None
+            except BaseException:
+                self._pool.putconn(conn)
+                raise
+            self._pool.putconn(conn)
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _track_lock(self, handle: _LockHandle, *, held: bool) -> None:
+        with self._held_mutex:
+            if held:
+                self._held.add(handle)
+            else:
+                self._held.discard(handle)
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> str:
+        """The schema holding this store's tables."""
+        return self._target.schema
+
+    @property
+    def location(self) -> str:
+        """``postgresql://user@host:port/db?schema=...``, without the password."""
+        return self._target.location
+
+    @property
+    def url(self) -> str:
+        """The URL that reopens this store, with its schema (and password, if it had one)."""
+        return self._target.url
+
+    def _check_text(self, what: str, value: str) -> str:
+        if not _fits_text(value):
+            raise UsageError(
+                f"{what} {value!r} cannot be stored in PostgreSQL: TEXT holds neither NUL nor "
+                "lone surrogates"
+            )
+        return value
+
+    # -- BaseStore primitives ---------------------------------------------------------------
+
+    def _open_session(self, session_id: str) -> PostgresSession:
+        return PostgresSession(self, self._check_text("session id", session_id))
+
+    def _make_locker(self) -> PostgresLocker:
+        return PostgresLocker(self)
+
+    def _exists(self, session_id: str) -> bool:
+        if not _fits_text(session_id):
+            return False
+        statement = self._sql.exists
+        row = self._run(
+            f"checking session {session_id!r}",
+            lambda conn: conn.execute(statement, (session_id,)).fetchone(),
+        )
+        return row is not None
+
+    def _list_all(self) -> builtins.list[SessionInfo]:
+        statement = self._sql.list_all
+        rows = self._run("listing sessions", lambda conn: conn.execute(statement).fetchall())
+        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2]) for r in rows]
+
+    def list(
+        self, prefix: str | None = None, limit: int | None = None, offset: int = 0
+    ) -> builtins.list[SessionInfo]:
+        """Sessions whose id starts with ``prefix``, most recently appended first (one query
+        on the ``updated_at`` index)."""
+        self._check_open()
+        if limit is not None and limit < 0:
+            raise UsageError("list(limit=...) must be >= 0 or None")
+        if offset < 0:
+            raise UsageError("list(offset=...) must be >= 0")
+        if prefix is not None and not _fits_text(prefix):
+            return []
+        statement = self._sql.list
+        params = {"prefix": prefix, "limit": limit, "offset": offset}
+        rows = self._run(
+            "listing sessions", lambda conn: conn.execute(statement, params).fetchall()
+        )
+        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2]) for r in rows]
+
+    def expired(self) -> builtins.list[str]:
+        """Ids of the sessions whose last append is older than the TTL (one query)."""
+        self._check_open()
+        if self.ttl is None:
+            return []
+        cutoff = self.clock() - self.ttl
+        statement = self._sql.expired
+        rows = self._run(
+            "listing expired sessions",
+            lambda conn: conn.execute(statement, (cutoff,)).fetchall(),
+        )
+        return [r[0] for r in rows]
+
+    def _delete(self, session_id: str) -> bool:
+        if not _fits_text(session_id):
+            return False
+        statements = self._sql
+
+        def delete(conn: _Conn) -> bool:
+            with conn.transaction():
+                # Locking the session row first waits out any append in flight; the events
+                # are deleted by a later statement, whose snapshot includes that append.
+                row = conn.execute(statements.delete_session, (session_id,)).fetchone()
+                conn.execute(statements.delete_events, (session_id,))
+                conn.execute(statements.delete_binding, (session_id,))
+            return row is not None
+
+        return self._run(
+            f"deleting session {session_id!r}",
+            delete,
+            write="the session may or may not have been deleted",
+        )
+
+    def _last_append(self, session_id: str) -> _dt.datetime | None:
+        if not _fits_text(session_id):
+            return None
+        statement = self._sql.last_append
+        row = self._run(
+            f"reading session {session_id!r}",
+            lambda conn: conn.execute(statement, (session_id,)).fetchone(),
+        )
+        return row[0] if row is not None else None
+
+    def _meta_get(self, kind: str, key: str) -> str | None:
+        self._check_text(f"{kind} key", key)
+        statement = self._sql.meta_get
+        row = self._run(
+            f"reading {kind} {key!r}",
+            lambda conn: conn.execute(statement, (kind, key)).fetchone(),
+        )
+        return row[0] if row is not None else None
+
+    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
+        self._check_text(f"{kind} key", key)
+        params: tuple[Any, ...]
+        if value is None:
+            statement, params = self._sql.meta_delete, (kind, key)
+        else:
+            self._check_text(f"{kind} value", value)
+            statement, params = self._sql.meta_set, (kind, key, value, self.clock())
+        self._run(
+            f"writing {kind} {key!r}",
+            lambda conn: conn.execute(statement, params),
+            write=f"the {kind} value may or may not have been written",
+        )
+
+    def _close(self) -> None:
+        with self._held_mutex:
+            held, self._held = builtins.list(self._held), set()
+        for handle in held:
+            handle.conn.close()  # a closed store holds no locks
+        self._lock_pool.close()
+        self._pool.close()
+
+
+def _unlock_all(conn: _Conn) -> None:
+    """Pool reset hook: a lock connection goes back to the pool holding no lock."""
+    conn.execute("SELECT pg_advisory_unlock_all()")
+
+
+def _migrate_on(conn: _Conn, target: _Target) -> builtins.list[int]:
+    try:
+        applied = apply_migrations(conn, target.schema)
+    except RuntimeError as exc:
+        raise StorageError(f"{target.where}: {exc}") from None
+    if applied:
+        log.info(
+            "%s: applied migrations %s to schema %r",
+            target.where,
+            applied,
+            target.schema,
+        )
+    return applied
+
+
+def migrate(url: str, schema: str | None = None, *, connect_timeout: int = 10) -> list[int]:
+    """Create or upgrade a store's tables; returns the migration versions applied now (empty
+    when the schema was current). Safe to run from several processes at once.
+
+    ``schema`` defaults to the URL's ``?schema=`` or ``agentsession``. Raises
+    :class:`~agentsession.errors.StoreUnavailable` when the server cannot be reached.
+    """
+    target = _Target.parse(url, schema)
+    params = conninfo_to_dict(target.conninfo)
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "connect_timeout" not in params:
+        kwargs["connect_timeout"] = connect_timeout
+    try:
+        conn = psycopg.connect(target.conninfo, **kwargs)
+    except psycopg.Error as exc:
+        reason = target.scrub(str(exc).strip()).replace("\n", " ").replace("\t", "")
+        raise StoreUnavailable(f"cannot reach {target.where}: {reason}") from None
+    try:
+        return _migrate_on(conn, target)
+    except psycopg.Error as exc:
+        message = target.scrub(str(exc).strip().splitlines()[0] if str(exc) else "")
+        raise StorageError(
+            f"migrating schema {target.schema!r} in {target.where} failed: {message}"
+        ) from None
+    finally:
+        conn.close()

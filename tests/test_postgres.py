@@ -1,0 +1,596 @@
+"""PostgreSQL backend behaviour beyond the shared contract: migrations, concurrency, the turn
+lock, errors and reconnection, what opening reads, and how rows are stored.
+
+Needs the server named by ``AGENTSESSION_TEST_POSTGRES_DSN``; skipped without it. Every test
+works in schemas of its own, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
+import pytest
+
+from agentsession import Event, Message, StorageError, StoreUnavailable, UsageError, open_store
+from agentsession.events import COMPACTION, decode
+from agentsession.testing.conformance import run_children, start_lock_holder
+
+from .test_conformance_postgres import DSN, SKIP_REASON, drop_schemas, new_schema_name
+from .test_conformance_postgres import url_with_schema as _url_with_schema
+
+pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not DSN, reason=SKIP_REASON)]
+
+if DSN:
+    import psycopg
+    from psycopg import sql
+
+    from agentsession.backends import postgres
+    from agentsession.backends.postgres import PostgresStore, migrate
+    from agentsession.backends.postgres_schema import LATEST_VERSION, MIGRATIONS
+
+PASSWORD = "pw-Sh0uld-Never-Leak"
+
+
+# -- fixtures and helpers ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = new_schema_name()
+    try:
+        yield name
+    finally:
+        drop_schemas([name])
+
+
+@pytest.fixture
+def url(schema: str) -> str:
+    return _url_with_schema(schema)
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[PostgresStore]:
+    opened = open_store(url, pool_max_size=4)
+    assert isinstance(opened, PostgresStore)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def admin() -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        yield conn
+
+
+def with_password(dsn: str, password: str = PASSWORD) -> str:
+    """``dsn`` with a password in its user info (the test server trusts, and ignores it)."""
+    parts = urlsplit(dsn)
+    user, _, host = parts.netloc.rpartition("@")
+    user = (user or "postgres").split(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
+
+
+def rows(admin: psycopg.Connection[Any], schema: str, query: str, *params: Any) -> list[Any]:
+    """Run ``query`` with ``{s}`` standing for the schema."""
+    statement = sql.SQL(query).format(s=sql.Identifier(schema))  # type: ignore[arg-type]
+    return admin.execute(statement, params).fetchall()
+
+
+def backends(admin: psycopg.Connection[Any], application_name: str) -> list[int]:
+    found = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+    ).fetchall()
+    return [pid for (pid,) in found]
+
+
+def terminate(admin: psycopg.Connection[Any], application_name: str) -> int:
+    """Terminate every server backend with that application name; wait until they are gone."""
+    pids = backends(admin, application_name)
+    for pid in pids:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    wait_for(lambda: not set(pids) & set(backends(admin, application_name)))
+    return len(pids)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def assert_no_password(exc: BaseException) -> None:
+    seen: BaseException | None = exc
+    while seen is not None:
+        assert PASSWORD not in str(seen)
+        assert PASSWORD not in repr(seen)
+        seen = seen.__cause__ or seen.__context__
+
+
+# -- migrations -------------------------------------------------------------------------------
+
+
+def test_migrate_records_versions_and_is_idempotent(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    assert migrate(url) == [m.version for m in MIGRATIONS]
+    assert migrate(url) == []
+    recorded = rows(admin, schema, "SELECT version, name, applied_at FROM {s}.schema_migrations")
+    assert [(v, n) for v, n, _ in recorded] == [(m.version, m.name) for m in MIGRATIONS]
+    assert all(applied is not None for _, _, applied in recorded)
+    with open_store(url) as store:
+        store.get("s").append(Event.new("test/n"))
+    assert migrate(url, schema=schema) == []
+    tables = admin.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+    ).fetchall()
+    assert {t for (t,) in tables} == {"schema_migrations", "sessions", "events", "meta"}
+
+
+_OPENER = textwrap.dedent(
+    """
+    import os, sys, time
+    import agentsession as ags
+    url, go, n = sys.argv[1], sys.argv[2], sys.argv[3]
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    with ags.open_store(url) as store:
+        store.get("opened").append(ags.Event.new("test/opened", {"n": int(n)}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_four_processes_opening_a_fresh_schema_migrate_it_once(
+    url: str, schema: str, tmp_path: Path, admin: psycopg.Connection[Any]
+) -> None:
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPENER, url, str(go), str(n)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for n in range(4)
+    ]
+    try:
+        time.sleep(0.5)  # let them all start and wait on the file
+        go.write_text("go")
+        for proc in procs:
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err.decode(errors="replace")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    versions = rows(admin, schema, "SELECT version FROM {s}.schema_migrations ORDER BY 1")
+    assert [v for (v,) in versions] == [m.version for m in MIGRATIONS]
+    with open_store(url) as store:
+        events = store.get("opened").read()
+    assert [e.seq for e in events] == [1, 2, 3, 4]
+    assert sorted(decode(e.data)["n"] for e in events) == [0, 1, 2, 3]
+
+
+def test_schema_newer_than_the_code_is_refused(url: str, schema: str, admin: Any) -> None:
+    migrate(url)
+    rows(admin, schema, "INSERT INTO {s}.schema_migrations VALUES (9999, 'future') RETURNING 1")
+    with pytest.raises(StorageError, match="upgrade agentsession"):
+        open_store(url)
+
+
+def test_without_auto_migrate_a_fresh_schema_is_refused(url: str) -> None:
+    with pytest.raises(StorageError, match="migrate"):
+        open_store(url, auto_migrate=False)
+    migrate(url)
+    with open_store(url, auto_migrate=False) as store:
+        assert store.get("s").append(Event.new("test/n")) == 1
+
+
+def test_schema_option_and_url_parameter_agree(schema: str) -> None:
+    with open_store(DSN, schema=schema) as store:
+        assert isinstance(store, PostgresStore)
+        assert store.schema == schema
+        assert f"schema={schema}" in store.url
+        store.get("s").append(Event.new("test/n"))
+    with open_store(store.url) as again:
+        assert again.get("s").latest_seq == 1
+    with pytest.raises(UsageError, match="schema"):
+        open_store(_url_with_schema(schema), schema="other")
+    with pytest.raises(UsageError, match="schema name"):
+        open_store(DSN, schema="bad-name; drop")
+
+
+# -- concurrency ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_eight_processes_append_seqs_1_to_2000_and_the_session_row_agrees(
+    store: PostgresStore, schema: str, tmp_path: Path, admin: psycopg.Connection[Any]
+) -> None:
+    go = tmp_path / "go"
+    run_children([[store.url, "eight", str(w), "250", str(go)] for w in range(8)], go)
+    events = store.get("eight").read()
+    assert [e.seq for e in events] == list(range(1, 2001))
+    assert len({(d["writer"], d["i"]) for d in map(decode, (e.data for e in events))}) == 2000
+    (stats,) = rows(
+        admin,
+        schema,
+        "SELECT s.last_seq, count(e.seq), min(e.seq), max(e.seq) FROM {s}.sessions s "
+        "JOIN {s}.events e ON e.session_id = s.id WHERE s.id = 'eight' GROUP BY s.last_seq",
+    )
+    assert stats == (2000, 2000, 1, 2000)
+
+
+def test_a_locked_session_row_does_not_hold_up_appends_to_other_sessions(
+    store: PostgresStore, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    store.get("blocked").append(Event.new("test/n"))
+    blocker = psycopg.connect(DSN)  # not autocommit: holds the row lock until rollback
+    try:
+        rows_locked = blocker.execute(
+            sql.SQL("SELECT 1 FROM {}.sessions WHERE id = 'blocked' FOR UPDATE").format(
+                sql.Identifier(schema)
+            )
+        ).fetchall()
+        assert rows_locked == [(1,)]
+        stuck_result: list[int] = []
+        stuck = threading.Thread(
+            target=lambda: stuck_result.append(store.get("blocked").append(Event.new("test/n")))
+        )
+        stuck.start()
+        # The append to "blocked" now waits on the row lock, as seen by the server ...
+        wait_for(
+            lambda: bool(
+                admin.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
+                    "AND wait_event_type = 'Lock'",
+                    (f"agentsession/{schema}",),
+                ).fetchall()
+            )
+        )
+        # ... while appends to other sessions, from several threads, all go through.
+        errors: list[BaseException] = []
+
+        def work(n: int) -> None:
+            try:
+                session = store.get(f"free-{n}")
+                for i in range(40):
+                    session.append(Event.new("test/n", {"i": i}))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        workers = [threading.Thread(target=work, args=(n,)) for n in range(3)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join(timeout=60)
+        assert not errors
+        assert not any(t.is_alive() for t in workers)
+        assert stuck.is_alive() and not stuck_result
+        for n in range(3):
+            assert [e.seq for e in store.get(f"free-{n}").read()] == list(range(1, 41))
+    finally:
+        blocker.rollback()
+        blocker.close()
+    stuck.join(timeout=60)
+    assert stuck_result == [2]
+
+
+def test_a_writer_catches_up_on_other_writers_events_when_appending(url: str) -> None:
+    with open_store(url) as first, open_store(url) as second:
+        a, b = first.get("shared"), second.get("shared")
+        a.append(Event.new("user/message", Message.user("one")))
+        b.append_many([Event.new("user/message", Message.user(t)) for t in ("two", "three")])
+        assert a.append(Event.new("user/message", Message.user("four"))) == 4
+        # The append itself brought the other writer's events into a's window.
+        assert [e.seq for e in a._window] == [1, 2, 3, 4]
+        assert [m.text for m in a.messages()] == ["one", "two", "three", "four"]
+
+
+# -- the turn lock ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sigkilled_lock_holder_leaves_the_lock_free_and_its_turn_recoverable(
+    store: PostgresStore,
+) -> None:
+    holder = start_lock_holder(store.url, "conv:crash")
+    try:
+        assert store.is_locked("conv:crash")
+        assert [r.status for r in store.recover(["conv:crash"])] == ["live"]
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        wait_for(lambda: not store.is_locked("conv:crash"))
+        with store.lock("conv:crash", timeout=0):
+            pass
+        (report,) = store.recover(["conv:crash"])
+        assert report.status == "repaired"
+        history = store.get("conv:crash").messages()
+        assert history[-1].tool_results[0].audit == {"decision": "interrupted"}
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def test_lock_lives_on_its_own_connection_and_dies_with_it(
+    store: PostgresStore, url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    lock_app = f"agentsession-lock/{schema}"
+    held = store.lock("conv", timeout=5)
+    with open_store(url) as other:
+        assert other.is_locked("conv")
+        holders = admin.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+            "WHERE l.locktype = 'advisory' AND l.granted AND a.application_name LIKE %s",
+            (f"%/{schema}",),
+        ).fetchall()
+        assert holders == [(lock_app,)]
+        # A holder that loses its connection (a network failure, say) loses the lock.
+        assert terminate(admin, lock_app) == 1
+        wait_for(lambda: not other.is_locked("conv"))
+        with other.lock("conv", timeout=0):
+            assert store.is_locked("conv")
+        held.release()  # unlocking on the dead connection fails quietly
+        assert not other.is_locked("conv")
+        with store.lock("conv", timeout=5):
+            assert other.is_locked("conv")
+
+
+def test_closing_the_store_releases_the_locks_it_holds(url: str) -> None:
+    first = open_store(url)
+    first.lock("conv", timeout=5)
+    with open_store(url) as second:
+        assert second.is_locked("conv")
+        first.close()
+        wait_for(lambda: not second.is_locked("conv"))
+        with second.lock("conv", timeout=0):
+            pass
+
+
+def test_lock_key_depends_on_schema_and_session() -> None:
+    key = postgres.turn_lock_key
+    assert key("a", "s") == key("a", "s")
+    assert len({key("a", "s"), key("b", "s"), key("a", "t"), key("a", "s\ud800")}) == 4
+    assert all(-(2**63) <= key("a", str(n)) < 2**63 for n in range(100))
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def test_wrong_port_is_store_unavailable_naming_host_and_database() -> None:
+    parts = urlsplit(with_password(DSN))
+    host = parts.hostname or "127.0.0.1"
+    bad = urlunsplit(parts._replace(netloc=f"{parts.netloc.rpartition('@')[0]}@{host}:1"))
+    with pytest.raises(StoreUnavailable) as info:
+        open_store(bad)
+    message = str(info.value)
+    assert f"{host}:1" in message
+    assert repr(urlsplit(DSN).path.lstrip("/")) in message
+    assert_no_password(info.value)
+    with pytest.raises(StoreUnavailable) as info:
+        migrate(bad)
+    assert_no_password(info.value)
+
+
+def test_unknown_database_is_store_unavailable_naming_it() -> None:
+    parts = urlsplit(with_password(DSN))
+    bad = urlunsplit(parts._replace(path="/no_such_database_here"))
+    with pytest.raises(StoreUnavailable, match="no_such_database_here") as info:
+        open_store(bad)
+    assert parts.hostname is not None and parts.hostname in str(info.value)
+    assert_no_password(info.value)
+
+
+def test_password_never_appears_in_locations_or_errors(
+    schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    url = _url_with_schema(schema, with_password(DSN))
+    store = open_store(url)
+    try:
+        session = store.get("s")
+        session.append(Event.new("test/n"))
+        assert store.url == url  # what reopens it (the password included)
+        for text in (store.location, repr(store), session.location, repr(session)):
+            assert PASSWORD not in text
+        admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        with pytest.raises(StorageError, match="missing") as info:
+            session.append(Event.new("test/n"))
+        assert_no_password(info.value)
+        with pytest.raises(StorageError) as info:
+            store.list()
+        assert_no_password(info.value)
+    finally:
+        store.close()
+
+
+def test_read_after_the_server_closed_the_pool_connections_succeeds(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    with open_store(url, pool_min_size=2, pool_max_size=2) as store:
+        session = store.get("s")
+        session.append_many([Event.new("test/n", {"n": n}) for n in range(3)])
+        wait_for(lambda: len(backends(admin, f"agentsession/{schema}")) == 2)
+        assert terminate(admin, f"agentsession/{schema}") == 2
+        assert [e.seq for e in session.read()] == [1, 2, 3]
+        assert session.append(Event.new("test/n", {"n": 3})) == 4
+
+
+def test_read_on_a_connection_that_dies_is_retried_once(
+    url: str,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with open_store(url, pool_min_size=1, pool_max_size=1) as store:
+        session = store.get("s")
+        session.append_many([Event.new("test/n", {"n": n}) for n in range(3)])
+        # Skip the idle-connection check, so the read really meets the dead connection.
+        monkeypatch.setattr(postgres, "_looks_dead", lambda conn: False)
+        assert terminate(admin, f"agentsession/{schema}") == 1
+        with caplog.at_level("INFO", logger="agentsession.postgres"):
+            assert [decode(e.data)["n"] for e in session._storage_read(0, None)] == [0, 1, 2]
+        assert "retrying once" in caplog.text
+
+
+def test_write_on_a_connection_that_dies_is_not_retried_and_says_so(
+    url: str, schema: str, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_store(url, pool_min_size=1, pool_max_size=1) as store:
+        session = store.get("s")
+        session.append(Event.new("test/n", {"n": 0}))
+        monkeypatch.setattr(postgres, "_looks_dead", lambda conn: False)
+        assert terminate(admin, f"agentsession/{schema}") == 1
+        with pytest.raises(StorageError, match="may or may not have been stored"):
+            session.append(Event.new("test/n", {"n": 1}))
+        monkeypatch.undo()
+        # Here it was not stored (the server was gone before the append arrived).
+        assert session.latest_seq == 1
+        assert session.append(Event.new("test/n", {"n": 2})) == 2
+
+
+def test_server_errors_on_write_are_storage_errors_not_unknown_outcomes(
+    store: PostgresStore,
+) -> None:
+    session = store.get("s")
+    bad_json = Event(type="test/raw", data=msgspec.Raw(b"{not json"))
+    with pytest.raises(StorageError) as info:
+        session.append(bad_json)
+    assert "may or may not" not in str(info.value)
+    assert session.latest_seq == 0
+    assert session.append(Event.new("test/n")) == 1
+
+
+# -- what opening reads, and how rows look ----------------------------------------------------
+
+
+def _turns(session: Any, count: int, start: int = 0) -> None:
+    for n in range(start, start + count):
+        with session.turn(agent="coder") as turn:
+            turn.user(f"question {n}")
+            with turn.step() as step:
+                step.assistant(f"answer {n}")
+
+
+def test_opening_reads_from_the_last_compaction_marker(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    with open_store(url) as store:
+        session = store.get("long")
+        _turns(session, 6)
+        marker = session.compact("the summary", keep_turns=2)
+        assert marker is not None
+        _turns(session, 2, start=6)
+        before = [m.text for m in session.messages()]
+        total = session.latest_seq
+    ((compaction_seq,),) = rows(
+        admin, schema, "SELECT compaction_seq FROM {s}.sessions WHERE id = 'long'"
+    )
+    assert compaction_seq == marker
+    with open_store(url) as store:
+        reopened = store.get("long")
+        assert reopened._window_start == marker
+        assert reopened._window[0].seq == marker
+        assert reopened._window[0].type == COMPACTION
+        assert len(reopened._window) == total - marker + 1
+        assert [m.text for m in reopened.messages()] == before
+        assert [e.seq for e in reopened.read()] == list(range(1, total + 1))
+
+
+def test_legacy_marker_does_not_move_the_opening_point(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    with open_store(url) as store:
+        session = store.get("legacy")
+        _turns(session, 3)
+        session.append(Event.new(COMPACTION, {"summary": Message.user("old"), "beforeSeq": 4}))
+    ((compaction_seq,),) = rows(
+        admin, schema, "SELECT compaction_seq FROM {s}.sessions WHERE id = 'legacy'"
+    )
+    assert compaction_seq == 0
+    with open_store(url) as store:
+        assert store.get("legacy")._window_start == 1
+
+
+def test_values_jsonb_and_text_cannot_hold_go_to_raw_event(
+    store: PostgresStore, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    session = store.get("values")
+    session.append(Event.new("user/message", Message.user("plain"), agent="a", meta={"k": 1}))
+    session.append(Event.new("user/message", Message.user("nul\x00"), agent="a"))
+    session.append(Event.new("test/n", {"ok": True}, user="u\ud800"))
+    stored = rows(
+        admin,
+        schema,
+        'SELECT seq, data IS NULL, meta, raw_event IS NULL, "user" FROM {s}.events ORDER BY seq',
+    )
+    assert stored[0][1:4] == (False, {"k": 1}, True)
+    assert stored[1][1:4] == (True, None, False)
+    assert stored[2][1:] == (True, None, False, "u\ufffd")
+    texts = rows(admin, schema, "SELECT data->'parts'->0->>'text' FROM {s}.events WHERE seq = 1")
+    assert texts == [("plain",)]
+    with open_store(store.url) as again:
+        events = again.get("values").read()
+    assert decode(events[1].data, Message).text == "nul\x00"
+    assert events[2].user == "u\ud800"
+    assert events[0].meta == {"k": 1}
+
+
+def test_session_ids_text_cannot_hold_are_refused(store: PostgresStore) -> None:
+    for bad in ["nul\x00id", "lone\ud800"]:
+        with pytest.raises(UsageError, match="cannot be stored in PostgreSQL"):
+            store.get(bad)
+        assert not store.exists(bad)
+        assert store.delete(bad) is False
+    with pytest.raises(UsageError):
+        store.set_agent_bind("s", "agent\x00")
+
+
+def test_list_prefix_is_literal(store: PostgresStore) -> None:
+    for sid in ["a%b", "a_b", "axb", "A%b"]:
+        store.get(sid).append(Event.new("test/n"))
+    assert [i.id for i in store.list(prefix="a%")] == ["a%b"]
+    assert [i.id for i in store.list(prefix="a_")] == ["a_b"]
+    info = store.list(prefix="axb")[0]
+    assert info.last_seq == 1 and info.updated_at is not None
+
+
+def test_fsync_forces_synchronous_commit_on(schema: str) -> None:
+    def setting(store: Any) -> str:
+        row = store._run("test", lambda c: c.execute("SHOW synchronous_commit").fetchone())
+        return str(row[0])
+
+    # The server (here: the URL) says off; flush leaves it, fsync overrides it.
+    parts = urlsplit(_url_with_schema(schema))
+    off = urlunsplit(parts._replace(query=parts.query + "&options=-c%20synchronous_commit%3Doff"))
+    with open_store(off) as store:
+        assert setting(store) == "off"
+    with open_store(off, durability="fsync") as store:
+        assert setting(store) == "on"
+        assert store.get("s").append(Event.new("test/n")) == 1
+
+
+def test_pool_sizes_are_checked(url: str) -> None:
+    with pytest.raises(UsageError):
+        open_store(url, pool_min_size=3, pool_max_size=2)
+    with pytest.raises(UsageError):
+        open_store(url, lock_pool_max_size=0)
+
+
+def test_latest_migration_matches_the_code() -> None:
+    assert [m.version for m in MIGRATIONS] == list(range(1, LATEST_VERSION + 1))
