@@ -26,7 +26,8 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
 
     ``options`` go to the backend: ``durability`` (``"flush"`` or ``"fsync"``), ``ttl``
     (a ``timedelta``), ``max_cached_sessions``, ``cache_idle_ttl``, ``clock``,
-    ``max_messages``; for JSONL ``on_corrupt`` (``"raise"`` or ``"quarantine"``); for
+    ``max_messages``; for JSONL ``on_corrupt`` (``"raise"`` or ``"quarantine"``); for SQLite
+    ``busy_timeout`` (seconds a writer waits for another, default 30); for
     PostgreSQL ``schema``, ``pool_min_size``, ``pool_max_size``, ``lock_pool_max_size``,
     ``pool_timeout``, ``connect_timeout``, ``auto_migrate`` and ``prepare_threshold``.
     """
@@ -56,11 +57,9 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
 
         return JsonlStore(_path_of(target, scheme), **options)
     if scheme == "sqlite":
-        try:
-            from .backends.sqlite import SqliteStore  # type: ignore[import-not-found]
-        except ImportError as exc:  # pragma: no cover - until the backend exists
-            raise StoreUnavailable(f"the sqlite backend is not available: {exc}") from exc
-        return SqliteStore(_path_of(target, scheme), **options)  # type: ignore[no-any-return]
+        from .backends.sqlite import SqliteStore
+
+        return SqliteStore(_path_of(target, scheme), **options)
     if scheme in ("postgresql", "postgres"):
         try:
             from .backends.postgres import PostgresStore

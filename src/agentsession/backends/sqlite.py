@@ -1,0 +1,905 @@
+"""The SQLite backend: one database file in WAL mode holding every session of a store.
+
+Standard library ``sqlite3`` only. How it stays safe and fast:
+
+* **Layout.** ``sessions.key`` is an ``AUTOINCREMENT`` integer, never reused. An event's row id
+  ``events.key`` is ``(sessions.key << 32) | seq``, so one session's events are one contiguous
+  range of one B-tree: an append adds a row at the end of its range (short rows stay in their
+  page instead of spilling into overflow pages, as they would in a ``WITHOUT ROWID`` table), and
+  no second index has to be written. ``session_id`` and ``seq`` are kept as readable columns.
+* **Appends.** A single event from a writer that saw the session last is one autocommit
+  ``INSERT ... SELECT ... WHERE EXISTS`` (its session key must still exist); the row id refuses
+  a seq another writer took first. Anything else runs in one ``BEGIN IMMEDIATE`` transaction:
+  read the session's row and last seq, catch up on other writers' events, reload after a delete,
+  insert the batch. The database's write lock orders every writer of every process, so seqs
+  stay unique and gap-free and a batch is committed whole or not at all (a writer killed
+  mid-batch leaves nothing behind).
+* **Only the events table is written per append.** A session's last seq and last-append time
+  are read from its newest row (one range seek), not stored in ``sessions``: rewriting that row
+  and an index on it at every append doubled the pages each commit writes and roughly halved
+  the append rate. The ``session_summary`` view shows them per session.
+* **Delete and recreate** are told apart by the session key: a recreated session gets a new one,
+  so a held session object whose key is gone starts over instead of mixing two lives of one id.
+* **Opening** reads from ``sessions.compaction_seq`` (the latest compaction marker that rebuilds
+  history on its own) to the end; older events are read by key range when asked for.
+* **Durability.** ``flush`` is ``PRAGMA synchronous=NORMAL``: in WAL mode a commit is in the
+  operating system before ``append`` returns, so it survives the process crashing or being
+  killed, but a power loss or kernel crash may roll back the last transactions (the database
+  stays consistent). ``fsync`` is ``synchronous=FULL``: the WAL is synced at every commit, so an
+  acknowledged append survives a power loss too.
+* **Connections.** One per thread (``threading.local``), closed with their thread or by
+  :meth:`SqliteStore.close`; a forked child never touches its parent's connections. Writers of
+  one process queue on a lock instead of SQLite's sleeping busy handler; other processes wait
+  up to ``busy_timeout`` seconds for the write lock.
+* **Files.** The database is created ``0600`` (SQLite gives its ``-wal`` and ``-shm`` files the
+  database's mode), a missing directory ``0700``; turn locks are ``flock`` files in
+  ``<database>.locks/``.
+* **Schema versions** live in ``PRAGMA user_version`` (``PRAGMA application_id`` marks the file
+  as ours); ``_MIGRATIONS[n]`` upgrades version ``n`` to ``n + 1`` inside one transaction.
+* **Text.** ``data`` and ``meta`` are TEXT columns holding the codec's UTF-8 JSON bytes as they
+  are (bound as bytes and cast, read back as bytes), so SQLite's JSON functions and the
+  ``sqlite3`` shell read them; ``time`` is the codec's RFC 3339 form, as in JSONL lines.
+  Strings holding lone surrogates are stored as their ``surrogatepass`` bytes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import datetime as _dt
+import os
+import sqlite3
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+
+from ..errors import (
+    ConflictError,
+    CorruptLogError,
+    SessionError,
+    StorageError,
+    StoreUnavailable,
+    UsageError,
+)
+from ..events import COMPACTION, Compaction, Event, decode, encode
+from ..locks import FileLocker
+from ..session import BaseSession, BaseStore, SessionInfo
+
+__all__ = ["SCHEMA_VERSION", "SqliteSession", "SqliteStore"]
+
+SCHEMA_VERSION = 1
+"""The schema version this module writes (``PRAGMA user_version``): ``len(_MIGRATIONS)``."""
+
+APPLICATION_ID = 0x41475353
+"""``PRAGMA application_id`` of an agentsession database (``AGSS``)."""
+
+LOCK_DIR_SUFFIX = ".locks"
+_JOURNAL_SIZE_LIMIT = 64 << 20  # bytes a WAL file is cut back to after a checkpoint
+_UTC = _dt.timezone.utc
+_fromiso = _dt.datetime.fromisoformat
+_replace = msgspec.structs.replace
+_Raw = msgspec.Raw
+_payload_list = msgspec.json.Decoder(list[msgspec.Raw])
+_payload_one = msgspec.json.Decoder(msgspec.Raw)
+
+# -- schema ------------------------------------------------------------------------------------
+
+_SCHEMA_V1 = (
+    """
+    CREATE TABLE sessions (
+        key            INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: one life of an id
+        id             TEXT    NOT NULL UNIQUE,
+        created_at     TEXT    NOT NULL,
+        compaction_seq INTEGER NOT NULL DEFAULT 0,  -- latest marker that rebuilds history
+        metadata       TEXT,
+        CHECK (key BETWEEN 1 AND 2147483647)
+    )
+    """,
+    """
+    CREATE TABLE events (
+        key        INTEGER PRIMARY KEY,  -- (sessions.key << 32) | seq
+        session_id TEXT    NOT NULL,
+        seq        INTEGER NOT NULL,
+        type       TEXT    NOT NULL,
+        agent      TEXT    NOT NULL DEFAULT '',
+        user       TEXT    NOT NULL DEFAULT '',
+        time       TEXT    NOT NULL,  -- RFC 3339
+        data       TEXT    NOT NULL,  -- JSON
+        meta       TEXT,              -- JSON object, or NULL when empty
+        CHECK (seq BETWEEN 1 AND 4294967295 AND (key & 4294967295) = seq)
+    )
+    """,
+    """
+    CREATE TABLE meta (
+        kind       TEXT NOT NULL,
+        key        TEXT NOT NULL,
+        value      TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (kind, key)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE VIEW session_summary AS
+    SELECT s.id AS id, s.key AS key, s.created_at AS created_at, e.time AS updated_at,
+           e.seq AS last_seq, s.compaction_seq AS compaction_seq, s.metadata AS metadata
+    FROM sessions AS s JOIN events AS e ON e.key = (
+        SELECT max(key) FROM events WHERE key > (s.key << 32) AND key < ((s.key + 1) << 32))
+    """,
+)
+
+
+def _create_v1(conn: sqlite3.Connection) -> None:
+    for statement in _SCHEMA_V1:
+        conn.execute(statement)
+
+
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1]
+"""``_MIGRATIONS[n]`` turns a version ``n`` database into version ``n + 1`` (0: empty file)."""
+
+# -- statements --------------------------------------------------------------------------------
+# Every bound id or free-form string goes through CAST(? AS TEXT): a plain str is unchanged,
+# the surrogatepass bytes of a string UTF-8 cannot carry become TEXT with the same bytes.
+
+_SEQ_BITS = 32
+_MAX_SEQ = (1 << _SEQ_BITS) - 1
+_COLUMNS = "seq, type, agent, user, time, CAST(data AS BLOB), CAST(meta AS BLOB)"
+_NAMES = "key, session_id, seq, type, agent, user, time, data, meta"
+_VALUES = (
+    "?1, CAST(?2 AS TEXT), ?3, CAST(?4 AS TEXT), CAST(?5 AS TEXT), CAST(?6 AS TEXT), "
+    "CAST(?7 AS TEXT), CAST(?8 AS TEXT), CAST(?9 AS TEXT)"
+)
+_INSERT = f"INSERT INTO events ({_NAMES}) VALUES ({_VALUES})"
+_INSERT_IF_CURRENT = (
+    f"INSERT INTO events ({_NAMES}) SELECT {_VALUES} "
+    f"WHERE EXISTS (SELECT 1 FROM sessions WHERE key = ?1 >> {_SEQ_BITS})"
+)
+_HEAD = (
+    "SELECT s.key, s.compaction_seq, (SELECT max(e.key) FROM events AS e "
+    f"WHERE e.key > (s.key << {_SEQ_BITS}) AND e.key < ((s.key + 1) << {_SEQ_BITS})) "
+    "FROM sessions AS s WHERE s.id = CAST(? AS TEXT)"
+)
+_ROWS = f"SELECT {_COLUMNS} FROM events WHERE key > ? AND key < ? ORDER BY key LIMIT ?"
+_ROWS_IF_CURRENT = (
+    f"SELECT {_COLUMNS} FROM events WHERE key > ?1 AND key < ?2 "
+    f"AND EXISTS (SELECT 1 FROM sessions WHERE key = ?1 >> {_SEQ_BITS}) ORDER BY key"
+)
+_CREATE_SESSION = "INSERT INTO sessions (id, created_at) VALUES (CAST(? AS TEXT), ?)"
+_SET_COMPACTION = "UPDATE sessions SET compaction_seq = ? WHERE key = ?"
+
+
+def _text(value: str) -> str | bytes:
+    """A string as SQLite can store it: itself, or its surrogatepass bytes (cast to TEXT)."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass")
+    return value
+
+
+def _surrogate_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogatepass")
+
+
+def _time_text(moment: _dt.datetime) -> bytes:
+    """A time as the codec writes it (RFC 3339, ``Z`` for UTC), without the JSON quotes."""
+    return encode(moment)[1:-1]
+
+
+if sys.version_info >= (3, 11):
+    _parse_time = _fromiso
+else:  # pragma: no cover - Python 3.10 reads no "Z"
+
+    def _parse_time(text: str) -> _dt.datetime:
+        return _fromiso(text[:-1] + "+00:00" if text.endswith("Z") else text)
+
+
+def _utc_iso(moment: _dt.datetime) -> str:
+    """Fixed-width UTC ISO 8601 (naive times taken as UTC): ``created_at``, ``updated_at``."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_UTC)
+    return moment.astimezone(_UTC).isoformat(timespec="microseconds")
+
+
+def _as_utc(moment: _dt.datetime) -> _dt.datetime:
+    return moment.replace(tzinfo=_UTC) if moment.tzinfo is None else moment.astimezone(_UTC)
+
+
+def _rebuilds_history(event: Event) -> bool:
+    """Whether a compaction marker rebuilds the history on its own (opening may start at it)."""
+    try:
+        data = decode(event.data, Compaction)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return bool(data.first_kept_seq or data.retained_tail)
+
+
+def _decode_meta(raw: bytes) -> dict[str, Any]:
+    value = decode(raw)
+    if not isinstance(value, dict):
+        raise ValueError("meta is not a JSON object")
+    return value
+
+
+def _storage_error(
+    exc: sqlite3.Error, action: str, path: str, session_id: str = ""
+) -> SessionError:
+    """The one translation of ``sqlite3`` errors into the agentsession tree."""
+    text = str(exc)
+    code = getattr(exc, "sqlite_errorname", "")
+    where = f"session {session_id!r}: " if session_id else ""
+    message = f"{where}{action} {path} failed: {text}"
+    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text:
+        return UsageError(f"{where}{action} {path}: the store is closed")
+    if isinstance(exc, sqlite3.IntegrityError):
+        return ConflictError(message)
+    if code.startswith(("SQLITE_CANTOPEN", "SQLITE_NOTADB", "SQLITE_READONLY")) or any(
+        marker in text
+        for marker in ("unable to open", "not a database", "readonly database", "read-only")
+    ):
+        return StoreUnavailable(message)
+    if code.startswith("SQLITE_CORRUPT") or "malformed" in text:
+        return CorruptLogError(message, path=path, session_id=session_id)
+    if code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+        return StorageError(f"{message} (another connection held the write lock too long)")
+    return StorageError(message)
+
+
+def _fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+    """Rows of a query; text that UTF-8 cannot decode (lone surrogates) is read back too."""
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "decode to UTF-8" not in str(exc):
+            raise
+    conn.text_factory = _surrogate_text
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.text_factory = str
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+# -- write locks shared by every store of a process on one file --------------------------------
+
+_write_locks: dict[str, threading.Lock] = {}
+_write_locks_guard = threading.Lock()
+_live_stores: weakref.WeakSet[SqliteStore] = weakref.WeakSet()
+_inherited: list[sqlite3.Connection] = []  # a forked child's copies: never used, never closed
+
+
+def _write_lock_for(path: str) -> threading.Lock:
+    with _write_locks_guard:
+        return _write_locks.setdefault(path, threading.Lock())
+
+
+def _after_fork_in_child() -> None:
+    global _write_locks_guard
+    _write_locks_guard = threading.Lock()
+    _write_locks.clear()
+    for store in list(_live_stores):
+        store._forget_connections_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _ThreadConnection:
+    """Held in a thread's ``threading.local``; its finalizer closes the connection when the
+    thread ends."""
+
+    __slots__ = ("__weakref__", "conn", "cursor")
+
+    def __init__(self, conn: sqlite3.Connection, registry: set[sqlite3.Connection]) -> None:
+        self.conn = conn
+        self.cursor = conn.cursor()  # reused by the append fast path
+        weakref.finalize(self, _close_connection, conn, registry, os.getpid())
+
+
+def _close_connection(
+    conn: sqlite3.Connection, registry: set[sqlite3.Connection], pid: int
+) -> None:
+    # A forked child tears down its parent's threads' locals (running this finalizer there):
+    # a connection is only ever closed by the process that opened it.
+    if os.getpid() != pid:
+        return
+    registry.discard(conn)
+    with contextlib.suppress(sqlite3.Error):
+        conn.close()
+
+
+def _close_all(registry: set[sqlite3.Connection], pid: int) -> None:
+    for conn in list(registry):
+        _close_connection(conn, registry, pid)
+
+
+# -- the session -------------------------------------------------------------------------------
+
+
+class SqliteSession(BaseSession):
+    """A session stored as a range of rows of its :class:`SqliteStore`'s ``events`` table."""
+
+    _store: SqliteStore
+
+    def __init__(self, store: SqliteStore, session_id: str) -> None:
+        super().__init__(store, session_id)
+        self._key = _text(session_id)
+        self._session_key: int | None = None  # the life of the session this object loaded
+        with self._lock:
+            self._load()
+
+    @property
+    def location(self) -> str:
+        """The database file."""
+        return self._store.path
+
+    def _error(self, action: str, exc: sqlite3.Error) -> SessionError:
+        return _storage_error(exc, action, self._store.path, self._id)
+
+    def _head(self, conn: sqlite3.Connection) -> tuple[int, int, int] | None:
+        """The stored session's key, compaction seq and last seq; None when there is none."""
+        row = conn.execute(_HEAD, (self._key,)).fetchone()
+        if row is None:
+            return None
+        key, compaction_seq, top = row
+        return key, compaction_seq, 0 if top is None else top - (key << _SEQ_BITS)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _rows_to_events(self, rows: list[Any]) -> list[Event]:
+        """Events from ``(seq, type, agent, user, time, data, meta)`` rows; a row that does not
+        decode raises :class:`CorruptLogError` naming the session and seq."""
+        if not rows:
+            return []
+        try:
+            events = [
+                Event(
+                    seq=seq,
+                    type=type_,
+                    agent=agent,
+                    user=user,
+                    time=_parse_time(time),
+                    data=_Raw(data),
+                    meta={} if meta is None else _decode_meta(meta),
+                )
+                for seq, type_, agent, user, time, data, meta in rows
+            ]
+            # One parse checks that every payload is exactly one JSON value.
+            payloads = b"[" + b",".join([row[5] for row in rows]) + b"]"
+            if len(_payload_list.decode(payloads)) == len(rows):
+                return events
+        except (TypeError, ValueError):
+            pass
+        return [self._row_to_event(row) for row in rows]
+
+    def _row_to_event(self, row: tuple[Any, ...]) -> Event:
+        seq, type_, agent, user, time, data, meta = row
+        try:
+            for name, value in (("type", type_), ("agent", agent), ("user", user)):
+                if not isinstance(value, str):
+                    raise ValueError(f"{name} is not text")
+            if not isinstance(data, bytes):
+                raise ValueError("data is missing")
+            try:
+                _payload_one.decode(data)
+            except msgspec.DecodeError:
+                decode(data)  # the codec also reads escaped lone surrogates
+            return Event(
+                seq=seq,
+                type=type_,
+                agent=agent,
+                user=user,
+                time=_parse_time(time),
+                data=_Raw(data),
+                meta={} if meta is None else _decode_meta(meta),
+            )
+        except (TypeError, ValueError) as exc:
+            raise CorruptLogError(
+                f"session {self._id!r}: the event with seq {seq} in {self._store.path} does not "
+                f"decode: {exc}",
+                path=self._store.path,
+                session_id=self._id,
+            ) from exc
+
+    def _select(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Event]:
+        return self._rows_to_events(_fetchall(conn, sql, params))
+
+    def _range(self, conn: sqlite3.Connection, key: int, after: int) -> list[Event]:
+        """Every stored event of the session's life ``key`` with ``seq > after``."""
+        base = key << _SEQ_BITS
+        return self._select(conn, _ROWS, (base + after, base + _MAX_SEQ + 1, -1))
+
+    def _storage_open(self) -> tuple[list[Event], bool]:
+        conn = self._store._connection()
+        own = not conn.in_transaction  # an append reloading after a delete is inside its own
+        try:
+            if own:
+                conn.execute("BEGIN")
+            try:
+                head = self._head(conn)
+                if head is None:
+                    events, complete, key = [], True, None
+                else:
+                    key, start, _ = head
+                    events = self._range(conn, key, max(start, 1) - 1)
+                    complete = start <= 1
+                if own:
+                    conn.execute("COMMIT")
+            except BaseException:
+                if own:
+                    _rollback(conn)
+                raise
+        except sqlite3.Error as exc:
+            raise self._error("reading", exc) from exc
+        self._session_key = key
+        return events, complete
+
+    def _storage_refresh(self) -> list[Event]:
+        conn = self._store._connection()
+        try:
+            head = self._head(conn)
+            latest = self._latest_seq
+            if head is None:
+                if self._session_key is not None or latest:
+                    self._reset()  # deleted since we looked
+                    self._session_key = None
+                return []
+            key, _, last = head
+            if key != self._session_key or last < latest:
+                self._load()  # created or recreated since we looked
+                return []
+            if last == latest:
+                return []
+            base = key << _SEQ_BITS
+            return self._select(conn, _ROWS_IF_CURRENT, (base + latest, base + _MAX_SEQ + 1))
+        except sqlite3.Error as exc:
+            raise self._error("reading", exc) from exc
+
+    def _storage_read(self, after: int, limit: int | None) -> list[Event]:
+        key = self._session_key
+        if key is None or after >= _MAX_SEQ:
+            return []
+        base = key << _SEQ_BITS
+        conn = self._store._connection()
+        try:
+            return self._select(
+                conn, _ROWS, (base + after, base + _MAX_SEQ + 1, -1 if limit is None else limit)
+            )
+        except sqlite3.Error as exc:
+            raise self._error("reading", exc) from exc
+
+    # -- appending --------------------------------------------------------------------------
+
+    def append(self, event: Event) -> int:
+        """Append one event; returns its seq.
+
+        The fast path covers the common case, a writer that saw the session last and has no
+        TTL to check: one checked ``INSERT``. Anything else (other writers' events to catch up
+        on, a deleted session, a compaction marker, strings UTF-8 cannot carry) goes through
+        ``append_many``.
+        """
+        store = self._store
+        if type(event) is Event and event.type and store.ttl is None and event.type != COMPACTION:
+            stamp = event.time or store.clock()
+            with self._lock:
+                key = self._session_key
+                seq = self._latest_seq + 1
+                if key is not None and seq <= _MAX_SEQ:
+                    meta = event.meta
+                    params = (
+                        (key << _SEQ_BITS) | seq,
+                        self._key,
+                        seq,
+                        event.type,
+                        event.agent,
+                        event.user,
+                        encode(stamp)[1:-1],
+                        event.data,
+                        encode(meta) if meta else None,
+                    )
+                    if self._insert_if_current(params):
+                        stored = _replace(event, seq=seq, time=stamp)
+                        self._window.append(stored)
+                        self._latest_seq = seq
+                        if store.max_messages:
+                            self._after_append((stored,))
+                        return seq
+        return self.append_many((event,))[0]
+
+    def _insert_if_current(self, params: tuple[Any, ...]) -> bool:
+        """Insert one event if nothing changed since we last looked; False when something did.
+
+        One statement in autocommit mode is its own write transaction (SQLite takes the write
+        lock, waiting through the busy handler, then checks and inserts against the newest
+        data), so it needs no ``BEGIN``/``COMMIT`` round trips.
+        """
+        store = self._store
+        with store._write_lock:
+            try:
+                return store._held().cursor.execute(_INSERT_IF_CURRENT, params).rowcount == 1
+            except (sqlite3.IntegrityError, UnicodeEncodeError):
+                return False  # another writer took the seq, or a string needs care
+            except sqlite3.Error as exc:
+                raise self._error("appending to", exc) from exc
+
+    def _storage_append(self, events: list[Event]) -> tuple[list[Event], list[Event]]:
+        # Everything that can be prepared is prepared before the write lock is taken.
+        fields = [
+            (
+                self._key,
+                _text(e.type),
+                _text(e.agent),
+                _text(e.user),
+                _time_text(e.time),  # type: ignore[arg-type]  # stamped by append_many
+                e.data,
+                encode(e.meta) if e.meta else None,
+            )
+            for e in events
+        ]
+        marker = -1
+        for index, event in enumerate(events):
+            if event.type == COMPACTION and _rebuilds_history(event):
+                marker = index
+        store = self._store
+        conn = store._connection()
+        try:
+            with store._write_lock:
+                foreign, first = self._write(conn, fields, marker)
+        except sqlite3.Error as exc:
+            raise self._error("appending to", exc) from exc
+        return foreign, [_replace(event, seq=first + i) for i, event in enumerate(events)]
+
+    def _write(
+        self, conn: sqlite3.Connection, fields: list[tuple[Any, ...]], marker: int
+    ) -> tuple[list[Event], int]:
+        """One transaction: allocate seqs after whatever is stored, insert, commit. Returns the
+        other writers' new events and the first seq of the batch."""
+        count = len(fields)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            key = self._session_key
+            first = self._latest_seq + 1
+            foreign: list[Event] = []
+            stored = False
+            if key is not None and first + count - 1 <= _MAX_SEQ:
+                # Fast path: no one else appended and the session is the one we loaded.
+                try:
+                    cursor = conn.executemany(_INSERT_IF_CURRENT, _rows(key, first, fields))
+                    stored = cursor.rowcount == count
+                except sqlite3.IntegrityError:
+                    pass  # another writer took the seq
+                if not stored:
+                    conn.execute("ROLLBACK")
+                    conn.execute("BEGIN IMMEDIATE")
+            if not stored:
+                foreign, first, key = self._catch_up(conn)
+                if first + count - 1 > _MAX_SEQ:
+                    raise StorageError(
+                        f"session {self._id!r} is full: seqs end at {_MAX_SEQ} in {self.location}"
+                    )
+                conn.executemany(_INSERT, _rows(key, first, fields))
+            if marker >= 0:
+                conn.execute(_SET_COMPACTION, (first + marker, key))
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        self._session_key = key
+        return foreign, first
+
+    def _catch_up(self, conn: sqlite3.Connection) -> tuple[list[Event], int, int]:
+        """Inside the write transaction: bring this object up to date with storage (catch up,
+        reload after a delete, create the session's row). Returns other writers' new events,
+        the next seq and the session key."""
+        head = self._head(conn)
+        if head is None:
+            if self._session_key is not None or self._latest_seq:
+                self._reset()  # deleted: whatever comes next starts a new log
+            self._session_key = None
+            created = _utc_iso(self._store.clock())
+            key = conn.execute(_CREATE_SESSION, (self._key, created)).lastrowid
+            assert key is not None
+            return [], 1, key
+        key, _, last = head
+        if key != self._session_key or last < self._latest_seq:
+            self._load()  # recreated, or never loaded: read the tail inside this transaction
+            return [], last + 1, key
+        foreign = self._range(conn, key, self._latest_seq) if last > self._latest_seq else []
+        return foreign, last + 1, key
+
+
+def _rows(key: int, first: int, fields: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Insert parameters: each event's row key and seq, then its prepared fields."""
+    base = key << _SEQ_BITS
+    return [(base + first + i, sid, first + i, *rest) for i, (sid, *rest) in enumerate(fields)]
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+class SqliteStore(BaseStore):
+    """Sessions in one SQLite database file. Opened by ``open_store("sqlite:///path/to.db")``.
+
+    ``busy_timeout`` is how many seconds a writer waits for another process's write lock
+    before failing with :class:`~agentsession.errors.StorageError`. The other options are
+    :class:`~agentsession.session.BaseStore`'s.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0, **options: Any
+    ) -> None:
+        super().__init__(**options)
+        if busy_timeout < 0:
+            raise UsageError(f"busy_timeout must be >= 0 seconds, not {busy_timeout}")
+        self.busy_timeout = busy_timeout
+        """Seconds a writer waits for another connection's write lock."""
+        self._path = os.path.realpath(os.path.abspath(os.fspath(path)))
+        self._synchronous = "FULL" if self.durability == "fsync" else "NORMAL"
+        self._local = threading.local()
+        self._connections: set[sqlite3.Connection] = set()
+        self._connections_lock = threading.Lock()
+        self._close_connections = weakref.finalize(self, _close_all, self._connections, os.getpid())
+        self._write_lock = _write_lock_for(self._path)
+        self._create_file()
+        _live_stores.add(self)
+        try:
+            self._prepare_schema(self._connection())
+        except BaseException:
+            self._close_connections()
+            raise
+
+    # -- files and connections ---------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The database file (resolved)."""
+        return self._path
+
+    @property
+    def location(self) -> str:
+        """The database file."""
+        return self._path
+
+    @property
+    def url(self) -> str:
+        """``sqlite:///`` and the database's absolute path."""
+        return "sqlite://" + quote(self._path)
+
+    def _create_file(self) -> None:
+        directory = os.path.dirname(self._path)
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            os.close(fd)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create the database {self._path}: {exc}") from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
+        return self._held().conn
+
+    def _held(self) -> _ThreadConnection:
+        try:
+            held: _ThreadConnection = self._local.held
+            return held
+        except AttributeError:
+            return self._connect()
+
+    def _connect(self) -> _ThreadConnection:
+        with self._connections_lock:
+            if self._closed:
+                raise UsageError(f"store {self._path} is closed")
+            try:
+                conn = sqlite3.connect(
+                    self._path,
+                    timeout=self.busy_timeout,
+                    isolation_level=None,  # transactions are explicit
+                    check_same_thread=False,  # so that close() can close every thread's
+                )
+            except sqlite3.Error as exc:
+                raise _storage_error(exc, "opening", self._path) from exc
+            try:
+                conn.execute(f"PRAGMA synchronous={self._synchronous}")
+                conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
+            except sqlite3.Error as exc:
+                conn.close()
+                raise _storage_error(exc, "opening", self._path) from exc
+            self._connections.add(conn)
+            held = self._local.held = _ThreadConnection(conn, self._connections)
+            return held
+
+    def _forget_connections_after_fork(self) -> None:
+        """In a forked child: keep the parent's connections (unused, never closed: closing one
+        here could disturb the parent's locks) and open new ones on demand."""
+        _inherited.extend(self._connections)
+        self._connections = set()
+        self._connections_lock = threading.Lock()
+        self._close_connections.detach()
+        self._close_connections = weakref.finalize(self, _close_all, self._connections, os.getpid())
+        self._local = threading.local()
+        self._write_lock = _write_lock_for(self._path)
+
+    def _close(self) -> None:
+        with self._connections_lock:
+            self._close_connections()
+
+    def _prepare_schema(self, conn: sqlite3.Connection) -> None:
+        """Switch to WAL and create or migrate the schema; refuse files that are not ours."""
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreUnavailable(f"{self._path} cannot use WAL mode (journal mode {mode})")
+            target = len(_MIGRATIONS)
+            if self._schema_state(conn) == (target, APPLICATION_ID):
+                return
+            with self._write_lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    version, app = self._schema_state(conn)
+                    if (version, app) == (0, 0):
+                        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                            raise StoreUnavailable(
+                                f"{self._path} is a SQLite database of another application "
+                                "(it has tables but no agentsession schema)"
+                            )
+                    elif app != APPLICATION_ID:
+                        raise StoreUnavailable(
+                            f"{self._path} is not an agentsession database "
+                            f"(application_id {app:#x})"
+                        )
+                    if version > target:
+                        raise StoreUnavailable(
+                            f"{self._path} has schema version {version}, newer than this "
+                            f"agentsession supports ({target}): upgrade agentsession"
+                        )
+                    for migrate in _MIGRATIONS[version:]:
+                        migrate(conn)
+                    conn.execute(f"PRAGMA user_version={target}")
+                    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                    conn.execute("COMMIT")
+                except BaseException:
+                    _rollback(conn)
+                    raise
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, "opening", self._path) from exc
+
+    @staticmethod
+    def _schema_state(conn: sqlite3.Connection) -> tuple[int, int]:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app = conn.execute("PRAGMA application_id").fetchone()[0]
+        return int(version), int(app)
+
+    def _error(self, action: str, exc: sqlite3.Error, session_id: str = "") -> SessionError:
+        return _storage_error(exc, action, self._path, session_id)
+
+    # -- the backend primitives --------------------------------------------------------------
+
+    def _open_session(self, session_id: str) -> SqliteSession:
+        return SqliteSession(self, session_id)
+
+    def _make_locker(self) -> FileLocker:
+        return FileLocker(self._path + LOCK_DIR_SUFFIX)
+
+    def _exists(self, session_id: str) -> bool:
+        conn = self._connection()
+        try:
+            row = conn.execute(
+                "SELECT 1 FROM sessions WHERE id = CAST(? AS TEXT)", (_text(session_id),)
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise self._error("reading", exc, session_id) from exc
+        return row is not None
+
+    def _list_all(self) -> list[SessionInfo]:
+        conn = self._connection()
+        try:
+            rows = _fetchall(conn, "SELECT id, updated_at, last_seq FROM session_summary", ())
+            return [
+                SessionInfo(id=sid, updated_at=_as_utc(_parse_time(updated)), last_seq=last)
+                for sid, updated, last in rows
+            ]
+        except sqlite3.Error as exc:
+            raise self._error("listing the sessions of", exc) from exc
+        except (TypeError, ValueError) as exc:
+            raise CorruptLogError(
+                f"{self._path}: a session's last event has an unreadable time: {exc}",
+                path=self._path,
+            ) from exc
+
+    def _last_append(self, session_id: str) -> _dt.datetime | None:
+        conn = self._connection()
+        try:
+            row = conn.execute(
+                "SELECT updated_at FROM session_summary WHERE id = CAST(? AS TEXT)",
+                (_text(session_id),),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise self._error("reading", exc, session_id) from exc
+        return None if row is None else _as_utc(_parse_time(row[0]))
+
+    def expired(self) -> builtins.list[str]:
+        """Ids of the sessions whose last append is older than the TTL (empty without TTL)."""
+        self._check_open()
+        if self.ttl is None:
+            return []
+        cutoff = self.clock() - self.ttl
+        return [
+            i.id for i in self._list_all() if i.updated_at is not None and i.updated_at < cutoff
+        ]
+
+    def _delete(self, session_id: str) -> bool:
+        sid = _text(session_id)
+        conn = self._connection()
+        try:
+            with self._write_lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    row = conn.execute(
+                        "SELECT key FROM sessions WHERE id = CAST(? AS TEXT)", (sid,)
+                    ).fetchone()
+                    if row is not None:
+                        base = row[0] << _SEQ_BITS
+                        conn.execute(
+                            "DELETE FROM events WHERE key > ? AND key < ?",
+                            (base, base + _MAX_SEQ + 1),
+                        )
+                        conn.execute("DELETE FROM sessions WHERE key = ?", (row[0],))
+                    conn.execute(
+                        "DELETE FROM meta WHERE kind = 'bind' AND key = CAST(? AS TEXT)", (sid,)
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    _rollback(conn)
+                    raise
+        except sqlite3.Error as exc:
+            raise self._error("deleting from", exc, session_id) from exc
+        return row is not None
+
+    def _meta_get(self, kind: str, key: str) -> str | None:
+        conn = self._connection()
+        try:
+            rows = _fetchall(
+                conn,
+                "SELECT value FROM meta WHERE kind = CAST(? AS TEXT) AND key = CAST(? AS TEXT)",
+                (_text(kind), _text(key)),
+            )
+        except sqlite3.Error as exc:
+            raise self._error(f"reading the {kind} entry {key!r} from", exc) from exc
+        if not rows:
+            return None
+        value = rows[0][0]
+        if not isinstance(value, str):
+            raise CorruptLogError(
+                f"{self._path}: the {kind} entry {key!r} is not text", path=self._path
+            )
+        return value
+
+    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
+        conn = self._connection()
+        try:
+            with self._write_lock:
+                if value is None:
+                    conn.execute(
+                        "DELETE FROM meta WHERE kind = CAST(? AS TEXT) AND key = CAST(? AS TEXT)",
+                        (_text(kind), _text(key)),
+                    )
+                else:
+                    conn.execute(
+                        "INSERT OR REPLACE INTO meta (kind, key, value, updated_at) "
+                        "VALUES (CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), ?)",
+                        (_text(kind), _text(key), _text(value), _utc_iso(self.clock())),
+                    )
+        except sqlite3.Error as exc:
+            raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
