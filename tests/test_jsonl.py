@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -281,62 +276,6 @@ def test_cache_is_keyed_by_resolved_path(tmp_path: Path) -> None:
     assert store_a._cache_key("x") == store_b._cache_key("x")
     other = ags.open_store(tmp_path / "other")
     assert store_a.get("cli:default") is not other.get("cli:default")
-
-
-# -- crashes for real -------------------------------------------------------------------------
-
-_KILLED_WRITER = textwrap.dedent(
-    """
-    import sys
-    import agentsession as ags
-    store = ags.open_store(sys.argv[1])
-    session = store.get("crash")
-    n = 0
-    while True:
-        size = 1 + n % 5
-        filler = "x" * (200 if n % 3 else 300_000)
-        session.append_many([
-            ags.Event.new("test/batch", {"batch": n, "i": i, "of": size, "filler": filler})
-            for i in range(size)
-        ])
-        print(n, flush=True)
-        n += 1
-    """
-)
-
-
-@pytest.mark.parametrize("round_", range(3))
-def test_writer_killed_mid_append_leaves_whole_batches_and_gap_free_seqs(
-    tmp_path: Path, round_: int
-) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_WRITER, str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        acknowledged = -1
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 30
-        while acknowledged < 20 + 15 * round_ and time.monotonic() < deadline:
-            acknowledged = int(proc.stdout.readline())
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    events = ags.open_store(tmp_path).get("crash").read()
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    batches: dict[int, list[int]] = {}
-    for event in events:
-        data = event.payload()
-        batches.setdefault(data["batch"], []).append(data["i"])
-    # Every acknowledged batch survived the kill (durability "flush"), and every batch is whole.
-    assert set(range(acknowledged + 1)) <= set(batches)
-    for batch, items in batches.items():
-        assert items == list(range(1 + batch % 5)), batch
 
 
 # -- durability -------------------------------------------------------------------------------

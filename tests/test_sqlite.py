@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import stat
-import subprocess
-import sys
-import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +16,6 @@ import agentsession as ags
 from agentsession import Compaction, CorruptLogError, Event, Message, StoreUnavailable, UsageError
 from agentsession.backends import sqlite as sqlite_backend
 from agentsession.backends.sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteSession, SqliteStore
-from agentsession.testing.conformance import run_children
 
 
 def open_db(path: Path, **options: Any) -> SqliteStore:
@@ -526,74 +520,3 @@ def test_a_writer_catches_up_on_another_stores_appends_before_its_own(
         other.close()
     assert held.append(Event.new("user/message", Message.user("three"))) == 3
     assert texts(held) == ["one", "two", "three"]
-
-
-# -- many processes, crashes -------------------------------------------------------------------
-
-
-def test_eight_processes_appending_to_one_session_get_seqs_one_to_2000(
-    store: SqliteStore, tmp_path: Path
-) -> None:
-    go = tmp_path / "go"
-    run_children([[store.url, "shared", str(w), "250", str(go)] for w in range(8)], go)
-    events = store.get("shared").read()
-    assert [e.seq for e in events] == list(range(1, 2001))
-    seen = sorted((d["writer"], d["i"]) for d in (e.payload() for e in events))
-    assert seen == sorted((w, i) for w in range(8) for i in range(250))
-
-
-_KILLED_WRITER = textwrap.dedent(
-    """
-    import sys
-    import agentsession as ags
-    store = ags.open_store(sys.argv[1])
-    session = store.get("crash")
-    n = 0
-    while True:
-        size = 1 + n % 5
-        filler = "x" * (200 if n % 3 else 300_000)
-        session.append_many([
-            ags.Event.new("test/batch", {"batch": n, "i": i, "of": size, "filler": filler})
-            for i in range(size)
-        ])
-        print(n, flush=True)
-        n += 1
-    """
-)
-
-
-@pytest.mark.parametrize("round_", range(3))
-def test_writer_killed_mid_batch_leaves_whole_batches_and_gap_free_seqs(
-    db: Path, round_: int
-) -> None:
-    open_db(db).close()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_WRITER, f"sqlite://{db}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        acknowledged = -1
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 30
-        while acknowledged < 20 + 15 * round_ and time.monotonic() < deadline:
-            acknowledged = int(proc.stdout.readline())
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    store = open_db(db)
-    events = store.get("crash").read()
-    store.close()
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    batches: dict[int, list[int]] = {}
-    for event in events:
-        data = event.payload()
-        batches.setdefault(data["batch"], []).append(data["i"])
-    # Every acknowledged batch survived the kill, and every batch is whole.
-    assert set(range(acknowledged + 1)) <= set(batches)
-    for batch, items in batches.items():
-        assert items == list(range(1 + batch % 5)), batch

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -19,7 +21,13 @@ from ..events import Event, decode
 from ..messages import Message, ToolCall, ToolResult
 from ..session import BaseStore
 
-__all__ = ["FakeClock", "StoreConformance", "run_children"]
+__all__ = [
+    "FakeClock",
+    "StoreConformance",
+    "kill_writer_mid_append",
+    "run_children",
+    "start_lock_holder",
+]
 
 
 class FakeClock:
@@ -93,6 +101,54 @@ _LOCK_HOLDER = textwrap.dedent(
             time.sleep(600)
     """
 )
+
+
+_KILLED_WRITER = textwrap.dedent(
+    """
+    import sys
+    import agentsession as ags
+    store = ags.open_store(sys.argv[1])
+    session = store.get(sys.argv[2])
+    n = 0
+    while True:
+        size = 1 + n % 5
+        filler = "x" * (200 if n % 3 else 300_000)
+        session.append_many([
+            ags.Event.new("test/batch", {"batch": n, "i": i, "of": size, "filler": filler})
+            for i in range(size)
+        ])
+        print(n, flush=True)
+        n += 1
+    """
+)
+
+
+def kill_writer_mid_append(url: str, session_id: str, after_batches: int) -> int:
+    """Run a child appending batches of 1..5 events (some of 300 KB) to ``session_id``,
+    SIGKILL it once it acknowledged ``after_batches`` batches, and return the number of the
+    last batch it acknowledged."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, url, session_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        acknowledged = -1
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while acknowledged < after_batches and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                raise AssertionError(proc.stderr.read() if proc.stderr else "writer died")
+            acknowledged = int(line)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        return acknowledged
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def start_lock_holder(url: str, session_id: str) -> subprocess.Popen[str]:
@@ -262,6 +318,27 @@ class StoreConformance:
         events = store.get("eight").read()
         assert [e.seq for e in events] == list(range(1, 2001))
         assert len({(d["writer"], d["i"]) for d in _payloads(events)}) == 2000
+
+    @pytest.mark.parametrize("after_batches", [20, 45])
+    def test_writer_killed_mid_append_leaves_whole_batches_and_gap_free_seqs(
+        self, store: BaseStore, after_batches: int
+    ) -> None:
+        if not self.shared_across_processes:
+            pytest.skip("this backend's data is not shared between processes")
+        acknowledged = kill_writer_mid_append(store.url, "crash", after_batches)
+        events = store.get("crash").read()
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        batches: dict[int, list[int]] = {}
+        for event in events:
+            data = decode(event.data)
+            batches.setdefault(data["batch"], []).append(data["i"])
+        # Every acknowledged batch survived the kill (durability "flush"), and every batch is
+        # whole: all of its events or none.
+        assert set(range(acknowledged + 1)) <= set(batches)
+        for batch, items in batches.items():
+            assert items == list(range(1 + batch % 5)), batch
+        session = store.get("crash")
+        assert session.append(Event.new("test/after")) == len(events) + 1
 
     def test_two_stores_on_the_same_data_see_each_others_appends(
         self, store: BaseStore, tmp_path: Path
@@ -606,7 +683,10 @@ class StoreConformance:
         assert (report.session_id, report.status) == ("conv:crash", "repaired")
         session = store.get("conv:crash")
         assert [e.type for e in session.read()][-4:] == [
-            "tool/result", "step/end", "turn/end", "session/recovery",
+            "tool/result",
+            "step/end",
+            "turn/end",
+            "session/recovery",
         ]
         assert session.messages()[-1].tool_results[0].audit == {"decision": "interrupted"}
         assert store.recover() == []
