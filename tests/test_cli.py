@@ -379,3 +379,47 @@ def test_demo_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "not made by the demo" in result.stderr
     assert (tmp_path / "mine.txt").read_text() == "precious"
+
+
+# -- the SQL stores ---------------------------------------------------------------------------
+
+
+def sql_store_urls(tmp_path: Path) -> list[str]:
+    urls = [f"sqlite:///{tmp_path / 'cli.db'}"]
+    dsn = os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN")
+    if dsn:
+        from .test_conformance_postgres import new_schema_name, url_with_schema
+
+        urls.append(url_with_schema(new_schema_name()))
+    return urls
+
+
+def test_every_command_works_on_the_sql_stores(store_dir: Path, tmp_path: Path) -> None:
+    for url in sql_store_urls(tmp_path):
+        try:
+            code, out, err = invoke(store_dir, "copy", str(store_dir), url)
+            assert code == 0, err
+            assert "copied 3 sessions (29 events)" in out
+            code, out, _ = invoke(url, "ls", "--json")
+            assert sorted(json.loads(line)["id"] for line in out.splitlines()) == [
+                "cli:long",
+                "slack:C001",
+                "slack:C002",
+            ]
+            assert "user U1: Fix the failing test" in invoke(url, "show", "slack:C001")[1]
+            assert "4" in invoke(url, "tail", "slack:C002", "-n", "1")[1].split()[0]
+            assert json.loads(invoke(url, "messages", "slack:C002")[1])[-1]["role"] == "tool"
+            assert "would repair" in invoke(url, "repair", "--all", "--dry-run")[1]
+            assert invoke(url, "repair", "--all")[1].startswith("slack:C002: repaired 1 turn")
+            assert (
+                "compacted"
+                in invoke(url, "compact", "cli:long", "--summary", "S", "--keep-turns", "1")[1]
+            )
+            assert json.loads(invoke(url, "stats", "--json")[1])["incomplete_turns"] == 0
+            assert invoke(url, "rm", "cli:long")[0] == 0
+            assert invoke(url, "migrate")[0] == 0
+        finally:
+            if url.startswith("postgresql"):
+                from .test_conformance_postgres import drop_schemas
+
+                drop_schemas([url.rsplit("schema=", 1)[1]])
