@@ -116,8 +116,10 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
     rate = {k: (len(few) if "fsync" in k else len(items)) / best[k] for k in best}
-    print(f"JSONL store, {args.turns} turns = {len(items)} events "
-          f"({len(few)} for fsync rows), best of {args.repeat}\n")
+    print(
+        f"JSONL store, {args.turns} turns = {len(items)} events "
+        f"({len(few)} for fsync rows), best of {args.repeat}\n"
+    )
     print(f"{'case':<28}{'items/s':>12}{'ms':>10}{'ratio':>9}{'target':>10}")
     rows = [
         ("jsonl append, flush", "flush", rate["flush"] / rate["raw flush"], ">= 0.30"),
