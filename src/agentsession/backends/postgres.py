@@ -62,8 +62,6 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import msgspec
 import psycopg
 import psycopg_pool
-from psycopg.abc import Buffer
-from psycopg.adapt import Loader
 from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import LockTimeout, StorageError, StoreUnavailable, UsageError
@@ -92,13 +90,6 @@ _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 # telling them apart is not worth it: a false positive only sends the event to raw_event).
 _UNSAFE_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
 # -- values -----------------------------------------------------------------------------------
-
-
-class _JsonBytesLoader(Loader):
-    """Load JSONB as its JSON text bytes (the event keeps them as ``msgspec.Raw``)."""
-
-    def load(self, data: Buffer) -> bytes:
-        return bytes(data)
 
 
 def _fits_text(value: str) -> bool:
@@ -197,7 +188,8 @@ def _append_params(session_id: str, events: Sequence[Event]) -> dict[str, Any]:
 
 
 def _event_of(row: Sequence[Any]) -> Event:
-    """An event from the columns ``seq, type, agent, user, time, data, meta, raw_event``."""
+    """An event from the columns ``seq, type, agent, user, time, data, meta, raw_event``
+    (``data`` and ``meta`` as JSON text)."""
     raw = row[7]
     if raw is not None:
         return msgspec.structs.replace(decode_event(raw), seq=row[0])
@@ -679,7 +671,6 @@ class PostgresStore(BaseStore):
             raise self._unavailable(str(exc)) from None
 
     def _configure(self, conn: _Conn) -> None:
-        conn.adapters.register_loader("jsonb", _JsonBytesLoader)
         conn.execute(self._setup)
 
     def _configure_lock(self, conn: _Conn) -> None:

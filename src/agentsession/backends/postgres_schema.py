@@ -176,8 +176,12 @@ def apply_migrations(conn: psycopg.Connection[Any], schema: str) -> list[int]:
 # -- the statements over these tables ----------------------------------------------------------
 
 # Reads return these columns first, in this order (the backend builds events from them).
-_EVENT_COLUMNS = 'seq, type, agent, "user", time, data, meta, raw_event'
-_EVENT_COLUMNS_E = 'e.seq, e.type, e.agent, e."user", e.time, e.data, e.meta, e.raw_event'
+# The JSONB values come as text: the client keeps them as they are (msgspec.Raw), without a
+# per-row loader or parse.
+_EVENT_COLUMNS = 'seq, type, agent, "user", time, data::text, meta::text, raw_event'
+_EVENT_COLUMNS_E = (
+    'e.seq, e.type, e.agent, e."user", e.time, e.data::text, e.meta::text, e.raw_event'
+)
 
 _UPSERT_SESSION = """
     INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq)
