@@ -7,9 +7,9 @@ PostgreSQL rows need a server: the DSN comes from ``--postgres`` or
 ``AGENTSESSION_TEST_POSTGRES_DSN`` (each run uses a fresh schema and drops it).
 
 Printed: append items/s (one event per call, as an agent loop appends), reload ms (a fresh
-store reading every event of the session, best of 3), open-one-of-N-sessions ms (best of 3) (a fresh store opening one
-session of a store holding N and deriving its messages), and for PostgreSQL the aggregate rate
-of 1 and of 8 writer processes on 8 different sessions.
+store reading every event of the session, best of 3), open-one-of-N-sessions ms (a fresh store
+opening one session of a store holding N and deriving its messages, best of 3), and for
+PostgreSQL the aggregate rate of 1 and of 8 writer processes on 8 different sessions.
 
 Targets: SQLite >= 50 % of raw sqlite3 (one INSERT and commit per item, WAL, the same
 synchronous level); reload on every backend <= SQLiteSession's; PostgreSQL with 8 writers on
