@@ -600,7 +600,8 @@ def demo_command(directory: str) -> None:
     """Run a scripted agent through three conversations, crash one, recover and compact."""
     from .demo import run_demo
 
-    run_demo(directory, _console())
+    # Long lines stay whole (the terminal wraps them), so the printed commands copy cleanly.
+    run_demo(directory, Console(file=sys.stdout, soft_wrap=True, highlight=False))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -207,7 +207,7 @@ def _run_crashing_child(directory: Path) -> int:
 
 def run_demo(directory: str | os.PathLike[str], console: Console | None = None) -> None:
     """Run the whole demo in ``directory`` (created, or reset when an earlier demo made it)."""
-    console = console or Console(highlight=False)
+    console = console or Console(highlight=False, soft_wrap=True)
     root = Path(directory)
     _prepare(root)
     started = time.perf_counter()
