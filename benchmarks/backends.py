@@ -9,7 +9,8 @@ PostgreSQL rows need a server: the DSN comes from ``--postgres`` or
 Printed: append items/s (one event per call, as an agent loop appends), reload ms (a fresh
 store reading every event of the session, best of 3), open-one-of-N-sessions ms (a fresh store
 opening one session of a store holding N and deriving its messages, best of 3), and for
-PostgreSQL the aggregate rate of 1 and of 8 writer processes on 8 different sessions.
+PostgreSQL the aggregate rate of 1 and of 8 writer processes on 8 different sessions (best of
+3, interleaved).
 
 Targets: SQLite >= 50 % of raw sqlite3 (one INSERT and commit per item, WAL, the same
 synchronous level); reload on every backend <= SQLiteSession's; PostgreSQL with 8 writers on
@@ -327,8 +328,13 @@ def main() -> None:
             url, _ = postgres_url(pg_dsn)
             schemas.append(urlsplit(url).query.split("schema=")[-1])
             ags.open_store(url).close()  # migrate once before the writers start
-            one = args.writer_events / writers(url, 1, args.writer_events, work)
-            eight = 8 * args.writer_events / writers(url, 8, args.writer_events, work)
+            # Interleaved and best of three each: the machine's speed drifts between runs.
+            one = eight = 0.0
+            for _ in range(3):
+                one = max(one, args.writer_events / writers(url, 1, args.writer_events, work))
+                eight = max(
+                    eight, 8 * args.writer_events / writers(url, 8, args.writer_events, work)
+                )
             pg_rates = (one, eight)
     finally:
         for schema in schemas:
