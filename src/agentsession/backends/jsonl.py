@@ -65,6 +65,10 @@ _MARKER_TYPE = b'"type":"session/compaction"'
 _LINE_HEAD = re.compile(rb'\{"seq":\d+,(?:"more":true,)?\Z')
 _HAS_MORE = re.compile(rb'\{"seq":\d+,"more":true,')
 
+_flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN
+_lseek, _write, _SEEK_END = os.lseek, os.write, os.SEEK_END
+_replace = msgspec.structs.replace
+
 try:
     _datasync = os.fdatasync
 except AttributeError:  # pragma: no cover - macOS
@@ -435,7 +439,8 @@ class JsonlSession(BaseSession):
         """Append one event; returns its seq.
 
         The fast path covers the common case of a writer that saw the file last (nothing to
-        catch up on, no TTL); anything else goes through ``append_many``.
+        catch up on, no TTL); anything else goes through ``append_many``. It is the hot path of
+        an agent loop, hence the local names for every call.
         """
         store = self._store
         if type(event) is Event and event.type and store.ttl is None:
@@ -445,20 +450,20 @@ class JsonlSession(BaseSession):
                 size = self._size
                 if fd >= 0 and size:
                     try:
-                        fcntl.flock(fd, fcntl.LOCK_EX)
+                        _flock(fd, _LOCK_EX)
                         try:
-                            if os.lseek(fd, 0, os.SEEK_END) != size:
+                            if _lseek(fd, 0, _SEEK_END) != size:
                                 seq = 0  # someone else wrote: take the general path
                             else:
                                 seq = self._latest_seq + 1
-                                stored = msgspec.structs.replace(event, seq=seq, time=stamp)
+                                stored = _replace(event, seq=seq, time=stamp)
                                 line = encode_event(stored) + b"\n"
-                                if os.write(fd, line) == len(line) and store.durability == "flush":
+                                if _write(fd, line) == len(line) and store.durability == "flush":
                                     self._size = size + len(line)
                                 else:
                                     self._finish_write(line, size)
                         finally:
-                            fcntl.flock(fd, fcntl.LOCK_UN)
+                            _flock(fd, _LOCK_UN)
                     except OSError as exc:
                         raise self._error("appending to", exc) from exc
                     if seq:
