@@ -598,8 +598,6 @@ class PostgresStore(BaseStore):
             setup += "; SET synchronous_commit TO on"
         self._setup = setup.encode()
 
-        self._prepare_schema(auto_migrate)
-
         name = f"agentsession/{self._target.schema}"
         self._pool: psycopg_pool.ConnectionPool[_Conn] = psycopg_pool.ConnectionPool(
             self._target.conninfo,
@@ -632,7 +630,14 @@ class PostgresStore(BaseStore):
             name=lock_name,
             open=False,
         )
+        # The pool connects in the background while the schema is checked on a direct
+        # connection (which gives the precise error when the server cannot be reached).
         self._pool.open(wait=False)
+        try:
+            self._prepare_schema(auto_migrate)
+        except BaseException:
+            self._pool.close()
+            raise
         self._lock_pool.open(wait=False)
 
     # -- connections and the one translation point ----------------------------------------
