@@ -242,8 +242,9 @@ def hydrate_local_attachments(
         return out
     max_bytes = max_image_bytes if max_image_bytes > 0 else DEFAULT_MAX_IMAGE_BYTES
     if isinstance(workspace, (str, os.PathLike)):
-        ws: Workspace = _RootWorkspace(workspace)
-        root: str | None = ws.root  # type: ignore[attr-defined]
+        rooted = _RootWorkspace(workspace)
+        ws: Workspace = rooted
+        root: str | None = rooted.root
     else:
         ws, root = workspace, None
     last_user = next((i for i in range(len(out) - 1, -1, -1) if out[i].role == "user"), None)
