@@ -20,14 +20,14 @@ def transcript(turns: int, agent: str = "coder") -> Iterator[tuple[str, Any]]:
     steps each with an assistant message making one ~150 B tool call and a ~2 KB tool result,
     a ~500 B final answer, and the turn and step markers (15 events per turn)."""
     for turn in range(turns):
-        yield "turn/start", ags.TurnStart()
+        yield "turn/start", ags.events.TurnStart()
         yield "user/message", ags.Message.user(_text(200, turn))
         for step in range(STEPS_PER_TURN):
             call_id = f"call-{turn}-{step}"
             call = ags.ToolCall(call_id, "read_file", {"path": _text(110, turn), "limit": 200})
-            yield "step/start", ags.StepStart(step=step)
+            yield "step/start", ags.events.StepStart(step=step)
             yield "assistant/message", ags.Message.assistant(tool_calls=[call])
             yield "tool/result", ags.ToolResult(call_id, "read_file", _text(2000, step))
-            yield "step/end", ags.StepEnd(step=step)
+            yield "step/end", ags.events.StepEnd(step=step)
         yield "assistant/message", ags.Message.assistant(_text(500, turn))
-        yield "turn/end", ags.TurnEnd(steps=STEPS_PER_TURN)
+        yield "turn/end", ags.events.TurnEnd(steps=STEPS_PER_TURN)

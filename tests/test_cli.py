@@ -38,9 +38,9 @@ def fill(directory: Path) -> ags.BaseStore:
     crashed = store.get("slack:C002")
     crashed.append_many(
         [
-            ags.Event.new("turn/start", ags.TurnStart(), agent="coder"),
+            ags.Event.new("turn/start", ags.events.TurnStart(), agent="coder"),
             ags.Event.new("user/message", ags.Message.user("deploy"), agent="coder"),
-            ags.Event.new("step/start", ags.StepStart(step=0), agent="coder"),
+            ags.Event.new("step/start", ags.events.StepStart(step=0), agent="coder"),
             ags.Event.new(
                 "assistant/message",
                 ags.Message.assistant(tool_calls=[ags.ToolCall("d1", "deploy", {})]),

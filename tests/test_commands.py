@@ -7,14 +7,19 @@ from pathlib import Path
 import pytest
 
 import agentsession as ags
-from agentsession.commands import (
+from agentsession.chat.commands import (
     Command,
     CommandRegistry,
     default_commands,
     resolve_active_session_id,
 )
-from agentsession.envelope import TurnEnvelope, apply_envelope, with_conversation
-from agentsession.routing import session_route_from_delivery
+from agentsession.chat.envelope import TurnEnvelope, apply_envelope, with_conversation
+from agentsession.chat.identity import (
+    active_session,
+    cli_current,
+    set_active_session,
+)
+from agentsession.chat.routing import session_route_from_delivery
 
 
 @pytest.fixture
@@ -32,8 +37,8 @@ def test_store_offers_new_and_session(store: ags.BaseStore) -> None:
 
 def test_new_on_the_command_line_moves_the_cli_pointer(store: ags.BaseStore) -> None:
     fresh = default_commands(store).dispatch("/new")
-    assert store.cli_current() == fresh
-    assert ags.open_store(store.url).cli_current() == fresh
+    assert cli_current(store) == fresh
+    assert cli_current(ags.open_store(store.url)) == fresh
 
 
 def test_new_in_a_chat_maps_the_entry_key_to_a_fresh_session(store: ags.BaseStore) -> None:
@@ -43,9 +48,9 @@ def test_new_in_a_chat_maps_the_entry_key_to_a_fresh_session(store: ags.BaseStor
     with apply_envelope(env):
         fresh = default_commands(store).dispatch("/new")
     assert fresh is not None and fresh.startswith("slack:C001:new:")
-    assert store.active_session("slack:C001") == fresh
+    assert active_session(store, "slack:C001") == fresh
     assert resolve_active_session_id(store, "slack:C001") == fresh
-    assert store.cli_current() == "cli:default"
+    assert cli_current(store) == "cli:default"
 
 
 def test_new_uses_the_configured_thread_scope(store: ags.BaseStore) -> None:
@@ -56,8 +61,8 @@ def test_new_uses_the_configured_thread_scope(store: ags.BaseStore) -> None:
     )
     with apply_envelope(env):
         fresh = default_commands(store).dispatch("/new")
-    assert store.active_session("slack:C001:t:17.9") == fresh
-    assert store.active_session("slack:C001") == "slack:C001"
+    assert active_session(store, "slack:C001:t:17.9") == fresh
+    assert active_session(store, "slack:C001") == "slack:C001"
 
 
 def test_session_reports_id_location_and_counts(store: ags.BaseStore) -> None:
@@ -79,7 +84,7 @@ def test_session_reports_id_location_and_counts(store: ags.BaseStore) -> None:
 
 
 def test_session_follows_the_active_mapping(store: ags.BaseStore) -> None:
-    store.set_active_session("slack:C001", "slack:C001:new:x")
+    set_active_session(store, "slack:C001", "slack:C001:new:x")
     with with_conversation("slack:C001"):
         reply = default_commands(store).dispatch("/session")
     assert reply is not None and reply.startswith("session id: slack:C001:new:x\n")

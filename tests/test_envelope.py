@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import msgspec
 import pytest
 
-from agentsession.envelope import (
+from agentsession.chat.envelope import (
     ACTIVE_ENTRY_DELIVERY,
     ACTIVE_ENTRY_EFFECTIVE,
     METADATA_SESSION_SCOPE,
@@ -31,12 +31,12 @@ from agentsession.envelope import (
     conversation_from_event,
     conversation_from_loop_request,
     conversation_id,
+    current_envelope,
     decode_message_event,
     decode_turn_envelope,
     default_route_policy,
     delivery_from_envelope,
     delivery_route_from_context,
-    envelope,
     inbound_delivery_id,
     metadata_from_context,
     platform_from_context,
@@ -45,7 +45,6 @@ from agentsession.envelope import (
     resolve_envelope,
     route_policy_for_platform,
     route_ref_from_context,
-    session_id_from_context,
     session_scope_from_context,
     sync_message_event,
     unregister_platform_policy,
@@ -56,9 +55,7 @@ from agentsession.envelope import (
     with_workspace,
     workspace_from_context,
 )
-from agentsession.errors import UsageError
-from agentsession.events import encode
-from agentsession.routing import (
+from agentsession.chat.routing import (
     RouteRef,
     SessionRouteTarget,
     build_delivery_id,
@@ -67,6 +64,8 @@ from agentsession.routing import (
     route_session_id,
     session_route_from_delivery,
 )
+from agentsession.errors import UsageError
+from agentsession.events import encode
 
 
 def delivery_route(platform: str, delivery_id: str) -> RouteRef:
@@ -267,8 +266,8 @@ def test_applied_envelope_is_read_by_every_accessor() -> None:
     )
     with apply_envelope(env) as applied:
         assert applied is env
-        assert envelope() is env
-        assert session_id_from_context() == "slack:C001:new:20260101"
+        assert current_envelope() is env
+        assert conversation_id() == "slack:C001:new:20260101"
         assert conversation_id() == "slack:C001:new:20260101"
         assert agent_id_from_context() == "coder"
         assert delivery_route_from_context() == "slack:C001:t:1:u:U1"
@@ -280,7 +279,7 @@ def test_applied_envelope_is_read_by_every_accessor() -> None:
 
 
 def test_the_envelope_is_zero_when_none_is_set() -> None:
-    assert contextvars.Context().run(envelope) == TurnEnvelope()
+    assert contextvars.Context().run(current_envelope) == TurnEnvelope()
     assert conversation_id() == ""
     assert metadata_from_context() is None
     assert delivery_route_from_context() == ""
@@ -292,7 +291,7 @@ def test_leaving_the_with_block_restores_the_previous_envelope() -> None:
         with apply_envelope(TurnEnvelope(conversation="inner")):
             assert conversation_id() == "inner"
         assert conversation_id() == "outer"
-    assert envelope() == TurnEnvelope()
+    assert current_envelope() == TurnEnvelope()
 
 
 def test_a_plain_call_keeps_the_change_until_reset() -> None:
@@ -311,27 +310,27 @@ def test_with_route_changes_only_the_route() -> None:
     )
     with apply_envelope(base), with_route(delivery_route("slack", "slack:C002")):
         assert delivery_route_from_context() == "slack:C002"
-        assert session_id_from_context() == "slack:C001"
-        assert envelope().workspace == "slack:C001"
+        assert conversation_id() == "slack:C001"
+        assert current_envelope().workspace == "slack:C001"
 
 
 def test_each_with_function_restores_the_previous_envelope_on_exit() -> None:
     base = TurnEnvelope(conversation="c", workspace="w", agent_id="a")
     with apply_envelope(base):
         with with_conversation("c2"):
-            assert envelope() == base.with_conversation("c2")
+            assert current_envelope() == base.with_conversation("c2")
         with with_workspace("w2"):
-            assert envelope() == base.with_workspace("w2")
+            assert current_envelope() == base.with_workspace("w2")
         with with_agent_id("a2"):
-            assert envelope() == base.with_agent_id("a2")
-        assert envelope() == base
+            assert current_envelope() == base.with_agent_id("a2")
+        assert current_envelope() == base
 
 
 def test_context_with_delivery_route_keeps_the_rest_of_the_envelope() -> None:
     base = TurnEnvelope(conversation="slack:C1", agent_id="coder", actor=ActorRef(user_id="U1"))
     with apply_envelope(base), context_with_delivery_route("slack", "slack:C1:t:2.0"):
         assert delivery_route_from_context() == "slack:C1:t:2.0"
-        assert envelope().with_route(RouteRef()) == base
+        assert current_envelope().with_route(RouteRef()) == base
 
 
 def test_threads_each_see_their_own_envelope() -> None:
@@ -360,7 +359,7 @@ def test_workspace_from_context_derives_the_channel_from_the_delivery_route(
 ) -> None:
     with (
         context_with_delivery_route("slack", "slack:C001:t:17.9:u:U111"),
-        caplog.at_level(logging.WARNING, logger="agentsession.envelope"),
+        caplog.at_level(logging.WARNING, logger="agentsession.chat.envelope"),
     ):
         assert workspace_from_context() == "slack:C001"
     assert "set TurnEnvelope.workspace" in caplog.text
@@ -372,7 +371,7 @@ def test_workspace_from_context_falls_back_to_the_conversation(
 ) -> None:
     with (
         apply_envelope(TurnEnvelope(conversation="cli:default")),
-        caplog.at_level(logging.WARNING, logger="agentsession.envelope"),
+        caplog.at_level(logging.WARNING, logger="agentsession.chat.envelope"),
     ):
         assert workspace_from_context() == "cli:default"
     assert "derived from the conversation" in caplog.text

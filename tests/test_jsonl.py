@@ -253,7 +253,7 @@ def test_open_reads_from_the_last_compaction_marker_and_read_still_returns_every
     session = store.get("s")
     for n in range(50):
         session.append(Event.new("user/message", Message.user(f"m{n}")))
-    summary = ags.Compaction(
+    summary = ags.events.Compaction(
         summary=Message.user("summary"), first_kept_seq=50, retained_tail=[Message.user("m49")]
     )
     marker_seq = session.append(Event.new("session/compaction", summary))

@@ -23,6 +23,9 @@ import msgspec
 import pytest
 
 from agentsession import Event, Message, StorageError, StoreUnavailable, UsageError, open_store
+from agentsession.chat.identity import (
+    bind_agent,
+)
 from agentsession.events import COMPACTION, decode
 from agentsession.testing.conformance import run_children, start_lock_holder
 
@@ -443,7 +446,7 @@ def test_read_on_a_connection_that_dies_is_retried_once(
         # Skip the idle-connection check, so the read really meets the dead connection.
         monkeypatch.setattr(postgres, "_looks_dead", lambda conn: False)
         assert terminate(admin, f"agentsession/{schema}") == 1
-        with caplog.at_level("INFO", logger="agentsession.postgres"):
+        with caplog.at_level("INFO", logger="agentsession.backends.postgres"):
             assert [decode(e.data)["n"] for e in session._storage_read(0, None)] == [0, 1, 2]
         assert "retrying once" in caplog.text
 
@@ -558,7 +561,7 @@ def test_session_ids_text_cannot_hold_are_refused(store: PostgresStore) -> None:
         assert not store.exists(bad)
         assert store.delete(bad) is False
     with pytest.raises(UsageError):
-        store.set_agent_bind("s", "agent\x00")
+        bind_agent(store, "s", "agent\x00")
 
 
 def test_list_prefix_is_literal(store: PostgresStore) -> None:

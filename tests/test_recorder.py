@@ -6,8 +6,9 @@ import pytest
 
 import agentsession as ags
 from agentsession import recorder
-from agentsession.envelope import ActorRef, TurnEnvelope, apply_envelope
+from agentsession.chat.envelope import ActorRef, TurnEnvelope, apply_envelope
 from agentsession.events import TurnEnd
+from agentsession.media import AGENTKIT_STORAGE_POLICY
 from agentsession.validation import provider_errors
 
 
@@ -132,7 +133,7 @@ def test_turn_defaults_come_from_the_envelope(session: ags.BaseSession) -> None:
 
 def test_helpers_record_every_kind_of_event(session: ags.BaseSession) -> None:
     with session.turn(agent="a") as turn:
-        turn.todos([ags.Todo("1", "read"), ags.Todo("2", "fix", "done")])
+        turn.todos([ags.events.Todo("1", "read"), ags.events.Todo("2", "fix", "done")])
         turn.retry_start(1, 3, 500, "429")
         turn.retry_end(True, 2)
         turn.summarization_retry_start(1, 2)
@@ -160,52 +161,55 @@ def test_helpers_record_every_kind_of_event(session: ags.BaseSession) -> None:
     ]
 
 
-def test_plain_functions_keep_agentkit_names(session: ags.BaseSession) -> None:
-    recorder.append_turn_start(session, "a")
-    recorder.append_message(session, "a", "user/message", ags.Message.user("hi"), user="U1")
-    recorder.append_step_start(session, "a", 0)
-    recorder.append_tool_call(session, "a", ags.ToolCall("c", "t"))
-    recorder.append_tool_result(session, "a", ags.ToolResult("c", "t", "r"))
-    recorder.append_step_end(session, "a", 0)
-    recorder.append_turn_end(session, "a", 1)
-    assert kinds(session) == [
-        "turn/start",
-        "user/message",
-        "step/start",
-        "tool/call",
-        "tool/result",
-        "step/end",
-        "turn/end",
-    ]
-    assert session.read()[1].user == "U1"
-
-
-def test_append_message_sanitizes_and_records_logical_chars(session: ags.BaseSession) -> None:
-    big = ags.Message.user("x" * 12000)
-    recorder.append_message(session, "", "user/message", big, user="")
-    event = session.read()[0]
+def test_a_policy_sanitizes_and_records_logical_chars(session: ags.BaseSession) -> None:
+    with session.turn(storage=AGENTKIT_STORAGE_POLICY) as turn:
+        turn.user("x" * 12000)
+    event = session.read()[1]
     assert event.meta["logical_chars"] >= 12000
     stored = event.payload().text
     assert stored.endswith("\n...[truncated]") and len(stored.encode()) < 9000
 
 
-def test_append_message_keeps_short_messages_without_logical_chars(
-    session: ags.BaseSession,
-) -> None:
-    recorder.append_message(session, "", "assistant/message", ags.Message.assistant("short"))
-    assert session.read()[0].meta == {}
+def test_without_a_policy_long_text_is_stored_whole(session: ags.BaseSession) -> None:
+    with session.turn() as turn:
+        turn.user("x" * 12000)
+        turn.assistant("y" * 50000)
+    events = session.read()
+    assert events[1].payload().text == "x" * 12000
+    assert events[2].payload().text == "y" * 50000
+    assert events[1].meta == {} and events[2].meta == {}
 
 
-def test_append_message_never_stamps_the_user_on_assistant_messages(
-    session: ags.BaseSession,
-) -> None:
-    with apply_envelope(TurnEnvelope(actor=ActorRef(user_id="U9"))):
-        recorder.append_message(session, "", "assistant/message", ags.Message.assistant("x"))
-    assert session.read()[0].user == ""
+def test_short_messages_get_no_logical_chars(session: ags.BaseSession) -> None:
+    with session.turn(storage=AGENTKIT_STORAGE_POLICY) as turn:
+        turn.assistant("short")
+    assert session.read()[1].meta == {}
+
+
+def test_the_user_is_never_stamped_on_assistant_messages(session: ags.BaseSession) -> None:
+    with apply_envelope(TurnEnvelope(actor=ActorRef(user_id="U9"))), session.turn() as turn:
+        turn.user("hi")
+        turn.assistant("x")
+    events = session.read()
+    assert events[1].user == "U9"
+    assert events[2].user == ""
 
 
 def test_large_tool_call_arguments_stay_valid_json(session: ags.BaseSession) -> None:
     args = {"content": "y" * 20000, "path": "big.txt"}
     msg = ags.Message.assistant(tool_calls=[ags.ToolCall("w", "write", args)])
-    recorder.append_message(session, "", "assistant/message", msg)
-    assert session.read()[0].payload().tool_calls[0].arguments == args
+    with session.turn(storage=AGENTKIT_STORAGE_POLICY) as turn:
+        turn.assistant(msg)
+    assert session.read()[1].payload().tool_calls[0].arguments == args
+
+
+def test_without_an_envelope_turns_have_empty_defaults(session: ags.BaseSession) -> None:
+    previous = recorder._context_defaults
+    recorder.set_context_defaults(None)
+    try:
+        with session.turn() as turn:
+            turn.user("hi")
+        assert {e.agent for e in session.read()} == {""}
+        assert session.read()[1].user == ""
+    finally:
+        recorder.set_context_defaults(previous)

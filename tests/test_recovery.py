@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import agentsession as ags
+import agentsession.derive as ags_derive
 from agentsession.derive import Deriver
 from agentsession.events import (
     ASSISTANT_MESSAGE,
@@ -324,7 +325,7 @@ def test_repair_appends_result_step_end_turn_end_and_recovery_in_one_batch(
     assert [e.seq for e in written] == [6, 7, 8, 9]
     assert [e.type for e in written] == [TOOL_RESULT, STEP_END, TURN_END, SESSION_RECOVERY]
     assert {e.agent for e in written} == {"coder"}
-    assert written[0].payload() == ags.interrupted_tool_result(call("call-b"))
+    assert written[0].payload() == ags_derive.interrupted_tool_result(call("call-b"))
     assert written[1].payload() == StepEnd(step=0)
     assert written[2].payload() == TurnEnd(steps=1)
     assert written[3].payload() == SessionRecovery(
@@ -483,7 +484,7 @@ def test_crashed_session_is_repaired_once_before_the_next_turn(store: ags.BaseSt
     assert len(of_type(session, TURN_END)) == 3
     assert scan_incomplete(session.read()) is None
     crashed_call = [r for r in interrupted(history) if r.call_id == "call-b"]
-    assert crashed_call == [ags.interrupted_tool_result(call("call-b"))]
+    assert crashed_call == [ags_derive.interrupted_tool_result(call("call-b"))]
     # The interrupted result is stored, not a stand-in derive had to make up.
     assert Deriver.from_events(session.read(), "coder").unanswered_calls() == []
 

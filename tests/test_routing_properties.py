@@ -22,7 +22,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentsession.routing import (
+from agentsession.chat.routing import (
     OPAQUE_PLATFORMS,
     SCHEDULE_PLATFORM,
     SCOPES,

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 import agentsession as ags
+import agentsession.derive as ags_derive
 from agentsession.events import (
     ASSISTANT_MESSAGE,
     RUN_FINISH,
@@ -143,7 +144,7 @@ def test_run_start_seq_ignores_continuations() -> None:
     cont = TurnContinue(segment=1, reason="max steps", messages=[Message.user("keep going")])
     events = numbered(user("start"), Event.new(TURN_CONTINUE, cont))
     assert run_start_seq(events) == 1
-    assert len(ags.index_messages_for_compaction(events)) == 2  # still model-visible
+    assert len(ags_derive.index_messages_for_compaction(events)) == 2  # still model-visible
 
 
 # -- assistant text, steps --------------------------------------------------------------------

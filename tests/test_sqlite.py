@@ -13,9 +13,16 @@ from typing import Any
 import pytest
 
 import agentsession as ags
-from agentsession import Compaction, CorruptLogError, Event, Message, StoreUnavailable, UsageError
+from agentsession import CorruptLogError, Event, Message, StoreUnavailable, UsageError
 from agentsession.backends import sqlite as sqlite_backend
 from agentsession.backends.sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteSession, SqliteStore
+from agentsession.chat.identity import (
+    active_session,
+    agent_binding,
+    bind_agent,
+    set_active_session,
+)
+from agentsession.events import Compaction
 
 
 def open_db(path: Path, **options: Any) -> SqliteStore:
@@ -214,15 +221,15 @@ def test_ids_and_strings_that_utf8_cannot_carry_round_trip(store: SqliteStore) -
     sid = "lone \ud800 id"
     session = store.get(sid)
     session.append(Event.new("test/\udfff", {"n": 1}, agent="a\ud800", user="u\udc00"))
-    store.set_agent_bind(sid, "agent\ud800")
-    store.set_active_session("key\ud801", sid)
+    bind_agent(store, sid, "agent\ud800")
+    set_active_session(store, "key\ud801", sid)
     fresh = open_db(store.path)
     try:
         [event] = fresh.get(sid).read()
         assert (event.type, event.agent, event.user) == ("test/\udfff", "a\ud800", "u\udc00")
         assert [i.id for i in fresh.list()] == [sid]
-        assert fresh.agent_bind(sid) == "agent\ud800"
-        assert fresh.active_session("key\ud801") == sid
+        assert agent_binding(fresh, sid) == "agent\ud800"
+        assert active_session(fresh, "key\ud801") == sid
         assert fresh.exists(sid) and not fresh.exists("lone \ud801 id")
     finally:
         fresh.close()
@@ -353,8 +360,8 @@ def test_a_v1_database_built_from_the_v1_ddl_opens_and_keeps_working(db: Path) -
     assert events[0].user == "U1" and events[0].time is not None
     assert events[1].time is not None and events[1].time.microsecond == 500000
     assert events[3].payload() == {"x": [1, 2]}
-    assert store.agent_bind("slack:C001") == "coder"
-    assert store.active_session("slack:C001:t:1") == "slack:C001:t:1:new:1"
+    assert agent_binding(store, "slack:C001") == "coder"
+    assert active_session(store, "slack:C001:t:1") == "slack:C001:t:1:new:1"
     [info] = store.list()
     assert (info.id, info.last_seq) == ("slack:C001", 4)
     assert session.append(Event.new("user/message", Message.user("again"))) == 5
@@ -475,7 +482,7 @@ def test_delete_removes_rows_and_binding_together_and_spares_other_sessions(
 ) -> None:
     for sid in ("gone", "kept"):
         store.get(sid).append(Event.new("test/n"))
-        store.set_agent_bind(sid, "coder")
+        bind_agent(store, sid, "coder")
     assert store.delete("gone") is True
     with raw(db) as conn:
         counts = [
@@ -487,7 +494,7 @@ def test_delete_removes_rows_and_binding_together_and_spares_other_sessions(
             )
         ]
     assert counts == [0, 0, 0]
-    assert store.agent_bind("kept") == "coder" and store.get("kept").latest_seq == 1
+    assert agent_binding(store, "kept") == "coder" and store.get("kept").latest_seq == 1
 
 
 def test_a_recreated_session_is_detected_even_when_it_grew_past_the_old_one(

@@ -1,34 +1,25 @@
 """agentsession: durable, crash-safe sessions for LLM agents.
 
-One append-only event log per conversation; the model-visible history, run state, crash
-recovery and routing are derived from it. Start with :func:`open_store`.
+One append-only event log per conversation; the model-visible history, run state and crash
+recovery are derived from it. Start with :func:`open_store`.
+
+This namespace is the core surface. Event payload types and type constants are in
+:mod:`agentsession.events`; the chat layer (routing, the turn envelope, ``/new``) is
+:mod:`agentsession.chat`; opt-in storage and media policies are :mod:`agentsession.media`; the
+conformance suite for backends is :mod:`agentsession.testing`.
 """
 
 from __future__ import annotations
 
-from . import derive
-from .commands import CommandRegistry, default_commands, resolve_active_session_id
-from .compaction import prune
-from .derive import (
-    INTERRUPTED_TOOL_RESULT_TEXT,
-    IndexedMessage,
-    index_messages_for_compaction,
-    interrupted_tool_result,
-)
-from .envelope import (
-    ActorRef,
-    MessageEvent,
-    RoutePolicy,
-    TurnEnvelope,
-    active_entry_key_from_context,
-    apply_envelope,
-    default_route_policy,
-    envelope,
-    resolve_envelope,
-    with_agent_id,
-    with_conversation,
-    with_route,
-    with_workspace,
+from . import events
+from .contract import (
+    Durability,
+    IncompleteTurn,
+    RecoveryReport,
+    Session,
+    SessionInfo,
+    Store,
+    StoreRecoveryReport,
 )
 from .errors import (
     ConflictError,
@@ -42,29 +33,7 @@ from .errors import (
     StoreUnavailable,
     UsageError,
 )
-from .events import (
-    Compaction,
-    Event,
-    OverflowRecovery,
-    RetryEnd,
-    RetryStart,
-    RunFinish,
-    SessionRecovery,
-    SkillLoad,
-    StepEnd,
-    StepStart,
-    SubagentEnd,
-    SubagentStart,
-    SummarizationRetryEnd,
-    SummarizationRetryStart,
-    Todo,
-    TodoUpdate,
-    TurnContinue,
-    TurnEnd,
-    TurnError,
-    TurnStart,
-    Usage,
-)
+from .events import Event
 from .locks import TurnLock
 from .messages import (
     AttachmentRef,
@@ -78,43 +47,17 @@ from .messages import (
     ToolResult,
 )
 from .recorder import Step, Turn
-from .recovery import (
-    IncompleteTurn,
-    RecoveryReport,
-    StoreRecoveryReport,
-    recover_store,
-    repair_all_incomplete,
-    repair_incomplete,
-    scan_all_incomplete,
-    scan_incomplete,
-)
-from .routing import (
-    RouteRef,
-    SessionRouteTarget,
-    apply_scope,
-    build_delivery_id,
-    new_session_id,
-    parse_delivery,
-    session_route_from_delivery,
-    workspace_dir_name,
-    workspace_key,
-)
+from .recovery import repair_incomplete, scan_incomplete
 from .runstate import RunState, load_run_state
-from .sanitize import hydrate_local_attachments, sanitize_for_storage
-from .session import BaseSession, BaseStore, Durability, Session, SessionInfo, Store
-from .store import open_store
-from .validation import assert_provider_valid, provider_errors
+from .session import BaseSession
+from .store import BaseStore, open_store
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "INTERRUPTED_TOOL_RESULT_TEXT",
-    "ActorRef",
     "AttachmentRef",
     "BaseSession",
     "BaseStore",
-    "CommandRegistry",
-    "Compaction",
     "ConflictError",
     "CorruptLogError",
     "DuplicateSession",
@@ -123,85 +66,32 @@ __all__ = [
     "FilePart",
     "ImagePart",
     "IncompleteTurn",
-    "IndexedMessage",
     "LockTimeout",
     "Message",
-    "MessageEvent",
-    "OverflowRecovery",
     "Part",
     "RecoveryReport",
-    "RetryEnd",
-    "RetryStart",
-    "RoutePolicy",
-    "RouteRef",
-    "RunFinish",
     "RunState",
     "Session",
     "SessionError",
     "SessionExpired",
     "SessionInfo",
     "SessionNotFound",
-    "SessionRecovery",
-    "SessionRouteTarget",
-    "SkillLoad",
     "Step",
-    "StepEnd",
-    "StepStart",
     "StorageError",
     "Store",
     "StoreRecoveryReport",
     "StoreUnavailable",
-    "SubagentEnd",
-    "SubagentStart",
-    "SummarizationRetryEnd",
-    "SummarizationRetryStart",
     "TextPart",
     "ThinkingPart",
-    "Todo",
-    "TodoUpdate",
     "ToolCall",
     "ToolResult",
     "Turn",
-    "TurnContinue",
-    "TurnEnd",
-    "TurnEnvelope",
-    "TurnError",
     "TurnLock",
-    "TurnStart",
-    "Usage",
     "UsageError",
     "__version__",
-    "active_entry_key_from_context",
-    "apply_envelope",
-    "apply_scope",
-    "assert_provider_valid",
-    "build_delivery_id",
-    "default_commands",
-    "default_route_policy",
-    "derive",
-    "envelope",
-    "hydrate_local_attachments",
-    "index_messages_for_compaction",
-    "interrupted_tool_result",
+    "events",
     "load_run_state",
-    "new_session_id",
     "open_store",
-    "parse_delivery",
-    "provider_errors",
-    "prune",
-    "recover_store",
-    "repair_all_incomplete",
     "repair_incomplete",
-    "resolve_active_session_id",
-    "resolve_envelope",
-    "sanitize_for_storage",
-    "scan_all_incomplete",
     "scan_incomplete",
-    "session_route_from_delivery",
-    "with_agent_id",
-    "with_conversation",
-    "with_route",
-    "with_workspace",
-    "workspace_dir_name",
-    "workspace_key",
 ]

@@ -27,8 +27,8 @@ from . import events as ev
 from .errors import SessionError, SessionNotFound, StoreUnavailable, UsageError
 from .events import Event, encode, encode_event
 from .messages import Message, ToolCall, ToolResult
-from .session import BaseSession, BaseStore
-from .store import open_store
+from .session import BaseSession
+from .store import BaseStore, open_store
 
 __all__ = ["main"]
 

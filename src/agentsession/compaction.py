@@ -1,27 +1,41 @@
-"""Compaction: replacing old history with a summary, on a turn boundary, without deleting it.
+"""Compaction planning: where to cut the history, and the marker that records the cut.
 
-:func:`compact` appends a ``session/compaction`` marker holding the summary, the seq of the first
-event kept verbatim (always a turn boundary) and the kept messages themselves (the retained
-tail), so the marker alone rebuilds the history: derive starts from it, and opening a session
-reads from the last marker on. The events before it stay in storage and ``read()`` returns them.
+A pure planner over a session's derived history: it reads a :class:`~agentsession.derive.Deriver`
+and the events of the window and returns the :class:`~agentsession.events.Compaction` payload
+to append, or None. ``Session.compact()`` and the store's history cap call it with the session
+lock held and append the marker only if the log has not grown since the plan was made (a
+conditional append), planning again when it has.
 
-A history cap (lango's ``max_messages``) is the same mechanism with ``kind="prune"`` and no
-summary: :func:`prune` keeps the most recent whole turns that fit.
+A marker holds the summary, the seq of the first event kept verbatim (always a turn boundary)
+and the kept messages themselves (the retained tail), so the marker alone rebuilds the history:
+derive starts from it, and opening a session reads from the last marker on. The events before
+it stay in storage and ``read()`` returns them.
+
+**Turns.** Cuts fall only between whole turns. A turn begins at a ``turn/start`` event (at a
+user message in a log without turn markers) and, inside the retained tail of an earlier marker,
+at each user message it kept (the tail itself began at a turn boundary). Counting the turns a
+marker retained is what lets a second compaction or prune cut inside them.
+
+A history cap (lango's ``max_messages``) is the same mechanism with ``kind="prune"``: it keeps
+the most recent whole turns whose messages fit the cap, carrying the current summary forward.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from .derive import Deriver, IndexedMessage
 from .errors import UsageError
-from .events import COMPACTION, TURN_START, USER_MESSAGE, Compaction, Event
+from .events import TURN_START, USER_MESSAGE, Compaction, Event, compaction_of
 from .messages import Message
 
-if TYPE_CHECKING:
-    from .session import BaseSession
-
-__all__ = ["compact", "memory_cutoff_seq", "previous_summary_text", "prune", "turn_boundaries"]
+__all__ = [
+    "memory_cutoff_seq",
+    "plan_compaction",
+    "plan_prune",
+    "previous_summary_text",
+    "turn_cuts",
+]
 
 
 def memory_cutoff_seq(data: Compaction) -> int:
@@ -39,42 +53,80 @@ def previous_summary_text(data: Compaction) -> str:
     return data.summary.text if data.summary is not None else ""
 
 
-def turn_boundaries(events: list[Event], deriver: Deriver) -> list[int]:
-    """Seqs where turns start after the deriver's latest compaction: ``turn/start`` events, or
-    user messages in a log without turn markers."""
-    base = 0
+def _marker_base(events: Sequence[Event], deriver: Deriver) -> int:
+    """Seq after which the window's events are replayed live by ``deriver``: the latest marker
+    that passes its filter (its ``before_seq`` for a legacy marker), or 0."""
     for event in reversed(events):
-        if event.type == COMPACTION and deriver.passes(event):
-            base = event.seq
+        if deriver.passes(event):
+            data = compaction_of(event)
+            if data is not None:
+                return event.seq if data.rebuilds_history else data.before_seq
+    return 0
+
+
+def turn_cuts(events: Sequence[Event], deriver: Deriver) -> list[tuple[int, int]]:
+    """Where the derived history can be cut: ``(entry index, first kept seq)`` for the start of
+    every turn, earliest first.
+
+    ``events`` is the session's window (every event from the latest marker on, or from the
+    legacy marker's ``before_seq``). The summary entry is never a turn start.
+    """
+    entries = deriver.committed()
+    base = _marker_base(events, deriver)
+    live = [e for e in events if e.seq > base and deriver.passes(e)]
+    starts = [e.seq for e in live if e.type == TURN_START]
+    if not starts:
+        starts = [e.seq for e in live if e.type == USER_MESSAGE]
+    cuts: dict[int, int] = {}
+    first = 1 if deriver.summary is not None else 0
+    # Messages a marker retained come before every live one; their seq is the marker's.
+    for index in range(first, len(entries)):
+        entry = entries[index]
+        if entry.seq > base:
             break
-    recent = [e for e in events if e.seq > base and deriver.passes(e)]
-    starts = [e.seq for e in recent if e.type == TURN_START]
-    return starts or [e.seq for e in recent if e.type == USER_MESSAGE]
+        if entry.is_turn_start and entry.message.role == "user":
+            cuts[index] = entry.seq
+    # Live turns: the first entry at or after each turn's first event.
+    position = first
+    for seq in starts:
+        while position < len(entries) and (
+            entries[position].seq < seq or entries[position].seq <= base
+        ):
+            position += 1
+        if position == len(entries):
+            break
+        cuts.setdefault(position, seq)
+    if first < len(entries) and first not in cuts and entries[first].message.role != "tool":
+        # The history opens mid-turn (a tail kept by hand): its start is a boundary too.
+        cuts[first] = entries[first].seq
+    return sorted(cuts.items())
 
 
-def _tail(entries: list[IndexedMessage], first_kept_seq: int) -> list[Message]:
+def _tail_from_seq(entries: Sequence[IndexedMessage], first_kept_seq: int) -> list[Message]:
     tail = [e.message for e in entries if e.seq >= first_kept_seq]
     while tail and tail[0].role == "tool":  # never start inside a tool exchange
         tail.pop(0)
     return tail
 
 
-def compact(
-    session: BaseSession,
-    summary: Message | str | None,
+def plan_compaction(
+    events: Sequence[Event],
+    deriver: Deriver,
+    latest_seq: int,
+    summary: Message | None,
     *,
     keep_turns: int | None = None,
     first_kept_seq: int | None = None,
     tokens_before: int = 0,
-    agent: str | None = None,
     kind: str = "summary",
-) -> int | None:
-    """Append a compaction marker; returns its seq, or None when there is nothing to drop.
+    session_id: str = "",
+) -> Compaction | None:
+    """The marker that replaces the history before a turn boundary by ``summary``, or None
+    when there is nothing to drop.
 
-    Give ``keep_turns`` (how many of the latest turns stay verbatim) or ``first_kept_seq`` (the
-    first event to keep; it should be a turn boundary). The marker applies to ``agent``'s
-    history (all agents when None). Raises :class:`UsageError` while tool calls are unanswered:
-    compact between turns or steps, after repairing a crashed turn.
+    Give ``keep_turns`` (how many of the latest turns stay verbatim; 0 keeps none) or
+    ``first_kept_seq`` (the first event to keep; it should be a turn boundary). Raises
+    :class:`UsageError` while tool calls are unanswered.
     """
     if (keep_turns is None) == (first_kept_seq is None):
         raise UsageError("compact() needs exactly one of keep_turns and first_kept_seq")
@@ -82,61 +134,81 @@ def compact(
         raise UsageError(f"keep_turns must be >= 0, not {keep_turns}")
     if kind not in ("summary", "prune"):
         raise UsageError(f"compaction kind must be 'summary' or 'prune', not {kind!r}")
-    if isinstance(summary, str):
-        summary = Message.user(summary)
     if summary is None and kind == "summary":
         raise UsageError("a summary compaction needs a summary message")
-    with session._lock:
-        session._refresh()
-        deriver = session._deriver(agent)
-        if deriver.has_open_calls:
-            raise UsageError(
-                f"session {session.id!r} has unanswered tool calls; answer or repair them "
-                "before compacting"
+    if deriver.has_open_calls:
+        raise UsageError(
+            f"session {session_id!r} has unanswered tool calls; answer or repair them "
+            "before compacting"
+        )
+    entries = deriver.committed()
+    if keep_turns is not None:
+        if keep_turns == 0:
+            return Compaction(
+                summary=summary,
+                first_kept_seq=latest_seq + 1,
+                tokens_before=tokens_before,
+                kind=kind,
             )
-        latest = session._latest_seq
-        if keep_turns is not None:
-            starts = turn_boundaries(session._window, deriver)
-            if keep_turns == 0:
-                first_kept_seq = latest + 1
-            elif keep_turns <= len(starts):
-                first_kept_seq = starts[-keep_turns]
-            else:
-                return None
-        assert first_kept_seq is not None
-        if not 1 <= first_kept_seq <= latest + 1:
-            raise UsageError(
-                f"first_kept_seq {first_kept_seq} is outside session {session.id!r} "
-                f"(seqs 1..{latest})"
-            )
-        data = Compaction(
+        cuts = turn_cuts(events, deriver)
+        if keep_turns > len(cuts):
+            return None
+        index, seq = cuts[-keep_turns]
+        return Compaction(
             summary=summary,
-            first_kept_seq=first_kept_seq,
-            retained_tail=_tail(deriver.committed(), first_kept_seq),
+            first_kept_seq=seq,
+            retained_tail=[e.message for e in entries[index:]],
             tokens_before=tokens_before,
             kind=kind,
         )
-        return session.append(Event.new(COMPACTION, data, agent=agent or ""))
+    assert first_kept_seq is not None
+    if not 1 <= first_kept_seq <= latest_seq + 1:
+        raise UsageError(
+            f"first_kept_seq {first_kept_seq} is outside session {session_id!r} "
+            f"(seqs 1..{latest_seq})"
+        )
+    return Compaction(
+        summary=summary,
+        first_kept_seq=first_kept_seq,
+        retained_tail=_tail_from_seq(entries, first_kept_seq),
+        tokens_before=tokens_before,
+        kind=kind,
+    )
 
 
-def prune(session: BaseSession, max_messages: int, agent: str | None = None) -> int | None:
-    """Cap the history at ``max_messages`` derived messages by a prune-kind compaction that
-    keeps the most recent whole turns fitting the cap (at least the latest turn). Returns the
-    marker's seq, or None when the history already fits."""
+def plan_prune(events: Sequence[Event], deriver: Deriver, max_messages: int) -> Compaction | None:
+    """The prune marker that caps the history at ``max_messages`` derived messages, or None
+    when it already fits (or tool calls are unanswered, so no cut is safe yet).
+
+    The history kept is the current summary (when a compaction made one; it counts towards the
+    cap) followed by the most recent **whole** turns whose messages fit the cap, every time:
+    turns a previous prune retained are counted like any other. When the latest turn alone
+    exceeds the cap, that turn is kept whole (never cut inside a turn) and everything before
+    it is dropped.
+    """
     if max_messages < 1:
         raise UsageError(f"max_messages must be >= 1, not {max_messages}")
-    with session._lock:
-        session._refresh()
-        deriver = session._deriver(agent)
-        entries = deriver.committed()
-        if len(entries) <= max_messages or deriver.has_open_calls:
-            return None
-        starts = turn_boundaries(session._window, deriver)
-        keep = None
-        for start in reversed(starts):
-            if len(_tail(entries, start)) > max_messages and keep is not None:
-                break
-            keep = start
-        if keep is None or len(_tail(entries, keep)) >= len(entries):
-            return None
-        return compact(session, None, first_kept_seq=keep, agent=agent, kind="prune")
+    if deriver.has_open_calls:
+        return None
+    entries = deriver.committed()
+    if len(entries) <= max_messages:
+        return None
+    cuts = turn_cuts(events, deriver)
+    if not cuts:
+        return None
+    summary = deriver.summary
+    room = max_messages - (1 if summary is not None else 0)
+    chosen = cuts[-1]
+    for cut in cuts:  # earliest first: the first that fits keeps the most turns
+        if len(entries) - cut[0] <= room:
+            chosen = cut
+            break
+    index, seq = chosen
+    if index <= (1 if summary is not None else 0):
+        return None  # nothing before the first kept turn but the summary
+    return Compaction(
+        summary=summary.message if summary is not None else None,
+        first_kept_seq=seq,
+        retained_tail=[e.message for e in entries[index:]],
+        kind="prune",
+    )

@@ -26,8 +26,8 @@ from rich.markup import escape
 from .derive import INTERRUPTED_TOOL_RESULT_TEXT
 from .errors import UsageError
 from .messages import Message, ToolCall
-from .session import BaseSession, BaseStore
-from .store import open_store
+from .session import BaseSession
+from .store import BaseStore, open_store
 
 __all__ = ["ScriptedModel", "run_demo", "run_turn"]
 

@@ -42,6 +42,7 @@ from .events import (
     Event,
     SkillLoad,
     TurnContinue,
+    compaction_of,
     decode,
 )
 from .messages import Message, TextPart, ToolCall, ToolResult
@@ -160,6 +161,8 @@ class Deriver:
         self._standins: dict[str, deque[_Slot]] = {}
         self._pending: list[IndexedMessage] = []
         self._floor = 0  # a legacy marker hides every event up to its before_seq
+        self.summary: IndexedMessage | None = None
+        """The summary entry of the compaction the history starts from (None when none)."""
 
     # -- building -------------------------------------------------------------------------
 
@@ -172,16 +175,17 @@ class Deriver:
             event = events[i]
             if event.type != COMPACTION or not deriver.passes(event):
                 continue
-            data = _decode_or_none(event.data, Compaction)
-            if not isinstance(data, Compaction):
+            data = compaction_of(event)
+            if data is None:
                 continue
-            if data.first_kept_seq or data.retained_tail:
+            if data.rebuilds_history:
                 deriver._start_from(data, event.seq)
                 start = i + 1
             else:
-                deriver._entries = (
-                    [] if data.summary is None else [IndexedMessage(data.summary, event.seq)]
+                deriver.summary = (
+                    None if data.summary is None else IndexedMessage(data.summary, event.seq)
                 )
+                deriver._entries = [] if deriver.summary is None else [deriver.summary]
                 deriver._floor = data.before_seq
                 # The legacy rule replays every event after ``before_seq``, also those before
                 # the marker; later markers do not pass the filter, so none is skipped wrongly.
@@ -204,9 +208,9 @@ class Deriver:
         if event.seq and event.seq <= self.last_seq:
             return True
         if event.type == COMPACTION and self.passes(event):
-            data = _decode_or_none(event.data, Compaction)
-            if isinstance(data, Compaction):
-                if not (data.first_kept_seq or data.retained_tail):
+            data = compaction_of(event)
+            if data is not None:
+                if not data.rebuilds_history:
                     return False
                 self._start_from(data, event.seq)
         else:
@@ -245,7 +249,8 @@ class Deriver:
                     self._message(msg, event.seq, msg.role == "user")
 
     def _start_from(self, data: Compaction, seq: int) -> None:
-        self._entries = [] if data.summary is None else [IndexedMessage(data.summary, seq)]
+        self.summary = None if data.summary is None else IndexedMessage(data.summary, seq)
+        self._entries = [] if self.summary is None else [self.summary]
         self._open = []
         self._standins = {}
         self._pending = []

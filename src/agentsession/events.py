@@ -3,8 +3,9 @@
 Every stored record is an :class:`Event`. Its ``data`` stays encoded JSON bytes
 (:class:`msgspec.Raw`) until someone asks for the payload, so a reader that only needs ``seq``
 and ``type`` never pays for decoding a large tool result. Payloads are typed structs; their JSON
-keys are camelCase, as agentkit writes them. All JSON passes through :func:`encode` and
-:func:`decode` in this module and nowhere else.
+keys are camelCase, as agentkit writes them. All JSON passes through
+:mod:`agentsession.codec`; this module adds the event line format (:func:`encode_event`,
+:func:`decode_event`, :func:`decode_event_lines`) on the same encoder.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import builtins
 import datetime as _dt
 import json as _json
 from collections.abc import Mapping
-from typing import Any, Final, TypeVar, overload
+from typing import Any, Final, TypeVar
 
 import msgspec
 
+from .codec import decode, encode, encoder, fallback_dumps, utcnow
 from .messages import Message, ToolCall, ToolResult
 
 __all__ = [
@@ -169,6 +171,19 @@ class Compaction(_Payload, frozen=True):
     """Legacy form: highest summarised seq, used only when ``first_kept_seq`` is unset."""
     kind: str = "summary"
     """``summary`` or ``prune`` (a history cap that drops messages without summarising)."""
+
+    @property
+    def rebuilds_history(self) -> bool:
+        """Whether the marker alone rebuilds the history from its own seq on (it names the first
+        kept seq or carries the kept messages), so nothing before it needs to be loaded. The
+        legacy form (only ``before_seq``) needs the events after ``before_seq``."""
+        return bool(self.first_kept_seq or self.retained_tail)
+
+    @property
+    def history_starts_at(self) -> int:
+        """For a marker at seq ``s``: the first seq derive needs is ``s`` when the marker
+        rebuilds history, else ``before_seq + 1``. This returns the latter (0 when it rebuilds)."""
+        return 0 if self.rebuilds_history else self.before_seq + 1
 
 
 class SkillLoad(_Payload, frozen=True):
@@ -404,70 +419,19 @@ EVENT_TYPES: Final = frozenset(PAYLOAD_TYPES)
 """Every event type string agentsession knows."""
 
 
-# ---------------------------------------------------------------------------------------------
-# The codec.
-
 T = TypeVar("T")
-
-_encoder = msgspec.json.Encoder()
-_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 _NULL = msgspec.Raw(b"null")
-_Buffer = bytes | memoryview | str | msgspec.Raw
 
 
-def _decoder(type_: Any) -> msgspec.json.Decoder[Any]:
-    dec = _decoders.get(type_)
-    if dec is None:
-        dec = _decoders[type_] = msgspec.json.Decoder(type_)
-    return dec
-
-
-def _fallback_dumps(obj: Any) -> bytes:
-    # Only reached for strings holding lone surrogates, which UTF-8 cannot carry: the standard
-    # library escapes them as ``\udXXX``, which is valid JSON and reads back unchanged.
-    return _json.dumps(msgspec.to_builtins(obj), ensure_ascii=True, separators=(",", ":")).encode(
-        "ascii"
-    )
-
-
-def encode(obj: Any) -> bytes:
-    """Encode ``obj`` (a struct, or plain JSON data) as compact UTF-8 JSON."""
+def compaction_of(event: Event) -> Compaction | None:
+    """The payload of a ``session/compaction`` event, or None when it is not one or does not
+    decode as one. The single place that decides what a marker is."""
+    if event.type != COMPACTION:
+        return None
     try:
-        return _encoder.encode(obj)
-    except UnicodeEncodeError:
-        return _fallback_dumps(obj)
-
-
-@overload
-def decode(buf: _Buffer, type_: type[T]) -> T: ...
-@overload
-def decode(buf: _Buffer, type_: None = None) -> Any: ...
-def decode(buf: _Buffer, type_: Any = None) -> Any:
-    """Decode JSON into ``type_`` (plain JSON data when ``type_`` is None).
-
-    Raises :class:`msgspec.DecodeError` (a ``ValueError``) when the bytes are not valid JSON of
-    that shape.
-    """
-    try:
-        return _decoder(type_ if type_ is not None else Any).decode(buf)
-    except msgspec.DecodeError:
-        # msgspec refuses JSON escapes of lone surrogates; the standard library reads them.
-        try:
-            obj = _json.loads(buf if isinstance(buf, (bytes, str)) else bytes(buf))
-        except ValueError:
-            raise msgspec.DecodeError("JSON is malformed") from None
-        if type_ is None:
-            return obj
-        return msgspec.convert(obj, type_)
-
-
-_now = _dt.datetime.now
-_UTC = _dt.timezone.utc
-
-
-def utcnow() -> _dt.datetime:
-    """The current time, timezone-aware UTC."""
-    return _now(_UTC)
+        return decode(event.data, Compaction)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 def _to_raw(payload: Any) -> msgspec.Raw:
@@ -560,7 +524,7 @@ _event_decoder = msgspec.json.Decoder(Event)
 def encode_event(event: Event) -> bytes:
     """One event as compact JSON (no trailing newline). See ``docs/format.md``."""
     try:
-        return _encoder.encode(event)
+        return encoder.encode(event)
     except UnicodeEncodeError:
         pass
     fields = msgspec.to_builtins(msgspec.structs.replace(event, data=_NULL, meta={}))
@@ -568,7 +532,7 @@ def encode_event(event: Event) -> bytes:
     if event.data is not _NULL and bytes(event.data) != b"null":
         out += ',"data":' + bytes(event.data).decode("utf-8", "surrogatepass")
     if event.meta:
-        out += ',"meta":' + _fallback_dumps(event.meta).decode("ascii")
+        out += ',"meta":' + fallback_dumps(event.meta).decode("ascii")
     return (out + "}").encode("utf-8", "surrogatepass")
 
 
@@ -584,7 +548,7 @@ def decode_event(buf: bytes | memoryview) -> Event:
         if not isinstance(obj, dict):
             raise msgspec.DecodeError("an event must be a JSON object") from None
         if "data" in obj:
-            obj["data"] = msgspec.Raw(_fallback_dumps(obj["data"]))
+            obj["data"] = msgspec.Raw(fallback_dumps(obj["data"]))
         try:
             return msgspec.convert(obj, Event)
         except msgspec.ValidationError as exc:

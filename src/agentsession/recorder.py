@@ -1,5 +1,5 @@
-"""Recording what an agent loop does: ``session.turn()`` and ``turn.step()``, and the plain
-``append_*`` functions with agentkit's names.
+"""Recording what an agent loop does: ``session.turn()`` and ``turn.step()``, the one recording
+API (every helper appends one event through the session's append pipeline).
 
 ::
 
@@ -19,19 +19,17 @@ open; :mod:`agentsession.recovery` repairs it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .envelope import agent_id_from_context, metadata_from_context, user_id_from_context
+from .contract import Session
 from .errors import UsageError
 from .events import (
     ASSISTANT_MESSAGE,
-    COMPACTION,
     OVERFLOW_RECOVERY,
     RETRY_END,
     RETRY_START,
     RUN_FINISH,
-    SESSION_RECOVERY,
     SKILL_LOAD,
     STEP_END,
     STEP_START,
@@ -47,13 +45,11 @@ from .events import (
     TURN_START,
     USAGE,
     USER_MESSAGE,
-    Compaction,
     Event,
     OverflowRecovery,
     RetryEnd,
     RetryStart,
     RunFinish,
-    SessionRecovery,
     SkillLoad,
     StepEnd,
     StepStart,
@@ -69,183 +65,62 @@ from .events import (
     TurnStart,
     Usage,
 )
+from .media import (
+    METADATA_LOGICAL_CHARS,
+    StoragePolicy,
+    estimate_logical_chars,
+    sanitize_for_storage,
+)
 from .messages import Message, Part, ToolCall, ToolResult
-from .sanitize import METADATA_LOGICAL_CHARS, estimate_logical_chars, sanitize_for_storage
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from .session import Session
-
-__all__ = [
-    "Step",
-    "Turn",
-    "append_auto_retry_end",
-    "append_auto_retry_start",
-    "append_compaction",
-    "append_message",
-    "append_overflow_recovery",
-    "append_run_finish",
-    "append_session_recovery",
-    "append_skill_load",
-    "append_step_end",
-    "append_step_start",
-    "append_subagent_end",
-    "append_subagent_start",
-    "append_summarization_retry_end",
-    "append_summarization_retry_start",
-    "append_todo_update",
-    "append_tool_call",
-    "append_tool_result",
-    "append_turn_continue",
-    "append_turn_end",
-    "append_turn_start",
-    "append_usage",
-    "error_tool_result",
-]
+__all__ = ["ContextDefaults", "Step", "Turn", "error_tool_result", "set_context_defaults"]
 
 
 # ---------------------------------------------------------------------------------------------
-# The plain functions (agentkit's names in Python spelling). Each appends one event and returns
-# its seq.
+# Defaults from the context (the chat layer's turn envelope registers itself here).
+
+ContextDefaults = Callable[[], tuple[str, str, Mapping[str, Any] | None]]
+"""A function giving the current context's ``(agent, user, metadata)``."""
+
+_context_defaults: ContextDefaults | None = None
 
 
-def append_message(
-    session: Session,
-    agent: str,
+def set_context_defaults(provider: ContextDefaults | None) -> None:
+    """Install where ``session.turn()`` takes the agent, user and metadata it was not given.
+
+    :mod:`agentsession.chat.envelope` installs the turn envelope's accessors when it is
+    imported; without a provider the defaults are empty. ``None`` removes the provider.
+    """
+    global _context_defaults
+    _context_defaults = provider
+
+
+def _defaults() -> tuple[str, str, Mapping[str, Any] | None]:
+    provider = _context_defaults
+    return ("", "", None) if provider is None else provider()
+
+
+def _message_event(
+    turn: Turn,
     type: str,
     msg: Message,
     *,
-    user: str | None = None,
+    user: str = "",
     metadata: Mapping[str, Any] | None = None,
-    max_text_bytes: int = 0,
-) -> int:
-    """Append a message event. User and assistant messages are sanitised for storage first
-    (:func:`~agentsession.sanitize.sanitize_for_storage`); when that shrank them, their size
-    before is kept in ``meta["logical_chars"]``. A user message is attributed to ``user``
-    (default: the envelope's actor) and carries ``metadata`` (default: the envelope's)."""
-    meta: dict[str, Any] = {}
-    if type in (USER_MESSAGE, ASSISTANT_MESSAGE):
+) -> Event:
+    """A message event under the turn's storage policy; when the policy shrank the message, its
+    size before is kept in ``meta["logical_chars"]``."""
+    meta: dict[str, Any] = dict(metadata) if metadata else {}
+    policy = turn.storage
+    if policy is not None:
         logical = estimate_logical_chars(msg)
-        msg = sanitize_for_storage(msg, max_text_bytes)
-        if type == USER_MESSAGE:
-            extra = metadata if metadata is not None else metadata_from_context()
-            if extra:
-                meta.update(extra)
+        msg = sanitize_for_storage(msg, policy)
         if logical > 0 and logical > estimate_logical_chars(msg):
             meta[METADATA_LOGICAL_CHARS] = logical  # the computed size wins over platform keys
-    stamped_user = ""
-    if type == USER_MESSAGE:
-        stamped_user = user if user is not None else user_id_from_context()
-    return session.append(Event.new(type, msg, agent=agent, user=stamped_user, meta=meta))
-
-
-def _append(session: Session, agent: str, type: str, payload: Any) -> int:
-    return session.append(Event.new(type, payload, agent=agent))
-
-
-def append_turn_start(session: Session, agent: str) -> int:
-    """``turn/start``."""
-    return _append(session, agent, TURN_START, TurnStart())
-
-
-def append_turn_end(session: Session, agent: str, steps: int) -> int:
-    """``turn/end {steps}``."""
-    return _append(session, agent, TURN_END, TurnEnd(steps=steps))
-
-
-def append_step_start(session: Session, agent: str, step: int) -> int:
-    """``step/start {step}``."""
-    return _append(session, agent, STEP_START, StepStart(step=step))
-
-
-def append_step_end(session: Session, agent: str, step: int) -> int:
-    """``step/end {step}``."""
-    return _append(session, agent, STEP_END, StepEnd(step=step))
-
-
-def append_tool_call(session: Session, agent: str, call: ToolCall) -> int:
-    """``tool/call``: the call as the runtime starts it."""
-    return _append(session, agent, TOOL_CALL, call)
-
-
-def append_tool_result(session: Session, agent: str, result: ToolResult) -> int:
-    """``tool/result``: a tool's answer."""
-    return _append(session, agent, TOOL_RESULT, result)
-
-
-def append_usage(session: Session, agent: str, usage: Usage) -> int:
-    """``usage``: tokens of one model call."""
-    return _append(session, agent, USAGE, usage)
-
-
-def append_todo_update(session: Session, agent: str, items: Sequence[Todo]) -> int:
-    """``todo/update``: the whole todo list."""
-    return _append(session, agent, TODO_UPDATE, TodoUpdate(items=list(items)))
-
-
-def append_run_finish(session: Session, agent: str, finish: RunFinish) -> int:
-    """``run/finish``."""
-    return _append(session, agent, RUN_FINISH, finish)
-
-
-def append_auto_retry_start(session: Session, agent: str, data: RetryStart) -> int:
-    """``retry/start``."""
-    return _append(session, agent, RETRY_START, data)
-
-
-def append_auto_retry_end(session: Session, agent: str, data: RetryEnd) -> int:
-    """``retry/end``."""
-    return _append(session, agent, RETRY_END, data)
-
-
-def append_summarization_retry_start(
-    session: Session, agent: str, data: SummarizationRetryStart
-) -> int:
-    """``summarization/retry/start``."""
-    return _append(session, agent, SUMMARIZATION_RETRY_START, data)
-
-
-def append_summarization_retry_end(
-    session: Session, agent: str, data: SummarizationRetryEnd
-) -> int:
-    """``summarization/retry/end``."""
-    return _append(session, agent, SUMMARIZATION_RETRY_END, data)
-
-
-def append_overflow_recovery(session: Session, agent: str, data: OverflowRecovery) -> int:
-    """``overflow/recovery``."""
-    return _append(session, agent, OVERFLOW_RECOVERY, data)
-
-
-def append_turn_continue(session: Session, agent: str, data: TurnContinue) -> int:
-    """``turn/continue``: its messages are model-visible."""
-    return _append(session, agent, TURN_CONTINUE, data)
-
-
-def append_skill_load(session: Session, agent: str, skill: SkillLoad) -> int:
-    """``skill/load``."""
-    return _append(session, agent, SKILL_LOAD, skill)
-
-
-def append_subagent_start(session: Session, agent: str, data: SubagentStart) -> int:
-    """``subagent/start``."""
-    return _append(session, agent, SUBAGENT_START, data)
-
-
-def append_subagent_end(session: Session, agent: str, data: SubagentEnd) -> int:
-    """``subagent/end``."""
-    return _append(session, agent, SUBAGENT_END, data)
-
-
-def append_session_recovery(session: Session, agent: str, data: SessionRecovery) -> int:
-    """``session/recovery``."""
-    return _append(session, agent, SESSION_RECOVERY, data)
-
-
-def append_compaction(session: Session, agent: str, data: Compaction) -> int:
-    """``session/compaction``: a marker; prefer ``session.compact()``, which picks the cut."""
-    return _append(session, agent, COMPACTION, data)
+    return Event.new(type, msg, agent=turn.agent, user=user, meta=meta)
 
 
 def error_tool_result(call: ToolCall, exc: BaseException) -> ToolResult:
@@ -275,9 +150,8 @@ class _Recording:
         msg = content if isinstance(content, Message) else Message.user(content, name=name)
         if msg.role != "user":
             raise UsageError(f"turn.user() needs a user message, not role {msg.role!r}")
-        return append_message(
-            turn.session, turn.agent, USER_MESSAGE, msg, user=turn.user_id, metadata=turn.metadata
-        )
+        event = _message_event(turn, USER_MESSAGE, msg, user=turn.user_id, metadata=turn.metadata)
+        return turn._append(event)
 
     def assistant(
         self,
@@ -297,13 +171,13 @@ class _Recording:
             )
         if msg.role != "assistant":
             raise UsageError(f"assistant() needs an assistant message, not role {msg.role!r}")
-        seq = append_message(turn.session, turn.agent, ASSISTANT_MESSAGE, msg)
+        seq = turn._append(_message_event(turn, ASSISTANT_MESSAGE, msg))
         turn._calls.extend(msg.tool_calls)
         return seq
 
     def tool_call(self, call: ToolCall) -> int:
         """Record that the runtime started a tool call (``tool/call``)."""
-        return append_tool_call(self._turn.session, self._turn.agent, call)
+        return self._turn._record(TOOL_CALL, call)
 
     def tool_result(
         self,
@@ -320,7 +194,7 @@ class _Recording:
             result = call_id
         else:
             result = ToolResult(call_id, name, content, is_error, dict(audit or {}))
-        seq = append_tool_result(turn.session, turn.agent, result)
+        seq = turn._record(TOOL_RESULT, result)
         turn._answer(result.call_id)
         return seq
 
@@ -336,66 +210,66 @@ class _Recording:
         """Record token usage of one model call (``total_tokens`` defaults to input+output)."""
         total = input_tokens + output_tokens if total_tokens is None else total_tokens
         usage = Usage(input_tokens, output_tokens, total, cache_read_tokens, cache_write_tokens)
-        return append_usage(self._turn.session, self._turn.agent, usage)
+        return self._turn._record(USAGE, usage)
 
     def todos(self, items: Sequence[Todo]) -> int:
         """Record the whole todo list as it is now."""
-        return append_todo_update(self._turn.session, self._turn.agent, items)
+        return self._turn._record(TODO_UPDATE, TodoUpdate(items=list(items)))
 
     def finish(self, status: str = "completed", summary: str = "") -> int:
         """Record that the agent declared the run finished (``completed`` or ``blocked``)."""
         if status not in ("completed", "blocked"):
             raise UsageError(f"finish status must be 'completed' or 'blocked', not {status!r}")
-        return append_run_finish(self._turn.session, self._turn.agent, RunFinish(status, summary))
+        return self._turn._record(RUN_FINISH, RunFinish(status, summary))
 
     def retry_start(
         self, attempt: int, max_attempts: int, delay_ms: int = 0, error_message: str = ""
     ) -> int:
         """Record that a failed model call is retried."""
         data = RetryStart(attempt, max_attempts, delay_ms, error_message)
-        return append_auto_retry_start(self._turn.session, self._turn.agent, data)
+        return self._turn._record(RETRY_START, data)
 
     def retry_end(self, success: bool, attempt: int, final_error: str = "") -> int:
         """Record the end of retrying."""
         data = RetryEnd(success, attempt, final_error)
-        return append_auto_retry_end(self._turn.session, self._turn.agent, data)
+        return self._turn._record(RETRY_END, data)
 
     def summarization_retry_start(
         self, attempt: int, max_attempts: int, delay_ms: int = 0, error_message: str = ""
     ) -> int:
         """Record that a failed summarisation call is retried."""
         data = SummarizationRetryStart(attempt, max_attempts, delay_ms, error_message)
-        return append_summarization_retry_start(self._turn.session, self._turn.agent, data)
+        return self._turn._record(SUMMARIZATION_RETRY_START, data)
 
     def summarization_retry_end(self, success: bool, attempt: int, final_error: str = "") -> int:
         """Record the end of summarisation retrying."""
         data = SummarizationRetryEnd(success, attempt, final_error)
-        return append_summarization_retry_end(self._turn.session, self._turn.agent, data)
+        return self._turn._record(SUMMARIZATION_RETRY_END, data)
 
     def overflow_recovery(self, applied: int, reason: str = "", error: str = "") -> int:
         """Record that the context overflowed and was shrunk."""
         data = OverflowRecovery(applied, reason, error)
-        return append_overflow_recovery(self._turn.session, self._turn.agent, data)
+        return self._turn._record(OVERFLOW_RECOVERY, data)
 
     def skill_load(
         self, name: str, body: str, *, description: str = "", resource_base: str = ""
     ) -> int:
         """Record that a skill was loaded (model-visible after the tool result that loaded it)."""
         data = SkillLoad(name, description, body, resource_base)
-        return append_skill_load(self._turn.session, self._turn.agent, data)
+        return self._turn._record(SKILL_LOAD, data)
 
     def continue_turn(self, segment: int, reason: str, *, messages: Sequence[Message] = ()) -> int:
         """Record that the turn continues in a new segment; ``messages`` are model-visible."""
         turn = self._turn
         data = TurnContinue(segment, reason, turn.steps, list(messages))
-        return append_turn_continue(turn.session, turn.agent, data)
+        return turn._record(TURN_CONTINUE, data)
 
     def subagent_start(
         self, agent: str, session: str, task: str, *, async_: bool = False, job_id: str = ""
     ) -> int:
         """Record that work was delegated to a subagent running in ``session``."""
         data = SubagentStart(agent, session, task, async_, job_id)
-        return append_subagent_start(self._turn.session, self._turn.agent, data)
+        return self._turn._record(SUBAGENT_START, data)
 
     def subagent_end(
         self,
@@ -410,7 +284,7 @@ class _Recording:
     ) -> int:
         """Record that a subagent finished."""
         data = SubagentEnd(agent, session, status, summary, steps, error, job_id)
-        return append_subagent_end(self._turn.session, self._turn.agent, data)
+        return self._turn._record(SUBAGENT_END, data)
 
 
 class Step(_Recording):
@@ -426,7 +300,7 @@ class Step(_Recording):
         turn = self._turn
         if turn._step is not None:
             raise UsageError(f"step {turn._step.number} is still open; steps do not nest")
-        append_step_start(turn.session, turn.agent, self.number)
+        turn._record(STEP_START, StepStart(step=self.number))
         self._open = True
         turn._step = self
         return self
@@ -449,7 +323,7 @@ class Step(_Recording):
         turn = self._turn
         self._open = False
         turn._step = None
-        append_step_end(turn.session, turn.agent, self.number)
+        turn._record(STEP_END, StepEnd(step=self.number))
         turn.steps += 1
 
 
@@ -466,16 +340,22 @@ class Turn(_Recording):
         agent: str | None = None,
         user: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        *,
+        storage: StoragePolicy | None = None,
     ) -> None:
         self._turn = self
         self.session = session
         """The session being recorded into."""
-        self.agent = agent if agent is not None else agent_id_from_context()
-        """The agent running the turn (default: the envelope's)."""
-        self.user_id = user if user is not None else user_id_from_context()
-        """The end user the turn answers (default: the envelope's actor)."""
-        self.metadata = dict(metadata) if metadata is not None else None
-        """Platform metadata copied onto user messages (default: the envelope's)."""
+        context_agent, context_user, context_metadata = _defaults()
+        self.agent = agent if agent is not None else context_agent
+        """The agent running the turn (default: the context's)."""
+        self.user_id = user if user is not None else context_user
+        """The end user the turn answers (default: the context's)."""
+        chosen = metadata if metadata is not None else context_metadata
+        self.metadata = dict(chosen) if chosen is not None else None
+        """Platform metadata copied onto user messages (default: the context's)."""
+        self.storage = storage
+        """The storage policy applied to messages (None: stored whole)."""
         self.steps = 0
         """Steps completed so far."""
         self.start_seq = 0
@@ -484,10 +364,16 @@ class Turn(_Recording):
         self._calls: list[ToolCall] = []
         self._open = False
 
+    def _append(self, event: Event) -> int:
+        return self.session.append(event)
+
+    def _record(self, type: str, payload: Any) -> int:
+        return self.session.append(Event.new(type, payload, agent=self.agent))
+
     def __enter__(self) -> Turn:
         if self._open:
             raise UsageError("this turn is already open")
-        self.start_seq = append_turn_start(self.session, self.agent)
+        self.start_seq = self._record(TURN_START, TurnStart())
         self._open = True
         return self
 
@@ -506,7 +392,7 @@ class Turn(_Recording):
     def _answer_open_calls(self, exc: BaseException) -> None:
         calls, self._calls = self._calls, []
         for call in calls:
-            append_tool_result(self.session, self.agent, error_tool_result(call, exc))
+            self._record(TOOL_RESULT, error_tool_result(call, exc))
 
     def __exit__(
         self,
@@ -524,6 +410,4 @@ class Turn(_Recording):
         finally:
             self._open = False
             error = None if exc is None else TurnError(type(exc).__name__, str(exc))
-            self.session.append(
-                Event.new(TURN_END, TurnEnd(steps=self.steps, error=error), agent=self.agent)
-            )
+            self._record(TURN_END, TurnEnd(steps=self.steps, error=error))

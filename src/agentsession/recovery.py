@@ -22,10 +22,18 @@ and :func:`recover_store` write, and only through the Session and Store API.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final
 
 import msgspec
 
+from .contract import (
+    IncompleteTurn,
+    RecoveryReport,
+    RecoveryStatus,
+    Session,
+    Store,
+    StoreRecoveryReport,
+)
 from .derive import Deriver, interrupted_tool_result
 from .errors import LockTimeout, SessionExpired, UsageError
 from .events import (
@@ -44,9 +52,6 @@ from .events import (
 )
 from .messages import ToolCall
 
-if TYPE_CHECKING:
-    from .session import BaseStore, Session
-
 __all__ = [
     "INCOMPLETE_TURN_REASON",
     "IncompleteTurn",
@@ -64,72 +69,6 @@ __all__ = [
 
 INCOMPLETE_TURN_REASON: Final = "turn/start without turn/end"
 """The ``reason`` of every ``session/recovery`` event this module writes (agentkit's text)."""
-
-
-class IncompleteTurn(msgspec.Struct, frozen=True, kw_only=True):
-    """A turn that has a ``turn/start`` and no ``turn/end``."""
-
-    turn_start_seq: int
-    """Seq of the turn's ``turn/start``."""
-    agent: str
-    """The agent whose turn it is (may be empty)."""
-    steps_started: int = 0
-    """``step/start`` events of the turn."""
-    steps_ended: int = 0
-    """``step/end`` events of the turn."""
-    open_step: int = -1
-    """Number of the step left open, or -1 when none is."""
-    orphan_calls: list[ToolCall] = []
-    """The turn's tool calls that have no result, in call order."""
-
-    @property
-    def steps_after_repair(self) -> int:
-        """Steps the turn has once repaired: those ended plus the open step the repair closes."""
-        return self.steps_ended + (1 if self.open_step >= 0 else 0)
-
-
-class RecoveryReport(msgspec.Struct, frozen=True, kw_only=True):
-    """What repairing one turn wrote (or, with ``repaired`` False, would need to write)."""
-
-    session_id: str
-    """The session."""
-    turn_start_seq: int = 0
-    """Seq of the turn's ``turn/start`` (0 when there was no turn)."""
-    agent: str = ""
-    """The turn's agent."""
-    orphan_results: int = 0
-    """Interrupted results for unanswered calls."""
-    closed_step: int = -1
-    """The step closed with ``step/end``, or -1 when none was open."""
-    steps: int = 0
-    """The ``steps`` written in ``turn/end``, the closed step included."""
-    repaired: bool = False
-    """True when this call appended the repair; False when nothing was written (no turn, the
-    turn was already closed, or its session is live)."""
-    recovery_seq: int = 0
-    """Seq of the ``session/recovery`` event written, or 0 when nothing was written."""
-
-
-RecoveryStatus = Literal["clean", "repaired", "live", "expired"]
-"""How :func:`recover_store` found a session.
-
-``clean``: no incomplete turn (also a session with no events). ``repaired``: its incomplete
-turns were closed. ``live``: it has an incomplete turn but its turn lock is held, so the turn
-may still be running; it was left alone. ``expired``: the store's TTL has run out for it, so
-it can be neither read nor repaired (reported only when asked for by id).
-"""
-
-
-class StoreRecoveryReport(msgspec.Struct, frozen=True, kw_only=True):
-    """What :func:`recover_store` found and did in one session."""
-
-    session_id: str
-    """The session."""
-    status: RecoveryStatus
-    """``clean``, ``repaired``, ``live`` or ``expired`` (see :data:`RecoveryStatus`)."""
-    turns: list[RecoveryReport] = []
-    """One report per incomplete turn, earliest first: written for ``repaired``; for ``live``,
-    what a repair would write (``repaired`` False)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +264,7 @@ def repair_all_incomplete(session: Session) -> list[RecoveryReport]:
 
 
 def recover_store(
-    store: BaseStore,
+    store: Store,
     session_ids: Iterable[str] | None = None,
     *,
     lock_timeout: float = 0.0,
@@ -364,7 +303,7 @@ def recover_store(
     return reports
 
 
-def _recover_session(store: BaseStore, session_id: str, lock_timeout: float) -> StoreRecoveryReport:
+def _recover_session(store: Store, session_id: str, lock_timeout: float) -> StoreRecoveryReport:
     if not store.exists(session_id):
         return StoreRecoveryReport(session_id=session_id, status="clean")
     try:

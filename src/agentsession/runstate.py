@@ -13,7 +13,7 @@ the run state; :func:`latest_todos_in_run` is the scoped form, and :class:`RunSt
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
@@ -37,7 +37,7 @@ from .events import (
 from .messages import Message, ToolCall
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .contract import Session
 
 __all__ = [
     "RunState",
@@ -134,19 +134,10 @@ def step_count(events: Sequence[Event], after: int = 0) -> int:
     return sum(1 for _ in _payloads(events, STEP_END, StepEnd, after))
 
 
-def _sorted_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _sorted_keys(value[key]) for key in sorted(value)}
-    if isinstance(value, list):
-        return [_sorted_keys(item) for item in value]
-    return value
-
-
 def tool_call_signature(call: ToolCall) -> str:
     """``name + "\\x00" + arguments`` as canonical JSON (compact, keys sorted at every level):
     equal for calls of one tool with equal arguments, however the JSON was spelled."""
-    # The codec keeps a dict's insertion order, so sorting the keys first makes it canonical.
-    return call.name + "\x00" + encode(_sorted_keys(call.arguments)).decode("utf-8", "replace")
+    return call.name + "\x00" + encode(call.arguments, sort_keys=True).decode("utf-8", "replace")
 
 
 def repeated_tool_calls(events: Sequence[Event], after: int = 0) -> int:

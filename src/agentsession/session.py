@@ -1,142 +1,77 @@
-"""The Session and Store contracts, and the base classes every backend builds on.
+"""``BaseSession``: one append pipeline and the in-memory window, shared by every backend.
 
-A **session** is one conversation's append-only log. A **store** opens sessions by id and owns
-what spans sessions. Backends implement a handful of storage primitives (``_storage_*``); the
-base classes here hold everything else once: seq stamping, the in-memory window that opening
-and compaction keep small, the incremental derived history, TTL, and the LRU cache of open
-sessions.
+A **session** is one conversation's append-only log. A backend implements a handful of storage
+primitives (``_storage_*``, below) and nothing else: it never stamps, validates or decodes an
+event's payload, never touches the window or the derived history, and never applies a policy.
+Everything else lives here, once:
 
-The window: a session keeps in memory every event from its latest compaction marker to the
-end (or the whole log when there is none). ``read()`` serves from it when it can and from
-storage otherwise; ``messages()`` derives from it, loading older events only when a legacy
-marker or another agent's history needs them.
+* **The append pipeline** (:meth:`BaseSession.append_many`, and :meth:`BaseSession.append` for
+  one event): check and stamp the events (seq cleared, ``time`` set to the store's clock when
+  unset), decide which event of the batch is a compaction marker that rebuilds the history
+  (:attr:`agentsession.events.Compaction.rebuilds_history`, the only place that decides it),
+  check the TTL, hand the batch to the backend, take in other writers' events that the backend
+  caught up on, take in the stored batch, and apply the store's history cap. A backend may offer
+  a single-event fast path (``_storage_append_one``); the pipeline drives it and falls back to
+  the batch primitive whenever the fast path declines.
+* **Conditional appends**: ``append_many(events, expect_seq=n)`` stores the batch only when the
+  log's latest seq is ``n`` at the moment of writing (checked by the backend under its write
+  lock); otherwise nothing is written and :class:`~agentsession.errors.ConflictError` is
+  raised. Compaction and ``Store.create`` are built on it.
+* **The window**: a session keeps in memory every event from its latest compaction marker to
+  the end (or the whole log when there is none). ``read()`` serves from it when it can and from
+  storage otherwise; ``messages()`` derives from it, loading older events only when a legacy
+  marker or another agent's history needs them.
+* **Derived history**: one incremental :class:`~agentsession.derive.Deriver` per agent filter,
+  fed only the new events.
 """
 
 from __future__ import annotations
 
 import bisect
-import builtins
 import datetime as _dt
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import msgspec
 
-from .compaction import compact, prune
+from .compaction import plan_compaction, plan_prune
+from .contract import Durability
 from .derive import Deriver, IndexedMessage
-from .errors import SessionExpired, UsageError
-from .events import COMPACTION, USER_MESSAGE, Compaction, Event, decode, utcnow
-from .locks import Locker, TurnLock, _HeldRegistry
+from .errors import ConflictError, SessionExpired, UsageError
+from .events import COMPACTION, USER_MESSAGE, Compaction, Event, compaction_of
+from .media import StoragePolicy
 from .messages import Message
 from .recorder import Turn
 
-if TYPE_CHECKING:
-    from types import TracebackType
-
-    from .recovery import StoreRecoveryReport
-
-__all__ = [
-    "BaseSession",
-    "BaseStore",
-    "Durability",
-    "Session",
-    "SessionInfo",
-    "Store",
-]
-
-Durability = Literal["flush", "fsync"]
-"""What an acknowledged append survives.
-
-``flush``: the data is in the operating system (or the database server) before ``append``
-returns, so it survives the process crashing or being killed. ``fsync``: it is also on stable
-storage, so it survives a power loss or kernel crash, at the cost of a disk sync per append.
-"""
+__all__ = ["BaseSession", "SessionHost"]
 
 Clock = Callable[[], _dt.datetime]
 
-DEFAULT_CLI_SESSION_ID = "cli:default"
-"""The command line's session when none was chosen."""
+_COMPACTION_RETRIES = 8
+"""How often compaction plans again when other writers keep appending while it plans."""
 
 
-class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """A session as ``Store.list()`` reports it."""
+class SessionHost(Protocol):
+    """What a session needs from its store: the settings of the append pipeline."""
 
-    id: str
-    """The session id."""
-    updated_at: _dt.datetime | None = None
-    """Time of the last append (UTC), when the backend knows it cheaply."""
-    size: int = 0
-    """Bytes used in storage, when the backend knows it (0 otherwise)."""
-    last_seq: int = -1
-    """Highest seq, when the backend knows it cheaply (-1 otherwise)."""
-
-
-@runtime_checkable
-class Session(Protocol):
-    """One conversation's append-only event log."""
-
-    @property
-    def id(self) -> str:
-        """The session id."""
-
-    @property
-    def latest_seq(self) -> int:
-        """Highest seq in the log (0 when empty)."""
-
-    def append(self, event: Event) -> int:
-        """Append one event; returns its seq."""
-
-    def append_many(self, events: Sequence[Event]) -> list[int]:
-        """Append a batch atomically (all or nothing, consecutive seqs); returns the seqs."""
-
-    def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
-        """Events with ``seq > after`` in seq order, at most ``limit`` of them."""
-
-    def messages(self, agent: str | None = None) -> list[Message]:
-        """The provider-valid, compaction-aware history (see :mod:`agentsession.derive`)."""
-
-
-@runtime_checkable
-class Store(Protocol):
-    """Opens sessions by id and owns what spans sessions."""
-
-    def get(self, session_id: str) -> Session:
-        """The session with this id (it exists once something is appended)."""
-
-    def exists(self, session_id: str) -> bool:
-        """Whether the session has at least one event."""
-
-    def list(
-        self, prefix: str | None = None, limit: int | None = None, offset: int = 0
-    ) -> list[SessionInfo]:
-        """Sessions, most recently appended first."""
-
-    def delete(self, session_id: str) -> bool:
-        """Delete a session; returns whether it existed."""
-
-    def close(self) -> None:
-        """Release every resource the store holds."""
-
-
-def check_session_id(session_id: object) -> str:
-    """``session_id`` when it is a usable id; :class:`UsageError` otherwise."""
-    if not isinstance(session_id, str):
-        raise UsageError(f"session id must be a string, not {type(session_id).__name__}")
-    if not session_id.strip():
-        raise UsageError("session id is required (got an empty or blank string)")
-    return session_id
+    durability: Durability
+    ttl: _dt.timedelta | None
+    clock: Clock
+    max_messages: int | None
 
 
 def _seq_of(event: Event) -> int:
     return event.seq
 
 
+_replace = msgspec.structs.replace
+
+
 class BaseSession:
     """Shared behaviour of every backend's session. Subclasses implement ``_storage_*``."""
 
-    def __init__(self, store: BaseStore, session_id: str) -> None:
+    def __init__(self, store: SessionHost, session_id: str) -> None:
         self._store = store
         self._id = session_id
         self._lock = threading.RLock()
@@ -152,13 +87,26 @@ class BaseSession:
         log. Called with the session lock held."""
         raise NotImplementedError
 
-    def _storage_append(self, events: list[Event]) -> tuple[list[Event], list[Event]]:
-        """Persist ``events`` (seq unset) atomically after whatever is in storage now.
+    def _storage_append(
+        self, events: list[Event], marker: int, expect_seq: int | None
+    ) -> tuple[list[Event], list[Event]]:
+        """Persist ``events`` (seq 0, time stamped) atomically after whatever is stored now.
+
+        ``marker`` is the index in the batch of the last compaction marker that rebuilds the
+        history (-1 when there is none), for backends that remember where opening starts.
+        With ``expect_seq`` set, store nothing unless the stored latest seq is ``expect_seq``.
 
         Returns the events other writers appended since this session last looked, then the
-        stored events with their seqs. Called with the session lock held.
+        stored events with their seqs (empty when ``expect_seq`` did not match). Called with
+        the session lock held.
         """
         raise NotImplementedError
+
+    def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
+        """Optional fast path for one event: store it with seq ``latest_seq + 1`` when this
+        session saw the log last, and return it with its seq; return None (having written
+        nothing) to take the general path. Called with the session lock held."""
+        return None
 
     def _storage_refresh(self) -> list[Event]:
         """Events other writers appended since this session last looked."""
@@ -204,16 +152,12 @@ class BaseSession:
         self._latest_seq = events[-1].seq
         for event in events:
             if event.type == COMPACTION:
-                self._trim_at(event)
+                data = compaction_of(event)
+                if data is not None and data.rebuilds_history:
+                    self._trim_at(event)
 
     def _trim_at(self, marker: Event) -> None:
         """Drop window events before a compaction marker that rebuilds history on its own."""
-        try:
-            data = decode(marker.data, Compaction)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return
-        if not (data.first_kept_seq or data.retained_tail):
-            return
         # Derivers of other agents still need the events the marker hides from them.
         for deriver in self._derivers.values():
             start = bisect.bisect_right(self._window, deriver.last_seq, key=_seq_of)
@@ -248,7 +192,91 @@ class BaseSession:
                 f"than the store's TTL of {ttl}",
             )
 
-    # -- the Session API ------------------------------------------------------------------
+    def _check_ttl_for_append(self) -> None:
+        try:
+            self._check_ttl()
+        except SessionExpired:
+            self._refresh()  # another process may have appended since
+            self._check_ttl()
+
+    # -- the append pipeline --------------------------------------------------------------
+
+    def _prepare(self, event: object, now: _dt.datetime) -> Event:
+        """Check one event and stamp it for storage (seq cleared, time set when unset)."""
+        if type(event) is not Event and not isinstance(event, Event):
+            raise UsageError(
+                f"session {self._id!r}: can only append Event objects, not {type(event).__name__}"
+            )
+        if not event.type or not isinstance(event.type, str):
+            raise UsageError(f"session {self._id!r}: an event needs a type")
+        if event.time is None or event.seq:
+            return _replace(event, seq=0, time=event.time or now)
+        return event
+
+    def append(self, event: Event) -> int:
+        """Append one event; returns its seq. ``time`` is stamped (UTC) when unset."""
+        store = self._store
+        prepared = self._prepare(event, store.clock())
+        marker = False
+        if prepared.type == COMPACTION:
+            data = compaction_of(prepared)
+            marker = data is not None and data.rebuilds_history
+        with self._lock:
+            if store.ttl is not None:
+                self._check_ttl_for_append()
+            stored = self._storage_append_one(prepared, marker)
+            if stored is None:
+                foreign, batch = self._storage_append([prepared], 0 if marker else -1, None)
+                self._ingest(foreign)
+                stored = batch[0]
+                self._ingest(batch)
+            else:
+                self._window.append(stored)
+                self._latest_seq = stored.seq
+                if marker:
+                    self._trim_at(stored)
+            if store.max_messages and stored.type == USER_MESSAGE:
+                self._apply_cap(store.max_messages)
+            return stored.seq
+
+    def append_many(self, events: Sequence[Event], *, expect_seq: int | None = None) -> list[int]:
+        """Append a batch atomically: all events or none, with consecutive seqs.
+
+        With ``expect_seq``, the batch is stored only when the log's latest seq is exactly
+        ``expect_seq`` (0: the session has no events yet) at the moment of writing; otherwise
+        nothing is written and :class:`~agentsession.errors.ConflictError` is raised.
+        """
+        if isinstance(events, Event):
+            raise UsageError("append_many takes a sequence of events; use append for one")
+        if expect_seq is not None and (not isinstance(expect_seq, int) or expect_seq < 0):
+            raise UsageError(f"expect_seq must be an int >= 0 or None, not {expect_seq!r}")
+        store = self._store
+        now = store.clock()
+        batch = [self._prepare(event, now) for event in events]
+        if not batch:
+            return []
+        marker = -1
+        for index, event in enumerate(batch):
+            if event.type == COMPACTION:
+                data = compaction_of(event)
+                if data is not None and data.rebuilds_history:
+                    marker = index
+        with self._lock:
+            if store.ttl is not None:
+                self._check_ttl_for_append()
+            foreign, stored = self._storage_append(batch, marker, expect_seq)
+            self._ingest(foreign)
+            if not stored:
+                raise ConflictError(
+                    f"session {self._id!r}: expected the latest seq to be {expect_seq}, "
+                    f"but it is {self._latest_seq}; nothing was appended"
+                )
+            self._ingest(stored)
+            if store.max_messages and any(e.type == USER_MESSAGE for e in stored):
+                self._apply_cap(store.max_messages)
+        return [event.seq for event in stored]
+
+    # -- reading --------------------------------------------------------------------------
 
     @property
     def id(self) -> str:
@@ -261,44 +289,6 @@ class BaseSession:
         with self._lock:
             self._refresh()
             return self._latest_seq
-
-    def append(self, event: Event) -> int:
-        """Append one event; returns its seq. ``time`` is stamped (UTC) when unset."""
-        return self.append_many((event,))[0]
-
-    def append_many(self, events: Sequence[Event]) -> list[int]:
-        """Append a batch atomically: all events or none, with consecutive seqs."""
-        if isinstance(events, Event):
-            raise UsageError("append_many takes a sequence of events; use append for one")
-        batch = list(events)
-        if not batch:
-            return []
-        now = self._store.clock()
-        prepared: list[Event] = []
-        for event in batch:
-            if not isinstance(event, Event):
-                raise UsageError(
-                    f"session {self._id!r}: can only append Event objects, "
-                    f"not {type(event).__name__}"
-                )
-            if not event.type:
-                raise UsageError(f"session {self._id!r}: an event needs a type")
-            if event.time is None or event.seq:
-                event = msgspec.structs.replace(event, seq=0, time=event.time or now)
-            prepared.append(event)
-        with self._lock:
-            if self._store.ttl is not None:
-                try:
-                    self._check_ttl()
-                except SessionExpired:
-                    self._refresh()  # another process may have appended since
-                    self._check_ttl()
-            foreign, stored = self._storage_append(prepared)
-            self._ingest(foreign)
-            self._ingest(stored)
-            if self._store.max_messages:
-                self._after_append(stored)
-        return [event.seq for event in stored]
 
     def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in seq order, at most ``limit`` (all when None)."""
@@ -336,15 +326,10 @@ class BaseSession:
             for event in reversed(self._window):
                 if event.type != COMPACTION or not probe.passes(event):
                     continue
-                try:
-                    data = decode(event.data, Compaction)
-                except (msgspec.DecodeError, msgspec.ValidationError):
+                data = compaction_of(event)
+                if data is None:
                     continue
-                need = (
-                    event.seq
-                    if (data.first_kept_seq or data.retained_tail)
-                    else (data.before_seq + 1)
-                )
+                need = event.seq if data.rebuilds_history else data.history_starts_at
                 break
             self._ensure_window_from(need)
         return Deriver.from_events(self._window, agent)
@@ -370,12 +355,37 @@ class BaseSession:
         agent: str | None = None,
         user: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        *,
+        storage: StoragePolicy | None = None,
     ) -> Turn:
         """Record a turn: ``with session.turn(agent=..., user=...) as turn: ...`` writes
         ``turn/start`` and, however the block ends, ``turn/end`` (see
-        :mod:`agentsession.recorder`). ``agent``, ``user`` and ``metadata`` default to the turn
-        envelope's."""
-        return Turn(self, agent, user, metadata)
+        :mod:`agentsession.recorder`). ``agent``, ``user`` and ``metadata`` default to the
+        context's (the chat layer's turn envelope, when one is applied). Messages are stored
+        whole unless a ``storage`` policy says otherwise (see :mod:`agentsession.media`)."""
+        return Turn(self, agent, user, metadata, storage=storage)
+
+    def _append_marker(
+        self, plan: Callable[[], Compaction | None], agent: str | None
+    ) -> int | None:
+        """Append the marker ``plan`` makes, conditional on the seq it was planned from;
+        plan again when another writer appended in between."""
+        for _ in range(_COMPACTION_RETRIES):
+            with self._lock:
+                self._refresh()
+                planned_at = self._latest_seq
+                data = plan()
+                if data is None:
+                    return None
+                event = Event.new(COMPACTION, data, agent=agent or "")
+                try:
+                    return self.append_many((event,), expect_seq=planned_at)[0]
+                except ConflictError:
+                    continue
+        raise ConflictError(
+            f"session {self._id!r}: other writers kept appending while compaction planned "
+            f"({_COMPACTION_RETRIES} tries); take the session's turn lock to compact"
+        )
 
     def compact(
         self,
@@ -386,23 +396,45 @@ class BaseSession:
         tokens_before: int = 0,
         agent: str | None = None,
     ) -> int | None:
-        """Replace the history before a turn boundary by ``summary`` (see
-        :func:`agentsession.compaction.compact`); returns the marker's seq, or None when
-        there was nothing to drop."""
-        return compact(
-            self,
-            summary,
-            keep_turns=keep_turns,
-            first_kept_seq=first_kept_seq,
-            tokens_before=tokens_before,
-            agent=agent,
+        """Replace the history before a turn boundary by ``summary``; returns the marker's seq,
+        or None when there was nothing to drop (see :mod:`agentsession.compaction`).
+
+        Give ``keep_turns`` (how many of the latest turns stay verbatim, counting turns an
+        earlier compaction retained) or ``first_kept_seq``. The marker applies to ``agent``'s
+        history (all agents when None). It is appended only if nothing was appended while it
+        was planned (planning again otherwise), so a concurrent turn is never lost. Raises
+        :class:`~agentsession.errors.UsageError` while tool calls are unanswered.
+        """
+        if isinstance(summary, str):
+            summary = Message.user(summary)
+
+        def plan() -> Compaction | None:
+            return plan_compaction(
+                self._window,
+                self._deriver(agent),
+                self._latest_seq,
+                summary,
+                keep_turns=keep_turns,
+                first_kept_seq=first_kept_seq,
+                tokens_before=tokens_before,
+                session_id=self._id,
+            )
+
+        return self._append_marker(plan, agent)
+
+    def prune(self, max_messages: int, agent: str | None = None) -> int | None:
+        """Cap the history at ``max_messages`` derived messages with a prune marker that keeps
+        the most recent whole turns that fit (see :func:`agentsession.compaction.plan_prune`);
+        returns the marker's seq, or None when the history already fits."""
+        if not isinstance(max_messages, int) or max_messages < 1:
+            raise UsageError(f"max_messages must be an int >= 1, not {max_messages!r}")
+        return self._append_marker(
+            lambda: plan_prune(self._window, self._deriver(agent), max_messages), agent
         )
 
-    def _after_append(self, stored: Sequence[Event]) -> None:
-        """Apply the store's history cap when a new user turn arrived."""
-        cap = self._store.max_messages
-        if cap and any(e.type == USER_MESSAGE for e in stored):
-            prune(self, cap)
+    def _apply_cap(self, cap: int) -> None:
+        """The store's history cap, applied when a new user turn arrived."""
+        self.prune(cap)
 
     def close(self) -> None:
         """Release open files or connections; the session reopens them when used again."""
@@ -411,304 +443,3 @@ class BaseSession:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._id!r} at {self.location}>"
-
-
-class _CacheEntry:
-    __slots__ = ("last_used", "session")
-
-    def __init__(self, session: BaseSession, last_used: _dt.datetime) -> None:
-        self.session = session
-        self.last_used = last_used
-
-
-class BaseStore:
-    """Shared behaviour of every backend's store: the session cache, TTL, context manager."""
-
-    def __init__(
-        self,
-        *,
-        durability: Durability = "flush",
-        ttl: _dt.timedelta | None = None,
-        max_cached_sessions: int = 256,
-        cache_idle_ttl: _dt.timedelta | None = None,
-        clock: Clock = utcnow,
-        max_messages: int | None = None,
-    ) -> None:
-        if durability not in ("flush", "fsync"):
-            raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
-        if ttl is not None and ttl <= _dt.timedelta(0):
-            raise UsageError(f"ttl must be positive, not {ttl}")
-        if max_cached_sessions < 0:
-            raise UsageError("max_cached_sessions must be >= 0")
-        if cache_idle_ttl is not None and cache_idle_ttl <= _dt.timedelta(0):
-            raise UsageError(f"cache_idle_ttl must be positive, not {cache_idle_ttl}")
-        if max_messages is not None and max_messages < 1:
-            raise UsageError(f"max_messages must be >= 1 or None, not {max_messages}")
-        self.max_messages = max_messages
-        """History cap: at a new user turn, older whole turns beyond this many derived
-        messages are dropped from the history by a prune compaction (never deleted)."""
-        self.durability: Durability = durability
-        """What an acknowledged append survives (see :data:`Durability`)."""
-        self.ttl = ttl
-        """Sessions whose last append is older than this are expired (None: never)."""
-        self.clock = clock
-        """The store's clock (UTC); replaceable in tests."""
-        self.max_cached_sessions = max_cached_sessions
-        self.cache_idle_ttl = cache_idle_ttl
-        self._cache: OrderedDict[str, _CacheEntry] = OrderedDict()
-        self._cache_lock = threading.Lock()
-        self._closed = False
-        self._held_locks: _HeldRegistry | None = None
-
-    # -- backend primitives ---------------------------------------------------------------
-
-    def _cache_key(self, session_id: str) -> str:
-        """What identifies the session's storage (a resolved path for files)."""
-        return session_id
-
-    def _open_session(self, session_id: str) -> BaseSession:
-        raise NotImplementedError
-
-    def _exists(self, session_id: str) -> bool:
-        raise NotImplementedError
-
-    def _list_all(self) -> list[SessionInfo]:
-        raise NotImplementedError
-
-    def _delete(self, session_id: str) -> bool:
-        raise NotImplementedError
-
-    def _last_append(self, session_id: str) -> _dt.datetime | None:
-        """Time of the session's last event, or None when it has none."""
-        raise NotImplementedError
-
-    def _close(self) -> None:
-        """Release backend resources."""
-
-    def _make_locker(self) -> Locker:
-        """The backend's turn-lock implementation."""
-        raise NotImplementedError
-
-    def _meta_get(self, kind: str, key: str) -> str | None:
-        """A small persisted value (active mapping, agent binding, CLI pointer), or None."""
-        raise NotImplementedError
-
-    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
-        """Store a small value atomically (None removes it)."""
-        raise NotImplementedError
-
-    @property
-    def location(self) -> str:
-        """Where the store keeps its data, for people."""
-        raise NotImplementedError
-
-    @property
-    def url(self) -> str:
-        """What ``open_store`` takes to open this store again (in another process, say)."""
-        raise NotImplementedError
-
-    # -- the Store API --------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UsageError(f"store {self.location} is closed")
-
-    def _evict(self, now: _dt.datetime) -> None:
-        idle = self.cache_idle_ttl
-        if idle is not None:
-            for key in [k for k, e in self._cache.items() if now - e.last_used >= idle]:
-                del self._cache[key]
-        limit = self.max_cached_sessions
-        while limit and len(self._cache) > limit:
-            self._cache.popitem(last=False)
-        if limit == 0:
-            self._cache.clear()
-
-    def get(self, session_id: str) -> BaseSession:
-        """The session with this id; it exists in storage once something is appended.
-
-        Raises :class:`SessionExpired` when the store has a TTL and the session's last append
-        is older than it.
-        """
-        self._check_open()
-        sid = check_session_id(session_id)
-        key = self._cache_key(sid)
-        now = self.clock()
-        with self._cache_lock:
-            self._evict(now)  # idle entries go before this lookup can refresh them
-            entry = self._cache.get(key)
-            if entry is not None:
-                entry.last_used = now
-                self._cache.move_to_end(key)
-        if entry is None:
-            opened = self._open_session(sid)  # I/O outside the store-wide lock
-            with self._cache_lock:
-                entry = self._cache.get(key)
-                if entry is None:
-                    entry = self._cache[key] = _CacheEntry(opened, now)
-                else:
-                    opened.close()  # another thread opened it first
-                entry.last_used = now
-                self._cache.move_to_end(key)
-                self._evict(now)
-        session = entry.session
-        if self.ttl is not None:
-            with session._lock:
-                session._refresh()
-                session._check_ttl()
-        return session
-
-    def exists(self, session_id: str) -> bool:
-        """Whether the session has at least one event."""
-        self._check_open()
-        return self._exists(check_session_id(session_id))
-
-    def list(
-        self, prefix: str | None = None, limit: int | None = None, offset: int = 0
-    ) -> list[SessionInfo]:
-        """Sessions whose id starts with ``prefix``, most recently appended first."""
-        self._check_open()
-        if limit is not None and limit < 0:
-            raise UsageError("list(limit=...) must be >= 0 or None")
-        if offset < 0:
-            raise UsageError("list(offset=...) must be >= 0")
-        infos = [i for i in self._list_all() if prefix is None or i.id.startswith(prefix)]
-        oldest = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
-        infos.sort(key=lambda i: (i.updated_at or oldest, i.id), reverse=True)
-        end = None if limit is None else offset + limit
-        return infos[offset:end]
-
-    def delete(self, session_id: str) -> bool:
-        """Delete the session's events and everything stored beside them; True if it existed.
-
-        A session object still held elsewhere starts over from seq 1 when appended to again.
-        """
-        self._check_open()
-        sid = check_session_id(session_id)
-        with self._cache_lock:
-            entry = self._cache.pop(self._cache_key(sid), None)
-        if entry is not None:
-            entry.session.close()
-        return self._delete(sid)
-
-    def expired(self) -> builtins.list[str]:
-        """Ids of the sessions whose last append is older than the TTL (empty without TTL)."""
-        self._check_open()
-        if self.ttl is None:
-            return []
-        cutoff = self.clock() - self.ttl
-        out: builtins.list[str] = []
-        for info in self._list_all():
-            last = self._last_append(info.id)
-            if last is not None and last < cutoff:
-                out.append(info.id)
-        return out
-
-    def purge_expired(self) -> builtins.list[str]:
-        """Delete every expired session; returns their ids."""
-        ids = self.expired()
-        for session_id in ids:
-            self.delete(session_id)
-        return ids
-
-    # -- the turn lock -------------------------------------------------------------------
-
-    def _locks(self) -> _HeldRegistry:
-        with self._cache_lock:
-            if self._held_locks is None:
-                self._held_locks = _HeldRegistry(self._make_locker())
-            return self._held_locks
-
-    def lock(self, session_id: str, timeout: float | None = None) -> TurnLock:
-        """Take the session's turn lock: one holder at a time across threads and processes
-        (and machines, on PostgreSQL). ``timeout`` in seconds (None waits for ever, 0 tries
-        once); raises :class:`~agentsession.errors.LockTimeout` when it runs out. Not
-        reentrant: a second ``lock`` of the same session from the thread that holds it raises
-        :class:`~agentsession.errors.UsageError`. Use as a context manager."""
-        self._check_open()
-        sid = check_session_id(session_id)
-        if timeout is not None and timeout < 0:
-            raise UsageError(f"lock timeout must be >= 0 or None, not {timeout}")
-        return self._locks().acquire(sid, timeout)
-
-    def is_locked(self, session_id: str) -> bool:
-        """Whether some thread or process holds the session's turn lock now."""
-        self._check_open()
-        return self._locks().locker.is_locked(check_session_id(session_id))
-
-    def recover(
-        self, session_ids: Sequence[str] | None = None, *, lock_timeout: float = 0.0
-    ) -> builtins.list[StoreRecoveryReport]:
-        """Repair every crashed turn whose turn lock is free (see
-        :func:`agentsession.recovery.recover_store`): one report per session with an incomplete
-        turn, or per session named in ``session_ids``; a session whose lock is held by a live
-        process is reported ``live`` and left alone."""
-        from .recovery import recover_store
-
-        self._check_open()
-        return recover_store(self, session_ids, lock_timeout=lock_timeout)
-
-    # -- identity: the active-session mapping, agent binding, the CLI pointer -------------
-
-    def active_session(self, key: str) -> str:
-        """The session that ``/new`` made current for an entry key; the key itself when none."""
-        self._check_open()
-        if not isinstance(key, str) or not key.strip():
-            raise UsageError("an active-session entry key is required")
-        return self._meta_get("active", key) or key
-
-    def set_active_session(self, key: str, session_id: str) -> None:
-        """Map an entry key to the session its next turns go to (atomic, persisted)."""
-        self._check_open()
-        if not isinstance(key, str) or not key.strip():
-            raise UsageError("an active-session entry key is required")
-        sid = check_session_id(session_id)
-        self._meta_set("active", key, None if sid == key else sid)
-
-    def agent_bind(self, session_id: str) -> str:
-        """The agent a session is bound to, or ``""``."""
-        self._check_open()
-        return self._meta_get("bind", check_session_id(session_id)) or ""
-
-    def set_agent_bind(self, session_id: str, agent: str) -> None:
-        """Bind a session to an agent (``""`` removes the binding)."""
-        self._check_open()
-        sid = check_session_id(session_id)
-        if not isinstance(agent, str):
-            raise UsageError("agent must be a string")
-        self._meta_set("bind", sid, agent or None)
-
-    def cli_current(self) -> str:
-        """The session the command line attaches to next (default ``cli:default``)."""
-        self._check_open()
-        return self._meta_get("cli", "current") or DEFAULT_CLI_SESSION_ID
-
-    def set_cli_current(self, session_id: str) -> None:
-        """Point the command line at a session."""
-        self._check_open()
-        self._meta_set("cli", "current", check_session_id(session_id))
-
-    def close(self) -> None:
-        """Close every cached session and the store; safe to call twice."""
-        with self._cache_lock:
-            entries = list(self._cache.values())
-            self._cache.clear()
-        for entry in entries:
-            entry.session.close()
-        if not self._closed:
-            self._closed = True
-            self._close()
-
-    def __enter__(self) -> BaseStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.location}>"

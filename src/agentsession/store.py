@@ -1,15 +1,424 @@
-"""``open_store``: one entry point that picks a backend from a URL-like string."""
+"""``BaseStore`` and ``open_store``: opening sessions, the session cache, the backend registry.
+
+A **store** opens sessions by id and owns what spans sessions: listing, deleting, the turn
+locks, crash recovery over many sessions, and a small key-value primitive (``meta_get`` and
+``meta_set``) that the chat layer keeps its identity mappings in. A backend subclasses
+:class:`BaseStore` and implements the ``_``-prefixed primitives; ``open_store`` picks the
+backend from a URL through a registry that third-party packages extend with the entry-point
+group ``agentsession.backends`` (a name mapping a URL scheme to a ``module:StoreClass``).
+"""
 
 from __future__ import annotations
 
+import builtins
+import datetime as _dt
 import os
-from typing import Any
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from importlib import import_module
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from .errors import StoreUnavailable, UsageError
-from .session import BaseStore
+from .codec import utcnow
+from .contract import Durability, SessionInfo, StoreRecoveryReport, check_session_id
+from .errors import (
+    ConflictError,
+    DuplicateSession,
+    SessionNotFound,
+    StoreUnavailable,
+    UsageError,
+)
+from .events import Event
+from .locks import Locker, TurnLock, _HeldRegistry
+from .recovery import recover_store
+from .session import BaseSession, Clock
 
-__all__ = ["open_store"]
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["SESSION_META_KINDS", "BaseStore", "open_store", "register_backend"]
+
+SESSION_META_KINDS: tuple[str, ...] = ("bind",)
+"""Meta namespaces keyed by session id, whose entries are deleted with their session (the chat
+layer's agent binding lives in ``bind``)."""
+
+
+def _check_name(what: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"a meta {what} must be a non-blank string, not {value!r}")
+    return value
+
+
+class _CacheEntry:
+    __slots__ = ("last_used", "session")
+
+    def __init__(self, session: BaseSession, last_used: _dt.datetime) -> None:
+        self.session = session
+        self.last_used = last_used
+
+
+class BaseStore:
+    """Shared behaviour of every backend's store: the session cache, TTL, context manager."""
+
+    def __init__(
+        self,
+        *,
+        durability: Durability = "flush",
+        ttl: _dt.timedelta | None = None,
+        max_cached_sessions: int = 256,
+        cache_idle_ttl: _dt.timedelta | None = None,
+        clock: Clock = utcnow,
+        max_messages: int | None = None,
+    ) -> None:
+        if durability not in ("flush", "fsync"):
+            raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        if ttl is not None and ttl <= _dt.timedelta(0):
+            raise UsageError(f"ttl must be positive, not {ttl}")
+        if max_cached_sessions < 0:
+            raise UsageError("max_cached_sessions must be >= 0")
+        if cache_idle_ttl is not None and cache_idle_ttl <= _dt.timedelta(0):
+            raise UsageError(f"cache_idle_ttl must be positive, not {cache_idle_ttl}")
+        if max_messages is not None and max_messages < 1:
+            raise UsageError(f"max_messages must be >= 1 or None, not {max_messages}")
+        self.max_messages = max_messages
+        """History cap: at a new user turn, older whole turns beyond this many derived
+        messages are dropped from the history by a prune compaction (never deleted)."""
+        self.durability: Durability = durability
+        """What an acknowledged append survives (see :data:`Durability`)."""
+        self.ttl = ttl
+        """Sessions whose last append is older than this are expired (None: never)."""
+        self.clock = clock
+        """The store's clock (UTC); replaceable in tests."""
+        self.max_cached_sessions = max_cached_sessions
+        self.cache_idle_ttl = cache_idle_ttl
+        self._cache: OrderedDict[str, _CacheEntry] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._closed = False
+        self._held_locks: _HeldRegistry | None = None
+
+    # -- backend primitives ---------------------------------------------------------------
+
+    def _cache_key(self, session_id: str) -> str:
+        """What identifies the session's storage (a resolved path for files)."""
+        return session_id
+
+    def _open_session(self, session_id: str) -> BaseSession:
+        raise NotImplementedError
+
+    def _exists(self, session_id: str) -> bool:
+        raise NotImplementedError
+
+    def _list_all(self) -> list[SessionInfo]:
+        raise NotImplementedError
+
+    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+        """Delete the session's events and everything stored beside them, and its meta entries
+        of ``meta_kinds`` (keyed by the session id), atomically where the backend can."""
+        raise NotImplementedError
+
+    def _last_append(self, session_id: str) -> _dt.datetime | None:
+        """Time of the session's last event, or None when it has none."""
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        """Release backend resources."""
+
+    def _make_locker(self) -> Locker:
+        """The backend's turn-lock implementation."""
+        raise NotImplementedError
+
+    def _meta_get(self, kind: str, key: str) -> str | None:
+        """A small persisted value (active mapping, agent binding, CLI pointer), or None."""
+        raise NotImplementedError
+
+    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
+        """Store a small value atomically (None removes it)."""
+        raise NotImplementedError
+
+    @property
+    def location(self) -> str:
+        """Where the store keeps its data, for people."""
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        """What ``open_store`` takes to open this store again (in another process, say)."""
+        raise NotImplementedError
+
+    # -- the Store API --------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError(f"store {self.location} is closed")
+
+    def _evict(self, now: _dt.datetime) -> None:
+        idle = self.cache_idle_ttl
+        if idle is not None:
+            for key in [k for k, e in self._cache.items() if now - e.last_used >= idle]:
+                del self._cache[key]
+        limit = self.max_cached_sessions
+        while limit and len(self._cache) > limit:
+            self._cache.popitem(last=False)
+        if limit == 0:
+            self._cache.clear()
+
+    def get(self, session_id: str) -> BaseSession:
+        """The session with this id; it exists in storage once something is appended.
+
+        Raises :class:`SessionExpired` when the store has a TTL and the session's last append
+        is older than it.
+        """
+        self._check_open()
+        sid = check_session_id(session_id)
+        key = self._cache_key(sid)
+        now = self.clock()
+        with self._cache_lock:
+            self._evict(now)  # idle entries go before this lookup can refresh them
+            entry = self._cache.get(key)
+            if entry is not None:
+                entry.last_used = now
+                self._cache.move_to_end(key)
+        if entry is None:
+            opened = self._open_session(sid)  # I/O outside the store-wide lock
+            with self._cache_lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    entry = self._cache[key] = _CacheEntry(opened, now)
+                else:
+                    opened.close()  # another thread opened it first
+                entry.last_used = now
+                self._cache.move_to_end(key)
+                self._evict(now)
+        session = entry.session
+        if self.ttl is not None:
+            with session._lock:
+                session._refresh()
+                session._check_ttl()
+        return session
+
+    def open(self, session_id: str) -> BaseSession:
+        """The session with this id, which must exist: raises
+        :class:`~agentsession.errors.SessionNotFound` when it has no events (use :meth:`get`
+        to start a session by appending to it)."""
+        self._check_open()
+        sid = check_session_id(session_id)
+        if not self._exists(sid):
+            raise SessionNotFound(sid, f"no session {sid!r} in {self.location}")
+        return self.get(sid)
+
+    def create(self, session_id: str, events: Sequence[Event]) -> BaseSession:
+        """A new session whose log starts with ``events`` (at least one), written atomically
+        only if the session has no events yet: raises
+        :class:`~agentsession.errors.DuplicateSession` when it exists (also when another
+        process created it first)."""
+        self._check_open()
+        sid = check_session_id(session_id)
+        if isinstance(events, Event):
+            events = [events]
+        if not events:
+            raise UsageError(
+                f"create({sid!r}) needs the session's first events: a session exists once it "
+                "has an event"
+            )
+        session = self.get(sid)
+        try:
+            session.append_many(events, expect_seq=0)
+        except ConflictError:
+            raise DuplicateSession(
+                sid, f"session {sid!r} already exists in {self.location}"
+            ) from None
+        return session
+
+    def exists(self, session_id: str) -> bool:
+        """Whether the session has at least one event."""
+        self._check_open()
+        return self._exists(check_session_id(session_id))
+
+    def list(
+        self, prefix: str | None = None, limit: int | None = None, offset: int = 0
+    ) -> list[SessionInfo]:
+        """Sessions whose id starts with ``prefix``, most recently appended first."""
+        self._check_open()
+        if limit is not None and limit < 0:
+            raise UsageError("list(limit=...) must be >= 0 or None")
+        if offset < 0:
+            raise UsageError("list(offset=...) must be >= 0")
+        infos = [i for i in self._list_all() if prefix is None or i.id.startswith(prefix)]
+        oldest = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+        infos.sort(key=lambda i: (i.updated_at or oldest, i.id), reverse=True)
+        end = None if limit is None else offset + limit
+        return infos[offset:end]
+
+    def delete(self, session_id: str) -> bool:
+        """Delete the session's events and everything stored beside them; True if it existed.
+
+        A session object still held elsewhere starts over from seq 1 when appended to again.
+        """
+        self._check_open()
+        sid = check_session_id(session_id)
+        with self._cache_lock:
+            entry = self._cache.pop(self._cache_key(sid), None)
+        if entry is not None:
+            entry.session.close()
+        return self._delete(sid, SESSION_META_KINDS)
+
+    def expired(self) -> builtins.list[str]:
+        """Ids of the sessions whose last append is older than the TTL (empty without TTL)."""
+        self._check_open()
+        if self.ttl is None:
+            return []
+        cutoff = self.clock() - self.ttl
+        out: builtins.list[str] = []
+        for info in self._list_all():
+            last = self._last_append(info.id)
+            if last is not None and last < cutoff:
+                out.append(info.id)
+        return out
+
+    def purge_expired(self) -> builtins.list[str]:
+        """Delete every expired session; returns their ids."""
+        ids = self.expired()
+        for session_id in ids:
+            self.delete(session_id)
+        return ids
+
+    # -- the turn lock -------------------------------------------------------------------
+
+    def _locks(self) -> _HeldRegistry:
+        with self._cache_lock:
+            if self._held_locks is None:
+                self._held_locks = _HeldRegistry(self._make_locker())
+            return self._held_locks
+
+    def lock(self, session_id: str, timeout: float | None = None) -> TurnLock:
+        """Take the session's turn lock: one holder at a time across threads and processes
+        (and machines, on PostgreSQL). ``timeout`` in seconds (None waits for ever, 0 tries
+        once); raises :class:`~agentsession.errors.LockTimeout` when it runs out. Not
+        reentrant: a second ``lock`` of the same session from the thread that holds it raises
+        :class:`~agentsession.errors.UsageError`. Use as a context manager."""
+        self._check_open()
+        sid = check_session_id(session_id)
+        if timeout is not None and timeout < 0:
+            raise UsageError(f"lock timeout must be >= 0 or None, not {timeout}")
+        return self._locks().acquire(sid, timeout)
+
+    def is_locked(self, session_id: str) -> bool:
+        """Whether some thread or process holds the session's turn lock now."""
+        self._check_open()
+        return self._locks().locker.is_locked(check_session_id(session_id))
+
+    def recover(
+        self, session_ids: Sequence[str] | None = None, *, lock_timeout: float = 0.0
+    ) -> builtins.list[StoreRecoveryReport]:
+        """Repair every crashed turn whose turn lock is free (see
+        :func:`agentsession.recovery.recover_store`): one report per session with an incomplete
+        turn, or per session named in ``session_ids``; a session whose lock is held by a live
+        process is reported ``live`` and left alone."""
+        self._check_open()
+        return recover_store(self, session_ids, lock_timeout=lock_timeout)
+
+    # -- small persisted values ----------------------------------------------------------
+
+    def meta_get(self, namespace: str, key: str) -> str | None:
+        """A small persisted value (``None`` when unset): the key-value primitive the chat
+        layer's identity mappings are built on. Namespaces in :data:`SESSION_META_KINDS` are
+        keyed by session id and deleted with the session."""
+        self._check_open()
+        return self._meta_get(_check_name("namespace", namespace), _check_name("key", key))
+
+    def meta_set(self, namespace: str, key: str, value: str | None) -> None:
+        """Store a small value atomically (``None`` removes it)."""
+        self._check_open()
+        if value is not None and not isinstance(value, str):
+            raise UsageError(f"a meta value must be a string or None, not {type(value).__name__}")
+        self._meta_set(_check_name("namespace", namespace), _check_name("key", key), value)
+
+    def close(self) -> None:
+        """Close every cached session and the store; safe to call twice."""
+        with self._cache_lock:
+            entries = list(self._cache.values())
+            self._cache.clear()
+        for entry in entries:
+            entry.session.close()
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self) -> BaseStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.location}>"
+
+
+# ---------------------------------------------------------------------------------------------
+# The backend registry.
+
+StoreFactory = Callable[..., BaseStore]
+"""What a registered backend provides: ``factory(url, **options)`` returns an open store."""
+
+_BUILTIN: dict[str, str] = {
+    "memory": "agentsession.backends.memory:open_memory",
+    "jsonl": "agentsession.backends.jsonl:open_jsonl",
+    "file": "agentsession.backends.jsonl:open_jsonl",
+    "sqlite": "agentsession.backends.sqlite:open_sqlite",
+    "postgresql": "agentsession.backends.postgres:open_postgres",
+    "postgres": "agentsession.backends.postgres:open_postgres",
+}
+_registered: dict[str, StoreFactory] = {}
+_registry_lock = threading.Lock()
+
+
+def register_backend(scheme: str, factory: StoreFactory) -> None:
+    """Make ``open_store("<scheme>:...")`` call ``factory(url, **options)``.
+
+    Packages can also register without being imported, with an entry point in the group
+    ``agentsession.backends`` named after the scheme (value ``module:factory``).
+    """
+    if not isinstance(scheme, str) or not scheme.isidentifier() or len(scheme) < 2:
+        raise UsageError(f"a backend scheme must be an identifier of 2+ characters: {scheme!r}")
+    with _registry_lock:
+        _registered[scheme.lower()] = factory
+
+
+def _load(target: str, scheme: str) -> StoreFactory:
+    module_name, _, attr = target.partition(":")
+    try:
+        module = import_module(module_name)
+    except ImportError as exc:
+        if scheme in ("postgresql", "postgres"):
+            raise StoreUnavailable(
+                "the PostgreSQL backend needs psycopg: pip install 'agentsession[postgres]' "
+                f"({exc})"
+            ) from exc
+        raise StoreUnavailable(f"the {scheme!r} backend could not be imported: {exc}") from exc
+    factory: StoreFactory = getattr(module, attr)
+    return factory
+
+
+def _factory_for(scheme: str) -> StoreFactory | None:
+    with _registry_lock:
+        found = _registered.get(scheme)
+    if found is not None:
+        return found
+    builtin = _BUILTIN.get(scheme)
+    if builtin is not None:
+        return _load(builtin, scheme)
+    for entry in entry_points(group="agentsession.backends"):
+        if entry.name.lower() == scheme:
+            loaded: StoreFactory = entry.load()
+            return loaded
+    return None
 
 
 def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> BaseStore:
@@ -45,37 +454,17 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     scheme = scheme.lower()
     if not sep or len(scheme) == 1 or "/" in scheme or "\\" in scheme:
         # A plain path (a one-letter "scheme" is a Windows drive).
-        from .backends.jsonl import JsonlStore
-
-        return JsonlStore(target, **options)
-    if scheme == "memory":
-        from .backends.memory import MemoryStore
-
-        return MemoryStore(**options)
-    if scheme in ("jsonl", "file"):
-        from .backends.jsonl import JsonlStore
-
-        return JsonlStore(_path_of(target, scheme), **options)
-    if scheme == "sqlite":
-        from .backends.sqlite import SqliteStore
-
-        return SqliteStore(_path_of(target, scheme), **options)
-    if scheme in ("postgresql", "postgres"):
-        try:
-            from .backends.postgres import PostgresStore
-        except ImportError as exc:
-            raise StoreUnavailable(
-                "the PostgreSQL backend needs psycopg: pip install 'agentsession[postgres]' "
-                f"({exc})"
-            ) from exc
-        return PostgresStore(target, **options)
+        return _load(_BUILTIN["jsonl"], "jsonl")(target, **options)
+    factory = _factory_for(scheme)
+    if factory is not None:
+        return factory(target, **options)
     raise UsageError(
         f"unknown store URL scheme {scheme!r} in {target!r}: use a directory path, 'memory:', "
         "'jsonl:///dir', 'sqlite:///file.db' or 'postgresql://...'"
     )
 
 
-def _path_of(url: str, scheme: str) -> str:
+def path_of(url: str, scheme: str) -> str:
     """The filesystem path of ``jsonl:``/``sqlite:``/``file:`` URLs (``scheme:///abs``,
     ``scheme://relative`` or ``scheme:relative``)."""
     parts = urlsplit(url)

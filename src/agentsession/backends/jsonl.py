@@ -26,28 +26,23 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, TypeVar
 
 import msgspec
 
 from .._names import safe_name, unsafe_name
+from ..codec import decode, encode
+from ..contract import SessionInfo
 from ..errors import CorruptLogError, StorageError, StoreUnavailable, UsageError
-from ..events import (
-    COMPACTION,
-    Event,
-    decode,
-    decode_event,
-    decode_event_lines,
-    encode,
-    encode_event,
-)
+from ..events import Event, decode_event, decode_event_lines, encode_event
 from ..locks import FileLocker
-from ..session import BaseSession, BaseStore, SessionInfo
+from ..session import BaseSession
+from ..store import BaseStore, path_of
 
-__all__ = ["JsonlSession", "JsonlStore", "OnCorrupt"]
+__all__ = ["JsonlSession", "JsonlStore", "OnCorrupt", "open_jsonl"]
 
-log = logging.getLogger("agentsession.jsonl")
+log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 OnCorrupt = Literal["raise", "quarantine"]
@@ -435,46 +430,29 @@ class JsonlSession(BaseSession):
             self._open_fd(create=True)
             self._load()
 
-    def append(self, event: Event) -> int:
-        """Append one event; returns its seq.
-
-        The fast path covers the common case of a writer that saw the file last (nothing to
-        catch up on, no TTL); anything else goes through ``append_many``. It is the hot path of
-        an agent loop, hence the local names for every call.
-        """
-        store = self._store
-        if type(event) is Event and event.type and store.ttl is None:
-            stamp = event.time or store.clock()
-            with self._lock:
-                fd = self._fd
-                size = self._size
-                if fd >= 0 and size:
-                    try:
-                        _flock(fd, _LOCK_EX)
-                        try:
-                            if _lseek(fd, 0, _SEEK_END) != size:
-                                seq = 0  # someone else wrote: take the general path
-                            else:
-                                seq = self._latest_seq + 1
-                                stored = _replace(event, seq=seq, time=stamp)
-                                line = encode_event(stored) + b"\n"
-                                if _write(fd, line) == len(line) and store.durability == "flush":
-                                    self._size = size + len(line)
-                                else:
-                                    self._finish_write(line, size)
-                        finally:
-                            _flock(fd, _LOCK_UN)
-                    except OSError as exc:
-                        raise self._error("appending to", exc) from exc
-                    if seq:
-                        self._window.append(stored)
-                        self._latest_seq = seq
-                        if stored.type == COMPACTION:
-                            self._trim_at(stored)
-                        if store.max_messages:
-                            self._after_append((stored,))
-                        return seq
-        return self.append_many((event,))[0]
+    def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
+        """The fast path: one ``write`` when this session saw the file last (nothing to catch
+        up on). It is the hot path of an agent loop, hence the local names for every call."""
+        fd = self._fd
+        size = self._size
+        if fd < 0 or not size:
+            return None
+        try:
+            _flock(fd, _LOCK_EX)
+            try:
+                if _lseek(fd, 0, _SEEK_END) != size:
+                    return None  # someone else wrote: take the general path
+                stored = _replace(event, seq=self._latest_seq + 1)
+                line = encode_event(stored) + b"\n"
+                if _write(fd, line) == len(line) and self._store.durability == "flush":
+                    self._size = size + len(line)
+                else:
+                    self._finish_write(line, size)
+            finally:
+                _flock(fd, _LOCK_UN)
+        except OSError as exc:
+            raise self._error("appending to", exc) from exc
+        return stored
 
     def _finish_write(self, line: bytes, start: int) -> None:
         """After a short write or for ``fsync``: complete ``line`` written from ``start``."""
@@ -493,13 +471,17 @@ class JsonlSession(BaseSession):
             raise
         self._size = start + len(line)
 
-    def _storage_append(self, events: list[Event]) -> tuple[list[Event], list[Event]]:
+    def _storage_append(
+        self, events: list[Event], marker: int, expect_seq: int | None
+    ) -> tuple[list[Event], list[Event]]:
         bodies = [encode_event(event)[1:] for event in events]
         last = len(bodies) - 1
         try:
             foreign = self._lock_for_append()
             try:
                 first = (foreign[-1].seq if foreign else self._latest_seq) + 1
+                if expect_seq is not None and first - 1 != expect_seq:
+                    return foreign, []
                 self._write(
                     b"".join(
                         b'{"seq":%d,%s%s\n' % (first + i, _MORE if i < last else b"", body)
@@ -695,7 +677,7 @@ class JsonlStore(BaseStore):
             out.append(SessionInfo(id=sid, updated_at=updated, size=st.st_size))
         return out
 
-    def _delete(self, session_id: str) -> bool:
+    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
         path = self.path_for(session_id)
         try:
             fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
@@ -713,7 +695,8 @@ class JsonlStore(BaseStore):
                 os.unlink(path)
             finally:
                 os.close(fd)
-        self._meta_set("bind", session_id, None)
+        for kind in meta_kinds:
+            self._meta_set(kind, session_id, None)
         stem = path[: -len(SUFFIX)]
         for extra in (stem + ID_SUFFIX, path + QUARANTINE_SUFFIX):
             try:
@@ -783,3 +766,11 @@ def _last_line(fd: int) -> bytes | None:
         if nl != -1 or pos == 0:
             return stripped[nl + 1 :]
     return None
+
+
+def open_jsonl(url: str, **options: Any) -> JsonlStore:
+    """``open_store`` for a directory path, ``jsonl:///abs/dir``, ``jsonl:dir`` or ``file:``."""
+    scheme, sep, _ = url.partition(":")
+    if sep and scheme.lower() in ("jsonl", "file"):
+        return JsonlStore(path_of(url, scheme.lower()), **options)
+    return JsonlStore(url, **options)

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import datetime as _dt
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from ..contract import SessionInfo
 from ..events import Event
 from ..locks import ThreadLocker
-from ..session import BaseSession, BaseStore, SessionInfo
+from ..session import BaseSession
+from ..store import BaseStore
 
-__all__ = ["MemorySession", "MemoryStore"]
+__all__ = ["MemorySession", "MemoryStore", "open_memory"]
 
 
 class MemorySession(BaseSession):
@@ -40,13 +43,17 @@ class MemorySession(BaseSession):
         with self._store._data_lock:
             return list(self._store._logs.get(self._id, ())), True
 
-    def _storage_append(self, events: list[Event]) -> tuple[list[Event], list[Event]]:
+    def _storage_append(
+        self, events: list[Event], marker: int, expect_seq: int | None
+    ) -> tuple[list[Event], list[Event]]:
         with self._store._data_lock:
             log = self._log()
             if not log:
                 log = self._store._logs.setdefault(self._id, [])
             foreign = log[self._latest_seq :]
             base = len(log)
+            if expect_seq is not None and base != expect_seq:
+                return foreign, []
             stored = [
                 msgspec.structs.replace(event, seq=base + i)
                 for i, event in enumerate(events, start=1)
@@ -107,9 +114,10 @@ class MemoryStore(BaseStore):
                 if log
             ]
 
-    def _delete(self, session_id: str) -> bool:
+    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
         with self._data_lock:
-            self._meta.pop(("bind", session_id), None)
+            for kind in meta_kinds:
+                self._meta.pop((kind, session_id), None)
             return bool(self._logs.pop(session_id, None))
 
     def _last_append(self, session_id: str) -> _dt.datetime | None:
@@ -126,3 +134,8 @@ class MemoryStore(BaseStore):
     def url(self) -> str:
         """``memory:`` (which opens a new, empty store: memory is not shared)."""
         return "memory:"
+
+
+def open_memory(url: str, **options: Any) -> MemoryStore:
+    """``open_store("memory:")``: a new, empty store in this process's memory."""
+    return MemoryStore(**options)

@@ -64,9 +64,12 @@ import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
 
+from ..codec import decode, encode
+from ..contract import SessionInfo
 from ..errors import LockTimeout, StorageError, StoreUnavailable, UsageError
-from ..events import COMPACTION, Compaction, Event, decode, decode_event, encode, encode_event
-from ..session import BaseSession, BaseStore, SessionInfo
+from ..events import Event, decode_event, encode_event
+from ..session import BaseSession
+from ..store import BaseStore
 from .postgres_schema import LATEST_VERSION, Statements, apply_migrations, schema_version
 
 __all__ = [
@@ -75,10 +78,11 @@ __all__ = [
     "PostgresSession",
     "PostgresStore",
     "migrate",
+    "open_postgres",
     "turn_lock_key",
 ]
 
-log = logging.getLogger("agentsession.postgres")
+log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _Conn = psycopg.Connection[Any]
 
@@ -121,22 +125,6 @@ def _json_text(raw: bytes) -> str | None:
         return None
 
 
-def _rebuild_point(events: Sequence[Event]) -> int:
-    """1-based position of the batch's last compaction marker that rebuilds the history on its
-    own (``first_kept_seq`` or ``retained_tail``), or 0."""
-    mark = 0
-    for position, event in enumerate(events, start=1):
-        if event.type != COMPACTION:
-            continue
-        try:
-            data = decode(event.data, Compaction)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue
-        if data.first_kept_seq or data.retained_tail:
-            mark = position
-    return mark
-
-
 def _columns(event: Event) -> tuple[str, str, str, str | None, str | None, bytes | None]:
     """``type, agent, user, data, meta, raw_event`` of one event's row."""
     data = _json_text(bytes(event.data))
@@ -159,14 +147,17 @@ def _columns(event: Event) -> tuple[str, str, str, str | None, str | None, bytes
     )
 
 
-def _append_params(session_id: str, events: Sequence[Event]) -> dict[str, Any]:
+def _append_params(
+    session_id: str, events: Sequence[Event], marker: int, expect_seq: int | None
+) -> dict[str, Any]:
     """The parameters of the one-event or the batch append statement."""
     params: dict[str, Any] = {
         "id": session_id,
         "first_time": events[0].time,
         "last_time": events[-1].time,
         "n": len(events),
-        "mark": _rebuild_point(events),
+        "mark": marker + 1,
+        "expect": expect_seq,
     }
     if len(events) == 1:
         event = events[0]
@@ -381,18 +372,19 @@ class PostgresSession(BaseSession):
         )
         return _events_of(rows)
 
-    def _storage_append(self, events: list[Event]) -> tuple[list[Event], list[Event]]:
+    def _storage_append(
+        self, events: list[Event], marker: int, expect_seq: int | None
+    ) -> tuple[list[Event], list[Event]]:
         store = self._store
         if self._stale:
             self._load()
-        params = _append_params(self._id, events)
+        params = _append_params(self._id, events, marker, expect_seq)
         count = len(events)
         statement = store._sql.append_one if count == 1 else store._sql.append_many
 
         def append(conn: _Conn) -> int:
             row = conn.execute(statement, params).fetchone()
-            assert row is not None
-            return int(row[0])
+            return -1 if row is None else int(row[0])  # no row: expect_seq did not match
 
         base = store._run(
             f"appending {count} event{'s' if count != 1 else ''} to session {self._id!r}",
@@ -400,6 +392,8 @@ class PostgresSession(BaseSession):
             write="the append may or may not have been stored: read the session (latest_seq) "
             "before retrying it",
         )
+        if base < 0:
+            return self._storage_refresh(), []
         if base < self._latest_seq:
             self._reset()  # deleted (and perhaps recreated) since we last looked
         foreign: list[Event] = []
@@ -851,7 +845,7 @@ class PostgresStore(BaseStore):
         )
         return [r[0] for r in rows]
 
-    def _delete(self, session_id: str) -> bool:
+    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
         if not _fits_text(session_id):
             return False
         statements = self._sql
@@ -862,7 +856,7 @@ class PostgresStore(BaseStore):
                 # are deleted by a later statement, whose snapshot includes that append.
                 row = conn.execute(statements.delete_session, (session_id,)).fetchone()
                 conn.execute(statements.delete_events, (session_id,))
-                conn.execute(statements.delete_binding, (session_id,))
+                conn.execute(statements.delete_meta_of, (list(meta_kinds), session_id))
             return row is not None
 
         return self._run(
@@ -959,3 +953,8 @@ def migrate(url: str, schema: str | None = None, *, connect_timeout: int = 10) -
         ) from None
     finally:
         conn.close()
+
+
+def open_postgres(url: str, **options: Any) -> PostgresStore:
+    """``open_store("postgresql://user@host/db?schema=...")``."""
+    return PostgresStore(url, **options)

@@ -185,13 +185,16 @@ _EVENT_COLUMNS_E = (
 
 _UPSERT_SESSION = """
     INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq)
-    VALUES (%(id)s, %(first_time)s, %(last_time)s, %(n)s, %(mark)s)
+    SELECT %(id)s, %(first_time)s, %(last_time)s, %(n)s, %(mark)s
+    WHERE %(expect)s::bigint IS NULL OR %(expect)s::bigint = 0
+       OR EXISTS (SELECT 1 FROM {s}.sessions WHERE id = %(id)s)
     ON CONFLICT (id) DO UPDATE SET
         last_seq = s.last_seq + EXCLUDED.last_seq,
         updated_at = EXCLUDED.updated_at,
         compaction_seq = CASE WHEN EXCLUDED.compaction_seq > 0
                               THEN s.last_seq + EXCLUDED.compaction_seq
                               ELSE s.compaction_seq END
+    WHERE %(expect)s::bigint IS NULL OR s.last_seq = %(expect)s::bigint
     RETURNING s.last_seq - %(n)s AS base
 """
 
@@ -266,7 +269,7 @@ class Statements:
     expired: bytes
     delete_session: bytes
     delete_events: bytes
-    delete_binding: bytes
+    delete_meta_of: bytes
     meta_get: bytes
     meta_set: bytes
     meta_delete: bytes
@@ -294,7 +297,7 @@ class Statements:
             ),
             delete_session=render("DELETE FROM {s}.sessions WHERE id = %s RETURNING last_seq"),
             delete_events=render("DELETE FROM {s}.events WHERE session_id = %s"),
-            delete_binding=render("DELETE FROM {s}.meta WHERE kind = 'bind' AND key = %s"),
+            delete_meta_of=render("DELETE FROM {s}.meta WHERE kind = ANY(%s) AND key = %s"),
             meta_get=render("SELECT value FROM {s}.meta WHERE kind = %s AND key = %s"),
             meta_set=render(
                 "INSERT INTO {s}.meta AS m (kind, key, value, updated_at) "

@@ -58,6 +58,8 @@ from urllib.parse import quote
 
 import msgspec
 
+from ..codec import decode, encode
+from ..contract import SessionInfo
 from ..errors import (
     ConflictError,
     CorruptLogError,
@@ -66,11 +68,12 @@ from ..errors import (
     StoreUnavailable,
     UsageError,
 )
-from ..events import COMPACTION, Compaction, Event, decode, encode
+from ..events import Event
 from ..locks import FileLocker
-from ..session import BaseSession, BaseStore, SessionInfo
+from ..session import BaseSession
+from ..store import BaseStore, path_of
 
-__all__ = ["SCHEMA_VERSION", "SqliteSession", "SqliteStore"]
+__all__ = ["SCHEMA_VERSION", "SqliteSession", "SqliteStore", "open_sqlite"]
 
 SCHEMA_VERSION = 1
 """The schema version this module writes (``PRAGMA user_version``): ``len(_MIGRATIONS)``."""
@@ -209,15 +212,6 @@ def _utc_iso(moment: _dt.datetime) -> str:
 
 def _as_utc(moment: _dt.datetime) -> _dt.datetime:
     return moment.replace(tzinfo=_UTC) if moment.tzinfo is None else moment.astimezone(_UTC)
-
-
-def _rebuilds_history(event: Event) -> bool:
-    """Whether a compaction marker rebuilds the history on its own (opening may start at it)."""
-    try:
-        data = decode(event.data, Compaction)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return False
-    return bool(data.first_kept_seq or data.retained_tail)
 
 
 def _decode_meta(raw: bytes) -> dict[str, Any]:
@@ -482,41 +476,29 @@ class SqliteSession(BaseSession):
 
     # -- appending --------------------------------------------------------------------------
 
-    def append(self, event: Event) -> int:
-        """Append one event; returns its seq.
-
-        The fast path covers the common case, a writer that saw the session last and has no
-        TTL to check: one checked ``INSERT``. Anything else (other writers' events to catch up
-        on, a deleted session, a compaction marker, strings UTF-8 cannot carry) goes through
-        ``append_many``.
-        """
-        store = self._store
-        if type(event) is Event and event.type and store.ttl is None and event.type != COMPACTION:
-            stamp = event.time or store.clock()
-            with self._lock:
-                key = self._session_key
-                seq = self._latest_seq + 1
-                if key is not None and seq <= _MAX_SEQ:
-                    meta = event.meta
-                    params = (
-                        (key << _SEQ_BITS) | seq,
-                        self._key,
-                        seq,
-                        event.type,
-                        event.agent,
-                        event.user,
-                        encode(stamp)[1:-1],
-                        event.data,
-                        encode(meta) if meta else None,
-                    )
-                    if self._insert_if_current(params):
-                        stored = _replace(event, seq=seq, time=stamp)
-                        self._window.append(stored)
-                        self._latest_seq = seq
-                        if store.max_messages:
-                            self._after_append((stored,))
-                        return seq
-        return self.append_many((event,))[0]
+    def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
+        """The fast path: one checked ``INSERT`` when this session saw the log last. Anything
+        else (other writers' events to catch up on, a deleted session, a compaction marker,
+        strings UTF-8 cannot carry) takes the general path."""
+        key = self._session_key
+        seq = self._latest_seq + 1
+        if key is None or marker or seq > _MAX_SEQ:
+            return None
+        meta = event.meta
+        params = (
+            (key << _SEQ_BITS) | seq,
+            self._key,
+            seq,
+            event.type,
+            event.agent,
+            event.user,
+            encode(event.time)[1:-1],
+            event.data,
+            encode(meta) if meta else None,
+        )
+        if not self._insert_if_current(params):
+            return None
+        return _replace(event, seq=seq)
 
     def _insert_if_current(self, params: tuple[Any, ...]) -> bool:
         """Insert one event if nothing changed since we last looked; False when something did.
@@ -534,7 +516,9 @@ class SqliteSession(BaseSession):
             except sqlite3.Error as exc:
                 raise self._error("appending to", exc) from exc
 
-    def _storage_append(self, events: list[Event]) -> tuple[list[Event], list[Event]]:
+    def _storage_append(
+        self, events: list[Event], marker: int, expect_seq: int | None
+    ) -> tuple[list[Event], list[Event]]:
         # Everything that can be prepared is prepared before the write lock is taken.
         fields = [
             (
@@ -548,24 +532,27 @@ class SqliteSession(BaseSession):
             )
             for e in events
         ]
-        marker = -1
-        for index, event in enumerate(events):
-            if event.type == COMPACTION and _rebuilds_history(event):
-                marker = index
         store = self._store
         conn = store._connection()
         try:
             with store._write_lock:
-                foreign, first = self._write(conn, fields, marker)
+                foreign, first = self._write(conn, fields, marker, expect_seq)
         except sqlite3.Error as exc:
             raise self._error("appending to", exc) from exc
+        if first == 0:
+            return foreign, []
         return foreign, [_replace(event, seq=first + i) for i, event in enumerate(events)]
 
     def _write(
-        self, conn: sqlite3.Connection, fields: list[tuple[Any, ...]], marker: int
+        self,
+        conn: sqlite3.Connection,
+        fields: list[tuple[Any, ...]],
+        marker: int,
+        expect_seq: int | None,
     ) -> tuple[list[Event], int]:
         """One transaction: allocate seqs after whatever is stored, insert, commit. Returns the
-        other writers' new events and the first seq of the batch."""
+        other writers' new events and the first seq of the batch (0 when ``expect_seq`` did not
+        match and nothing was written)."""
         count = len(fields)
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -573,7 +560,8 @@ class SqliteSession(BaseSession):
             first = self._latest_seq + 1
             foreign: list[Event] = []
             stored = False
-            if key is not None and first + count - 1 <= _MAX_SEQ:
+            fast = expect_seq is None or expect_seq == first - 1
+            if fast and key is not None and first + count - 1 <= _MAX_SEQ:
                 # Fast path: no one else appended and the session is the one we loaded.
                 try:
                     cursor = conn.executemany(_INSERT_IF_CURRENT, _rows(key, first, fields))
@@ -585,6 +573,12 @@ class SqliteSession(BaseSession):
                     conn.execute("BEGIN IMMEDIATE")
             if not stored:
                 foreign, first, key = self._catch_up(conn)
+                if expect_seq is not None and first - 1 != expect_seq:
+                    conn.execute("ROLLBACK")  # nothing written, not even a new session row
+                    # A stored session has events, so first == 1 means the row was just made
+                    # (and rolled back).
+                    self._session_key = None if first == 1 else key
+                    return foreign, 0
                 if first + count - 1 > _MAX_SEQ:
                     raise StorageError(
                         f"session {self._id!r} is full: seqs end at {_MAX_SEQ} in {self.location}"
@@ -839,7 +833,7 @@ class SqliteStore(BaseStore):
             i.id for i in self._list_all() if i.updated_at is not None and i.updated_at < cutoff
         ]
 
-    def _delete(self, session_id: str) -> bool:
+    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
         sid = _text(session_id)
         conn = self._connection()
         try:
@@ -856,8 +850,9 @@ class SqliteStore(BaseStore):
                             (base, base + _MAX_SEQ + 1),
                         )
                         conn.execute("DELETE FROM sessions WHERE key = ?", (row[0],))
-                    conn.execute(
-                        "DELETE FROM meta WHERE kind = 'bind' AND key = CAST(? AS TEXT)", (sid,)
+                    conn.executemany(
+                        "DELETE FROM meta WHERE kind = CAST(? AS TEXT) AND key = CAST(? AS TEXT)",
+                        [(_text(kind), sid) for kind in meta_kinds],
                     )
                     conn.execute("COMMIT")
                 except BaseException:
@@ -903,3 +898,8 @@ class SqliteStore(BaseStore):
                     )
         except sqlite3.Error as exc:
             raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
+
+
+def open_sqlite(url: str, **options: Any) -> SqliteStore:
+    """``open_store("sqlite:///path/to.db")``."""
+    return SqliteStore(path_of(url, "sqlite"), **options)

@@ -16,10 +16,18 @@ from typing import Any
 
 import pytest
 
+from ..chat.identity import (
+    active_session,
+    agent_binding,
+    bind_agent,
+    cli_current,
+    set_active_session,
+    set_cli_current,
+)
 from ..errors import LockTimeout, SessionExpired, UsageError
 from ..events import Event, decode
 from ..messages import Message, ToolCall, ToolResult
-from ..session import BaseStore
+from ..store import BaseStore
 
 __all__ = [
     "FakeClock",
@@ -549,67 +557,67 @@ class StoreConformance:
     def test_active_session_maps_a_key_and_survives_reopen(self, tmp_path: Path) -> None:
         store = self.make_store(tmp_path)
         key = "slack:C001:t:123:u:U111"
-        assert store.active_session(key) == key
-        store.set_active_session(key, "slack:C001:t:123:u:U111:new:1")
-        assert store.active_session(key) == "slack:C001:t:123:u:U111:new:1"
-        assert store.active_session("slack:C002") == "slack:C002"
-        store.set_active_session(key, "slack:C001:t:123:u:U111:new:2")
-        assert store.active_session(key) == "slack:C001:t:123:u:U111:new:2"
+        assert active_session(store, key) == key
+        set_active_session(store, key, "slack:C001:t:123:u:U111:new:1")
+        assert active_session(store, key) == "slack:C001:t:123:u:U111:new:1"
+        assert active_session(store, "slack:C002") == "slack:C002"
+        set_active_session(store, key, "slack:C001:t:123:u:U111:new:2")
+        assert active_session(store, key) == "slack:C001:t:123:u:U111:new:2"
         if self.durable:
             store.close()
             store = self.make_store(tmp_path)
-            assert store.active_session(key) == "slack:C001:t:123:u:U111:new:2"
+            assert active_session(store, key) == "slack:C001:t:123:u:U111:new:2"
         for bad in ["", "  "]:
             with pytest.raises(UsageError):
-                store.active_session(bad)
+                active_session(store, bad)
             with pytest.raises(UsageError):
-                store.set_active_session(bad, "x")
+                set_active_session(store, bad, "x")
         with pytest.raises(UsageError):
-            store.set_active_session(key, "")
+            set_active_session(store, key, "")
         store.close()
 
     def test_agent_binding_defaults_empty_and_survives_reopen(self, tmp_path: Path) -> None:
         store = self.make_store(tmp_path)
-        assert store.agent_bind("slack:C001") == ""
-        store.set_agent_bind("slack:C001", "coder")
-        assert store.agent_bind("slack:C001") == "coder"
-        assert store.agent_bind("slack:C002") == ""
+        assert agent_binding(store, "slack:C001") == ""
+        bind_agent(store, "slack:C001", "coder")
+        assert agent_binding(store, "slack:C001") == "coder"
+        assert agent_binding(store, "slack:C002") == ""
         if self.durable:
             store.close()
             store = self.make_store(tmp_path)
-            assert store.agent_bind("slack:C001") == "coder"
-        store.set_agent_bind("slack:C001", "")
-        assert store.agent_bind("slack:C001") == ""
+            assert agent_binding(store, "slack:C001") == "coder"
+        bind_agent(store, "slack:C001", "")
+        assert agent_binding(store, "slack:C001") == ""
         with pytest.raises(UsageError):
-            store.agent_bind("")
+            agent_binding(store, "")
         store.close()
 
     def test_cli_current_defaults_and_round_trips(self, tmp_path: Path) -> None:
         store = self.make_store(tmp_path)
-        assert store.cli_current() == "cli:default"
-        store.set_cli_current("cli:20260905-101112.123-abcdef")
-        assert store.cli_current() == "cli:20260905-101112.123-abcdef"
-        store.set_cli_current("cli:with_underscore.and.dots")
+        assert cli_current(store) == "cli:default"
+        set_cli_current(store, "cli:20260905-101112.123-abcdef")
+        assert cli_current(store) == "cli:20260905-101112.123-abcdef"
+        set_cli_current(store, "cli:with_underscore.and.dots")
         if self.durable:
             store.close()
             store = self.make_store(tmp_path)
-        assert store.cli_current() == "cli:with_underscore.and.dots"
+        assert cli_current(store) == "cli:with_underscore.and.dots"
         with pytest.raises(UsageError):
-            store.set_cli_current("")
+            set_cli_current(store, "")
         store.close()
 
     def test_identity_writes_from_many_threads_never_tear(self, store: BaseStore) -> None:
         def work(n: int) -> None:
             for i in range(30):
-                store.set_active_session("slack:C001", f"slack:C001:new:{n}-{i}")
-                assert store.active_session("slack:C001").startswith("slack:C001:new:")
+                set_active_session(store, "slack:C001", f"slack:C001:new:{n}-{i}")
+                assert active_session(store, "slack:C001").startswith("slack:C001:new:")
 
         threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        assert store.active_session("slack:C001").endswith("-29")
+        assert active_session(store, "slack:C001").endswith("-29")
 
     # -- the turn lock --------------------------------------------------------------------
 

@@ -1,14 +1,19 @@
-"""What reaches storage, how big a message was before that, and turning stored attachment
-references back into images before a model call.
+"""Opt-in media and size policies: what an application may choose to shrink before storing, and
+turning stored attachment references back into images before a model call.
 
-* :func:`sanitize_for_storage` shrinks a message for the log: inline media become
-  ``attachment_ref`` parts (data URLs never reach disk), text is capped at a byte budget, cut on
-  a character boundary. Tool-call arguments are kept whole, so they stay valid JSON.
-* :func:`estimate_logical_chars` measures a message before sanitising; ``append_message``
-  records it in ``meta["logical_chars"]`` when sanitising shrank the message, and
-  :func:`sum_logical_chars` adds those figures up for context accounting.
+Nothing here runs unless asked: by default the recorder stores every message whole. An
+application that wants agentkit's storage policy passes ``storage=AGENTKIT_STORAGE_POLICY`` to
+``session.turn()`` (or its own :class:`StoragePolicy`).
+
+* :func:`sanitize_for_storage` shrinks a message for the log under a :class:`StoragePolicy`:
+  inline media become ``attachment_ref`` parts (data URLs never reach disk), text is capped at a
+  byte budget, cut on a character boundary. Tool-call arguments are kept whole, so they stay
+  valid JSON.
+* :func:`estimate_logical_chars` measures a message before sanitising; the recorder records it
+  in ``meta["logical_chars"]`` when a policy shrank the message, and :func:`sum_logical_chars`
+  adds those figures up for context accounting.
 * :func:`hydrate_local_attachments` loads image references of the last user message (and
-  images a ``read`` tool reported) from the workspace as ``data:`` URLs. A missing or unreadable
+  images that named tools reported) from a workspace as ``data:`` URLs. A missing or unreadable
   file degrades to a text hint; a path never escapes the workspace root.
 """
 
@@ -17,20 +22,23 @@ from __future__ import annotations
 import base64
 import os
 import re
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Collection, Iterable, Sequence
+from typing import Literal, Protocol
 
 import msgspec
 
 from .derive import truncate_text
+from .errors import UsageError
 from .events import ASSISTANT_MESSAGE, USER_MESSAGE, Event, decode
 from .messages import AttachmentRef, FilePart, ImagePart, Message, Part, TextPart, ThinkingPart
 
 __all__ = [
+    "AGENTKIT_STORAGE_POLICY",
     "DEFAULT_MAX_IMAGE_BYTES",
     "DEFAULT_MAX_STORED_TEXT_BYTES",
     "IMAGE_SLOT_CHARS",
     "METADATA_LOGICAL_CHARS",
+    "StoragePolicy",
     "Workspace",
     "estimate_logical_chars",
     "hydrate_local_attachments",
@@ -39,7 +47,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_STORED_TEXT_BYTES = 8192
-"""Default cap on each stored text part (agentkit's ``DefaultMaxStoredTextBytes``)."""
+"""agentkit's cap on each stored text part (``DefaultMaxStoredTextBytes``)."""
 METADATA_LOGICAL_CHARS = "logical_chars"
 """The ``meta`` key holding a message's size before sanitising."""
 IMAGE_SLOT_CHARS = 256
@@ -80,41 +88,70 @@ def _ref(source: str, url: str, mime: str) -> AttachmentRef | None:
     return None
 
 
-def _sanitize_part(part: Part, max_bytes: int) -> Part | None:
+def _sanitize_part(part: Part, policy: StoragePolicy) -> Part | None:
     if isinstance(part, TextPart):
-        text = part.text.strip()
-        if not text or _is_data_url(text):
-            return None
-        return TextPart(truncate_text(text, max_bytes))
-    if isinstance(part, (ImagePart, FilePart)):
+        text = part.text
+        if policy.drop_blank_text:
+            text = text.strip()
+            if not text or _is_data_url(text):
+                return None
+        if policy.max_text_bytes:
+            text = truncate_text(text, policy.max_text_bytes)
+        return part if text == part.text else TextPart(text)
+    if isinstance(part, (ImagePart, FilePart)) and policy.media == "reference":
         return _ref(part.source, part.url, part.mime)
     # Thinking is kept as it is: its signature covers the exact text, and providers need it
     # back unchanged within a tool-using turn. Attachment references are already small.
     return part
 
 
-def sanitize_for_storage(
-    msg: Message, max_text_bytes: int = DEFAULT_MAX_STORED_TEXT_BYTES
-) -> Message:
-    """A copy of ``msg`` fit for the log.
+class StoragePolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """What to shrink in a message before it is stored (see :func:`sanitize_for_storage`)."""
 
-    * text parts are trimmed, dropped when empty or a ``data:`` URL, and cut to
-      ``max_text_bytes`` bytes on a UTF-8 character boundary (plus ``"\\n...[truncated]"``);
-    * image and file parts become ``attachment_ref`` parts (by workspace ``source``, else by a
-      non-``data:`` URL), or are dropped when no reference can be made, so base64 media never
-      reach storage;
-    * thinking parts and attachment references are kept unchanged;
-    * tool calls are kept whole (their arguments stay valid JSON); tool-result contents are cut
-      like text.
+    max_text_bytes: int | None = None
+    """Cap on each text part and tool-result content, in UTF-8 bytes (None: no cap)."""
+    media: Literal["keep", "reference"] = "keep"
+    """``reference``: inline images and files become ``attachment_ref`` parts (or are dropped
+    when no reference can be made), so base64 data never reaches storage."""
+    drop_blank_text: bool = False
+    """Trim text parts and drop those left empty or holding a ``data:`` URL."""
 
-    ``max_text_bytes <= 0`` means the default.
+    def __post_init__(self) -> None:
+        if self.max_text_bytes is not None and self.max_text_bytes < 1:
+            raise UsageError(f"max_text_bytes must be >= 1 or None, not {self.max_text_bytes}")
+        if self.media not in ("keep", "reference"):
+            raise UsageError(f"media must be 'keep' or 'reference', not {self.media!r}")
+
+
+AGENTKIT_STORAGE_POLICY = StoragePolicy(
+    max_text_bytes=DEFAULT_MAX_STORED_TEXT_BYTES, media="reference", drop_blank_text=True
+)
+"""agentkit's storage policy: text cut to 8 KiB, media stored by reference, blank text dropped."""
+
+
+def sanitize_for_storage(msg: Message, policy: StoragePolicy = AGENTKIT_STORAGE_POLICY) -> Message:
+    """A copy of ``msg`` shrunk under ``policy`` (the input is not changed).
+
+    * text parts are cut to ``max_text_bytes`` bytes on a UTF-8 character boundary (plus
+      ``"\\n...[truncated]"``); with ``drop_blank_text`` they are trimmed first, and dropped
+      when empty or a ``data:`` URL;
+    * with ``media="reference"``, image and file parts become ``attachment_ref`` parts (by
+      workspace ``source``, else by a non-``data:`` URL), or are dropped when no reference can
+      be made;
+    * thinking parts and attachment references are kept unchanged (a thinking signature covers
+      the exact text); tool calls are kept whole (their arguments stay valid JSON); tool-result
+      contents are cut like text.
     """
-    limit = max_text_bytes if max_text_bytes > 0 else DEFAULT_MAX_STORED_TEXT_BYTES
-    parts = [p for p in (_sanitize_part(part, limit) for part in msg.parts) if p is not None]
-    results = [
-        msgspec.structs.replace(r, content=truncate_text(r.content, limit))
-        for r in msg.tool_results
-    ]
+    limit = policy.max_text_bytes or 0
+    parts = [p for p in (_sanitize_part(part, policy) for part in msg.parts) if p is not None]
+    results = (
+        [
+            msgspec.structs.replace(r, content=truncate_text(r.content, limit))
+            for r in msg.tool_results
+        ]
+        if limit
+        else list(msg.tool_results)
+    )
     return msgspec.structs.replace(msg, parts=parts, tool_results=results)
 
 
@@ -194,12 +231,12 @@ def _within(root: str, path: str) -> bool:
 
 
 def _load_image(
-    workspace: Workspace, root: str | None, source: str, max_bytes: int
+    workspace: Workspace, root: str | None, source: str, max_bytes: int, strip_prefix: str
 ) -> tuple[bytes, str] | None:
     """The bytes and mime type of a workspace image, or None when it cannot or may not be read."""
     rel = source.strip().lstrip("/")
-    if rel.startswith("work/"):
-        rel = rel[len("work/") :]
+    if strip_prefix and rel.startswith(strip_prefix):
+        rel = rel[len(strip_prefix) :]
     ext = os.path.splitext(rel)[1].lower()
     if ext not in _IMAGE_EXTENSIONS or not rel:
         return None
@@ -229,13 +266,18 @@ def hydrate_local_attachments(
     messages: Sequence[Message],
     workspace: Workspace | str | os.PathLike[str] | None,
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    *,
+    image_tools: Collection[str] = (),
+    strip_prefix: str = "",
 ) -> list[Message]:
-    """Before a model call: inline the images the last user message references, and images a
-    ``read`` tool reported (lines ``Image: <path>``) after it, as ``data:`` URLs.
+    """Before a model call: inline the images the last user message references as ``data:``
+    URLs, and the images that tools named in ``image_tools`` reported after it (lines
+    ``Image: <path>`` in their results; agentkit's runtime uses ``image_tools={"read"}``).
 
     ``workspace`` is a directory (paths never escape it, symlinks included) or an object with
-    ``resolve(relative) -> path``. An attachment that is missing, unreadable, too large or not an
-    image becomes the text ``[attachment: <source or url>]``. The input is not changed.
+    ``resolve(relative) -> path``; ``strip_prefix`` is removed from the front of a stored path
+    first (agentkit's ``"work/"``). An attachment that is missing, unreadable, too large or not
+    an image becomes the text ``[attachment: <source or url>]``. The input is not changed.
     """
     out = list(messages)
     if workspace is None or not out:
@@ -256,7 +298,9 @@ def hydrate_local_attachments(
         if not isinstance(part, AttachmentRef):
             parts.append(part)
             continue
-        loaded = _load_image(ws, root, part.source, max_bytes) if part.source else None
+        loaded = (
+            _load_image(ws, root, part.source, max_bytes, strip_prefix) if part.source else None
+        )
         if loaded is not None:
             data, mime = loaded
             parts.append(ImagePart(url=_data_url(data, mime), mime=mime, source=part.source))
@@ -275,7 +319,7 @@ def hydrate_local_attachments(
     seen: list[str] = []
     for msg in out[first_tool : last_tool + 1]:
         for result in msg.tool_results:
-            if result.name != "read":
+            if result.name not in image_tools:
                 continue
             for path in _READ_IMAGE_LINE.findall(result.content):
                 path = path.strip()
@@ -283,7 +327,7 @@ def hydrate_local_attachments(
                     seen.append(path)
     images: list[Part] = []
     for path in seen:
-        loaded = _load_image(ws, root, path, max_bytes)
+        loaded = _load_image(ws, root, path, max_bytes, strip_prefix)
         if loaded is not None:
             data, mime = loaded
             images.append(ImagePart(url=_data_url(data, mime), mime=mime, source=path))

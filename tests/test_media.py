@@ -9,15 +9,16 @@ from pathlib import Path
 import msgspec
 
 import agentsession as ags
-from agentsession import recorder
-from agentsession.messages import AttachmentRef, ImagePart, Message, TextPart, ToolCall
-from agentsession.sanitize import (
+from agentsession.media import (
+    AGENTKIT_STORAGE_POLICY,
     IMAGE_SLOT_CHARS,
+    StoragePolicy,
     estimate_logical_chars,
     hydrate_local_attachments,
     sanitize_for_storage,
     sum_logical_chars,
 )
+from agentsession.messages import AttachmentRef, ImagePart, Message, TextPart, ToolCall
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 DATA_URL = "data:image/png;base64," + base64.b64encode(PNG).decode()
@@ -48,12 +49,12 @@ def test_attachment_refs_and_thinking_are_kept_unchanged() -> None:
 
 
 def test_long_text_is_cut_with_the_truncation_mark() -> None:
-    out = sanitize_for_storage(Message.user("a" * 9000), max_text_bytes=100)
+    out = sanitize_for_storage(Message.user("a" * 9000), StoragePolicy(max_text_bytes=100))
     assert out.text == "a" * 100 + "\n...[truncated]"
 
 
 def test_text_is_cut_on_a_character_boundary() -> None:
-    out = sanitize_for_storage(Message.user("é" * 100), max_text_bytes=11)
+    out = sanitize_for_storage(Message.user("é" * 100), StoragePolicy(max_text_bytes=11))
     assert out.text == "é" * 5 + "\n...[truncated]"
     out.text.encode("utf-8")  # valid UTF-8, no stray bytes
 
@@ -65,18 +66,40 @@ def test_blank_and_data_url_text_is_dropped() -> None:
 
 def test_tool_call_arguments_are_never_cut_into_invalid_json() -> None:
     args = {"text": "z" * 50000}
-    out = sanitize_for_storage(Message.assistant(tool_calls=[ToolCall("c", "write", args)]), 100)
+    msg = Message.assistant(tool_calls=[ToolCall("c", "write", args)])
+    out = sanitize_for_storage(msg, StoragePolicy(max_text_bytes=100))
     encoded = msgspec.json.encode(out)
     assert msgspec.json.decode(encoded, type=Message).tool_calls[0].arguments == args
 
 
-def test_stored_message_has_no_inline_image_data() -> None:
+def test_under_the_agentkit_policy_no_inline_image_data_is_stored() -> None:
     session = ags.open_store("memory:").get("s")
     msg = Message.user([TextPart("see"), ImagePart(url=DATA_URL, source="upload/shot.png")])
-    recorder.append_message(session, "", "user/message", msg, user="")
-    raw = session.read()[0].raw
+    with session.turn(storage=AGENTKIT_STORAGE_POLICY) as turn:
+        turn.user(msg)
+    raw = session.read()[1].raw
     assert b"data:image" not in raw
     assert b'"type":"attachment_ref"' in raw
+
+
+def test_by_default_messages_are_stored_whole() -> None:
+    session = ags.open_store("memory:").get("s")
+    long_text = "x" * 100_000
+    msg = Message.user([TextPart("  see  "), ImagePart(url=DATA_URL, source="upload/shot.png")])
+    with session.turn() as turn:
+        turn.user(msg)
+        turn.assistant(long_text)
+    stored = [e.payload() for e in session.read() if e.type.endswith("/message")]
+    assert stored[0] == msg
+    assert stored[1].text == long_text
+    assert "logical_chars" not in session.read()[1].meta
+
+
+def test_a_storage_policy_must_be_sane() -> None:
+    import pytest
+
+    with pytest.raises(ags.UsageError, match="max_text_bytes"):
+        StoragePolicy(max_text_bytes=0)
 
 
 def test_logical_chars_count_inline_images_as_a_fixed_slot() -> None:
@@ -98,10 +121,13 @@ def test_logical_chars_count_bytes_of_text_calls_and_results() -> None:
 
 def test_sum_logical_chars_uses_recorded_sizes_and_derives_agent_filter() -> None:
     session = ags.open_store("memory:").get("s")
-    recorder.append_message(session, "a", "user/message", Message.user("x" * 10000), user="")
-    recorder.append_message(session, "", "assistant/message", Message.assistant("shared"))
-    recorder.append_message(session, "b", "assistant/message", Message.assistant("other"))
-    events = session.read()
+    with session.turn(agent="a", storage=AGENTKIT_STORAGE_POLICY) as turn:
+        turn.user("x" * 10000)
+    with session.turn(agent="", storage=AGENTKIT_STORAGE_POLICY) as turn:
+        turn.assistant("shared")
+    with session.turn(agent="b", storage=AGENTKIT_STORAGE_POLICY) as turn:
+        turn.assistant("other")
+    events = [e for e in session.read() if e.type.endswith("/message")]
     assert events[0].meta["logical_chars"] == 10004
     shared = len("assistant") + len("shared")
     assert sum_logical_chars(events, agent="a") == 10004 + shared
@@ -120,7 +146,7 @@ def workspace(tmp_path: Path) -> Path:
 def test_hydrate_reloads_a_workspace_image_as_a_data_url(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
     msgs = [Message.user([AttachmentRef(source="work/upload/shot.png", mime="image/png")])]
-    out = hydrate_local_attachments(msgs, ws)
+    out = hydrate_local_attachments(msgs, ws, strip_prefix="work/")
     part = out[0].parts[0]
     assert isinstance(part, ImagePart)
     assert part.url == DATA_URL and part.mime == "image/png"
@@ -143,7 +169,8 @@ def test_hydrate_injects_images_the_read_tool_reported(tmp_path: Path) -> None:
             "r1", "read", "Image: upload/shot.png\nMIME: image/png\nSize: 40 bytes"
         ),
     ]
-    out = hydrate_local_attachments(msgs, ws)
+    assert hydrate_local_attachments(msgs, ws) == msgs  # no tool named: nothing injected
+    out = hydrate_local_attachments(msgs, ws, image_tools={"read"})
     assert [m.role for m in out] == ["user", "assistant", "tool", "user"]
     assert isinstance(out[3].parts[0], ImagePart)
     assert out[3].parts[0].url == DATA_URL

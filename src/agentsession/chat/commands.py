@@ -17,11 +17,12 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ..errors import UsageError
+from ..events import TURN_START
+from ..store import BaseStore
 from .envelope import active_entry_key_from_context, conversation_id
-from .errors import UsageError
-from .events import TURN_START
-from .routing import new_conversation_id
-from .session import BaseStore
+from .identity import active_session, cli_current, set_active_session, set_cli_current
+from .routing import new_session_id
 
 __all__ = [
     "Command",
@@ -39,7 +40,7 @@ def resolve_active_session_id(store: BaseStore, key: str) -> str:
     (``""`` for an empty key)."""
     if not key.strip():
         return ""
-    return store.active_session(key) or key
+    return active_session(store, key)
 
 
 def _is_cli(key: str) -> bool:
@@ -121,11 +122,11 @@ def new_command(store: BaseStore) -> Command:
         if args:
             raise UsageError("usage: /new")
         key = current_entry_key()
-        fresh = new_conversation_id(key)
+        fresh = new_session_id(key)
         if _is_cli(key):
-            store.set_cli_current(fresh)
+            set_cli_current(store, fresh)
         else:
-            store.set_active_session(key, fresh)
+            set_active_session(store, key, fresh)
         return fresh
 
     return Command("new", "start a new conversation", run)
@@ -140,7 +141,7 @@ def session_command(store: BaseStore) -> Command:
             raise UsageError("usage: /session")
         key = current_entry_key()
         # On the command line the next turn goes to the CLI pointer, which /new moves.
-        session_id = store.cli_current() if _is_cli(key) else resolve_active_session_id(store, key)
+        session_id = cli_current(store) if _is_cli(key) else resolve_active_session_id(store, key)
         session = store.get(session_id)
         events = session.read()
         lines = [

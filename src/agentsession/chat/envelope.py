@@ -34,8 +34,9 @@ from typing import Any, Final, Literal, Protocol
 
 import msgspec
 
-from .errors import UsageError
-from .events import decode
+from .. import recorder
+from ..codec import decode
+from ..errors import UsageError
 from .routing import (
     RouteRef,
     Scope,
@@ -76,7 +77,7 @@ __all__ = [
     "default_route_policy",
     "delivery_from_envelope",
     "delivery_route_from_context",
-    "envelope",
+    "current_envelope",
     "inbound_delivery_id",
     "metadata_from_context",
     "platform_from_context",
@@ -85,7 +86,6 @@ __all__ = [
     "resolve_envelope",
     "route_policy_for_platform",
     "route_ref_from_context",
-    "session_id_from_context",
     "session_scope_from_context",
     "sync_message_event",
     "unregister_platform_policy",
@@ -268,29 +268,29 @@ def apply_envelope(env: TurnEnvelope) -> EnvelopeToken:
     return EnvelopeToken(_current.set(env), env)
 
 
-def envelope() -> TurnEnvelope:
+def current_envelope() -> TurnEnvelope:
     """The current envelope, or the zero envelope when none is set."""
     return _current.get(_ZERO_ENVELOPE)
 
 
 def with_route(route: RouteRef) -> EnvelopeToken:
     """Replace the current envelope's route (usable as a context manager)."""
-    return apply_envelope(envelope().with_route(route))
+    return apply_envelope(current_envelope().with_route(route))
 
 
 def with_conversation(conversation: str) -> EnvelopeToken:
     """Replace the current envelope's conversation (usable as a context manager)."""
-    return apply_envelope(envelope().with_conversation(conversation))
+    return apply_envelope(current_envelope().with_conversation(conversation))
 
 
 def with_workspace(workspace: str) -> EnvelopeToken:
     """Replace the current envelope's workspace (usable as a context manager)."""
-    return apply_envelope(envelope().with_workspace(workspace))
+    return apply_envelope(current_envelope().with_workspace(workspace))
 
 
 def with_agent_id(agent_id: str) -> EnvelopeToken:
     """Replace the current envelope's agent id (usable as a context manager)."""
-    return apply_envelope(envelope().with_agent_id(agent_id))
+    return apply_envelope(current_envelope().with_agent_id(agent_id))
 
 
 def context_with_delivery_route(platform: str, delivery: str) -> EnvelopeToken:
@@ -301,48 +301,43 @@ def context_with_delivery_route(platform: str, delivery: str) -> EnvelopeToken:
 
 def conversation_id() -> str:
     """The current turn's conversation (history and lock key), or ``""``."""
-    return envelope().conversation
-
-
-def session_id_from_context() -> str:
-    """The current turn's session id: the same value as :func:`conversation_id`."""
-    return envelope().conversation
+    return current_envelope().conversation
 
 
 def platform_from_context() -> str:
     """The current route's platform, or ``""``."""
-    return envelope().route.platform
+    return current_envelope().route.platform
 
 
 def user_id_from_context() -> str:
     """The id of the user who spoke this turn, or ``""``."""
-    return envelope().actor.user_id
+    return current_envelope().actor.user_id
 
 
 def metadata_from_context() -> dict[str, Any] | None:
     """A copy of the current envelope's metadata, or ``None`` when it is empty."""
-    metadata = envelope().metadata
+    metadata = current_envelope().metadata
     return dict(metadata) if metadata else None
 
 
 def agent_id_from_context() -> str:
     """The agent running the current turn, or ``""``."""
-    return envelope().agent_id
+    return current_envelope().agent_id
 
 
 def route_ref_from_context() -> RouteRef:
     """The current envelope's route (the zero route when none is set)."""
-    return envelope().route
+    return current_envelope().route
 
 
 def delivery_route_from_context() -> str:
     """The delivery id the current route returns to, or ``""``."""
-    return delivery_from_envelope(envelope())
+    return delivery_from_envelope(current_envelope())
 
 
 def session_scope_from_context() -> Scope:
     """The scope recorded in the current envelope's metadata; ``channel`` when none is."""
-    return envelope().session_scope() or "channel"
+    return current_envelope().session_scope() or "channel"
 
 
 def workspace_from_context() -> str:
@@ -351,7 +346,7 @@ def workspace_from_context() -> str:
     The envelope's ``workspace`` when set. Otherwise it is derived, with a logged warning, from
     the delivery route (its channel) or else the conversation; ``""`` when there is neither.
     """
-    env = envelope()
+    env = current_envelope()
     if env.workspace:
         return env.workspace
     delivery = delivery_from_envelope(env)
@@ -484,7 +479,7 @@ def active_entry_key_from_context(scope: str | None = None) -> str:
     :data:`METADATA_SESSION_SCOPE`), else ``channel``. agentkit v0.2.1 always used ``channel``,
     so ``/new`` under thread or user scope mapped the whole channel.
     """
-    env = envelope()
+    env = current_envelope()
     chosen = parse_scope(scope) if scope is not None else session_scope_from_context()
     policy = route_policy_for_platform(env.route.platform, default_route_policy(chosen))
     return active_entry_key(env.route, policy, env.actor.user_id)
@@ -649,3 +644,12 @@ def sync_message_event(event: MessageEvent, env: TurnEnvelope) -> MessageEvent:
         user_id=event.user_id or env.actor.user_id,
         metadata=event.metadata or dict(env.metadata),
     )
+
+
+def _recording_defaults() -> tuple[str, str, dict[str, Any] | None]:
+    env = current_envelope()
+    return env.agent_id, env.actor.user_id, metadata_from_context()
+
+
+# Turns recorded while an envelope is applied take their agent, user and metadata from it.
+recorder.set_context_defaults(_recording_defaults)

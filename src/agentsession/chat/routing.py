@@ -33,15 +33,14 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import secrets
-import threading
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 import msgspec
 
-from ._names import safe_name
-from .errors import UsageError
-from .events import decode, encode
+from .._names import safe_name
+from ..codec import decode, encode
+from ..errors import UsageError
 
 __all__ = [
     "DEFAULT_CLI_SESSION_ID",
@@ -64,7 +63,6 @@ __all__ = [
     "delivery_with_user",
     "encode_route_ref",
     "new_cli_session_id",
-    "new_conversation_id",
     "new_session_id",
     "outbound_route_id",
     "parse_delivery",
@@ -313,41 +311,25 @@ def _first_routing_segment(key: str) -> str:
 DEFAULT_CLI_SESSION_ID: Final = "cli:default"
 """The CLI's session when no ``/new`` has happened."""
 
-_SUFFIX_LENGTH: Final = 6
-_id_lock = threading.Lock()
-_last_stamp = ""
-_suffixes_at_last_stamp: set[str] = set()
+_SUFFIX_LENGTH: Final = 16
 
 
 def _utcnow() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
 
 
-def _random_suffix() -> str:
-    # 30 random bits as lower-case base32: readable, safe in file names, sorts after the stamp.
-    return base64.b32encode(secrets.token_bytes(4)).decode("ascii")[:_SUFFIX_LENGTH].lower()
-
-
 def _fresh_stamp() -> str:
-    """``YYYYMMDD-HHMMSS.mmm-xxxxxx``, unique within the process and almost surely across them.
+    """``YYYYMMDD-HHMMSS.mmm-<16 base32 characters>``: the UTC millisecond, then 80 random bits.
 
-    The time never goes backwards within a process (a clock step back reuses the last stamp),
-    and the suffixes issued within one stamp are remembered, so this process never repeats
-    itself. Across processes, two ids of the same millisecond share a suffix with probability
-    2**-30.
+    The same idea as ULID and UUIDv7 (a time prefix that sorts, then enough randomness that ids
+    made anywhere at the same millisecond do not collide: 2**-80 for a pair), with no state
+    shared across threads or processes. The stamp stays readable; the suffix is lower-case
+    base32, safe in file names.
     """
-    global _last_stamp, _suffixes_at_last_stamp
     now = _utcnow()
     stamp = now.strftime("%Y%m%d-%H%M%S.") + f"{now.microsecond // 1000:03d}"
-    with _id_lock:
-        if stamp > _last_stamp:
-            _last_stamp, _suffixes_at_last_stamp = stamp, set()
-        stamp = _last_stamp
-        suffix = _random_suffix()
-        while suffix in _suffixes_at_last_stamp:
-            suffix = _random_suffix()
-        _suffixes_at_last_stamp.add(suffix)
-    return f"{stamp}-{suffix}"
+    suffix = base64.b32encode(secrets.token_bytes(10)).decode("ascii").lower()
+    return f"{stamp}-{suffix[:_SUFFIX_LENGTH]}"
 
 
 def new_cli_session_id() -> str:
@@ -368,11 +350,6 @@ def new_session_id(base: str = "") -> str:
     if not base or base.startswith("cli:"):
         return new_cli_session_id()
     return f"{base}:new:{_fresh_stamp()}"
-
-
-def new_conversation_id(current: str) -> str:
-    """A fresh conversation id for ``/new`` in the conversation ``current``."""
-    return new_session_id(current)
 
 
 def child_conversation_id(parent: str, agent_name: str, seq: int) -> str:

@@ -1,0 +1,112 @@
+"""The one byte boundary: every JSON value agentsession stores or prints passes through here.
+
+:func:`encode` and :func:`decode` turn structs and plain JSON data into compact UTF-8 JSON and
+back; :mod:`agentsession.events` builds the event line format (``encode_event`` and friends) on
+the same encoder. Nothing else in the package calls ``msgspec.json`` or ``json`` directly.
+
+The :class:`Cipher` slot is where encryption at rest plugs in: a store may carry a cipher that
+seals each payload's bytes before they reach a backend and opens them after a backend returns
+them, so backends only ever see opaque payload bytes. No cipher ships in this module; a store
+without one (the default) stores payloads as plain JSON.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json as _json
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
+
+import msgspec
+
+__all__ = ["Cipher", "decode", "encode", "utcnow"]
+
+T = TypeVar("T")
+
+encoder = msgspec.json.Encoder()
+"""The shared encoder (module-private use: the event line format reuses it)."""
+sorted_encoder = msgspec.json.Encoder(order="sorted")
+"""An encoder that writes object keys in sorted order (canonical forms, fingerprints)."""
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+_Buffer = bytes | memoryview | str | msgspec.Raw
+
+
+@runtime_checkable
+class Cipher(Protocol):
+    """Seals and opens payload bytes (encryption at rest).
+
+    ``context`` binds a sealed payload to where it belongs (for example the session id and
+    event type), so a sealed payload copied to another place fails to open.
+    """
+
+    def seal(self, plaintext: bytes, context: bytes) -> bytes:
+        """The stored form of ``plaintext``."""
+
+    def open(self, sealed: bytes, context: bytes) -> bytes:
+        """The plaintext of ``sealed``; raises when it was not sealed with this key and context."""
+
+
+def _decoder(type_: Any) -> msgspec.json.Decoder[Any]:
+    dec = _decoders.get(type_)
+    if dec is None:
+        dec = _decoders[type_] = msgspec.json.Decoder(type_)
+    return dec
+
+
+def fallback_dumps(obj: Any) -> bytes:
+    """JSON of ``obj`` with every non-ASCII character escaped (the path for lone surrogates).
+
+    Only reached for strings holding lone surrogates, which UTF-8 cannot carry: the standard
+    library escapes them as ``\\udXXX``, which is valid JSON and reads back unchanged.
+    """
+    return _json.dumps(msgspec.to_builtins(obj), ensure_ascii=True, separators=(",", ":")).encode(
+        "ascii"
+    )
+
+
+def encode(obj: Any, *, sort_keys: bool = False) -> bytes:
+    """Encode ``obj`` (a struct, or plain JSON data) as compact UTF-8 JSON.
+
+    With ``sort_keys`` the keys of every object are written in sorted order, so equal data
+    always gives equal bytes.
+    """
+    try:
+        return (sorted_encoder if sort_keys else encoder).encode(obj)
+    except UnicodeEncodeError:
+        if sort_keys:
+            data = msgspec.to_builtins(obj)
+            return _json.dumps(
+                data, ensure_ascii=True, separators=(",", ":"), sort_keys=True
+            ).encode("ascii")
+        return fallback_dumps(obj)
+
+
+@overload
+def decode(buf: _Buffer, type_: type[T]) -> T: ...
+@overload
+def decode(buf: _Buffer, type_: None = None) -> Any: ...
+def decode(buf: _Buffer, type_: Any = None) -> Any:
+    """Decode JSON into ``type_`` (plain JSON data when ``type_`` is None).
+
+    Raises :class:`msgspec.DecodeError` (a ``ValueError``) when the bytes are not valid JSON of
+    that shape.
+    """
+    try:
+        return _decoder(type_ if type_ is not None else Any).decode(buf)
+    except msgspec.DecodeError:
+        # msgspec refuses JSON escapes of lone surrogates; the standard library reads them.
+        try:
+            obj = _json.loads(buf if isinstance(buf, (bytes, str)) else bytes(buf))
+        except (ValueError, RecursionError):
+            raise msgspec.DecodeError("JSON is malformed") from None
+        if type_ is None:
+            return obj
+        return msgspec.convert(obj, type_)
+
+
+_now = _dt.datetime.now
+_UTC = _dt.timezone.utc
+
+
+def utcnow() -> _dt.datetime:
+    """The current time, timezone-aware UTC."""
+    return _now(_UTC)
