@@ -38,7 +38,13 @@ from .session import BaseSession, Clock
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["SESSION_META_KINDS", "BaseStore", "open_store", "register_backend"]
+__all__ = [
+    "SESSION_META_KINDS",
+    "BaseStore",
+    "migrate_store",
+    "open_store",
+    "register_backend",
+]
 
 SESSION_META_KINDS: tuple[str, ...] = ("bind",)
 """Meta namespaces keyed by session id, whose entries are deleted with their session (the chat
@@ -462,6 +468,29 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
         f"unknown store URL scheme {scheme!r} in {target!r}: use a directory path, 'memory:', "
         "'jsonl:///dir', 'sqlite:///file.db' or 'postgresql://...'"
     )
+
+
+def migrate_store(url: str, **options: Any) -> builtins.list[int]:
+    """Apply pending schema migrations to the store at ``url``; returns the versions applied.
+
+    Dispatches through the backend registry: a backend with a schema provides a module-level
+    ``migrate(url, **options)`` beside its factory. Backends without a schema (memory, JSONL)
+    have nothing to migrate and return ``[]``.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise UsageError("migrate_store needs a store URL")
+    scheme, sep, _ = url.partition(":")
+    scheme = scheme.lower()
+    if not sep or len(scheme) == 1 or "/" in scheme or "\\" in scheme:
+        return []
+    factory = _factory_for(scheme)
+    if factory is None:
+        raise UsageError(f"unknown store URL scheme {scheme!r} in {url!r}")
+    module = import_module(factory.__module__)
+    migrate: Callable[..., builtins.list[int]] | None = getattr(module, "migrate", None)
+    if migrate is None:
+        return []
+    return migrate(url, **options)
 
 
 def path_of(url: str, scheme: str) -> str:

@@ -73,7 +73,7 @@ from ..locks import FileLocker
 from ..session import BaseSession
 from ..store import BaseStore, path_of
 
-__all__ = ["SCHEMA_VERSION", "SqliteSession", "SqliteStore", "open_sqlite"]
+__all__ = ["SCHEMA_VERSION", "SqliteSession", "SqliteStore", "migrate", "open_sqlite"]
 
 SCHEMA_VERSION = 1
 """The schema version this module writes (``PRAGMA user_version``): ``len(_MIGRATIONS)``."""
@@ -729,6 +729,9 @@ class SqliteStore(BaseStore):
         with self._connections_lock:
             self._close_connections()
 
+    applied_migrations: builtins.list[int] = []
+    """Schema versions this store object applied when it opened the file (usually none)."""
+
     def _prepare_schema(self, conn: sqlite3.Connection) -> None:
         """Switch to WAL and create or migrate the schema; refuse files that are not ours."""
         try:
@@ -760,6 +763,7 @@ class SqliteStore(BaseStore):
                         )
                     for migrate in _MIGRATIONS[version:]:
                         migrate(conn)
+                    self.applied_migrations = list(range(version + 1, target + 1))
                     conn.execute(f"PRAGMA user_version={target}")
                     conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                     conn.execute("COMMIT")
@@ -898,6 +902,13 @@ class SqliteStore(BaseStore):
                     )
         except sqlite3.Error as exc:
             raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
+
+
+def migrate(url: str, **options: Any) -> builtins.list[int]:
+    """Create or upgrade the database at ``url`` (``sqlite:///path``); returns the schema
+    versions applied now (opening a store migrates too)."""
+    with open_sqlite(url, **options) as store:
+        return list(store.applied_migrations)
 
 
 def open_sqlite(url: str, **options: Any) -> SqliteStore:
