@@ -729,7 +729,7 @@ class SqliteStore(BaseStore):
         with self._connections_lock:
             self._close_connections()
 
-    applied_migrations: builtins.list[int] = []
+    applied_migrations: tuple[int, ...] = ()
     """Schema versions this store object applied when it opened the file (usually none)."""
 
     def _prepare_schema(self, conn: sqlite3.Connection) -> None:
@@ -763,7 +763,7 @@ class SqliteStore(BaseStore):
                         )
                     for migrate in _MIGRATIONS[version:]:
                         migrate(conn)
-                    self.applied_migrations = list(range(version + 1, target + 1))
+                    self.applied_migrations = tuple(range(version + 1, target + 1))
                     conn.execute(f"PRAGMA user_version={target}")
                     conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                     conn.execute("COMMIT")
@@ -907,8 +907,11 @@ class SqliteStore(BaseStore):
 def migrate(url: str, **options: Any) -> builtins.list[int]:
     """Create or upgrade the database at ``url`` (``sqlite:///path``); returns the schema
     versions applied now (opening a store migrates too)."""
-    with open_sqlite(url, **options) as store:
+    store = open_sqlite(url, **options)
+    try:
         return list(store.applied_migrations)
+    finally:
+        store.close()
 
 
 def open_sqlite(url: str, **options: Any) -> SqliteStore:
