@@ -674,8 +674,28 @@ class JsonlStore(BaseStore):
             if st.st_size == 0:
                 continue
             updated = _dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, _dt.timezone.utc)
-            out.append(SessionInfo(id=sid, updated_at=updated, size=st.st_size))
+            out.append(
+                SessionInfo(
+                    id=sid,
+                    updated_at=updated,
+                    size=st.st_size,
+                    last_seq=self._peek_last_seq(entry.path),
+                )
+            )
         return out
+
+    def _peek_last_seq(self, path: str) -> int:
+        """The file's last seq from the head of its last line (-1 when unreadable)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW)
+        except OSError:
+            return -1
+        try:
+            return _last_seq(fd, os.fstat(fd).st_size)
+        except OSError:
+            return -1
+        finally:
+            os.close(fd)
 
     def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
         path = self.path_for(session_id)
@@ -749,6 +769,34 @@ def _atomic_write(path: str, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+_SEQ_HEAD = re.compile(rb'\{"seq":(\d+),')
+
+
+def _last_seq(fd: int, size: int) -> int:
+    """The seq of the last complete (newline-terminated) event line, reading only the heads of
+    the last lines; -1 when none is found (an empty file, or only blank or foreign lines)."""
+    end = size
+    while end > 0:
+        if os.pread(fd, 1, end - 1) != b"\n":  # a torn tail: step back to its line start
+            pos, start = end, -1
+        else:
+            pos, start = end - 1, -1
+        while pos > 0 and start < 0:
+            begin = max(0, pos - 65536)
+            chunk = os.pread(fd, pos - begin, begin)
+            nl = chunk.rfind(b"\n")
+            if nl != -1:
+                start = begin + nl + 1
+            pos = begin
+        start = max(start, 0)
+        if os.pread(fd, 1, end - 1) == b"\n":
+            match = _SEQ_HEAD.match(os.pread(fd, 32, start))
+            if match:
+                return int(match.group(1))
+        end = start
+    return -1
 
 
 def _last_line(fd: int) -> bytes | None:

@@ -24,7 +24,14 @@ from ..chat.identity import (
     set_active_session,
     set_cli_current,
 )
-from ..errors import LockTimeout, SessionExpired, UsageError
+from ..errors import (
+    ConflictError,
+    DuplicateSession,
+    LockTimeout,
+    SessionExpired,
+    SessionNotFound,
+    UsageError,
+)
 from ..events import Event, decode
 from ..messages import Message, ToolCall, ToolResult
 from ..store import BaseStore
@@ -668,6 +675,146 @@ class StoreConformance:
         first.release()
         t.join()
         assert order == ["holder", "waiter"]
+
+    # -- conditional appends, create and open -------------------------------------------
+
+    def _second_writer(self, store: BaseStore, tmp_path: Path, session_id: str) -> Any:
+        """Another session object on the same log: through a second store where data is
+        durable, else a second object of the same store (bypassing its cache)."""
+        if self.durable:
+            other = self.reopen(store, tmp_path)
+            return other, other.get(session_id)
+        return None, store._open_session(session_id)
+
+    def test_conditional_append_stores_only_at_the_expected_seq(self, store: BaseStore) -> None:
+        session = store.get("cond")
+        assert session.append_many([Event.new("test/n", {"n": 1})], expect_seq=0) == [1]
+        assert session.append_many(
+            [Event.new("test/n", {"n": 2}), Event.new("test/n", {"n": 3})], expect_seq=1
+        ) == [2, 3]
+        for stale in (0, 1, 2, 7):
+            with pytest.raises(ConflictError, match="expected the latest seq"):
+                session.append_many([Event.new("test/n", {"n": "stale"})], expect_seq=stale)
+        assert _payloads(session.read()) == [{"n": 1}, {"n": 2}, {"n": 3}]
+        with pytest.raises(ConflictError):
+            store.get("cond-empty").append_many([Event.new("test/n", {})], expect_seq=1)
+        assert not store.exists("cond-empty")
+        with pytest.raises(UsageError):
+            session.append_many([Event.new("test/n", {})], expect_seq=-1)
+
+    def test_conditional_append_sees_other_writers(self, store: BaseStore, tmp_path: Path) -> None:
+        session = store.get("cond2")
+        session.append(Event.new("test/n", {"by": "a"}))
+        other_store, other = self._second_writer(store, tmp_path, "cond2")
+        try:
+            other.append(Event.new("test/n", {"by": "b"}))
+            with pytest.raises(ConflictError):
+                session.append_many([Event.new("test/n", {"by": "a2"})], expect_seq=1)
+            assert session.latest_seq == 2
+            assert session.append_many([Event.new("test/n", {"by": "a3"})], expect_seq=2) == [3]
+            assert _payloads(other.read()) == [{"by": "a"}, {"by": "b"}, {"by": "a3"}]
+        finally:
+            if other_store is not None:
+                other_store.close()
+
+    def test_open_needs_an_existing_session_and_create_a_new_one(self, store: BaseStore) -> None:
+        with pytest.raises(SessionNotFound):
+            store.open("nobody")
+        created = store.create("new", [Event.new("test/n", {"n": 1})])
+        assert created.latest_seq == 1
+        assert store.open("new").read()[0].type == "test/n"
+        with pytest.raises(DuplicateSession):
+            store.create("new", [Event.new("test/n", {"n": 2})])
+        assert _payloads(store.get("new").read()) == [{"n": 1}]
+        with pytest.raises(UsageError, match="first events"):
+            store.create("empty", [])
+        assert not store.exists("empty")
+
+    def test_only_one_of_two_racing_creates_wins(self, store: BaseStore, tmp_path: Path) -> None:
+        store.get("race")  # both objects exist before either writes
+        other_store, other = self._second_writer(store, tmp_path, "race")
+        try:
+            assert other.append_many([Event.new("test/n", {"by": "b"})], expect_seq=0) == [1]
+            with pytest.raises(DuplicateSession):
+                store.create("race", [Event.new("test/n", {"by": "a"})])
+            assert _payloads(store.get("race").read()) == [{"by": "b"}]
+        finally:
+            if other_store is not None:
+                other_store.close()
+
+    def test_payloads_pass_through_backends_undecoded(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        """A payload that is valid JSON but not valid for its type's struct is stored and read
+        back as it was: backends never interpret payloads (the deriver skips what it cannot
+        use)."""
+        odd = {"firstKeptSeq": "not a number", "summary": 5}
+        session = store.get("odd")
+        session.append(Event.new("user/message", Message.user("hi")))
+        session.append(Event.new("session/compaction", odd))
+        session.append_many([Event.new("session/compaction", odd), Event.new("user/message", [1])])
+        assert [decode(e.data) for e in session.read()[1:]] == [odd, odd, [1]]
+        assert [m.text for m in session.messages()] == ["hi"]
+        again = self.reopen(store, tmp_path)
+        try:
+            reread = again.get("odd")
+            assert [decode(e.data) for e in reread.read()[1:]] == [odd, odd, [1]]
+            assert [m.text for m in reread.messages()] == ["hi"]
+        finally:
+            if again is not store:
+                again.close()
+
+    def test_a_turn_appended_while_compaction_plans_is_kept(
+        self, store: BaseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        session = store.get("race-compact")
+        for n in range(3):
+            with session.turn(agent="a") as turn:
+                turn.user(f"question {n}")
+                turn.assistant(f"answer {n}")
+        other_store, other = self._second_writer(store, tmp_path, "race-compact")
+        from .. import session as session_module
+
+        real = session_module.plan_compaction  # type: ignore[attr-defined]
+        calls: list[int] = []
+
+        def plan_while_another_writer_appends(*args: Any, **kwargs: Any) -> Any:
+            plan = real(*args, **kwargs)
+            if not calls:  # after the first plan, before its marker is appended
+                with other.turn(agent="a") as turn:
+                    turn.user("concurrent question")
+                    turn.assistant("concurrent answer")
+            calls.append(1)
+            return plan
+
+        monkeypatch.setattr(session_module, "plan_compaction", plan_while_another_writer_appends)
+        try:
+            assert session.compact("summary", keep_turns=1) is not None
+            texts = [m.text for m in session.messages()]
+            assert texts == ["summary", "concurrent question", "concurrent answer"]
+            assert len(calls) == 2  # planned again after the conflict
+        finally:
+            if other_store is not None:
+                other_store.close()
+
+    def test_meta_values_and_session_scoped_meta_die_with_the_session(
+        self, store: BaseStore
+    ) -> None:
+        assert store.meta_get("app", "k") is None
+        store.meta_set("app", "k", "v")
+        store.meta_set("app", "doomed", "kept")  # not session-scoped: survives the delete
+        assert store.meta_get("app", "k") == "v"
+        store.get("doomed").append(Event.new("test/n", {}))
+        bind_agent(store, "doomed", "coder")
+        assert store.delete("doomed")
+        assert agent_binding(store, "doomed") == ""
+        assert store.meta_get("app", "doomed") == "kept"
+        store.meta_set("app", "k", None)
+        assert store.meta_get("app", "k") is None
+        with pytest.raises(UsageError):
+            store.meta_get("", "k")
+        with pytest.raises(UsageError):
+            store.meta_set("app", "k", 5)  # type: ignore[arg-type]
 
     def test_killed_lock_holder_frees_the_lock_and_recover_repairs_its_turn(
         self, store: BaseStore, tmp_path: Path

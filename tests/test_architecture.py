@@ -1,0 +1,259 @@
+"""The module graph of ``src/agentsession`` is the architecture: these tests keep it honest.
+
+Every import counts, also those under ``TYPE_CHECKING`` and inside functions: a cycle hidden in
+a lazy import is still a cycle for a reader.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agentsession
+import agentsession.chat
+
+SRC = Path(agentsession.__file__).parent
+PACKAGE = "agentsession"
+
+CORE_NAMES = {
+    "AttachmentRef",
+    "BaseSession",
+    "BaseStore",
+    "ConflictError",
+    "CorruptLogError",
+    "DuplicateSession",
+    "Durability",
+    "Event",
+    "FilePart",
+    "ImagePart",
+    "IncompleteTurn",
+    "LockTimeout",
+    "Message",
+    "Part",
+    "RecoveryReport",
+    "RunState",
+    "Session",
+    "SessionError",
+    "SessionExpired",
+    "SessionInfo",
+    "SessionNotFound",
+    "Step",
+    "StorageError",
+    "Store",
+    "StoreRecoveryReport",
+    "StoreUnavailable",
+    "TextPart",
+    "ThinkingPart",
+    "ToolCall",
+    "ToolResult",
+    "Turn",
+    "TurnLock",
+    "UsageError",
+    "__version__",
+    "events",
+    "load_run_state",
+    "open_store",
+    "repair_incomplete",
+    "scan_incomplete",
+}
+
+CHAT_NAMES = {
+    "ActorRef",
+    "Command",
+    "CommandRegistry",
+    "MessageEvent",
+    "RoutePolicy",
+    "RouteRef",
+    "SessionRouteTarget",
+    "TurnEnvelope",
+    "active_entry_key_from_context",
+    "active_session",
+    "agent_binding",
+    "apply_envelope",
+    "apply_scope",
+    "bind_agent",
+    "build_delivery_id",
+    "cli_current",
+    "conversation_id",
+    "current_envelope",
+    "default_commands",
+    "default_route_policy",
+    "new_command",
+    "new_session_id",
+    "parse_delivery",
+    "resolve_active_session_id",
+    "resolve_envelope",
+    "route_policy_for_platform",
+    "session_command",
+    "session_route_from_delivery",
+    "set_active_session",
+    "set_cli_current",
+    "with_agent_id",
+    "with_conversation",
+    "with_route",
+    "with_workspace",
+    "workspace_dir_name",
+    "workspace_key",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@functools.cache
+def all_modules() -> frozenset[str]:
+    return frozenset(module_name(p) for p in SRC.rglob("*.py"))
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every agentsession module ``path`` imports, wherever the import statement is."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            submodules = {f"{target}.{alias.name}" for alias in node.names} & all_modules()
+            # ``from . import x`` of a submodule x imports x; anything else imports the target.
+            found.update(submodules if len(submodules) == len(node.names) else {target})
+    return {m for m in found if m in all_modules() and m != name}
+
+
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
+    return {module_name(p): frozenset(imports_of(p)) for p in SRC.rglob("*.py")}
+
+
+def graph() -> dict[str, set[str]]:
+    return {name: set(targets) for name, targets in _graph().items()}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_module_graph_has_no_cycle() -> None:
+    edges = graph()
+    assert find_cycle(edges) is None, " -> ".join(find_cycle(edges) or [])
+
+
+def test_no_module_imports_the_package_root() -> None:
+    offenders = [name for name, targets in graph().items() if PACKAGE in targets]
+    assert offenders == []
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+CORE = {
+    "agentsession.codec",
+    "agentsession.compaction",
+    "agentsession.contract",
+    "agentsession.derive",
+    "agentsession.errors",
+    "agentsession.events",
+    "agentsession.locks",
+    "agentsession.media",
+    "agentsession.messages",
+    "agentsession.recorder",
+    "agentsession.recovery",
+    "agentsession.runstate",
+    "agentsession.session",
+    "agentsession.store",
+    "agentsession.validation",
+}
+
+
+@pytest.mark.parametrize("core", sorted(CORE))
+def test_the_core_never_imports_the_chat_layer_backends_or_the_cli(core: str) -> None:
+    targets = graph()[core]
+    assert not {t for t in targets if t.startswith("agentsession.chat")}, targets
+    assert not {t for t in targets if t.startswith("agentsession.backends")}, targets
+    assert "agentsession.cli" not in targets
+
+
+def test_backends_do_not_decode_payloads() -> None:
+    """Deciding what a payload means (a compaction marker, a message) is the core's: no backend
+    imports the payload structs or the deriver."""
+    for path in (SRC / "backends").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("events")
+            for alias in node.names
+        }
+        assert names <= {"Event", "decode_event", "decode_event_lines", "encode_event"}, (
+            path.name,
+            names,
+        )
+        assert "derive" not in {
+            (node.module or "").rpartition(".")[2]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+        }
+
+
+def test_importing_the_core_imports_no_optional_dependency() -> None:
+    code = (
+        "import sys, agentsession, agentsession.store, agentsession.session;"
+        "s = agentsession.open_store('memory:');"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('psycopg', 'psycopg_pool', 'cryptography', 'click', 'rich', 'agentsession.chat'));"
+        "print(bad)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_core_surface_is_pinned() -> None:
+    assert set(agentsession.__all__) == CORE_NAMES
+    assert len(agentsession.__all__) <= 45
+
+
+def test_the_chat_surface_is_pinned() -> None:
+    assert set(agentsession.chat.__all__) == CHAT_NAMES
+    for name in CHAT_NAMES:
+        assert getattr(agentsession.chat, name).__doc__, name
