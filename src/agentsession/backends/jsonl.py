@@ -557,18 +557,13 @@ class JsonlStore(BaseStore):
         self._root = os.path.realpath(root)
 
     @property
-    def directory(self) -> str:
-        """The store's directory (resolved)."""
-        return self._root
-
-    @property
     def location(self) -> str:
         """The store's directory."""
         return self._root
 
     @property
     def url(self) -> str:
-        """The store's directory."""
+        """The store's directory (a path is what ``open_store`` takes)."""
         return self._root
 
     def path_for(self, session_id: str) -> str:
