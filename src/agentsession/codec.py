@@ -13,12 +13,21 @@ without one (the default) stores payloads as plain JSON.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json as _json
+import re
 from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 import msgspec
 
-__all__ = ["Cipher", "decode", "encode", "utcnow"]
+from .errors import UsageError
+
+__all__ = ["MAX_JSON_DEPTH", "Cipher", "check_json", "decode", "encode", "utcnow"]
+
+MAX_JSON_DEPTH = 256
+"""Deepest nesting of arrays and objects a stored JSON value may have. Readers decode with the
+interpreter's recursion limit shared with their own call stack; a bound well below it means
+that whatever was acknowledged can always be read back."""
 
 T = TypeVar("T")
 
@@ -71,6 +80,11 @@ def encode(obj: Any, *, sort_keys: bool = False) -> bytes:
     """
     try:
         return (sorted_encoder if sort_keys else encoder).encode(obj)
+    except RecursionError:
+        raise UsageError(
+            f"cannot encode a value nested deeper than the interpreter allows "
+            f"(stored JSON may nest at most {MAX_JSON_DEPTH} levels)"
+        ) from None
     except UnicodeEncodeError:
         if sort_keys:
             data = msgspec.to_builtins(obj)
@@ -101,6 +115,41 @@ def decode(buf: _Buffer, type_: Any = None) -> Any:
         if type_ is None:
             return obj
         return msgspec.convert(obj, type_)
+
+
+_raw_checker = msgspec.json.Decoder(msgspec.Raw)
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply arrays and objects nest in the JSON text ``raw``: exact when above
+    :data:`MAX_JSON_DEPTH`, otherwise a cheap upper bound that does not exceed it."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return min(raw.count(b"[") + raw.count(b"{"), MAX_JSON_DEPTH)
+    brackets = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def check_json(raw: bytes, what: str) -> bytes:
+    """``raw`` when it is exactly one JSON value fit to store: well-formed, on one line, nested
+    at most :data:`MAX_JSON_DEPTH` deep. Pretty-printed JSON (raw newlines between tokens) is
+    re-encoded compactly. Raises :class:`~agentsession.errors.UsageError` naming ``what``."""
+    try:
+        _raw_checker.decode(raw)
+    except msgspec.DecodeError as exc:
+        try:  # the codec also writes escaped lone surrogates, which msgspec refuses
+            _json.loads(raw)
+        except (ValueError, RecursionError):
+            raise UsageError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{what} is nested too deeply") from None
+    if json_depth(raw) > MAX_JSON_DEPTH:
+        raise UsageError(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+    if b"\n" in raw or b"\r" in raw:
+        return encode(decode(raw))
+    return raw
 
 
 _now = _dt.datetime.now

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from .codec import check_json, encode
 from .compaction import plan_compaction, plan_prune
 from .contract import Durability
 from .derive import Deriver, IndexedMessage
@@ -202,15 +203,47 @@ class BaseSession:
     # -- the append pipeline --------------------------------------------------------------
 
     def _prepare(self, event: object, now: _dt.datetime) -> Event:
-        """Check one event and stamp it for storage (seq cleared, time set when unset)."""
-        if type(event) is not Event and not isinstance(event, Event):
+        """Check one event and stamp it for storage (seq cleared, time set when unset).
+
+        What is acknowledged must always read back, so the fields are checked here, once for
+        every backend: a non-blank string type, string agent and user, a timezone-aware time,
+        a payload (and meta) that is exactly one JSON value nested at most
+        :data:`~agentsession.codec.MAX_JSON_DEPTH` deep. Raises
+        :class:`~agentsession.errors.UsageError` naming the problem.
+        """
+        if not isinstance(event, Event):
             raise UsageError(
                 f"session {self._id!r}: can only append Event objects, not {type(event).__name__}"
             )
-        if not event.type or not isinstance(event.type, str):
-            raise UsageError(f"session {self._id!r}: an event needs a type")
-        if event.time is None or event.seq:
-            return _replace(event, seq=0, time=event.time or now)
+        kind = event.type
+        if type(kind) is not str or not kind.strip():
+            raise UsageError(f"session {self._id!r}: an event needs a type (a non-blank string)")
+        if type(event.agent) is not str or type(event.user) is not str:
+            raise UsageError(f"session {self._id!r}: an event's agent and user must be strings")
+        time = event.time
+        if time is not None and (
+            not isinstance(time, _dt.datetime) or time.tzinfo is None or time.utcoffset() is None
+        ):
+            raise UsageError(
+                f"session {self._id!r}: an event's time must be a timezone-aware datetime "
+                f"(got {time!r}); use datetime.now(timezone.utc)"
+            )
+        data = event.data
+        if type(data) is not msgspec.Raw:
+            raise UsageError(
+                f"session {self._id!r}: an event's data must be msgspec.Raw JSON; build events "
+                "with Event.new(type, payload)"
+            )
+        raw = bytes(data)
+        checked = check_json(raw, f"the {kind} payload")
+        if not isinstance(event.meta, dict):
+            raise UsageError(f"session {self._id!r}: an event's meta must be a dict")
+        if event.meta:
+            check_json(encode(event.meta), f"the {kind} event's meta")
+        if checked is not raw:
+            event = _replace(event, data=msgspec.Raw(checked))
+        if time is None or event.seq:
+            return _replace(event, seq=0, time=time or now)
         return event
 
     def append(self, event: Event) -> int:

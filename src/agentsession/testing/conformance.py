@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from ..chat.identity import (
@@ -796,6 +797,46 @@ class StoreConformance:
         finally:
             if other_store is not None:
                 other_store.close()
+
+    def test_what_cannot_be_read_back_is_refused_at_append(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        session = store.get("boundary")
+        deep: Any = 1
+        for _ in range(400):
+            deep = [deep]
+        naive = dt.datetime(2026, 1, 1, 12, 0)
+        bad_events = [
+            Event.new("test/deep", deep),
+            Event(type="test/raw", data=msgspec.Raw(b"not json")),
+            Event(type="test/raw", data=msgspec.Raw(b'{"a":1}\n{"seq":2,"type":"forged"}')),
+            Event(type="test/raw", data=msgspec.Raw(b'{"a":"\x00"}')),
+            Event.new("test/naive", {}, time=naive),
+            Event.new("test/meta", {}, meta={"deep": deep}),
+            Event(type="", data=msgspec.Raw(b"{}")),
+        ]
+        for bad in bad_events:
+            with pytest.raises(UsageError):
+                session.append(bad)
+            with pytest.raises(UsageError):
+                session.append_many([Event.new("test/ok", {}), bad])
+        assert session.latest_seq == 0
+        # Pretty-printed JSON is stored compactly, on one line; the deepest allowed nesting reads
+        # back after reopening.
+        allowed: Any = 1
+        for _ in range(250):
+            allowed = [allowed]
+        session.append(Event(type="test/pretty", data=msgspec.Raw(b'{\n  "a": [1,\n 2]\n}')))
+        session.append(Event.new("test/deep-ok", allowed))
+        again = self.reopen(store, tmp_path)
+        try:
+            events = again.get("boundary").read()
+            assert [e.type for e in events] == ["test/pretty", "test/deep-ok"]
+            assert decode(events[0].data) == {"a": [1, 2]}
+            assert decode(events[1].data) == allowed
+        finally:
+            if again is not store:
+                again.close()
 
     def test_meta_values_and_session_scoped_meta_die_with_the_session(
         self, store: BaseStore
