@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import bisect
 import datetime as _dt
+import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -66,6 +68,21 @@ def _seq_of(event: Event) -> int:
     return event.seq
 
 
+_live_sessions: weakref.WeakSet[BaseSession] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: no lock another parent thread held is held here, and every backend
+    drops what it shared with the parent (descriptors, connections) before it is used."""
+    for session in list(_live_sessions):
+        session._lock = threading.RLock()
+        session._storage_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 _replace = msgspec.structs.replace
 
 
@@ -80,6 +97,7 @@ class BaseSession:
         self._window_start = 1
         self._latest_seq = 0
         self._derivers: dict[str | None, Deriver] = {}
+        _live_sessions.add(self)
 
     # -- storage primitives (backends) ----------------------------------------------------
 
@@ -119,6 +137,10 @@ class BaseSession:
 
     def _storage_close(self) -> None:
         """Release backend resources (the session stays usable and reopens them)."""
+
+    def _storage_after_fork(self) -> None:
+        """In a forked child, before any use: stop sharing descriptors, connections and locks
+        with the parent (reopen them lazily). The default shares nothing."""
 
     @property
     def location(self) -> str:

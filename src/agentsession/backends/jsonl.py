@@ -20,12 +20,19 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
 import io
+import itertools
 import logging
+import operator
 import os
 import re
+import resource
+import stat
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -60,9 +67,16 @@ _MARKER_TYPE = b'"type":"session/compaction"'
 _LINE_HEAD = re.compile(rb'\{"seq":\d+,(?:"more":true,)?\Z')
 _HAS_MORE = re.compile(rb'\{"seq":\d+,"more":true,')
 
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO in place of a log must not block open()
+
 _flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN
 _lseek, _write, _SEEK_END = os.lseek, os.write, os.SEEK_END
 _replace = msgspec.structs.replace
+_seq_of = operator.attrgetter("seq")
+_lt = operator.lt
+_islice = itertools.islice
 
 try:
     _datasync = os.fdatasync
@@ -108,6 +122,8 @@ class JsonlSession(BaseSession):
         self._fd = -1
         self._size = 0  # bytes consumed; always ends at a line boundary
         self._locked = False  # whether this session holds the file lock now
+        self._ident: tuple[int, int, bytes] | None = None  # which file was read (_identity)
+        self._reload = False  # set in a forked child: load the tail afresh before use
         with self._lock:
             self._load()
 
@@ -130,9 +146,16 @@ class JsonlSession(BaseSession):
         )
 
     def _open_fd(self, create: bool) -> bool:
+        """Open the log (creating it with ``create``); False when it does not exist.
+
+        The file must be a regular file reached without a symbolic link. When the path now
+        names another file than the one this session read before (deleted and created again,
+        or replaced), everything cached about the old one is forgotten, so no stale offset is
+        ever applied to the new file.
+        """
         if self._fd >= 0:
             return True
-        flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        flags = os.O_RDWR | os.O_APPEND | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK
         try:
             fd = os.open(self._path, flags | (os.O_CREAT if create else 0), 0o600)
         except FileNotFoundError:
@@ -142,18 +165,63 @@ class JsonlSession(BaseSession):
                 f"session {self._id!r}: the store directory {os.path.dirname(self._path)} is gone"
             ) from None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StorageError(
+                    f"session {self._id!r}: {self._path} is a symbolic link; session files "
+                    "must be regular files inside the store"
+                ) from None
             raise self._error("opening", exc) from exc
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            os.close(fd)
+            raise self._error("opening", exc) from exc
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise StorageError(
+                f"session {self._id!r}: {self._path} is not a regular file "
+                f"(mode {stat.filemode(st.st_mode)}); refusing to use it"
+            )
+        ident = _identity(fd, st)
+        if self._ident is not None and ident != self._ident:
+            self._reset()  # another file than the one read before: nothing cached applies
+            self._size = 0
+        self._ident = ident
         self._file = io.FileIO(fd, "r+", closefd=True)
         self._fd = fd
+        self._store._track_open(self)
         if create:
             self._store._write_id_sidecar(self._id, self._path)
         return True
 
     def _storage_close(self) -> None:
         if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._ident = _identity(self._fd, os.fstat(self._fd))
             self._file.close()
+            self._store._untrack_open(self)
         self._file = None
         self._fd = -1
+
+    def _close_if_idle(self) -> None:
+        """Close the descriptor unless the session is in use right now (it reopens on use)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                if not self._locked:
+                    self._storage_close()
+            finally:
+                self._lock.release()
+
+    def _storage_after_fork(self) -> None:
+        # The inherited descriptor shares its open file description, and so its flock, with
+        # the parent: close this process's copy and read the file afresh when next used.
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+        self._file = None
+        self._fd = -1
+        self._locked = False
+        self._reload = True
 
     def _unlock_fd(self) -> None:
         self._locked = False
@@ -285,6 +353,7 @@ class JsonlSession(BaseSession):
 
     def _iter_region(self, begin: int, end: int, *, tail: bool) -> Iterator[list[Event]]:
         pos = begin
+        prev = 0
         while pos < end:
             want = min(_CHUNK, end - pos)
             buf = _pread_all(self._fd, want, pos)
@@ -295,7 +364,10 @@ class JsonlSession(BaseSession):
                     buf = _pread_all(self._fd, nl + 1 - pos, pos)
                     cut = len(buf)
                 buf = buf[:cut]
-            yield self._decode_chunk(buf, pos, end, tail=tail)
+            chunk = self._decode_chunk(buf, pos, end, tail=tail, prev=prev)
+            if chunk:
+                prev = chunk[-1].seq
+            yield chunk
             pos += len(buf)
 
     def _find_newline(self, pos: int, end: int) -> int:
@@ -307,10 +379,15 @@ class JsonlSession(BaseSession):
             pos += len(chunk)
         return end - 1
 
-    def _decode_chunk(self, buf: bytes, base: int, end: int, *, tail: bool) -> list[Event]:
+    def _decode_chunk(
+        self, buf: bytes, base: int, end: int, *, tail: bool, prev: int = 0
+    ) -> list[Event]:
+        """Events of whole lines ``buf`` (file offset ``base``); seqs must rise above ``prev``
+        and keep rising (a duplicate or decreasing seq is a bad line)."""
         try:
             events = decode_event_lines(buf)
-            if all(e.seq > 0 for e in events):
+            seqs = list(map(_seq_of, events))
+            if not seqs or (seqs[0] > prev and all(map(_lt, seqs, _islice(seqs, 1, None)))):
                 return events
         except msgspec.DecodeError:
             pass
@@ -332,6 +409,11 @@ class JsonlSession(BaseSession):
                     raise _BadLine(here, len(line), str(exc), events) from None
                 self._bad_line(here, line, str(exc))
                 continue
+            if event.seq <= prev:
+                reason = f"seq {event.seq} does not follow seq {prev} (duplicate or out of order)"
+                self._bad_line(here, line, reason)
+                continue
+            prev = event.seq
             events.append(event)
         return events
 
@@ -355,7 +437,7 @@ class JsonlSession(BaseSession):
             return  # someone else moved it aside already
         self._store._quarantine(self._path, body, reason, offset)
         # O_APPEND would send pwrite to the end of the file, so use a plain descriptor.
-        blank = os.open(self._path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        blank = os.open(self._path, os.O_WRONLY | _O_CLOEXEC | _O_NOFOLLOW)
         try:
             os.pwrite(blank, b" " * len(body), offset)
             if self._store.durability == "fsync":
@@ -386,7 +468,9 @@ class JsonlSession(BaseSession):
         if end == 0:
             return []
         try:
-            events = self._decode_chunk(data[:end], self._size, self._size + end, tail=locked)
+            events = self._decode_chunk(
+                data[:end], self._size, self._size + end, tail=locked, prev=self._latest_seq
+            )
         except _BadLine as bad:
             reason = f"unparsable last line: {bad.reason}"
             self._quarantine_tail(bad.offset, self._size + end, reason)
@@ -396,6 +480,10 @@ class JsonlSession(BaseSession):
         return events
 
     def _storage_refresh(self) -> list[Event]:
+        if self._reload:
+            self._reload = False
+            self._load()
+            return []
         try:
             if self._fd < 0 and not self._open_fd(create=False):
                 return []
@@ -415,6 +503,9 @@ class JsonlSession(BaseSession):
         A log emptied by ``Store.delete`` (which truncates under this lock before unlinking)
         shows up as a size below what we consumed: we then reopen the path and start over.
         """
+        if self._reload:
+            self._reload = False
+            self._load()
         self._open_fd(create=True)
         while True:
             fd = self._fd
@@ -529,6 +620,35 @@ class JsonlSession(BaseSession):
             return out
 
 
+def _identity(fd: int, st: os.stat_result) -> tuple[int, int, bytes]:
+    """Which file this is: device, inode and the head of its first line. A deleted file's inode
+    number is often reused at once by the next file created, but the first line of a new log
+    carries its own time stamp to the microsecond, so the head tells two lives apart."""
+    return st.st_dev, st.st_ino, os.pread(fd, 256, 0)
+
+
+def _default_open_files() -> int:
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):  # pragma: no cover - no limit to read
+        return 256
+    if soft == resource.RLIM_INFINITY:
+        return 256
+    return max(4, min(256, soft // 4))
+
+
+_live_stores: weakref.WeakSet[JsonlStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_live_stores):
+        store._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class JsonlStore(BaseStore):
     """A directory of JSONL session files. Opened by ``open_store(path)``.
 
@@ -538,13 +658,29 @@ class JsonlStore(BaseStore):
     """
 
     def __init__(
-        self, directory: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "raise", **options: Any
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        on_corrupt: OnCorrupt = "raise",
+        max_open_files: int | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(**options)
         if on_corrupt not in ("raise", "quarantine"):
             raise UsageError(f"on_corrupt must be 'raise' or 'quarantine', not {on_corrupt!r}")
+        if max_open_files is not None and (
+            not isinstance(max_open_files, int) or max_open_files < 1
+        ):
+            raise UsageError(f"max_open_files must be an int >= 1, not {max_open_files!r}")
         self.on_corrupt: OnCorrupt = on_corrupt
         """What a bad line in the middle of a log does."""
+        self.max_open_files = max_open_files or _default_open_files()
+        """Session files this store keeps open at most (default: a quarter of the process's
+        descriptor limit, at most 256); the least recently opened are closed first and
+        reopened when used again."""
+        self._open_files: OrderedDict[int, weakref.ref[JsonlSession]] = OrderedDict()
+        self._open_files_lock = threading.Lock()
+        _live_stores.add(self)
         root = os.path.abspath(os.fspath(directory))
         try:
             os.makedirs(root, mode=0o700, exist_ok=True)
@@ -560,6 +696,27 @@ class JsonlStore(BaseStore):
     def location(self) -> str:
         """The store's directory."""
         return self._root
+
+    def _track_open(self, session: JsonlSession) -> None:
+        """Count an opened session file; close the oldest idle ones beyond the bound."""
+        victims = []
+        with self._open_files_lock:
+            self._open_files[id(session)] = weakref.ref(session)
+            while len(self._open_files) > self.max_open_files:
+                _, ref = self._open_files.popitem(last=False)
+                other = ref()
+                if other is not None and other is not session:
+                    victims.append(other)
+        for other in victims:
+            other._close_if_idle()
+
+    def _untrack_open(self, session: JsonlSession) -> None:
+        with self._open_files_lock:
+            self._open_files.pop(id(session), None)
+
+    def _after_fork(self) -> None:
+        self._open_files_lock = threading.Lock()
+        self._open_files.clear()
 
     @property
     def url(self) -> str:
@@ -584,7 +741,8 @@ class JsonlStore(BaseStore):
 
     def _meta_get(self, kind: str, key: str) -> str | None:
         try:
-            with open(self._meta_path(kind, key), "rb") as f:
+            fd = os.open(self._meta_path(kind, key), os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+            with open(fd, "rb") as f:
                 raw = f.read()
         except FileNotFoundError:
             return None
@@ -606,7 +764,7 @@ class JsonlStore(BaseStore):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
                 return
-            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            _private_dirs(self._root, os.path.dirname(path))
             _atomic_write(path, encode(_MetaEntry(key=key, value=value, updated_at=self.clock())))
         except OSError as exc:
             raise StorageError(f"cannot write {path}: {exc}") from exc
@@ -623,8 +781,11 @@ class JsonlStore(BaseStore):
     def _quarantine(self, path: str, data: bytes, reason: str, offset: int) -> None:
         """Append bytes taken out of a log to its sidecar, followed by a newline."""
         target = path + QUARANTINE_SUFFIX
-        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_CLOEXEC | _O_NOFOLLOW
+        fd = os.open(target, flags, 0o600)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StorageError(f"{target} is not a regular file; refusing to write to it")
             os.write(fd, data + b"\n")
             os.fsync(fd)
         finally:
@@ -646,9 +807,12 @@ class JsonlStore(BaseStore):
 
     def _exists(self, session_id: str) -> bool:
         try:
-            return os.stat(self.path_for(session_id)).st_size > 0
+            st = os.lstat(self.path_for(session_id))
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            raise StorageError(f"cannot look up session {session_id!r}: {exc}") from exc
+        return stat.S_ISREG(st.st_mode) and st.st_size > 0
 
     def _list_all(self) -> list[SessionInfo]:
         out = []
@@ -682,7 +846,7 @@ class JsonlStore(BaseStore):
     def _peek_last_seq(self, path: str) -> int:
         """The file's last seq from the head of its last line (-1 when unreadable)."""
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
         except OSError:
             return -1
         try:
@@ -693,21 +857,41 @@ class JsonlStore(BaseStore):
             os.close(fd)
 
     def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+        """All or nothing: the log is renamed aside first, so a directory the process may not
+        write (or any other failure before that) leaves the session whole and raises
+        :class:`StorageError`; only then is it emptied under the writers' lock (a session
+        object still holding the file sees it shrink and starts over) and unlinked."""
         path = self.path_for(session_id)
         try:
-            fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(path, os.O_RDWR | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
         except FileNotFoundError:
             existed = False
         except OSError as exc:
-            raise StorageError(f"cannot delete session {session_id!r} at {path}: {exc}") from exc
+            what = "is a symbolic link" if exc.errno == errno.ELOOP else str(exc)
+            raise StorageError(
+                f"cannot delete session {session_id!r}: {path} {what}; nothing was deleted"
+            ) from None
         else:
             try:
-                # Empty it under the writers' lock first: a session object that still holds the
-                # file sees it shrink and starts over instead of appending to a deleted file.
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise StorageError(
+                        f"cannot delete session {session_id!r}: {path} is not a regular file; "
+                        "nothing was deleted"
+                    )
                 fcntl.flock(fd, fcntl.LOCK_EX)
+                tomb = f"{path}.{os.getpid()}.{threading.get_ident()}.deleting"
+                try:
+                    os.rename(path, tomb)
+                except OSError as exc:
+                    raise StorageError(
+                        f"cannot delete session {session_id!r} at {path}: {exc.strerror or exc}; "
+                        "nothing was deleted"
+                    ) from None
                 existed = os.fstat(fd).st_size > 0
                 os.ftruncate(fd, 0)
-                os.unlink(path)
+                os.unlink(tomb)
+            except OSError as exc:
+                raise StorageError(f"deleting session {session_id!r} at {path}: {exc}") from exc
             finally:
                 os.close(fd)
         for kind in meta_kinds:
@@ -725,10 +909,14 @@ class JsonlStore(BaseStore):
     def _last_append(self, session_id: str) -> _dt.datetime | None:
         path = self.path_for(session_id)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise StorageError(f"cannot read session {session_id!r} at {path}: {exc}") from exc
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StorageError(f"session {session_id!r}: {path} is not a regular file")
             line = _last_line(fd)
         finally:
             os.close(fd)
@@ -755,15 +943,38 @@ class _MetaEntry(msgspec.Struct, rename="camel"):
 
 
 def _atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old or the new content, never a mix."""
+    """Write ``data`` to ``path`` so that readers see the old or the new content, never a mix.
+    A failed write (a full disk, say) leaves no temporary file behind."""
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC | _O_NOFOLLOW
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, flags, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _private_dirs(root: str, path: str) -> None:
+    """Create ``path`` and every missing directory between ``root`` and it, each owner-only
+    (``os.makedirs`` gives intermediate directories the umask's default mode)."""
+    relative = os.path.relpath(path, root)
+    current = root
+    for part in relative.split(os.sep):
+        current = os.path.join(current, part)
+        try:
+            os.mkdir(current, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(current, 0o700)  # mkdir's mode is masked by the umask
 
 
 _SEQ_HEAD = re.compile(rb'\{"seq":(\d+),')

@@ -30,30 +30,36 @@ class MemorySession(BaseSession):
 
     def __init__(self, store: MemoryStore, session_id: str) -> None:
         super().__init__(store, session_id)
+        self._life: list[Event] | None = None  # the store's list this object has read
         with self._lock:
             self._load()
 
     def _log(self) -> list[Event]:
-        log = self._store._logs.get(self._id, [])
-        if len(log) < self._latest_seq:
-            self._reset()  # deleted (and perhaps recreated) since we last looked
-        return log
+        """The session's current log; when it is another list than the one read before (the
+        session was deleted, and perhaps created again), everything cached is forgotten."""
+        log = self._store._logs.get(self._id)
+        if log is not self._life:
+            if self._life is not None or self._latest_seq:
+                self._reset()
+            self._life = log
+        return [] if log is None else log
 
     def _storage_open(self) -> tuple[list[Event], bool]:
         with self._store._data_lock:
-            return list(self._store._logs.get(self._id, ())), True
+            self._life = self._store._logs.get(self._id)
+            return list(self._life or ()), True
 
     def _storage_append(
         self, events: list[Event], marker: int, expect_seq: int | None
     ) -> tuple[list[Event], list[Event]]:
         with self._store._data_lock:
             log = self._log()
-            if not log:
-                log = self._store._logs.setdefault(self._id, [])
             foreign = log[self._latest_seq :]
             base = len(log)
             if expect_seq is not None and base != expect_seq:
                 return foreign, []
+            if self._life is None:
+                log = self._life = self._store._logs.setdefault(self._id, [])
             stored = [
                 msgspec.structs.replace(event, seq=base + i)
                 for i, event in enumerate(events, start=1)

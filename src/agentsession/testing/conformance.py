@@ -187,6 +187,25 @@ def start_lock_holder(url: str, session_id: str) -> subprocess.Popen[str]:
     return proc
 
 
+def _reap(pids: list[int], timeout: float) -> None:
+    """Wait for forked children; kill those still running after ``timeout`` seconds and fail."""
+    deadline = time.monotonic() + timeout
+    stuck = []
+    for pid in pids:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                assert os.waitstatus_to_exitcode(status) == 0, f"child {pid} failed"
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                stuck.append(pid)
+                break
+            time.sleep(0.01)
+    assert not stuck, f"forked children {stuck} never finished (blocked in a shared lock?)"
+
+
 def _payloads(events: list[Event]) -> list[Any]:
     return [decode(e.data) for e in events]
 
@@ -837,6 +856,116 @@ class StoreConformance:
         finally:
             if again is not store:
                 again.close()
+
+    # -- data safety: fork, delete and re-create, stale objects ----------------------------
+
+    def test_forked_processes_sharing_an_open_store_never_share_a_seq(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        """Workers forked from a process holding an open session (``multiprocessing``'s fork
+        start method, ``os.fork``) each append; every acknowledged event is stored exactly
+        once, seqs stay unique and gap-free, and the log reads back."""
+        if not self.shared_across_processes or not hasattr(os, "fork"):
+            pytest.skip("this backend's data is not shared between processes")
+        session = store.get("forked")
+        session.append(Event.new("test/n", {"by": "parent", "i": -1}))
+        session.read()  # the parent has everything open and cached
+        errors = tmp_path / "fork-errors"
+        children = []
+        for child in range(3):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child
+                code = 0
+                try:
+                    for i in range(60):
+                        session.append(Event.new("test/n", {"by": child, "i": i}))
+                    session.append_many(
+                        [Event.new("test/n", {"by": child, "i": i}) for i in range(60, 63)]
+                    )
+                except BaseException as exc:
+                    errors.with_suffix(f".{child}").write_text(repr(exc))
+                    code = 1
+                finally:
+                    os._exit(code)
+            children.append(pid)
+        try:
+            for i in range(60):
+                session.append(Event.new("test/n", {"by": "parent", "i": i}))
+        finally:
+            _reap(children, timeout=120)
+        assert not list(tmp_path.glob("fork-errors.*")), [
+            p.read_text() for p in tmp_path.glob("fork-errors.*")
+        ]
+        again = self.reopen(store, tmp_path)
+        try:
+            events = again.get("forked").read()
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+            seen = [(d["by"], d["i"]) for d in _payloads(events)]
+            assert len(seen) == len(set(seen)) == 1 + 60 + 3 * 63
+            assert session.latest_seq == len(events)
+            assert [e.seq for e in session.read()] == [e.seq for e in events]
+        finally:
+            if again is not store:
+                again.close()
+
+    def test_a_deleted_and_recreated_session_never_mixes_with_its_old_life(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        old = store.get("lives")
+        old.append_many(
+            [
+                Event.new("turn/start", {}, agent="a"),
+                Event.new("user/message", Message.user("old-1"), agent="a"),
+                Event.new("user/message", Message.user("old-2"), agent="a"),
+                Event.new(
+                    "assistant/message",
+                    Message.assistant("old-3", tool_calls=[ToolCall("c-old", "t")]),
+                    agent="a",
+                ),
+            ]
+        )
+        assert [m.text for m in old.messages()][:3] == ["old-1", "old-2", "old-3"]
+        other_store, _ = self._second_writer(store, tmp_path, "lives")
+        deleter = other_store if other_store is not None else store
+        try:
+            assert deleter.delete("lives")
+            new = deleter.get("lives")
+            for n in range(1, 4):
+                new.append(Event.new("user/message", Message.user(f"new-{n}")))
+            assert [m.text for m in old.messages()] == ["new-1", "new-2", "new-3"]
+            for n in range(4, 6):
+                new.append(Event.new("user/message", Message.user(f"new-{n}")))
+            assert [m.text for m in old.messages()] == [f"new-{n}" for n in range(1, 6)]
+            assert old.latest_seq == 5
+            # Recovery through the old object repairs nothing of the old life into the new one.
+            assert [r.status for r in store.recover(["lives"])] == ["clean"]
+            assert [e.type for e in new.read()] == ["user/message"] * 5
+            old.append(Event.new("user/message", Message.user("new-6")))
+            assert [m.text for m in new.messages()] == [f"new-{n}" for n in range(1, 7)]
+        finally:
+            if other_store is not None:
+                other_store.close()
+
+    def test_a_session_object_reused_after_close_reads_the_new_log(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        held = store.get("reused")
+        held.append_many([Event.new("test/n", {"life": 1, "n": n}) for n in range(5)])
+        held.read()
+        held.close()
+        other_store, _ = self._second_writer(store, tmp_path, "reused")
+        deleter = other_store if other_store is not None else store
+        try:
+            deleter.delete("reused")
+            deleter.get("reused").append_many(
+                [Event.new("test/n", {"life": 2, "n": n}) for n in range(9)]
+            )
+            assert _payloads(held.read()) == [{"life": 2, "n": n} for n in range(9)]
+            assert held.append(Event.new("test/n", {"life": 2, "n": 9})) == 10
+            assert _payloads(deleter.get("reused").read())[-1] == {"life": 2, "n": 9}
+        finally:
+            if other_store is not None:
+                other_store.close()
 
     def test_meta_values_and_session_scoped_meta_die_with_the_session(
         self, store: BaseStore
