@@ -296,3 +296,157 @@ def test_fsync_durability_syncs_every_append_and_flush_none(
     session.append(Event.new("test/n"))
     session.append_many([Event.new("test/n"), Event.new("test/n")])
     assert len(calls) == syncs
+
+
+# -- data safety: symlinks, special files, delete, the .meta directory, descriptors ----------
+
+
+def outside_log(tmp_path: Path) -> Path:
+    victim = tmp_path / "outside.jsonl"
+    victim.write_bytes(line(1, "outside the store"))
+    return victim
+
+
+def test_a_symlinked_session_file_is_refused_and_the_target_untouched(tmp_path: Path) -> None:
+    victim = outside_log(tmp_path)
+    store = ags.open_store(tmp_path / "s")
+    (tmp_path / "s" / "evil.jsonl").symlink_to(victim)
+    before = victim.read_bytes()
+    with pytest.raises(ags.StorageError, match="symbolic link"):
+        store.get("evil")
+    with pytest.raises(ags.StorageError, match="symbolic link"):
+        store.delete("evil")
+    assert victim.read_bytes() == before
+    assert not (tmp_path / "s" / "evil.jsonl.quarantine").exists()
+    assert not store.exists("evil")
+    assert [info.id for info in store.list()] == []
+
+
+def test_a_symlinked_quarantine_sidecar_is_never_written_through(tmp_path: Path) -> None:
+    victim = outside_log(tmp_path)
+    store_dir = tmp_path / "s"
+    write_log(store_dir, "torn", line(1, "kept"), b'{"seq":2,"ty')
+    (store_dir / "torn.jsonl.quarantine").symlink_to(victim)
+    before = victim.read_bytes()
+    with pytest.raises(ags.StorageError):  # the torn tail cannot be moved aside: nothing lost
+        ags.open_store(store_dir).get("torn")
+    assert victim.read_bytes() == before
+    assert (store_dir / "torn.jsonl").read_bytes().endswith(b'{"seq":2,"ty')
+
+
+def test_a_fifo_in_place_of_a_session_file_is_refused(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path / "s")
+    os.mkfifo(tmp_path / "s" / "pipe.jsonl")
+    with pytest.raises(ags.StorageError, match="not a regular file"):
+        store.get("pipe")
+    with pytest.raises(ags.StorageError, match="not a regular file"):
+        store.delete("pipe")
+    assert not store.exists("pipe")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
+def test_delete_in_a_directory_it_may_not_write_loses_nothing(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path / "s")
+    session = store.get("kept")
+    session.append_many([Event.new("test/n", {"n": n}) for n in range(6)])
+    (tmp_path / "s").chmod(0o500)
+    try:
+        with pytest.raises(ags.StorageError, match="nothing was deleted"):
+            store.delete("kept")
+    finally:
+        (tmp_path / "s").chmod(0o700)
+    assert len(ags.open_store(tmp_path / "s").get("kept").read()) == 6
+
+
+def test_delete_that_cannot_rename_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same failure as a read-only directory, for a test run as root."""
+    store = ags.open_store(tmp_path / "s")
+    store.get("kept").append_many([Event.new("test/n", {"n": n}) for n in range(6)])
+
+    def refuse(src: str, dst: str) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "rename", refuse)
+    with pytest.raises(ags.StorageError, match="nothing was deleted"):
+        store.delete("kept")
+    monkeypatch.undo()
+    assert len(ags.open_store(tmp_path / "s").get("kept").read()) == 6
+    assert not list((tmp_path / "s").glob("*.deleting"))
+
+
+def test_the_meta_directory_is_owner_only_under_any_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        store = ags.open_store(tmp_path / "s")
+        store.meta_set("active", "slack:C1", "slack:C1:new:1")
+    finally:
+        os.umask(old)
+    for directory in (tmp_path / "s" / ".meta", tmp_path / "s" / ".meta" / "active"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+
+
+def test_a_failed_meta_write_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ags.open_store(tmp_path / "s")
+    store.meta_set("active", "k", "v1")
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(ags.StorageError, match="No space left"):
+        store.meta_set("active", "k", "v2")
+    monkeypatch.undo()
+    assert store.meta_get("active", "k") == "v1"
+    assert not list((tmp_path / "s" / ".meta").rglob("*.tmp"))
+
+
+def test_open_descriptors_stay_within_the_bound(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path / "s", max_open_files=4)
+    assert isinstance(store, JsonlStore)
+    sessions = [store.get(f"s{n}") for n in range(20)]
+    for n, session in enumerate(sessions):
+        session.append(Event.new("test/n", {"n": n}))
+    fds = os.listdir(f"/proc/{os.getpid()}/fd")
+    open_logs = [
+        fd
+        for fd in fds
+        if os.path.realpath(f"/proc/{os.getpid()}/fd/{fd}").startswith(str(tmp_path / "s"))
+    ]
+    assert len(open_logs) <= 4
+    # Sessions whose descriptor was closed reopen on use and still see everything.
+    for n, session in enumerate(sessions):
+        session.append(Event.new("test/n", {"n": n, "again": True}))
+        assert [e.seq for e in session.read()] == [1, 2]
+
+
+def test_the_default_bound_follows_the_descriptor_limit(tmp_path: Path) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+    try:
+        store = ags.open_store(tmp_path / "s")
+        assert isinstance(store, JsonlStore)
+        assert store.max_open_files == 16
+        for n in range(100):  # far more sessions than descriptors
+            store.get(f"s{n}").append(Event.new("test/n", {"n": n}))
+        assert len(store.list()) == 100
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("seqs", [(1, 2, 2, 3), (1, 3, 2, 4)])
+def test_duplicate_or_decreasing_seqs_raise_or_are_quarantined(
+    tmp_path: Path, seqs: tuple[int, ...]
+) -> None:
+    write_log(tmp_path / "s", "dup", *(line(seq, f"m{i}") for i, seq in enumerate(seqs)))
+    with pytest.raises(CorruptLogError, match="duplicate or out of order"):
+        ags.open_store(tmp_path / "s").get("dup").read()
+    session = ags.open_store(tmp_path / "s", on_corrupt="quarantine").get("dup")
+    kept = [e.seq for e in session.read()]
+    assert kept == sorted(set(kept)) and len(kept) == 3
+    assert (tmp_path / "s" / "dup.jsonl.quarantine").exists()
