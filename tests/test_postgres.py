@@ -7,6 +7,8 @@ works in schemas of its own, dropped afterwards.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
 import subprocess
@@ -17,12 +19,20 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
-import msgspec
 import pytest
 
-from agentsession import Event, Message, StorageError, StoreUnavailable, UsageError, open_store
+from agentsession import (
+    Event,
+    LockTimeout,
+    Message,
+    StorageError,
+    StoreUnavailable,
+    TurnLock,
+    UsageError,
+    open_store,
+)
 from agentsession.chat.identity import (
     bind_agent,
 )
@@ -37,6 +47,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not DSN, reason=SKIP_REAS
 if DSN:
     import psycopg
     from psycopg import sql
+    from psycopg.pq import TransactionStatus
 
     from agentsession.backends import postgres
     from agentsession.backends.postgres import PostgresStore, migrate
@@ -113,6 +124,53 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.01)
+
+
+def advisory_waiters(
+    admin: psycopg.Connection[Any], application_name: str, waited: str = "0 s"
+) -> list[int]:
+    """Backends of that application name waiting in the server for an advisory lock, for at
+    least ``waited`` (an interval, by the server's clock)."""
+    found = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s "
+        "AND wait_event_type = 'Lock' AND wait_event = 'advisory' "
+        "AND now() - query_start >= %s::interval",
+        (application_name, waited),
+    ).fetchall()
+    return [pid for (pid,) in found]
+
+
+def with_options(url: str, options: str) -> str:
+    """``url`` with ``options=`` (server settings for its sessions, ``-c name=value ...``)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query=f"{parts.query}&options={quote(options)}"))
+
+
+def kill_after_checkout(
+    store: PostgresStore, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> list[int]:
+    """Make the store's next checkout hand out a connection whose server backend is then
+    terminated (after the pool's check passed, before the store uses it); returns the list of
+    the checkouts' backend pids, for the test to see how many there were."""
+    checkout = store._checkout
+    pids: list[int] = []
+
+    def dying_checkout(pool: Any, action: str) -> Any:
+        conn = checkout(pool, action)
+        pids.append(conn.info.backend_pid)
+        if len(pids) == 1:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+            wait_for(
+                lambda: (
+                    not admin.execute(
+                        "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pids[0],)
+                    ).fetchall()
+                )
+            )
+        return conn
+
+    monkeypatch.setattr(store, "_checkout", dying_checkout)
+    return pids
 
 
 def assert_no_password(exc: BaseException) -> None:
@@ -365,6 +423,120 @@ def test_closing_the_store_releases_the_locks_it_holds(url: str) -> None:
             pass
 
 
+def test_a_waiter_gets_the_lock_as_soon_as_the_holder_releases_it(
+    store: PostgresStore, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    lock_app = f"agentsession-lock/{schema}"
+    events: list[str] = []
+    outcomes: list[object] = []
+
+    def wait_for_the_lock() -> None:
+        try:
+            outcomes.append(store.lock("conv", timeout=300))
+            events.append("acquired")
+        except BaseException as exc:  # pragma: no cover - reported below
+            outcomes.append(exc)
+
+    held = store.lock("conv", timeout=5)
+    waiter = threading.Thread(target=wait_for_the_lock)
+    waiter.start()
+    try:
+        # The waiter waits in the server, on the lock itself: not polling, not sleeping.
+        wait_for(lambda: len(advisory_waiters(admin, lock_app)) == 1)
+        events.append("waiting")
+        assert not outcomes
+        events.append("released")
+        held.release()
+        waiter.join(timeout=60)
+        assert not waiter.is_alive()
+    finally:
+        held.release()
+        waiter.join(timeout=60)
+    assert events == ["waiting", "released", "acquired"]
+    (got,) = outcomes
+    assert isinstance(got, TurnLock) and got.held
+    assert store.is_locked("conv")
+    got.release()
+    assert not store.is_locked("conv")
+
+
+def test_a_lock_timeout_raises_and_leaves_the_lock_connection_usable(
+    url: str, schema: str, admin: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    lock_app = f"agentsession-lock/{schema}"
+    key = postgres.turn_lock_key(schema, "conv")
+    holder = psycopg.connect(DSN, autocommit=True)
+    # The URL gives the sessions a lock_timeout of their own: a wait overrides it for its one
+    # statement, then puts it back.
+    store = open_store(with_options(url, "-c lock_timeout=7s"), lock_pool_max_size=1)
+    try:
+        holder.execute("SELECT pg_advisory_lock(%s)", (key,))
+        with caplog.at_level(logging.WARNING), pytest.raises(LockTimeout) as info:
+            store.lock("conv", timeout=0.2)
+        assert (info.value.session_id, info.value.timeout) == ("conv", 0.2)
+        (pid,) = backends(admin, lock_app)  # the pool's one lock connection, still open
+        holder.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        with caplog.at_level(logging.WARNING), store.lock("conv", timeout=5) as held:
+            # ... and handed back cleanly: this lock got it (the pool has only that one).
+            assert backends(admin, lock_app) == [pid]
+            assert isinstance(held._handle, postgres._LockHandle)
+            conn = held._handle.conn
+            assert conn.info.backend_pid == pid
+            assert conn.autocommit
+            assert conn.info.transaction_status == TransactionStatus.IDLE
+            assert conn.execute("SHOW lock_timeout").fetchone() == ("7s",)
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
+        assert not store.is_locked("conv")
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    finally:
+        store.close()
+        holder.close()
+
+
+def test_timeout_zero_tries_once_and_none_waits_for_ever(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    lock_app = f"agentsession-lock/{schema}"
+    key = postgres.turn_lock_key(schema, "conv")
+    migrate(url)
+    holder = psycopg.connect(DSN, autocommit=True)
+    # Session defaults that would cut any wait short after 100 ms: timeout=None waits anyway.
+    store = open_store(with_options(url, "-c lock_timeout=100 -c statement_timeout=100"))
+    outcomes: list[object] = []
+
+    def take(timeout: float | None) -> None:
+        try:
+            outcomes.append(store.lock("conv", timeout=timeout))
+        except BaseException as exc:
+            outcomes.append(exc)
+
+    try:
+        holder.execute("SELECT pg_advisory_lock(%s)", (key,))
+        # timeout=0: one try, no wait (a lock_timeout of 0 would wait for ever instead).
+        trier = threading.Thread(target=take, args=(0,))
+        trier.start()
+        trier.join(timeout=60)
+        assert not trier.is_alive()
+        assert isinstance(outcomes.pop(), LockTimeout)
+        # timeout=None: waits in the server, well past both session defaults, until released.
+        waiter = threading.Thread(target=take, args=(None,))
+        waiter.start()
+        wait_for(lambda: len(advisory_waiters(admin, lock_app, "1 s")) == 1)
+        assert waiter.is_alive() and not outcomes
+        holder.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        waiter.join(timeout=60)
+        assert not waiter.is_alive()
+        (got,) = outcomes
+        assert isinstance(got, TurnLock) and got.held
+        got.release()
+        # A free lock with timeout=0 is taken at once.
+        with store.lock("conv", timeout=0):
+            assert store.is_locked("conv")
+    finally:
+        holder.close()  # frees a waiter still waiting, should an assertion have failed
+        store.close()
+
+
 def test_lock_key_depends_on_schema_and_session() -> None:
     key = postgres.turn_lock_key
     assert key("a", "s") == key("a", "s")
@@ -399,6 +571,47 @@ def test_unknown_database_is_store_unavailable_naming_it() -> None:
     assert_no_password(info.value)
 
 
+def test_unreachable_server_leaves_no_raw_pool_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    parts = urlsplit(DSN)
+    host = parts.hostname or "127.0.0.1"
+    user = parts.netloc.rpartition("@")[0]
+    bad = urlunsplit(parts._replace(netloc=f"{user}@{host}:1" if user else f"{host}:1"))
+    prepare = PostgresStore._prepare_schema
+
+    def prepare_after_the_pool_failed(self: PostgresStore, auto_migrate: bool) -> None:
+        # The pool connects in the background; let it fail first (otherwise it may or may
+        # not get to try before the store gives up), then fail the store's own connection.
+        wait_for(lambda: self._pool.get_stats().get("connections_errors", 0) >= 1)
+        prepare(self, auto_migrate)
+
+    monkeypatch.setattr(PostgresStore, "_prepare_schema", prepare_after_the_pool_failed)
+    with caplog.at_level(logging.DEBUG), pytest.raises(StoreUnavailable, match=f"{host}:1"):
+        open_store(bad)
+    # psycopg_pool's warning became a DEBUG line of the backend's logger ...
+    demoted = [
+        r
+        for r in caplog.records
+        if r.name == "agentsession.backends.postgres" and "could not connect" in r.getMessage()
+    ]
+    assert demoted and all(r.levelno == logging.DEBUG for r in demoted)
+    assert "agentsession/" in demoted[0].getMessage()
+    # ... and no raw "error connecting" line escaped at WARNING.
+    assert not [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and "error connecting" in r.getMessage()
+    ]
+
+
+def test_other_pools_connection_warnings_are_left_alone(caplog: pytest.LogCaptureFixture) -> None:
+    pool_log = logging.getLogger("psycopg.pool")
+    with caplog.at_level(logging.WARNING, logger="psycopg.pool"):
+        pool_log.warning("error connecting in %r: %s", "someone-elses-pool", "refused")
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+
+
 def test_password_never_appears_in_locations_or_errors(
     schema: str, admin: psycopg.Connection[Any]
 ) -> None:
@@ -424,13 +637,30 @@ def test_password_never_appears_in_locations_or_errors(
 def test_read_after_the_server_closed_the_pool_connections_succeeds(
     url: str, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
-    with open_store(url, pool_min_size=2, pool_max_size=2) as store:
+    # Eight dead idle connections: checked one by one, with psycopg_pool's backoff between
+    # failed checks (0, 1, 2, 4, 8, 16 ... s), they would outlast the 30 s pool timeout; the
+    # first failed check drains the pool instead.
+    with open_store(url, pool_min_size=8, pool_max_size=8) as store:
         session = store.get("s")
         session.append_many([Event.new("test/n", {"n": n}) for n in range(3)])
-        wait_for(lambda: len(backends(admin, f"agentsession/{schema}")) == 2)
-        assert terminate(admin, f"agentsession/{schema}") == 2
+        wait_for(lambda: len(backends(admin, f"agentsession/{schema}")) == 8)
+        assert terminate(admin, f"agentsession/{schema}") == 8
         assert [e.seq for e in session.read()] == [1, 2, 3]
         assert session.append(Event.new("test/n", {"n": 3})) == 4
+
+
+def test_lock_after_the_server_closed_the_idle_lock_connections_succeeds(
+    store: PostgresStore, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    lock_app = f"agentsession-lock/{schema}"
+    first, second = store.lock("a", timeout=5), store.lock("b", timeout=5)
+    first.release()
+    second.release()
+    assert terminate(admin, lock_app) == 2  # both idle in the lock pool now
+    with store.lock("a", timeout=5):
+        assert store.is_locked("a")
+    with store.lock("b", timeout=0):
+        assert store.is_locked("b")
 
 
 def test_read_on_a_connection_that_dies_is_retried_once(
@@ -441,26 +671,28 @@ def test_read_on_a_connection_that_dies_is_retried_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with open_store(url, pool_min_size=1, pool_max_size=1) as store:
+        assert isinstance(store, PostgresStore)
         session = store.get("s")
         session.append_many([Event.new("test/n", {"n": n}) for n in range(3)])
-        # Skip the idle-connection check, so the read really meets the dead connection.
-        monkeypatch.setattr(postgres, "_looks_dead", lambda conn: False)
-        assert terminate(admin, f"agentsession/{schema}") == 1
+        # The connection dies after the pool checked it, so the read really meets it dead.
+        checkouts = kill_after_checkout(store, admin, monkeypatch)
         with caplog.at_level("INFO", logger="agentsession.backends.postgres"):
             assert [decode(e.data)["n"] for e in session._storage_read(0, None)] == [0, 1, 2]
         assert "retrying once" in caplog.text
+        assert len(checkouts) == 2 and checkouts[0] != checkouts[1]
 
 
 def test_write_on_a_connection_that_dies_is_not_retried_and_says_so(
     url: str, schema: str, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with open_store(url, pool_min_size=1, pool_max_size=1) as store:
+        assert isinstance(store, PostgresStore)
         session = store.get("s")
         session.append(Event.new("test/n", {"n": 0}))
-        monkeypatch.setattr(postgres, "_looks_dead", lambda conn: False)
-        assert terminate(admin, f"agentsession/{schema}") == 1
+        checkouts = kill_after_checkout(store, admin, monkeypatch)
         with pytest.raises(StorageError, match="may or may not have been stored"):
             session.append(Event.new("test/n", {"n": 1}))
+        assert len(checkouts) == 1  # not retried
         monkeypatch.undo()
         # Here it was not stored (the server was gone before the append arrived).
         assert session.latest_seq == 1
@@ -468,12 +700,20 @@ def test_write_on_a_connection_that_dies_is_not_retried_and_says_so(
 
 
 def test_server_errors_on_write_are_storage_errors_not_unknown_outcomes(
-    store: PostgresStore,
+    store: PostgresStore, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
     session = store.get("s")
-    bad_json = Event(type="test/raw", data=msgspec.Raw(b"{not json"))
-    with pytest.raises(StorageError) as info:
-        session.append(bad_json)
+    # The client refuses malformed JSON itself, so a trigger of the test's own (dropped with
+    # its schema) makes the server refuse one kind of event.
+    for statement in (
+        "CREATE FUNCTION {s}.refuse() RETURNS trigger LANGUAGE plpgsql "
+        "AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$",
+        "CREATE TRIGGER refuse BEFORE INSERT ON {s}.events FOR EACH ROW "
+        "WHEN (NEW.type = 'test/refused') EXECUTE FUNCTION {s}.refuse()",
+    ):
+        admin.execute(sql.SQL(statement).format(s=sql.Identifier(schema)))  # type: ignore[arg-type]
+    with pytest.raises(StorageError, match="refused by the test") as info:
+        session.append(Event.new("test/refused"))
     assert "may or may not" not in str(info.value)
     assert session.latest_seq == 0
     assert session.append(Event.new("test/n")) == 1
@@ -597,3 +837,49 @@ def test_pool_sizes_are_checked(url: str) -> None:
 
 def test_latest_migration_matches_the_code() -> None:
     assert [m.version for m in MIGRATIONS] == list(range(1, LATEST_VERSION + 1))
+
+
+def test_a_version_1_schema_with_data_migrates_and_its_sessions_get_distinct_lives(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """Data written by version 1 (before ``sessions.life``) loads after the migration."""
+    from psycopg import sql
+
+    s = sql.Identifier(schema)
+    admin.execute(sql.SQL("CREATE SCHEMA {}").format(s))
+    admin.execute(
+        sql.SQL(
+            "CREATE TABLE {}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        ).format(s)
+    )
+    for statement in MIGRATIONS[0].statements:
+        admin.execute(sql.SQL(statement).format(s=s))
+    admin.execute(
+        sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (1, %s)").format(s),
+        (MIGRATIONS[0].name,),
+    )
+    for sid in ("v1:a", "v1:b"):
+        admin.execute(
+            sql.SQL(
+                "INSERT INTO {}.sessions (id, created_at, updated_at, last_seq) "
+                "VALUES (%s, now(), now(), 2)"
+            ).format(s),
+            (sid,),
+        )
+        for seq, text in ((1, "hello"), (2, "again")):
+            admin.execute(
+                sql.SQL(
+                    'INSERT INTO {}.events (session_id, seq, type, agent, "user", time, data) '
+                    "VALUES (%s, %s, 'user/message', '', '', now(), %s::jsonb)"
+                ).format(s),
+                (sid, seq, json.dumps({"role": "user", "parts": [{"type": "text", "text": text}]})),
+            )
+    with open_store(url) as store:
+        assert [m.text for m in store.get("v1:a").messages()] == ["hello", "again"]
+        assert store.get("v1:b").append(Event.new("test/n", {})) == 3
+    lives = admin.execute(sql.SQL("SELECT id, life FROM {}.sessions ORDER BY id").format(s))
+    rows = lives.fetchall()
+    assert [r[0] for r in rows] == ["v1:a", "v1:b"] and rows[0][1] != rows[1][1]
+    versions = admin.execute(sql.SQL("SELECT version FROM {}.schema_migrations").format(s))
+    assert sorted(v for (v,) in versions) == [m.version for m in MIGRATIONS]

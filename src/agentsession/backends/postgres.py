@@ -35,25 +35,38 @@ covers running it at scale. How it keeps the storage contract:
   an ``fsync`` store on a server with ``fsync = off`` logs a warning.
 * **Errors** are translated in one place (:meth:`PostgresStore._run`): a server that cannot
   be reached is :class:`~agentsession.errors.StoreUnavailable` naming host and database, never
-  the password. A read whose connection drops is retried once on a fresh connection. A write
-  whose connection drops is never retried: its outcome is unknown, and the
-  :class:`~agentsession.errors.StorageError` says so.
-* **The turn lock** is ``pg_try_advisory_lock`` on a 64-bit key derived from the schema and
-  the session id, held on a connection of a separate lock pool that is not handed back until
-  the lock is released; a holder that dies (SIGKILL, lost network) loses its connection and
-  with it the lock. See :class:`PostgresLocker`.
+  the password (psycopg_pool's own per-attempt "error connecting" warnings about the store's
+  pools are logged at DEBUG instead, by this module's logger). A read whose connection drops
+  is retried once on a fresh connection. A write whose connection drops is never retried: its
+  outcome is unknown, and the :class:`~agentsession.errors.StorageError` says so.
+* **Pooled connections are checked when handed out**, through psycopg_pool's ``check`` hook
+  (a poll of the socket, no round trip), so a statement, and above all a write, does not go to
+  a connection the server already closed (a restart, an administrator's
+  ``pg_terminate_backend``, ``idle_session_timeout``). A connection that fails the check is
+  replaced, and the pool's other idle connections, probably closed by the same event, are
+  replaced too (``drain``) instead of being checked, and backed off from, one by one.
+* **The turn lock** is a session-level advisory lock on a 64-bit key derived from the schema
+  and the session id, held on a connection of a separate lock pool that is not handed back
+  until the lock is released; a holder that dies (SIGKILL, lost network) loses its connection
+  and with it the lock. Waiting is the server's job: ``pg_advisory_lock`` under a
+  ``lock_timeout`` set for that one statement, so a waiter gets the lock as soon as it is
+  released, with no polling (timeout 0 is one ``pg_try_advisory_lock``). See
+  :class:`PostgresLocker`.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as _dt
 import hashlib
 import logging
+import math
+import os
 import re
 import select
 import threading
-import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -88,6 +101,45 @@ _Conn = psycopg.Connection[Any]
 
 DEFAULT_SCHEMA = "agentsession"
 """The schema a store uses when neither the URL's ``?schema=`` nor the option names one."""
+
+_POOL_NAME_PREFIXES = ("agentsession/", "agentsession-lock/")
+"""How the store's pools are named (then the schema): ``name`` and ``application_name``."""
+
+
+class _PoolConnectNoise(logging.Filter):
+    """A filter on psycopg_pool's logger (``psycopg.pool``): its per-attempt "error connecting
+    in <pool>: <error>" warning about a pool of this module becomes a DEBUG line of this
+    module's logger; every other record passes untouched.
+
+    The store reports a server it cannot reach itself, as
+    :class:`~agentsession.errors.StoreUnavailable` naming host and database, so the raw warning
+    (repeated for every reconnection attempt, and racing the store's own error on open) is
+    noise next to it.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if (
+            isinstance(record.msg, str)
+            and record.msg.startswith("error connecting in ")
+            and isinstance(args, tuple)
+            and len(args) == 2
+            and isinstance(args[0], str)
+            and args[0].startswith(_POOL_NAME_PREFIXES)
+        ):
+            log.debug("pool %r could not connect: %s", *args)
+            return False
+        return True
+
+
+def _install_pool_log_filter() -> None:
+    """Add :class:`_PoolConnectNoise` to psycopg_pool's logger, once."""
+    pool_log = logging.getLogger("psycopg.pool")
+    if not any(type(f).__name__ == _PoolConnectNoise.__name__ for f in pool_log.filters):
+        pool_log.addFilter(_PoolConnectNoise())
+
+
+_install_pool_log_filter()
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 # JSON escapes JSONB refuses: \u0000 and any UTF-16 surrogate (paired ones are accepted, but
@@ -297,23 +349,6 @@ def _scrub(message: str, secrets: Iterable[str]) -> str:
     return message
 
 
-def _looks_dead(conn: _Conn) -> bool:
-    """Whether an idle connection was closed by the server (restart, termination, timeout).
-
-    An idle connection has nothing to read unless the server sent an error and hung up, so a
-    readable socket means it is gone: checking costs a ``poll``, not a round trip, and keeps a
-    write from going to a connection that is already dead (whose outcome would be unknown).
-    """
-    if conn.closed or conn.broken:
-        return True
-    try:
-        poller = select.poll()
-        poller.register(conn.fileno(), select.POLLIN)
-        return bool(poller.poll(0))
-    except (OSError, ValueError, psycopg.Error):
-        return True
-
-
 # -- the session ------------------------------------------------------------------------------
 
 
@@ -325,6 +360,7 @@ class PostgresSession(BaseSession):
     def __init__(self, store: PostgresStore, session_id: str) -> None:
         super().__init__(store, session_id)
         self._stale = False  # set when catching up failed: reload before the next use
+        self._life: int | None = None  # sessions.life of the life this object read
         with self._lock:
             self._load()
 
@@ -341,7 +377,9 @@ class PostgresSession(BaseSession):
             lambda conn: conn.execute(statement, (self._id,)).fetchall(),
         )
         if not rows:
+            self._life = None
             return [], True
+        self._life = int(rows[0][9])
         return _events_of(rows), int(rows[0][8]) <= 1
 
     def _storage_refresh(self) -> list[Event]:
@@ -355,12 +393,13 @@ class PostgresSession(BaseSession):
             lambda conn: conn.execute(statement, (after, self._id)).fetchall(),
         )
         if not rows:
-            if after:
+            if after or self._life is not None:
                 self._reset()  # deleted since we last looked
+                self._life = None
             return []
-        last_seq = int(rows[0][8])
-        if last_seq < after:
-            self._load()  # deleted and recreated since we last looked
+        last_seq, life = int(rows[0][8]), int(rows[0][9])
+        if life != self._life or last_seq < after:
+            self._load()  # created, or deleted and created again, since we last looked
             return []
         return _events_of(rows) if rows[0][0] is not None else []
 
@@ -379,23 +418,29 @@ class PostgresSession(BaseSession):
         if self._stale:
             self._load()
         params = _append_params(self._id, events, marker, expect_seq)
+        # A conditional append holds only within the life it was planned in.
+        params["life"] = self._life if expect_seq else None
         count = len(events)
         statement = store._sql.append_one if count == 1 else store._sql.append_many
 
-        def append(conn: _Conn) -> int:
+        def append(conn: _Conn) -> tuple[int, int]:
             row = conn.execute(statement, params).fetchone()
-            return -1 if row is None else int(row[0])  # no row: expect_seq did not match
+            return (-1, -1) if row is None else (int(row[0]), int(row[1]))
 
-        base = store._run(
+        base, life = store._run(
             f"appending {count} event{'s' if count != 1 else ''} to session {self._id!r}",
             append,
             write="the append may or may not have been stored: read the session (latest_seq) "
             "before retrying it",
         )
-        if base < 0:
+        if base < 0:  # expect_seq did not match: nothing was written
             return self._storage_refresh(), []
-        if base < self._latest_seq:
-            self._reset()  # deleted (and perhaps recreated) since we last looked
+        if life != self._life:
+            if self._life is not None or self._latest_seq:
+                self._reset()  # deleted (and perhaps created again) since we last looked
+            self._life = life
+        elif base < self._latest_seq:
+            self._reset()
         foreign: list[Event] = []
         if base > self._latest_seq:
             after = self._latest_seq
@@ -451,48 +496,91 @@ SELECT EXISTS (
 """
 
 
+_MAX_LOCK_TIMEOUT_MS = 2**31 - 1
+"""The largest ``lock_timeout`` PostgreSQL accepts (an int of milliseconds, about 24.8 days)."""
+
+
+def _lock_timeout_ms(timeout: float | None) -> int:
+    """``lock_timeout`` for a wait of ``timeout`` seconds (positive, or None for ever).
+
+    0 means no limit to PostgreSQL: None, and waits too long for ``lock_timeout`` to express
+    (infinity included), wait for ever. A positive timeout is rounded up to whole
+    milliseconds, so it never becomes 0.
+    """
+    if timeout is None or not timeout * 1000 < _MAX_LOCK_TIMEOUT_MS:
+        return 0
+    return max(1, math.ceil(timeout * 1000))
+
+
+def _take_advisory_lock(conn: _Conn, key: int, timeout: float | None) -> bool:
+    """Take the session-level advisory lock ``key`` on ``conn`` (an autocommit connection),
+    waiting at most ``timeout`` seconds (None: for ever; 0 or less: not at all); whether it was
+    taken.
+
+    The server does the waiting: ``pg_advisory_lock`` under a session-level ``lock_timeout``
+    set just before and reset (to the session's default) right after. A timeout aborts only
+    that statement's implicit transaction, which leaves the connection idle and usable.
+    """
+    if timeout is not None and timeout <= 0:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        return bool(row and row[0])
+    conn.execute("SELECT set_config('lock_timeout', %s, false)", (str(_lock_timeout_ms(timeout)),))
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    except psycopg.errors.LockNotAvailable:
+        return False
+    finally:
+        if not conn.closed:
+            conn.execute("RESET lock_timeout")
+    return True
+
+
 class PostgresLocker:
     """Turn locks as session-level advisory locks, each on a connection of its own.
 
-    ``acquire`` takes a connection from the store's lock pool and polls
-    ``pg_try_advisory_lock`` with backoff (2 ms doubling to 100 ms) until it succeeds or the
-    timeout runs out; the connection stays out of the pool while the lock is held. ``release``
-    unlocks and hands the connection back (or closes it when unlocking fails, which drops the
-    lock too). A process that dies loses its connections, and the server drops their locks: at
-    once when the socket closes (a killed process), or after the TCP keepalive probes set on
-    lock connections fail (a lost network, about 30 s). ``is_locked`` reads ``pg_locks``. The
-    timeout counts only time spent waiting for the lock, not for a connection.
+    ``acquire`` takes a connection from the store's lock pool and lets the server wait:
+    ``pg_advisory_lock`` with ``lock_timeout`` set to the timeout for that statement (0, no
+    limit, for ``timeout=None``), so the lock is granted the moment its holder releases it
+    (waiters queue in the server, first come first served) and a timeout is the server's
+    ``lock_not_available`` error, raised as :class:`~agentsession.errors.LockTimeout`.
+    ``timeout=0`` is one ``pg_try_advisory_lock``. Lock connections run with
+    ``statement_timeout = 0``, so a role's statement timeout does not cut a wait short. The
+    connection stays out of the pool while the lock is held. ``release`` unlocks and hands the
+    connection back (or closes it when unlocking fails, which drops the lock too). A process
+    that dies loses its connections, and the server drops their locks: at once when the socket
+    closes (a killed process), or after the TCP keepalive probes set on lock connections fail
+    (a lost network, about 30 s). ``is_locked`` reads ``pg_locks``. The timeout counts only
+    time spent waiting for the lock, not for a connection.
     """
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
 
     def acquire(self, session_id: str, timeout: float | None) -> object:
+        """Take the turn lock of ``session_id``, waiting at most ``timeout`` seconds (None: for
+        ever, 0: not at all); returns the handle :meth:`release` takes. Raises
+        :class:`~agentsession.errors.LockTimeout` when the time runs out."""
         store = self._store
         key = turn_lock_key(store.schema, session_id)
         conn = store._checkout(store._lock_pool, "taking a turn lock")
-        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
-        pause = 0.002
         try:
-            while True:
-                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-                if row is not None and row[0]:
-                    handle = _LockHandle(session_id, key, conn)
-                    store._track_lock(handle, held=True)
-                    return handle
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise LockTimeout(session_id, timeout or 0.0)
-                time.sleep(pause if remaining is None else min(pause, remaining))
-                pause = min(pause * 2, 0.1)
+            taken = _take_advisory_lock(conn, key, timeout)
         except psycopg.Error as exc:
             store._lock_pool.putconn(conn)
             raise store._failure(exc, f"taking the turn lock of session {session_id!r}") from None
         except BaseException:
-            store._lock_pool.putconn(conn)
+            store._lock_pool.putconn(conn)  # the reset hook drops a lock granted meanwhile
             raise
+        if not taken:
+            store._lock_pool.putconn(conn)
+            raise LockTimeout(session_id, timeout or 0.0)
+        handle = _LockHandle(session_id, key, conn)
+        store._track_lock(handle, held=True)
+        return handle
 
     def release(self, handle: object) -> None:
+        """Unlock and hand the lock's connection back to the pool (closing it, which drops the
+        lock too, when unlocking fails)."""
         assert isinstance(handle, _LockHandle)
         store = self._store
         store._track_lock(handle, held=False)
@@ -512,6 +600,7 @@ class PostgresLocker:
             conn.close()
 
     def is_locked(self, session_id: str) -> bool:
+        """Whether any client of the database holds the session's turn lock (``pg_locks``)."""
         key = turn_lock_key(self._store.schema, session_id)
         high, low = (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF
         row = self._store._run(
@@ -522,6 +611,19 @@ class PostgresLocker:
 
 
 # -- the store --------------------------------------------------------------------------------
+
+
+_live_stores: weakref.WeakSet[PostgresStore] = weakref.WeakSet()
+_inherited: list[object] = []  # a forked child's copies of its parent's pools: never used
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_live_stores):
+        store._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class PostgresStore(BaseStore):
@@ -576,6 +678,7 @@ class PostgresStore(BaseStore):
         self._target = _Target.parse(url, schema)
         self._pool_timeout = pool_timeout
         self._pool_max_size = pool_max_size
+        self._reopen = False  # set in a forked child: open this process's pools on first use
         self._sql = Statements.for_schema(self._target.schema)
         self._held: set[_LockHandle] = set()
         self._held_mutex = threading.Lock()
@@ -592,38 +695,13 @@ class PostgresStore(BaseStore):
             setup += "; SET synchronous_commit TO on"
         self._setup = setup.encode()
 
-        name = f"agentsession/{self._target.schema}"
-        self._pool: psycopg_pool.ConnectionPool[_Conn] = psycopg_pool.ConnectionPool(
-            self._target.conninfo,
-            kwargs={**self._connect_kwargs, **({"application_name": name} if app else {})},
-            min_size=pool_min_size,
-            max_size=pool_max_size,
-            timeout=pool_timeout,
-            configure=self._configure,
-            name=name,
-            open=False,
-        )
-        lock_name = f"agentsession-lock/{self._target.schema}"
-        self._lock_pool: psycopg_pool.ConnectionPool[_Conn] = psycopg_pool.ConnectionPool(
-            self._target.conninfo,
-            kwargs={
-                **self._connect_kwargs,
-                **({"application_name": lock_name} if app else {}),
-                # The client notices a dead server; the server-side settings below make the
-                # server notice a dead client, and drop its locks.
-                "keepalives": 1,
-                "keepalives_idle": 15,
-                "keepalives_interval": 5,
-                "keepalives_count": 3,
-            },
-            min_size=0,
-            max_size=lock_pool_max_size,
-            timeout=pool_timeout,
-            configure=self._configure_lock,
-            reset=_unlock_all,
-            name=lock_name,
-            open=False,
-        )
+        self._pool_min_size = pool_min_size
+        self._lock_pool_max_size = lock_pool_max_size
+        self._app_name = app
+        self._connections: weakref.WeakSet[_Conn] = weakref.WeakSet()
+        self._pool, self._lock_pool = self._make_pools()
+        self._pid = os.getpid()
+        _live_stores.add(self)
         # The pool connects in the background while the schema is checked on a direct
         # connection (which gives the precise error when the server cannot be reached).
         self._pool.open(wait=False)
@@ -633,6 +711,73 @@ class PostgresStore(BaseStore):
             self._pool.close()
             raise
         self._lock_pool.open(wait=False)
+
+    def _make_pools(
+        self,
+    ) -> tuple[psycopg_pool.ConnectionPool[_Conn], psycopg_pool.ConnectionPool[_Conn]]:
+        """The store's two pools, not yet open: statements, and turn locks."""
+        name = f"{_POOL_NAME_PREFIXES[0]}{self._target.schema}"
+        pool: psycopg_pool.ConnectionPool[_Conn] = psycopg_pool.ConnectionPool(
+            self._target.conninfo,
+            kwargs={
+                **self._connect_kwargs,
+                **({"application_name": name} if self._app_name else {}),
+            },
+            min_size=self._pool_min_size,
+            max_size=self._pool_max_size,
+            timeout=self._pool_timeout,
+            configure=self._configure,
+            check=lambda conn: _check_or_drain(pool, conn),
+            name=name,
+            open=False,
+        )
+        lock_name = f"{_POOL_NAME_PREFIXES[1]}{self._target.schema}"
+        lock_pool: psycopg_pool.ConnectionPool[_Conn] = psycopg_pool.ConnectionPool(
+            self._target.conninfo,
+            kwargs={
+                **self._connect_kwargs,
+                **({"application_name": lock_name} if self._app_name else {}),
+                # The client notices a dead server; the server-side settings below make the
+                # server notice a dead client, and drop its locks.
+                "keepalives": 1,
+                "keepalives_idle": 15,
+                "keepalives_interval": 5,
+                "keepalives_count": 3,
+            },
+            min_size=0,
+            max_size=self._lock_pool_max_size,
+            timeout=self._pool_timeout,
+            configure=self._configure_lock,
+            check=lambda conn: _check_or_drain(lock_pool, conn),
+            reset=_unlock_all,
+            name=lock_name,
+            open=False,
+        )
+        return pool, lock_pool
+
+    def _after_fork(self) -> None:
+        """In a forked child: never touch the parent's connections again, and use pools of
+        this process's own (opened when first needed).
+
+        The inherited connections share their sockets with the parent's. Their sockets are
+        pointed at ``/dev/null`` in this process (the parent's are untouched), so nothing
+        this process does with them, not even a finalizer saying goodbye to the server, can
+        reach the parent's sessions; the inherited pools are kept, unused, for ever.
+        """
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            for conn in list(self._connections):
+                with contextlib.suppress(OSError, ValueError, psycopg.Error):
+                    os.dup2(devnull, conn.pgconn.socket)
+        finally:
+            os.close(devnull)
+        _inherited.append((self._pool, self._lock_pool))
+        self._held = set()
+        self._held_mutex = threading.Lock()
+        self._connections = weakref.WeakSet()
+        self._pool, self._lock_pool = self._make_pools()
+        self._pid = os.getpid()
+        self._reopen = True
 
     # -- connections and the one translation point ----------------------------------------
 
@@ -670,13 +815,18 @@ class PostgresStore(BaseStore):
             raise self._unavailable(str(exc)) from None
 
     def _configure(self, conn: _Conn) -> None:
+        self._connections.add(conn)
         conn.execute(self._setup)
 
     def _configure_lock(self, conn: _Conn) -> None:
+        self._connections.add(conn)
         setup = (
             "SET tcp_keepalives_idle = 15; SET tcp_keepalives_interval = 5; "
             "SET tcp_keepalives_count = 3"
         )
+        # Lock waits are bounded by lock_timeout (the caller's timeout), never by a role's
+        # statement_timeout; nothing else long runs on these connections.
+        setup += "; SET statement_timeout = 0"
         if conn.info.server_version >= 140000:
             setup += "; SET idle_session_timeout = 0"  # never drop a connection holding a lock
         conn.execute(setup.encode())
@@ -703,19 +853,23 @@ class PostgresStore(BaseStore):
         return StorageError(f"{action} failed in {self._target.where}: {message}")
 
     def _checkout(self, pool: psycopg_pool.ConnectionPool[_Conn], action: str) -> _Conn:
-        """A live connection from ``pool``; dead idle ones are closed and replaced."""
-        for _ in range(pool.max_size + 2):
-            try:
-                conn = pool.getconn(timeout=self._pool_timeout)
-            except psycopg_pool.PoolClosed:
-                raise UsageError(f"store {self.location} is closed") from None
-            except psycopg_pool.PoolTimeout:
-                raise self._pool_timeout_error(pool, action) from None
-            if not _looks_dead(conn):
-                return conn
-            conn.close()
-            pool.putconn(conn)
-        raise self._unavailable(f"{action}: every pooled connection was closed by the server")
+        """A connection from ``pool``, checked by the pool (see :func:`_check_or_drain`)."""
+        if self._reopen:
+            self._open_pools_after_fork()
+            pool = self._lock_pool if pool.name.startswith(_POOL_NAME_PREFIXES[1]) else self._pool
+        try:
+            return pool.getconn(timeout=self._pool_timeout)
+        except psycopg_pool.PoolClosed:
+            raise UsageError(f"store {self.location} is closed") from None
+        except psycopg_pool.PoolTimeout:
+            raise self._pool_timeout_error(pool, action) from None
+
+    def _open_pools_after_fork(self) -> None:
+        with self._held_mutex:
+            if self._reopen:
+                self._pool.open(wait=False)
+                self._lock_pool.open(wait=False)
+                self._reopen = False
 
     def _pool_timeout_error(
         self, pool: psycopg_pool.ConnectionPool[_Conn], action: str
@@ -905,6 +1059,40 @@ class PostgresStore(BaseStore):
             handle.conn.close()  # a closed store holds no locks
         self._lock_pool.close()
         self._pool.close()
+
+
+def _closed_by_server(conn: _Conn) -> bool:
+    """Whether an idle connection was closed by the server (restart, termination, timeout).
+
+    An idle connection has nothing to read unless the server sent an error and hung up, so a
+    readable socket means it is gone: checking costs a ``poll``, not a round trip.
+    """
+    if conn.closed or conn.broken:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError, psycopg.Error):
+        return True
+
+
+def _check_or_drain(pool: psycopg_pool.ConnectionPool[_Conn], conn: _Conn) -> None:
+    """The pools' ``check`` hook, which psycopg_pool runs on a connection it hands out: a
+    connection the server closed is refused (the pool replaces it), so a statement, and above
+    all a write, never goes to a dead connection. The check polls the socket instead of
+    sending a query, so a healthy connection costs no round trip.
+
+    A server that closed one connection (a restart, a failover, an administrator) has usually
+    closed every idle one, so the pool is drained too: the next candidate is a fresh connection
+    rather than the next dead one, each of which would cost a pause (psycopg_pool backs off
+    between failed checks of one request: 0, 1, 2, 4 ... s, which a pool of a few dead
+    connections would turn into a pool timeout).
+    """
+    if _closed_by_server(conn):
+        conn.close()
+        pool.drain()
+        raise psycopg.OperationalError("the server closed this pooled connection")
 
 
 def _unlock_all(conn: _Conn) -> None:

@@ -25,6 +25,11 @@ Version 1, the tables (``{s}`` is the schema)::
         raw_event       bytea         the whole event as agentsession JSON, only for events
                                       that JSONB/TEXT cannot hold (NUL, lone surrogates)
     {s}.meta       small persisted values: (kind, key) PRIMARY KEY, value text, updated_at
+
+Version 2 adds ``{s}.sessions.life bigint`` (from the sequence ``{s}.session_lives``): one
+number per life of a session id. A session deleted and created again gets a new row and so a
+new life, which is how a session object that read the old life tells the two apart (existing
+rows get distinct lives when the column is added).
 """
 
 from __future__ import annotations
@@ -96,6 +101,17 @@ MIGRATIONS: tuple[Migration, ...] = (
                 updated_at timestamptz NOT NULL DEFAULT now(),
                 PRIMARY KEY (kind, key)
             )
+            """,
+        ),
+    ),
+    Migration(
+        2,
+        "sessions.life: a number that changes when a session is deleted and created again",
+        (
+            "CREATE SEQUENCE {s}.session_lives AS bigint",
+            """
+            ALTER TABLE {s}.sessions
+                ADD COLUMN life bigint NOT NULL DEFAULT nextval('{s}.session_lives')
             """,
         ),
     ),
@@ -194,8 +210,10 @@ _UPSERT_SESSION = """
         compaction_seq = CASE WHEN EXCLUDED.compaction_seq > 0
                               THEN s.last_seq + EXCLUDED.compaction_seq
                               ELSE s.compaction_seq END
-    WHERE %(expect)s::bigint IS NULL OR s.last_seq = %(expect)s::bigint
-    RETURNING s.last_seq - %(n)s AS base
+    WHERE %(expect)s::bigint IS NULL
+       OR (s.last_seq = %(expect)s::bigint
+           AND (%(life)s::bigint IS NULL OR s.life = %(life)s::bigint))
+    RETURNING s.last_seq - %(n)s AS base, s.life AS life
 """
 
 # One event (the common case): scalar parameters, which cost far less to send than arrays.
@@ -206,7 +224,7 @@ WITH s AS ({_UPSERT_SESSION}), inserted AS (
            %(data)s::jsonb, %(meta)s::jsonb, %(raw)s::bytea
     FROM s
 )
-SELECT base FROM s
+SELECT base, life FROM s
 """
 
 # A batch: one array per column (sent in binary), unnested in order.
@@ -220,17 +238,17 @@ WITH s AS ({_UPSERT_SESSION}), inserted AS (
                    %(raws)b::bytea[])
             WITH ORDINALITY AS b(type, agent, usr, time, data, meta, raw, ord)
 )
-SELECT base FROM s
+SELECT base, life FROM s
 """
 
 _OPEN = f"""
-SELECT {_EVENT_COLUMNS_E}, s.compaction_seq
+SELECT {_EVENT_COLUMNS_E}, s.compaction_seq, s.life
 FROM {{s}}.sessions s JOIN {{s}}.events e ON e.session_id = s.id AND e.seq >= s.compaction_seq
 WHERE s.id = %s ORDER BY e.seq
 """
 
 _REFRESH = f"""
-SELECT {_EVENT_COLUMNS_E}, s.last_seq
+SELECT {_EVENT_COLUMNS_E}, s.last_seq, s.life
 FROM {{s}}.sessions s LEFT JOIN {{s}}.events e ON e.session_id = s.id AND e.seq > %s
 WHERE s.id = %s ORDER BY e.seq
 """
