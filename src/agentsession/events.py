@@ -24,6 +24,7 @@ from .messages import Message, ToolCall, ToolResult
 __all__ = [
     "ASSISTANT_MESSAGE",
     "COMPACTION",
+    "CORE_NAMESPACES",
     "EVENT_TYPES",
     "MESSAGE_END",
     "MESSAGE_START",
@@ -75,6 +76,7 @@ __all__ = [
     "TurnError",
     "TurnStart",
     "Usage",
+    "check_event_type",
     "decode",
     "encode",
     "utcnow",
@@ -417,6 +419,27 @@ PAYLOAD_TYPES: Final[Mapping[str, type[Any]]] = {
 
 EVENT_TYPES: Final = frozenset(PAYLOAD_TYPES)
 """Every event type string agentsession knows."""
+
+CORE_NAMESPACES: Final = ("user/", "assistant/", "tool/", "turn/", "step/", "session/")
+"""Type prefixes reserved for agentsession's own events: an event type in one of them must be
+one of :data:`EVENT_TYPES` (a typo such as ``user/mesage`` is refused at append). Applications
+record their own events under a namespace of their own (for example ``myapp/deploy``); those are
+stored and read back unchanged and never take part in the derived history."""
+
+
+def check_event_type(kind: str) -> str | None:
+    """Why ``kind`` may not be appended (a typo in a core namespace), or None when it may."""
+    if kind in EVENT_TYPES or not kind.startswith(CORE_NAMESPACES):
+        return None
+    import difflib
+
+    close = difflib.get_close_matches(kind, sorted(EVENT_TYPES), n=1)
+    hint = f". Did you mean {close[0]!r}?" if close else ""
+    return (
+        f"unknown event type {kind!r} in a namespace reserved for agentsession's own events "
+        f"({', '.join(CORE_NAMESPACES)}); application events go in a namespace of their own "
+        f"(for example 'myapp/...'){hint}"
+    )
 
 
 T = TypeVar("T")

@@ -13,6 +13,9 @@ from typing import Any, Literal
 
 import msgspec
 
+from .codec import decode, encode
+from .errors import UsageError
+
 __all__ = [
     "AttachmentRef",
     "FilePart",
@@ -121,7 +124,38 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True):
     name: str
     """Tool name."""
     arguments: dict[str, Any] = {}
-    """Decoded JSON arguments."""
+    """Decoded JSON arguments. A JSON object given as a string (the wire form of OpenAI's
+    APIs) is parsed; anything else that is not a mapping raises
+    :class:`~agentsession.errors.UsageError`."""
+
+    def __post_init__(self) -> None:
+        if type(self.id) is not str or type(self.name) is not str:
+            raise UsageError(
+                f"ToolCall needs a string id and name, not {self.id!r} and {self.name!r}"
+            )
+        args = self.arguments
+        if type(args) is dict:
+            return
+        if isinstance(args, (str, bytes)):
+            try:
+                parsed = decode(args) if args.strip() else {}
+            except ValueError as exc:
+                raise UsageError(
+                    f"ToolCall {self.id!r} ({self.name}): arguments is not valid JSON: {exc}"
+                ) from None
+            if not isinstance(parsed, dict):
+                raise UsageError(
+                    f"ToolCall {self.id!r} ({self.name}): arguments must be a JSON object, "
+                    f"not {type(parsed).__name__}"
+                )
+            msgspec.structs.force_setattr(self, "arguments", parsed)
+        elif isinstance(args, Mapping):
+            msgspec.structs.force_setattr(self, "arguments", dict(args))
+        else:
+            raise UsageError(
+                f"ToolCall {self.id!r} ({self.name}): arguments must be a dict or a JSON object "
+                f"string, not {type(args).__name__}"
+            )
 
 
 class ToolResult(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
@@ -138,15 +172,45 @@ class ToolResult(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
     audit: dict[str, str] = {}
     """Runtime annotations (for example ``{"decision": "interrupted"}``); not sent to models."""
 
+    def __post_init__(self) -> None:
+        if type(self.call_id) is not str or type(self.name) is not str:
+            raise UsageError(
+                f"ToolResult needs a string call_id and name, not {self.call_id!r} and "
+                f"{self.name!r}"
+            )
+        content = self.content
+        if type(content) is not str:
+            if content is None:
+                msgspec.structs.force_setattr(self, "content", "")
+            elif isinstance(content, (dict, list, int, float, bool)):
+                # Structured tool output: the model sees it as JSON text.
+                msgspec.structs.force_setattr(self, "content", encode(content).decode())
+            else:
+                raise UsageError(
+                    f"ToolResult {self.call_id!r} ({self.name}): content must be text or JSON "
+                    f"data (dict, list, number), not {type(content).__name__}"
+                )
+        if type(self.audit) is not dict:
+            raise UsageError(f"ToolResult {self.call_id!r}: audit must be a dict of strings")
+
+
+_PART_TYPES = (TextPart, ThinkingPart, ImagePart, FilePart, AttachmentRef)
+_ROLES = frozenset(("system", "user", "assistant", "tool"))
+
 
 def _parts(content: str | Part | Sequence[Part] | None) -> list[Part]:
     if content is None:
         return []
     if isinstance(content, str):
         return [TextPart(content)] if content else []
-    if isinstance(content, (TextPart, ThinkingPart, ImagePart, FilePart, AttachmentRef)):
+    if isinstance(content, _PART_TYPES):
         return [content]
-    return list(content)
+    if isinstance(content, (list, tuple)):
+        return list(content)
+    raise UsageError(
+        "message content must be text, a part (TextPart, ImagePart, ...) or a list of parts, "
+        f"not {type(content).__name__}"
+    )
 
 
 class Message(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
@@ -164,6 +228,27 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     """Optional participant name (provider ``name`` field)."""
     author: str = ""
     """Optional author: the agent that produced the message, in multi-agent runs."""
+
+    def __post_init__(self) -> None:
+        if self.role not in _ROLES:
+            raise UsageError(
+                f"message role must be one of system, user, assistant, tool; not {self.role!r}"
+            )
+        for part in self.parts:
+            if not isinstance(part, _PART_TYPES):
+                raise UsageError(
+                    "message parts must be TextPart, ThinkingPart, ImagePart, FilePart or "
+                    f"AttachmentRef objects, not {type(part).__name__} (Message.user(text) makes "
+                    "the parts from text)"
+                )
+        for call in self.tool_calls:
+            if type(call) is not ToolCall:
+                raise UsageError(f"tool_calls must be ToolCall objects, not {type(call).__name__}")
+        for result in self.tool_results:
+            if type(result) is not ToolResult:
+                raise UsageError(
+                    f"tool_results must be ToolResult objects, not {type(result).__name__}"
+                )
 
     @classmethod
     def user(

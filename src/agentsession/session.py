@@ -37,12 +37,20 @@ from typing import Any, Protocol
 
 import msgspec
 
-from .codec import check_json, encode
+from .codec import check_json, decode, encode
 from .compaction import plan_compaction, plan_prune
 from .contract import Durability
 from .derive import Deriver, IndexedMessage
 from .errors import ConflictError, SessionExpired, UsageError
-from .events import COMPACTION, USER_MESSAGE, Compaction, Event, compaction_of
+from .events import (
+    COMPACTION,
+    PAYLOAD_TYPES,
+    USER_MESSAGE,
+    Compaction,
+    Event,
+    check_event_type,
+    compaction_of,
+)
 from .media import StoragePolicy
 from .messages import Message
 from .recorder import Turn
@@ -227,11 +235,13 @@ class BaseSession:
     def _prepare(self, event: object, now: _dt.datetime) -> Event:
         """Check one event and stamp it for storage (seq cleared, time set when unset).
 
-        What is acknowledged must always read back, so the fields are checked here, once for
-        every backend: a non-blank string type, string agent and user, a timezone-aware time,
-        a payload (and meta) that is exactly one JSON value nested at most
-        :data:`~agentsession.codec.MAX_JSON_DEPTH` deep. Raises
-        :class:`~agentsession.errors.UsageError` naming the problem.
+        What is acknowledged must always read back, and read back as what it claims to be, so
+        the fields are checked here, once for every backend: a non-blank string type (known,
+        in the core namespaces: see :data:`~agentsession.events.CORE_NAMESPACES`), string
+        agent and user, a timezone-aware time, a payload (and meta) that is exactly one JSON
+        value nested at most :data:`~agentsession.codec.MAX_JSON_DEPTH` deep and, for a known
+        type, valid for its payload struct. Raises :class:`~agentsession.errors.UsageError`
+        naming the problem.
         """
         if not isinstance(event, Event):
             raise UsageError(
@@ -256,8 +266,20 @@ class BaseSession:
                 f"session {self._id!r}: an event's data must be msgspec.Raw JSON; build events "
                 "with Event.new(type, payload)"
             )
+        problem = check_event_type(kind)
+        if problem is not None:
+            raise UsageError(f"session {self._id!r}: {problem}")
         raw = bytes(data)
         checked = check_json(raw, f"the {kind} payload")
+        struct = PAYLOAD_TYPES.get(kind)
+        if struct is not None:
+            try:
+                decode(checked, struct)
+            except (msgspec.ValidationError, msgspec.DecodeError, UsageError) as exc:
+                raise UsageError(
+                    f"session {self._id!r}: the {kind} payload is not a valid "
+                    f"{struct.__name__}: {exc}"
+                ) from None
         if not isinstance(event.meta, dict):
             raise UsageError(f"session {self._id!r}: an event's meta must be a dict")
         if event.meta:
