@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import agentsession as ags
@@ -213,3 +215,33 @@ def test_without_an_envelope_turns_have_empty_defaults(session: ags.BaseSession)
         assert session.read()[1].user == ""
     finally:
         recorder.set_context_defaults(previous)
+
+
+def test_a_second_open_turn_on_one_session_is_refused(session: ags.BaseSession) -> None:
+    with session.turn(agent="a") as outer:
+        outer.user("first")
+        with pytest.raises(ags.UsageError, match="already has an open turn"), session.turn("b"):
+            pass
+        outer.assistant("done")
+    assert [e.type for e in session.read()] == [
+        "turn/start",
+        "user/message",
+        "assistant/message",
+        "turn/end",
+    ]
+    with session.turn(agent="c") as turn:  # closed turns free the session again
+        turn.user("next")
+    assert ags.scan_incomplete(session.read()) is None
+
+
+def test_turns_of_different_sessions_and_stores_may_be_open_together() -> None:
+    one, two = ags.open_store("memory:"), ags.open_store("memory:")
+    with one.get("s").turn() as a, two.get("s").turn() as b, one.get("t").turn() as c:
+        a.user("a"), b.user("b"), c.user("c")
+    assert "Turn closed" in repr(a) and "'s'" in repr(a)
+
+
+def test_two_store_objects_on_one_jsonl_log_share_the_open_turn(tmp_path: Path) -> None:
+    first, second = ags.open_store(tmp_path), ags.open_store(tmp_path)
+    with first.get("s").turn(), pytest.raises(ags.UsageError, match="already has an open turn"):
+        second.get("s").turn().__enter__()

@@ -19,6 +19,7 @@ open; :mod:`agentsession.recovery` repairs it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -287,6 +288,18 @@ class _Recording:
         return self._turn._record(SUBAGENT_END, data)
 
 
+_open_turns: dict[tuple[str, ...], Turn] = {}
+_open_turns_lock = threading.Lock()
+
+
+def _session_key(session: Session) -> tuple[str, ...]:
+    """What identifies a session's log within this process (two objects of one log share it)."""
+    identity = getattr(session, "log_identity", None)
+    if isinstance(identity, tuple):
+        return identity
+    return ("object", str(id(session)))
+
+
 class Step(_Recording):
     """One model call and its tool calls, between ``step/start`` and ``step/end``."""
 
@@ -315,6 +328,10 @@ class Step(_Recording):
         if exc is not None:
             turn._answer_open_calls(exc)
         self.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self._open else "closed"
+        return f"<Step {self.number} {state} session={self._turn.session.id!r}>"
 
     def close(self) -> None:
         """Write ``step/end`` (once)."""
@@ -373,7 +390,23 @@ class Turn(_Recording):
     def __enter__(self) -> Turn:
         if self._open:
             raise UsageError("this turn is already open")
-        self.start_seq = self._record(TURN_START, TurnStart())
+        key = _session_key(self.session)
+        with _open_turns_lock:
+            other = _open_turns.get(key)
+            if other is not None:
+                raise UsageError(
+                    f"session {self.session.id!r} already has an open turn in this process "
+                    f"(agent {other.agent!r}, from seq {other.start_seq}): turns of one "
+                    "session do not nest or overlap; finish it first, or take the session's "
+                    "turn lock (store.lock) so that concurrent turns wait for each other"
+                )
+            _open_turns[key] = self
+        try:
+            self.start_seq = self._record(TURN_START, TurnStart())
+        except BaseException:
+            with _open_turns_lock:
+                _open_turns.pop(key, None)
+            raise
         self._open = True
         return self
 
@@ -409,5 +442,15 @@ class Turn(_Recording):
                 self._step.close()
         finally:
             self._open = False
+            with _open_turns_lock:
+                if _open_turns.get(_session_key(self.session)) is self:
+                    del _open_turns[_session_key(self.session)]
             error = None if exc is None else TurnError(type(exc).__name__, str(exc))
             self._record(TURN_END, TurnEnd(steps=self.steps, error=error))
+
+    def __repr__(self) -> str:
+        state = "open" if self._open else "closed"
+        return (
+            f"<Turn {state} session={self.session.id!r} agent={self.agent!r} "
+            f"start_seq={self.start_seq} steps={self.steps}>"
+        )

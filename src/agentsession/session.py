@@ -155,6 +155,12 @@ class BaseSession:
         """Where the session is stored, for people (a path, a URL, ``memory``)."""
         raise NotImplementedError
 
+    @property
+    def log_identity(self) -> tuple[str, ...]:
+        """What identifies the stored log within this process: two session objects of one log
+        (from two store objects, say) have equal identities."""
+        return (type(self).__name__, self.location, self._id)
+
     # -- state ----------------------------------------------------------------------------
 
     def _load(self) -> None:

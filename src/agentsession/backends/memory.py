@@ -81,6 +81,11 @@ class MemorySession(BaseSession):
         """Always ``memory``."""
         return "memory"
 
+    @property
+    def log_identity(self) -> tuple[str, ...]:
+        """Memory logs belong to one store object."""
+        return ("memory", str(id(self._store)), self._id)
+
 
 class MemoryStore(BaseStore):
     """Sessions kept in this process's memory. Opened by ``open_store("memory:")``."""
