@@ -9,10 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 from click.testing import CliRunner
 
 import agentsession as ags
+import agentsession.store
+from agentsession.backends.jsonl import LOCK_DIR
+from agentsession.backends.memory import MemoryStore
 from agentsession.cli import cli
 from agentsession.testing.conformance import start_lock_holder
 from agentsession.validation import provider_errors
@@ -69,9 +73,10 @@ def test_ls_lists_sessions_newest_first_with_counts(store_dir: Path) -> None:
     code, out, _ = invoke(store_dir, "ls")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split()[:3] == ["id", "events", "turns"]
+    assert lines[0].split() == ["id", "events", "last", "activity", "(UTC)", "size"]
     assert [line.split()[0] for line in lines[1:]] == ["cli:long", "slack:C002", "slack:C001"]
-    assert lines[3].split()[1:3] == ["9", "1"]
+    # The JSONL store reads the count from the last line of each file (list()'s last_seq).
+    assert [line.split()[1] for line in lines[1:]] == ["16", "4", "9"]
 
 
 def test_ls_json_prefix_and_limit(store_dir: Path) -> None:
@@ -79,22 +84,93 @@ def test_ls_json_prefix_and_limit(store_dir: Path) -> None:
     assert code == 0
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["id"] for r in rows] == ["slack:C002"]
-    assert rows[0]["events"] == 4 and rows[0]["turns"] == 1 and rows[0]["size"] > 0
+    assert set(rows[0]) == {"id", "events", "last_activity", "size"}
+    assert rows[0]["events"] == 4 and rows[0]["size"] > 0
 
 
 def test_ls_of_an_empty_store_says_so(tmp_path: Path) -> None:
     assert invoke(tmp_path / "empty", "ls")[1].startswith("no sessions in")
 
 
-def test_stats_counts_sessions_events_bytes_and_incomplete_turns(store_dir: Path) -> None:
+def test_stats_counts_sessions_events_and_bytes_of_the_store(store_dir: Path) -> None:
     code, out, _ = invoke(store_dir, "stats", "--json")
     assert code == 0
     stats = json.loads(out)
+    assert set(stats) == {"sessions", "events", "bytes"}
     assert stats["sessions"] == 3
-    assert stats["events"] == 9 + 4 + 16
-    assert stats["incomplete_turns"] == 1
-    assert stats["bytes"] > 1000
-    assert "incomplete turns: 1" in invoke(store_dir, "stats")[1]
+    assert stats["events"] == 9 + 4 + 16  # from list()'s last_seq (JSONL: each file's last line)
+    assert stats["bytes"] == sum(p.stat().st_size for p in store_dir.glob("*.jsonl"))
+    text = invoke(store_dir, "stats")[1].splitlines()
+    assert text[0] == f"store: {store_dir.resolve()}"
+    assert text[1:3] == ["sessions: 3", "events: 29"]
+
+
+def test_stats_of_one_session_counts_its_turns_messages_and_incomplete_turns(
+    store_dir: Path,
+) -> None:
+    code, out, _ = invoke(store_dir, "stats", "slack:C002", "--json")
+    assert code == 0
+    stats = json.loads(out)
+    assert stats == {
+        "events": 4,
+        "turns": 1,
+        "messages": 2,
+        "incomplete_turns": 1,
+        "bytes": (store_dir / "slack_C002.jsonl").stat().st_size,
+    }
+    text = invoke(store_dir, "stats", "cli:long")[1].splitlines()
+    assert text[:5] == [
+        "session: cli:long",
+        "events: 16",
+        "turns: 4",
+        "messages: 8",
+        "incomplete turns: 0",
+    ]
+    code, _, err = invoke(store_dir, "stats", "no:such")
+    assert code == 1 and err == f"Error: no session 'no:such' in {store_dir.resolve()}\n"
+
+
+class ListingOnlyStore(MemoryStore):
+    """A memory store whose list() does not know last seqs, and whose sessions cannot be
+    opened once it is filled: ls and stats must work from list() alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filled = False
+        for sid, turns in [("a", 1), ("b", 2)]:
+            session = self.get(sid)
+            for _ in range(turns):
+                with session.turn(agent="x") as turn:
+                    turn.user("hi")
+        self.filled = True
+
+    def _list_all(self) -> list[ags.SessionInfo]:
+        return [msgspec.structs.replace(i, last_seq=-1) for i in super()._list_all()]
+
+    def _open_session(self, session_id: str) -> ags.BaseSession:
+        if self.filled:
+            raise AssertionError(f"session {session_id!r} was opened")
+        return super()._open_session(session_id)
+
+
+@pytest.fixture
+def listing_only(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setitem(
+        agentsession.store._registered, "listingonly", lambda *_: ListingOnlyStore()
+    )
+    return "listingonly:"
+
+
+def test_ls_and_stats_read_no_events_and_show_unknown_counts(listing_only: str) -> None:
+    code, out, err = invoke(listing_only, "ls")
+    assert code == 0, err
+    assert [line.split()[:2] for line in out.splitlines()[1:]] == [["b", "?"], ["a", "?"]]
+    rows = [json.loads(line) for line in invoke(listing_only, "ls", "--json")[1].splitlines()]
+    assert [(r["id"], r["events"]) for r in rows] == [("b", None), ("a", None)]
+    code, out, err = invoke(listing_only, "stats", "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"sessions": 2, "events": None, "bytes": 0}
+    assert "events: ?" in invoke(listing_only, "stats")[1].splitlines()
 
 
 def test_rm_deletes_and_refuses_unknown_sessions(store_dir: Path) -> None:
@@ -201,6 +277,22 @@ def test_repair_dry_run_reports_and_writes_nothing(store_dir: Path) -> None:
     assert ags.open_store(store_dir).get("slack:C002").latest_seq == 4
 
 
+def test_repair_dry_run_reports_a_live_session_as_live(store_dir: Path) -> None:
+    holder = start_lock_holder(str(store_dir), "slack:live")
+    try:
+        out = invoke(store_dir, "repair", "--dry-run", "slack:live", "slack:C002")[1]
+    finally:
+        holder.kill()
+        holder.wait()
+    lines = out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("slack:live: live (turn lock held), would repair turn at seq ")
+    assert lines[1] == "slack:C002: would repair turn at seq 1 (1 unanswered calls)"
+    store = ags.open_store(store_dir)
+    assert ags.scan_incomplete(store.get("slack:live").read()) is not None
+    assert store.get("slack:C002").latest_seq == 4
+
+
 def test_repair_fixes_crashed_turns_one_line_per_session(store_dir: Path) -> None:
     code, out, _ = invoke(store_dir, "repair", "slack:C002")
     assert code == 0
@@ -266,8 +358,18 @@ def test_copy_between_stores_verifies_counts(store_dir: Path, tmp_path: Path) ->
     assert code == 1 and "no session 'nope'" in err
 
 
-def test_migrate_on_a_store_without_schema(store_dir: Path) -> None:
-    assert "no schema to migrate" in invoke(store_dir, "migrate")[1]
+def test_migrate_on_a_store_without_schema(store_dir: Path, tmp_path: Path) -> None:
+    expected = "nothing to migrate (the schema is up to date, or this store has no schema)\n"
+    assert invoke(store_dir, "migrate") == (0, expected, "")
+    assert invoke("memory:", "migrate") == (0, expected, "")
+    assert invoke(tmp_path / "absent", "migrate") == (0, expected, "")
+    assert not (tmp_path / "absent").exists()  # a JSONL directory is not even created
+
+
+def test_migrate_a_new_and_an_up_to_date_sqlite_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    assert invoke(url, "migrate") == (0, "applied migrations 1\n", "")
+    assert invoke(url, "migrate")[1].startswith("nothing to migrate")
 
 
 # -- errors and help --------------------------------------------------------------------------
@@ -299,6 +401,67 @@ def test_missing_driver_extra_is_one_line(tmp_path: Path, monkeypatch: pytest.Mo
     code, _, err = invoke("postgresql://nobody@127.0.0.1:1/none", "ls")
     assert code == 1
     assert "pip install 'agentsession[postgres]'" in err and err.count("\n") == 1
+
+
+def test_a_turn_lock_that_cannot_be_created_is_one_line(store_dir: Path) -> None:
+    (store_dir / LOCK_DIR).write_text("in the way")
+    code, out, err = invoke(store_dir, "repair", "slack:C002")
+    assert code == 1
+    assert err.startswith("Error: cannot create the directory of the turn lock file ")
+    assert "'slack:C002'" in err and err.count("\n") == 1
+    assert "Traceback" not in out + err
+
+
+def test_show_draws_every_row_kind_and_escapes_stored_text(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path / "s")
+    store.get("kinds").append_many(
+        [
+            ags.Event.new("turn/start", ags.events.TurnStart(), agent="lead"),
+            ags.Event.new("user/message", ags.Message.user("[bold]not markup[/]"), agent="lead"),
+            ags.Event.new(
+                "subagent/start",
+                ags.events.SubagentStart(agent="helper", session="kinds/sub", task="find it"),
+                agent="lead",
+            ),
+            ags.Event.new(
+                "subagent/end",
+                ags.events.SubagentEnd(
+                    agent="helper",
+                    session="kinds/sub",
+                    status="completed",
+                    summary="found",
+                    steps=2,
+                ),
+                agent="lead",
+            ),
+            ags.Event.new("skill/load", ags.events.SkillLoad(name="pdf", description="reads PDFs")),
+            ags.Event.new(
+                "todo/update",
+                ags.events.TodoUpdate(items=[ags.events.Todo("1", "ship", "done")]),
+            ),
+            ags.Event.new("retry/start", ags.events.RetryStart(attempt=2)),
+            ags.Event.new("turn/end", ags.events.TurnEnd(steps=0), agent="lead"),
+        ]
+    )
+    store.close()
+    code, out, _ = invoke(tmp_path / "s", "show", "kinds")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("session kinds · 8 events · 1 turns · ")
+    body = [line.strip() for line in lines[2:]]
+    assert body == [
+        line.strip()
+        for line in [
+            "1 ┌─ turn (lead) · " + body[0].split(" · ", 1)[1],
+            "2 │ user: [bold]not markup[/]",
+            "3 │ subagent helper started in session kinds/sub: find it",
+            "4 │ subagent helper completed after 2 step(s): found",
+            "5 │ skill pdf loaded: reads PDFs",
+            "6 │ todos: [x] ship",
+            '7 │ retry/start: {"attempt":2}',
+            "8 └─ end of turn · 0 steps",
+        ]
+    ]
 
 
 def test_debug_shows_the_traceback(store_dir: Path) -> None:
@@ -415,9 +578,18 @@ def test_every_command_works_on_the_sql_stores(store_dir: Path, tmp_path: Path) 
                 "compacted"
                 in invoke(url, "compact", "cli:long", "--summary", "S", "--keep-turns", "1")[1]
             )
-            assert json.loads(invoke(url, "stats", "--json")[1])["incomplete_turns"] == 0
+            stats = json.loads(invoke(url, "stats", "--json")[1])
+            # 29 copied, 4 written by the repair, 1 compaction marker
+            assert (stats["sessions"], stats["events"]) == (3, 34)
+            assert (
+                json.loads(invoke(url, "stats", "slack:C002", "--json")[1])["incomplete_turns"] == 0
+            )
             assert invoke(url, "rm", "cli:long")[0] == 0
-            assert invoke(url, "migrate")[0] == 0
+            assert invoke(url, "migrate") == (
+                0,
+                "nothing to migrate (the schema is up to date, or this store has no schema)\n",
+                "",
+            )
         finally:
             if url.startswith("postgresql"):
                 from .test_conformance_postgres import drop_schemas

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 import agentsession as ags
@@ -591,6 +592,112 @@ def test_recover_store_skips_expired_sessions_unless_asked_for() -> None:
         (report,) = recover_store(store, ["old"])
         assert report.status == "expired"
     finally:
+        store.close()
+
+
+# -- dry runs ----------------------------------------------------------------------------------
+
+
+def test_dry_run_reports_pending_turns_and_writes_nothing(store: ags.BaseStore) -> None:
+    crashed = crashed_session(store, "crashed")
+    store.get("clean").append_many(closed_turn())
+    before = crashed.read()
+    (report,) = recover_store(store, dry_run=True)
+    assert (report.session_id, report.status) == ("crashed", "pending")
+    (turn,) = report.turns
+    assert (turn.turn_start_seq, turn.agent, turn.orphan_results) == (1, "coder", 1)
+    assert (turn.closed_step, turn.steps, turn.repaired, turn.recovery_seq) == (0, 1, False, 0)
+    assert crashed.read() == before
+    assert not store.is_locked("crashed")
+    # Asking again finds the same, and the real repair writes what the dry run said.
+    assert recover_store(store, dry_run=True) == [report]
+    (done,) = store.recover()
+    assert done.status == "repaired"
+    (written,) = done.turns
+    assert msgspec.structs.replace(written, repaired=False, recovery_seq=0) == turn
+    assert written.recovery_seq == crashed.latest_seq
+    assert store.recover(dry_run=True) == []
+
+
+def test_dry_run_reports_every_session_asked_for_by_id(store: ags.BaseStore) -> None:
+    crashed_session(store, "crashed")
+    store.get("clean").append_many(closed_turn())
+    store.get("two").append_many([*crashed_turn("coder"), *crashed_turn("reviewer")])
+    reports = store.recover(["clean", "crashed", "unknown", "two"], dry_run=True)
+    assert [(r.session_id, r.status) for r in reports] == [
+        ("clean", "clean"),
+        ("crashed", "pending"),
+        ("unknown", "clean"),
+        ("two", "pending"),
+    ]
+    assert [(t.agent, t.turn_start_seq, t.repaired) for t in reports[3].turns] == [
+        ("coder", 1, False),
+        ("reviewer", 6, False),
+    ]
+    assert [len(store.get(sid).read()) for sid in ["clean", "crashed", "two"]] == [6, 5, 10]
+    assert not store.exists("unknown")
+
+
+def test_dry_run_leaves_a_live_session_live(store: ags.BaseStore) -> None:
+    session = crashed_session(store)
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store.lock("s", timeout=5):
+            taken.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert taken.wait(5)
+        (report,) = recover_store(store, dry_run=True)
+        assert store.is_locked("s")  # the dry run did not take the holder's lock away
+    finally:
+        done.set()
+        holder.join()
+    assert report.status == "live"
+    assert [(t.turn_start_seq, t.orphan_results, t.repaired) for t in report.turns] == [
+        (1, 1, False)
+    ]
+    assert session.latest_seq == 5
+    assert recover_store(store, dry_run=True)[0].status == "pending"
+
+
+def test_dry_run_reports_an_expired_session_asked_for() -> None:
+    clock = FakeClock()
+    store = ags.open_store("memory:", ttl=dt.timedelta(hours=1), clock=clock)
+    try:
+        crashed_session(store, "old")
+        clock.advance(hours=2)
+        assert recover_store(store, dry_run=True) == []
+        assert [r.status for r in recover_store(store, ["old"], dry_run=True)] == ["expired"]
+    finally:
+        store.close()
+
+
+def test_dry_run_on_jsonl_writes_no_byte_and_sees_another_process_lock(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path)
+    crashed_session(store, "conv:crashed")
+    store.get("conv:clean").append_many(closed_turn())
+    child = start_lock_holder(store.url, "conv:live")
+    try:
+        logs = sorted(tmp_path.glob("*.jsonl"))
+        assert len(logs) == 3
+        before = {path.name: path.read_bytes() for path in logs}
+        reports = store.recover(dry_run=True)
+        assert {(r.session_id, r.status) for r in reports} == {
+            ("conv:crashed", "pending"),
+            ("conv:live", "live"),
+        }
+        assert all(not t.repaired for r in reports for t in r.turns)
+        assert {path.name: path.read_bytes() for path in tmp_path.glob("*.jsonl")} == before
+        assert list(tmp_path.glob("*.quarantine")) == []
+        assert not store.is_locked("conv:crashed")
+        assert store.is_locked("conv:live")
+    finally:
+        child.kill()
+        child.wait()
         store.close()
 
 

@@ -24,11 +24,13 @@ from rich.progress import Progress
 from rich.table import Table
 
 from . import events as ev
-from .errors import SessionError, SessionNotFound, StoreUnavailable, UsageError
+from . import view
+from .contract import StoreRecoveryReport
+from .errors import SessionError, SessionNotFound, UsageError
 from .events import Event, encode, encode_event
-from .messages import Message, ToolCall, ToolResult
+from .messages import Message
 from .session import BaseSession
-from .store import BaseStore, open_store
+from .store import BaseStore, migrate_store, open_store
 
 __all__ = ["main"]
 
@@ -70,12 +72,13 @@ def _fail(message: str) -> NoReturn:
 
 
 class _Group(click.Group):
-    """Turns library and OS errors into one clear line (a traceback with ``--debug``)."""
+    """Turns library errors (the :class:`SessionError` tree, into which every backend translates
+    operating-system and driver errors) into one clear line (a traceback with ``--debug``)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (SessionError, OSError) as exc:
+        except SessionError as exc:
             state = ctx.find_object(State)
             if state is not None and state.debug:
                 traceback.print_exc()
@@ -146,45 +149,35 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _args(call: ToolCall) -> str:
-    return encode(call.arguments).decode("utf-8", "replace")
-
-
-def _message_line(msg: Message, limit: int) -> str:
-    parts = [_short(msg.text, limit)] if msg.text else []
-    for call in msg.tool_calls:
-        parts.append(f"→ {call.name}({_short(_args(call), limit)}) [{call.id}]")
+def _calls_line(text: str, calls: Sequence[view.ToolCallView], limit: int) -> str:
+    parts = [_short(text, limit)] if text else []
+    for call in calls:
+        parts.append(f"→ {call.name}({_short(call.arguments, limit)}) [{call.id}]")
     return "  ".join(parts) or "(empty)"
 
 
-def _result_line(result: ToolResult, limit: int) -> str:
-    mark = "✗" if result.is_error else "←"
-    audit = f" {{{', '.join(f'{k}={v}' for k, v in result.audit.items())}}}" if result.audit else ""
-    return f"{mark} {result.name} [{result.call_id}]{audit}: {_short(result.content, limit)}"
-
-
-def _turn_count(events: Sequence[Event]) -> int:
-    return sum(1 for e in events if e.type == ev.TURN_START)
-
-
-def _payload(event: Event) -> Any:
-    try:
-        return event.payload()
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+def _result_line(row: view.ToolResultRow, limit: int) -> str:
+    mark = "✗" if row.is_error else "←"
+    audit = f" {{{', '.join(f'{k}={v}' for k, v in row.audit.items())}}}" if row.audit else ""
+    return f"{mark} {row.name} [{row.call_id}]{audit}: {_short(row.content, limit)}"
 
 
 # -- ls, stats, rm ----------------------------------------------------------------------------
 
 
 class _Row(msgspec.Struct):
-    """One line of ``ls``."""
+    """One line of ``ls``: only what ``store.list()`` reports, no event is read."""
 
     id: str
-    events: int
-    turns: int
+    events: int | None
+    """The session's last seq, which is its number of events; None when the backend does not
+    know it cheaply."""
     last_activity: dt.datetime | None
     size: int
+
+
+def _count(n: int | None) -> str:
+    return "?" if n is None else str(n)
 
 
 @cli.command("ls", context_settings=CONTEXT)
@@ -193,20 +186,18 @@ class _Row(msgspec.Struct):
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_state
 def ls_command(state: State, prefix: str | None, limit: int | None, as_json: bool) -> None:
-    """List sessions, most recently active first."""
+    """List sessions, most recently active first (events shows ? when the store cannot tell
+    without reading the session)."""
     store = state.store()
-    rows = []
-    for info in store.list(prefix=prefix, limit=limit):
-        events = store.get(info.id).read()
-        rows.append(
-            _Row(
-                id=info.id,
-                events=len(events),
-                turns=_turn_count(events),
-                last_activity=events[-1].time if events else info.updated_at,
-                size=info.size,
-            )
+    rows = [
+        _Row(
+            id=info.id,
+            events=info.last_seq if info.last_seq >= 0 else None,
+            last_activity=info.updated_at,
+            size=info.size,
         )
+        for info in store.list(prefix=prefix, limit=limit)
+    ]
     if as_json:
         for row in rows:
             click.echo(encode(row).decode())
@@ -214,14 +205,12 @@ def ls_command(state: State, prefix: str | None, limit: int | None, as_json: boo
     table = Table(box=None, pad_edge=False)
     table.add_column("id")
     table.add_column("events", justify="right")
-    table.add_column("turns", justify="right")
     table.add_column("last activity (UTC)")
     table.add_column("size", justify="right")
     for row in rows:
         table.add_row(
             escape(row.id),
-            str(row.events),
-            str(row.turns),
+            _count(row.events),
             _when(row.last_activity),
             _size(row.size) if row.size else "-",
         )
@@ -231,28 +220,49 @@ def ls_command(state: State, prefix: str | None, limit: int | None, as_json: boo
         click.echo(f"no sessions in {store.location}")
 
 
+def _print_stats(title: str, stats: dict[str, Any]) -> None:
+    click.echo(title)
+    for key, value in stats.items():
+        label = key.replace("_", " ")
+        shown = "?" if value is None else _size(value) if key == "bytes" else value
+        click.echo(f"{label}: {shown}")
+
+
 @cli.command("stats", context_settings=CONTEXT)
+@click.argument("session_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @pass_state
-def stats_command(state: State, as_json: bool) -> None:
-    """Count sessions, events, bytes and incomplete turns."""
+def stats_command(state: State, session_id: str | None, as_json: bool) -> None:
+    """Count the store's sessions, events and bytes (from its listing, reading no events); with
+    SESSION_ID, that session's events, turns, messages and incomplete turns."""
     from .recovery import scan_all_incomplete
 
     store = state.store()
-    totals = {"sessions": 0, "events": 0, "bytes": 0, "incomplete_turns": 0}
-    for info in store.list():
-        events = store.get(info.id).read()
-        totals["sessions"] += 1
-        totals["events"] += len(events)
-        totals["bytes"] += info.size
-        totals["incomplete_turns"] += len(scan_all_incomplete(events))
+    stats: dict[str, Any]
+    if session_id is None:
+        infos = store.list()
+        known = all(info.last_seq >= 0 for info in infos)
+        stats = {
+            "sessions": len(infos),
+            "events": sum(info.last_seq for info in infos) if known else None,
+            "bytes": sum(info.size for info in infos),
+        }
+        title = f"store: {store.location}"
+    else:
+        events = state.existing(session_id).read()
+        size = next((i.size for i in store.list(prefix=session_id) if i.id == session_id), 0)
+        stats = {
+            "events": len(events),
+            "turns": sum(1 for e in events if e.type == ev.TURN_START),
+            "messages": sum(1 for e in events if e.type in (ev.USER_MESSAGE, ev.ASSISTANT_MESSAGE)),
+            "incomplete_turns": len(scan_all_incomplete(events)),
+            "bytes": size,
+        }
+        title = f"session: {session_id}"
     if as_json:
-        click.echo(encode(totals).decode())
-        return
-    click.echo(f"store: {store.location}")
-    for key, value in totals.items():
-        label = key.replace("_", " ")
-        click.echo(f"{label}: {_size(value) if key == 'bytes' else value}")
+        click.echo(encode(stats).decode())
+    else:
+        _print_stats(title, stats)
 
 
 @cli.command("rm", context_settings=CONTEXT)
@@ -272,82 +282,96 @@ def rm_command(state: State, session_ids: tuple[str, ...]) -> None:
 # -- show, tail, messages ---------------------------------------------------------------------
 
 
+def _row_markup(row: view.Row, limit: int) -> str:
+    """The Rich markup of one transcript row after its seq and indent (every value escaped)."""
+    who = f" [dim]({escape(row.agent)})[/]" if row.agent else ""
+    if isinstance(row, view.UserMessageRow):
+        user = f" {escape(row.user)}" if row.user else ""
+        return f"[bold green]user{user}:[/] {escape(_calls_line(row.text, [], limit))}"
+    if isinstance(row, view.AssistantMessageRow):
+        line = escape(_calls_line(row.text, row.tool_calls, limit))
+        return f"[bold magenta]assistant{who}:[/] {line}"
+    if isinstance(row, view.ToolResultRow):
+        style = "red" if row.is_error or row.interrupted else "yellow"
+        return f"[{style}]{escape(_result_line(row, limit))}[/]"
+    if isinstance(row, view.ToolCallRow):
+        return f"[dim]tool call started: {escape(f'{row.name} [{row.call_id}]')}[/]"
+    if isinstance(row, view.UsageRow):
+        return f"[dim]usage: {row.input_tokens} in / {row.output_tokens} out[/]"
+    if isinstance(row, view.TodoRow):
+        items = ", ".join(f"[{'x' if t.done else ' '}] {t.title}" for t in row.items)
+        return f"todos: {escape(items)}"
+    if isinstance(row, view.RunFinishRow):
+        return f"[bold]run {escape(row.status)}[/]: {escape(_short(row.summary, limit))}"
+    if isinstance(row, view.SubagentStartRow):
+        mode = " (in the background)" if row.background else ""
+        task = escape(_short(row.task, limit))
+        return (
+            f"[bold]subagent {escape(row.subagent)}[/] started{mode} in session "
+            f"{escape(row.child_session)}: {task}"
+        )
+    if isinstance(row, view.SubagentEndRow):
+        error = f" · [red]{escape(_short(row.error, limit))}[/]" if row.error else ""
+        summary = escape(_short(row.summary, limit))
+        return (
+            f"[bold]subagent {escape(row.subagent)}[/] {escape(row.status or 'ended')} "
+            f"after {row.steps} step(s): {summary}{error}"
+        )
+    if isinstance(row, view.SkillLoadRow):
+        about = f": {escape(_short(row.description, limit))}" if row.description else ""
+        return f"[bold]skill {escape(row.name)}[/] loaded{about}"
+    if isinstance(row, view.EventRow):
+        return f"[dim]{escape(row.type)}{who}: {escape(_short(row.data, limit))}[/]"
+    return f"[dim]{escape(row.kind)}{who}[/]"  # a row kind this renderer does not know
+
+
 def _render_transcript(session: BaseSession, events: Sequence[Event], full: bool) -> Iterator[str]:
-    """Rich-markup lines for a person reading the session, grouped by turn and step."""
-    limit = 0 if full else 160
+    """Rich-markup lines for a person reading the session, grouped by turn and step: the rows
+    of :func:`agentsession.view.transcript_rows`, drawn for a terminal."""
+    limit = 0 if full else view.PREVIEW_CHARS
+    rows = view.transcript_rows(events, full=full)
+    turns = sum(1 for row in rows if isinstance(row, view.TurnStartRow))
     yield (
         f"[bold]session {escape(session.id)}[/] · {len(events)} events · "
-        f"{_turn_count(events)} turns · {escape(session.location)}"
+        f"{turns} turns · {escape(session.location)}"
     )
-    indent = ""
-    turn_usage = [0, 0]
-    for event in events:
-        data = _payload(event)
-        who = f" [dim]({escape(event.agent)})[/]" if event.agent else ""
-        seq = f"[dim]{event.seq:>5}[/] "
-        kind = event.type
-        if kind == ev.TURN_START:
-            turn_usage = [0, 0]
-            user = f" · user {escape(event.user)}" if event.user else ""
+    for row in rows:
+        seq = f"[dim]{row.seq:>5}[/] "
+        indent = "│ " * row.depth
+        who = f" [dim]({escape(row.agent)})[/]" if row.agent else ""
+        if isinstance(row, view.TurnStartRow):
+            user = f" · user {escape(row.user)}" if row.user else ""
             yield ""
-            yield f"{seq}[bold cyan]┌─ turn[/]{who}{user} · {_when(event.time)}"
-            indent = "│ "
-        elif kind == ev.TURN_END and isinstance(data, ev.TurnEnd):
-            usage = f" · {turn_usage[0]} in / {turn_usage[1]} out tokens" if any(turn_usage) else ""
+            yield f"{seq}[bold cyan]┌─ turn[/]{who}{user} · {_when(row.time)}"
+        elif isinstance(row, view.TurnEndRow):
+            tokens = (row.input_tokens, row.output_tokens)
+            usage = f" · {tokens[0]} in / {tokens[1]} out tokens" if any(tokens) else ""
             error = ""
-            if data.error is not None:
-                failure = escape(f"{data.error.type} {data.error.message}".strip())
+            if row.error_type or row.error_message:
+                failure = escape(f"{row.error_type} {row.error_message}".strip())
                 error = f" · [bold red]failed: {failure}[/]"
-            steps = f"{data.steps} step" + ("" if data.steps == 1 else "s")
+            steps = f"{row.steps} step" + ("" if row.steps == 1 else "s")
             yield f"{seq}[bold cyan]└─ end of turn[/] · {steps}{usage}{error}"
-            indent = ""
-        elif kind == ev.STEP_START and isinstance(data, ev.StepStart):
-            yield f"{seq}{indent}[cyan]┌ step {data.step}[/]"
-            indent = "│ │ " if indent else "│ "
-        elif kind == ev.STEP_END and isinstance(data, ev.StepEnd):
-            indent = "│ " if indent == "│ │ " else ""
-            yield f"{seq}{indent}[cyan]└ end of step {data.step}[/]"
-        elif kind == ev.USER_MESSAGE and isinstance(data, Message):
-            user = f" {escape(event.user)}" if event.user else ""
-            yield f"{seq}{indent}[bold green]user{user}:[/] {escape(_message_line(data, limit))}"
-        elif kind == ev.ASSISTANT_MESSAGE and isinstance(data, Message):
-            line = escape(_message_line(data, limit))
-            yield f"{seq}{indent}[bold magenta]assistant{who}:[/] {line}"
-        elif kind == ev.TOOL_RESULT and isinstance(data, ToolResult):
-            style = (
-                "red" if data.is_error or data.audit.get("decision") == "interrupted" else "yellow"
-            )
-            yield f"{seq}{indent}[{style}]{escape(_result_line(data, limit))}[/]"
-        elif kind == ev.TOOL_CALL and isinstance(data, ToolCall):
-            started = escape(f"{data.name} [{data.id}]")
-            yield f"{seq}{indent}[dim]tool call started: {started}[/]"
-        elif kind == ev.USAGE and isinstance(data, ev.Usage):
-            turn_usage[0] += data.input_tokens
-            turn_usage[1] += data.output_tokens
-            yield f"{seq}{indent}[dim]usage: {data.input_tokens} in / {data.output_tokens} out[/]"
-        elif kind == ev.SESSION_RECOVERY and isinstance(data, ev.SessionRecovery):
-            closed = f"closed step {data.closed_step}" if data.closed_step >= 0 else "no open step"
+        elif isinstance(row, view.StepStartRow):
+            yield f"{seq}{indent}[cyan]┌ step {row.step}[/]"
+        elif isinstance(row, view.StepEndRow):
+            yield f"{seq}{indent}[cyan]└ end of step {row.step}[/]"
+        elif isinstance(row, view.RecoveryRow):
+            closed = f"closed step {row.closed_step}" if row.closed_step >= 0 else "no open step"
             yield (
-                f"{seq}[bold white on red] RECOVERY [/] the turn from seq {data.turn_start_seq} "
-                f"was cut off: {data.orphan_results} tool call(s) answered as interrupted, "
+                f"{seq}[bold white on red] RECOVERY [/] the turn from seq {row.turn_start_seq} "
+                f"was cut off: {row.orphan_results} tool call(s) answered as interrupted, "
                 f"{closed}"
             )
-        elif kind == ev.COMPACTION and isinstance(data, ev.Compaction):
-            summary = _short(data.summary.text, limit) if data.summary else "(prune, no summary)"
+        elif isinstance(row, view.CompactionRow):
+            summary = _short(row.summary, limit) if row.summary else "(prune, no summary)"
             yield (
-                f"{seq}[bold black on yellow] COMPACTION [/] {data.kind}: history before seq "
-                f"{data.first_kept_seq or data.before_seq} replaced; "
-                f"{len(data.retained_tail)} messages kept · {escape(summary)}"
+                f"{seq}[bold black on yellow] COMPACTION [/] {row.compaction_kind}: history "
+                f"before seq {row.first_kept_seq} replaced; {row.kept_messages} messages kept"
+                f" · {escape(summary)}"
             )
-        elif kind == ev.TODO_UPDATE and isinstance(data, ev.TodoUpdate):
-            items = ", ".join(f"[{'x' if t.done else ' '}] {t.title}" for t in data.items)
-            yield f"{seq}{indent}todos: {escape(items)}"
-        elif kind == ev.RUN_FINISH and isinstance(data, ev.RunFinish):
-            summary = escape(_short(data.summary, limit))
-            yield f"{seq}{indent}[bold]run {escape(data.status)}[/]: {summary}"
         else:
-            raw = _short(event.raw.decode("utf-8", "replace"), limit)
-            yield f"{seq}{indent}[dim]{escape(kind)}{who}: {escape(raw)}[/]"
+            yield f"{seq}{indent}{_row_markup(row, limit)}"
 
 
 @cli.command("show", context_settings=CONTEXT)
@@ -441,45 +465,46 @@ def messages_command(state: State, session_id: str, agent: str | None) -> None:
 def repair_command(
     state: State, session_ids: tuple[str, ...], all_sessions: bool, dry_run: bool
 ) -> None:
-    """Repair turns a crash cut off (those whose turn lock is free)."""
-    from .recovery import scan_all_incomplete
-
+    """Repair turns a crash cut off (those whose turn lock is free); with --dry-run, report
+    every session named (or, with --all, every session) and what a repair would write."""
     if bool(session_ids) == all_sessions:
         raise UsageError("name sessions to repair, or pass --all (not both)")
     store = state.store()
     for sid in session_ids:
         state.existing(sid)
     if dry_run:
-        ids = list(session_ids) or [i.id for i in store.list()]
-        for sid in ids:
-            turns = scan_all_incomplete(store.get(sid).read())
-            if not turns:
-                click.echo(f"{sid}: clean")
-                continue
-            live = store.is_locked(sid)
-            what = ", ".join(
-                f"turn at seq {t.turn_start_seq} ({len(t.orphan_calls)} unanswered calls)"
-                for t in turns
-            )
-            click.echo(f"{sid}: {'live (turn lock held), ' if live else ''}would repair {what}")
+        ids = list(session_ids) or [info.id for info in store.list()]
+        for report in store.recover(ids, dry_run=True):
+            _echo_report(report, dry_run=True)
         return
     reports = store.recover(list(session_ids) if session_ids else None)
     if not reports:
         click.echo("nothing to repair")
     for report in reports:
-        if report.status == "repaired":
-            results = sum(t.orphan_results for t in report.turns if t.repaired)
-            repaired = sum(1 for t in report.turns if t.repaired)
-            click.echo(
-                f"{report.session_id}: repaired {repaired} turn(s), {results} interrupted "
-                "tool result(s) recorded"
-            )
-        elif report.status == "live":
-            click.echo(f"{report.session_id}: live (turn lock held), left alone")
-        elif report.status == "expired":
-            click.echo(f"{report.session_id}: expired (older than the store's TTL), left alone")
-        else:
-            click.echo(f"{report.session_id}: clean")
+        _echo_report(report, dry_run=False)
+
+
+def _echo_report(report: StoreRecoveryReport, *, dry_run: bool) -> None:
+    sid = report.session_id
+    if report.status in ("pending", "live") and dry_run:
+        what = ", ".join(
+            f"turn at seq {t.turn_start_seq} ({t.orphan_results} unanswered calls)"
+            for t in report.turns
+        )
+        live = "live (turn lock held), " if report.status == "live" else ""
+        click.echo(f"{sid}: {live}would repair {what}")
+    elif report.status == "repaired":
+        results = sum(t.orphan_results for t in report.turns if t.repaired)
+        repaired = sum(1 for t in report.turns if t.repaired)
+        click.echo(
+            f"{sid}: repaired {repaired} turn(s), {results} interrupted tool result(s) recorded"
+        )
+    elif report.status == "live":
+        click.echo(f"{sid}: live (turn lock held), left alone")
+    elif report.status == "expired":
+        click.echo(f"{sid}: expired (older than the store's TTL), left alone")
+    else:
+        click.echo(f"{sid}: clean")
 
 
 @cli.command("compact", context_settings=CONTEXT)
@@ -573,26 +598,13 @@ def copy_command(state: State, source: str, destination: str, ids: tuple[str, ..
 @pass_state
 def migrate_command(state: State) -> None:
     """Apply pending schema migrations to a SQL store (opening a store applies them too;
-    run this from a deploy step when workers open stores with auto_migrate=False)."""
-    scheme = state.url.partition(":")[0].lower()
-    if scheme in ("postgresql", "postgres"):
-        try:
-            from .backends.postgres import migrate
-        except ImportError as exc:
-            raise StoreUnavailable(
-                "the PostgreSQL backend needs psycopg: "
-                f"pip install 'agentsession[postgres]' ({exc})"
-            ) from exc
-        applied = migrate(state.url)
-    elif scheme == "sqlite":
-        state.store()  # SQLite migrates its one file on open
-        applied = []
+    run this from a deploy step when workers open stores with auto_migrate=False). Stores
+    without a schema (JSONL, memory) have nothing to migrate."""
+    applied = migrate_store(state.url)
+    if applied:
+        click.echo("applied migrations " + ", ".join(map(str, applied)))
     else:
-        click.echo(f"{state.store().location}: this store has no schema to migrate")
-        return
-    click.echo(
-        "applied migrations " + ", ".join(map(str, applied)) if applied else "schema is up to date"
-    )
+        click.echo("nothing to migrate (the schema is up to date, or this store has no schema)")
 
 
 @cli.command("demo", context_settings=CONTEXT)

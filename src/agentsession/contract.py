@@ -138,9 +138,14 @@ class Store(Protocol):
         """Take the session's turn lock (a context manager)."""
 
     def recover(
-        self, session_ids: Sequence[str] | None = None, *, lock_timeout: float = 0.0
+        self,
+        session_ids: Sequence[str] | None = None,
+        *,
+        lock_timeout: float = 0.0,
+        dry_run: bool = False,
     ) -> builtins.list[StoreRecoveryReport]:
-        """Repair every crashed turn whose turn lock is free."""
+        """Repair every crashed turn whose turn lock is free (with ``dry_run``, only report
+        them as ``pending``, writing nothing)."""
 
     def meta_get(self, namespace: str, key: str) -> str | None:
         """A small persisted value, or None."""
@@ -200,13 +205,15 @@ class RecoveryReport(msgspec.Struct, frozen=True, kw_only=True):
     """Seq of the ``session/recovery`` event written, or 0 when nothing was written."""
 
 
-RecoveryStatus = Literal["clean", "repaired", "live", "expired"]
+RecoveryStatus = Literal["clean", "repaired", "pending", "live", "expired"]
 """How :func:`recover_store` found a session.
 
 ``clean``: no incomplete turn (also a session with no events). ``repaired``: its incomplete
-turns were closed. ``live``: it has an incomplete turn but its turn lock is held, so the turn
-may still be running; it was left alone. ``expired``: the store's TTL has run out for it, so
-it can be neither read nor repaired (reported only when asked for by id).
+turns were closed. ``pending`` (only with ``dry_run=True``, which writes nothing): it has an
+incomplete turn and its turn lock is free, so a repair would close it. ``live``: it has an
+incomplete turn but its turn lock is held, so the turn may still be running; it was left alone.
+``expired``: the store's TTL has run out for it, so it can be neither read nor repaired
+(reported only when asked for by id).
 """
 
 
@@ -216,9 +223,10 @@ class StoreRecoveryReport(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     """The session."""
     status: RecoveryStatus
-    """``clean``, ``repaired``, ``live`` or ``expired`` (see :data:`RecoveryStatus`)."""
+    """``clean``, ``repaired``, ``pending``, ``live`` or ``expired`` (see
+    :data:`RecoveryStatus`)."""
     turns: list[RecoveryReport] = []
-    """One report per incomplete turn, earliest first: written for ``repaired``; for ``live``,
-    what a repair would write (``repaired`` False)."""
+    """One report per incomplete turn, earliest first: written for ``repaired``; for
+    ``pending`` and ``live``, what a repair would write (``repaired`` False)."""
 
 

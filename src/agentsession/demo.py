@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .derive import INTERRUPTED_TOOL_RESULT_TEXT
-from .errors import UsageError
+from .errors import StorageError, UsageError
 from .messages import Message, ToolCall
 from .session import BaseSession
 from .store import BaseStore, open_store
@@ -161,14 +161,17 @@ def run_turn(
 def _prepare(root: Path) -> None:
     if root.exists() and not root.is_dir():
         raise UsageError(f"{root} exists and is not a directory")
-    if root.exists() and any(root.iterdir()):
-        if not (root / MARKER).exists():
-            raise UsageError(
-                f"{root} is not empty and was not made by the demo; choose another directory"
-            )
-        shutil.rmtree(root)
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (root / MARKER).write_text("made by `agentsession demo`; safe to delete\n")
+    try:
+        if root.exists() and any(root.iterdir()):
+            if not (root / MARKER).exists():
+                raise UsageError(
+                    f"{root} is not empty and was not made by the demo; choose another directory"
+                )
+            shutil.rmtree(root)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (root / MARKER).write_text("made by `agentsession demo`; safe to delete\n")
+    except OSError as exc:
+        raise StorageError(f"cannot prepare the demo directory {root}: {exc}") from exc
 
 
 def _child(directory: str) -> None:

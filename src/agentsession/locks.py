@@ -13,6 +13,7 @@ of the same process waits like another process would.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import threading
@@ -134,8 +135,28 @@ class ThreadLocker:
         return self._lock_for(session_id).locked()
 
 
+def _lock_error(action: str, path: str, session_id: str, exc: OSError) -> StorageError:
+    """The :class:`StorageError` for an ``OSError`` on a lock file: names the file and the
+    session (both already known to whoever configured the store) and the OS reason."""
+    reason = exc.strerror or type(exc).__name__
+    return StorageError(
+        f"cannot {action} the turn lock file {path} of session {session_id!r}: {reason}"
+    )
+
+
+def _close_quietly(fd: int) -> None:
+    """Close a descriptor on a path that is already failing (its error would hide the first)."""
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
 class FileLocker:
-    """Turn locks as ``flock`` on one small file per session in a directory."""
+    """Turn locks as ``flock`` on one small file per session in a directory.
+
+    Every ``OSError`` (a directory that cannot be created, a file that cannot be opened or
+    locked) becomes a :class:`~agentsession.errors.StorageError` naming the lock file and the
+    session.
+    """
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
@@ -146,19 +167,22 @@ class FileLocker:
         return os.path.join(self.directory, safe_name(session_id) + ".lock")
 
     def _open(self, session_id: str, create: bool) -> int | None:
+        """The lock file's descriptor; None when it does not exist and ``create`` is False."""
+        path = self.path_for(session_id)
         flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if create else 0)
-        try:
-            if create:
+        if create:
+            try:
                 os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            return os.open(self.path_for(session_id), flags, 0o600)
-        except FileNotFoundError:
+            except OSError as exc:
+                raise _lock_error("create the directory of", path, session_id, exc) from exc
+        try:
+            return os.open(path, flags, 0o600)
+        except FileNotFoundError as exc:
             if create:
-                raise
+                raise _lock_error("create", path, session_id, exc) from exc
             return None
         except OSError as exc:
-            raise StorageError(
-                f"cannot open the turn lock file {self.path_for(session_id)}: {exc}"
-            ) from exc
+            raise _lock_error("open", path, session_id, exc) from exc
 
     def acquire(self, session_id: str, timeout: float | None) -> object:
         fd = self._open(session_id, create=True)
@@ -170,18 +194,24 @@ class FileLocker:
                 return fd
             except BlockingIOError:
                 pass
-            except OSError:
-                os.close(fd)
-                raise
+            except OSError as exc:
+                _close_quietly(fd)
+                raise _lock_error("lock", self.path_for(session_id), session_id, exc) from exc
             if deadline is not None and time.monotonic() >= deadline:
-                os.close(fd)
+                _close_quietly(fd)
                 raise LockTimeout(session_id, timeout or 0.0)
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 
     def release(self, handle: object) -> None:
         assert isinstance(handle, int)
-        os.close(handle)  # closing the descriptor drops the flock
+        try:
+            os.close(handle)  # closing the descriptor drops the flock
+        except OSError as exc:
+            raise StorageError(
+                f"cannot close a turn lock file in {self.directory}: "
+                f"{exc.strerror or type(exc).__name__}"
+            ) from exc
 
     def is_locked(self, session_id: str) -> bool:
         fd = self._open(session_id, create=False)
@@ -191,6 +221,8 @@ class FileLocker:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
+        except OSError as exc:
+            raise _lock_error("test", self.path_for(session_id), session_id, exc) from exc
         finally:
-            os.close(fd)
+            _close_quietly(fd)
         return False

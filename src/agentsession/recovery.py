@@ -16,7 +16,8 @@ This is agentkit's ``ScanIncomplete``/``RepairIncomplete`` with its bugs fixed:
 * ``turn/end`` counts the step the repair closes.
 
 The scan and the report are pure; only :func:`repair_incomplete`, :func:`repair_all_incomplete`
-and :func:`recover_store` write, and only through the Session and Store API.
+and :func:`recover_store` write (the latter not with ``dry_run=True``, which reports what it would
+repair), and only through the Session and Store API.
 """
 
 from __future__ import annotations
@@ -268,6 +269,7 @@ def recover_store(
     session_ids: Iterable[str] | None = None,
     *,
     lock_timeout: float = 0.0,
+    dry_run: bool = False,
 ) -> list[StoreRecoveryReport]:
     """Repair every crashed turn of the store's sessions whose turn lock is free.
 
@@ -277,13 +279,19 @@ def recover_store(
     is reported ``live`` and left alone. Otherwise, under the lock, the session is read again
     and every incomplete turn is repaired with :func:`repair_incomplete`, earliest first.
 
+    With ``dry_run`` nothing is written: the sessions are scanned the same way and the turn
+    lock is only tried (for ``lock_timeout``) and released at once. A session whose lock is
+    free is reported ``pending`` instead of being repaired, its ``turns`` saying what a repair
+    would write (``repaired`` False, ``recovery_seq`` 0); one whose lock is held is ``live``
+    as without ``dry_run``. What it reports may be out of date as soon as it returns.
+
     Returns one report per session that had an incomplete turn, and per session asked for by
     id whatever its state. An id with no events is ``clean`` (there is nothing to repair; a
     caller that wants an error for unknown ids can check ``store.exists`` first). A session
     whose TTL has run out is skipped in the store-wide pass and reported ``expired`` when asked
     for by id. The calling thread must not hold the turn lock of a session it recovers (the
-    lock is not reentrant: :class:`~agentsession.errors.UsageError`); use
-    :func:`repair_all_incomplete` under a lock you hold.
+    lock is not reentrant: :class:`~agentsession.errors.UsageError`), not even with
+    ``dry_run``; use :func:`repair_all_incomplete` under a lock you hold.
     """
     if lock_timeout < 0:
         raise UsageError(f"lock_timeout must be >= 0, not {lock_timeout}")
@@ -297,13 +305,15 @@ def recover_store(
         ids = list(dict.fromkeys(session_ids))
     reports: list[StoreRecoveryReport] = []
     for session_id in ids:
-        report = _recover_session(store, session_id, lock_timeout)
-        if explicit or report.status in ("repaired", "live"):
+        report = _recover_session(store, session_id, lock_timeout, dry_run)
+        if explicit or report.status in ("repaired", "live", "pending"):
             reports.append(report)
     return reports
 
 
-def _recover_session(store: Store, session_id: str, lock_timeout: float) -> StoreRecoveryReport:
+def _recover_session(
+    store: Store, session_id: str, lock_timeout: float, dry_run: bool
+) -> StoreRecoveryReport:
     if not store.exists(session_id):
         return StoreRecoveryReport(session_id=session_id, status="clean")
     try:
@@ -316,6 +326,10 @@ def _recover_session(store: Store, session_id: str, lock_timeout: float) -> Stor
         except LockTimeout:
             turns = [_report(session_id, turn) for turn in found]
             return StoreRecoveryReport(session_id=session_id, status="live", turns=turns)
+        if dry_run:
+            lock.release()
+            turns = [_report(session_id, turn) for turn in found]
+            return StoreRecoveryReport(session_id=session_id, status="pending", turns=turns)
         with lock:
             repaired = repair_all_incomplete(session)
     except SessionExpired:

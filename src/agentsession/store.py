@@ -316,14 +316,19 @@ class BaseStore:
         return self._locks().locker.is_locked(check_session_id(session_id))
 
     def recover(
-        self, session_ids: Sequence[str] | None = None, *, lock_timeout: float = 0.0
+        self,
+        session_ids: Sequence[str] | None = None,
+        *,
+        lock_timeout: float = 0.0,
+        dry_run: bool = False,
     ) -> builtins.list[StoreRecoveryReport]:
         """Repair every crashed turn whose turn lock is free (see
         :func:`agentsession.recovery.recover_store`): one report per session with an incomplete
         turn, or per session named in ``session_ids``; a session whose lock is held by a live
-        process is reported ``live`` and left alone."""
+        process is reported ``live`` and left alone. With ``dry_run`` nothing is written and a
+        session a repair would fix is reported ``pending``."""
         self._check_open()
-        return recover_store(self, session_ids, lock_timeout=lock_timeout)
+        return recover_store(self, session_ids, lock_timeout=lock_timeout, dry_run=dry_run)
 
     # -- small persisted values ----------------------------------------------------------
 

@@ -1,0 +1,563 @@
+"""A session's events as neutral transcript rows, for any renderer (terminal, web page, JSON).
+
+:func:`transcript_rows` turns a log into one :class:`Row` per event: plain values only (no
+markup, no terminal escapes), grouped by turn and step through each row's ``depth``. A renderer
+only decides how rows look; what an event *means* for a person reading the session is decided
+here once. Rows are frozen :mod:`msgspec` structs tagged by ``kind``, so
+``msgspec.json.encode(rows)`` gives each as an object with a ``"kind"`` key.
+
+Long texts (message text, tool-call arguments, tool results, summaries, unknown payloads) are
+cut to :data:`PREVIEW_CHARS` characters ending in ``…`` and a message's thinking is folded to a
+short marker, unless ``full=True``. Texts keep their newlines: putting a row on one line is the
+renderer's business.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from typing import Any, ClassVar, Final, TypeAlias
+
+import msgspec
+
+from .. import events as ev
+from ..codec import encode
+from ..events import Event
+from ..messages import Message, ThinkingPart, ToolCall, ToolResult
+
+__all__ = [
+    "PREVIEW_CHARS",
+    "AnyRow",
+    "AssistantMessageRow",
+    "CompactionRow",
+    "EventRow",
+    "RecoveryRow",
+    "Row",
+    "RunFinishRow",
+    "SkillLoadRow",
+    "StepEndRow",
+    "StepStartRow",
+    "SubagentEndRow",
+    "SubagentStartRow",
+    "TodoItemView",
+    "TodoRow",
+    "ToolCallRow",
+    "ToolCallView",
+    "ToolResultRow",
+    "TurnEndRow",
+    "TurnStartRow",
+    "UsageRow",
+    "UserMessageRow",
+    "transcript_rows",
+]
+
+PREVIEW_CHARS: Final = 160
+"""Longest text a row carries unless ``full``: longer ones keep their first
+``PREVIEW_CHARS - 1`` characters and end in ``…``."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The rows.
+
+
+class Row(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """What every transcript row carries. Subclasses add what their kind needs."""
+
+    kind: ClassVar[str] = ""
+    """What the row shows (``turn_start``, ``tool_result``, ...); also its JSON tag."""
+
+    seq: int
+    """Seq of the event the row shows."""
+    depth: int
+    """Nesting: 0 outside a turn, 1 inside a turn, 2 inside a step of a turn (a step outside
+    any turn nests at 1). Turn markers sit at the depth around the turn, step markers at the
+    depth around the step."""
+    agent: str = ""
+    """The event's agent (may be empty)."""
+    time: _dt.datetime | None = None
+    """When the event was appended (UTC), when known."""
+
+
+class TurnStartRow(Row, frozen=True, kw_only=True, tag="turn_start"):
+    """``turn/start``: a turn begins."""
+
+    kind: ClassVar[str] = "turn_start"
+    user: str = ""
+    """The end user the turn was for, when the event names one."""
+
+
+class TurnEndRow(Row, frozen=True, kw_only=True, tag="turn_end"):
+    """``turn/end``: a turn is over."""
+
+    kind: ClassVar[str] = "turn_end"
+    steps: int = 0
+    """Steps the turn completed."""
+    input_tokens: int = 0
+    """Input tokens of the ``usage`` events since the turn began."""
+    output_tokens: int = 0
+    """Output tokens of the ``usage`` events since the turn began."""
+    error_type: str = ""
+    """Exception class that ended the turn ("" when it ended normally)."""
+    error_message: str = ""
+    """That exception's message."""
+
+
+class StepStartRow(Row, frozen=True, kw_only=True, tag="step_start"):
+    """``step/start``: a step (one model call and its tools) begins."""
+
+    kind: ClassVar[str] = "step_start"
+    step: int = 0
+    """Step number within the turn, from 0."""
+
+
+class StepEndRow(Row, frozen=True, kw_only=True, tag="step_end"):
+    """``step/end``: the step is over."""
+
+    kind: ClassVar[str] = "step_end"
+    step: int = 0
+    """Step number within the turn, from 0."""
+
+
+class UserMessageRow(Row, frozen=True, kw_only=True, tag="user_message"):
+    """``user/message``: what the user said."""
+
+    kind: ClassVar[str] = "user_message"
+    user: str = ""
+    """The end user's id, when known."""
+    text: str = ""
+    """The message's text (a preview unless ``full``)."""
+
+
+class ToolCallView(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call of an assistant message."""
+
+    id: str
+    """The call id that its result names."""
+    name: str
+    """Tool name."""
+    arguments: str = "{}"
+    """The arguments as compact JSON (a preview unless ``full``)."""
+
+
+class AssistantMessageRow(Row, frozen=True, kw_only=True, tag="assistant_message"):
+    """``assistant/message``: what the model answered."""
+
+    kind: ClassVar[str] = "assistant_message"
+    text: str = ""
+    """The message's text (a preview unless ``full``)."""
+    tool_calls: list[ToolCallView] = []
+    """The calls it made, in order."""
+    thinking: str = ""
+    """The thinking text when ``full``; otherwise a short marker such as
+    ``(thinking: 1234 chars)``; "" when the message has no thinking."""
+    thinking_chars: int = 0
+    """Length of the whole thinking text (0 when none)."""
+
+
+class ToolCallRow(Row, frozen=True, kw_only=True, tag="tool_call"):
+    """``tool/call``: a tool started running."""
+
+    kind: ClassVar[str] = "tool_call"
+    name: str = ""
+    """Tool name."""
+    call_id: str = ""
+    """The call id."""
+
+
+class ToolResultRow(Row, frozen=True, kw_only=True, tag="tool_result"):
+    """``tool/result``: what a tool returned."""
+
+    kind: ClassVar[str] = "tool_result"
+    name: str = ""
+    """Tool name."""
+    call_id: str = ""
+    """The call this answers."""
+    audit: dict[str, str] = {}
+    """Audit annotations, such as ``{"decision": "interrupted"}``."""
+    is_error: bool = False
+    """Whether the tool failed."""
+    interrupted: bool = False
+    """Whether this is the stand-in a crash repair wrote (audit decision ``interrupted``)."""
+    content: str = ""
+    """The result text (a preview unless ``full``)."""
+    content_chars: int = 0
+    """Length of the whole result text."""
+
+
+class UsageRow(Row, frozen=True, kw_only=True, tag="usage"):
+    """``usage``: tokens one model call used."""
+
+    kind: ClassVar[str] = "usage"
+    input_tokens: int = 0
+    """Prompt tokens."""
+    output_tokens: int = 0
+    """Completion tokens."""
+    cache_read_tokens: int = 0
+    """Prompt tokens served from the provider's cache."""
+    cache_write_tokens: int = 0
+    """Prompt tokens written to the provider's cache."""
+
+
+class TodoItemView(msgspec.Struct, frozen=True, kw_only=True):
+    """One item of a todo list."""
+
+    id: str
+    """Stable item id."""
+    title: str = ""
+    """What is to be done."""
+    status: str = ""
+    """``pending``, ``in_progress``, ``done`` or another runtime status."""
+    done: bool = False
+    """Whether the status is ``done``."""
+
+
+class TodoRow(Row, frozen=True, kw_only=True, tag="todo_update"):
+    """``todo/update``: the agent's todo list as it is now."""
+
+    kind: ClassVar[str] = "todo_update"
+    items: list[TodoItemView] = []
+    """Every item, in order."""
+
+
+class CompactionRow(Row, frozen=True, kw_only=True, tag="compaction"):
+    """``session/compaction``: older history was replaced (nothing stored is deleted)."""
+
+    kind: ClassVar[str] = "compaction"
+    compaction_kind: str = "summary"
+    """``summary`` or ``prune``."""
+    first_kept_seq: int = 0
+    """First seq kept verbatim (for the legacy form, the seq after which events replay)."""
+    kept_messages: int = 0
+    """Messages the marker carries verbatim."""
+    tokens_before: int = 0
+    """Context size before compaction, when known."""
+    summary: str = ""
+    """The summary's text (a preview unless ``full``); "" for a prune without summary."""
+
+
+class RecoveryRow(Row, frozen=True, kw_only=True, tag="recovery"):
+    """``session/recovery``: a turn a crash cut off was closed by a repair."""
+
+    kind: ClassVar[str] = "recovery"
+    turn_start_seq: int = 0
+    """Seq of the repaired turn's ``turn/start``."""
+    steps: int = 0
+    """Steps written in the repair's ``turn/end``."""
+    orphan_results: int = 0
+    """Unanswered calls answered as interrupted."""
+    closed_step: int = -1
+    """The step the repair closed, or -1 when none was open."""
+    reason: str = ""
+    """Why the repair was needed."""
+
+
+class SubagentStartRow(Row, frozen=True, kw_only=True, tag="subagent_start"):
+    """``subagent/start``: work was delegated to a subagent."""
+
+    kind: ClassVar[str] = "subagent_start"
+    subagent: str = ""
+    """The subagent's id."""
+    child_session: str = ""
+    """The subagent's session id."""
+    task: str = ""
+    """What it was asked to do (a preview unless ``full``)."""
+    background: bool = False
+    """True when the parent did not wait for it."""
+    job_id: str = ""
+    """Background job id, for asynchronous subagents."""
+
+
+class SubagentEndRow(Row, frozen=True, kw_only=True, tag="subagent_end"):
+    """``subagent/end``: a subagent finished."""
+
+    kind: ClassVar[str] = "subagent_end"
+    subagent: str = ""
+    """The subagent's id."""
+    child_session: str = ""
+    """The subagent's session id."""
+    status: str = ""
+    """How it ended."""
+    summary: str = ""
+    """What it reported back (a preview unless ``full``)."""
+    steps: int = 0
+    """Steps it ran."""
+    error: str = ""
+    """Failure text, when it failed."""
+    job_id: str = ""
+    """Background job id, for asynchronous subagents."""
+
+
+class SkillLoadRow(Row, frozen=True, kw_only=True, tag="skill_load"):
+    """``skill/load``: a skill's instructions were loaded."""
+
+    kind: ClassVar[str] = "skill_load"
+    name: str = ""
+    """Skill name."""
+    description: str = ""
+    """One-line description."""
+    body: str = ""
+    """The instructions (a preview unless ``full``)."""
+
+
+class RunFinishRow(Row, frozen=True, kw_only=True, tag="run_finish"):
+    """``run/finish``: the agent declared the run finished."""
+
+    kind: ClassVar[str] = "run_finish"
+    status: str = ""
+    """``completed`` or ``blocked``."""
+    summary: str = ""
+    """What was done, or why it is blocked (a preview unless ``full``)."""
+
+
+class EventRow(Row, frozen=True, kw_only=True, tag="event"):
+    """Any other event (retries, overflow recovery, streaming, permissions, unknown types), and
+    any event whose payload does not decode as its type's."""
+
+    kind: ClassVar[str] = "event"
+    type: str = ""
+    """The event type, as stored."""
+    data: str = ""
+    """The payload's JSON text (a preview unless ``full``)."""
+
+
+AnyRow: TypeAlias = (
+    TurnStartRow
+    | TurnEndRow
+    | StepStartRow
+    | StepEndRow
+    | UserMessageRow
+    | AssistantMessageRow
+    | ToolCallRow
+    | ToolResultRow
+    | UsageRow
+    | TodoRow
+    | CompactionRow
+    | RecoveryRow
+    | SubagentStartRow
+    | SubagentEndRow
+    | SkillLoadRow
+    | RunFinishRow
+    | EventRow
+)
+"""Every row kind :func:`transcript_rows` produces, for decoding rows from JSON:
+``msgspec.json.decode(data, type=list[AnyRow])``."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Building them.
+
+
+def _preview(text: str, full: bool) -> str:
+    if full or len(text) <= PREVIEW_CHARS:
+        return text
+    return text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _call_view(call: ToolCall, full: bool) -> ToolCallView:
+    arguments = encode(call.arguments).decode("utf-8", "replace")
+    return ToolCallView(id=call.id, name=call.name, arguments=_preview(arguments, full))
+
+
+def _thinking(message: Message, full: bool) -> tuple[str, int]:
+    text = "\n".join(p.text for p in message.parts if type(p) is ThinkingPart)
+    if not text:
+        return "", 0
+    return (text if full else f"(thinking: {len(text)} chars)"), len(text)
+
+
+class _Nesting:
+    """Where the log is: inside a turn, inside a step, and the turn's token totals."""
+
+    __slots__ = ("input_tokens", "output_tokens", "step", "turn")
+
+    def __init__(self) -> None:
+        self.turn = False
+        self.step = False
+        self.input_tokens = 0
+        self.output_tokens = 0
+
+    @property
+    def depth(self) -> int:
+        return int(self.turn) + int(self.step)
+
+
+def _row(event: Event, nest: _Nesting, full: bool) -> Row:
+    """The row of one event, updating ``nest``; raises msgspec errors for a bad payload."""
+    base: dict[str, Any] = {"seq": event.seq, "agent": event.agent, "time": event.time}
+    kind = event.type
+    if kind == ev.TURN_START:
+        # A turn/start carries nothing, so its payload is not even looked at.
+        nest.turn, nest.step = True, False
+        nest.input_tokens = nest.output_tokens = 0
+        return TurnStartRow(depth=0, user=event.user, **base)
+    if kind == ev.TURN_END:
+        end = event.decode(ev.TurnEnd)
+        nest.turn, nest.step = False, False
+        error = end.error
+        return TurnEndRow(
+            depth=0,
+            steps=end.steps,
+            input_tokens=nest.input_tokens,
+            output_tokens=nest.output_tokens,
+            error_type=error.type if error is not None else "",
+            error_message=error.message if error is not None else "",
+            **base,
+        )
+    if kind == ev.STEP_START:
+        start = event.decode(ev.StepStart)
+        row: Row = StepStartRow(depth=nest.depth, step=start.step, **base)
+        nest.step = True
+        return row
+    if kind == ev.STEP_END:
+        step_end = event.decode(ev.StepEnd)
+        nest.step = False
+        return StepEndRow(depth=nest.depth, step=step_end.step, **base)
+    depth = nest.depth
+    if kind == ev.USER_MESSAGE:
+        message = event.decode(Message)
+        return UserMessageRow(
+            depth=depth, user=event.user, text=_preview(message.text, full), **base
+        )
+    if kind == ev.ASSISTANT_MESSAGE:
+        message = event.decode(Message)
+        thinking, thinking_chars = _thinking(message, full)
+        return AssistantMessageRow(
+            depth=depth,
+            text=_preview(message.text, full),
+            tool_calls=[_call_view(call, full) for call in message.tool_calls],
+            thinking=thinking,
+            thinking_chars=thinking_chars,
+            **base,
+        )
+    if kind == ev.TOOL_CALL:
+        call = event.decode(ToolCall)
+        return ToolCallRow(depth=depth, name=call.name, call_id=call.id, **base)
+    if kind == ev.TOOL_RESULT:
+        result = event.decode(ToolResult)
+        return ToolResultRow(
+            depth=depth,
+            name=result.name,
+            call_id=result.call_id,
+            audit=dict(result.audit),
+            is_error=result.is_error,
+            interrupted=result.audit.get("decision") == "interrupted",
+            content=_preview(result.content, full),
+            content_chars=len(result.content),
+            **base,
+        )
+    if kind == ev.USAGE:
+        usage = event.decode(ev.Usage)
+        nest.input_tokens += usage.input_tokens
+        nest.output_tokens += usage.output_tokens
+        return UsageRow(
+            depth=depth,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            **base,
+        )
+    if kind == ev.TODO_UPDATE:
+        todos = event.decode(ev.TodoUpdate)
+        items = [
+            TodoItemView(id=t.id, title=t.title, status=t.status, done=t.done) for t in todos.items
+        ]
+        return TodoRow(depth=depth, items=items, **base)
+    if kind == ev.COMPACTION:
+        marker = event.decode(ev.Compaction)
+        return CompactionRow(
+            depth=depth,
+            compaction_kind=marker.kind,
+            first_kept_seq=marker.first_kept_seq or marker.before_seq,
+            kept_messages=len(marker.retained_tail),
+            tokens_before=marker.tokens_before,
+            summary=_preview(marker.summary.text, full) if marker.summary else "",
+            **base,
+        )
+    if kind == ev.SESSION_RECOVERY:
+        record = event.decode(ev.SessionRecovery)
+        return RecoveryRow(
+            depth=depth,
+            turn_start_seq=record.turn_start_seq,
+            steps=record.steps,
+            orphan_results=record.orphan_results,
+            closed_step=record.closed_step,
+            reason=record.reason,
+            **base,
+        )
+    if kind == ev.SUBAGENT_START:
+        sub = event.decode(ev.SubagentStart)
+        return SubagentStartRow(
+            depth=depth,
+            subagent=sub.agent,
+            child_session=sub.session,
+            task=_preview(sub.task, full),
+            background=sub.async_,
+            job_id=sub.job_id,
+            **base,
+        )
+    if kind == ev.SUBAGENT_END:
+        done = event.decode(ev.SubagentEnd)
+        return SubagentEndRow(
+            depth=depth,
+            subagent=done.agent,
+            child_session=done.session,
+            status=done.status,
+            summary=_preview(done.summary, full),
+            steps=done.steps,
+            error=done.error,
+            job_id=done.job_id,
+            **base,
+        )
+    if kind == ev.SKILL_LOAD:
+        skill = event.decode(ev.SkillLoad)
+        return SkillLoadRow(
+            depth=depth,
+            name=skill.name,
+            description=skill.description,
+            body=_preview(skill.body, full),
+            **base,
+        )
+    if kind == ev.RUN_FINISH:
+        finish = event.decode(ev.RunFinish)
+        return RunFinishRow(
+            depth=depth, status=finish.status, summary=_preview(finish.summary, full), **base
+        )
+    return _event_row(event, depth, full)
+
+
+def _event_row(event: Event, depth: int, full: bool) -> EventRow:
+    return EventRow(
+        seq=event.seq,
+        depth=depth,
+        agent=event.agent,
+        time=event.time,
+        type=event.type,
+        data=_preview(event.raw.decode("utf-8", "replace"), full),
+    )
+
+
+def transcript_rows(events: Sequence[Event], *, full: bool = False) -> list[Row]:
+    """One row per event of ``events`` (a log in seq order), for a person reading the session.
+
+    Turn and step markers set the nesting that every row's ``depth`` reports; a ``turn/end``
+    row totals the ``usage`` rows since its turn began. Long texts are previews and thinking is
+    folded unless ``full``. Never raises for stored data: an event whose payload does not
+    decode as its type's becomes an :class:`EventRow` carrying the raw JSON, and still nests
+    by its type (a broken ``step/start`` opens a step, a broken ``turn/end`` closes its turn).
+    """
+    nest = _Nesting()
+    rows: list[Row] = []
+    for event in events:
+        try:
+            rows.append(_row(event, nest, full))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            # Structure comes from the type, so the nesting stays right around a bad payload.
+            if event.type == ev.TURN_END:
+                nest.turn = nest.step = False
+            elif event.type == ev.STEP_END:
+                nest.step = False
+            rows.append(_event_row(event, nest.depth, full))
+            if event.type == ev.STEP_START:
+                nest.step = True
+    return rows
