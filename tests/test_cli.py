@@ -407,8 +407,9 @@ def test_a_turn_lock_that_cannot_be_created_is_one_line(store_dir: Path) -> None
     (store_dir / LOCK_DIR).write_text("in the way")
     code, out, err = invoke(store_dir, "repair", "slack:C002")
     assert code == 1
-    assert err.startswith("Error: cannot create the directory of the turn lock file ")
-    assert "'slack:C002'" in err and err.count("\n") == 1
+    assert out.startswith("slack:C002: damaged, left alone: cannot create the directory of the")
+    assert "'slack:C002'" in out and out.count("\n") == 1
+    assert err == "Error: 1 session(s) could not be read or repaired: slack:C002\n"
     assert "Traceback" not in out + err
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,220 @@ def test_max_messages_caps_history_at_each_new_turn_with_prune_markers(tmp_path:
     assert markers
     assert all(m.kind == "prune" and m.summary is None for m in markers)
     assert ags.open_store(tmp_path).get("capped").messages() == history
+
+
+# -- the history cap and compaction counting whole turns ---------------------------------------
+
+
+@pytest.fixture(params=["memory", "jsonl"])
+def open_capped(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[int], ags.BaseStore]:
+    """Opens a store with a history cap: the same memory store each time, or the JSONL store
+    in ``tmp_path`` opened again (so a second call checks what was stored)."""
+    opened: list[ags.BaseStore] = []
+
+    def opener(max_messages: int) -> ags.BaseStore:
+        if request.param == "jsonl":
+            return ags.open_store(tmp_path, max_messages=max_messages)
+        if not opened:
+            opened.append(ags.open_store("memory:", max_messages=max_messages))
+        return opened[0]
+
+    return opener
+
+
+def chat_turn(session: ags.BaseSession, n: int) -> None:
+    """A two-message turn recorded with turn markers: ``u{n}``, ``a{n}``."""
+    with session.turn() as turn:
+        turn.user(f"u{n}")
+        turn.assistant(f"a{n}")
+
+
+def bare_turn(session: ags.BaseSession, n: int) -> None:
+    """A two-message turn without turn markers: ``u{n}``, ``a{n}``."""
+    session.append(ags.Event.new("user/message", ags.Message.user(f"u{n}")))
+    session.append(ags.Event.new("assistant/message", ags.Message.assistant(f"a{n}")))
+
+
+def markers(session: ags.BaseSession) -> list[Compaction]:
+    return [
+        data
+        for event in session.read()
+        if event.type == "session/compaction" and isinstance(data := event.payload(), Compaction)
+    ]
+
+
+@pytest.mark.parametrize("record", [chat_turn, bare_turn])
+def test_cap_keeps_every_whole_turn_that_fits_at_each_prune(
+    open_capped: Callable[[int], ags.BaseStore],
+    record: Callable[[ags.BaseSession, int], None],
+) -> None:
+    # Regression: the second prune did not count the turns the first kept, and the history
+    # fell from 4 messages to 2 at turn 3 although [u2, a2, u3, a3] fits.
+    session = open_capped(4).get("s")
+    for n in range(6):
+        record(session, n)
+        expected = [f"{kind}{m}" for m in range(max(0, n - 1), n + 1) for kind in "ua"]
+        assert texts(session.messages()) == expected
+    assert len(markers(session)) == 4  # a prune at each of turns 2..5, all kept whole turns
+    assert texts(open_capped(4).get("s").messages()) == ["u4", "a4", "u5", "a5"]
+
+
+def test_cap_on_bare_user_messages_keeps_the_latest_ones(
+    open_capped: Callable[[int], ags.BaseStore],
+) -> None:
+    # Regression: without turn markers or replies, a cap of 3 kept 1 message instead of 3.
+    session = open_capped(3).get("s")
+    for n in range(7):
+        session.append(ags.Event.new("user/message", ags.Message.user(f"u{n}")))
+        assert texts(session.messages()) == [f"u{m}" for m in range(max(0, n - 2), n + 1)]
+
+
+def test_cap_counts_a_bare_user_message_after_marked_turns_as_a_turn(
+    open_capped: Callable[[int], ags.BaseStore],
+) -> None:
+    # Regression: once the log had a turn/start, a user message outside any turn was not a turn
+    # start, so [u1, a1, u2] (turn 1 and the new bare turn) could not be told apart.
+    session = open_capped(3).get("s")
+    chat_turn(session, 0)
+    bare_turn(session, 1)
+    chat_turn(session, 2)
+    assert texts(session.messages()) == ["u1", "a1", "u2", "a2"]
+    bare_turn(session, 3)
+    assert texts(session.messages()) == ["u2", "a2", "u3", "a3"]
+
+
+def test_cap_keeps_a_turn_longer_than_the_cap_whole(
+    open_capped: Callable[[int], ags.BaseStore],
+) -> None:
+    session = open_capped(3).get("s")
+    chat_turn(session, 0)
+    with session.turn() as turn:
+        turn.user("u1")  # [u0, a0, u1] fits
+        with turn.step() as step:
+            step.assistant(tool_calls=[ags.ToolCall("c1", "read")])
+            step.tool_result("c1", "read", "r1")
+        turn.user("u1'")  # the turn is 4 messages: it stays whole, turn 0 goes
+        assert texts(session.messages()) == ["u1", "calls", "r1", "u1'"]
+        turn.assistant("a1")
+    assert texts(session.messages()) == ["u1", "calls", "r1", "u1'", "a1"]
+    assert provider_errors(session.messages()) == []
+
+
+def test_cap_does_not_cut_at_a_user_message_of_a_turn_that_began_before_the_prune(
+    open_capped: Callable[[int], ags.BaseStore],
+) -> None:
+    # The prune at u1 lands inside turn 1; once its turn/end is in the log, u1' is known to
+    # belong to it, so the prune at u2 does not keep [u1', a1', u2].
+    session = open_capped(3).get("s")
+    bare_turn(session, 0)
+    session.append(ags.Event.new("assistant/message", ags.Message.assistant("a0'")))
+    with session.turn() as turn:
+        turn.user("u1")
+        assert texts(session.messages()) == ["u1"]
+        turn.assistant("a1")
+        turn.user("u1'")
+        turn.assistant("a1'")
+    chat_turn(session, 2)
+    assert texts(session.messages()) == ["u2", "a2"]
+
+
+def test_second_compaction_counts_the_turns_the_first_kept(store: ags.BaseStore) -> None:
+    # Regression: with 3 turns visible (2 kept by the first compaction, 1 new), keep_turns=2
+    # returned None.
+    session = store.get("c")
+    for n in range(4):
+        chat_turn(session, n)
+    assert session.compact("s1", keep_turns=2) is not None
+    assert texts(session.messages()) == ["s1", "u2", "a2", "u3", "a3"]
+    chat_turn(session, 4)
+    assert session.compact("s2", keep_turns=2) is not None
+    assert texts(session.messages()) == ["s2", "u3", "a3", "u4", "a4"]
+    assert provider_errors(session.messages()) == []
+
+
+def test_keep_turns_counts_turns_inside_a_retained_tail(store: ags.BaseStore) -> None:
+    session = store.get("c")
+    for n in range(5):
+        run_turn(session, n)
+    session.compact("s1", keep_turns=3)
+    assert session.compact("s2", keep_turns=4) is None  # only 3 turns are visible
+    session.compact("s2", keep_turns=1)
+    assert texts(session.messages()) == ["s2", "question 4", "calls", "result 4", "answer 4"]
+    [first, second] = markers(session)
+    # A cut inside a retained tail records the tail's first_kept_seq: a lower bound.
+    assert second.first_kept_seq == first.first_kept_seq
+    assert second.retained_tail == first.retained_tail[-4:]
+
+
+def test_compaction_after_a_prune(open_capped: Callable[[int], ags.BaseStore]) -> None:
+    session = open_capped(4).get("s")
+    for n in range(4):
+        chat_turn(session, n)
+    assert texts(session.messages()) == ["u2", "a2", "u3", "a3"]  # kept by a prune
+    assert session.compact("s", keep_turns=3) is None  # two turns are visible
+    assert session.compact("s", keep_turns=1) is not None
+    assert texts(session.messages()) == ["s", "u3", "a3"]
+
+
+def test_prune_after_a_compaction_carries_the_summary_and_counts_it(
+    open_capped: Callable[[int], ags.BaseStore],
+) -> None:
+    session = open_capped(5).get("s")
+    for n in range(2):
+        chat_turn(session, n)
+    session.compact("s", keep_turns=1)
+    assert texts(session.messages()) == ["s", "u1", "a1"]
+    chat_turn(session, 2)  # [s, u1, a1, u2]: fits
+    assert texts(session.messages()) == ["s", "u1", "a1", "u2", "a2"]
+    chat_turn(session, 3)  # [s, u1, a1, u2, a2, u3] is 6: turn 1 goes, the summary stays
+    assert texts(session.messages()) == ["s", "u2", "a2", "u3", "a3"]
+    prune = markers(session)[-1]
+    assert prune.kind == "prune"
+    assert prune.summary == ags.Message.user("s")
+    assert texts(open_capped(5).get("s").messages()) == ["s", "u2", "a2", "u3", "a3"]
+    # A second compaction summarises again, counting the turns the prune kept.
+    session.compact("s2", keep_turns=1)
+    assert texts(session.messages()) == ["s2", "u3", "a3"]
+
+
+def test_prune_with_a_summary_and_a_cap_of_one_keeps_the_latest_turn() -> None:
+    session = ags.open_store("memory:", max_messages=1).get("s")
+    chat_turn(session, 0)
+    session.compact("s", keep_turns=0)
+    chat_turn(session, 1)
+    chat_turn(session, 2)
+    assert texts(session.messages()) == ["s", "u2", "a2"]
+
+
+def test_compact_with_an_explicit_first_kept_seq(store: ags.BaseStore) -> None:
+    session = store.get("c")
+    for n in range(4):
+        chat_turn(session, n)
+    starts = [e.seq for e in session.read() if e.type == "turn/start"]
+    session.compact("s1", first_kept_seq=starts[1])
+    assert texts(session.messages()) == ["s1", "u1", "a1", "u2", "a2", "u3", "a3"]
+    assert markers(session)[-1].first_kept_seq == starts[1]
+    # At or before the seq the retained messages start from: all of them stay, and the old
+    # summary is replaced, not kept as a message.
+    session.compact("s2", first_kept_seq=starts[0])
+    assert texts(session.messages()) == ["s2", "u1", "a1", "u2", "a2", "u3", "a3"]
+    # Among the retained messages: their seqs are not recorded, so it cannot be placed.
+    with pytest.raises(ags.UsageError, match="retained"):
+        session.compact("s3", first_kept_seq=starts[2])
+    chat_turn(session, 4)
+    new_start = session.read()[-4].seq
+    assert session.read()[-4].type == "turn/start"
+    # After the marker: only the new turn stays.
+    session.compact("s3", first_kept_seq=new_start)
+    assert texts(session.messages()) == ["s3", "u4", "a4"]
+
+
+def test_prune_of_one_agent_leaves_the_others_history(store: ags.BaseStore) -> None:
+    session = store.get("c")
+    for n, agent in enumerate("abab"):
+        run_turn(session, n, agent=agent)
+    b_before = session.messages(agent="b")
+    assert session.prune(4, agent="a") is not None
+    assert texts(session.messages(agent="a")) == ["question 2", "calls", "result 2", "answer 2"]
+    assert session.messages(agent="b") == b_before
+    assert session.prune(4, agent="a") is None  # it fits now

@@ -747,3 +747,44 @@ def test_crash_for_real_live_while_the_holder_runs_then_repaired_once(tmp_path: 
         assert len(of_type(session, SESSION_RECOVERY)) == 1
     finally:
         store.close()
+
+
+def test_one_damaged_session_never_stops_recovery_of_the_others(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path)
+    for sid in ("a-crashed", "z-crashed"):
+        store.get(sid).append_many(
+            [
+                ags.Event.new("turn/start", ags.events.TurnStart(), agent="coder"),
+                ags.Event.new("user/message", ags.Message.user("go"), agent="coder"),
+            ]
+        )
+    store.get("m-damaged").append_many(
+        [ags.Event.new("user/message", ags.Message.user(str(n))) for n in range(3)]
+    )
+    store.close()
+    path = tmp_path / "m-damaged.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[0] + b"{not json}\n" + lines[2])
+    reports = {r.session_id: r for r in ags.open_store(tmp_path).recover()}
+    assert reports["a-crashed"].status == "repaired"
+    assert reports["z-crashed"].status == "repaired"
+    assert reports["m-damaged"].status == "damaged"
+    assert "line 2" in reports["m-damaged"].error
+    assert path.read_bytes() == lines[0] + b"{not json}\n" + lines[2]  # left alone
+
+
+def test_repair_all_reports_damaged_sessions_and_exits_non_zero(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from agentsession.cli import cli
+
+    store = ags.open_store(tmp_path)
+    store.get("crashed").append(ags.Event.new("turn/start", ags.events.TurnStart()))
+    store.get("damaged").append(ags.Event.new("user/message", ags.Message.user("x")))
+    store.get("damaged").append(ags.Event.new("user/message", ags.Message.user("y")))
+    store.close()
+    (tmp_path / "damaged.jsonl").write_bytes(b"{broken\n" + b"{broken\n")
+    result = CliRunner().invoke(cli, ["--store", str(tmp_path), "repair", "--all"])
+    assert result.exit_code == 1
+    assert "crashed: repaired 1 turn(s)" in result.output
+    assert "damaged: damaged, left alone" in result.output

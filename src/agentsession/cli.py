@@ -474,14 +474,16 @@ def repair_command(
         state.existing(sid)
     if dry_run:
         ids = list(session_ids) or [info.id for info in store.list()]
-        for report in store.recover(ids, dry_run=True):
-            _echo_report(report, dry_run=True)
-        return
-    reports = store.recover(list(session_ids) if session_ids else None)
-    if not reports:
-        click.echo("nothing to repair")
+        reports = store.recover(ids, dry_run=True)
+    else:
+        reports = store.recover(list(session_ids) if session_ids else None)
+        if not reports:
+            click.echo("nothing to repair")
     for report in reports:
-        _echo_report(report, dry_run=False)
+        _echo_report(report, dry_run=dry_run)
+    damaged = [r.session_id for r in reports if r.status == "damaged"]
+    if damaged:
+        _fail(f"{len(damaged)} session(s) could not be read or repaired: {', '.join(damaged)}")
 
 
 def _echo_report(report: StoreRecoveryReport, *, dry_run: bool) -> None:
@@ -503,6 +505,8 @@ def _echo_report(report: StoreRecoveryReport, *, dry_run: bool) -> None:
         click.echo(f"{sid}: live (turn lock held), left alone")
     elif report.status == "expired":
         click.echo(f"{sid}: expired (older than the store's TTL), left alone")
+    elif report.status == "damaged":
+        click.echo(f"{sid}: damaged, left alone: {report.error}")
     else:
         click.echo(f"{sid}: clean")
 

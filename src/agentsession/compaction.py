@@ -11,10 +11,20 @@ and the kept messages themselves (the retained tail), so the marker alone rebuil
 derive starts from it, and opening a session reads from the last marker on. The events before
 it stay in storage and ``read()`` returns them.
 
-**Turns.** Cuts fall only between whole turns. A turn begins at a ``turn/start`` event (at a
-user message in a log without turn markers) and, inside the retained tail of an earlier marker,
-at each user message it kept (the tail itself began at a turn boundary). Counting the turns a
-marker retained is what lets a second compaction or prune cut inside them.
+**Turns.** Cuts fall only between whole turns. After the marker the history starts from, a
+turn begins at each ``turn/start`` event and at each user message outside a marked turn (every
+user message, in a log without turn markers); a user message between ``turn/start`` and
+``turn/end`` belongs to that turn. Inside the retained tail of the marker, a turn begins at each
+user message it kept (the tail itself began at a turn boundary). Counting the turns a marker
+retained is what lets a second compaction or prune cut inside them.
+
+*Known limitation.* A marker records neither where the turns of its retained tail begin nor
+whether it was appended inside an open turn (a prune lands right after the user message that
+triggered it). So a second user message of a marked turn (or a skill load, which is a user
+message too) counts as a turn start once a marker retained it, and while the turn a prune
+landed in is still open (its ``turn/end`` not yet written). Removing this needs the marker to
+store both, for example ``Compaction.retained_turn_starts`` (indexes into ``retained_tail``)
+and ``Compaction.in_turn``.
 
 A history cap (lango's ``max_messages``) is the same mechanism with ``kind="prune"``: it keeps
 the most recent whole turns whose messages fit the cap, carrying the current summary forward.
@@ -24,9 +34,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .derive import Deriver, IndexedMessage
+from .derive import Deriver
 from .errors import UsageError
-from .events import TURN_START, USER_MESSAGE, Compaction, Event, compaction_of
+from .events import TURN_END, TURN_START, USER_MESSAGE, Compaction, Event, compaction_of
 from .messages import Message
 
 __all__ = [
@@ -64,33 +74,59 @@ def _marker_base(events: Sequence[Event], deriver: Deriver) -> int:
     return 0
 
 
+def _live_turn_starts(live: Sequence[Event]) -> list[int]:
+    """Seqs where the turns of ``live`` (events replayed after the marker) begin: every
+    ``turn/start``, and every user message outside a marked turn.
+
+    A user message between a ``turn/start`` and its ``turn/end`` belongs to that turn. The window
+    may open inside a marked turn (a prune marker lands right after the user message that
+    triggered it): events before a ``turn/end`` that no ``turn/start`` precedes are inside it.
+    """
+    inside = False
+    for event in live:
+        if event.type in (TURN_START, TURN_END):
+            inside = event.type == TURN_END
+            break
+    starts: list[int] = []
+    for event in live:
+        if event.type == TURN_START:
+            starts.append(event.seq)
+            inside = True
+        elif event.type == TURN_END:
+            inside = False
+        elif event.type == USER_MESSAGE and not inside:
+            starts.append(event.seq)
+    return starts
+
+
 def turn_cuts(events: Sequence[Event], deriver: Deriver) -> list[tuple[int, int]]:
     """Where the derived history can be cut: ``(entry index, first kept seq)`` for the start of
     every turn, earliest first.
 
     ``events`` is the session's window (every event from the latest marker on, or from the
-    legacy marker's ``before_seq``). The summary entry is never a turn start.
+    legacy marker's ``before_seq``). The summary entry is never a turn start. Live turns begin
+    at ``turn/start`` events and at user messages outside marked turns; inside the retained tail
+    of the marker the history starts from, at each user message. Cutting inside a tail gives
+    the marker's own ``first_kept_seq`` (the seqs of the tail's messages are not stored): a
+    lower bound of the first event kept.
     """
     entries = deriver.committed()
     base = _marker_base(events, deriver)
-    live = [e for e in events if e.seq > base and deriver.passes(e)]
-    starts = [e.seq for e in live if e.type == TURN_START]
-    if not starts:
-        starts = [e.seq for e in live if e.type == USER_MESSAGE]
-    cuts: dict[int, int] = {}
     first = 1 if deriver.summary is not None else 0
+    cuts: dict[int, int] = {}
     # Messages a marker retained come before every live one; their seq is the marker's.
-    for index in range(first, len(entries)):
-        entry = entries[index]
-        if entry.seq > base:
-            break
-        if entry.is_turn_start and entry.message.role == "user":
-            cuts[index] = entry.seq
-    # Live turns: the first entry at or after each turn's first event.
     position = first
-    for seq in starts:
+    while position < len(entries) and entries[position].seq <= base:
+        entry = entries[position]
+        if entry.is_turn_start and entry.message.role == "user":
+            cuts[position] = entry.seq
+        position += 1
+    # Live turns: the first entry at or after each turn's first event that is not a tool
+    # message (tool results answer the calls of the turn before).
+    live = [e for e in events if e.seq > base and deriver.passes(e)]
+    for seq in _live_turn_starts(live):
         while position < len(entries) and (
-            entries[position].seq < seq or entries[position].seq <= base
+            entries[position].seq < seq or entries[position].message.role == "tool"
         ):
             position += 1
         if position == len(entries):
@@ -102,8 +138,27 @@ def turn_cuts(events: Sequence[Event], deriver: Deriver) -> list[tuple[int, int]
     return sorted(cuts.items())
 
 
-def _tail_from_seq(entries: Sequence[IndexedMessage], first_kept_seq: int) -> list[Message]:
-    tail = [e.message for e in entries if e.seq >= first_kept_seq]
+def _tail_from_seq(
+    events: Sequence[Event], deriver: Deriver, first_kept_seq: int, session_id: str
+) -> list[Message]:
+    """The messages from the first entry whose event is at or after ``first_kept_seq`` to the
+    end, never the current summary and never starting inside a tool exchange.
+
+    The messages a marker retained all carry the marker's ``first_kept_seq`` (their own seqs are
+    not stored), so a seq after it and before the marker cannot be placed among them: that is a
+    :class:`UsageError`.
+    """
+    entries = deriver.committed()
+    kept = entries[1:] if deriver.summary is not None else entries
+    base = _marker_base(events, deriver)
+    if kept and kept[0].seq < first_kept_seq < base:
+        raise UsageError(
+            f"first_kept_seq {first_kept_seq} of session {session_id!r} falls among the "
+            f"messages the compaction at seq {base} retained (from seq {kept[0].seq} on), "
+            "whose own seqs are not recorded; give a seq outside that range or use keep_turns"
+        )
+    start = next((i for i, e in enumerate(kept) if e.seq >= first_kept_seq), len(kept))
+    tail = [e.message for e in kept[start:]]
     while tail and tail[0].role == "tool":  # never start inside a tool exchange
         tail.pop(0)
     return tail
@@ -124,9 +179,11 @@ def plan_compaction(
     """The marker that replaces the history before a turn boundary by ``summary``, or None
     when there is nothing to drop.
 
-    Give ``keep_turns`` (how many of the latest turns stay verbatim; 0 keeps none) or
-    ``first_kept_seq`` (the first event to keep; it should be a turn boundary). Raises
-    :class:`UsageError` while tool calls are unanswered.
+    Give ``keep_turns`` (how many of the latest turns stay verbatim, counting the turns the
+    current marker retained; 0 keeps none) or ``first_kept_seq`` (the first event to keep; it
+    should be a turn boundary). Raises :class:`UsageError` while tool calls are unanswered, and
+    when ``first_kept_seq`` falls among the messages the current marker retained (after its
+    ``first_kept_seq``, before the marker): their own seqs are not recorded.
     """
     if (keep_turns is None) == (first_kept_seq is None):
         raise UsageError("compact() needs exactly one of keep_turns and first_kept_seq")
@@ -170,7 +227,7 @@ def plan_compaction(
     return Compaction(
         summary=summary,
         first_kept_seq=first_kept_seq,
-        retained_tail=_tail_from_seq(entries, first_kept_seq),
+        retained_tail=_tail_from_seq(events, deriver, first_kept_seq, session_id),
         tokens_before=tokens_before,
         kind=kind,
     )
@@ -183,8 +240,8 @@ def plan_prune(events: Sequence[Event], deriver: Deriver, max_messages: int) -> 
     The history kept is the current summary (when a compaction made one; it counts towards the
     cap) followed by the most recent **whole** turns whose messages fit the cap, every time:
     turns a previous prune retained are counted like any other. When the latest turn alone
-    exceeds the cap, that turn is kept whole (never cut inside a turn) and everything before
-    it is dropped.
+    (with the summary) exceeds the cap, that turn is kept whole (never cut inside a turn) and
+    everything else but the summary is dropped.
     """
     if max_messages < 1:
         raise UsageError(f"max_messages must be >= 1, not {max_messages}")

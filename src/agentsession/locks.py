@@ -52,19 +52,20 @@ class TurnLock:
 
     def __init__(self, registry: _HeldRegistry, session_id: str, handle: object) -> None:
         self._registry = registry
+        self._generation = registry.generation
         self.session_id = session_id
         """The session whose turns this lock serialises."""
         self._handle: object | None = handle
 
     @property
     def held(self) -> bool:
-        """True until released."""
-        return self._handle is not None
+        """True until released (or until the store that took it was closed)."""
+        return self._handle is not None and self._registry.holds(self.session_id, self._handle)
 
     def release(self) -> None:
-        """Release the lock; releasing twice is harmless."""
+        """Release the lock; releasing twice (or after the store was closed) is harmless."""
         handle, self._handle = self._handle, None
-        if handle is not None:
+        if handle is not None and self._registry.generation == self._generation:
             self._registry.release(self.session_id, handle)
 
     def __enter__(self) -> TurnLock:
@@ -84,11 +85,15 @@ class TurnLock:
 
 
 class _HeldRegistry:
-    """Which thread holds which session's lock in this process (to refuse re-entry)."""
+    """The locks held through one store in this process: which thread holds which session's
+    lock (to refuse re-entry), and the handles, so that closing the store releases them."""
 
     def __init__(self, locker: Locker) -> None:
         self.locker = locker
+        self.generation = 0
+        """Bumped when every lock is dropped at once (store closed, forked child)."""
         self._owners: dict[str, int] = {}
+        self._handles: dict[str, object] = {}
         self._mutex = threading.Lock()
 
     def acquire(self, session_id: str, timeout: float | None) -> TurnLock:
@@ -102,12 +107,49 @@ class _HeldRegistry:
         handle = self.locker.acquire(session_id, timeout)
         with self._mutex:
             self._owners[session_id] = me
+            self._handles[session_id] = handle
         return TurnLock(self, session_id, handle)
+
+    def holds(self, session_id: str, handle: object) -> bool:
+        with self._mutex:
+            return self._handles.get(session_id) is handle
 
     def release(self, session_id: str, handle: object) -> None:
         with self._mutex:
+            if self._handles.get(session_id) is not handle:
+                return  # already released (by release_all)
             self._owners.pop(session_id, None)
+            del self._handles[session_id]
         self.locker.release(handle)
+
+    def release_all(self) -> None:
+        """Release every lock held through this registry (the store is closing)."""
+        with self._mutex:
+            held = list(self._handles.values())
+            self._handles.clear()
+            self._owners.clear()
+            self.generation += 1
+        errors: list[BaseException] = []
+        for handle in held:
+            try:
+                self.locker.release(handle)
+            except StorageError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's locks stay the parent's. Forget them without
+        releasing them (the child's copies of their descriptors are closed, which leaves the
+        parent's lock in place), and start the locker afresh."""
+        self._mutex = threading.Lock()
+        held = list(self._handles.values())
+        self._handles.clear()
+        self._owners.clear()
+        self.generation += 1
+        after_fork = getattr(self.locker, "after_fork", None)
+        if after_fork is not None:
+            after_fork(held)
 
 
 class ThreadLocker:
@@ -133,6 +175,11 @@ class ThreadLocker:
 
     def is_locked(self, session_id: str) -> bool:
         return self._lock_for(session_id).locked()
+
+    def after_fork(self, held: list[object]) -> None:
+        """In a forked child: locks copied held from the parent's threads are dropped."""
+        self._locks = {}
+        self._mutex = threading.Lock()
 
 
 def _lock_error(action: str, path: str, session_id: str, exc: OSError) -> StorageError:
@@ -212,6 +259,13 @@ class FileLocker:
                 f"cannot close a turn lock file in {self.directory}: "
                 f"{exc.strerror or type(exc).__name__}"
             ) from exc
+
+    def after_fork(self, held: list[object]) -> None:
+        """In a forked child: close this process's copies of the parent's lock descriptors
+        (the parent's locks stay held: its own descriptors still reference them)."""
+        for handle in held:
+            if isinstance(handle, int):
+                _close_quietly(handle)
 
     def is_locked(self, session_id: str) -> bool:
         fd = self._open(session_id, create=False)

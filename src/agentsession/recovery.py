@@ -22,6 +22,7 @@ repair), and only through the Session and Store API.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -36,7 +37,13 @@ from .contract import (
     StoreRecoveryReport,
 )
 from .derive import Deriver, interrupted_tool_result
-from .errors import LockTimeout, SessionExpired, UsageError
+from .errors import (
+    LockTimeout,
+    SessionExpired,
+    SessionNotFound,
+    StorageError,
+    UsageError,
+)
 from .events import (
     SESSION_RECOVERY,
     STEP_END,
@@ -67,6 +74,8 @@ __all__ = [
     "scan_all_incomplete",
     "scan_incomplete",
 ]
+
+log = logging.getLogger(__name__)
 
 INCOMPLETE_TURN_REASON: Final = "turn/start without turn/end"
 """The ``reason`` of every ``session/recovery`` event this module writes (agentkit's text)."""
@@ -289,7 +298,10 @@ def recover_store(
     id whatever its state. An id with no events is ``clean`` (there is nothing to repair; a
     caller that wants an error for unknown ids can check ``store.exists`` first). A session
     whose TTL has run out is skipped in the store-wide pass and reported ``expired`` when asked
-    for by id. The calling thread must not hold the turn lock of a session it recovers (the
+    for by id. A session that cannot be read or repaired (a corrupt log, an unreadable file, a
+    database error) is reported ``damaged`` with the error, logged at WARNING, and the pass
+    goes on with the other sessions; repairs are logged at WARNING too. The calling thread
+    must not hold the turn lock of a session it recovers (the
     lock is not reentrant: :class:`~agentsession.errors.UsageError`), not even with
     ``dry_run``; use :func:`repair_all_incomplete` under a lock you hold.
     """
@@ -305,8 +317,19 @@ def recover_store(
         ids = list(dict.fromkeys(session_ids))
     reports: list[StoreRecoveryReport] = []
     for session_id in ids:
-        report = _recover_session(store, session_id, lock_timeout, dry_run)
-        if explicit or report.status in ("repaired", "live", "pending"):
+        try:
+            report = _recover_session(store, session_id, lock_timeout, dry_run)
+        except (StorageError, SessionNotFound) as exc:
+            # One damaged session never stops the pass: report it and go on.
+            log.warning("recovery skipped session %r: %s", session_id, exc)
+            report = StoreRecoveryReport(session_id=session_id, status="damaged", error=str(exc))
+        if explicit or report.status in ("repaired", "live", "pending", "damaged"):
+            if report.status == "repaired":
+                log.warning(
+                    "repaired %d crashed turn(s) of session %r",
+                    sum(1 for t in report.turns if t.repaired),
+                    session_id,
+                )
             reports.append(report)
     return reports
 

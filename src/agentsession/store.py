@@ -14,6 +14,7 @@ import builtins
 import datetime as _dt
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from importlib import import_module
@@ -49,6 +50,18 @@ __all__ = [
 SESSION_META_KINDS: tuple[str, ...] = ("bind",)
 """Meta namespaces keyed by session id, whose entries are deleted with their session (the chat
 layer's agent binding lives in ``bind``)."""
+
+
+_live_stores: weakref.WeakSet[BaseStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_live_stores):
+        store._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _check_name(what: str, value: object) -> str:
@@ -103,6 +116,7 @@ class BaseStore:
         self._cache_lock = threading.Lock()
         self._closed = False
         self._held_locks: _HeldRegistry | None = None
+        _live_stores.add(self)
 
     # -- backend primitives ---------------------------------------------------------------
 
@@ -347,7 +361,9 @@ class BaseStore:
         self._meta_set(_check_name("namespace", namespace), _check_name("key", key), value)
 
     def close(self) -> None:
-        """Close every cached session and the store; safe to call twice."""
+        """Close every cached session, release every turn lock taken through this store (on
+        every backend; a :class:`~agentsession.locks.TurnLock` of it then reports itself
+        released) and close the store; safe to call twice."""
         with self._cache_lock:
             entries = list(self._cache.values())
             self._cache.clear()
@@ -355,7 +371,18 @@ class BaseStore:
             entry.session.close()
         if not self._closed:
             self._closed = True
-            self._close()
+            try:
+                if self._held_locks is not None:
+                    self._held_locks.release_all()
+            finally:
+                self._close()
+
+    def _after_fork(self) -> None:
+        """In a forked child: no lock another parent thread held is held here, and the
+        parent's turn locks stay the parent's (forgotten here, never released)."""
+        self._cache_lock = threading.Lock()
+        if self._held_locks is not None:
+            self._held_locks.forget_after_fork()
 
     def __enter__(self) -> BaseStore:
         return self

@@ -637,18 +637,6 @@ def _default_open_files() -> int:
     return max(4, min(256, soft // 4))
 
 
-_live_stores: weakref.WeakSet[JsonlStore] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for store in list(_live_stores):
-        store._after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 class JsonlStore(BaseStore):
     """A directory of JSONL session files. Opened by ``open_store(path)``.
 
@@ -680,7 +668,6 @@ class JsonlStore(BaseStore):
         reopened when used again."""
         self._open_files: OrderedDict[int, weakref.ref[JsonlSession]] = OrderedDict()
         self._open_files_lock = threading.Lock()
-        _live_stores.add(self)
         root = os.path.abspath(os.fspath(directory))
         try:
             os.makedirs(root, mode=0o700, exist_ok=True)
@@ -715,6 +702,7 @@ class JsonlStore(BaseStore):
             self._open_files.pop(id(session), None)
 
     def _after_fork(self) -> None:
+        super()._after_fork()
         self._open_files_lock = threading.Lock()
         self._open_files.clear()
 

@@ -613,17 +613,7 @@ class PostgresLocker:
 # -- the store --------------------------------------------------------------------------------
 
 
-_live_stores: weakref.WeakSet[PostgresStore] = weakref.WeakSet()
 _inherited: list[object] = []  # a forked child's copies of its parent's pools: never used
-
-
-def _after_fork_in_child() -> None:
-    for store in list(_live_stores):
-        store._after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class PostgresStore(BaseStore):
@@ -701,7 +691,6 @@ class PostgresStore(BaseStore):
         self._connections: weakref.WeakSet[_Conn] = weakref.WeakSet()
         self._pool, self._lock_pool = self._make_pools()
         self._pid = os.getpid()
-        _live_stores.add(self)
         # The pool connects in the background while the schema is checked on a direct
         # connection (which gives the precise error when the server cannot be reached).
         self._pool.open(wait=False)
@@ -764,6 +753,7 @@ class PostgresStore(BaseStore):
         this process does with them, not even a finalizer saying goodbye to the server, can
         reach the parent's sessions; the inherited pools are kept, unused, for ever.
         """
+        super()._after_fork()
         devnull = os.open(os.devnull, os.O_RDWR)
         try:
             for conn in list(self._connections):

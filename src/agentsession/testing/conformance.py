@@ -937,6 +937,58 @@ class StoreConformance:
             if again is not store:
                 again.close()
 
+    def test_a_forked_child_neither_shares_nor_releases_the_parents_turn_lock(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        if not self.shared_across_processes or not hasattr(os, "fork"):
+            pytest.skip("this backend's data is not shared between processes")
+        lock = store.lock("locked", timeout=5)
+        outcome = tmp_path / "child-outcome"
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 0
+            try:
+                try:
+                    store.lock("locked", timeout=0).release()
+                    outcome.write_text("the child took the parent's lock")
+                    code = 1
+                except LockTimeout:
+                    pass
+                lock.release()  # the inherited object: must not release the parent's lock
+                store.close()
+                outcome.write_text("ok" if code == 0 else outcome.read_text())
+            except BaseException as exc:
+                outcome.write_text(repr(exc))
+                code = 1
+            finally:
+                os._exit(code)
+        try:
+            _reap([pid], timeout=60)
+        finally:
+            assert outcome.read_text() == "ok"
+        other = self.reopen(store, tmp_path)
+        try:
+            assert lock.held and other.is_locked("locked")
+            with pytest.raises(LockTimeout):
+                other.lock("locked", timeout=0)
+        finally:
+            lock.release()
+            if other is not store:
+                other.close()
+        assert not store.is_locked("locked")
+
+    def test_closing_a_store_releases_its_turn_locks(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        first = self.make_store(tmp_path)
+        lock = first.lock("closing", timeout=5)
+        assert lock.held
+        first.close()
+        assert not lock.held
+        lock.release()  # harmless after the close
+        again = store.lock("closing", timeout=5)
+        again.release()
+
     def test_a_deleted_and_recreated_session_never_mixes_with_its_old_life(
         self, store: BaseStore, tmp_path: Path
     ) -> None:
