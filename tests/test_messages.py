@@ -13,10 +13,14 @@ from agentsession.events import check_event_type
 def test_message_content_of_the_wrong_type_is_a_usage_error() -> None:
     with pytest.raises(ags.UsageError, match="not int"):
         ags.Message.user(123)  # type: ignore[arg-type]
-    with pytest.raises(ags.UsageError, match="parts must be"):
-        ags.Message(role="user", parts=["hi"])  # type: ignore[list-item]
-    with pytest.raises(ags.UsageError, match="role"):
-        ags.Message(role="robot")  # type: ignore[arg-type]
+    session = ags.open_store("memory:").get("s")
+    for by_hand in (
+        ags.Message(role="user", parts=["hi"]),  # type: ignore[list-item]
+        ags.Message(role="robot"),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(ags.UsageError, match="user/message event's payload is not valid"):
+            session.append(ags.Event.new("user/message", by_hand))
+    assert session.latest_seq == 0
 
 
 @pytest.mark.parametrize(

@@ -126,28 +126,44 @@ _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 def json_depth(raw: bytes) -> int:
     """How deeply arrays and objects nest in the JSON text ``raw``: exact when above
     :data:`MAX_JSON_DEPTH`, otherwise a cheap upper bound that does not exceed it."""
-    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
-        return min(raw.count(b"[") + raw.count(b"{"), MAX_JSON_DEPTH)
+    if len(raw) <= 2 * MAX_JSON_DEPTH:
+        return len(raw) // 2  # every level takes two bytes
+    opening = raw.count(b"[") + raw.count(b"{")
+    if opening <= MAX_JSON_DEPTH:
+        return opening
     brackets = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
     return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
-def check_json(raw: bytes, what: str) -> bytes:
+def check_json(
+    raw: bytes, what: str, decoder: msgspec.json.Decoder[Any] | None = None
+) -> bytes:
     """``raw`` when it is exactly one JSON value fit to store: well-formed, on one line, nested
-    at most :data:`MAX_JSON_DEPTH` deep. Pretty-printed JSON (raw newlines between tokens) is
-    re-encoded compactly. Raises :class:`~agentsession.errors.UsageError` naming ``what``."""
+    at most :data:`MAX_JSON_DEPTH` deep and, with ``decoder``, valid for its type. Pretty-printed
+    JSON (raw newlines between tokens) is re-encoded compactly. Raises
+    :class:`~agentsession.errors.UsageError` naming ``what``."""
     try:
-        _raw_checker.decode(raw)
+        (decoder or _raw_checker).decode(raw)
+    except msgspec.ValidationError as exc:
+        raise UsageError(f"{what} is not valid: {exc}") from None
     except msgspec.DecodeError as exc:
         try:  # the codec also writes escaped lone surrogates, which msgspec refuses
-            _json.loads(raw)
+            value = _json.loads(raw)
         except (ValueError, RecursionError):
             raise UsageError(f"{what} is not valid JSON: {exc}") from None
+        if decoder is not None:
+            try:
+                msgspec.convert(value, decoder.type)
+            except (msgspec.ValidationError, ValueError) as invalid:
+                raise UsageError(f"{what} is not valid: {invalid}") from None
     except RecursionError:
         raise UsageError(f"{what} is nested too deeply") from None
-    if json_depth(raw) > MAX_JSON_DEPTH:
+    except UsageError as exc:  # raised by a payload struct's own checks
+        raise UsageError(f"{what} is not valid: {exc}") from None
+    # Each level takes two bytes ("[" and "]"), so only longer values can be too deep.
+    if len(raw) > 2 * MAX_JSON_DEPTH and json_depth(raw) > MAX_JSON_DEPTH:
         raise UsageError(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
-    if b"\n" in raw or b"\r" in raw:
+    if raw.find(10) >= 0 or raw.find(13) >= 0:  # whitespace between tokens (strings escape it)
         return encode(decode(raw))
     return raw
 

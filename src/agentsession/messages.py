@@ -195,7 +195,6 @@ class ToolResult(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
 
 
 _PART_TYPES = (TextPart, ThinkingPart, ImagePart, FilePart, AttachmentRef)
-_ROLES = frozenset(("system", "user", "assistant", "tool"))
 
 
 def _parts(content: str | Part | Sequence[Part] | None) -> list[Part]:
@@ -214,7 +213,11 @@ def _parts(content: str | Part | Sequence[Part] | None) -> list[Part]:
 
 
 class Message(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
-    """One model-visible message."""
+    """One model-visible message.
+
+    Built with the constructors (:meth:`user`, :meth:`assistant`, ...), which check their
+    arguments; a message assembled by hand with fields of the wrong type is refused when it is
+    appended (the append pipeline validates every payload against its struct)."""
 
     role: Role
     """``system``, ``user``, ``assistant`` or ``tool``."""
@@ -228,27 +231,6 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     """Optional participant name (provider ``name`` field)."""
     author: str = ""
     """Optional author: the agent that produced the message, in multi-agent runs."""
-
-    def __post_init__(self) -> None:
-        if self.role not in _ROLES:
-            raise UsageError(
-                f"message role must be one of system, user, assistant, tool; not {self.role!r}"
-            )
-        for part in self.parts:
-            if not isinstance(part, _PART_TYPES):
-                raise UsageError(
-                    "message parts must be TextPart, ThinkingPart, ImagePart, FilePart or "
-                    f"AttachmentRef objects, not {type(part).__name__} (Message.user(text) makes "
-                    "the parts from text)"
-                )
-        for call in self.tool_calls:
-            if type(call) is not ToolCall:
-                raise UsageError(f"tool_calls must be ToolCall objects, not {type(call).__name__}")
-        for result in self.tool_results:
-            if type(result) is not ToolResult:
-                raise UsageError(
-                    f"tool_results must be ToolResult objects, not {type(result).__name__}"
-                )
 
     @classmethod
     def user(
