@@ -596,3 +596,32 @@ def test_every_command_works_on_the_sql_stores(store_dir: Path, tmp_path: Path) 
                 from .test_conformance_postgres import drop_schemas
 
                 drop_schemas([url.rsplit("schema=", 1)[1]])
+
+
+def test_compact_waits_for_the_turn_lock_and_no_lock_skips_it(store_dir: Path) -> None:
+    holder = ags.open_store(store_dir)
+    lock = holder.lock("cli:long", timeout=5)  # an agent running a turn of the session
+    try:
+        code, _, err = invoke(
+            store_dir,
+            "compact",
+            "cli:long",
+            "--summary",
+            "S",
+            "--keep-turns",
+            "1",
+            "--lock-timeout",
+            "0.2",
+        )
+        assert code == 1
+        assert "is busy: its turn lock is held" in err and "--no-lock" in err
+        assert ags.open_store(store_dir).get("cli:long").messages()[0].text != "S"
+        code, out, _ = invoke(
+            store_dir, "compact", "cli:long", "--summary", "S", "--keep-turns", "1", "--no-lock"
+        )
+        assert code == 0 and "compacted at seq" in out
+    finally:
+        lock.release()
+        holder.close()
+    code, out, _ = invoke(store_dir, "compact", "cli:long", "--summary", "S2", "--keep-turns", "1")
+    assert code == 0 and "compacted at seq" in out

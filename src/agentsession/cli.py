@@ -7,6 +7,7 @@ Errors print one line and exit 1; ``--debug`` shows the traceback.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import sys
@@ -26,7 +27,7 @@ from rich.table import Table
 from . import events as ev
 from . import view
 from .contract import StoreRecoveryReport
-from .errors import SessionError, SessionNotFound, UsageError
+from .errors import LockTimeout, SessionError, SessionNotFound, UsageError
 from .events import Event, encode, encode_event
 from .messages import Message
 from .session import BaseSession
@@ -527,6 +528,19 @@ def _echo_report(report: StoreRecoveryReport, *, dry_run: bool) -> None:
     help="How many of the latest turns to keep verbatim.",
 )
 @click.option("--agent", default=None, help="Compact only this agent's history.")
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the session's turn lock (a running turn holds it).",
+)
+@click.option(
+    "--no-lock",
+    is_flag=True,
+    help="Do not take the turn lock. Unsafe while an agent is running the session: a turn in "
+    "progress may be summarised away half-done.",
+)
 @pass_state
 def compact_command(
     state: State,
@@ -535,15 +549,33 @@ def compact_command(
     summary_file: Any,
     keep_turns: int,
     agent: str | None,
+    lock_timeout: float,
+    no_lock: bool,
 ) -> None:
-    """Replace older history by a summary, keeping the latest turns (nothing is deleted)."""
+    """Replace older history by a summary, keeping the latest turns (nothing is deleted).
+
+    Takes the session's turn lock first, so it never cuts into a turn an agent is running;
+    the marker is appended only if nothing was appended while it was planned."""
     if (summary is None) == (summary_file is None):
         raise UsageError("give the summary with --summary TEXT or --summary-file FILE")
     text = summary if summary is not None else summary_file.read()
     if not text.strip():
         raise UsageError("the summary is empty")
     session = state.existing(session_id)
-    seq = session.compact(Message.user(text.strip()), keep_turns=keep_turns, agent=agent)
+    store = state.store()
+    with contextlib.ExitStack() as held:
+        if not no_lock:
+            try:
+                held.enter_context(store.lock(session_id, timeout=lock_timeout))
+            except LockTimeout:
+                raise LockTimeout(
+                    session_id,
+                    lock_timeout,
+                    f"session {session_id!r} is busy: its turn lock is held (an agent is running "
+                    f"a turn); waited {lock_timeout:g} s. Try again later, or pass --no-lock "
+                    "(unsafe)",
+                ) from None
+        seq = session.compact(Message.user(text.strip()), keep_turns=keep_turns, agent=agent)
     if seq is None:
         click.echo(f"{session_id}: nothing to compact (it has at most {keep_turns} turns)")
         return

@@ -31,6 +31,7 @@ from ..errors import (
     LockTimeout,
     SessionExpired,
     SessionNotFound,
+    StorageError,
     UsageError,
 )
 from ..events import Event, decode
@@ -222,6 +223,11 @@ class StoreConformance:
         """The one factory hook: a store keeping its data under ``tmp_path`` (or wherever the
         backend keeps it), with ``options`` passed to the backend."""
         raise NotImplementedError
+
+    def session_file(self, store: BaseStore, session_id: str) -> Path | None:
+        """For a backend that keeps each session in a file of its own: that file's path (the
+        symlink tests plant a link there). None (the default) skips those tests."""
+        return None
 
     # -- fixtures -------------------------------------------------------------------------
 
@@ -1047,6 +1053,24 @@ class StoreConformance:
         finally:
             if other_store is not None:
                 other_store.close()
+
+    def test_a_symlinked_session_file_never_reaches_outside_the_store(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        path = self.session_file(store, "linked")
+        if path is None:
+            pytest.skip("this backend keeps no file per session")
+        outside = tmp_path / "outside-the-store.txt"
+        outside.write_bytes(b'{"seq":1,"type":"test/n","time":"2026-01-01T00:00:00Z"}\nsecret')
+        before = outside.read_bytes()
+        path.symlink_to(outside)
+        with pytest.raises(StorageError):
+            store.get("linked").append(Event.new("test/n", {}))
+        with pytest.raises(StorageError):
+            store.delete("linked")
+        assert outside.read_bytes() == before
+        assert not store.exists("linked")
+        assert "linked" not in [info.id for info in store.list()]
 
     def test_meta_values_and_session_scoped_meta_die_with_the_session(
         self, store: BaseStore
