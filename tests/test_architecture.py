@@ -257,3 +257,13 @@ def test_the_chat_surface_is_pinned() -> None:
     assert set(agentsession.chat.__all__) == CHAT_NAMES
     for name in CHAT_NAMES:
         assert getattr(agentsession.chat, name).__doc__, name
+
+
+@pytest.mark.parametrize("kind", ["dir", "sqlite"])
+def test_opening_with_create_false_creates_nothing(tmp_path: Path, kind: str) -> None:
+    target = str(tmp_path / "missing") if kind == "dir" else f"sqlite:///{tmp_path}/missing.db"
+    with pytest.raises(agentsession.StoreUnavailable, match="no store at"):
+        agentsession.open_store(target, create=False)
+    assert list(tmp_path.iterdir()) == []
+    agentsession.open_store(target).close()  # created by a write-mode open
+    agentsession.open_store(target, create=False).close()

@@ -471,9 +471,12 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     * ``"postgresql://user@host/db"`` (or ``postgres://``) — PostgreSQL (extra ``postgres``);
     * a store object, returned as it is.
 
-    ``options`` go to the backend: ``durability`` (``"flush"`` or ``"fsync"``), ``ttl``
-    (a ``timedelta``), ``max_cached_sessions``, ``cache_idle_ttl``, ``clock``,
-    ``max_messages``; for JSONL ``on_corrupt`` (``"raise"`` or ``"quarantine"``); for SQLite
+    ``create=False`` opens only a store that exists (for reading: a missing directory,
+    database file or schema raises :class:`~agentsession.errors.StoreUnavailable` saying there
+    is no store there, and nothing is created). ``options`` go to the backend:
+    ``durability`` (``"flush"`` or ``"fsync"``), ``ttl`` (a ``timedelta``),
+    ``max_cached_sessions``, ``cache_idle_ttl``, ``clock``, ``max_messages``; for JSONL
+    ``on_corrupt`` (``"raise"`` or ``"quarantine"``) and ``max_open_files``; for SQLite
     ``busy_timeout`` (seconds a writer waits for another, default 30); for
     PostgreSQL ``schema``, ``pool_min_size``, ``pool_max_size``, ``lock_pool_max_size``,
     ``pool_timeout``, ``connect_timeout``, ``auto_migrate`` and ``prepare_threshold``.

@@ -651,6 +651,7 @@ class JsonlStore(BaseStore):
         *,
         on_corrupt: OnCorrupt = "raise",
         max_open_files: int | None = None,
+        create: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -669,6 +670,9 @@ class JsonlStore(BaseStore):
         self._open_files: OrderedDict[int, weakref.ref[JsonlSession]] = OrderedDict()
         self._open_files_lock = threading.Lock()
         root = os.path.abspath(os.fspath(directory))
+        if not create and not os.path.isdir(root):
+            what = "it is not a directory" if os.path.exists(root) else "no such directory"
+            raise StoreUnavailable(f"no store at {root} ({what})")
         try:
             os.makedirs(root, mode=0o700, exist_ok=True)
         except FileExistsError:

@@ -148,5 +148,7 @@ class MemoryStore(BaseStore):
 
 
 def open_memory(url: str, **options: Any) -> MemoryStore:
-    """``open_store("memory:")``: a new, empty store in this process's memory."""
+    """``open_store("memory:")``: a new, empty store in this process's memory (``create`` is
+    accepted and has nothing to do)."""
+    options.pop("create", None)
     return MemoryStore(**options)

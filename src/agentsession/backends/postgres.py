@@ -653,6 +653,7 @@ class PostgresStore(BaseStore):
         connect_timeout: int = 10,
         auto_migrate: bool = True,
         prepare_threshold: int | None = 5,
+        create: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -695,7 +696,7 @@ class PostgresStore(BaseStore):
         # connection (which gives the precise error when the server cannot be reached).
         self._pool.open(wait=False)
         try:
-            self._prepare_schema(auto_migrate)
+            self._prepare_schema(auto_migrate, create)
         except BaseException:
             self._pool.close()
             raise
@@ -771,7 +772,7 @@ class PostgresStore(BaseStore):
 
     # -- connections and the one translation point ----------------------------------------
 
-    def _prepare_schema(self, auto_migrate: bool) -> None:
+    def _prepare_schema(self, auto_migrate: bool, create: bool = True) -> None:
         """Connect once directly (for a precise error when the server is unreachable), check
         the schema version and migrate when allowed."""
         conn = self._connect()
@@ -785,6 +786,11 @@ class PostgresStore(BaseStore):
                         self._target.where,
                         row[0],
                     )
+            if not create and schema_version(conn, self._target.schema) == 0:
+                raise StoreUnavailable(
+                    f"no store at {self._target.where}: schema {self._target.schema!r} holds no "
+                    "agentsession tables"
+                )
             if auto_migrate:
                 _migrate_on(conn, self._target)
             elif schema_version(conn, self._target.schema) != LATEST_VERSION:

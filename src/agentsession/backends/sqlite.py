@@ -632,7 +632,12 @@ class SqliteStore(BaseStore):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0, **options: Any
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        create: bool = True,
+        **options: Any,
     ) -> None:
         super().__init__(**options)
         if busy_timeout < 0:
@@ -646,7 +651,17 @@ class SqliteStore(BaseStore):
         self._connections_lock = threading.Lock()
         self._close_connections = weakref.finalize(self, _close_all, self._connections, os.getpid())
         self._write_lock = _write_lock_for(self._path)
-        self._create_file()
+        if create:
+            self._create_file()
+        else:
+            try:
+                size = os.stat(self._path).st_size
+            except FileNotFoundError:
+                raise StoreUnavailable(f"no store at {self._path} (no such file)") from None
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot open the database {self._path}: {exc}") from exc
+            if size == 0:
+                raise StoreUnavailable(f"no store at {self._path} (the file is empty)")
         _live_stores.add(self)
         try:
             self._prepare_schema(self._connection())
