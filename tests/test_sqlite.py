@@ -26,7 +26,7 @@ from agentsession.events import Compaction
 
 
 def open_db(path: Path, **options: Any) -> SqliteStore:
-    store = ags.open_store(f"sqlite://{path}", **options)
+    store = ags.open_store(f"sqlite:///{path}", **options)
     assert isinstance(store, SqliteStore)
     return store
 
@@ -158,7 +158,7 @@ def test_url_opens_the_same_database_even_with_odd_characters_in_the_path(
 ) -> None:
     store = open_db(tmp_path / "dir with space %41 #x" / "s.db")
     store.get("s").append(Event.new("test/n", {"n": 1}))
-    assert store.url.startswith("sqlite:///")
+    assert store.url.startswith("sqlite:////")
     other = ags.open_store(store.url)
     assert isinstance(other, SqliteStore) and other.path == store.path
     assert [e.payload() for e in other.get("s").read()] == [{"n": 1}]
@@ -527,3 +527,20 @@ def test_a_writer_catches_up_on_another_stores_appends_before_its_own(
         other.close()
     assert held.append(Event.new("user/message", Message.user("three"))) == 3
     assert texts(held) == ["one", "two", "three"]
+
+
+def test_sqlite_urls_follow_sqlalchemys_convention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = ags.open_store("sqlite:///rel/my.db")
+    assert relative.location == str((tmp_path / "rel" / "my.db").resolve())
+    relative.close()
+    absolute = ags.open_store(f"sqlite:///{tmp_path}/abs.db")  # tmp_path starts with "/"
+    assert absolute.location == str((tmp_path / "abs.db").resolve())
+    assert ags.open_store(absolute.url).location == absolute.location  # url round-trips
+    absolute.close()
+    with pytest.raises(ags.UsageError) as refused:
+        ags.open_store("sqlite://my.db")
+    assert "sqlite:///relative/path.db" in str(refused.value)
+    assert "sqlite:////absolute/path.db" in str(refused.value)

@@ -467,7 +467,8 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     * ``"memory:"`` — sessions in this process's memory;
     * a directory path, or ``"jsonl:///abs/dir"`` / ``"jsonl:relative/dir"`` — the JSONL store
       (the embedded default), created owner-only when missing;
-    * ``"sqlite:///path/to.db"`` — one SQLite file;
+    * ``"sqlite:///relative.db"`` or ``"sqlite:////absolute/path.db"`` — one SQLite file
+      (SQLAlchemy's convention);
     * ``"postgresql://user@host/db"`` (or ``postgres://``) — PostgreSQL (extra ``postgres``);
     * a store object, returned as it is.
 
@@ -501,7 +502,8 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
         return factory(target, **options)
     raise UsageError(
         f"unknown store URL scheme {scheme!r} in {target!r}: use a directory path, 'memory:', "
-        "'jsonl:///dir', 'sqlite:///file.db' or 'postgresql://...'"
+        "'jsonl:///dir', 'sqlite:///relative.db', 'sqlite:////absolute.db' or "
+        "'postgresql://...'"
     )
 
 

@@ -54,7 +54,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import msgspec
 
@@ -71,9 +71,16 @@ from ..errors import (
 from ..events import Event
 from ..locks import FileLocker
 from ..session import BaseSession
-from ..store import BaseStore, path_of
+from ..store import BaseStore
 
-__all__ = ["SCHEMA_VERSION", "SqliteSession", "SqliteStore", "migrate", "open_sqlite"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "SqliteSession",
+    "SqliteStore",
+    "migrate",
+    "open_sqlite",
+    "sqlite_path",
+]
 
 SCHEMA_VERSION = 1
 """The schema version this module writes (``PRAGMA user_version``): ``len(_MIGRATIONS)``."""
@@ -624,7 +631,8 @@ def _rows(key: int, first: int, fields: list[tuple[Any, ...]]) -> list[tuple[Any
 
 
 class SqliteStore(BaseStore):
-    """Sessions in one SQLite database file. Opened by ``open_store("sqlite:///path/to.db")``.
+    """Sessions in one SQLite database file. Opened by ``open_store("sqlite:///relative.db")``
+    or ``open_store("sqlite:////absolute/path.db")`` (see :func:`sqlite_path`).
 
     ``busy_timeout`` is how many seconds a writer waits for another process's write lock
     before failing with :class:`~agentsession.errors.StorageError`. The other options are
@@ -683,8 +691,8 @@ class SqliteStore(BaseStore):
 
     @property
     def url(self) -> str:
-        """``sqlite:///`` and the database's absolute path."""
-        return "sqlite://" + quote(self._path)
+        """``sqlite:///`` and the database's absolute path (so four slashes on POSIX)."""
+        return "sqlite:///" + quote(self._path)
 
     def _create_file(self) -> None:
         directory = os.path.dirname(self._path)
@@ -920,7 +928,7 @@ class SqliteStore(BaseStore):
 
 
 def migrate(url: str, **options: Any) -> builtins.list[int]:
-    """Create or upgrade the database at ``url`` (``sqlite:///path``); returns the schema
+    """Create or upgrade the database at ``url`` (see :func:`sqlite_path`); returns the schema
     versions applied now (opening a store migrates too)."""
     store = open_sqlite(url, **options)
     try:
@@ -929,6 +937,30 @@ def migrate(url: str, **options: Any) -> builtins.list[int]:
         store.close()
 
 
+def sqlite_path(url: str) -> str:
+    """The database path of a ``sqlite:`` URL, by SQLAlchemy's convention:
+    ``sqlite:///relative.db`` is relative to the working directory, ``sqlite:////abs/path.db``
+    is absolute (``sqlite:relative.db`` is relative too). ``sqlite://name.db``, which reads as
+    a host name, is refused with a message showing both forms."""
+    scheme, _, rest = url.partition(":")
+    rest = rest.partition("?")[0]
+    if rest.startswith("///"):
+        path = rest[3:]
+    elif rest.startswith("//"):
+        raise UsageError(
+            f"{url!r} is ambiguous: write {scheme}:///relative/path.db for a file relative to "
+            f"the working directory, or {scheme}:////absolute/path.db for an absolute path"
+        )
+    else:
+        path = rest
+    path = unquote(path)
+    if not path:
+        raise UsageError(
+            f"{url!r} names no file: use {scheme}:///relative.db or {scheme}:////absolute.db"
+        )
+    return path
+
+
 def open_sqlite(url: str, **options: Any) -> SqliteStore:
-    """``open_store("sqlite:///path/to.db")``."""
-    return SqliteStore(path_of(url, "sqlite"), **options)
+    """``open_store("sqlite:///relative.db")`` or ``open_store("sqlite:////abs/path.db")``."""
+    return SqliteStore(sqlite_path(url), **options)
