@@ -388,3 +388,33 @@ def test_prune_of_one_agent_leaves_the_others_history(store: ags.BaseStore) -> N
     assert texts(session.messages(agent="a")) == ["question 2", "calls", "result 2", "answer 2"]
     assert session.messages(agent="b") == b_before
     assert session.prune(4, agent="a") is None  # it fits now
+
+
+def test_a_marker_naming_no_agent_keeps_each_agents_tail_under_its_own_filter() -> None:
+    session = ags.open_store("memory:").get("agents")
+    for agent in "aba":
+        with session.turn(agent=agent) as turn:
+            turn.user(f"q-{agent}")
+            turn.assistant(f"r-{agent}")
+    session.compact("summary", keep_turns=2)
+    assert [m.text for m in session.messages(agent="b")] == ["summary", "q-b", "r-b"]
+    assert [m.text for m in session.messages(agent="a")] == ["summary", "q-a", "r-a"]
+    assert [m.text for m in session.messages(agent="nobody")] == ["summary"]
+    assert [m.text for m in session.messages()] == ["summary", "q-b", "r-b", "q-a", "r-a"]
+    # A second compaction keeps the agents of the messages the first one kept.
+    with session.turn(agent="b") as turn:
+        turn.user("q-b2")
+    session.compact("summary 2", keep_turns=2)
+    assert [m.text for m in session.messages(agent="b")] == ["summary 2", "q-b2"]
+    assert [m.text for m in session.messages(agent="a")] == ["summary 2", "q-a", "r-a"]
+
+
+def test_a_marker_written_before_retained_agents_passes_every_filter() -> None:
+    session = ags.open_store("memory:").get("old")
+    old_marker = {
+        "summary": {"role": "user", "parts": [{"type": "text", "text": "s"}]},
+        "firstKeptSeq": 1,
+        "retainedTail": [{"role": "user", "parts": [{"type": "text", "text": "kept"}]}],
+    }
+    session.append(ags.Event.new("session/compaction", old_marker))
+    assert [m.text for m in session.messages(agent="anyone")] == ["s", "kept"]

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .derive import Deriver
+from .derive import Deriver, IndexedMessage
 from .errors import UsageError
 from .events import TURN_END, TURN_START, USER_MESSAGE, Compaction, Event, compaction_of
 from .messages import Message
@@ -99,6 +99,16 @@ def _live_turn_starts(live: Sequence[Event]) -> list[int]:
     return starts
 
 
+def _kept(
+    events: Sequence[Event], entries: Sequence[IndexedMessage]
+) -> tuple[list[Message], list[str]]:
+    """The messages of ``entries`` and the agent of the event each came from (an empty list
+    when none has one), for ``retained_tail`` and ``retained_agents``."""
+    agents_by_seq = {e.seq: e.agent for e in events if e.agent}
+    agents = [agents_by_seq.get(entry.seq, entry.agent) for entry in entries]
+    return [entry.message for entry in entries], agents if any(agents) else []
+
+
 def turn_cuts(events: Sequence[Event], deriver: Deriver) -> list[tuple[int, int]]:
     """Where the derived history can be cut: ``(entry index, first kept seq)`` for the start of
     every turn, earliest first.
@@ -140,7 +150,7 @@ def turn_cuts(events: Sequence[Event], deriver: Deriver) -> list[tuple[int, int]
 
 def _tail_from_seq(
     events: Sequence[Event], deriver: Deriver, first_kept_seq: int, session_id: str
-) -> list[Message]:
+) -> list[IndexedMessage]:
     """The messages from the first entry whose event is at or after ``first_kept_seq`` to the
     end, never the current summary and never starting inside a tool exchange.
 
@@ -158,10 +168,9 @@ def _tail_from_seq(
             "whose own seqs are not recorded; give a seq outside that range or use keep_turns"
         )
     start = next((i for i, e in enumerate(kept) if e.seq >= first_kept_seq), len(kept))
-    tail = [e.message for e in kept[start:]]
-    while tail and tail[0].role == "tool":  # never start inside a tool exchange
-        tail.pop(0)
-    return tail
+    while start < len(kept) and kept[start].message.role == "tool":
+        start += 1  # never start inside a tool exchange
+    return kept[start:]
 
 
 def plan_compaction(
@@ -211,10 +220,12 @@ def plan_compaction(
         if keep_turns > len(cuts):
             return None
         index, seq = cuts[-keep_turns]
+        tail, agents = _kept(events, entries[index:])
         return Compaction(
             summary=summary,
             first_kept_seq=seq,
-            retained_tail=[e.message for e in entries[index:]],
+            retained_tail=tail,
+            retained_agents=agents,
             tokens_before=tokens_before,
             kind=kind,
         )
@@ -224,10 +235,12 @@ def plan_compaction(
             f"first_kept_seq {first_kept_seq} is outside session {session_id!r} "
             f"(seqs 1..{latest_seq})"
         )
+    tail, agents = _kept(events, _tail_from_seq(events, deriver, first_kept_seq, session_id))
     return Compaction(
         summary=summary,
         first_kept_seq=first_kept_seq,
-        retained_tail=_tail_from_seq(events, deriver, first_kept_seq, session_id),
+        retained_tail=tail,
+        retained_agents=agents,
         tokens_before=tokens_before,
         kind=kind,
     )
@@ -263,9 +276,11 @@ def plan_prune(events: Sequence[Event], deriver: Deriver, max_messages: int) -> 
     index, seq = chosen
     if index <= (1 if summary is not None else 0):
         return None  # nothing before the first kept turn but the summary
+    tail, agents = _kept(events, entries[index:])
     return Compaction(
         summary=summary.message if summary is not None else None,
         first_kept_seq=seq,
-        retained_tail=[e.message for e in entries[index:]],
+        retained_tail=tail,
+        retained_agents=agents,
         kind="prune",
     )

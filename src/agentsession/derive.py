@@ -122,6 +122,9 @@ class IndexedMessage(msgspec.Struct, frozen=True):
     stand-in result)."""
     is_turn_start: bool = False
     """True for messages that begin a turn (user messages, skill loads): safe cut points."""
+    agent: str = ""
+    """For a message a compaction marker kept: the agent it came from (``retained_agents``);
+    for other messages the source event's agent is in the log itself."""
 
 
 class _Slot:
@@ -158,6 +161,7 @@ class Deriver:
         self._entries: list[IndexedMessage] = []
         self._open: list[_Slot] = []
         self._exchange_seq = 0
+        self._exchange_agent = ""
         self._standins: dict[str, deque[_Slot]] = {}
         self._pending: list[IndexedMessage] = []
         self._floor = 0  # a legacy marker hides every event up to its before_seq
@@ -256,22 +260,30 @@ class Deriver:
         self._pending = []
         self._floor = 0
         tail_seq = data.first_kept_seq or seq
-        for msg in data.retained_tail:
-            self._message(msg, tail_seq, msg.role == "user")
+        agents = data.retained_agents
+        if len(agents) != len(data.retained_tail):
+            agents = [""] * len(data.retained_tail)  # an older marker: the tail passes all
+        for msg, agent in zip(data.retained_tail, agents, strict=True):
+            # A kept message of another agent stays out of this agent's history.
+            if self.agent is None or not agent or agent == self.agent:
+                self._message(msg, tail_seq, msg.role == "user", agent)
 
     # -- the pairing rules ----------------------------------------------------------------
 
-    def _message(self, msg: Message, seq: int, is_turn_start: bool) -> None:
+    def _message(self, msg: Message, seq: int, is_turn_start: bool, agent: str = "") -> None:
         if msg.role == "tool":
-            self._results(msg.tool_results, seq)
+            self._results(msg.tool_results, seq, agent)
             return
         self._close_exchange()
-        self._entries.append(IndexedMessage(msg, seq, is_turn_start and msg.role == "user"))
+        self._entries.append(
+            IndexedMessage(msg, seq, is_turn_start and msg.role == "user", agent)
+        )
         if msg.role == "assistant" and msg.tool_calls:
             self._open = [_Slot(call) for call in msg.tool_calls]
             self._exchange_seq = seq
+            self._exchange_agent = agent
 
-    def _results(self, results: Iterable[ToolResult], seq: int) -> None:
+    def _results(self, results: Iterable[ToolResult], seq: int, agent: str = "") -> None:
         matched: list[ToolResult] = []
         for result in results:
             slot = next((s for s in self._open if s.call.id == result.call_id), None)
@@ -284,14 +296,16 @@ class Deriver:
                 self._replace_standin(late.popleft(), result)
             # Otherwise no call precedes it: a provider would reject it, so it is left out.
         if matched:
-            self._entries.append(IndexedMessage(Message(role="tool", tool_results=matched), seq))
+            message = Message(role="tool", tool_results=matched)
+            self._entries.append(IndexedMessage(message, seq, False, agent))
         if not self._open and self._pending:
             self._entries.extend(self._pending)
             self._pending = []
 
     def _standin_message(self) -> IndexedMessage:
         results = [interrupted_tool_result(slot.call) for slot in self._open]
-        return IndexedMessage(Message(role="tool", tool_results=results), self._exchange_seq)
+        message = Message(role="tool", tool_results=results)
+        return IndexedMessage(message, self._exchange_seq, False, self._exchange_agent)
 
     def _close_exchange(self) -> None:
         if self._open:

@@ -173,6 +173,10 @@ class Compaction(_Payload, frozen=True):
     """Legacy form: highest summarised seq, used only when ``first_kept_seq`` is unset."""
     kind: str = "summary"
     """``summary`` or ``prune`` (a history cap that drops messages without summarising)."""
+    retained_agents: list[str] = []
+    """The agent of each message of ``retained_tail`` (same length), so that every agent's
+    history keeps only its own kept messages; empty when no kept message has an agent (and
+    in markers written before this field existed: their tail passes every filter)."""
 
     @property
     def rebuilds_history(self) -> bool:
