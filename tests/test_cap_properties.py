@@ -12,9 +12,9 @@ was generated, not from the planner:
 * without turn markers every user message starts a turn (nothing in the log ties a second user
   message to the turn before it).
 
-A marked turn with a second user message is a known limitation (:func:`test_known_limitation`):
-only the weaker properties of :func:`test_capped_history_is_a_valid_suffix_within_the_cap` hold
-for it.
+Marked turns may carry a second user message too: the markers record where their kept turns
+begin and whether they were appended inside an open turn, so the model holds for them as well
+(:func:`test_markers_record_where_kept_turns_begin_and_an_open_turn` pins two such cases).
 """
 
 from __future__ import annotations
@@ -66,9 +66,11 @@ def turn_shapes(
     return TurnShape(marked, calls, second, compact)
 
 
-conversations = st.lists(turn_shapes(), min_size=1, max_size=8)
+conversations = st.lists(turn_shapes(second_user_in_marked_turns=True), min_size=1, max_size=8)
 any_conversations = st.lists(turn_shapes(second_user_in_marked_turns=True), min_size=1, max_size=8)
-compacted_conversations = st.lists(turn_shapes(compactions=True), min_size=1, max_size=8)
+compacted_conversations = st.lists(
+    turn_shapes(second_user_in_marked_turns=True, compactions=True), min_size=1, max_size=8
+)
 caps = st.integers(1, 12)
 
 
@@ -342,12 +344,6 @@ def test_capped_history_is_a_valid_suffix_within_the_cap(shapes: list[TurnShape]
 BARE = TurnShape(False, ())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a marker records neither where the turns of its retained tail begin nor whether it "
-    "sits inside an open turn (see agentsession.compaction)",
-)
 @pytest.mark.parametrize(
     ("shapes", "cap"),
     [
@@ -363,8 +359,11 @@ BARE = TurnShape(False, ())
         ),
     ],
 )
-def test_known_limitation(shapes: list[TurnShape], cap: int) -> None:
-    """A second user message inside a marked turn can become a cut point after a prune."""
+def test_markers_record_where_kept_turns_begin_and_an_open_turn(
+    shapes: list[TurnShape], cap: int
+) -> None:
+    """A second user message inside a marked turn never becomes a cut point, neither inside a
+    retained tail nor while the turn a prune landed in is still open."""
     store = ags.open_store("memory:", max_messages=cap)
     run_conversation(store.get("s"), ags.open_store("memory:").get("s"), cap, shapes)
 

@@ -580,11 +580,13 @@ def test_unreachable_server_leaves_no_raw_pool_warning(
     bad = urlunsplit(parts._replace(netloc=f"{user}@{host}:1" if user else f"{host}:1"))
     prepare = PostgresStore._prepare_schema
 
-    def prepare_after_the_pool_failed(self: PostgresStore, auto_migrate: bool) -> None:
+    def prepare_after_the_pool_failed(
+        self: PostgresStore, auto_migrate: bool, create: bool = True
+    ) -> None:
         # The pool connects in the background; let it fail first (otherwise it may or may
         # not get to try before the store gives up), then fail the store's own connection.
         wait_for(lambda: self._pool.get_stats().get("connections_errors", 0) >= 1)
-        prepare(self, auto_migrate)
+        prepare(self, auto_migrate, create)
 
     monkeypatch.setattr(PostgresStore, "_prepare_schema", prepare_after_the_pool_failed)
     with caplog.at_level(logging.DEBUG), pytest.raises(StoreUnavailable, match=f"{host}:1"):

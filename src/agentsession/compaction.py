@@ -18,13 +18,11 @@ user message, in a log without turn markers); a user message between ``turn/star
 user message it kept (the tail itself began at a turn boundary). Counting the turns a marker
 retained is what lets a second compaction or prune cut inside them.
 
-*Known limitation.* A marker records neither where the turns of its retained tail begin nor
-whether it was appended inside an open turn (a prune lands right after the user message that
-triggered it). So a second user message of a marked turn (or a skill load, which is a user
-message too) counts as a turn start once a marker retained it, and while the turn a prune
-landed in is still open (its ``turn/end`` not yet written). Removing this needs the marker to
-store both, for example ``Compaction.retained_turn_starts`` (indexes into ``retained_tail``)
-and ``Compaction.in_turn``.
+Markers record that structure for the next cut: ``retained_turn_starts`` (where the kept
+turns begin) and ``in_turn`` (a history cap lands right after the user message that started a
+turn, so the events after the marker may still belong to it). For markers written before those
+fields existed, every kept user message counts as a turn start, and whether the history opens
+inside a turn is guessed from the first ``turn/start`` or ``turn/end`` after the marker.
 
 A history cap (lango's ``max_messages``) is the same mechanism with ``kind="prune"``: it keeps
 the most recent whole turns whose messages fit the cap, carrying the current summary forward.
@@ -66,27 +64,35 @@ def previous_summary_text(data: Compaction) -> str:
 def _marker_base(events: Sequence[Event], deriver: Deriver) -> int:
     """Seq after which the window's events are replayed live by ``deriver``: the latest marker
     that passes its filter (its ``before_seq`` for a legacy marker), or 0."""
+    return _base_marker(events, deriver)[0]
+
+
+def _base_marker(events: Sequence[Event], deriver: Deriver) -> tuple[int, Compaction | None]:
+    """:func:`_marker_base` and that marker's payload (None when there is none)."""
     for event in reversed(events):
         if deriver.passes(event):
             data = compaction_of(event)
             if data is not None:
-                return event.seq if data.rebuilds_history else data.before_seq
-    return 0
+                return (event.seq if data.rebuilds_history else data.before_seq), data
+    return 0, None
 
 
-def _live_turn_starts(live: Sequence[Event]) -> list[int]:
+def _scan_turns(live: Sequence[Event], inside: bool | None) -> tuple[list[int], bool]:
     """Seqs where the turns of ``live`` (events replayed after the marker) begin: every
-    ``turn/start``, and every user message outside a marked turn.
+    ``turn/start``, and every user message outside a marked turn; and whether the last of them
+    is still open at the end.
 
-    A user message between a ``turn/start`` and its ``turn/end`` belongs to that turn. The window
-    may open inside a marked turn (a prune marker lands right after the user message that
-    triggered it): events before a ``turn/end`` that no ``turn/start`` precedes are inside it.
+    A user message between a ``turn/start`` and its ``turn/end`` belongs to that turn.
+    ``inside`` says whether ``live`` opens inside a turn (the marker's ``in_turn``); None, for
+    markers written before that was recorded, guesses it: events before a ``turn/end`` that no
+    ``turn/start`` precedes are inside a turn.
     """
-    inside = False
-    for event in live:
-        if event.type in (TURN_START, TURN_END):
-            inside = event.type == TURN_END
-            break
+    if inside is None:
+        inside = False
+        for event in live:
+            if event.type in (TURN_START, TURN_END):
+                inside = event.type == TURN_END
+                break
     starts: list[int] = []
     for event in live:
         if event.type == TURN_START:
@@ -96,7 +102,17 @@ def _live_turn_starts(live: Sequence[Event]) -> list[int]:
             inside = False
         elif event.type == USER_MESSAGE and not inside:
             starts.append(event.seq)
-    return starts
+    return starts, inside
+
+
+def _opens_inside(marker: Compaction | None) -> bool | None:
+    """Whether the history after ``marker`` opens inside a turn: its ``in_turn`` when it records
+    turn structure, None (guess) for older markers."""
+    if marker is None:
+        return False
+    if marker.in_turn or marker.retained_turn_starts:
+        return marker.in_turn
+    return None
 
 
 def _kept(
@@ -107,6 +123,15 @@ def _kept(
     agents_by_seq = {e.seq: e.agent for e in events if e.agent}
     agents = [agents_by_seq.get(entry.seq, entry.agent) for entry in entries]
     return [entry.message for entry in entries], agents if any(agents) else []
+
+
+def _structure(events: Sequence[Event], deriver: Deriver, index: int) -> tuple[list[int], bool]:
+    """For a marker keeping the entries from ``index`` on: the indexes into its tail where
+    turns begin, and whether it is appended inside an open turn."""
+    starts = [cut - index for cut, _ in turn_cuts(events, deriver) if cut >= index]
+    base, marker = _base_marker(events, deriver)
+    live = [e for e in events if e.seq > base and deriver.passes(e)]
+    return starts, _scan_turns(live, _opens_inside(marker))[1]
 
 
 def turn_cuts(events: Sequence[Event], deriver: Deriver) -> list[tuple[int, int]]:
@@ -121,7 +146,7 @@ def turn_cuts(events: Sequence[Event], deriver: Deriver) -> list[tuple[int, int]
     lower bound of the first event kept.
     """
     entries = deriver.committed()
-    base = _marker_base(events, deriver)
+    base, marker = _base_marker(events, deriver)
     first = 1 if deriver.summary is not None else 0
     cuts: dict[int, int] = {}
     # Messages a marker retained come before every live one; their seq is the marker's.
@@ -134,7 +159,7 @@ def turn_cuts(events: Sequence[Event], deriver: Deriver) -> list[tuple[int, int]
     # Live turns: the first entry at or after each turn's first event that is not a tool
     # message (tool results answer the calls of the turn before).
     live = [e for e in events if e.seq > base and deriver.passes(e)]
-    for seq in _live_turn_starts(live):
+    for seq in _scan_turns(live, _opens_inside(marker))[0]:
         while position < len(entries) and (
             entries[position].seq < seq or entries[position].message.role == "tool"
         ):
@@ -213,6 +238,7 @@ def plan_compaction(
             return Compaction(
                 summary=summary,
                 first_kept_seq=latest_seq + 1,
+                in_turn=_structure(events, deriver, len(entries))[1],
                 tokens_before=tokens_before,
                 kind=kind,
             )
@@ -221,10 +247,13 @@ def plan_compaction(
             return None
         index, seq = cuts[-keep_turns]
         tail, agents = _kept(events, entries[index:])
+        starts, in_turn = _structure(events, deriver, index)
         return Compaction(
             summary=summary,
             first_kept_seq=seq,
             retained_tail=tail,
+            retained_turn_starts=starts,
+            in_turn=in_turn,
             retained_agents=agents,
             tokens_before=tokens_before,
             kind=kind,
@@ -235,11 +264,15 @@ def plan_compaction(
             f"first_kept_seq {first_kept_seq} is outside session {session_id!r} "
             f"(seqs 1..{latest_seq})"
         )
-    tail, agents = _kept(events, _tail_from_seq(events, deriver, first_kept_seq, session_id))
+    kept = _tail_from_seq(events, deriver, first_kept_seq, session_id)
+    tail, agents = _kept(events, kept)
+    starts, in_turn = _structure(events, deriver, len(entries) - len(kept))
     return Compaction(
         summary=summary,
         first_kept_seq=first_kept_seq,
         retained_tail=tail,
+        retained_turn_starts=starts or ([0] if tail else []),
+        in_turn=in_turn,
         retained_agents=agents,
         tokens_before=tokens_before,
         kind=kind,
@@ -277,10 +310,13 @@ def plan_prune(events: Sequence[Event], deriver: Deriver, max_messages: int) -> 
     if index <= (1 if summary is not None else 0):
         return None  # nothing before the first kept turn but the summary
     tail, agents = _kept(events, entries[index:])
+    starts, in_turn = _structure(events, deriver, index)
     return Compaction(
         summary=summary.message if summary is not None else None,
         first_kept_seq=seq,
         retained_tail=tail,
+        retained_turn_starts=starts,
+        in_turn=in_turn,
         retained_agents=agents,
         kind="prune",
     )

@@ -263,10 +263,12 @@ class Deriver:
         agents = data.retained_agents
         if len(agents) != len(data.retained_tail):
             agents = [""] * len(data.retained_tail)  # an older marker: the tail passes all
-        for msg, agent in zip(data.retained_tail, agents, strict=True):
+        starts = set(data.retained_turn_starts)
+        for index, (msg, agent) in enumerate(zip(data.retained_tail, agents, strict=True)):
             # A kept message of another agent stays out of this agent's history.
             if self.agent is None or not agent or agent == self.agent:
-                self._message(msg, tail_seq, msg.role == "user", agent)
+                turn_start = index in starts if starts else msg.role == "user"
+                self._message(msg, tail_seq, turn_start, agent)
 
     # -- the pairing rules ----------------------------------------------------------------
 

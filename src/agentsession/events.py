@@ -173,6 +173,14 @@ class Compaction(_Payload, frozen=True):
     """Legacy form: highest summarised seq, used only when ``first_kept_seq`` is unset."""
     kind: str = "summary"
     """``summary`` or ``prune`` (a history cap that drops messages without summarising)."""
+    retained_turn_starts: list[int] = []
+    """Indexes into ``retained_tail`` of the messages that begin a turn, so that a later
+    compaction or history cap cuts only between the kept turns; empty in markers written before
+    this field existed (every kept user message then counts as a turn start)."""
+    in_turn: bool = False
+    """True when the marker was appended inside a turn that had not ended (a history cap applies
+    right after the user message that started it): the events after the marker, up to the next
+    ``turn/end``, belong to that turn."""
     retained_agents: list[str] = []
     """The agent of each message of ``retained_tail`` (same length), so that every agent's
     history keeps only its own kept messages; empty when no kept message has an agent (and
