@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+import pytest
+
 import agentsession as ags
 from agentsession import derive
 from agentsession.derive import INTERRUPTED_TOOL_RESULT_TEXT, Deriver
@@ -334,3 +337,15 @@ def test_deriver_asks_for_a_rebuild_at_a_legacy_marker() -> None:
     deriver = Deriver()
     legacy = Event.new(COMPACTION, Compaction(summary=Message.user("s"), before_seq=1))
     assert not deriver.feed(Event(seq=2, type=COMPACTION, data=legacy.data))
+
+
+def test_an_event_the_deriver_cannot_use_is_left_out_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bad = ags.Event(seq=2, type="user/message", data=msgspec.Raw(b'{"role":"user","parts":5}'))
+    good = ags.Event.new("user/message", ags.Message.user("hi"))
+    good = msgspec.structs.replace(good, seq=1)
+    with caplog.at_level("WARNING", logger="agentsession.derive"):
+        history = derive.messages([good, bad])
+    assert [m.text for m in history] == ["hi"]
+    assert "seq 2 (user/message)" in caplog.text and "not a valid Message" in caplog.text

@@ -26,6 +26,7 @@ The output therefore always passes :func:`agentsession.validation.provider_error
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -58,6 +59,8 @@ __all__ = [
     "render_skill",
     "truncate_text",
 ]
+
+log = logging.getLogger(__name__)
 
 INTERRUPTED_TOOL_RESULT_TEXT = (
     "tool execution was interrupted before it produced a result (process exited); "
@@ -138,10 +141,19 @@ class _Slot:
         self.index = -1  # position of this call's stand-in within that message
 
 
-def _decode_or_none(data: msgspec.Raw, type_: type[msgspec.Struct]) -> msgspec.Struct | None:
+def _decode_or_none(event: Event, type_: type[msgspec.Struct]) -> msgspec.Struct | None:
+    """The event's payload as ``type_``; None, with a warning, when it is not one (data written
+    by an older or foreign writer: the append pipeline refuses such payloads today)."""
     try:
-        return decode(data, type_)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        return decode(event.data, type_)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+        log.warning(
+            "left event seq %d (%s) out of the history: its payload is not a valid %s: %s",
+            event.seq,
+            event.type,
+            type_.__name__,
+            exc,
+        )
         return None
 
 
@@ -231,15 +243,15 @@ class Deriver:
             return
         kind = event.type
         if kind in (USER_MESSAGE, ASSISTANT_MESSAGE):
-            msg = _decode_or_none(event.data, Message)
+            msg = _decode_or_none(event, Message)
             if isinstance(msg, Message):
                 self._message(msg, event.seq, kind == USER_MESSAGE)
         elif kind == TOOL_RESULT:
-            result = _decode_or_none(event.data, ToolResult)
+            result = _decode_or_none(event, ToolResult)
             if isinstance(result, ToolResult):
                 self._results((result,), event.seq)
         elif kind == SKILL_LOAD:
-            skill = _decode_or_none(event.data, SkillLoad)
+            skill = _decode_or_none(event, SkillLoad)
             if isinstance(skill, SkillLoad):
                 entry = IndexedMessage(Message.user(render_skill(skill)), event.seq, True)
                 if self._open:
@@ -247,7 +259,7 @@ class Deriver:
                 else:
                     self._entries.append(entry)
         elif kind == TURN_CONTINUE:
-            cont = _decode_or_none(event.data, TurnContinue)
+            cont = _decode_or_none(event, TurnContinue)
             if isinstance(cont, TurnContinue):
                 for msg in cont.messages:
                     self._message(msg, event.seq, msg.role == "user")
