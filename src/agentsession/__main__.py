@@ -1,6 +1,6 @@
-"""``python -m agentsession``: the command line."""
+"""``python -m agentsession``: the command line (the ``cli`` extra installs what it needs)."""
 
-from .cli import main
+from ._cli_entry import main
 
 if __name__ == "__main__":
     main()

@@ -9,24 +9,37 @@ one.
 The lock is **not reentrant**: asking for a lock the same thread already holds raises
 :class:`~agentsession.errors.UsageError` at once instead of waiting for itself. Another thread
 of the same process waits like another process would.
+
+File turn locks (:class:`FileLocker`, used by the JSONL and SQLite stores) need ``fcntl.flock``,
+which only POSIX systems (Linux, macOS) have. ``fcntl`` is imported when such a lock is first
+used, so importing agentsession works everywhere; on a system without it, taking or testing a
+file turn lock raises :class:`~agentsession.errors.StoreUnavailable` naming the platform.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
+import platform
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Protocol
 
 from ._names import safe_name
-from .errors import LockTimeout, StorageError, UsageError
+from .errors import LockTimeout, StorageError, StoreUnavailable, UsageError
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["FileLocker", "Locker", "ThreadLocker", "TurnLock"]
+__all__ = [
+    "FileLocker",
+    "Locker",
+    "ThreadLocker",
+    "TurnLock",
+    "file_locks_unavailable",
+    "require_file_locks",
+]
 
 
 class Locker(Protocol):
@@ -182,6 +195,26 @@ class ThreadLocker:
         self._mutex = threading.Lock()
 
 
+def file_locks_unavailable(
+    what: str, instead: str = "the memory and PostgreSQL stores lock without them"
+) -> StoreUnavailable:
+    """The error for ``what`` (a plural phrase, for example ``"this store's turn locks"``) on
+    a system without POSIX file locks: it names the platform, then says what to do
+    ``instead``."""
+    system = platform.system() or sys.platform
+    return StoreUnavailable(
+        f"{what} need POSIX file locks (the fcntl module), which {system} does not have; {instead}"
+    )
+
+
+def require_file_locks(what: str = "this store's turn locks (lock files)") -> None:
+    """Raise :func:`file_locks_unavailable` when this Python has no ``fcntl`` module."""
+    try:
+        import fcntl  # noqa: F401 - only whether it exists
+    except ImportError as exc:
+        raise file_locks_unavailable(what) from exc
+
+
 def _lock_error(action: str, path: str, session_id: str, exc: OSError) -> StorageError:
     """The :class:`StorageError` for an ``OSError`` on a lock file: names the file and the
     session (both already known to whoever configured the store) and the OS reason."""
@@ -202,10 +235,14 @@ class FileLocker:
 
     Every ``OSError`` (a directory that cannot be created, a file that cannot be opened or
     locked) becomes a :class:`~agentsession.errors.StorageError` naming the lock file and the
-    session.
+    session. On a system without ``fcntl`` (Windows), creating one raises
+    :class:`~agentsession.errors.StoreUnavailable`; a store creates its locker when a turn lock
+    is first taken or tested (``lock``, ``is_locked``, and ``recover`` when a session has a
+    crashed turn), not when it is opened.
     """
 
     def __init__(self, directory: str) -> None:
+        require_file_locks()
         self.directory = directory
         """Where the lock files live (created owner-only)."""
 
@@ -232,6 +269,8 @@ class FileLocker:
             raise _lock_error("open", path, session_id, exc) from exc
 
     def acquire(self, session_id: str, timeout: float | None) -> object:
+        import fcntl  # present: checked when this locker was made
+
         fd = self._open(session_id, create=True)
         assert fd is not None
         deadline, pause = _wait_steps(timeout)
@@ -268,6 +307,8 @@ class FileLocker:
                 _close_quietly(handle)
 
     def is_locked(self, session_id: str) -> bool:
+        import fcntl  # present: checked when this locker was made
+
         fd = self._open(session_id, create=False)
         if fd is None:
             return False

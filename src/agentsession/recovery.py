@@ -28,6 +28,7 @@ from typing import Final
 
 import msgspec
 
+from . import _trace
 from .contract import (
     IncompleteTurn,
     RecoveryReport,
@@ -317,12 +318,16 @@ def recover_store(
         ids = list(dict.fromkeys(session_ids))
     reports: list[StoreRecoveryReport] = []
     for session_id in ids:
-        try:
-            report = _recover_session(store, session_id, lock_timeout, dry_run)
-        except (StorageError, SessionNotFound) as exc:
-            # One damaged session never stops the pass: report it and go on.
-            log.warning("recovery skipped session %r: %s", session_id, exc)
-            report = StoreRecoveryReport(session_id=session_id, status="damaged", error=str(exc))
+        with _trace.span("agentsession.recover.session", session_id=session_id) as span:
+            try:
+                report = _recover_session(store, session_id, lock_timeout, dry_run)
+            except (StorageError, SessionNotFound) as exc:
+                # One damaged session never stops the pass: report it and go on.
+                log.warning("recovery skipped session %r: %s", session_id, exc)
+                report = StoreRecoveryReport(
+                    session_id=session_id, status="damaged", error=str(exc)
+                )
+            span.set(status=report.status)
         if explicit or report.status in ("repaired", "live", "pending", "damaged"):
             if report.status == "repaired":
                 log.warning(

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from . import _trace
 from .codec import check_json, encode
 from .compaction import plan_compaction, plan_prune
 from .contract import Durability
@@ -299,6 +300,18 @@ class BaseSession:
 
     def append(self, event: Event) -> int:
         """Append one event; returns its seq. ``time`` is stamped (UTC) when unset."""
+        if _trace.enabled:
+            with _trace.span(
+                "agentsession.append",
+                session_id=self._id,
+                backend=_trace.backend_of(self),
+                events=1,
+                event_type=event.type if isinstance(event, Event) else None,
+            ):
+                return self._append_one(event)
+        return self._append_one(event)
+
+    def _append_one(self, event: Event) -> int:
         store = self._store
         prepared = self._prepare(event, None)
         marker = False
@@ -330,6 +343,16 @@ class BaseSession:
         ``expect_seq`` (0: the session has no events yet) at the moment of writing; otherwise
         nothing is written and :class:`~agentsession.errors.ConflictError` is raised.
         """
+        if _trace.enabled:
+            with _trace.span(
+                "agentsession.append", session_id=self._id, backend=_trace.backend_of(self)
+            ) as span:
+                seqs = self._append_batch(events, expect_seq)
+                span.set(events=len(seqs))
+                return seqs
+        return self._append_batch(events, expect_seq)
+
+    def _append_batch(self, events: Sequence[Event], expect_seq: int | None) -> list[int]:
         if isinstance(events, Event):
             raise UsageError("append_many takes a sequence of events; use append for one")
         if expect_seq is not None and (not isinstance(expect_seq, int) or expect_seq < 0):
@@ -376,6 +399,16 @@ class BaseSession:
 
     def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in seq order, at most ``limit`` (all when None)."""
+        if _trace.enabled:
+            with _trace.span(
+                "agentsession.read", session_id=self._id, backend=_trace.backend_of(self)
+            ) as span:
+                events = self._read(after, limit)
+                span.set(events=len(events))
+                return events
+        return self._read(after, limit)
+
+    def _read(self, after: int, limit: int | None) -> list[Event]:
         if after < 0:
             raise UsageError(f"read(after={after}): after must be >= 0")
         if limit is not None and limit < 0:
@@ -428,6 +461,19 @@ class BaseSession:
         self, agent: str | None = None, *, max_tool_result_bytes: int | None = None
     ) -> list[Message]:
         """The provider-valid, compaction-aware history, updated incrementally."""
+        if _trace.enabled:
+            with _trace.span(
+                "agentsession.messages",
+                session_id=self._id,
+                backend=_trace.backend_of(self),
+                agent=agent or None,
+            ) as span:
+                messages = self._messages(agent, max_tool_result_bytes)
+                span.set(messages=len(messages))
+                return messages
+        return self._messages(agent, max_tool_result_bytes)
+
+    def _messages(self, agent: str | None, max_tool_result_bytes: int | None) -> list[Message]:
         with self._lock:
             self._refresh()
             return self._deriver(agent).messages(max_tool_result_bytes)

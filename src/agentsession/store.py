@@ -22,6 +22,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from . import _trace
 from .codec import utcnow
 from .contract import Durability, SessionInfo, StoreRecoveryReport, check_session_id
 from .errors import (
@@ -342,7 +343,12 @@ class BaseStore:
         process is reported ``live`` and left alone. With ``dry_run`` nothing is written and a
         session a repair would fix is reported ``pending``."""
         self._check_open()
-        return recover_store(self, session_ids, lock_timeout=lock_timeout, dry_run=dry_run)
+        with _trace.span(
+            "agentsession.recover", backend=_trace.backend_of(self), dry_run=dry_run
+        ) as span:
+            reports = recover_store(self, session_ids, lock_timeout=lock_timeout, dry_run=dry_run)
+            span.set(sessions=len(reports))
+            return reports
 
     # -- small persisted values ----------------------------------------------------------
 

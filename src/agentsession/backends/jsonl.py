@@ -21,14 +21,12 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
-import fcntl
 import io
 import itertools
 import logging
 import operator
 import os
 import re
-import resource
 import stat
 import threading
 import weakref
@@ -43,9 +41,18 @@ from ..codec import decode, encode
 from ..contract import SessionInfo
 from ..errors import CorruptLogError, StorageError, StoreUnavailable, UsageError
 from ..events import Event, decode_event, decode_event_lines, encode_event
-from ..locks import FileLocker
+from ..locks import FileLocker, file_locks_unavailable
 from ..session import BaseSession
 from ..store import BaseStore, path_of
+
+try:
+    import fcntl
+    import resource
+except ImportError as exc:  # not POSIX (Windows): no flock, and no os.pread either
+    raise file_locks_unavailable(
+        "the JSONL store's session files",
+        "open a SQLite ('sqlite:///file.db') or PostgreSQL store instead",
+    ) from exc
 
 __all__ = ["JsonlSession", "JsonlStore", "OnCorrupt", "open_jsonl"]
 
