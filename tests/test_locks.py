@@ -94,3 +94,55 @@ def test_a_lock_that_fails_is_a_storage_error_and_closes_the_file(
     with pytest.raises(ags.StorageError, match=r"cannot test the turn lock file .*'conv:6'"):
         locker.is_locked("conv:6")
     assert len(closed) == 2
+
+
+def test_coroutines_of_one_loop_take_the_lock_in_turn(tmp_path: Path) -> None:
+    import asyncio
+
+    store = ags.open_store(tmp_path / "store")
+    order: list[str] = []
+
+    async def worker(name: str) -> None:
+        lock = await asyncio.to_thread(store.lock, "conv", 10)
+        try:
+            order.append(f"{name} in")
+            await asyncio.sleep(0.01)  # the other coroutine runs, and must wait
+            order.append(f"{name} out")
+        finally:
+            lock.release()
+
+    async def main() -> None:
+        await asyncio.gather(*(worker(f"w{n}") for n in range(4)))
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+    assert len(order) == 8
+    for first, second in zip(order[::2], order[1::2], strict=True):
+        assert first.endswith(" in") and second == first.replace(" in", " out")
+
+
+def test_reentry_in_one_coroutine_is_refused_but_not_across_tasks(tmp_path: Path) -> None:
+    import asyncio
+
+    store = ags.open_store("memory:")
+
+    async def reenter() -> str:
+        lock = store.lock("conv", timeout=0)
+        try:
+            with pytest.raises(ags.UsageError, match="already held here"):
+                store.lock("conv", timeout=0)
+            return await asyncio.create_task(other_task())
+        finally:
+            lock.release()
+
+    async def other_task() -> str:
+        try:
+            store.lock("conv", timeout=0)
+        except ags.LockTimeout:
+            return "waited"  # another task's lock: a timeout, not a re-entry error
+        return "took it"
+
+    assert asyncio.run(reenter()) == "waited"
+    store.close()

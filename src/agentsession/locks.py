@@ -6,9 +6,12 @@ its lock, because the operating system (``flock``) or the database server (advis
 drops it with the process or connection; that is how recovery tells a crashed turn from a live
 one.
 
-The lock is **not reentrant**: asking for a lock the same thread already holds raises
-:class:`~agentsession.errors.UsageError` at once instead of waiting for itself. Another thread
-of the same process waits like another process would.
+The lock is **not reentrant**: asking for a lock the same thread (or asyncio task) already
+holds raises :class:`~agentsession.errors.UsageError` at once instead of waiting for itself.
+Another thread of the same process waits like another process would. Taking the lock blocks;
+from asyncio code, take it in a worker thread so that the event loop keeps running the holder
+(``lock = await asyncio.to_thread(store.lock, session_id, timeout)``, then ``lock.release()``):
+several coroutines of one loop then wait for each other in turn.
 
 File turn locks (:class:`FileLocker`, used by the JSONL and SQLite stores) need ``fcntl.flock``,
 which only POSIX systems (Linux, macOS) have. ``fcntl`` is imported when such a lock is first
@@ -19,6 +22,7 @@ file turn lock raises :class:`~agentsession.errors.StoreUnavailable` naming the 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import platform
 import sys
@@ -97,30 +101,56 @@ class TurnLock:
         return f"<TurnLock {self.session_id!r} {state}>"
 
 
+_held_here: contextvars.ContextVar[frozenset[tuple[int, str]]] = contextvars.ContextVar(
+    "agentsession_turn_locks_held", default=frozenset()
+)
+"""The turn locks taken in the current context: a thread's, or an asyncio task's (each task
+runs in a copy of its creator's context), so that re-entry is caught where it would deadlock
+and nowhere else."""
+
+
+def _owner() -> tuple[int, int]:
+    """This thread, and the asyncio task running in it (0 outside a task)."""
+    task = None
+    aio = sys.modules.get("asyncio")  # not imported: no task can be running
+    if aio is not None:
+        try:
+            task = aio.current_task()
+        except RuntimeError:  # no running event loop in this thread
+            task = None
+    return threading.get_ident(), 0 if task is None else id(task)
+
+
 class _HeldRegistry:
-    """The locks held through one store in this process: which thread holds which session's
-    lock (to refuse re-entry), and the handles, so that closing the store releases them."""
+    """The locks held through one store in this process, and which context took them (to
+    refuse re-entry); the handles, so that closing the store releases them."""
 
     def __init__(self, locker: Locker) -> None:
         self.locker = locker
         self.generation = 0
         """Bumped when every lock is dropped at once (store closed, forked child)."""
-        self._owners: dict[str, int] = {}
         self._handles: dict[str, object] = {}
+        self._owners: dict[str, tuple[int, int]] = {}
         self._mutex = threading.Lock()
 
     def acquire(self, session_id: str, timeout: float | None) -> TurnLock:
-        me = threading.get_ident()
+        key = (id(self), session_id)
+        held = _held_here.get()
+        me = _owner()
         with self._mutex:
-            if self._owners.get(session_id) == me:
+            # Both must agree: the context took it (not another task spawned from it, which
+            # inherits a copy of the context) and so did this thread or task (not a pool
+            # thread that ran another task's acquisition before).
+            if key in held and self._owners.get(session_id) == me:
                 raise UsageError(
-                    f"the turn lock of session {session_id!r} is already held by this thread; "
-                    "the lock is not reentrant"
+                    f"the turn lock of session {session_id!r} is already held here (by this "
+                    "thread or asyncio task); the lock is not reentrant"
                 )
         handle = self.locker.acquire(session_id, timeout)
         with self._mutex:
-            self._owners[session_id] = me
             self._handles[session_id] = handle
+            self._owners[session_id] = me
+        _held_here.set(held | {key})
         return TurnLock(self, session_id, handle)
 
     def holds(self, session_id: str, handle: object) -> bool:
@@ -128,11 +158,15 @@ class _HeldRegistry:
             return self._handles.get(session_id) is handle
 
     def release(self, session_id: str, handle: object) -> None:
+        key = (id(self), session_id)
+        held = _held_here.get()
+        if key in held:
+            _held_here.set(held - {key})
         with self._mutex:
             if self._handles.get(session_id) is not handle:
                 return  # already released (by release_all)
-            self._owners.pop(session_id, None)
             del self._handles[session_id]
+            self._owners.pop(session_id, None)
         self.locker.release(handle)
 
     def release_all(self) -> None:
