@@ -267,3 +267,22 @@ def test_opening_with_create_false_creates_nothing(tmp_path: Path, kind: str) ->
     assert list(tmp_path.iterdir()) == []
     agentsession.open_store(target).close()  # created by a write-mode open
     agentsession.open_store(target, create=False).close()
+
+
+def test_a_registered_backend_is_opened_by_its_scheme() -> None:
+    from agentsession.backends.memory import MemoryStore
+    from agentsession.store import register_backend
+
+    opened: list[str] = []
+
+    def factory(url: str, **options: object) -> agentsession.BaseStore:
+        opened.append(url)
+        return MemoryStore()
+
+    register_backend("fakebackend", factory)
+    store = agentsession.open_store("fakebackend://anything")
+    assert isinstance(store, MemoryStore) and opened == ["fakebackend://anything"]
+    with pytest.raises(agentsession.UsageError, match="unknown store URL scheme"):
+        agentsession.open_store("nosuchbackend://x")
+    with pytest.raises(agentsession.UsageError):
+        register_backend("x", factory)  # too short to be a scheme

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-import platform
 import sys
 import threading
 import time
@@ -235,6 +234,8 @@ def file_locks_unavailable(
     """The error for ``what`` (a plural phrase, for example ``"this store's turn locks"``) on
     a system without POSIX file locks: it names the platform, then says what to do
     ``instead``."""
+    import platform  # only on this error path: it is slow to import
+
     system = platform.system() or sys.platform
     return StoreUnavailable(
         f"{what} need POSIX file locks (the fcntl module), which {system} does not have; {instead}"

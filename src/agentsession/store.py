@@ -18,7 +18,6 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from importlib import import_module
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -458,6 +457,8 @@ def _factory_for(scheme: str) -> StoreFactory | None:
     builtin = _BUILTIN.get(scheme)
     if builtin is not None:
         return _load(builtin, scheme)
+    from importlib.metadata import entry_points  # third-party backends only: slow to import
+
     for entry in entry_points(group="agentsession.backends"):
         if entry.name.lower() == scheme:
             loaded: StoreFactory = entry.load()
