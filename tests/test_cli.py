@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
+import select
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import msgspec
 import pytest
 from click.testing import CliRunner
 
 import agentsession as ags
+import agentsession.cli as cli_module
 import agentsession.store
 from agentsession.backends.jsonl import LOCK_DIR
 from agentsession.backends.memory import MemoryStore
@@ -89,6 +95,7 @@ def test_ls_json_prefix_and_limit(store_dir: Path) -> None:
 
 
 def test_ls_of_an_empty_store_says_so(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
     assert invoke(tmp_path / "empty", "ls")[1].startswith("no sessions in")
 
 
@@ -127,7 +134,7 @@ def test_stats_of_one_session_counts_its_turns_messages_and_incomplete_turns(
         "incomplete turns: 0",
     ]
     code, _, err = invoke(store_dir, "stats", "no:such")
-    assert code == 1 and err == f"Error: no session 'no:such' in {store_dir.resolve()}\n"
+    assert code == 4 and err == f"Error: no session 'no:such' in {store_dir.resolve()}\n"
 
 
 class ListingOnlyStore(MemoryStore):
@@ -156,7 +163,7 @@ class ListingOnlyStore(MemoryStore):
 @pytest.fixture
 def listing_only(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setitem(
-        agentsession.store._registered, "listingonly", lambda *_: ListingOnlyStore()
+        agentsession.store._registered, "listingonly", lambda *_, **__: ListingOnlyStore()
     )
     return "listingonly:"
 
@@ -169,14 +176,14 @@ def test_ls_and_stats_read_no_events_and_show_unknown_counts(listing_only: str) 
     assert [(r["id"], r["events"]) for r in rows] == [("b", None), ("a", None)]
     code, out, err = invoke(listing_only, "stats", "--json")
     assert code == 0, err
-    assert json.loads(out) == {"sessions": 2, "events": None, "bytes": 0}
+    assert json.loads(out) == {"sessions": 2, "events": None, "bytes": None}  # sizes unknown
     assert "events: ?" in invoke(listing_only, "stats")[1].splitlines()
 
 
 def test_rm_deletes_and_refuses_unknown_sessions(store_dir: Path) -> None:
-    assert invoke(store_dir, "rm", "cli:long") == (0, "deleted cli:long\n", "")
-    code, out, err = invoke(store_dir, "rm", "cli:long")
-    assert code == 1
+    assert invoke(store_dir, "rm", "-y", "cli:long") == (0, "deleted cli:long\n", "")
+    code, out, err = invoke(store_dir, "rm", "-y", "cli:long")
+    assert code == 4
     assert err.strip() == f"Error: no session 'cli:long' in {store_dir.resolve()}"
     assert "Traceback" not in out + err
 
@@ -218,7 +225,7 @@ def test_show_json_prints_raw_events_one_per_line(store_dir: Path) -> None:
 
 
 def test_messages_prints_the_derived_history_as_json(store_dir: Path) -> None:
-    code, out, _ = invoke(store_dir, "messages", "slack:C002", "--agent", "coder")
+    code, out, _ = invoke(store_dir, "messages", "slack:C002", "--agent", "coder", "--json")
     assert code == 0
     history = json.loads(out)
     assert [m["role"] for m in history] == ["user", "assistant", "tool"]
@@ -317,9 +324,9 @@ def test_repair_leaves_a_live_turn_alone(store_dir: Path) -> None:
 
 def test_repair_needs_ids_or_all(store_dir: Path) -> None:
     code, _, err = invoke(store_dir, "repair")
-    assert code == 1 and "--all" in err
+    assert code == 2 and "--all" in err
     code, _, err = invoke(store_dir, "repair", "nope")
-    assert code == 1 and "no session 'nope'" in err
+    assert code == 4 and "no session 'nope'" in err
 
 
 def test_compact_with_summary_text_or_file(store_dir: Path, tmp_path: Path) -> None:
@@ -339,9 +346,9 @@ def test_compact_with_summary_text_or_file(store_dir: Path, tmp_path: Path) -> N
 
 def test_compact_argument_errors(store_dir: Path) -> None:
     code, _, err = invoke(store_dir, "compact", "cli:long", "--keep-turns", "1")
-    assert code == 1 and "--summary" in err
+    assert code == 2 and "--summary" in err
     code, _, err = invoke(store_dir, "compact", "slack:C002", "--summary", "s", "--keep-turns", "1")
-    assert code == 1 and "unanswered tool calls" in err
+    assert code == 2 and "unanswered tool calls" in err  # the library's UsageError
 
 
 def test_copy_between_stores_verifies_counts(store_dir: Path, tmp_path: Path) -> None:
@@ -355,13 +362,14 @@ def test_copy_between_stores_verifies_counts(store_dir: Path, tmp_path: Path) ->
     code, _, err = invoke(store_dir, "copy", str(store_dir), str(target), "--id", "cli:long")
     assert code == 1 and "already exists" in err
     code, _, err = invoke(store_dir, "copy", str(store_dir), str(tmp_path / "x"), "--id", "nope")
-    assert code == 1 and "no session 'nope'" in err
+    assert code == 4 and "no session 'nope'" in err
+    assert not (tmp_path / "x").exists()
 
 
 def test_migrate_on_a_store_without_schema(store_dir: Path, tmp_path: Path) -> None:
     expected = "nothing to migrate (the schema is up to date, or this store has no schema)\n"
     assert invoke(store_dir, "migrate") == (0, expected, "")
-    assert invoke("memory:", "migrate") == (0, expected, "")
+    assert invoke("memory:", "migrate")[0] == 2  # the command line refuses memory: stores
     assert invoke(tmp_path / "absent", "migrate") == (0, expected, "")
     assert not (tmp_path / "absent").exists()  # a JSONL directory is not even created
 
@@ -376,23 +384,23 @@ def test_migrate_a_new_and_an_up_to_date_sqlite_store(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["show", "messages", "tail", "compact"])
-def test_unknown_session_is_one_line_and_exit_1(store_dir: Path, command: str) -> None:
+def test_unknown_session_is_one_line_and_exit_4(store_dir: Path, command: str) -> None:
     args = [command, "no:such"] + (
         ["--summary", "s", "--keep-turns", "1"] if command == "compact" else []
     )
     code, out, err = invoke(store_dir, *args)
-    assert code == 1
+    assert code == 4
     assert err == f"Error: no session 'no:such' in {store_dir.resolve()}\n"
     assert "Traceback" not in out
 
 
 def test_bad_url_and_unreadable_store_are_one_line(tmp_path: Path) -> None:
     code, _, err = invoke("foo://x", "ls")
-    assert code == 1 and err.startswith("Error: unknown store URL scheme 'foo'")
+    assert code == 2 and err.startswith("Error: unknown store URL scheme 'foo'")
     plain = tmp_path / "file"
     plain.write_text("x")
     code, _, err = invoke(plain, "ls")
-    assert code == 1 and "not a directory" in err and err.count("\n") == 1
+    assert code == 4 and "not a directory" in err and err.count("\n") == 1
 
 
 def test_missing_driver_extra_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -468,7 +476,7 @@ def test_show_draws_every_row_kind_and_escapes_stored_text(tmp_path: Path) -> No
 def test_debug_shows_the_traceback(store_dir: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(cli, ["--store", str(store_dir), "--debug", "show", "nope"])
-    assert result.exit_code == 1
+    assert result.exit_code == 4
     assert "Traceback" in result.stderr and "SessionNotFound" in result.stderr
 
 
@@ -500,6 +508,12 @@ def test_every_command_has_short_and_long_help(command: list[str]) -> None:
         result = CliRunner().invoke(cli, [*command, flag])
         assert result.exit_code == 0
         assert "Usage:" in result.stdout
+    # The help ends with examples: every line after the last heading runs the command.
+    lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    examples = lines[len(lines) - lines[::-1].index("Examples:") :]
+    assert examples, result.stdout
+    for line in examples:
+        assert "agentsession" in line and set(command) <= set(line.split()), line
 
 
 # -- the demo ---------------------------------------------------------------------------------
@@ -540,7 +554,7 @@ def test_demo_runs_end_to_end_and_can_run_again(tmp_path: Path) -> None:
 def test_demo_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
     (tmp_path / "mine.txt").write_text("precious")
     result = CliRunner().invoke(cli, ["demo", str(tmp_path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "not made by the demo" in result.stderr
     assert (tmp_path / "mine.txt").read_text() == "precious"
 
@@ -572,7 +586,8 @@ def test_every_command_works_on_the_sql_stores(store_dir: Path, tmp_path: Path) 
             ]
             assert "user U1: Fix the failing test" in invoke(url, "show", "slack:C001")[1]
             assert "4" in invoke(url, "tail", "slack:C002", "-n", "1")[1].split()[0]
-            assert json.loads(invoke(url, "messages", "slack:C002")[1])[-1]["role"] == "tool"
+            messages = invoke(url, "messages", "slack:C002", "--json")[1]
+            assert json.loads(messages)[-1]["role"] == "tool"
             assert "would repair" in invoke(url, "repair", "--all", "--dry-run")[1]
             assert invoke(url, "repair", "--all")[1].startswith("slack:C002: repaired 1 turn")
             assert (
@@ -585,7 +600,7 @@ def test_every_command_works_on_the_sql_stores(store_dir: Path, tmp_path: Path) 
             assert (
                 json.loads(invoke(url, "stats", "slack:C002", "--json")[1])["incomplete_turns"] == 0
             )
-            assert invoke(url, "rm", "cli:long")[0] == 0
+            assert invoke(url, "rm", "-y", "cli:long")[0] == 0
             assert invoke(url, "migrate") == (
                 0,
                 "nothing to migrate (the schema is up to date, or this store has no schema)\n",
@@ -625,3 +640,507 @@ def test_compact_waits_for_the_turn_lock_and_no_lock_skips_it(store_dir: Path) -
         holder.close()
     code, out, _ = invoke(store_dir, "compact", "cli:long", "--summary", "S2", "--keep-turns", "1")
     assert code == 0 and "compacted at seq" in out
+
+
+# -- output for pipes and terminals -----------------------------------------------------------
+
+LONG_ID = "slack:T0123456789:C0123456789:t:1712345678.123456"
+
+
+def run_cli(*args: str, columns: int = 40) -> subprocess.CompletedProcess[str]:
+    """The command in a child process, its stdout and stderr pipes (not terminals)."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentsession", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": str(columns)},
+    )
+
+
+def run_on_terminal(*args: str, columns: int) -> str:
+    """The command's output with stdout and stderr on a pseudo-terminal of ``columns``."""
+    pty = pytest.importorskip("pty")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentsession", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        env={**os.environ, "COLUMNS": str(columns), "TERM": "xterm"},
+    )
+    os.close(slave)
+    chunks = []
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed its side
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode())
+
+
+def add_long_session(store_dir: Path) -> None:
+    store = ags.open_store(store_dir)
+    store.get(LONG_ID).append(ags.Event.new("user/message", ags.Message.user("word " * 25 + "end")))
+    store.close()
+
+
+def test_piped_ls_prints_whole_ids_at_any_width(store_dir: Path) -> None:
+    add_long_session(store_dir)
+    proc = run_cli("--store", str(store_dir), "ls", columns=40)
+    assert proc.returncode == 0, proc.stderr
+    ids = [line.split()[0] for line in proc.stdout.splitlines()[1:]]
+    assert ids[0] == LONG_ID
+    assert "…" not in proc.stdout
+    assert invoke(store_dir, "ls")[1].splitlines()[1].split()[0] == LONG_ID  # CliRunner: a pipe
+
+
+def test_piped_show_is_plain_unwrapped_and_keeps_its_gutter(store_dir: Path) -> None:
+    add_long_session(store_dir)
+    proc = run_cli("--store", str(store_dir), "show", LONG_ID, columns=40)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"session {LONG_ID} · 1 events · 0 turns · ")
+    assert lines[1:] == ["    1 user: " + "word " * 25 + "end"]
+    assert "\x1b" not in proc.stdout
+    out = run_cli("--store", str(store_dir), "show", "slack:C001", columns=40).stdout
+    for line in out.splitlines()[1:]:
+        assert line == "" or re.match(r" *\d+ ", line), line
+
+
+def test_ids_are_whole_on_a_narrow_terminal(store_dir: Path) -> None:
+    add_long_session(store_dir)
+    out = run_on_terminal("--store", str(store_dir), "ls", columns=30)
+    assert LONG_ID in out and "…" not in out
+    out = run_on_terminal("--store", str(store_dir), "show", LONG_ID, columns=30)
+    assert f"session {LONG_ID} " in out
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store whose every output is far larger than a pipe's buffer."""
+    directory = tmp_path_factory.mktemp("big") / "store"
+    store = ags.open_store(directory)
+    store.get("big").append_many(
+        [ags.Event.new("user/message", ags.Message.user(f"{n} " + "x" * 300)) for n in range(2000)]
+    )
+    for n in range(600):
+        session = store.get(f"many:{n:04d}:" + "y" * 150)
+        session.append(ags.Event.new("user/message", ags.Message.user("hi")))
+    store.close()
+    return directory
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", "--json", "big"],
+        ["show", "big"],
+        ["tail", "-n", "5000", "big"],
+        ["tail", "-n", "5000", "--json", "big"],
+        ["ls"],
+        ["ls", "--json"],
+        ["messages", "big"],
+        ["messages", "--json", "big"],
+    ],
+)
+def test_a_closed_pipe_ends_the_command_quietly_with_141(big_store: Path, args: list[str]) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentsession", "--store", str(big_store), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        assert proc.stdout.readline()
+        proc.stdout.close()  # what `| head -1` does once it has its line
+        proc.wait(timeout=60)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert (proc.returncode, err) == (141, b"")
+
+
+EVIL = "\x1b[31m\x9b2J\x7f\x07\r"
+EVIL_ID = "evil:\x1b]0;pwned\x07"
+RAW_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+@pytest.fixture
+def evil_store(tmp_path: Path) -> Path:
+    """A session whose id, agent, user, texts, tool names and arguments carry control
+    characters."""
+    store = ags.open_store(tmp_path / "evil")
+    with store.get(EVIL_ID).turn(agent="a\x1b[1m", user="u\x1b[2m") as turn:
+        turn.user(f"hello {EVIL} there\nsecond line")
+        with turn.step() as step:
+            call = ags.ToolCall("c\x1b1", "t\x1bool", {"k": EVIL})
+            step.assistant(f"ok{EVIL}", tool_calls=[call])
+            step.tool_result("c\x1b1", "t\x1bool", f"result {EVIL}")
+    store.close()
+    return tmp_path / "evil"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ls"],
+        ["show", EVIL_ID],
+        ["show", "--full", EVIL_ID],
+        ["tail", EVIL_ID],
+        ["messages", EVIL_ID],
+        ["stats"],
+        ["stats", EVIL_ID],
+        ["repair", "--dry-run", EVIL_ID],
+        ["rm", "--dry-run", EVIL_ID],
+        ["show", "nope\x1b[2J"],
+        ["show", EVIL_ID.upper()],
+    ],
+)
+def test_control_characters_are_escaped_in_human_output(evil_store: Path, args: list[str]) -> None:
+    _, out, err = invoke(evil_store, *args)
+    assert not RAW_CONTROL.findall(out + err), (out, err)
+    assert "\\x1b" in out + err or args == ["stats"]
+
+
+def test_json_output_keeps_control_characters_exactly(evil_store: Path) -> None:
+    out = invoke(evil_store, "show", "--json", EVIL_ID)[1]
+    events = [json.loads(line) for line in out.split("\n") if line]
+    assert events[1]["data"]["parts"][0]["text"] == f"hello {EVIL} there\nsecond line"
+    history = json.loads(invoke(evil_store, "messages", "--json", EVIL_ID)[1])
+    assert history[-1]["toolResults"][0]["content"] == f"result {EVIL}"
+    assert json.loads(invoke(evil_store, "ls", "--json")[1])["id"] == EVIL_ID
+
+
+# -- logging ----------------------------------------------------------------------------------
+
+
+def test_a_library_warning_is_one_clean_line_on_stderr(store_dir: Path) -> None:
+    with open(store_dir / "slack_C002.jsonl", "ab") as f:
+        f.write(b'{"seq":5,"type":"us')  # a torn last write: moved aside when opened
+    proc = run_cli("--store", str(store_dir), "show", "slack:C002")
+    assert proc.returncode == 0
+    assert re.fullmatch(
+        r"warning: moved 19 bytes at offset \d+ of \S+slack_C002\.jsonl to "
+        r"\S+slack_C002\.jsonl\.quarantine \(torn write at the end of the log\)\n",
+        proc.stderr,
+    ), proc.stderr
+    assert "4 │ │ assistant (coder)" in proc.stdout
+
+
+def test_other_loggers_and_debug_records_show_only_with_debug(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def noisy(url: str, **options: object) -> ags.BaseStore:
+        logging.getLogger("somelib.pool").warning("error connecting: raw\nnoise")
+        logging.getLogger("agentsession.noisy").debug("opening %s", url)
+        raise ags.StoreUnavailable("cannot reach the noisy server")
+
+    monkeypatch.setitem(agentsession.store._registered, "noisy", noisy)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    assert invoke("noisy://x", "ls") == (1, "", "Error: cannot reach the noisy server\n")
+    result = CliRunner().invoke(cli, ["--store", "noisy://x", "--debug", "ls"])
+    assert result.exit_code == 1
+    assert "warning: somelib.pool: error connecting: raw\\x0anoise\n" in result.stderr
+    assert "debug: agentsession.noisy: opening noisy://x\n" in result.stderr
+    assert result.stderr.endswith("Error: cannot reach the noisy server\n")
+    assert (root.handlers, root.level) == (handlers, level)
+
+
+# -- exit codes and JSON ----------------------------------------------------------------------
+
+
+def test_exit_codes_are_documented_and_kept(store_dir: Path, tmp_path: Path) -> None:
+    help_text = CliRunner().invoke(cli, ["--help"]).stdout
+    assert "Exit status:" in help_text
+    for documented in ["2    usage error", "4    not found", "141  stdout was closed"]:
+        assert documented in help_text
+    assert invoke(store_dir, "ls", "--no-such-option")[0] == 2
+    assert invoke("sqlite://x.db", "ls")[0] == 2  # the library's UsageError (ambiguous URL)
+    assert invoke(store_dir, "show", "no:such")[0] == 4
+    assert invoke(tmp_path / "none", "ls")[0] == 4
+
+
+def test_repair_dry_run_exit_code_says_whether_something_needs_repair(store_dir: Path) -> None:
+    assert invoke(store_dir, "repair", "--all", "--dry-run")[0] == 0
+    code, out, _ = invoke(store_dir, "repair", "--all", "--dry-run", "--exit-code")
+    assert code == 1 and "slack:C002: would repair" in out
+    assert invoke(store_dir, "repair", "--dry-run", "--exit-code", "slack:C001")[0] == 0
+    assert invoke(store_dir, "repair", "--all")[0] == 0
+    assert invoke(store_dir, "repair", "--all", "--dry-run", "--exit-code")[0] == 0
+
+
+SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*\Z")
+
+
+def json_keys(value: object) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from json_keys(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from json_keys(item)
+
+
+def test_every_command_has_json_and_its_objects_use_snake_case(
+    store_dir: Path, tmp_path: Path
+) -> None:
+    for name, command in cli.commands.items():
+        options = [opt for param in command.params for opt in getattr(param, "opts", [])]
+        assert "--json" in options, name
+    runs = [
+        ("ls", "--json"),
+        ("stats", "--json"),
+        ("stats", "--json", "slack:C002"),
+        ("repair", "--all", "--dry-run", "--json"),
+        ("rm", "--dry-run", "--json", "cli:long"),
+        ("copy", str(store_dir), str(tmp_path / "copy"), "--json"),
+        ("compact", "cli:long", "--summary", "S", "--keep-turns", "1", "--json"),
+        ("compact", "cli:long", "--summary", "S", "--keep-turns", "9", "--json"),
+        ("repair", "--all", "--json"),
+        ("rm", "-y", "--json", "cli:long"),
+        ("migrate", "--json"),
+    ]
+    for args in runs:
+        code, out, err = invoke(store_dir, *args)
+        assert code == 0, (args, err)
+        values = [json.loads(line) for line in out.splitlines()]
+        assert values, args
+        keys = set(json_keys(values))
+        assert all(SNAKE.match(key) for key in keys), (args, keys)
+    # Events and messages are printed exactly as stored (docs/format.md).
+    stored = (store_dir / "slack_C001.jsonl").read_bytes().decode()
+    assert invoke(store_dir, "show", "--json", "slack:C001")[1] == stored
+    assert invoke(store_dir, "tail", "--json", "-n", "100", "slack:C001")[1] == stored
+    history = json.loads(invoke(store_dir, "messages", "--json", "slack:C001")[1])
+    assert history[2]["toolResults"][0]["callId"] == "c1"
+
+
+# -- rm, copy and progress --------------------------------------------------------------------
+
+
+def exists(store_dir: Path, session_id: str) -> bool:
+    store = ags.open_store(store_dir, create=False)
+    try:
+        return store.exists(session_id)
+    finally:
+        store.close()
+
+
+def test_rm_asks_on_a_terminal_and_needs_yes_elsewhere(
+    store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = invoke(store_dir, "rm", "cli:long")
+    assert code == 2 and "stdin is not a terminal" in err and "-y/--yes" in err
+    assert exists(store_dir, "cli:long")
+    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: True)
+    code, out, err = invoke(store_dir, "rm", "cli:long", input="n\n")
+    assert code == 1 and "Delete 1 session(s) for good: cli:long?" in err
+    assert err.endswith("nothing deleted\n") and out == ""
+    assert exists(store_dir, "cli:long")
+    code, out, err = invoke(store_dir, "rm", "cli:long", input="y\n")
+    assert (code, out) == (0, "deleted cli:long\n")
+    assert not exists(store_dir, "cli:long")
+
+
+def test_rm_dry_run_and_ids_from_stdin(store_dir: Path) -> None:
+    code, out, _ = invoke(store_dir, "rm", "--dry-run", "cli:long", "slack:C001")
+    assert code == 0
+    assert out == "would delete cli:long (16 events)\nwould delete slack:C001 (9 events)\n"
+    assert exists(store_dir, "cli:long") and exists(store_dir, "slack:C001")
+    code, _, err = invoke(store_dir, "rm", "-", input="cli:long\n")
+    assert code == 2 and "the ids came from stdin" in err
+    code, out, _ = invoke(store_dir, "rm", "-y", "-", input="cli:long\n\n  slack:C001\n")
+    assert (code, out) == (0, "deleted cli:long\ndeleted slack:C001\n")
+    code, _, err = invoke(store_dir, "rm", "-y", "slack:C002", "nope")
+    assert code == 4 and "no session 'nope'" in err
+    assert exists(store_dir, "slack:C002")  # nothing is deleted when an id is unknown
+
+
+def test_copy_skip_existing_resumes_an_interrupted_copy(store_dir: Path, tmp_path: Path) -> None:
+    src = ags.open_store(store_dir)
+    dst = ags.open_store(tmp_path / "dst")
+    dst.create("cli:long", src.get("cli:long").read()[:5])  # a copy cut off after 5 events
+    dst.create("slack:C001", src.get("slack:C001").read())  # a copy that finished
+    dst.close()
+    code, _, err = invoke(store_dir, "copy", str(store_dir), str(tmp_path / "dst"))
+    assert code == 1 and "2 sessions already exist" in err and "--skip-existing" in err
+    code, out, err = invoke(
+        store_dir, "copy", str(store_dir), str(tmp_path / "dst"), "--skip-existing"
+    )
+    assert code == 0, err
+    assert out.startswith("copied 2 sessions (15 events)")  # 11 of cli:long, 4 of slack:C002
+    assert "completed 1 that an earlier copy left half-copied; skipped 1 already there" in out
+    dst = ags.open_store(tmp_path / "dst")
+    for info in src.list():
+        assert dst.get(info.id).read() == src.get(info.id).read()
+    dst.close()
+    other = ags.open_store(tmp_path / "other")
+    other.get("cli:long").append(ags.Event.new("user/message", ags.Message.user("not a copy")))
+    other.close()
+    code, _, err = invoke(
+        store_dir, "copy", str(store_dir), str(tmp_path / "other"), "--skip-existing"
+    )
+    assert code == 1 and "session 'cli:long' in" in err and "is not a copy" in err
+    src.close()
+
+
+def test_progress_bars_are_drawn_on_a_terminal_only(
+    store_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert invoke(store_dir, "copy", str(store_dir), str(tmp_path / "a"))[::2] == (0, "")
+    assert invoke(store_dir, "repair", "--all")[::2] == (0, "")
+    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: stream is sys.stderr)
+    code, _, err = invoke(store_dir, "copy", str(store_dir), str(tmp_path / "b"))
+    assert code == 0 and "copying" in err
+    code, _, err = invoke(tmp_path / "b", "repair", "--all", "--dry-run")
+    assert code == 0 and "repairing" in err
+    code, _, err = invoke(tmp_path / "b", "rm", "-y", "cli:long", "slack:C001")
+    assert code == 0 and "deleting" in err
+
+
+# -- help for typos ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("typed", ["slack:c002", "slack_C002", "SLACK_C002.jsonl", "slack:C02"])
+def test_an_unknown_id_suggests_the_one_meant(store_dir: Path, typed: str) -> None:
+    code, _, err = invoke(store_dir, "show", typed)
+    assert code == 4
+    assert err == (
+        f"Error: no session {typed!r} in {store_dir.resolve()}; did you mean 'slack:C002'?\n"
+    )
+
+
+def readline_within(stream: IO[str], seconds: float = 60) -> str:
+    """The next line of a child's output; "" when none comes within ``seconds`` (a bound
+    against a hang, far above the time the line takes)."""
+    ready, _, _ = select.select([stream], [], [], seconds)
+    return stream.readline() if ready else ""
+
+
+def test_tail_follow_waits_for_a_session_that_does_not_exist_yet(store_dir: Path) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentsession",
+            "--store",
+            str(store_dir),
+            "tail",
+            "-f",
+            "slack:new",
+            "--interval",
+            "0.05",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        waiting = readline_within(proc.stderr)
+        assert waiting.startswith(f"waiting for session 'slack:new' in {store_dir.resolve()}")
+        writer = ags.open_store(store_dir)
+        writer.get("slack:new").append(ags.Event.new("user/message", ags.Message.user("hello")))
+        writer.close()
+        line = readline_within(proc.stdout)
+        assert line.split()[0] == "1" and "hello" in line
+    finally:
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_a_sqlite_file_given_as_a_path_gets_the_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    ags.open_store("sqlite:///big.db").close()
+    code, _, err = invoke("big.db", "ls")
+    assert code == 2 and "use --store sqlite:///big.db" in err
+    code, _, err = invoke("missing.db", "ls")
+    assert code == 4 and "no store at" in err and "use sqlite:///missing.db" in err
+    assert not (tmp_path / "missing.db").exists()
+
+
+# -- stores that do not exist -----------------------------------------------------------------
+
+NEEDS_A_STORE = [
+    ["ls"],
+    ["show", "x"],
+    ["tail", "x"],
+    ["messages", "x"],
+    ["stats"],
+    ["stats", "x"],
+    ["repair", "--all"],
+    ["repair", "--all", "--dry-run"],
+    ["rm", "-y", "x"],
+    ["compact", "x", "--summary", "s", "--keep-turns", "1"],
+]
+
+
+@pytest.mark.parametrize("kind", ["dir", "sqlite"])
+@pytest.mark.parametrize("args", NEEDS_A_STORE, ids=lambda args: " ".join(args))
+def test_a_command_on_a_missing_store_creates_nothing(
+    tmp_path: Path, kind: str, args: list[str]
+) -> None:
+    url = str(tmp_path / "typo") if kind == "dir" else f"sqlite:///{tmp_path}/typo.db"
+    code, out, err = invoke(url, *args)
+    assert code == 4 and out == ""
+    assert err.startswith("Error: no store at ") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_copy_from_a_missing_store_creates_nothing(tmp_path: Path) -> None:
+    code, _, err = invoke(
+        tmp_path / "unused", "copy", str(tmp_path / "doesnotexist"), str(tmp_path / "dst")
+    )
+    assert code == 4 and err.startswith(f"Error: no store at {tmp_path / 'doesnotexist'}")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["ls"], ["stats"], ["show", "x"], ["migrate"]])
+def test_a_memory_store_is_refused(args: list[str]) -> None:
+    code, _, err = invoke("memory:", *args)
+    assert code == 2 and "cannot use a memory: store" in err and "empty" in err
+
+
+def test_copy_refuses_memory_stores(store_dir: Path, tmp_path: Path) -> None:
+    assert invoke(store_dir, "copy", "memory:", str(tmp_path / "d"))[0] == 2
+    assert invoke(store_dir, "copy", str(store_dir), "MEMORY:")[0] == 2
+    assert not (tmp_path / "d").exists()
+
+
+def test_sqlite_sizes_are_unknown_per_session_and_the_file_for_the_store(
+    store_dir: Path, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert invoke(store_dir, "copy", str(store_dir), url)[0] == 0
+    lines = invoke(url, "ls")[1].splitlines()
+    assert [line.split()[-1] for line in lines[1:]] == ["-", "-", "-"]
+    assert [json.loads(line)["size"] for line in invoke(url, "ls", "--json")[1].splitlines()] == [
+        None,
+        None,
+        None,
+    ]
+    stats = json.loads(invoke(url, "stats", "--json")[1])
+    assert stats["bytes"] == (tmp_path / "s.db").stat().st_size > 0
+    assert "bytes: 0 B" not in invoke(url, "stats")[1]
+    assert "bytes: -" in invoke(url, "stats", "slack:C001")[1].splitlines()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,58 @@ def test_quickstart_example_prints_the_history(tmp_path: Path) -> None:
     ).stdout
     assert "Fix the failing test" in out
     assert "assistant: Fixed." in out
+
+
+def command_line_transcript() -> list[tuple[str, list[str]]]:
+    """The ``$ agentsession ...`` examples of the README's command-line section, each with the
+    lines printed under it (trailing blank lines dropped)."""
+    section = README.split("## The command line", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```text\n(.*?)```", section, flags=re.S)[0]
+    examples: list[tuple[str, list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            examples.append((line[2:], []))
+        else:
+            examples[-1][1].append(line)
+    for _, lines in examples:
+        while lines and not lines[-1].strip():
+            lines.pop()
+    return examples
+
+
+TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+SIZE = re.compile(r"\b\d+(?:\.\d)? (?:B|KB|MB|GB)\b")
+
+
+def words(line: str, home: str) -> list[str]:
+    """A line's words, with times, sizes and the demo's directory made comparable (so the
+    column padding that sizes change does not matter either)."""
+    line = line.replace(home, "/home/me")
+    return SIZE.sub("<size>", TIME.sub("<time>", line)).split()
+
+
+def test_the_readme_command_line_transcript_is_real_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+    from rich.console import Console
+
+    from agentsession.cli import cli
+    from agentsession.demo import run_demo
+
+    examples = command_line_transcript()
+    assert len(examples) >= 3
+    home = tmp_path / "me"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    run_demo("./agentsession-demo", Console(quiet=True))
+    for command, expected in examples:
+        argv = shlex.split(command)
+        assert argv[0] == "agentsession"
+        result = CliRunner().invoke(cli, argv[1:], env={"COLUMNS": "80"})
+        got = [words(line, str(home.resolve())) for line in result.output.splitlines()]
+        want = [words(line, "/home/me") for line in expected]
+        if argv[-1] == "ls":
+            # Sessions written in the same clock tick may list in either order.
+            got, want = got[:1] + sorted(got[1:]), want[:1] + sorted(want[1:])
+        assert got == want, command

@@ -2,41 +2,321 @@
 
 A thin click layer over the library. The store is chosen by ``--store URL`` or the
 ``AGENTSESSION_STORE`` environment variable (default: the JSONL directory ``./.agentsession``).
-Errors print one line and exit 1; ``--debug`` shows the traceback.
+
+Conventions every command follows:
+
+* **Exit status**: 0 success; 1 an error (and, with ``repair --exit-code``, something to
+  repair); 2 a usage error (a bad option or argument, also the library's ``UsageError``);
+  4 not found (no such session, no store at the path); 141 stdout was closed early (as in
+  ``agentsession ls | head -1``; the shell's status for a process killed by SIGPIPE).
+* **Errors** print one line on stderr; ``--debug`` adds the traceback and the debug log.
+  Library warnings print as one ``warning: ...`` line on stderr.
+* **Output** for people escapes control characters (``\\x1b`` for ESC), so stored text cannot
+  drive the terminal; when stdout is not a terminal, lines are plain and never cut or wrapped.
+  Session ids are never shortened.
+* **JSON**: every command takes ``--json``. The objects the command line makes have snake_case
+  keys; events (``show``, ``tail``) and messages (``messages``) are printed exactly as stored,
+  in the format of ``docs/format.md``.
+* **Stores are created only by writes**: ``copy``'s destination, ``demo`` and ``migrate``.
+  Every other command opens the store with ``create=False`` and fails with "no store at ..."
+  (exit 4) rather than create one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import difflib
+import logging
 import os
+import re
 import sys
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import click
 import msgspec
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from . import events as ev
 from . import view
+from ._names import unsafe_name
 from .contract import StoreRecoveryReport
-from .errors import LockTimeout, SessionError, SessionNotFound, UsageError
+from .errors import (
+    ConflictError,
+    DuplicateSession,
+    LockTimeout,
+    SessionError,
+    SessionNotFound,
+    StoreUnavailable,
+    UsageError,
+)
 from .events import Event, encode, encode_event
-from .messages import Message
+from .messages import FilePart, ImagePart, Message, TextPart, ThinkingPart
 from .session import BaseSession
 from .store import BaseStore, migrate_store, open_store
 
-__all__ = ["main"]
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_ERROR",
+    "EXIT_NOT_FOUND",
+    "EXIT_USAGE",
+    "NoStore",
+    "clean",
+    "main",
+    "open_existing",
+    "suggest",
+]
 
 DEFAULT_STORE = "./.agentsession"
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+EXIT_ERROR = 1
+"""An error (also: ``repair --exit-code`` found something to repair)."""
+EXIT_USAGE = 2
+"""A usage error: a bad option or argument, or the library's ``UsageError``."""
+EXIT_NOT_FOUND = 4
+"""No such session, or no store at the path given."""
+EXIT_BROKEN_PIPE = 141
+"""Stdout was closed before the output was written (``| head``): 128 + SIGPIPE, the status a
+shell reports for a Unix tool killed by SIGPIPE. Nothing is printed."""
+
+
+class NoStore(StoreUnavailable):
+    """There is no store at the URL a command reads from (nothing was created there)."""
+
+
+# -- terminal safety --------------------------------------------------------------------------
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_EXCEPT_LAYOUT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def clean(text: str, *, layout: bool = False) -> str:
+    """``text`` with every control character (C0, DEL, C1) written as ``\\xNN``, so that
+    stored text printed for a person cannot drive the terminal. With ``layout``, newline and
+    tab are kept (for multi-line texts); a carriage return is always escaped."""
+    pattern = _CONTROL_EXCEPT_LAYOUT if layout else _CONTROL
+    return pattern.sub(_escape_control, text)
+
+
+def _is_terminal(stream: IO[Any]) -> bool:
+    """Whether ``stream`` is a terminal (tests replace this)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Console(Console):
+    """A Rich console that lets a closed pipe surface as :class:`BrokenPipeError` (Rich's own
+    reaction is to exit with status 1), so the command line handles it in one place."""
+
+    def on_broken_pipe(self) -> None:
+        """Raise, rather than exit."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def _console(file: IO[str] | None = None) -> _Console:
+    return _Console(
+        file=file or sys.stdout,
+        width=int(os.environ.get("COLUMNS", "0") or 0) or None,
+        soft_wrap=False,
+        highlight=False,
+        emoji=False,
+    )
+
+
+def _plain(markup: str) -> str:
+    """The text of a line of Rich markup, without styles."""
+    return Text.from_markup(markup, emoji=False).plain
+
+
+def _echo(line: str = "") -> None:
+    click.echo(line)
+
+
+def _write_bytes(data: bytes) -> None:
+    """Write ``data`` to stdout whole. A large write to a pipe whose reader has gone can
+    return having written part of it, without an error; writing the rest raises
+    :class:`BrokenPipeError`, which the command line turns into its quiet exit."""
+    out = sys.stdout.buffer
+    rest = memoryview(data)
+    while rest:
+        written = out.write(rest)
+        rest = rest[written or 0 :]
+    out.flush()
+
+
+def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    click.echo(f"Error: {clean(message)}", err=True)
+    raise click.exceptions.Exit(code)
+
+
+# -- logging ----------------------------------------------------------------------------------
+
+
+class _LogHandler(logging.Handler):
+    """Library log records as one clean line on stderr: ``warning: ...``. Without ``--debug``
+    only agentsession's own records at WARNING and above are shown (a third-party library's
+    records are not: what went wrong reaches the command as an error); with ``--debug``, every
+    record at DEBUG and above, with its logger's name and traceback."""
+
+    def __init__(self, debug: bool) -> None:
+        super().__init__(logging.DEBUG if debug else logging.WARNING)
+        self.debug = debug
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Agentsession's records, or every record with ``--debug``."""
+        return self.debug or record.name == "agentsession" or record.name.startswith(
+            "agentsession."
+        )
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Print the record on stderr."""
+        try:
+            level = record.levelname.lower()
+            if self.debug:
+                text = clean(f"{level}: {record.name}: {record.getMessage()}")
+                if record.exc_info:
+                    text += "\n" + clean(self.format_exception(record), layout=True)
+            else:
+                text = clean(f"{level}: {record.getMessage()}")
+            click.echo(text, err=True)
+        except Exception:
+            self.handleError(record)
+
+    @staticmethod
+    def format_exception(record: logging.LogRecord) -> str:
+        """The record's traceback."""
+        return logging.Formatter().formatException(record.exc_info)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def _logging_to_stderr(debug: bool) -> Iterator[None]:
+    """Route log records through :class:`_LogHandler` while a command runs; restore after."""
+    root = logging.getLogger()
+    handler = _LogHandler(debug)
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if debug else min(level or logging.WARNING, logging.WARNING))
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    """Hide a library logger's warnings while the command reports the same thing itself."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+# -- stores -----------------------------------------------------------------------------------
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def _is_path(url: str) -> bool:
+    """Whether ``open_store`` reads ``url`` as a directory path (as it decides)."""
+    scheme, sep, _ = url.partition(":")
+    return not sep or len(scheme) == 1 or "/" in scheme or "\\" in scheme
+
+
+def _check_url(url: str) -> None:
+    """Refuse what the command line can never use: ``memory:`` (each process has its own,
+    always empty) and a SQLite file given as a path (a directory is expected there)."""
+    scheme = url.strip().partition(":")[0].lower()
+    if not _is_path(url) and scheme == "memory":
+        raise UsageError(
+            "the command line cannot use a memory: store: it lives in one process's memory, so "
+            "every command would see a new, empty one. Use a directory, sqlite:///file.db or "
+            "postgresql://..."
+        )
+    if _is_path(url) and os.path.isfile(url):
+        try:
+            with open(url, "rb") as f:
+                head = f.read(len(_SQLITE_MAGIC))
+        except OSError:
+            return
+        if head == _SQLITE_MAGIC:
+            raise UsageError(
+                f"{url} is a SQLite database, and a plain path names a JSONL store directory; "
+                f"use --store sqlite:///{url}"
+            )
+
+
+def open_existing(url: str) -> BaseStore:
+    """The store at ``url``, which must exist (nothing is created): :class:`NoStore` saying
+    "no store at ..." otherwise."""
+    _check_url(url)
+    try:
+        return open_store(url, create=False)
+    except StoreUnavailable as exc:
+        message = str(exc)
+        if not message.startswith("no store at "):
+            raise
+        if _is_path(url) and url.lower().endswith(_SQLITE_SUFFIXES) and not os.path.exists(url):
+            message += f"; for a SQLite store, use sqlite:///{url}"
+        raise NoStore(message) from None
+
+
+def _fold(session_id: str) -> str:
+    folded = session_id.casefold()
+    if folded.endswith(".jsonl"):
+        folded = folded[: -len(".jsonl")]
+    return folded.replace("_", ":")
+
+
+def suggest(store: BaseStore, session_id: str) -> str | None:
+    """The id of ``store`` that ``session_id`` most likely meant: the same but for case, ``_``
+    for ``:`` or a ``.jsonl`` suffix (the file-name form), or else a close spelling."""
+    ids = [info.id for info in store.list()]
+    if not ids:
+        return None
+    stem = session_id[: -len(".jsonl")] if session_id.endswith(".jsonl") else session_id
+    decoded = unsafe_name(stem)
+    if decoded is not None and decoded in ids and decoded != session_id:
+        return decoded
+    by_fold: dict[str, str] = {}
+    for sid in ids:
+        by_fold.setdefault(_fold(sid), sid)
+    folded = _fold(session_id)
+    if folded in by_fold and by_fold[folded] != session_id:
+        return by_fold[folded]
+    close = difflib.get_close_matches(folded, list(by_fold), n=1, cutoff=0.8)
+    return by_fold[close[0]] if close else None
+
+
+def _not_found(store: BaseStore, session_id: str, more: int = 0) -> SessionNotFound:
+    message = f"no session {session_id!r} in {store.location}"
+    if more:
+        message += f" (nor {more} more of the ids given)"
+    hint = suggest(store, session_id)
+    if hint is not None:
+        message += f"; did you mean {hint!r}?"
+    return SessionNotFound(session_id, message)
 
 
 @dataclass
@@ -48,16 +328,16 @@ class State:
     _store: BaseStore | None = field(default=None, repr=False)
 
     def store(self) -> BaseStore:
-        """The store, opened once."""
+        """The store, opened once; it must exist (no command but the writes creates one)."""
         if self._store is None:
-            self._store = open_store(self.url)
+            self._store = open_existing(self.url)
         return self._store
 
     def existing(self, session_id: str) -> BaseSession:
-        """A session that has events, or :class:`SessionNotFound`."""
+        """A session that has events, or :class:`SessionNotFound` (with a suggestion)."""
         store = self.store()
         if not store.exists(session_id):
-            raise SessionNotFound(session_id, f"no session {session_id!r} in {store.location}")
+            raise _not_found(store, session_id)
         return store.get(session_id)
 
     def close(self) -> None:
@@ -67,23 +347,41 @@ class State:
             self._store = None
 
 
-def _fail(message: str) -> NoReturn:
-    click.echo(f"Error: {message}", err=True)
-    sys.exit(1)
+def _exit_code(exc: SessionError) -> int:
+    if isinstance(exc, (SessionNotFound, NoStore)):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, UsageError):
+        return EXIT_USAGE
+    return EXIT_ERROR
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit cannot fail again."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 class _Group(click.Group):
     """Turns library errors (the :class:`SessionError` tree, into which every backend translates
-    operating-system and driver errors) into one clear line (a traceback with ``--debug``)."""
+    operating-system and driver errors) into one clear line (a traceback with ``--debug``) and
+    the exit status of their kind; a closed stdout into a quiet exit."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; map errors to one line and an exit status."""
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()
+            return result
         except SessionError as exc:
             state = ctx.find_object(State)
             if state is not None and state.debug:
                 traceback.print_exc()
-            _fail(str(exc) or type(exc).__name__)
+            _fail(str(exc) or type(exc).__name__, _exit_code(exc))
+        except BrokenPipeError:
+            _silence_stdout()
+            raise click.exceptions.Exit(EXIT_BROKEN_PIPE) from None
         finally:
             state = ctx.find_object(State)
             if state is not None:
@@ -93,17 +391,47 @@ class _Group(click.Group):
 pass_state = click.make_pass_decorator(State)
 
 
-@click.group(cls=_Group, context_settings=CONTEXT)
+def _examples(*lines: str) -> str:
+    """A help epilog: the examples, kept as written (click's ``\\b``)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+_GROUP_EPILOG = (
+    "\b\n"
+    "Exit status:\n"
+    "  0    success\n"
+    "  1    an error (with repair --exit-code: something to repair)\n"
+    "  2    usage error (a bad option, argument or store URL)\n"
+    "  4    not found: no such session, or no store at the path\n"
+    "  141  stdout was closed early (| head); nothing is printed\n"
+    "\n"
+    "\b\n"
+    "JSON: every command takes --json. Objects the command line makes use snake_case keys;\n"
+    "events (show, tail) and messages (messages) are printed exactly as stored\n"
+    "(docs/format.md). Only writes create a store: copy's destination, demo, migrate.\n"
+    "\n"
+    + _examples(
+        "agentsession demo",
+        "agentsession --store ./agentsession-demo ls",
+        "agentsession --store ./agentsession-demo show slack:C002",
+        "AGENTSESSION_STORE=sqlite:///sessions.db agentsession stats --json",
+    )
+)
+
+
+@click.group(cls=_Group, context_settings=CONTEXT, epilog=_GROUP_EPILOG)
 @click.option(
     "--store",
     "url",
     envvar="AGENTSESSION_STORE",
     default=DEFAULT_STORE,
     show_default=True,
-    help="Store URL or directory (env AGENTSESSION_STORE): a path, memory:, "
-    "sqlite:///file.db or postgresql://...",
+    help="Store URL or directory (env AGENTSESSION_STORE): a path, sqlite:///file.db or "
+    "postgresql://... (memory: is refused: every command would see a new, empty store).",
 )
-@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@click.option(
+    "--debug", is_flag=True, help="Show tracebacks on errors, and the debug log (all loggers)."
+)
 @click.version_option(package_name="agentsession")
 @click.pass_context
 def cli(ctx: click.Context, url: str, debug: bool) -> None:
@@ -113,18 +441,10 @@ def cli(ctx: click.Context, url: str, debug: bool) -> None:
     `messages`.
     """
     ctx.obj = State(url=url, debug=debug)
+    ctx.with_resource(_logging_to_stderr(debug))
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def _console() -> Console:
-    return Console(
-        file=sys.stdout,
-        width=int(os.environ.get("COLUMNS", "0") or 0) or None,
-        soft_wrap=False,
-        highlight=False,
-    )
 
 
 def _when(time_: dt.datetime | None) -> str:
@@ -133,7 +453,10 @@ def _when(time_: dt.datetime | None) -> str:
     return time_.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _size(n: int) -> str:
+def _size(n: int | None) -> str:
+    """A size for people; ``-`` when it is not known."""
+    if n is None:
+        return "-"
     value = float(n)
     for unit in ("B", "KB", "MB"):
         if value < 1024:
@@ -163,6 +486,42 @@ def _result_line(row: view.ToolResultRow, limit: int) -> str:
     return f"{mark} {row.name} [{row.call_id}]{audit}: {_short(row.content, limit)}"
 
 
+def _columns(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> Iterator[str]:
+    """Rows of cells as aligned lines, nothing cut (widths in terminal cells)."""
+    if not rows:
+        return
+    align_right = set(right)
+    widths = [max(cell_len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            pad = " " * (widths[i] - cell_len(cell))
+            cells.append(pad + cell if i in align_right else cell + pad)
+        yield "  ".join(cells).rstrip()
+
+
+@contextlib.contextmanager
+def _progress(total: int, description: str) -> Iterator[Callable[[], None]]:
+    """A progress bar on stderr for ``total`` steps, drawn only when stderr is a terminal and
+    there is more than one step; yields the function that advances it."""
+    if total < 2 or not _is_terminal(sys.stderr):
+        yield lambda: None
+        return
+    console = _Console(file=sys.stderr, force_terminal=True, highlight=False, emoji=False)
+    with Progress(
+        console=console,
+        transient=True,
+        redirect_stdout=_is_terminal(sys.stdout),
+        redirect_stderr=False,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda: bar.advance(task)
+
+
+def _json_line(value: Any) -> None:
+    click.echo(encode(value).decode())
+
+
 # -- ls, stats, rm ----------------------------------------------------------------------------
 
 
@@ -174,68 +533,98 @@ class _Row(msgspec.Struct):
     """The session's last seq, which is its number of events; None when the backend does not
     know it cheaply."""
     last_activity: dt.datetime | None
-    size: int
+    size: int | None
+    """Bytes in storage; None when the backend does not keep it per session (SQLite,
+    PostgreSQL)."""
 
 
 def _count(n: int | None) -> str:
     return "?" if n is None else str(n)
 
 
-@cli.command("ls", context_settings=CONTEXT)
+@cli.command(
+    "ls",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession ls",
+        "agentsession ls --prefix slack: --limit 20",
+        "agentsession ls | awk '{print $1}'      # ids, never shortened",
+        "agentsession ls --json | jq -r .id",
+    ),
+)
 @click.option("--prefix", default=None, help="Only ids starting with this.")
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_state
 def ls_command(state: State, prefix: str | None, limit: int | None, as_json: bool) -> None:
     """List sessions, most recently active first (events shows ? when the store cannot tell
-    without reading the session)."""
+    without reading the session; size shows - when the store does not keep it)."""
     store = state.store()
     rows = [
         _Row(
             id=info.id,
             events=info.last_seq if info.last_seq >= 0 else None,
             last_activity=info.updated_at,
-            size=info.size,
+            size=info.size or None,
         )
         for info in store.list(prefix=prefix, limit=limit)
     ]
     if as_json:
         for row in rows:
-            click.echo(encode(row).decode())
+            _json_line(row)
         return
-    table = Table(box=None, pad_edge=False)
-    table.add_column("id")
-    table.add_column("events", justify="right")
-    table.add_column("last activity (UTC)")
-    table.add_column("size", justify="right")
-    for row in rows:
-        table.add_row(
-            escape(row.id),
-            _count(row.events),
-            _when(row.last_activity),
-            _size(row.size) if row.size else "-",
+    if not rows:
+        _echo(f"no sessions in {clean(store.location)}")
+        return
+    table = [["id", "events", "last activity (UTC)", "size"]]
+    table += [
+        [clean(row.id), _count(row.events), _when(row.last_activity), _size(row.size)]
+        for row in rows
+    ]
+    for line in _columns(table, right=(1, 3)):
+        _echo(line)
+
+
+def _store_bytes(store: BaseStore, sizes: Sequence[int]) -> int | None:
+    """The store's size: the sum of its sessions' sizes, or the database file's (with its
+    write-ahead log) for SQLite, which keeps no size per session; None when unknown."""
+    if sizes and all(sizes):
+        return sum(sizes)
+    from .backends.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        return sum(
+            os.path.getsize(path)
+            for path in (store.path, store.path + "-wal")
+            if os.path.exists(path)
         )
-    if rows:
-        _console().print(table)
-    else:
-        click.echo(f"no sessions in {store.location}")
+    return None if sizes else 0
 
 
 def _print_stats(title: str, stats: dict[str, Any]) -> None:
-    click.echo(title)
+    _echo(clean(title))
     for key, value in stats.items():
         label = key.replace("_", " ")
-        shown = "?" if value is None else _size(value) if key == "bytes" else value
-        click.echo(f"{label}: {shown}")
+        shown = _size(value) if key == "bytes" else "?" if value is None else str(value)
+        _echo(f"{label}: {shown}")
 
 
-@cli.command("stats", context_settings=CONTEXT)
+@cli.command(
+    "stats",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession stats",
+        "agentsession stats slack:C002",
+        "agentsession stats --json",
+    ),
+)
 @click.argument("session_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @pass_state
 def stats_command(state: State, session_id: str | None, as_json: bool) -> None:
-    """Count the store's sessions, events and bytes (from its listing, reading no events); with
-    SESSION_ID, that session's events, turns, messages and incomplete turns."""
+    """Count the store's sessions, events and bytes (from its listing, reading no events; for
+    SQLite, bytes is the database file's size); with SESSION_ID, that session's events, turns,
+    messages and incomplete turns."""
     from .recovery import scan_all_incomplete
 
     store = state.store()
@@ -246,7 +635,7 @@ def stats_command(state: State, session_id: str | None, as_json: bool) -> None:
         stats = {
             "sessions": len(infos),
             "events": sum(info.last_seq for info in infos) if known else None,
-            "bytes": sum(info.size for info in infos),
+            "bytes": _store_bytes(store, [info.size for info in infos]),
         }
         title = f"store: {store.location}"
     else:
@@ -257,125 +646,243 @@ def stats_command(state: State, session_id: str | None, as_json: bool) -> None:
             "turns": sum(1 for e in events if e.type == ev.TURN_START),
             "messages": sum(1 for e in events if e.type in (ev.USER_MESSAGE, ev.ASSISTANT_MESSAGE)),
             "incomplete_turns": len(scan_all_incomplete(events)),
-            "bytes": size,
+            "bytes": size or None,
         }
         title = f"session: {session_id}"
     if as_json:
-        click.echo(encode(stats).decode())
+        _json_line(stats)
     else:
         _print_stats(title, stats)
 
 
-@cli.command("rm", context_settings=CONTEXT)
+def _ids_from(arguments: Sequence[str]) -> tuple[list[str], bool]:
+    """The ids given, ``-`` replaced by the lines of stdin (blank ones skipped), without
+    repeats; and whether stdin was read."""
+    ids: list[str] = []
+    from_stdin = False
+    for argument in arguments:
+        if argument == "-":
+            if from_stdin:
+                continue
+            from_stdin = True
+            ids.extend(line.strip() for line in sys.stdin if line.strip())
+        else:
+            ids.append(argument)
+    return list(dict.fromkeys(ids)), from_stdin
+
+
+def _listing(ids: Sequence[str], limit: int = 10) -> str:
+    shown = ", ".join(clean(sid) for sid in ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+@cli.command(
+    "rm",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession rm slack:C002                 # asks first on a terminal",
+        "agentsession rm --dry-run slack:C002 cli:demo",
+        "agentsession ls --prefix tmp: | awk 'NR>1 {print $1}' | agentsession rm -y -",
+    ),
+)
 @click.argument("session_ids", nargs=-1, required=True)
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
 @pass_state
-def rm_command(state: State, session_ids: tuple[str, ...]) -> None:
-    """Delete sessions (their events and everything stored beside them)."""
+def rm_command(
+    state: State, session_ids: tuple[str, ...], yes: bool, dry_run: bool, as_json: bool
+) -> None:
+    """Delete sessions (their events and everything stored beside them), for good.
+
+    SESSION_IDS may be '-' to read ids from stdin, one per line. On a terminal rm asks before
+    deleting; elsewhere (a script, ids on stdin) it deletes only with -y/--yes. Nothing is
+    deleted when one of the ids does not exist."""
+    ids, from_stdin = _ids_from(session_ids)
+    if not ids:
+        raise UsageError("no session ids given (stdin was empty)")
     store = state.store()
-    missing = [sid for sid in session_ids if not store.exists(sid)]
+    missing = [sid for sid in ids if not store.exists(sid)]
     if missing:
-        raise SessionNotFound(missing[0], f"no session {missing[0]!r} in {store.location}")
-    for sid in session_ids:
-        store.delete(sid)
-        click.echo(f"deleted {sid}")
+        raise _not_found(store, missing[0], more=len(missing) - 1)
+    wanted = set(ids)
+    counts: dict[str, int | None] = {
+        info.id: info.last_seq if info.last_seq >= 0 else None
+        for info in store.list()
+        if info.id in wanted
+    }
+    if dry_run:
+        for sid in ids:
+            if as_json:
+                _json_line({"session_id": sid, "events": counts.get(sid), "deleted": False})
+            else:
+                _echo(f"would delete {clean(sid)} ({_count(counts.get(sid))} events)")
+        return
+    if not yes:
+        if from_stdin or not _is_terminal(sys.stdin):
+            why = "the ids came from stdin" if from_stdin else "stdin is not a terminal"
+            raise UsageError(
+                f"rm deletes for good and asks first, but {why}: pass -y/--yes to delete "
+                f"{len(ids)} session(s) without asking (--dry-run shows what would go)"
+            )
+        question = f"Delete {len(ids)} session(s) for good: {_listing(ids)}?"
+        if not click.confirm(question, default=False, err=True):
+            click.echo("nothing deleted", err=True)
+            raise click.exceptions.Exit(EXIT_ERROR)
+    with _progress(len(ids), "deleting") as advance:
+        for sid in ids:
+            store.delete(sid)
+            if as_json:
+                _json_line({"session_id": sid, "events": counts.get(sid), "deleted": True})
+            else:
+                _echo(f"deleted {clean(sid)}")
+            advance()
 
 
 # -- show, tail, messages ---------------------------------------------------------------------
 
 
+def _e(text: str) -> str:
+    """Stored text made safe for Rich markup."""
+    return escape(text)
+
+
 def _row_markup(row: view.Row, limit: int) -> str:
     """The Rich markup of one transcript row after its seq and indent (every value escaped)."""
-    who = f" [dim]({escape(row.agent)})[/]" if row.agent else ""
+    who = f" [dim]({_e(row.agent)})[/]" if row.agent else ""
     if isinstance(row, view.UserMessageRow):
-        user = f" {escape(row.user)}" if row.user else ""
-        return f"[bold green]user{user}:[/] {escape(_calls_line(row.text, [], limit))}"
+        user = f" {_e(row.user)}" if row.user else ""
+        return f"[bold green]user{user}:[/] {_e(_calls_line(row.text, [], limit))}"
     if isinstance(row, view.AssistantMessageRow):
-        line = escape(_calls_line(row.text, row.tool_calls, limit))
+        line = _e(_calls_line(row.text, row.tool_calls, limit))
         return f"[bold magenta]assistant{who}:[/] {line}"
     if isinstance(row, view.ToolResultRow):
         style = "red" if row.is_error or row.interrupted else "yellow"
-        return f"[{style}]{escape(_result_line(row, limit))}[/]"
+        return f"[{style}]{_e(_result_line(row, limit))}[/]"
     if isinstance(row, view.ToolCallRow):
-        return f"[dim]tool call started: {escape(f'{row.name} [{row.call_id}]')}[/]"
+        return f"[dim]tool call started: {_e(f'{row.name} [{row.call_id}]')}[/]"
     if isinstance(row, view.UsageRow):
         return f"[dim]usage: {row.input_tokens} in / {row.output_tokens} out[/]"
     if isinstance(row, view.TodoRow):
         items = ", ".join(f"[{'x' if t.done else ' '}] {t.title}" for t in row.items)
-        return f"todos: {escape(items)}"
+        return f"todos: {_e(items)}"
     if isinstance(row, view.RunFinishRow):
-        return f"[bold]run {escape(row.status)}[/]: {escape(_short(row.summary, limit))}"
+        return f"[bold]run {_e(row.status)}[/]: {_e(_short(row.summary, limit))}"
     if isinstance(row, view.SubagentStartRow):
         mode = " (in the background)" if row.background else ""
-        task = escape(_short(row.task, limit))
+        task = _e(_short(row.task, limit))
         return (
-            f"[bold]subagent {escape(row.subagent)}[/] started{mode} in session "
-            f"{escape(row.child_session)}: {task}"
+            f"[bold]subagent {_e(row.subagent)}[/] started{mode} in session "
+            f"{_e(row.child_session)}: {task}"
         )
     if isinstance(row, view.SubagentEndRow):
-        error = f" · [red]{escape(_short(row.error, limit))}[/]" if row.error else ""
-        summary = escape(_short(row.summary, limit))
+        error = f" · [red]{_e(_short(row.error, limit))}[/]" if row.error else ""
+        summary = _e(_short(row.summary, limit))
         return (
-            f"[bold]subagent {escape(row.subagent)}[/] {escape(row.status or 'ended')} "
+            f"[bold]subagent {_e(row.subagent)}[/] {_e(row.status or 'ended')} "
             f"after {row.steps} step(s): {summary}{error}"
         )
     if isinstance(row, view.SkillLoadRow):
-        about = f": {escape(_short(row.description, limit))}" if row.description else ""
-        return f"[bold]skill {escape(row.name)}[/] loaded{about}"
+        about = f": {_e(_short(row.description, limit))}" if row.description else ""
+        return f"[bold]skill {_e(row.name)}[/] loaded{about}"
     if isinstance(row, view.EventRow):
-        return f"[dim]{escape(row.type)}{who}: {escape(_short(row.data, limit))}[/]"
-    return f"[dim]{escape(row.kind)}{who}[/]"  # a row kind this renderer does not know
+        return f"[dim]{_e(row.type)}{who}: {_e(_short(row.data, limit))}[/]"
+    return f"[dim]{_e(row.kind)}{who}[/]"  # a row kind this renderer does not know
 
 
-def _render_transcript(session: BaseSession, events: Sequence[Event], full: bool) -> Iterator[str]:
-    """Rich-markup lines for a person reading the session, grouped by turn and step: the rows
-    of :func:`agentsession.view.transcript_rows`, drawn for a terminal."""
+def _transcript(
+    session: BaseSession, events: Sequence[Event], full: bool
+) -> Iterator[tuple[str, str]]:
+    """``(gutter, body)`` pairs of Rich markup for a person reading the session, grouped by
+    turn and step: the rows of :func:`agentsession.view.transcript_rows`. The gutter is the
+    event's seq ("" for the header and the blank line before a turn); every stored value is
+    escaped for markup, and control characters are escaped by the caller."""
     limit = 0 if full else view.PREVIEW_CHARS
     rows = view.transcript_rows(events, full=full)
     turns = sum(1 for row in rows if isinstance(row, view.TurnStartRow))
     yield (
-        f"[bold]session {escape(session.id)}[/] · {len(events)} events · "
-        f"{turns} turns · {escape(session.location)}"
+        "",
+        f"[bold]session {_e(session.id)}[/] · {len(events)} events · "
+        f"{turns} turns · {_e(session.location)}",
     )
     for row in rows:
-        seq = f"[dim]{row.seq:>5}[/] "
+        seq = f"{row.seq:>5}"
         indent = "│ " * row.depth
-        who = f" [dim]({escape(row.agent)})[/]" if row.agent else ""
+        who = f" [dim]({_e(row.agent)})[/]" if row.agent else ""
         if isinstance(row, view.TurnStartRow):
-            user = f" · user {escape(row.user)}" if row.user else ""
-            yield ""
-            yield f"{seq}[bold cyan]┌─ turn[/]{who}{user} · {_when(row.time)}"
+            user = f" · user {_e(row.user)}" if row.user else ""
+            yield "", ""
+            yield seq, f"[bold cyan]┌─ turn[/]{who}{user} · {_when(row.time)}"
         elif isinstance(row, view.TurnEndRow):
             tokens = (row.input_tokens, row.output_tokens)
             usage = f" · {tokens[0]} in / {tokens[1]} out tokens" if any(tokens) else ""
             error = ""
             if row.error_type or row.error_message:
-                failure = escape(f"{row.error_type} {row.error_message}".strip())
+                failure = _e(f"{row.error_type} {row.error_message}".strip())
                 error = f" · [bold red]failed: {failure}[/]"
             steps = f"{row.steps} step" + ("" if row.steps == 1 else "s")
-            yield f"{seq}[bold cyan]└─ end of turn[/] · {steps}{usage}{error}"
+            yield seq, f"[bold cyan]└─ end of turn[/] · {steps}{usage}{error}"
         elif isinstance(row, view.StepStartRow):
-            yield f"{seq}{indent}[cyan]┌ step {row.step}[/]"
+            yield seq, f"{indent}[cyan]┌ step {row.step}[/]"
         elif isinstance(row, view.StepEndRow):
-            yield f"{seq}{indent}[cyan]└ end of step {row.step}[/]"
+            yield seq, f"{indent}[cyan]└ end of step {row.step}[/]"
         elif isinstance(row, view.RecoveryRow):
             closed = f"closed step {row.closed_step}" if row.closed_step >= 0 else "no open step"
             yield (
-                f"{seq}[bold white on red] RECOVERY [/] the turn from seq {row.turn_start_seq} "
+                seq,
+                f"[bold white on red] RECOVERY [/] the turn from seq {row.turn_start_seq} "
                 f"was cut off: {row.orphan_results} tool call(s) answered as interrupted, "
-                f"{closed}"
+                f"{closed}",
             )
         elif isinstance(row, view.CompactionRow):
             summary = _short(row.summary, limit) if row.summary else "(prune, no summary)"
             yield (
-                f"{seq}[bold black on yellow] COMPACTION [/] {row.compaction_kind}: history "
+                seq,
+                f"[bold black on yellow] COMPACTION [/] {_e(row.compaction_kind)}: history "
                 f"before seq {row.first_kept_seq} replaced; {row.kept_messages} messages kept"
-                f" · {escape(summary)}"
+                f" · {_e(summary)}",
             )
         else:
-            yield f"{seq}{indent}{_row_markup(row, limit)}"
+            yield seq, f"{indent}{_row_markup(row, limit)}"
 
 
-@cli.command("show", context_settings=CONTEXT)
+def _print_transcript(pairs: Iterable[tuple[str, str]]) -> None:
+    """Plain lines when stdout is not a terminal (whole, never wrapped: long lines stay one
+    line, continuation lines of a multi-line text are indented past the gutter); on a
+    terminal, a two-column grid that wraps a long line beside its seq."""
+    safe = ((gutter, clean(body, layout=True)) for gutter, body in pairs)
+    if not _is_terminal(sys.stdout):
+        for gutter, body in safe:
+            text = _plain(body).replace("\n", "\n" + " " * 6)
+            _echo(f"{gutter} {text}" if gutter else text)
+        return
+    console = _console()
+    grid: Table | None = None
+    for gutter, body in safe:
+        if not gutter:
+            if grid is not None:
+                console.print(grid)
+                grid = None
+            console.print(body, soft_wrap=True)
+            continue
+        if grid is None:
+            grid = Table.grid(padding=(0, 1))
+            grid.add_column(justify="right", no_wrap=True, style="dim", min_width=5)
+            grid.add_column(overflow="fold")
+        grid.add_row(gutter.strip(), body)
+    if grid is not None:
+        console.print(grid)
+
+
+@cli.command(
+    "show",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession show slack:C002",
+        "agentsession show slack:C002 --full | less",
+        "agentsession show slack:C002 --json | jq -c 'select(.type == \"tool/result\")'",
+    ),
+)
 @click.argument("session_id")
 @click.option("--full", is_flag=True, help="Do not shorten long texts and results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw events, one per line.")
@@ -385,22 +892,26 @@ def show_command(state: State, session_id: str, full: bool, as_json: bool) -> No
     session = state.existing(session_id)
     events = session.read()
     if as_json:
-        out = sys.stdout.buffer
-        for event in events:
-            out.write(encode_event(event) + b"\n")
+        _write_bytes(b"".join(encode_event(event) + b"\n" for event in events))
         return
-    console = _console()
-    for line in _render_transcript(session, events, full):
-        console.print(line)
+    _print_transcript(_transcript(session, events, full))
 
 
 def _event_line(event: Event) -> str:
     agent = f" {event.agent}" if event.agent else ""
     data = _short(event.raw.decode("utf-8", "replace"), 200)
-    return f"{event.seq:>6} {_when(event.time)} {event.type}{agent} {data}"
+    return clean(f"{event.seq:>6} {_when(event.time)} {event.type}{agent} {data}")
 
 
-@cli.command("tail", context_settings=CONTEXT)
+@cli.command(
+    "tail",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession tail slack:C002",
+        "agentsession tail -f -n 0 slack:C002      # waits for a session that does not exist",
+        "agentsession tail slack:C002 --json | head -1",
+    ),
+)
 @click.argument("session_id")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing events as they arrive.")
 @click.option(
@@ -423,10 +934,21 @@ def _event_line(event: Event) -> str:
 def tail_command(
     state: State, session_id: str, follow: bool, lines: int, as_json: bool, interval: float
 ) -> None:
-    """Print a session's latest events; with -f, follow new ones (also from other processes)."""
+    """Print a session's latest events; with -f, follow new ones (also from other processes),
+    waiting for the session when it does not exist yet."""
     store = state.store()
-    if not follow and not store.exists(session_id):
-        state.existing(session_id)
+    if not store.exists(session_id):
+        if not follow:
+            raise _not_found(store, session_id)
+        hint = suggest(store, session_id)
+        click.echo(
+            clean(
+                f"waiting for session {session_id!r} in {store.location} (it has no events yet"
+                + (f"; did you mean {hint!r}?" if hint else "")
+                + ")"
+            ),
+            err=True,
+        )
     session = store.get(session_id)
     latest = session.latest_seq
     last = max(0, latest - lines)
@@ -439,32 +961,104 @@ def tail_command(
         return batch[-1].seq if batch else 0
 
     last = emit(session.read(after=last)) or last
-    while follow:
-        time.sleep(interval)
-        last = emit(session.read(after=last)) or last
+    try:
+        while follow:
+            time.sleep(interval)
+            last = emit(session.read(after=last)) or last
+    except KeyboardInterrupt:
+        raise click.exceptions.Exit(130) from None  # Ctrl-C is how -f ends: 128 + SIGINT
 
 
-@cli.command("messages", context_settings=CONTEXT)
+def _message_lines(message: Message) -> Iterator[str]:
+    """A message for people: its role (and author or name), then its parts, calls and
+    results; whole, with newlines kept."""
+    who = message.author or message.name
+    head = f"{message.role}" + (f" ({who})" if who else "") + ":"
+    body: list[str] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            body.append(part.text)
+        elif isinstance(part, ThinkingPart):
+            body.append(f"[thinking: {len(part.text)} characters]")
+        elif isinstance(part, (ImagePart, FilePart)):
+            kind = "image" if isinstance(part, ImagePart) else "file"
+            where = part.source or part.url or (f"{len(part.data)} characters inline")
+            body.append(f"[{kind} {part.mime} {where}]".replace("  ", " "))
+        else:
+            body.append(f"[attachment {part.mime} {part.source or part.url}]".replace("  ", " "))
+    for call in message.tool_calls:
+        body.append(f"→ {call.name}({encode(call.arguments).decode()}) [{call.id}]")
+    for result in message.tool_results:
+        mark = "✗" if result.is_error else "←"
+        audit = ", ".join(f"{k}={v}" for k, v in result.audit.items())
+        audit = f" {{{audit}}}" if audit else ""
+        body.append(f"{mark} {result.name} [{result.call_id}]{audit}: {result.content}")
+    text = "\n".join(body) or "(empty)"
+    first, *rest = clean(text, layout=True).split("\n")
+    yield f"{clean(head)} {first}"
+    for line in rest:
+        yield f"    {line}"
+
+
+@cli.command(
+    "messages",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession messages slack:C002",
+        "agentsession messages slack:C002 --agent demo-coder",
+        "agentsession messages slack:C002 --json | jq '.[-1]'",
+    ),
+)
 @click.argument("session_id")
 @click.option("--agent", default=None, help="Only this agent's view of the history.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the messages as a JSON array, in the stored message format.",
+)
 @pass_state
-def messages_command(state: State, session_id: str, agent: str | None) -> None:
-    """Print the model-visible history as JSON."""
+def messages_command(state: State, session_id: str, agent: str | None, as_json: bool) -> None:
+    """Print the model-visible history: what would be sent to a model next."""
     session = state.existing(session_id)
-    text = msgspec.json.format(encode(session.messages(agent=agent)), indent=2)
-    sys.stdout.buffer.write(text + b"\n")
+    history = session.messages(agent=agent)
+    if as_json:
+        _write_bytes(msgspec.json.format(encode(history), indent=2) + b"\n")
+        return
+    for message in history:
+        for line in _message_lines(message):
+            _echo(line)
 
 
 # -- repair, compact, copy, migrate -----------------------------------------------------------
 
 
-@cli.command("repair", context_settings=CONTEXT)
+@cli.command(
+    "repair",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession repair --all --dry-run",
+        "agentsession repair --all --dry-run --exit-code || echo 'something to repair'",
+        "agentsession repair slack:C002",
+    ),
+)
 @click.argument("session_ids", nargs=-1)
 @click.option("--all", "all_sessions", is_flag=True, help="Every session in the store.")
 @click.option("--dry-run", is_flag=True, help="Report what would be repaired; write nothing.")
+@click.option(
+    "--exit-code",
+    is_flag=True,
+    help="Exit with status 1 when a session has (or, without --dry-run, had) turns to repair.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON report per session.")
 @pass_state
 def repair_command(
-    state: State, session_ids: tuple[str, ...], all_sessions: bool, dry_run: bool
+    state: State,
+    session_ids: tuple[str, ...],
+    all_sessions: bool,
+    dry_run: bool,
+    exit_code: bool,
+    as_json: bool,
 ) -> None:
     """Repair turns a crash cut off (those whose turn lock is free); with --dry-run, report
     every session named (or, with --all, every session) and what a repair would write."""
@@ -473,46 +1067,60 @@ def repair_command(
     store = state.store()
     for sid in session_ids:
         state.existing(sid)
-    if dry_run:
-        ids = list(session_ids) or [info.id for info in store.list()]
-        reports = store.recover(ids, dry_run=True)
-    else:
-        reports = store.recover(list(session_ids) if session_ids else None)
-        if not reports:
-            click.echo("nothing to repair")
-    for report in reports:
-        _echo_report(report, dry_run=dry_run)
+    ids = list(dict.fromkeys(session_ids)) or [info.id for info in store.list()]
+    reports: list[StoreRecoveryReport] = []
+    # The reports below say what the recovery log says: keep its warnings off stderr.
+    with _quiet("agentsession.recovery"), _progress(len(ids), "repairing") as advance:
+        for sid in ids:
+            for report in store.recover([sid], dry_run=dry_run):
+                shown = dry_run or session_ids or report.status not in ("clean", "expired")
+                if shown:
+                    reports.append(report)
+                    if as_json:
+                        _json_line(report)
+                    else:
+                        _echo_report(report, dry_run=dry_run)
+            advance()
+    if not reports and not as_json:
+        _echo("nothing to repair")
     damaged = [r.session_id for r in reports if r.status == "damaged"]
     if damaged:
         _fail(f"{len(damaged)} session(s) could not be read or repaired: {', '.join(damaged)}")
+    if exit_code and any(r.status in ("pending", "live", "repaired") for r in reports):
+        raise click.exceptions.Exit(EXIT_ERROR)
 
 
 def _echo_report(report: StoreRecoveryReport, *, dry_run: bool) -> None:
-    sid = report.session_id
+    sid = clean(report.session_id)
     if report.status in ("pending", "live") and dry_run:
         what = ", ".join(
             f"turn at seq {t.turn_start_seq} ({t.orphan_results} unanswered calls)"
             for t in report.turns
         )
         live = "live (turn lock held), " if report.status == "live" else ""
-        click.echo(f"{sid}: {live}would repair {what}")
+        _echo(f"{sid}: {live}would repair {what}")
     elif report.status == "repaired":
         results = sum(t.orphan_results for t in report.turns if t.repaired)
         repaired = sum(1 for t in report.turns if t.repaired)
-        click.echo(
-            f"{sid}: repaired {repaired} turn(s), {results} interrupted tool result(s) recorded"
-        )
+        _echo(f"{sid}: repaired {repaired} turn(s), {results} interrupted tool result(s) recorded")
     elif report.status == "live":
-        click.echo(f"{sid}: live (turn lock held), left alone")
+        _echo(f"{sid}: live (turn lock held), left alone")
     elif report.status == "expired":
-        click.echo(f"{sid}: expired (older than the store's TTL), left alone")
+        _echo(f"{sid}: expired (older than the store's TTL), left alone")
     elif report.status == "damaged":
-        click.echo(f"{sid}: damaged, left alone: {report.error}")
+        _echo(f"{sid}: damaged, left alone: {clean(report.error)}")
     else:
-        click.echo(f"{sid}: clean")
+        _echo(f"{sid}: clean")
 
 
-@cli.command("compact", context_settings=CONTEXT)
+@cli.command(
+    "compact",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession compact slack:C001 --keep-turns 2 --summary 'The user fixed parse().'",
+        "summarise.sh | agentsession compact slack:C001 --keep-turns 2 --summary-file -",
+    ),
+)
 @click.argument("session_id")
 @click.option("--summary", default=None, help="The summary text.")
 @click.option(
@@ -541,6 +1149,7 @@ def _echo_report(report: StoreRecoveryReport, *, dry_run: bool) -> None:
     help="Do not take the turn lock. Unsafe while an agent is running the session: a turn in "
     "progress may be summarised away half-done.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @pass_state
 def compact_command(
     state: State,
@@ -551,6 +1160,7 @@ def compact_command(
     agent: str | None,
     lock_timeout: float,
     no_lock: bool,
+    as_json: bool,
 ) -> None:
     """Replace older history by a summary, keeping the latest turns (nothing is deleted).
 
@@ -577,80 +1187,213 @@ def compact_command(
                 ) from None
         seq = session.compact(Message.user(text.strip()), keep_turns=keep_turns, agent=agent)
     if seq is None:
-        click.echo(f"{session_id}: nothing to compact (it has at most {keep_turns} turns)")
+        if as_json:
+            _json_line({"session_id": session_id, "seq": None})
+        else:
+            _echo(
+                f"{clean(session_id)}: nothing to compact (it has at most {keep_turns} turns)"
+            )
         return
     marker = session.read(after=seq - 1, limit=1)[0].decode(ev.Compaction)
-    click.echo(
-        f"{session_id}: compacted at seq {seq}; history before seq "
+    if as_json:
+        _json_line(
+            {
+                "session_id": session_id,
+                "seq": seq,
+                "first_kept_seq": marker.first_kept_seq,
+                "kept_messages": len(marker.retained_tail),
+            }
+        )
+        return
+    _echo(
+        f"{clean(session_id)}: compacted at seq {seq}; history before seq "
         f"{marker.first_kept_seq} is now the summary, {len(marker.retained_tail)} "
         "messages kept"
     )
 
 
-@cli.command("copy", context_settings=CONTEXT)
+def _same(a: Sequence[Event], b: Sequence[Event]) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(encode_event(x) == encode_event(y) for x, y in zip(a, b, strict=True))
+
+
+@cli.command(
+    "copy",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession copy ./.agentsession sqlite:///sessions.db",
+        "agentsession copy ./.agentsession postgresql://app@db/agents --skip-existing",
+        "agentsession copy ./.agentsession ./backup --id slack:C002",
+    ),
+)
 @click.argument("source")
 @click.argument("destination")
 @click.option("--id", "ids", multiple=True, help="Copy only this session (repeatable).")
+@click.option(
+    "--skip-existing",
+    is_flag=True,
+    help="Leave sessions the destination already has; complete those an interrupted copy "
+    "left half-copied (so running the same copy again resumes it).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @pass_state
-def copy_command(state: State, source: str, destination: str, ids: tuple[str, ...]) -> None:
-    """Copy sessions from one store to another, verifying counts and last seqs."""
-    src, dst = open_store(source), open_store(destination)
+def copy_command(
+    state: State,
+    source: str,
+    destination: str,
+    ids: tuple[str, ...],
+    skip_existing: bool,
+    as_json: bool,
+) -> None:
+    """Copy sessions from one store to another, verifying counts and last seqs.
+
+    The source must exist (nothing is created there); the destination is created when
+    missing. Each session is created in the destination atomically with its first 1000
+    events, the rest follow in batches of 1000."""
+    _check_url(destination)
+    src = open_existing(source)
+    dst: BaseStore | None = None
     try:
-        wanted = list(ids) or [info.id for info in src.list()]
-        for sid in wanted:
-            if not src.exists(sid):
-                raise SessionNotFound(sid, f"no session {sid!r} in {src.location}")
-            if dst.exists(sid):
-                raise UsageError(
-                    f"session {sid!r} already exists in {dst.location}; remove it there first"
-                )
-        copied = 0
-        with Progress(console=Console(stderr=True), transient=True) as progress:
-            task = progress.add_task("copying", total=len(wanted))
+        wanted = list(dict.fromkeys(ids)) or [info.id for info in src.list()]
+        missing = [sid for sid in wanted if not src.exists(sid)]
+        if missing:
+            raise _not_found(src, missing[0], more=len(missing) - 1)
+        dst = open_store(destination)
+        present = [sid for sid in wanted if dst.exists(sid)]
+        if present and not skip_existing:
+            which = (
+                f"session {present[0]!r} already exists"
+                if len(present) == 1
+                else f"{len(present)} sessions already exist ({_listing(present)})"
+            )
+            raise DuplicateSession(
+                present[0],
+                f"{which} in {dst.location}; remove them there first, or pass "
+                "--skip-existing to leave them (and complete any an interrupted copy left "
+                "half-copied)",
+            )
+        copied = events_copied = 0
+        skipped: list[str] = []
+        completed: list[str] = []
+        with _progress(len(wanted), "copying") as advance:
             for sid in wanted:
                 events = src.get(sid).read()
                 target = dst.get(sid)
-                for start in range(0, len(events), 1000):
-                    target.append_many(events[start : start + 1000])
-                got = target.read()
+                have = target.read() if sid in present else []
+                if have and not _same(have, events[: len(have)]):
+                    raise ConflictError(
+                        f"session {sid!r} in {dst.location} is not a copy of the one in "
+                        f"{src.location} (its {len(have)} events differ); remove it there or "
+                        "leave it out with --id"
+                    )
+                if len(have) == len(events):
+                    skipped.append(sid)
+                    advance()
+                    continue
+                if have:
+                    completed.append(sid)
+                for start in range(len(have), len(events), 1000):
+                    batch = events[start : start + 1000]
+                    if start == 0:
+                        dst.create(sid, batch)
+                    else:
+                        target.append_many(batch, expect_seq=start)
+                got = dst.get(sid).read()
                 if len(got) != len(events) or (got and got[-1].seq != events[-1].seq):
                     raise SessionError(
                         f"copy of {sid!r} does not match: {len(got)} events up to seq "
                         f"{got[-1].seq if got else 0} in {dst.location}, {len(events)} up to "
                         f"{events[-1].seq if events else 0} in {src.location}"
                     )
-                copied += len(events)
-                progress.advance(task)
-        click.echo(
-            f"copied {len(wanted)} sessions ({copied} events) from {src.location} to "
+                copied += 1
+                events_copied += len(events) - len(have)
+                advance()
+        if as_json:
+            _json_line(
+                {
+                    "source": src.location,
+                    "destination": dst.location,
+                    "sessions": copied,
+                    "events": events_copied,
+                    "completed": completed,
+                    "skipped": skipped,
+                }
+            )
+            return
+        line = (
+            f"copied {copied} sessions ({events_copied} events) from {src.location} to "
             f"{dst.location}; event counts and last seqs verified"
         )
+        if completed:
+            line += f"; completed {len(completed)} that an earlier copy left half-copied"
+        if skipped:
+            line += f"; skipped {len(skipped)} already there"
+        _echo(clean(line))
     finally:
         src.close()
-        dst.close()
+        if dst is not None:
+            dst.close()
 
 
-@cli.command("migrate", context_settings=CONTEXT)
+@cli.command(
+    "migrate",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession --store postgresql://app@db/agents migrate",
+        "agentsession --store sqlite:///sessions.db migrate --json",
+    ),
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @pass_state
-def migrate_command(state: State) -> None:
+def migrate_command(state: State, as_json: bool) -> None:
     """Apply pending schema migrations to a SQL store (opening a store applies them too;
     run this from a deploy step when workers open stores with auto_migrate=False). Stores
-    without a schema (JSONL, memory) have nothing to migrate."""
+    without a schema (JSONL) have nothing to migrate."""
+    _check_url(state.url)
     applied = migrate_store(state.url)
-    if applied:
-        click.echo("applied migrations " + ", ".join(map(str, applied)))
+    if as_json:
+        _json_line({"applied": applied})
+    elif applied:
+        _echo("applied migrations " + ", ".join(map(str, applied)))
     else:
-        click.echo("nothing to migrate (the schema is up to date, or this store has no schema)")
+        _echo("nothing to migrate (the schema is up to date, or this store has no schema)")
 
 
-@cli.command("demo", context_settings=CONTEXT)
+@cli.command(
+    "demo",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession demo",
+        "agentsession demo /tmp/demo && agentsession --store /tmp/demo ls",
+    ),
+)
 @click.argument("directory", default="./agentsession-demo")
-def demo_command(directory: str) -> None:
-    """Run a scripted agent through three conversations, crash one, recover and compact."""
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print only a JSON summary of what was written."
+)
+def demo_command(directory: str, as_json: bool) -> None:
+    """Run a scripted agent through three conversations, crash one, recover and compact.
+
+    The store is built beside DIRECTORY and moved into place when it is complete, so an
+    interrupted demo leaves no half-written store (an earlier demo's stays as it was)."""
     from .demo import run_demo
 
     # Long lines stay whole (the terminal wraps them), so the printed commands copy cleanly.
-    run_demo(directory, Console(file=sys.stdout, soft_wrap=True, highlight=False))
+    console = _Console(
+        file=sys.stdout, soft_wrap=True, highlight=False, emoji=False, quiet=as_json
+    )
+    result = run_demo(directory, console)
+    if as_json:
+        _json_line(
+            {
+                "store": result.location,
+                "sessions": [
+                    {"id": sid, "events": events} for sid, events in result.sessions.items()
+                ],
+                "commands": result.commands,
+            }
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -10,16 +10,21 @@ the commands to explore what it wrote.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 from rich.console import Console
 from rich.markup import escape
 
@@ -29,7 +34,7 @@ from .messages import Message, ToolCall
 from .session import BaseSession
 from .store import BaseStore, open_store
 
-__all__ = ["ScriptedModel", "run_demo", "run_turn"]
+__all__ = ["DemoResult", "ScriptedModel", "command_prefix", "run_demo", "run_turn"]
 
 MARKER = ".agentsession-demo"
 AGENT = "demo-coder"
@@ -158,20 +163,78 @@ def run_turn(
     return session
 
 
-def _prepare(root: Path) -> None:
+def _check_target(root: Path) -> None:
+    """Refuse a target the demo may not replace: not a directory, or a non-empty directory
+    that an earlier demo did not make."""
     if root.exists() and not root.is_dir():
         raise UsageError(f"{root} exists and is not a directory")
     try:
-        if root.exists() and any(root.iterdir()):
-            if not (root / MARKER).exists():
-                raise UsageError(
-                    f"{root} is not empty and was not made by the demo; choose another directory"
-                )
-            shutil.rmtree(root)
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (root / MARKER).write_text("made by `agentsession demo`; safe to delete\n")
+        if root.exists() and any(root.iterdir()) and not (root / MARKER).exists():
+            raise UsageError(
+                f"{root} is not empty and was not made by the demo; choose another directory"
+            )
     except OSError as exc:
-        raise StorageError(f"cannot prepare the demo directory {root}: {exc}") from exc
+        raise StorageError(f"cannot read the demo directory {root}: {exc}") from exc
+
+
+def _new_build_directory(root: Path) -> Path:
+    """An empty, owner-only directory beside ``root`` where the demo builds its store."""
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        build = Path(tempfile.mkdtemp(prefix=f".{root.name}.building-", dir=root.parent))
+        (build / MARKER).write_text("made by `agentsession demo`; safe to delete\n")
+    except OSError as exc:
+        raise StorageError(f"cannot prepare the demo directory beside {root}: {exc}") from exc
+    return build
+
+
+def _move_into_place(build: Path, root: Path) -> None:
+    """Replace ``root`` (absent, empty or an earlier demo's) by the finished ``build``."""
+    _check_target(root)
+    try:
+        if root.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{root.name}.old-", dir=root.parent))
+            os.rename(root, old / "store")
+            os.rename(build, root)
+            shutil.rmtree(old)
+        else:
+            os.rename(build, root)
+    except OSError as exc:
+        raise StorageError(f"cannot move the demo store into {root}: {exc}") from exc
+
+
+def command_prefix(
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    scripts: str | None = None,
+    executable: str | None = None,
+    cwd: str | None = None,
+) -> str:
+    """How to run ``agentsession`` from a shell in ``cwd``, for the commands the demo
+    suggests: ``agentsession`` when that is this installation's script on PATH; the script's
+    path (``.venv/bin/agentsession``) when its directory is not on PATH; otherwise
+    ``python -m agentsession`` with this interpreter. The arguments default to this process's
+    (``sysconfig``'s scripts directory, ``sys.executable``, the working directory)."""
+    scripts = scripts if scripts is not None else sysconfig.get_path("scripts")
+    executable = executable if executable is not None else sys.executable
+    cwd = cwd if cwd is not None else os.getcwd()
+
+    def shown(path: str) -> str:
+        relative = os.path.relpath(path, cwd)
+        if relative.startswith(os.pardir) or os.path.isabs(relative):
+            return shlex.quote(path)
+        return shlex.quote(relative if os.sep in relative else os.path.join(os.curdir, relative))
+
+    script = os.path.join(scripts, "agentsession")
+    if os.path.isfile(script) and os.access(script, os.X_OK):
+        found = which("agentsession")
+        if found and os.path.realpath(found) == os.path.realpath(script):
+            return "agentsession"
+        return shown(script)
+    name = os.path.basename(executable)
+    found = which(name)
+    python = name if found and os.path.realpath(found) == os.path.realpath(executable) else None
+    return f"{python or shown(executable)} -m agentsession"
 
 
 def _child(directory: str) -> None:
@@ -206,92 +269,142 @@ def _run_crashing_child(directory: Path) -> int:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
-def run_demo(directory: str | os.PathLike[str], console: Console | None = None) -> None:
-    """Run the whole demo in ``directory`` (created, or reset when an earlier demo made it)."""
-    console = console or Console(highlight=False, soft_wrap=True)
+class DemoResult(msgspec.Struct, frozen=True):
+    """What :func:`run_demo` wrote."""
+
+    location: str
+    """The store's directory (absolute)."""
+    sessions: dict[str, int]
+    """Each session's id and number of events."""
+    commands: list[str]
+    """The commands it suggests to explore the store."""
+
+
+def run_demo(directory: str | os.PathLike[str], console: Console | None = None) -> DemoResult:
+    """Run the whole demo and leave its store in ``directory`` (created, or replaced when an
+    earlier demo made it).
+
+    The store is built in a new directory beside ``directory`` and renamed into place only
+    when it is complete: a demo that stops half-way (an error, Ctrl-C, its output closed)
+    removes what it built and leaves ``directory`` as it was."""
+    console = console or Console(highlight=False, soft_wrap=True, emoji=False)
     root = Path(directory)
-    _prepare(root)
+    _check_target(root)
+    build = _new_build_directory(root)
+    try:
+        result = _run(root, build, str(directory), console)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+    return result
+
+
+def _run(root: Path, build: Path, directory: str, console: Console) -> DemoResult:
     started = time.perf_counter()
-    store = open_store(root)
     model = ScriptedModel()
     tools = _tools()
-    shown = escape(str(directory))
+    shown = escape(directory)
     say = console.print
 
+    def where(session: BaseSession) -> str:
+        """Where the session's file will be once the store is in place."""
+        return escape(os.path.join(directory, os.path.basename(session.location)))
+
     say(f"[bold]agentsession demo[/] · a scripted agent on the JSONL store in [cyan]{shown}[/]\n")
+    store = open_store(build)
+    try:
+        say("[bold]1.[/] A coding conversation in a Slack thread, five turns:")
+        for question in [
+            "Why does the test suite fail?",
+            "Read src/parse.py",
+            "Search the docs for quoted fields",
+            "Fix parse.py with csv.reader",
+            "Run the tests again",
+        ]:
+            session = run_turn(store, LONG, question, model, tools)
+            answer = session.messages(agent=AGENT)[-1].text
+            say(f"   user: {question}  →  assistant: {escape(answer)}")
+        long_events = store.get(LONG).latest_seq
+        say(f"   {long_events} events recorded in {where(store.get(LONG))}\n")
 
-    say("[bold]1.[/] A coding conversation in a Slack thread, five turns:")
-    for question in [
-        "Why does the test suite fail?",
-        "Read src/parse.py",
-        "Search the docs for quoted fields",
-        "Fix parse.py with csv.reader",
-        "Run the tests again",
-    ]:
-        session = run_turn(store, LONG, question, model, tools)
-        answer = session.messages(agent=AGENT)[-1].text
-        say(f"   user: {question}  →  assistant: {escape(answer)}")
-    long_events = store.get(LONG).latest_seq
-    say(f"   {long_events} events recorded in {escape(store.get(LONG).location)}\n")
+        say("[bold]2.[/] A short command-line conversation:")
+        session = run_turn(store, SHORT, "What can you do?", model, tools)
+        say(f"   assistant: {escape(session.messages()[-1].text)}\n")
 
-    say("[bold]2.[/] A short command-line conversation:")
-    session = run_turn(store, SHORT, "What can you do?", model, tools)
-    say(f"   assistant: {escape(session.messages()[-1].text)}\n")
-
-    say("[bold]3.[/] A deploy in another process, killed in the middle of a tool call:")
-    pid = _run_crashing_child(root)
-    crashed = store.get(CRASHED)
-    say(
-        f"   child process {pid} started tool slow_deploy and was SIGKILLed; its turn has no "
-        f"end ({crashed.latest_seq} events on disk)\n"
-    )
-    store.close()
+        say("[bold]3.[/] A deploy in another process, killed in the middle of a tool call:")
+        pid = _run_crashing_child(build)
+        crashed = store.get(CRASHED)
+        say(
+            f"   child process {pid} started tool slow_deploy and was SIGKILLed; its turn has "
+            f"no end ({crashed.latest_seq} events on disk)\n"
+        )
+    finally:
+        store.close()
 
     say("[bold]4.[/] Restart: a fresh store runs recovery before any new turn:")
-    store = open_store(root)
-    for report in store.recover():
-        turns = [t for t in report.turns if t.repaired]
-        results = sum(t.orphan_results for t in turns)
-        say(
-            f"   {escape(report.session_id)}: {report.status}, {len(turns)} turn repaired, "
-            f"{results} tool call answered as interrupted"
+    store = open_store(build)
+    try:
+        recovery_log = logging.getLogger("agentsession.recovery")
+        level = recovery_log.level
+        recovery_log.setLevel(logging.ERROR)  # the demo reports the repair itself, below
+        try:
+            reports = store.recover()
+        finally:
+            recovery_log.setLevel(level)
+        for report in reports:
+            turns = [t for t in report.turns if t.repaired]
+            results = sum(t.orphan_results for t in turns)
+            say(
+                f"   {escape(report.session_id)}: {report.status}, {len(turns)} turn repaired, "
+                f"{results} tool call answered as interrupted"
+            )
+        history = store.get(CRASHED).messages(agent=AGENT)
+        interrupted = next(r for m in history for r in m.tool_results)
+        assert interrupted.content == INTERRUPTED_TOOL_RESULT_TEXT
+        say(f'   the model now sees for {interrupted.name}: "{escape(interrupted.content)}"')
+        session = run_turn(store, CRASHED, "Is the deploy done?", model, tools)
+        replies = [m.text for m in session.messages(agent=AGENT)[-3:] if m.role == "assistant"]
+        say(f"   next turn, assistant: {escape(' / '.join(r for r in replies if r))}\n")
+
+        say("[bold]5.[/] Compaction of the long conversation, keeping the last two turns:")
+        long_session = store.get(LONG)
+        before = len(long_session.messages(agent=AGENT))
+        long_session.compact(
+            "Summary: the tests failed on quoted commas in src/parse.py; the docs point to "
+            "csv.reader, which the assistant proposed using.",
+            keep_turns=2,
         )
-    history = store.get(CRASHED).messages(agent=AGENT)
-    interrupted = next(r for m in history for r in m.tool_results)
-    assert interrupted.content == INTERRUPTED_TOOL_RESULT_TEXT
-    say(f'   the model now sees for {interrupted.name}: "{escape(interrupted.content)}"')
-    session = run_turn(store, CRASHED, "Is the deploy done?", model, tools)
-    replies = [m.text for m in session.messages(agent=AGENT)[-3:] if m.role == "assistant"]
-    say(f"   next turn, assistant: {escape(' / '.join(r for r in replies if r))}\n")
+        after = len(long_session.messages(agent=AGENT))
+        say(
+            f"   {before} messages → {after} (summary + the last two turns); all "
+            f"{long_session.latest_seq} events stay on disk\n"
+        )
+        sessions = {info.id: info.last_seq for info in store.list()}
+    finally:
+        store.close()
 
-    say("[bold]5.[/] Compaction of the long conversation, keeping the last two turns:")
-    long_session = store.get(LONG)
-    before = len(long_session.messages(agent=AGENT))
-    long_session.compact(
-        "Summary: the tests failed on quoted commas in src/parse.py; the docs point to "
-        "csv.reader, which the assistant proposed using.",
-        keep_turns=2,
-    )
-    after = len(long_session.messages(agent=AGENT))
-    say(
-        f"   {before} messages → {after} (summary + the last two turns); all "
-        f"{long_session.latest_seq} events stay on disk\n"
-    )
-    store.close()
-
+    _move_into_place(build, root)
+    prefix = f"{command_prefix()} --store {shlex.quote(directory)}"
+    commands = [
+        f"{prefix} {command}"
+        for command in [
+            "ls",
+            f"show {CRASHED}",
+            f"show {shlex.quote(LONG)}",
+            f"messages {CRASHED} --agent {AGENT}",
+            "stats",
+        ]
+    ]
     elapsed = time.perf_counter() - started
     say(f"Finished in {elapsed:.1f} s. Explore what the demo wrote:")
-    prefix = f"agentsession --store {shown}"
-    for command in [
-        "ls",
-        f"show {CRASHED}",
-        f"show {LONG}",
-        f"messages {CRASHED} --agent {AGENT}",
-        "stats",
-    ]:
-        say(f"   [green]{prefix} {command}[/]")
+    for command in commands:
+        say(f"   [green]{escape(command)}[/]")
+    return DemoResult(location=str(root.resolve()), sessions=sessions, commands=commands)
 
 
 if __name__ == "__main__":
