@@ -834,7 +834,7 @@ def test_a_library_warning_is_one_clean_line_on_stderr(store_dir: Path) -> None:
     proc = run_cli("--store", str(store_dir), "show", "slack:C002")
     assert proc.returncode == 0
     assert re.fullmatch(
-        r"warning: moved 19 bytes at offset \d+ of \S+slack_C002\.jsonl to "
+        r"warning: session 'slack:C002': moved 19 bytes at offset \d+ of \S+slack_C002\.jsonl to "
         r"\S+slack_C002\.jsonl\.quarantine \(torn write at the end of the log\)\n",
         proc.stderr,
     ), proc.stderr
@@ -1144,3 +1144,22 @@ def test_sqlite_sizes_are_unknown_per_session_and_the_file_for_the_store(
     assert stats["bytes"] == (tmp_path / "s.db").stat().st_size > 0
     assert "bytes: 0 B" not in invoke(url, "stats")[1]
     assert "bytes: -" in invoke(url, "stats", "slack:C001")[1].splitlines()
+
+
+def test_messages_for_an_agent_the_session_never_saw_says_so(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path / "s")
+    with store.get("agents").turn(agent="coder") as turn:
+        turn.user("hi")
+        turn.assistant("hello")
+    store.close()
+    result = CliRunner().invoke(
+        cli, ["--store", str(tmp_path / "s"), "messages", "agents", "--agent", "codr"]
+    )
+    assert result.exit_code == 0
+    assert "no event of session 'agents' is by agent 'codr'" in result.stderr
+    assert "agents in it: 'coder'" in result.stderr
+    assert result.stdout == ""
+    result = CliRunner().invoke(
+        cli, ["--store", str(tmp_path / "s"), "messages", "agents", "--agent", "coder"]
+    )
+    assert result.exit_code == 0 and "note:" not in result.stderr and "hello" in result.stdout

@@ -1022,6 +1022,17 @@ def messages_command(state: State, session_id: str, agent: str | None, as_json: 
     """Print the model-visible history: what would be sent to a model next."""
     session = state.existing(session_id)
     history = session.messages(agent=agent)
+    if agent:
+        agents = {event.agent for event in session.read() if event.agent}
+        if agent not in agents:
+            known = ", ".join(repr(a) for a in sorted(agents)) or "none"
+            click.echo(
+                clean(
+                    f"note: no event of session {session_id!r} is by agent {agent!r}, so only "
+                    f"events without an agent are shown (agents in it: {known})"
+                ),
+                err=True,
+            )
     if as_json:
         _write_bytes(msgspec.json.format(encode(history), indent=2) + b"\n")
         return

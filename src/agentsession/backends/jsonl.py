@@ -313,7 +313,7 @@ class JsonlSession(BaseSession):
     def _quarantine_tail(self, offset: int, size: int, reason: str) -> None:
         """With the lock held: copy ``[offset, size)`` to the sidecar and truncate the log."""
         data = _pread_all(self._fd, size - offset, offset)
-        self._store._quarantine(self._path, data, reason, offset)
+        self._store._quarantine(self._path, data, reason, offset, self._id)
         os.ftruncate(self._fd, offset)
         if self._store.durability == "fsync":
             _datasync(self._fd)
@@ -442,7 +442,7 @@ class JsonlSession(BaseSession):
         """With the lock held: copy a bad line to the sidecar and overwrite it with spaces."""
         if os.pread(self._fd, len(body), offset) != body:
             return  # someone else moved it aside already
-        self._store._quarantine(self._path, body, reason, offset)
+        self._store._quarantine(self._path, body, reason, offset, self._id)
         # O_APPEND would send pwrite to the end of the file, so use a plain descriptor.
         blank = os.open(self._path, os.O_WRONLY | _O_CLOEXEC | _O_NOFOLLOW)
         try:
@@ -777,7 +777,9 @@ class JsonlStore(BaseStore):
             return
         _atomic_write(id_path, session_id.encode("utf-8", "surrogatepass"))
 
-    def _quarantine(self, path: str, data: bytes, reason: str, offset: int) -> None:
+    def _quarantine(
+        self, path: str, data: bytes, reason: str, offset: int, session_id: str
+    ) -> None:
         """Append bytes taken out of a log to its sidecar, followed by a newline."""
         target = path + QUARANTINE_SUFFIX
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_CLOEXEC | _O_NOFOLLOW
@@ -790,7 +792,13 @@ class JsonlStore(BaseStore):
         finally:
             os.close(fd)
         log.warning(
-            "moved %d bytes at offset %d of %s to %s (%s)", len(data), offset, path, target, reason
+            "session %r: moved %d bytes at offset %d of %s to %s (%s)",
+            session_id,
+            len(data),
+            offset,
+            path,
+            target,
+            reason,
         )
 
     def _id_of(self, name: str) -> str | None:
