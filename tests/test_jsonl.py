@@ -450,3 +450,16 @@ def test_duplicate_or_decreasing_seqs_raise_or_are_quarantined(
     kept = [e.seq for e in session.read()]
     assert kept == sorted(set(kept)) and len(kept) == 3
     assert (tmp_path / "s" / "dup.jsonl.quarantine").exists()
+
+
+def test_a_complete_foreign_last_line_raises_instead_of_being_cut_off(tmp_path: Path) -> None:
+    foreign = b'{"Type":"user","Content":"written by another program"}\n'
+    path = write_log(tmp_path, "s", line(1, "one"), line(2, "two"), foreign)
+    with pytest.raises(CorruptLogError, match="line 3"):
+        ags.open_store(tmp_path).get("s")
+    assert path.read_bytes() == line(1, "one") + line(2, "two") + foreign  # nothing moved
+    assert not (tmp_path / "s.jsonl.quarantine").exists()
+    # Asked to, quarantine moves it aside and keeps a copy.
+    session = ags.open_store(tmp_path, on_corrupt="quarantine").get("s")
+    assert session.latest_seq == 2
+    assert (tmp_path / "s.jsonl.quarantine").read_bytes().startswith(foreign.rstrip(b"\n"))

@@ -107,6 +107,18 @@ def _is_blank(line: bytes) -> bool:
     return not line.strip()
 
 
+def _complete_json(line: bytes) -> bool:
+    """Whether ``line`` is newline-terminated and one whole JSON value (a crash cuts a write
+    short, leaving no newline or unfinished JSON; a complete value is a written line)."""
+    if not line.endswith(b"\n"):
+        return False
+    try:
+        decode(line)
+    except ValueError:
+        return False
+    return True
+
+
 class _BadLine(Exception):
     """A line that does not parse, found while decoding a region."""
 
@@ -412,8 +424,11 @@ class JsonlSession(BaseSession):
                     raise msgspec.DecodeError("the line has no positive seq")
             except msgspec.DecodeError as exc:
                 last = base + offset >= end
-                if tail and last:
+                if tail and last and not _complete_json(line):
+                    # A crash cut this write short: the torn tail is moved aside.
                     raise _BadLine(here, len(line), str(exc), events) from None
+                # A whole line that is not an event (corruption, or another program's line)
+                # is never cut off silently: it raises, or is quarantined on request.
                 self._bad_line(here, line, str(exc))
                 continue
             if event.seq <= prev:
