@@ -125,13 +125,17 @@ def _kept(
     return [entry.message for entry in entries], agents if any(agents) else []
 
 
-def _structure(events: Sequence[Event], deriver: Deriver, index: int) -> tuple[list[int], bool]:
+def _tail_starts(cuts: Sequence[tuple[int, int]], index: int) -> list[int]:
     """For a marker keeping the entries from ``index`` on: the indexes into its tail where
-    turns begin, and whether it is appended inside an open turn."""
-    starts = [cut - index for cut, _ in turn_cuts(events, deriver) if cut >= index]
+    turns begin (``cuts`` from :func:`turn_cuts`)."""
+    return [cut - index for cut, _ in cuts if cut >= index]
+
+
+def _ends_in_turn(events: Sequence[Event], deriver: Deriver) -> bool:
+    """Whether a marker appended now sits inside a turn that has not ended."""
     base, marker = _base_marker(events, deriver)
     live = [e for e in events if e.seq > base and deriver.passes(e)]
-    return starts, _scan_turns(live, _opens_inside(marker))[1]
+    return _scan_turns(live, _opens_inside(marker))[1]
 
 
 def turn_cuts(events: Sequence[Event], deriver: Deriver) -> list[tuple[int, int]]:
@@ -238,7 +242,7 @@ def plan_compaction(
             return Compaction(
                 summary=summary,
                 first_kept_seq=latest_seq + 1,
-                in_turn=_structure(events, deriver, len(entries))[1],
+                in_turn=_ends_in_turn(events, deriver),
                 tokens_before=tokens_before,
                 kind=kind,
             )
@@ -247,13 +251,12 @@ def plan_compaction(
             return None
         index, seq = cuts[-keep_turns]
         tail, agents = _kept(events, entries[index:])
-        starts, in_turn = _structure(events, deriver, index)
         return Compaction(
             summary=summary,
             first_kept_seq=seq,
             retained_tail=tail,
-            retained_turn_starts=starts,
-            in_turn=in_turn,
+            retained_turn_starts=_tail_starts(cuts, index),
+            in_turn=_ends_in_turn(events, deriver),
             retained_agents=agents,
             tokens_before=tokens_before,
             kind=kind,
@@ -266,13 +269,13 @@ def plan_compaction(
         )
     kept = _tail_from_seq(events, deriver, first_kept_seq, session_id)
     tail, agents = _kept(events, kept)
-    starts, in_turn = _structure(events, deriver, len(entries) - len(kept))
+    starts = _tail_starts(turn_cuts(events, deriver), len(entries) - len(kept))
     return Compaction(
         summary=summary,
         first_kept_seq=first_kept_seq,
         retained_tail=tail,
         retained_turn_starts=starts or ([0] if tail else []),
-        in_turn=in_turn,
+        in_turn=_ends_in_turn(events, deriver),
         retained_agents=agents,
         tokens_before=tokens_before,
         kind=kind,
@@ -310,13 +313,12 @@ def plan_prune(events: Sequence[Event], deriver: Deriver, max_messages: int) -> 
     if index <= (1 if summary is not None else 0):
         return None  # nothing before the first kept turn but the summary
     tail, agents = _kept(events, entries[index:])
-    starts, in_turn = _structure(events, deriver, index)
     return Compaction(
         summary=summary.message if summary is not None else None,
         first_kept_seq=seq,
         retained_tail=tail,
-        retained_turn_starts=starts,
-        in_turn=in_turn,
+        retained_turn_starts=_tail_starts(cuts, index),
+        in_turn=_ends_in_turn(events, deriver),
         retained_agents=agents,
         kind="prune",
     )

@@ -92,6 +92,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _marker_index(events: Sequence[Event]) -> int:
+    """Index of the last compaction marker of a batch that rebuilds history on its own (-1:
+    none): the one place the append pipeline decides it."""
+    marker = -1
+    for index, event in enumerate(events):
+        if event.type == COMPACTION:
+            data = compaction_of(event)
+            if data is not None and data.rebuilds_history:
+                marker = index
+    return marker
+
+
 _replace = msgspec.structs.replace
 _PAYLOAD_DECODERS = {kind: msgspec.json.Decoder(struct) for kind, struct in PAYLOAD_TYPES.items()}
 
@@ -185,15 +197,18 @@ class BaseSession:
         self._derivers = {}
 
     def _ingest(self, events: Sequence[Event]) -> None:
+        """Take in events read from storage (other writers'): their markers are decoded here."""
+        self._extend(events, _marker_index(events))
+
+    def _extend(self, events: Sequence[Event], marker: int) -> None:
+        """Add stored events to the window; ``marker`` is the index of the last one that
+        rebuilds history on its own (-1: none), already decided by the append pipeline."""
         if not events:
             return
         self._window.extend(events)
         self._latest_seq = events[-1].seq
-        for event in events:
-            if event.type == COMPACTION:
-                data = compaction_of(event)
-                if data is not None and data.rebuilds_history:
-                    self._trim_at(event)
+        if marker >= 0:
+            self._trim_at(events[marker])
 
     def _trim_at(self, marker: Event) -> None:
         """Drop window events before a compaction marker that rebuilds history on its own."""
@@ -314,24 +329,16 @@ class BaseSession:
     def _append_one(self, event: Event) -> int:
         store = self._store
         prepared = self._prepare(event, None)
-        marker = False
-        if prepared.type == COMPACTION:
-            data = compaction_of(prepared)
-            marker = data is not None and data.rebuilds_history
+        marker = _marker_index((prepared,))
         with self._lock:
             if store.ttl is not None:
                 self._check_ttl_for_append()
-            stored = self._storage_append_one(prepared, marker)
+            stored = self._storage_append_one(prepared, marker == 0)
             if stored is None:
-                foreign, batch = self._storage_append([prepared], 0 if marker else -1, None)
+                foreign, batch = self._storage_append([prepared], marker, None)
                 self._ingest(foreign)
                 stored = batch[0]
-                self._ingest(batch)
-            else:
-                self._window.append(stored)
-                self._latest_seq = stored.seq
-                if marker:
-                    self._trim_at(stored)
+            self._extend((stored,), marker)
             if store.max_messages and stored.type == USER_MESSAGE:
                 self._apply_cap(store.max_messages)
             return stored.seq
@@ -362,12 +369,7 @@ class BaseSession:
         batch = [self._prepare(event, now) for event in events]
         if not batch:
             return []
-        marker = -1
-        for index, event in enumerate(batch):
-            if event.type == COMPACTION:
-                data = compaction_of(event)
-                if data is not None and data.rebuilds_history:
-                    marker = index
+        marker = _marker_index(batch)
         with self._lock:
             if store.ttl is not None:
                 self._check_ttl_for_append()
@@ -378,7 +380,7 @@ class BaseSession:
                     f"session {self._id!r}: expected the latest seq to be {expect_seq}, "
                     f"but it is {self._latest_seq}; nothing was appended"
                 )
-            self._ingest(stored)
+            self._extend(stored, marker)
             if store.max_messages and any(e.type == USER_MESSAGE for e in stored):
                 self._apply_cap(store.max_messages)
         return [event.seq for event in stored]

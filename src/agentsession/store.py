@@ -499,10 +499,8 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
         raise UsageError(f"open_store needs a URL, a path or a store, not {type(target).__name__}")
     if not target.strip():
         raise UsageError("open_store needs a URL or a path (got an empty string)")
-    scheme, sep, _ = target.partition(":")
-    scheme = scheme.lower()
-    if not sep or len(scheme) == 1 or "/" in scheme or "\\" in scheme:
-        # A plain path (a one-letter "scheme" is a Windows drive).
+    scheme = _scheme_of(target)
+    if scheme is None:
         return _load(_BUILTIN["jsonl"], "jsonl")(target, **options)
     factory = _factory_for(scheme)
     if factory is not None:
@@ -514,6 +512,15 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     )
 
 
+def _scheme_of(target: str) -> str | None:
+    """The URL scheme of ``target`` (lower case), or None for a plain path (a one-letter
+    "scheme" is a Windows drive)."""
+    scheme, sep, _ = target.partition(":")
+    if not sep or len(scheme) == 1 or "/" in scheme or "\\" in scheme:
+        return None
+    return scheme.lower()
+
+
 def migrate_store(url: str, **options: Any) -> builtins.list[int]:
     """Apply pending schema migrations to the store at ``url``; returns the versions applied.
 
@@ -523,9 +530,8 @@ def migrate_store(url: str, **options: Any) -> builtins.list[int]:
     """
     if not isinstance(url, str) or not url.strip():
         raise UsageError("migrate_store needs a store URL")
-    scheme, sep, _ = url.partition(":")
-    scheme = scheme.lower()
-    if not sep or len(scheme) == 1 or "/" in scheme or "\\" in scheme:
+    scheme = _scheme_of(url)
+    if scheme is None:
         return []
     factory = _factory_for(scheme)
     if factory is None:

@@ -691,7 +691,6 @@ class PostgresStore(BaseStore):
         self._app_name = app
         self._connections: weakref.WeakSet[_Conn] = weakref.WeakSet()
         self._pool, self._lock_pool = self._make_pools()
-        self._pid = os.getpid()
         # The pool connects in the background while the schema is checked on a direct
         # connection (which gives the precise error when the server cannot be reached).
         self._pool.open(wait=False)
@@ -767,7 +766,6 @@ class PostgresStore(BaseStore):
         self._held_mutex = threading.Lock()
         self._connections = weakref.WeakSet()
         self._pool, self._lock_pool = self._make_pools()
-        self._pid = os.getpid()
         self._reopen = True
 
     # -- connections and the one translation point ----------------------------------------
@@ -852,7 +850,6 @@ class PostgresStore(BaseStore):
         """A connection from ``pool``, checked by the pool (see :func:`_check_or_drain`)."""
         if self._reopen:
             self._open_pools_after_fork()
-            pool = self._lock_pool if pool.name.startswith(_POOL_NAME_PREFIXES[1]) else self._pool
         try:
             return pool.getconn(timeout=self._pool_timeout)
         except psycopg_pool.PoolClosed:
