@@ -17,10 +17,13 @@ Everything else lives here, once:
   log's latest seq is ``n`` at the moment of writing (checked by the backend under its write
   lock); otherwise nothing is written and :class:`~agentsession.errors.ConflictError` is
   raised. Compaction and ``Store.create`` are built on it.
-* **The window**: a session keeps in memory every event from its latest compaction marker to
-  the end (or the whole log when there is none). ``read()`` serves from it when it can and from
-  storage otherwise; ``messages()`` derives from it, loading older events only when a legacy
-  marker or another agent's history needs them.
+* **The window, loaded lazily**: opening a session reads only its tail (the last events, found
+  without reading the log from the start), so ``latest_seq``, ``read()`` of recent events and
+  appending cost O(tail) however long the log is. The first ``messages()``, ``entries()``,
+  ``compact()`` or ``prune()`` loads the full window: every event from the latest compaction
+  marker to the end (the whole log when there is none, so O(window)). ``read()`` serves from
+  the window when it can and from storage otherwise; ``messages()`` derives from it, loading
+  older events only when a legacy marker or another agent's history needs them.
 * **Derived history**: one incremental :class:`~agentsession.derive.Deriver` per agent filter,
   fed only the new events.
 """
@@ -117,6 +120,7 @@ class BaseSession:
         self._lock = threading.RLock()
         self._window: list[Event] = []
         self._window_start = 1
+        self._full = True  # whether the window reaches back to the latest marker (or seq 1)
         self._latest_seq = 0
         self._derivers: dict[str | None, Deriver] = {}
         _live_sessions.add(self)
@@ -125,8 +129,16 @@ class BaseSession:
 
     def _storage_open(self) -> tuple[list[Event], bool]:
         """Events from the latest compaction marker to the end, and whether that is the whole
-        log. Called with the session lock held."""
+        log: the full window. Called with the session lock held."""
         raise NotImplementedError
+
+    def _storage_open_tail(self) -> tuple[list[Event], bool]:
+        """Open the log cheaply: the latest events (at least the last one when the log has
+        any; a small tail, in seq order), found without reading the log from the start, and
+        whether they are the whole log. It sets whatever the backend needs to append and catch
+        up from the end. The default opens the full window. Called with the session lock
+        held."""
+        return self._storage_open()
 
     def _storage_append(
         self, events: list[Event], marker: int, expect_seq: int | None
@@ -178,23 +190,42 @@ class BaseSession:
     # -- state ----------------------------------------------------------------------------
 
     def _load(self) -> None:
-        """(Re)load the window from storage, forgetting everything derived."""
-        events, complete = self._storage_open()
+        """(Re)open the log at its tail, forgetting everything derived (the full window is
+        loaded when something needs it: :meth:`_load_window`)."""
+        self._set_window(*self._storage_open_tail())
+
+    def _load_window(self) -> None:
+        """Load the full window (from the latest compaction marker), forgetting everything
+        derived."""
+        self._set_window(*self._storage_open())
+        self._full = True
+
+    def _set_window(self, events: list[Event], complete: bool) -> None:
         self._window = events
         self._derivers = {}
+        self._full = complete
         if events:
             self._latest_seq = events[-1].seq
             self._window_start = 1 if complete else events[0].seq
         else:
             self._latest_seq = 0
             self._window_start = 1
+            self._full = True
 
     def _reset(self) -> None:
         """Forget all state: the stored log was deleted or replaced underneath us."""
         self._window = []
         self._window_start = 1
+        self._full = True
         self._latest_seq = 0
         self._derivers = {}
+
+    def _full_window(self) -> list[Event]:
+        """The window from the latest compaction marker on, loading it when only the tail
+        is in memory."""
+        if not self._full:
+            self._load_window()
+        return self._window
 
     def _ingest(self, events: Sequence[Event]) -> None:
         """Take in events read from storage (other writers'): their markers are decoded here."""
@@ -221,6 +252,7 @@ class BaseSession:
         index = bisect.bisect_left(self._window, marker.seq, key=_seq_of)
         del self._window[:index]
         self._window_start = marker.seq
+        self._full = True
 
     def _ensure_window_from(self, seq: int) -> None:
         """Make the window hold every event from ``seq`` on."""
@@ -439,6 +471,7 @@ class BaseSession:
         return deriver
 
     def _build_deriver(self, agent: str | None) -> Deriver:
+        self._full_window()
         probe = Deriver(agent)
         if self._window_start > 1:
             need = 1
@@ -541,9 +574,10 @@ class BaseSession:
             summary = Message.user(summary)
 
         def plan() -> Compaction | None:
+            deriver = self._deriver(agent)  # loads the full window first
             return plan_compaction(
                 self._window,
-                self._deriver(agent),
+                deriver,
                 self._latest_seq,
                 summary,
                 keep_turns=keep_turns,
@@ -560,9 +594,11 @@ class BaseSession:
         returns the marker's seq, or None when the history already fits."""
         if not isinstance(max_messages, int) or max_messages < 1:
             raise UsageError(f"max_messages must be an int >= 1, not {max_messages!r}")
-        return self._append_marker(
-            lambda: plan_prune(self._window, self._deriver(agent), max_messages), agent
-        )
+        def plan() -> Compaction | None:
+            deriver = self._deriver(agent)  # loads the full window first
+            return plan_prune(self._window, deriver, max_messages)
+
+        return self._append_marker(plan, agent)
 
     def _apply_cap(self, cap: int) -> None:
         """The store's history cap, applied when a new user turn arrived."""
