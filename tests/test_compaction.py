@@ -56,15 +56,23 @@ def test_compact_keeps_the_last_turns_verbatim_after_the_summary(store: ags.Base
 
 def test_reopening_after_compaction_reads_only_the_tail(tmp_path: Path) -> None:
     session = ags.open_store(tmp_path).get("c")
-    for n in range(5):
+    padding = "x" * 4096  # so the history is far longer than what opening reads
+    for n in range(40):
         run_turn(session, n)
+        session.append(ags.Event.new("app/note", {"padding": padding}))
     marker_seq = session.compact("summary", keep_turns=1)
-    run_turn(session, 5)
+    assert marker_seq is not None
+    for n in range(40, 60):
+        run_turn(session, n)
+        session.append(ags.Event.new("app/note", {"padding": padding}))
     expected = session.messages()
     reopened = ags.open_store(tmp_path).get("c")
     assert isinstance(reopened, JsonlSession)
-    assert reopened._window_start == marker_seq
+    # Opening read only the end of the file; messages() loads from the marker, not seq 1.
+    assert reopened._window_start > marker_seq
+    assert not reopened._full
     assert reopened.messages() == expected
+    assert reopened._window_start == marker_seq
     assert len(reopened.read()) == reopened.latest_seq
 
 

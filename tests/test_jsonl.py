@@ -463,3 +463,110 @@ def test_a_complete_foreign_last_line_raises_instead_of_being_cut_off(tmp_path: 
     session = ags.open_store(tmp_path, on_corrupt="quarantine").get("s")
     assert session.latest_seq == 2
     assert (tmp_path / "s.jsonl.quarantine").read_bytes().startswith(foreign.rstrip(b"\n"))
+
+
+# -- opening at the tail, and reading by seq without decoding the history ---------------------
+
+
+def big_log(tmp_path: Path, count: int, *, blank_every: int = 0, seed: int = 7) -> list[int]:
+    """A log of ``count`` lines of varied length (some blanked, as quarantine leaves them);
+    returns the seqs of the events that remain."""
+    import random
+
+    rng = random.Random(seed)
+    chunks, seqs = [], []
+    for seq in range(1, count + 1):
+        text = f"m{seq} " + "y" * rng.choice([0, 10, 200, 3000, 20000])
+        encoded = line(seq, text)
+        if blank_every and seq % blank_every == 0:
+            chunks.append(b" " * (len(encoded) - 1) + b"\n")
+        else:
+            chunks.append(encoded)
+            seqs.append(seq)
+    write_log(tmp_path, "big", *chunks)
+    return seqs
+
+
+@pytest.mark.parametrize("blank_every", [0, 7])
+def test_read_after_any_seq_finds_exactly_the_later_events(
+    tmp_path: Path, blank_every: int
+) -> None:
+    seqs = big_log(tmp_path, 1500, blank_every=blank_every)  # ~5 MB
+    session = ags.open_store(tmp_path).get("big")
+    assert isinstance(session, JsonlSession)
+    assert session._size > 4 << 20 and not session._full
+    for after in [0, 1, 2, 6, 7, 8, 500, 749, 750, 751, 1000, 1200, 1400, 1498, 1499, 1500]:
+        expected = [s for s in seqs if s > after]
+        got = session._storage_read(after, None)  # storage, not the in-memory tail
+        assert [e.seq for e in got] == expected, after
+        assert [e.seq for e in session._storage_read(after, 5)] == expected[:5], after
+        assert [e.seq for e in session.read(after=after, limit=5)] == expected[:5], after
+    assert session.latest_seq == seqs[-1]
+
+
+def test_read_by_seq_across_a_line_longer_than_the_search_span(tmp_path: Path) -> None:
+    write_log(
+        tmp_path,
+        "s",
+        *(line(n, f"short {n}") for n in range(1, 50)),
+        line(50, "z" * 300_000),
+        *(line(n, f"short {n}") for n in range(51, 3000)),
+    )
+    session = ags.open_store(tmp_path).get("s")
+    assert isinstance(session, JsonlSession)
+    for after in range(0, 3000, 37):
+        expected = list(range(after + 1, min(after + 3, 3000)))
+        assert [e.seq for e in session._storage_read(after, 2)] == expected
+
+
+def test_a_corrupt_line_far_behind_the_tail_does_not_stop_opening_or_recent_reads(
+    tmp_path: Path,
+) -> None:
+    chunks = [line(n, "w" * 2000) for n in range(1, 2000)]
+    chunks[10] = b"{broken\n"
+    write_log(tmp_path, "s", *chunks)
+    session = ags.open_store(tmp_path).get("s")
+    assert session.latest_seq == 1999
+    assert [e.seq for e in session.read(after=1990)] == list(range(1991, 2000))
+    with pytest.raises(CorruptLogError) as info:
+        session.read()  # the whole log is checked when it is read
+    assert info.value.line == 11
+
+
+def test_opening_a_big_log_with_a_torn_tail_moves_only_the_tail_aside(tmp_path: Path) -> None:
+    torn = b'{"seq":1501,"type":"user/mess'
+    seqs = big_log(tmp_path, 1500)
+    path = tmp_path / "big.jsonl"
+    intact = path.read_bytes()
+    with path.open("ab") as f:
+        f.write(torn)
+    session = ags.open_store(tmp_path).get("big")
+    assert session.latest_seq == seqs[-1]
+    assert path.read_bytes() == intact
+    assert (tmp_path / "big.jsonl.quarantine").read_bytes() == torn + b"\n"
+    assert session.append(Event.new("user/message", Message.user("next"))) == 1501
+    assert [e.seq for e in session.read(after=1499)] == [1500, 1501]
+
+
+def test_a_tail_of_blank_lines_is_stepped_over_to_the_last_event(tmp_path: Path) -> None:
+    big_log(tmp_path, 200)
+    path = tmp_path / "big.jsonl"
+    with path.open("ab") as f:
+        for _ in range(200):  # ~200 KB of quarantined (blanked) lines at the end
+            f.write(b" " * 1000 + b"\n")
+    session = ags.open_store(tmp_path).get("big")
+    assert session.latest_seq == 200
+    assert session.append(Event.new("test/n")) == 201
+    assert [e.seq for e in ags.open_store(tmp_path).get("big").read(after=199)] == [200, 201]
+
+
+def test_a_corrupt_last_line_of_a_big_log_is_quarantined_on_request(tmp_path: Path) -> None:
+    big_log(tmp_path, 300)
+    path = tmp_path / "big.jsonl"
+    with path.open("ab") as f:
+        f.write(b'{"not":"an event"}\n')
+    with pytest.raises(CorruptLogError):
+        ags.open_store(tmp_path).get("big")
+    session = ags.open_store(tmp_path, on_corrupt="quarantine").get("big")
+    assert session.latest_seq == 300
+    assert session.append(Event.new("test/n")) == 301

@@ -191,8 +191,13 @@ class BaseSession:
 
     def _load(self) -> None:
         """(Re)open the log at its tail, forgetting everything derived (the full window is
-        loaded when something needs it: :meth:`_load_window`)."""
-        self._set_window(*self._storage_open_tail())
+        loaded when something needs it: :meth:`_load_window`). A tail that holds a compaction
+        marker rebuilding the history is the full window from that marker on."""
+        events, complete = self._storage_open_tail()
+        self._set_window(events, complete)
+        marker = _marker_index(events)
+        if marker >= 0:
+            self._trim_at(events[marker])
 
     def _load_window(self) -> None:
         """Load the full window (from the latest compaction marker), forgetting everything

@@ -70,9 +70,14 @@ ID_SUFFIX = ".id"
 _MORE = b'"more":true,'
 _CHUNK = 4 << 20
 _BACK_CHUNK = 1 << 20
+_TAIL_BYTES = 64 << 10
+"""How much of the end of a log opening a session reads (whole lines): the events that
+``latest_seq``, a TTL check and a read of recent events need, without the history."""
 _MARKER_TYPE = b'"type":"session/compaction"'
 _LINE_HEAD = re.compile(rb'\{"seq":\d+,(?:"more":true,)?\Z')
 _HAS_MORE = re.compile(rb'\{"seq":\d+,"more":true,')
+_SEQ_HEAD = re.compile(rb'\{"seq":(\d+),')
+_SEARCH_SPAN = 64 << 10  # below this many bytes, reading beats seeking
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -268,7 +273,19 @@ class JsonlSession(BaseSession):
         except OSError as exc:
             raise self._error("reading", exc) from exc
 
-    def _load_tail(self, locked: bool) -> tuple[list[Event], bool]:
+    def _storage_open_tail(self) -> tuple[list[Event], bool]:
+        self._size = 0
+        if not self._open_fd(create=False):
+            return [], True
+        try:
+            return self._load_tail(locked=self._locked, window=False)
+        except OSError as exc:
+            raise self._error("reading", exc) from exc
+
+    def _load_tail(self, locked: bool, window: bool = True) -> tuple[list[Event], bool]:
+        """The events from the latest compaction marker on (``window``), or only the last
+        :data:`_TAIL_BYTES` or so of whole lines; a torn tail is moved aside first, under the
+        lock. Sets :attr:`_size` to the end of the last complete line."""
         fd = self._fd
         size = os.fstat(fd).st_size
         if size == 0:
@@ -276,20 +293,28 @@ class JsonlSession(BaseSession):
             return [], True
         if os.pread(fd, 1, size - 1) != b"\n" or self._ends_in_open_batch(size):
             if not locked:
-                return self._with_lock(self._load_tail, True)
+                return self._with_lock(self._load_tail, True, window)
             size = self._cut_torn_tail(size)
             if size == 0:
                 self._size = 0
                 return [], True
-        start = self._find_last_marker(size)
-        begin = 0 if start is None else start
+        if window:
+            start = self._find_last_marker(size)
+            begin = 0 if start is None else start
+        else:
+            floor = 0 if size <= _TAIL_BYTES else self._line_start_before(size - _TAIL_BYTES)
+            start = self._find_last_marker(size, floor)
+            begin = floor if start is None else start
         try:
             events = self._decode_region(begin, size, tail=True)
+            while not events and begin > 0:  # only blank (quarantined) lines in the tail
+                begin = self._line_start_before(max(0, begin - _TAIL_BYTES))
+                events = self._decode_region(begin, size, tail=True)
         except _BadLine as bad:
             if not locked:
-                return self._with_lock(self._load_tail, True)
+                return self._with_lock(self._load_tail, True, window)
             self._quarantine_tail(bad.offset, size, f"unparsable last line: {bad.reason}")
-            return self._load_tail(locked=True)
+            return self._load_tail(True, window)
         self._size = size
         return events, begin == 0
 
@@ -330,15 +355,16 @@ class JsonlSession(BaseSession):
         if self._store.durability == "fsync":
             _datasync(self._fd)
 
-    def _find_last_marker(self, size: int) -> int | None:
-        """Offset of the last compaction marker line, scanning backwards from the end."""
+    def _find_last_marker(self, size: int, floor: int = 0) -> int | None:
+        """Offset of the last compaction marker line, scanning backwards from the end down to
+        ``floor`` (a line start)."""
         fd = self._fd
         end = size
         carry = b""
-        while end > 0:
-            begin = max(0, end - _BACK_CHUNK)
+        while end > floor:
+            begin = max(floor, end - _BACK_CHUNK)
             chunk = os.pread(fd, end - begin, begin) + carry
-            region = chunk.find(b"\n") + 1 if begin > 0 else 0
+            region = chunk.find(b"\n") + 1 if begin > floor else 0
             stop = len(chunk)
             while True:
                 hit = chunk.rfind(_MARKER_TYPE, region, stop)
@@ -627,13 +653,47 @@ class JsonlSession(BaseSession):
 
     # -- reading from storage -------------------------------------------------------------
 
+    def _seq_at(self, pos: int, end: int) -> tuple[int, int] | None:
+        """The seq of the first line starting at or after ``pos`` (a line start) whose head
+        reads ``{"seq":N,``, and where that line starts; None when no such line starts before
+        ``end``. Blank (quarantined) and unreadable lines are stepped over."""
+        fd = self._fd
+        while pos < end:
+            head = os.pread(fd, 32, pos)
+            found = _SEQ_HEAD.match(head)
+            if found is not None:
+                return int(found[1]), pos
+            pos = self._find_newline(pos, end) + 1
+        return None
+
+    def _offset_after(self, after: int, end: int) -> int:
+        """A line start at or before the first line with a seq above ``after``: a binary search
+        over the log's line heads (seqs rise through the file), O(log n) reads. Lines before it
+        are not decoded, so only the region read is checked line by line."""
+        lo, hi = 0, end
+        # Invariant: every line starting before lo has seq <= after, and the first line with a
+        # seq above after starts at or before hi.
+        while hi - lo > _SEARCH_SPAN:
+            mid = self._line_start_before(lo + (hi - lo) // 2)
+            if mid <= lo:
+                break
+            probe = self._seq_at(mid, hi)
+            if probe is None:
+                hi = mid
+            elif probe[0] > after:
+                hi = probe[1]
+            else:
+                lo = self._find_newline(probe[1], end) + 1
+        return lo
+
     def _storage_read(self, after: int, limit: int | None) -> list[Event]:
         with self._lock:
             if not self._open_fd(create=False):
                 return []
             out: list[Event] = []
             try:
-                for batch in self._iter_region(0, self._size, tail=False):
+                begin = self._offset_after(after, self._size) if after else 0
+                for batch in self._iter_region(begin, self._size, tail=False):
                     out.extend(e for e in batch if e.seq > after)
                     if limit is not None and len(out) >= limit:
                         return out[:limit]
@@ -997,9 +1057,6 @@ def _private_dirs(root: str, path: str) -> None:
         except FileExistsError:
             continue
         os.chmod(current, 0o700)  # mkdir's mode is masked by the umask
-
-
-_SEQ_HEAD = re.compile(rb'\{"seq":(\d+),')
 
 
 def _last_seq(fd: int, size: int) -> int:

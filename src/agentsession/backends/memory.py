@@ -49,6 +49,12 @@ class MemorySession(BaseSession):
             self._life = self._store._logs.get(self._id)
             return list(self._life or ()), True
 
+    def _storage_open_tail(self) -> tuple[list[Event], bool]:
+        with self._store._data_lock:
+            self._life = self._store._logs.get(self._id)
+            log = self._life or ()
+            return list(log[-1:]), len(log) <= 1
+
     def _storage_append(
         self, events: list[Event], marker: int, expect_seq: int | None
     ) -> tuple[list[Event], list[Event]]:

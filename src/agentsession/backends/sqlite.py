@@ -180,6 +180,8 @@ _ROWS_IF_CURRENT = (
 )
 _CREATE_SESSION = "INSERT INTO sessions (id, created_at) VALUES (CAST(? AS TEXT), ?)"
 _SET_COMPACTION = "UPDATE sessions SET compaction_seq = ? WHERE key = ?"
+_TAIL_EVENTS = 64
+"""How many of the latest events opening a session reads (the history loads when needed)."""
 
 
 def _text(value: str) -> str | bytes:
@@ -436,6 +438,32 @@ class SqliteSession(BaseSession):
                     key, start, _ = head
                     events = self._range(conn, key, max(start, 1) - 1)
                     complete = start <= 1
+                if own:
+                    conn.execute("COMMIT")
+            except BaseException:
+                if own:
+                    _rollback(conn)
+                raise
+        except sqlite3.Error as exc:
+            raise self._error("reading", exc) from exc
+        self._session_key = key
+        return events, complete
+
+    def _storage_open_tail(self) -> tuple[list[Event], bool]:
+        conn = self._store._connection()
+        own = not conn.in_transaction  # an append reloading after a delete is inside its own
+        try:
+            if own:
+                conn.execute("BEGIN")
+            try:
+                head = self._head(conn)
+                if head is None:
+                    events, complete, key = [], True, None
+                else:
+                    key, start, last = head
+                    after = max(0, last - _TAIL_EVENTS, start - 1)  # never before the marker
+                    events = self._range(conn, key, after)
+                    complete = after == 0
                 if own:
                     conn.execute("COMMIT")
             except BaseException:

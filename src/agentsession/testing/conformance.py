@@ -397,6 +397,77 @@ class StoreConformance:
         finally:
             other.close()
 
+    def test_opening_a_long_session_reads_only_its_tail(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        if not self.durable:
+            pytest.skip("data is not shared between stores on this backend")
+        padding = "p" * 1000
+        writer = store.get("long")
+        for n in range(300):  # ~300 KB: far more than a tail
+            writer.append(Event.new("user/message", Message.user(f"m{n} {padding}")))
+        other = self.reopen(store, tmp_path)
+        try:
+            session = other.get("long")
+            assert len(session._window) < 300  # opened at the tail, not the history
+            assert session.latest_seq == 300
+            assert [e.seq for e in session.read(after=290)] == list(range(291, 301))
+            assert session.append(Event.new("test/n", {"n": 301})) == 301
+            assert len(session._window) < 300
+            assert [m.text for m in session.messages()][-1] == f"m299 {padding}"
+            assert len(session.read()) == 301
+        finally:
+            other.close()
+
+    def test_a_lazily_opened_session_agrees_with_a_full_load_under_concurrent_writers(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        """Random interleavings of two writers on one log, each opened lazily: every read,
+        latest_seq and messages() equals what a fresh store reading the whole log returns."""
+        if not self.durable:
+            pytest.skip("data is not shared between stores on this backend")
+        import random
+
+        rng = random.Random(1234)
+        other = self.reopen(store, tmp_path)
+        checker = self.reopen(store, tmp_path)
+        try:
+            for round_ in range(4):
+                sid = f"lazy{round_}"
+                a, b = store.get(sid), other.get(sid)
+                for step in range(120):
+                    who = a if rng.random() < 0.5 else b
+                    roll = rng.random()
+                    if roll < 0.45:
+                        text = f"q{step} " + "x" * rng.randrange(0, 3000)
+                        who.append(Event.new("user/message", Message.user(text)))
+                    elif roll < 0.8:
+                        who.append(Event.new("assistant/message", Message.assistant(f"a{step}")))
+                    elif roll < 0.85 and who.latest_seq > 4:
+                        who.compact(f"summary at {step}", keep_turns=rng.randrange(1, 4))
+                    elif roll < 0.9:
+                        who.close()  # reopens its files or connections on next use
+                    else:
+                        reader = store.get(sid) if who is a else other.get(sid)
+                        assert reader.latest_seq == checker.get(sid).latest_seq
+                    if rng.random() < 0.2:
+                        fresh = self.reopen(store, tmp_path)
+                        try:
+                            truth = fresh.get(sid)
+                            view = a if rng.random() < 0.5 else b
+                            assert view.messages() == truth.messages()
+                            assert view.latest_seq == truth.latest_seq
+                            after = rng.randrange(0, truth.latest_seq + 1)
+                            assert view.read(after=after) == truth.read(after=after)
+                            assert view.read(after=after, limit=3) == truth.read(
+                                after=after, limit=3
+                            )
+                        finally:
+                            fresh.close()
+        finally:
+            other.close()
+            checker.close()
+
     def test_held_session_survives_cache_eviction(self, tmp_path: Path) -> None:
         store = self.make_store(tmp_path, max_cached_sessions=1)
         try:
