@@ -5,9 +5,13 @@ loop does. Compared in one run: the JSONL store at durability ``flush`` and ``fs
 plain ``write``+``flush`` (and ``+fsync``) of the very same lines, and reloading the session
 (a fresh store reading every event) against ``json.loads`` of every line of the same file.
 
-    python benchmarks/append_reload.py [--turns 2000] [--fsync-events 600] [--repeat 3]
+    python benchmarks/append_reload.py [--turns 2000] [--fsync-events 300] [--repeat 3]
+        [--fsync-rounds 9]
 
-Targets: flush >= 30 % of raw write+flush; fsync >= 85 % of raw fsync; reload <= 0.6x json.loads.
+The fsync rows alternate the store and the raw loop in short rounds (fresh files each) and keep
+each one's best round: a disk's flush time drifts by more than the difference being measured.
+
+Targets: flush >= 0.6x raw write+flush; fsync >= 0.9x raw fsync; reload <= 0.4x json.loads.
 """
 
 from __future__ import annotations
@@ -82,8 +86,9 @@ def reload_json(path: Path) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=2000)
-    parser.add_argument("--fsync-events", type=int, default=600)
+    parser.add_argument("--fsync-events", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--fsync-rounds", type=int, default=9)
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: tmp)")
     args = parser.parse_args()
 
@@ -109,6 +114,8 @@ def main() -> None:
             seconds, count = reload_json(store_dir / "bench.jsonl")
             assert count == len(items)
             keep("json.loads", seconds)
+        lines = (store_dir / "bench.jsonl").read_bytes().splitlines(keepends=True)
+        for _ in range(args.fsync_rounds):
             keep("fsync", append_store(store_dir, few, "fsync", prebuilt=True))
             keep("raw fsync", append_raw(raw_path, lines[: len(few)], fsync=True))
     finally:
@@ -118,16 +125,16 @@ def main() -> None:
     rate = {k: (len(few) if "fsync" in k else len(items)) / best[k] for k in best}
     print(
         f"JSONL store, {args.turns} turns = {len(items)} events "
-        f"({len(few)} for fsync rows), best of {args.repeat}\n"
+        f"({len(few)} for fsync rows), best of {args.repeat} ({args.fsync_rounds} for fsync)\n"
     )
     print(f"{'case':<28}{'items/s':>12}{'ms':>10}{'ratio':>9}{'target':>10}")
     rows = [
-        ("jsonl append, flush", "flush", rate["flush"] / rate["raw flush"], ">= 0.30"),
+        ("jsonl append, flush", "flush", rate["flush"] / rate["raw flush"], ">= 0.60"),
         ("  same, building events", "flush+build", rate["flush+build"] / rate["raw flush"], ""),
         ("raw write+flush", "raw flush", 1.0, ""),
-        ("jsonl append, fsync", "fsync", rate["fsync"] / rate["raw fsync"], ">= 0.85"),
+        ("jsonl append, fsync", "fsync", rate["fsync"] / rate["raw fsync"], ">= 0.90"),
         ("raw write+flush+fsync", "raw fsync", 1.0, ""),
-        ("jsonl reload (read all)", "reload", best["reload"] / best["json.loads"], "<= 0.60"),
+        ("jsonl reload (read all)", "reload", best["reload"] / best["json.loads"], "<= 0.40"),
         ("json.loads every line", "json.loads", 1.0, ""),
     ]
     for label, key, ratio, target in rows:

@@ -375,7 +375,11 @@ class BaseSession:
                 foreign, batch = self._storage_append([prepared], marker, None)
                 self._ingest(foreign)
                 stored = batch[0]
-            self._extend((stored,), marker)
+            if marker < 0:  # _extend, inlined for the hot path
+                self._window.append(stored)
+                self._latest_seq = stored.seq
+            else:
+                self._extend((stored,), marker)
             if store.max_messages and stored.type == USER_MESSAGE:
                 self._apply_cap(store.max_messages)
             return stored.seq
