@@ -583,21 +583,22 @@ class JsonlSession(BaseSession):
                     return None  # someone else wrote: take the general path
                 stored = _replace(event, seq=self._latest_seq + 1)
                 line = encode_event(stored) + b"\n"
-                if _write(fd, line) == len(line) and self._store.durability == "flush":
-                    self._size = size + len(line)
+                done = _write(fd, line)
+                if done == len(line) and self._store.durability == "flush":
+                    self._size = size + done
                 else:
-                    self._finish_write(line, size)
+                    self._finish_write(line, size, done)
             finally:
                 _flock(fd, _LOCK_UN)
         except OSError as exc:
             raise self._error("appending to", exc) from exc
         return stored
 
-    def _finish_write(self, line: bytes, start: int) -> None:
-        """After a short write or for ``fsync``: complete ``line`` written from ``start``."""
+    def _finish_write(self, line: bytes, start: int, done: int) -> None:
+        """After a short write or for ``fsync``: complete ``line`` written from ``start``, of
+        which ``done`` bytes are written."""
         fd = self._fd
         try:
-            done = os.lseek(fd, 0, os.SEEK_END) - start
             while done < len(line):
                 done += os.write(fd, line[done:])
             if self._store.durability == "fsync":
