@@ -15,6 +15,25 @@ If an exception escapes a step or the turn, the recorder answers the unanswered 
 an error result, closes the open step and the turn (``turn/end`` carries the exception's type
 and message) and lets the exception propagate. A process that dies outright leaves the turn
 open; :mod:`agentsession.recovery` repairs it.
+
+**Batched steps.** ``session.turn(..., batch_steps=True)`` buffers everything recorded while a
+step is open (its ``step/start``, every helper called on the step or on the turn, the error
+results written when an exception escapes, its ``step/end``) and writes it with one
+``session.append_many`` when the step closes: one write and, at durability ``fsync``, one disk
+sync per step instead of one per event. Events recorded outside a step (``turn/start``, the
+user message, the final answer, ``turn/end``) are appended at once, as without batching.
+
+* While a step is buffered its events are not in the log: a helper returns ``0`` instead of
+  the seq, ``read()`` and ``messages()`` do not show them yet, and :attr:`Step.seqs` gives
+  the seqs once the step is written.
+* Each buffered event is checked when it is recorded (a bad payload raises
+  :class:`~agentsession.errors.UsageError` at the helper call) and keeps the time it was
+  recorded at.
+* If writing the batch fails, the error propagates out of the step's ``with`` block (chained
+  after an exception that was already escaping); the step's events are not retried.
+* A process killed while a step is buffered loses that step (nothing of it was written), and
+  a crash during the write leaves the whole batch or none of it; the turn is left open for
+  :mod:`agentsession.recovery`. See "When the recorder batches" in ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -141,7 +160,12 @@ def error_tool_result(call: ToolCall, exc: BaseException) -> ToolResult:
 
 
 class _Recording:
-    """What turns and steps share: the helpers that append one event each."""
+    """What turns and steps share: the helpers that append one event each.
+
+    Every helper returns the seq of the event it appended, or ``0`` when a batched step
+    buffered it (``batch_steps=True``; the seqs are in :attr:`Step.seqs` once the step is
+    written).
+    """
 
     _turn: Turn
 
@@ -307,15 +331,29 @@ class Step(_Recording):
         self._turn = turn
         self.number = number
         """Step number within the turn, from 0."""
+        self.seqs: list[int] = []
+        """Seqs of the events recorded while the step was open (``step/start`` to ``step/end``),
+        in order. Without batching they are added as the events are appended; with
+        ``batch_steps`` the list stays empty until the step is written when it closes."""
         self._open = False
+        self._calls_before: list[ToolCall] = []
 
     def __enter__(self) -> Step:
         turn = self._turn
         if turn._step is not None:
             raise UsageError(f"step {turn._step.number} is still open; steps do not nest")
-        turn._record(STEP_START, StepStart(step=self.number))
         self._open = True
         turn._step = self
+        if turn.batch_steps:
+            self._calls_before = list(turn._calls)
+            turn._buffer = []
+        try:
+            turn._record(STEP_START, StepStart(step=self.number))
+        except BaseException:
+            self._open = False
+            turn._step = None
+            turn._buffer = None
+            raise
         return self
 
     def __exit__(
@@ -334,14 +372,38 @@ class Step(_Recording):
         return f"<Step {self.number} {state} session={self._turn.session.id!r}>"
 
     def close(self) -> None:
-        """Write ``step/end`` (once)."""
+        """Write ``step/end`` (once); with ``batch_steps``, write the whole step as one batch.
+
+        When the batch cannot be written, the error propagates and the step's events are lost
+        (not retried): the turn then counts neither the step nor the tool calls it made or
+        answered.
+        """
         if not self._open:
             return
         turn = self._turn
         self._open = False
-        turn._step = None
-        turn._record(STEP_END, StepEnd(step=self.number))
+        try:
+            turn._record(STEP_END, StepEnd(step=self.number))
+        finally:
+            turn._step = None
+            batch, turn._buffer = turn._buffer, None
+            if batch:
+                self._write(batch)
         turn.steps += 1
+
+    def _write(self, batch: list[Event]) -> None:
+        """Append the buffered step in one batch and note its seqs."""
+        turn = self._turn
+        try:
+            # The session's append of events it checked already (BaseSession._append_prepared)
+            # when the events were checked by it; append_many otherwise.
+            write = getattr(turn.session, "_append_prepared", None) if turn._check else None
+            seqs = write(batch) if callable(write) else turn.session.append_many(batch)
+        except BaseException:
+            # Nothing of the step is stored: its calls were never made, nor its answers given.
+            turn._calls = self._calls_before
+            raise
+        self.seqs.extend(seqs)
 
 
 class Turn(_Recording):
@@ -359,6 +421,7 @@ class Turn(_Recording):
         metadata: Mapping[str, Any] | None = None,
         *,
         storage: StoragePolicy | None = None,
+        batch_steps: bool = False,
     ) -> None:
         self._turn = self
         self.session = session
@@ -373,6 +436,9 @@ class Turn(_Recording):
         """Platform metadata copied onto user messages (default: the context's)."""
         self.storage = storage
         """The storage policy applied to messages (None: stored whole)."""
+        self.batch_steps = batch_steps
+        """Whether each step is buffered and written as one batch when it closes (see
+        :mod:`agentsession.recorder`)."""
         self.steps = 0
         """Steps completed so far."""
         self.start_seq = 0
@@ -380,12 +446,27 @@ class Turn(_Recording):
         self._step: Step | None = None
         self._calls: list[ToolCall] = []
         self._open = False
+        self._buffer: list[Event] | None = None  # the open step's events, when batching
+        # The session's own check and stamp of an event (BaseSession._prepare), so that a
+        # buffered event fails at the helper call, not when its step is written.
+        prepare = getattr(session, "_prepare", None)
+        self._check: Callable[[Event, None], Event] | None = prepare if callable(prepare) else None
 
     def _append(self, event: Event) -> int:
-        return self.session.append(event)
+        """Append ``event`` now, or buffer it while a batched step is open (seq 0)."""
+        buffer = self._buffer
+        if buffer is not None:
+            check = self._check
+            buffer.append(event if check is None else check(event, None))
+            return 0
+        seq = self.session.append(event)
+        step = self._step
+        if step is not None:
+            step.seqs.append(seq)
+        return seq
 
     def _record(self, type: str, payload: Any) -> int:
-        return self.session.append(Event.new(type, payload, agent=self.agent))
+        return self._append(Event.new(type, payload, agent=self.agent))
 
     def __enter__(self) -> Turn:
         if self._open:
@@ -402,7 +483,8 @@ class Turn(_Recording):
                 )
             _open_turns[key] = self
         try:
-            self.start_seq = self._record(TURN_START, TurnStart())
+            start = Event.new(TURN_START, TurnStart(), agent=self.agent)
+            self.start_seq = self.session.append(start)  # never buffered
         except BaseException:
             with _open_turns_lock:
                 _open_turns.pop(key, None)
@@ -438,15 +520,18 @@ class Turn(_Recording):
         try:
             if exc is not None:
                 self._answer_open_calls(exc)
-            if self._step is not None:
-                self._step.close()
         finally:
-            self._open = False
-            with _open_turns_lock:
-                if _open_turns.get(_session_key(self.session)) is self:
-                    del _open_turns[_session_key(self.session)]
-            error = None if exc is None else TurnError(type(exc).__name__, str(exc))
-            self._record(TURN_END, TurnEnd(steps=self.steps, error=error))
+            try:
+                if self._step is not None:
+                    self._step.close()  # with batch_steps: writes the step
+            finally:
+                self._open = False
+                with _open_turns_lock:
+                    if _open_turns.get(_session_key(self.session)) is self:
+                        del _open_turns[_session_key(self.session)]
+                error = None if exc is None else TurnError(type(exc).__name__, str(exc))
+                end = TurnEnd(steps=self.steps, error=error)
+                self.session.append(Event.new(TURN_END, end, agent=self.agent))
 
     def __repr__(self) -> str:
         state = "open" if self._open else "closed"

@@ -366,7 +366,7 @@ class BaseSession:
     def _append_one(self, event: Event) -> int:
         store = self._store
         prepared = self._prepare(event, None)
-        marker = _marker_index((prepared,))
+        marker = _marker_index((prepared,)) if prepared.type == COMPACTION else -1
         with self._lock:
             if store.ttl is not None:
                 self._check_ttl_for_append()
@@ -400,14 +400,31 @@ class BaseSession:
                 return seqs
         return self._append_batch(events, expect_seq)
 
-    def _append_batch(self, events: Sequence[Event], expect_seq: int | None) -> list[int]:
+    def _append_prepared(self, events: list[Event]) -> list[int]:
+        """:meth:`append_many` of events that :meth:`_prepare` returned (the recorder checks
+        each event of a batched step when it is recorded, and does not pay for it twice)."""
+        if _trace.enabled:
+            with _trace.span(
+                "agentsession.append", session_id=self._id, backend=_trace.backend_of(self)
+            ) as span:
+                seqs = self._append_batch(events, None, prepared=True)
+                span.set(events=len(seqs))
+                return seqs
+        return self._append_batch(events, None, prepared=True)
+
+    def _append_batch(
+        self, events: Sequence[Event], expect_seq: int | None, prepared: bool = False
+    ) -> list[int]:
         if isinstance(events, Event):
             raise UsageError("append_many takes a sequence of events; use append for one")
         if expect_seq is not None and (not isinstance(expect_seq, int) or expect_seq < 0):
             raise UsageError(f"expect_seq must be an int >= 0 or None, not {expect_seq!r}")
         store = self._store
-        now = store.clock()
-        batch = [self._prepare(event, now) for event in events]
+        if prepared:
+            batch = list(events)
+        else:
+            now = store.clock()
+            batch = [self._prepare(event, now) for event in events]
         if not batch:
             return []
         marker = _marker_index(batch)
@@ -531,13 +548,19 @@ class BaseSession:
         metadata: Mapping[str, Any] | None = None,
         *,
         storage: StoragePolicy | None = None,
+        batch_steps: bool = False,
     ) -> Turn:
         """Record a turn: ``with session.turn(agent=..., user=...) as turn: ...`` writes
         ``turn/start`` and, however the block ends, ``turn/end`` (see
         :mod:`agentsession.recorder`). ``agent``, ``user`` and ``metadata`` default to the
         context's (the chat layer's turn envelope, when one is applied). Messages are stored
-        whole unless a ``storage`` policy says otherwise (see :mod:`agentsession.media`)."""
-        return Turn(self, agent, user, metadata, storage=storage)
+        whole unless a ``storage`` policy says otherwise (see :mod:`agentsession.media`).
+
+        With ``batch_steps=True`` each step is buffered and written with one
+        :meth:`append_many` when it closes (one write, one sync at durability ``fsync``);
+        helpers return seq 0 while their step is buffered, and a crash loses the step in
+        progress whole. Without it (the default) every helper appends at once."""
+        return Turn(self, agent, user, metadata, storage=storage, batch_steps=batch_steps)
 
     def _append_marker(
         self, plan: Callable[[], Compaction | None], agent: str | None
