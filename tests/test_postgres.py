@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+import msgspec
 import pytest
 
 from agentsession import (
@@ -36,7 +37,7 @@ from agentsession import (
 from agentsession.chat.identity import (
     bind_agent,
 )
-from agentsession.events import COMPACTION, decode
+from agentsession.events import COMPACTION, decode, decode_event
 from agentsession.testing.conformance import run_children, start_lock_holder
 
 from .test_conformance_postgres import DSN, SKIP_REASON, drop_schemas, new_schema_name
@@ -196,9 +197,16 @@ def test_migrate_records_versions_and_is_idempotent(
         store.get("s").append(Event.new("test/n"))
     assert migrate(url, schema=schema) == []
     tables = admin.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+        "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = %s",
+        (schema,),
     ).fetchall()
-    assert {t for (t,) in tables} == {"schema_migrations", "sessions", "events", "meta"}
+    assert set(tables) == {
+        ("schema_migrations", "BASE TABLE"),
+        ("sessions", "BASE TABLE"),
+        ("events", "BASE TABLE"),
+        ("meta", "BASE TABLE"),
+        ("events_json", "VIEW"),
+    }
 
 
 _OPENER = textwrap.dedent(
@@ -582,11 +590,12 @@ def test_unreachable_server_leaves_no_raw_pool_warning(
 
     def prepare_after_the_pool_failed(
         self: PostgresStore, auto_migrate: bool, create: bool = True
-    ) -> None:
-        # The pool connects in the background; let it fail first (otherwise it may or may
-        # not get to try before the store gives up), then fail the store's own connection.
+    ) -> Any:
+        # The store opens its pool only once the schema is checked; open it now and let it
+        # fail in the background first, then fail the store's own connection.
+        self._pool.open(wait=False)
         wait_for(lambda: self._pool.get_stats().get("connections_errors", 0) >= 1)
-        prepare(self, auto_migrate, create)
+        return prepare(self, auto_migrate, create)
 
     monkeypatch.setattr(PostgresStore, "_prepare_schema", prepare_after_the_pool_failed)
     with caplog.at_level(logging.DEBUG), pytest.raises(StoreUnavailable, match=f"{host}:1"):
@@ -757,6 +766,27 @@ def test_opening_reads_from_the_last_compaction_marker(
         assert [e.seq for e in reopened.read()] == list(range(1, total + 1))
 
 
+def test_a_marker_appended_on_the_fast_path_moves_the_opening_point(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    from agentsession.events import Compaction
+
+    with open_store(url) as store:
+        session = store.get("fast")
+        _turns(session, 2)  # the first append creates the row; the rest take the fast path
+        marker = Compaction(summary=Message.user("the summary"), first_kept_seq=session.latest_seq)
+        seq = session.append(Event.new(COMPACTION, marker))
+        _turns(session, 1, start=2)
+    ((compaction_seq, last_seq),) = rows(
+        admin, schema, "SELECT compaction_seq, last_seq FROM {s}.sessions WHERE id = 'fast'"
+    )
+    assert compaction_seq == seq and last_seq == seq + 6
+    with open_store(url) as store:
+        reopened = store.get("fast")
+        assert reopened.messages()[0].text == "the summary"
+        assert reopened._window_start == seq
+
+
 def test_legacy_marker_does_not_move_the_opening_point(
     url: str, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
@@ -772,28 +802,148 @@ def test_legacy_marker_does_not_move_the_opening_point(
         assert store.get("legacy")._window_start == 1
 
 
-def test_values_jsonb_and_text_cannot_hold_go_to_raw_event(
+def test_values_text_cannot_hold_go_to_raw_event_and_payloads_stay_in_data(
     store: PostgresStore, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
     session = store.get("values")
     session.append(Event.new("user/message", Message.user("plain"), agent="a", meta={"k": 1}))
     session.append(Event.new("user/message", Message.user("nul\x00"), agent="a"))
-    session.append(Event.new("test/n", {"ok": True}, user="u\ud800"))
+    session.append(Event.new("test/n", {"ok": True}, user="u\ud800", meta={"m": "\ud800"}))
     stored = rows(
         admin,
         schema,
-        'SELECT seq, data IS NULL, meta, raw_event IS NULL, "user" FROM {s}.events ORDER BY seq',
+        'SELECT seq, data, meta, raw_event IS NULL, "user" FROM {s}.events ORDER BY seq',
     )
-    assert stored[0][1:4] == (False, {"k": 1}, True)
-    assert stored[1][1:4] == (True, None, False)
-    assert stored[2][1:] == (True, None, False, "u\ufffd")
-    texts = rows(admin, schema, "SELECT data->'parts'->0->>'text' FROM {s}.events WHERE seq = 1")
-    assert texts == [("plain",)]
+    assert stored[0][1:4] == (
+        b'{"role":"user","parts":[{"type":"text","text":"plain"}]}',
+        b'{"k":1}',
+        True,
+    )
+    # A NUL in the payload is an escape in its JSON: bytes like any other.
+    assert stored[1][1:4] == (
+        b'{"role":"user","parts":[{"type":"text","text":"nul\\u0000"}]}',
+        None,
+        True,
+    )
+    # A user TEXT cannot hold: raw_event has it, the payload and meta keep their columns.
+    assert stored[2][1:] == (b'{"ok":true}', b'{"m":"\\ud800"}', False, "u\ufffd")
+    # JSON queries: the view (NULL where jsonb cannot hold the payload).
+    texts = rows(
+        admin, schema, "SELECT seq, data->'parts'->0->>'text' FROM {s}.events_json ORDER BY seq"
+    )
+    assert texts == [(1, "plain"), (2, None), (3, None)]
     with open_store(store.url) as again:
         events = again.get("values").read()
     assert decode(events[1].data, Message).text == "nul\x00"
-    assert events[2].user == "u\ud800"
+    assert events[2].user == "u\ud800" and events[2].meta == {"m": "\ud800"}
+    assert events[2].raw == b'{"ok":true}'
     assert events[0].meta == {"k": 1}
+
+
+# Payloads as an application might write them: none of this survives JSONB, all of it bytea.
+EXACT_PAYLOADS = [
+    b'{ "z" : 1 ,\t"a":[ 1 , 2 ] }',
+    b'{"b":1,"a":2,"b":3}',
+    b'{"big":123456789012345678901234567890,"f":1.50,"e":1E+2,"neg":-0.0,"tiny":5e-324}',
+    '{"text":"h\u00e9llo \u2603 \U0001f600","esc":"\\u00e9\\u2603\\ud83d\\ude00"}'.encode(),
+    b'{"nul":"a\\u0000b","k\\u0000":true}',
+    b'{"lone":"\\ud800","low":"x\\udc00y","pair":"\\ud83d\\ude00"}',
+    b'"a string"',
+    b"[]",
+    b"  null",
+    b"-0",
+]
+
+
+def test_payload_bytes_round_trip_exactly(
+    store: PostgresStore, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    session = store.get("exact")
+    one = [Event(type="app/exact", data=msgspec.Raw(raw)) for raw in EXACT_PAYLOADS]
+    for event in one:
+        session.append(event)
+    session.append_many([Event(type="app/batch", data=msgspec.Raw(raw)) for raw in EXACT_PAYLOADS])
+    expected = EXACT_PAYLOADS * 2
+    stored = rows(admin, schema, "SELECT data FROM {s}.events ORDER BY seq")
+    assert [bytes(d) for (d,) in stored] == expected
+    # A fresh store reads them back (the tail, the full window, and by range).
+    with open_store(store.url) as again:
+        reopened = again.get("exact")
+        assert [e.raw for e in reopened.read()] == expected
+        assert [e.raw for e in reopened.read(after=len(EXACT_PAYLOADS))] == EXACT_PAYLOADS
+        assert [e.raw for e in reopened._window] == expected  # the tail held them all
+        assert decode(reopened.read()[4].data) == {"nul": "a\x00b", "k\x00": True}
+
+
+def test_opening_reads_the_tail_by_key_range(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    tail = postgres.TAIL_EVENTS
+    total = tail * 3 + 5
+    with open_store(url) as store:
+        store.get("long").append_many(
+            [Event.new("user/message", Message.user(f"m{n}")) for n in range(total)]
+        )
+        store.get("short").append_many([Event.new("test/n", {"n": n}) for n in range(3)])
+    with open_store(url) as store:
+        long = store.get("long")
+        assert [e.seq for e in long._window] == list(range(total - tail + 1, total + 1))
+        assert long._window_start == total - tail + 1 and not long._full
+        assert [e.seq for e in long.read(after=total - 20)] == list(range(total - 19, total + 1))
+        assert [e.seq for e in long.read(after=3, limit=2)] == [4, 5]
+        assert long.append(Event.new("user/message", Message.user("more"))) == total + 1
+        assert len(long.messages()) == total + 1  # loads the full window
+        assert long._window_start == 1 and long._full
+        short = store.get("short")
+        assert [e.seq for e in short._window] == [1, 2, 3] and short._full
+    # The server reads only the tail: the index scan returns TAIL_EVENTS rows.
+    statement = postgres.Statements.for_schema(schema).open_tail
+    (plan,) = psycopg.RawCursor(admin).execute(
+        b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement, ("long", tail)
+    ).fetchone() or (None,)
+    scans = list(_plan_nodes(plan[0]["Plan"], "events"))
+    assert scans and all(node["Actual Rows"] == tail for node in scans)
+    assert all("Index" in node["Node Type"] for node in scans)
+
+
+def _plan_nodes(node: dict[str, Any], relation: str) -> Iterator[dict[str, Any]]:
+    if node.get("Relation Name") == relation:
+        yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child, relation)
+
+
+def test_a_session_object_that_opened_at_the_tail_sees_a_delete_and_recreate(
+    url: str,
+) -> None:
+    with open_store(url) as first, open_store(url) as second:
+        first.get("s").append_many([Event.new("test/n", {"n": n}) for n in range(100)])
+        held = second.get("s")
+        assert held.latest_seq == 100 and not held._full
+        first.delete("s")
+        first.get("s").append(Event.new("test/n", {"n": "new"}))
+        # Appending notices the new life: seq 2, after the new life's first event.
+        assert held.append(Event.new("test/n", {"n": "held"})) == 2
+        assert [decode(e.data)["n"] for e in held.read()] == ["new", "held"]
+        first.delete("s")
+        assert held.latest_seq == 0 and held.read() == []
+
+
+def test_opening_a_store_connects_once_and_the_lock_pool_waits_for_a_lock(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    migrate(url)
+    with open_store(url, pool_min_size=1) as store:
+        store.get("s").read()
+        wait_for(lambda: len(backends(admin, f"agentsession/{schema}")) == 1)
+        assert isinstance(store, PostgresStore)
+        assert store._pool.get_stats().get("connections_num") == 1
+        assert backends(admin, f"agentsession-lock/{schema}") == []
+        with store.lock("s", timeout=5):
+            assert len(backends(admin, f"agentsession-lock/{schema}")) == 1
+    with open_store(url, pool_min_size=0) as store:
+        assert store.get("s").append(Event.new("test/n")) == 1
+        assert store._pool.get_stats().get("connections_num") == 1
 
 
 def test_session_ids_text_cannot_hold_are_refused(store: PostgresStore) -> None:
@@ -885,3 +1035,116 @@ def test_a_version_1_schema_with_data_migrates_and_its_sessions_get_distinct_liv
     assert [r[0] for r in rows] == ["v1:a", "v1:b"] and rows[0][1] != rows[1][1]
     versions = admin.execute(sql.SQL("SELECT version FROM {}.schema_migrations").format(s))
     assert sorted(v for (v,) in versions) == [m.version for m in MIGRATIONS]
+
+
+GOLDEN_V2 = Path(__file__).parent / "golden" / "postgres_v2.sql"
+"""A store at schema version 2 with data, as version 2 wrote it (see the file's header)."""
+
+
+def load_golden_v2(schema: str) -> None:
+    """Load ``golden/postgres_v2.sql`` into ``schema`` (which must not exist yet)."""
+    script = GOLDEN_V2.read_text(encoding="utf-8").replace("agentsession_golden_v2", schema)
+    with psycopg.connect(DSN, autocommit=True) as conn:  # the dump changes search_path
+        conn.execute(script.encode())
+
+
+def test_a_version_2_store_with_data_migrates_to_byte_exact_payloads_and_reads_back(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    load_golden_v2(schema)
+    # What version 2 read back: the JSONB text of data and meta, or the whole raw_event.
+    expected: dict[str, list[Event]] = {}
+    for sid, seq, kind, agent, user, at, data, meta, raw in rows(
+        admin,
+        schema,
+        'SELECT session_id, seq, type, agent, "user", time, data::text, meta::text, raw_event '
+        "FROM {s}.events ORDER BY session_id, seq",
+    ):
+        if raw is not None:
+            event = msgspec.structs.replace(decode_event(raw), seq=seq)
+        else:
+            event = Event(
+                seq=seq,
+                type=kind,
+                agent=agent,
+                user=user,
+                time=at,
+                data=msgspec.Raw(data.encode()),
+                meta=decode(meta) if meta is not None else {},
+            )
+        expected.setdefault(sid, []).append(event)
+    lives = dict(rows(admin, schema, "SELECT id, life FROM {s}.sessions"))
+    assert lives == {"golden:chat": 1, "golden:numbers": 39, "golden:odd": 42, "golden:again": 46}
+
+    # Without auto_migrate, a version-2 schema is refused as clearly as any older one.
+    with pytest.raises(StorageError, match=r"not at version 3 \(it is at version 2\).*migrate"):
+        open_store(url, auto_migrate=False)
+
+    with open_store(url) as store:
+        versions = rows(admin, schema, "SELECT version FROM {s}.schema_migrations ORDER BY 1")
+        assert [v for (v,) in versions] == [1, 2, 3]
+        assert rows(admin, schema, "SELECT pg_typeof(data)::text FROM {s}.events LIMIT 1") == [
+            ("bytea",)
+        ]
+        for sid, events in expected.items():
+            session = store.get(sid)
+            read = session.read()
+            assert read == events, sid
+            assert [e.raw for e in read] == [e.raw for e in events], sid
+            assert [e.time for e in read] == [e.time for e in events]
+        assert sorted(lives) == sorted(expected)
+        assert rows(admin, schema, "SELECT id, life FROM {s}.sessions ORDER BY life") == sorted(
+            lives.items(), key=lambda item: item[1]
+        )
+        assert [(i.id, i.last_seq) for i in store.list()] == [
+            ("golden:again", 2),
+            ("golden:odd", 3),
+            ("golden:numbers", 3),
+            ("golden:chat", 38),
+        ]
+
+        # The payloads are JSONB's text form, as version 2 read them (not what was appended).
+        numbers = store.get("golden:numbers").read()
+        assert numbers[0].raw == (
+            b'{"a": 12345678901234567890123, "e": 100, "m": 1.50, "s": "x", "z": 1, "neg": 0.0}'
+        )
+        assert [e.raw for e in numbers[1:]] == [b"null", b'[3, 2, 1, {"a": false, "b": true}]']
+        # Events version 2 kept in raw_event (NUL, lone surrogates) still read back exactly.
+        odd = store.get("golden:odd").read()
+        assert decode(odd[0].data, Message).text == "nul\x00inside"
+        assert odd[1].user == "u\udc00" and decode(odd[1].data) == {"s": "lone \ud800 surrogate"}
+        assert odd[2].meta == {"note": "nul\x00meta"}
+
+        chat = store.get("golden:chat")
+        assert chat.messages()[0].text == "summary of the first turns"
+        assert [m.text for m in chat.messages()] == [
+            "summary of the first turns",
+            'question 2: h\u00e9llo \u2603 \U0001f600 "quoted" \\ back\tslash',
+            "",
+            "",
+            "answer 2",
+            "after the compaction",
+            "still here",
+            "with meta",
+        ]
+        assert chat._window_start == 31  # the full window starts at the compaction marker
+        assert chat.read()[-1].meta == {
+            "logical_chars": 12004,
+            "platform": {"ts": "1712345678.9", "\u00fc": [1, 2.5, None]},
+        }
+        assert store.meta_get("bind", "golden:chat") == "coder"
+        assert store.meta_get("pointer", "cli") == "golden:chat"
+
+        # Appending after the migration stores the new payload byte-exact, after seq 38.
+        again = store.get("golden:again")
+        assert [decode(e.data)["n"] for e in again.read()] == [2, 3]
+        raw = b'{"z":1,  "a":1.50}'
+        assert chat.append(Event(type="app/new", data=msgspec.Raw(raw))) == 39
+    with open_store(url) as store:
+        assert store.get("golden:chat").read(after=38)[0].raw == raw
+    # JSON queries go through the view.
+    assert rows(
+        admin,
+        schema,
+        "SELECT data->>'role' FROM {s}.events_json WHERE session_id = 'golden:chat' AND seq = 2",
+    ) == [("user",)]

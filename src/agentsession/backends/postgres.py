@@ -4,28 +4,37 @@ Opened by ``open_store("postgresql://user@host:5432/db?schema=agentsession")``. 
 and their migrations are in :mod:`agentsession.backends.postgres_schema`; ``docs/scaling.md``
 covers running it at scale. How it keeps the storage contract:
 
-* **Append is one statement** (so one round trip, one transaction in autocommit mode): an
-  ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` bumps ``sessions.last_seq`` by the batch
-  size (creating the row on the first append), and a data-modifying CTE inserts the events with
-  seqs after the returned previous value (scalar parameters for one event, ``unnest`` of one
-  array per column for a batch). The session
+* **Append is one statement** (so one round trip, one transaction in autocommit mode). The
+  common case, one event from a session object that saw the log last, is the fast path
+  (``_storage_append_one``): an ``UPDATE`` of the session row to ``last_seq + 1``, conditional
+  on the row still having the latest seq and life this object knows, and an ``INSERT`` of the
+  event fed by its ``RETURNING`` (nothing is written when the condition fails, and the general
+  path runs). The general path is an ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` that
+  bumps ``sessions.last_seq`` by the batch size (creating the row on the first append), and a
+  data-modifying CTE inserts the events with seqs after the returned previous value (scalar
+  parameters for one event, ``unnest`` of one array per column for a batch). The session
   row's lock serialises the writers of one session; other sessions proceed in parallel. When the
   previous ``last_seq`` is beyond what this session object has seen, the events in between
   (other writers') are read by key range right after: they were committed before this append
   could lock the row and never change, so reading them after the commit gives exactly the rows
   the same transaction would have seen. A previous ``last_seq`` *below* ours means the session
-  was deleted (and perhaps recreated) underneath us, and the session starts over.
-* **Opening** reads from ``sessions.compaction_seq`` (the latest compaction marker that
-  rebuilds the history on its own) to the end, never the whole history.
-* **Values JSONB and TEXT cannot hold** — NUL anywhere, lone UTF-16 surrogates (both legal in
-  a Python ``str`` and in agentsession's JSON) — go whole into ``raw_event`` as the event's
-  agentsession JSON (``encode_event``), which round-trips them exactly; for such rows ``data``
-  and ``meta`` are NULL and ``type``/``agent``/``user`` hold a readable copy with U+FFFD in
-  place of what TEXT cannot hold. Every other event keeps ``data``/``meta`` as JSONB, which is
-  semantically exact but not byte-exact: JSONB reorders object keys, drops duplicate keys and
-  normalises whitespace and number spelling. Session ids, meta keys and values that TEXT cannot
-  hold are refused with :class:`~agentsession.errors.UsageError` (a documented divergence
-  from the file backends, which accept any non-blank id).
+  was deleted (and perhaps recreated) underneath us, and the session starts over. The
+  statements a session runs are prepared by psycopg after a few executions, and the append
+  statement runs on a cursor each connection keeps.
+* **Opening** reads the session's latest events (``TAIL_EVENTS``) by key range, with its
+  life, in one round trip: O(tail) however long the log is. The full window, from
+  ``sessions.compaction_seq`` (the latest compaction marker that rebuilds the history on its
+  own) to the end, is read when ``messages()`` and the like first need it; never the history
+  before it.
+* **Payloads are stored byte-exact** (schema version 3): ``data`` is a ``bytea`` holding the
+  exact bytes of ``event.data``, so ``event.raw`` reads back as it was appended (key order,
+  whitespace, number spelling, ``\\u0000`` and lone surrogate escapes), and reads hand the
+  stored bytes over in binary with nothing to parse or convert; ``meta`` is the meta's
+  agentsession JSON as ``bytea``. Only an event whose type, agent or user TEXT cannot hold
+  (NUL, lone UTF-16 surrogates) also sets ``raw_event`` (those fields as JSON), with a readable
+  copy (U+FFFD in their place) in the TEXT columns. Session ids, meta keys and values that TEXT
+  cannot hold are refused with :class:`~agentsession.errors.UsageError` (a documented
+  divergence from the file backends, which accept any non-blank id).
 * **Durability**: an acknowledged append is a committed transaction, which survives our
   process dying whatever the setting. ``flush`` leaves ``synchronous_commit`` at the server's
   default (normally ``on``: the commit waits for the WAL to reach disk); ``fsync`` forces
@@ -39,6 +48,9 @@ covers running it at scale. How it keeps the storage contract:
   pools are logged at DEBUG instead, by this module's logger). A read whose connection drops
   is retried once on a fresh connection. A write whose connection drops is never retried: its
   outcome is unknown, and the :class:`~agentsession.errors.StorageError` says so.
+* **Opening a store** connects once: the connection that checks the schema version (and
+  gives a precise error when the server cannot be reached) becomes the pool's first
+  connection. The lock pool opens when the first turn lock is taken.
 * **Pooled connections are checked when handed out**, through psycopg_pool's ``check`` hook
   (a poll of the socket, no round trip), so a statement, and above all a write, does not go to
   a connection the server already closed (a restart, an administrator's
@@ -69,7 +81,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import msgspec
@@ -77,13 +89,22 @@ import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 from ..codec import decode, encode
 from ..contract import SessionInfo
 from ..errors import LockTimeout, StorageError, StoreUnavailable, UsageError
 from ..events import Event, decode_event, encode_event
 from ..session import BaseSession
 from ..store import BaseStore
-from .postgres_schema import LATEST_VERSION, Statements, apply_migrations, schema_version
+from .postgres_schema import (
+    LATEST_VERSION,
+    TAIL_EVENTS,
+    Statements,
+    apply_migrations,
+    schema_version,
+)
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -97,7 +118,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-_Conn = psycopg.Connection[Any]
+_Row = tuple[Any, ...]
 
 DEFAULT_SCHEMA = "agentsession"
 """The schema a store uses when neither the URL's ``?schema=`` nor the option names one."""
@@ -142,9 +163,53 @@ def _install_pool_log_filter() -> None:
 _install_pool_log_filter()
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
-# JSON escapes JSONB refuses: \u0000 and any UTF-16 surrogate (paired ones are accepted, but
-# telling them apart is not worth it: a false positive only sends the event to raw_event).
-_UNSAFE_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+
+
+# -- connections ------------------------------------------------------------------------------
+
+
+class _Handoff:
+    """The connection a store opened to check its schema, waiting to become its pool's first
+    connection (so that opening a store connects once)."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._conn: _Conn | None = None
+
+    def put(self, conn: _Conn) -> None:
+        with self._mutex:
+            self._conn = conn
+
+    def take(self) -> _Conn | None:
+        with self._mutex:
+            conn, self._conn = self._conn, None
+        return conn if conn is not None and not conn.closed else None
+
+
+class _Conn(psycopg.Connection[_Row]):
+    """The store's connections: the pool's first one is the store's schema-checking
+    connection (``handoff``), and each keeps one cursor for the append statement."""
+
+    _append_cursor: psycopg.RawCursor[_Row] | None = None
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        handoff = kwargs.pop("handoff", None)
+        if isinstance(handoff, _Handoff):
+            conn = handoff.take()
+            if conn is not None:
+                return cast("Self", conn)
+        return super().connect(conninfo, **kwargs)
+
+    def append_cursor(self) -> psycopg.RawCursor[_Row]:
+        """A ``$n`` cursor kept for the append statement, whose result is one small row (other
+        statements take a cursor of their own, so no large result stays referenced)."""
+        cursor = self._append_cursor
+        if cursor is None:
+            cursor = self._append_cursor = psycopg.RawCursor(self)
+        return cursor
+
+
 # -- values -----------------------------------------------------------------------------------
 
 
@@ -167,42 +232,44 @@ def _readable(value: str) -> str:
     return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-def _json_text(raw: bytes) -> str | None:
-    """``raw`` as a string JSONB accepts, or None when it must go to ``raw_event``."""
-    if b"\x00" in raw or (b"\\u" in raw and _UNSAFE_ESCAPE.search(raw)):
-        return None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def _columns(event: Event) -> tuple[str, str, str, str | None, str | None, bytes | None]:
+def _columns(event: Event) -> tuple[str, str, str, bytes, bytes | None, bytes | None]:
     """``type, agent, user, data, meta, raw_event`` of one event's row."""
-    data = _json_text(bytes(event.data))
-    meta = _json_text(encode(event.meta)) if event.meta else None
-    if (
-        data is not None
-        and (meta is not None or not event.meta)
-        and _fits_text(event.type)
-        and _fits_text(event.agent)
-        and _fits_text(event.user)
-    ):
-        return event.type, event.agent, event.user, data, meta, None
+    meta = encode(event.meta) if event.meta else None
+    kind, agent, user = event.type, event.agent, event.user
+    if _fits_text(kind) and _fits_text(agent) and _fits_text(user):
+        return kind, agent, user, bytes(event.data), meta, None
+    header = encode_event(Event(type=kind, agent=agent, user=user, time=event.time))
+    return _readable(kind), _readable(agent), _readable(user), bytes(event.data), meta, header
+
+
+def _append_one_params(
+    session_id: str, event: Event, marker: bool, expect_seq: int | None, life: int | None
+) -> tuple[Any, ...]:
+    """The parameters of the one-event append statement (``$1`` ... ``$11``)."""
+    kind, agent, user, data, meta, raw = _columns(event)
     return (
-        _readable(event.type),
-        _readable(event.agent),
-        _readable(event.user),
-        None,
-        None,
-        encode_event(event),
+        session_id,
+        event.time,
+        1 if marker else 0,
+        expect_seq,
+        life,
+        kind,
+        agent,
+        user,
+        data,
+        meta,
+        raw,
     )
 
 
-def _append_params(
-    session_id: str, events: Sequence[Event], marker: int, expect_seq: int | None
+def _append_many_params(
+    session_id: str,
+    events: Sequence[Event],
+    marker: int,
+    expect_seq: int | None,
+    life: int | None,
 ) -> dict[str, Any]:
-    """The parameters of the one-event or the batch append statement."""
+    """The parameters of the batch append statement."""
     params: dict[str, Any] = {
         "id": session_id,
         "first_time": events[0].time,
@@ -210,19 +277,8 @@ def _append_params(
         "n": len(events),
         "mark": marker + 1,
         "expect": expect_seq,
+        "life": life,
     }
-    if len(events) == 1:
-        event = events[0]
-        (
-            params["type"],
-            params["agent"],
-            params["user"],
-            params["data"],
-            params["meta"],
-            params["raw"],
-        ) = _columns(event)
-        params["time"] = event.time
-        return params
     rows = [_columns(event) for event in events]
     for index, name in enumerate(("types", "agents", "users", "datas", "metas", "raws")):
         params[name] = [row[index] for row in rows]
@@ -230,26 +286,56 @@ def _append_params(
     return params
 
 
-def _event_of(row: Sequence[Any]) -> Event:
-    """An event from the columns ``seq, type, agent, user, time, data, meta, raw_event``
-    (``data`` and ``meta`` as JSON text)."""
-    raw = row[7]
+_Raw = msgspec.Raw
+_replace = msgspec.structs.replace
+
+
+def _unusual_event(row: Sequence[Any]) -> Event:
+    """An event whose row sets ``raw_event``: the JSON of its fields TEXT could not hold (the
+    payload and meta in their columns), or a whole event that version 2 stored there."""
+    raw, data, meta = row[7], row[5], row[6]
     if raw is not None:
-        return msgspec.structs.replace(decode_event(raw), seq=row[0])
-    meta = row[6]
-    return Event(
+        event = decode_event(raw)
+    else:
+        event = Event(type=row[1], agent=row[2], user=row[3], time=row[4])
+    return msgspec.structs.replace(
+        event,
         seq=row[0],
-        type=row[1],
-        agent=row[2],
-        user=row[3],
-        time=row[4],
-        data=msgspec.Raw(row[5]),
-        meta=decode(meta) if meta is not None else {},
+        data=_Raw(data) if data is not None else event.data,
+        meta=decode(meta) if meta is not None else event.meta,
     )
 
 
 def _events_of(rows: Iterable[Sequence[Any]]) -> list[Event]:
-    return [_event_of(row) for row in rows]
+    """Events from rows whose first columns are ``seq, type, agent, user, time, data, meta,
+    raw_event`` (read in binary: ``data`` and ``meta`` are the stored bytes)."""
+    events: list[Event] = []
+    add = events.append
+    for row in rows:
+        data = row[5]
+        if row[7] is not None or data is None:
+            add(_unusual_event(row))
+            continue
+        meta = row[6]
+        if meta is None:
+            add(
+                Event(
+                    seq=row[0], type=row[1], agent=row[2], user=row[3], time=row[4], data=_Raw(data)
+                )
+            )
+        else:
+            add(
+                Event(
+                    seq=row[0],
+                    type=row[1],
+                    agent=row[2],
+                    user=row[3],
+                    time=row[4],
+                    data=_Raw(data),
+                    meta=decode(meta),
+                )
+            )
+    return events
 
 
 # -- URLs and messages ------------------------------------------------------------------------
@@ -369,28 +455,38 @@ class PostgresSession(BaseSession):
         """The store's password-free URL and the session id."""
         return f"{self._store.location} session {self._id!r}"
 
+    def _storage_open_tail(self) -> tuple[list[Event], bool]:
+        """The latest ``TAIL_EVENTS`` events and the life, by key range, in one round trip."""
+        self._stale = False
+        rows = self._store._fetch(
+            f"opening session {self._id!r}", self._store._sql.open_tail, (self._id, TAIL_EVENTS)
+        )
+        return self._opened(rows, 8)
+
     def _storage_open(self) -> tuple[list[Event], bool]:
+        """The full window: from ``sessions.compaction_seq`` to the end, and the life."""
         self._stale = False
         statement = self._store._sql.open
-        rows = self._store._run(
-            f"opening session {self._id!r}",
-            lambda conn: conn.execute(statement, (self._id,)).fetchall(),
-        )
+        rows = self._store._fetch(f"opening session {self._id!r}", statement, (self._id,))
+        return self._opened(rows, 9)
+
+    def _opened(self, rows: list[_Row], life_column: int) -> tuple[list[Event], bool]:
         if not rows:
             self._life = None
             return [], True
-        self._life = int(rows[0][9])
-        return _events_of(rows), int(rows[0][8]) <= 1
+        self._life = int(rows[0][life_column])
+        if rows[0][0] is None:  # a session row without events (archived)
+            return [], True
+        events = _events_of(rows)
+        return events, events[0].seq <= 1
 
     def _storage_refresh(self) -> list[Event]:
         if self._stale:
             self._load()
             return []
-        statement = self._store._sql.refresh
         after = self._latest_seq
-        rows = self._store._run(
-            f"reading session {self._id!r}",
-            lambda conn: conn.execute(statement, (after, self._id)).fetchall(),
+        rows = self._store._fetch(
+            f"reading session {self._id!r}", self._store._sql.refresh, (self._id, after)
         )
         if not rows:
             if after or self._life is not None:
@@ -404,12 +500,48 @@ class PostgresSession(BaseSession):
         return _events_of(rows) if rows[0][0] is not None else []
 
     def _storage_read(self, after: int, limit: int | None) -> list[Event]:
-        statement = self._store._sql.read
-        rows = self._store._run(
-            f"reading session {self._id!r}",
-            lambda conn: conn.execute(statement, (self._id, after, limit)).fetchall(),
+        """A key-range scan of the primary key: ``seq > after``, in order, at most ``limit``."""
+        rows = self._store._fetch(
+            f"reading session {self._id!r}", self._store._sql.read, (self._id, after, limit)
         )
         return _events_of(rows)
+
+    def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
+        """The fast path: one statement that updates the session row and inserts the event
+        with seq ``latest_seq + 1``, only if the row still has that latest seq and this
+        object's life (``append_next``). None, having written nothing, when this object knows
+        no row yet, another writer appended, or the session was deleted or created again: the
+        general path then appends and catches up."""
+        life = self._life
+        if life is None or self._stale:
+            return None
+        seq = self._latest_seq + 1
+        kind, agent, user, data, meta, raw = _columns(event)
+        params = (
+            self._id,
+            seq,
+            event.time,
+            seq if marker else 0,
+            life,
+            kind,
+            agent,
+            user,
+            data,
+            meta,
+            raw,
+        )
+        statement = self._store._sql.append_next
+
+        def append(conn: _Conn) -> int:
+            return conn.append_cursor().execute(statement, params).rowcount
+
+        stored = self._store._run(
+            f"appending 1 event to session {self._id!r}",
+            append,
+            write="the append may or may not have been stored: read the session (latest_seq) "
+            "before retrying it",
+        )
+        return _replace(event, seq=seq) if stored == 1 else None
 
     def _storage_append(
         self, events: list[Event], marker: int, expect_seq: int | None
@@ -417,15 +549,25 @@ class PostgresSession(BaseSession):
         store = self._store
         if self._stale:
             self._load()
-        params = _append_params(self._id, events, marker, expect_seq)
         # A conditional append holds only within the life it was planned in.
-        params["life"] = self._life if expect_seq else None
+        life = self._life if expect_seq else None
         count = len(events)
-        statement = store._sql.append_one if count == 1 else store._sql.append_many
+        append: Callable[[_Conn], tuple[int, int]]
+        if count == 1:
+            one = _append_one_params(self._id, events[0], marker == 0, expect_seq, life)
+            statement = store._sql.append_one
 
-        def append(conn: _Conn) -> tuple[int, int]:
-            row = conn.execute(statement, params).fetchone()
-            return (-1, -1) if row is None else (int(row[0]), int(row[1]))
+            def append(conn: _Conn) -> tuple[int, int]:
+                row = conn.append_cursor().execute(statement, one).fetchone()
+                return (-1, -1) if row is None else (row[0], row[1])
+
+        else:
+            many = _append_many_params(self._id, events, marker, expect_seq, life)
+            statement = store._sql.append_many
+
+            def append(conn: _Conn) -> tuple[int, int]:
+                row = conn.execute(statement, many).fetchone()
+                return (-1, -1) if row is None else (row[0], row[1])
 
         base, life = store._run(
             f"appending {count} event{'s' if count != 1 else ''} to session {self._id!r}",
@@ -453,15 +595,13 @@ class PostgresSession(BaseSession):
                     f"{base + count}, but reading the events other writers appended before it "
                     f"failed; the session reloads when next used ({exc})"
                 ) from exc
-        replace = msgspec.structs.replace
-        stored = [replace(event, seq=base + i) for i, event in enumerate(events, start=1)]
-        return foreign, stored
+        if count == 1:
+            return foreign, [_replace(events[0], seq=base + 1)]
+        return foreign, [_replace(event, seq=base + i) for i, event in enumerate(events, start=1)]
 
     def _read_range(self, after: int, upto: int) -> list[Event]:
-        statement = self._store._sql.read_range
-        rows = self._store._run(
-            f"reading session {self._id!r}",
-            lambda conn: conn.execute(statement, (self._id, after, upto)).fetchall(),
+        rows = self._store._fetch(
+            f"reading session {self._id!r}", self._store._sql.read_range, (self._id, after, upto)
         )
         return _events_of(rows)
 
@@ -625,6 +765,8 @@ class PostgresStore(BaseStore):
       in the URL). Created, with the tables, on open.
     * ``pool_min_size`` / ``pool_max_size`` (default 1 / 10): connections kept open / at most
       open for reads and appends. An append or read holds one only for its statement(s).
+      Opening the store waits until ``pool_min_size`` are open; the first is the connection
+      that checked the schema.
     * ``lock_pool_max_size`` (default 64): connections at most held for turn locks, one per
       held lock; opened on demand, closed after 10 idle minutes.
     * ``pool_timeout`` (default 30 s): how long to wait for a free connection.
@@ -690,39 +832,56 @@ class PostgresStore(BaseStore):
         self._lock_pool_max_size = lock_pool_max_size
         self._app_name = app
         self._connections: weakref.WeakSet[_Conn] = weakref.WeakSet()
+        self._handoff = _Handoff()
+        self._lock_pool_open = False  # the lock pool opens with the first turn lock
         self._pool, self._lock_pool = self._make_pools()
-        # The pool connects in the background while the schema is checked on a direct
-        # connection (which gives the precise error when the server cannot be reached).
-        self._pool.open(wait=False)
+        # One connection, made directly (for the precise error when the server cannot be
+        # reached), checks the schema and then becomes the pool's first connection.
         try:
-            self._prepare_schema(auto_migrate, create)
+            conn = self._prepare_schema(auto_migrate, create)
         except BaseException:
-            self._pool.close()
+            self._pool.close()  # not open yet, unless something opened it early
             raise
-        self._lock_pool.open(wait=False)
+        self._handoff.put(conn)
+        # With pool_min_size >= 1, wait until the pool holds its connections (the first is
+        # that one): a request arriving sooner would make the pool grow by another.
+        try:
+            self._pool.open(wait=pool_min_size > 0, timeout=pool_timeout)
+        except psycopg_pool.PoolTimeout:
+            self._close()
+            raise self._pool_timeout_error(self._pool, "opening the store") from None
+
+    @property
+    def _pool_name(self) -> str:
+        return f"{_POOL_NAME_PREFIXES[0]}{self._target.schema}"
+
+    def _pool_kwargs(self) -> dict[str, Any]:
+        """How the query pool's connections are made (the first one by the store itself)."""
+        return {
+            **self._connect_kwargs,
+            **({"application_name": self._pool_name} if self._app_name else {}),
+        }
 
     def _make_pools(
         self,
     ) -> tuple[psycopg_pool.ConnectionPool[_Conn], psycopg_pool.ConnectionPool[_Conn]]:
         """The store's two pools, not yet open: statements, and turn locks."""
-        name = f"{_POOL_NAME_PREFIXES[0]}{self._target.schema}"
         pool: psycopg_pool.ConnectionPool[_Conn] = psycopg_pool.ConnectionPool(
             self._target.conninfo,
-            kwargs={
-                **self._connect_kwargs,
-                **({"application_name": name} if self._app_name else {}),
-            },
+            connection_class=_Conn,
+            kwargs={**self._pool_kwargs(), "handoff": self._handoff},
             min_size=self._pool_min_size,
             max_size=self._pool_max_size,
             timeout=self._pool_timeout,
             configure=self._configure,
             check=lambda conn: _check_or_drain(pool, conn),
-            name=name,
+            name=self._pool_name,
             open=False,
         )
         lock_name = f"{_POOL_NAME_PREFIXES[1]}{self._target.schema}"
         lock_pool: psycopg_pool.ConnectionPool[_Conn] = psycopg_pool.ConnectionPool(
             self._target.conninfo,
+            connection_class=_Conn,
             kwargs={
                 **self._connect_kwargs,
                 **({"application_name": lock_name} if self._app_name else {}),
@@ -761,19 +920,22 @@ class PostgresStore(BaseStore):
                     os.dup2(devnull, conn.pgconn.socket)
         finally:
             os.close(devnull)
-        _inherited.append((self._pool, self._lock_pool))
+        _inherited.append((self._pool, self._lock_pool, self._handoff))
         self._held = set()
         self._held_mutex = threading.Lock()
         self._connections = weakref.WeakSet()
+        self._handoff = _Handoff()
+        self._lock_pool_open = False
         self._pool, self._lock_pool = self._make_pools()
         self._reopen = True
 
     # -- connections and the one translation point ----------------------------------------
 
-    def _prepare_schema(self, auto_migrate: bool, create: bool = True) -> None:
-        """Connect once directly (for a precise error when the server is unreachable), check
-        the schema version and migrate when allowed."""
-        conn = self._connect()
+    def _prepare_schema(self, auto_migrate: bool, create: bool = True) -> _Conn:
+        """Connect directly (for a precise error when the server is unreachable), check the
+        schema version (one query when it is current) and migrate when allowed; returns the
+        connection, for the pool."""
+        conn = self._connect(self._pool_kwargs())
         try:
             if self.durability == "fsync":
                 row = conn.execute("SHOW fsync").fetchone()
@@ -784,29 +946,37 @@ class PostgresStore(BaseStore):
                         self._target.where,
                         row[0],
                     )
-            if not create and schema_version(conn, self._target.schema) == 0:
+            version = _current_version(conn, self._target.schema)
+            if not create and version == 0:
                 raise StoreUnavailable(
                     f"no store at {self._target.where}: schema {self._target.schema!r} holds no "
                     "agentsession tables"
                 )
-            if auto_migrate:
-                _migrate_on(conn, self._target)
-            elif schema_version(conn, self._target.schema) != LATEST_VERSION:
-                raise StorageError(
-                    f"schema {self._target.schema!r} in {self._target.where} is not at version "
-                    f"{LATEST_VERSION}: run agentsession.backends.postgres.migrate() first, "
-                    "or open the store with auto_migrate=True"
-                )
+            if version != LATEST_VERSION:
+                if auto_migrate or version > LATEST_VERSION:
+                    _migrate_on(conn, self._target)
+                else:
+                    raise StorageError(
+                        f"schema {self._target.schema!r} in {self._target.where} is not at "
+                        f"version {LATEST_VERSION} (it is at version {version}): run "
+                        "agentsession.backends.postgres.migrate() first, or open the store with "
+                        "auto_migrate=True"
+                    )
         except psycopg.Error as exc:
-            raise self._failure(exc, f"preparing schema {self._target.schema!r}") from None
-        finally:
             conn.close()
+            raise self._failure(exc, f"preparing schema {self._target.schema!r}") from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
-    def _connect(self) -> _Conn:
+    def _connect(self, kwargs: dict[str, Any] | None = None) -> _Conn:
         try:
-            return psycopg.connect(self._target.conninfo, **self._connect_kwargs)
+            conn = _Conn.connect(self._target.conninfo, **(kwargs or self._connect_kwargs))
         except psycopg.Error as exc:
             raise self._unavailable(str(exc)) from None
+        self._connections.add(conn)
+        return conn
 
     def _configure(self, conn: _Conn) -> None:
         self._connections.add(conn)
@@ -850,6 +1020,8 @@ class PostgresStore(BaseStore):
         """A connection from ``pool``, checked by the pool (see :func:`_check_or_drain`)."""
         if self._reopen:
             self._open_pools_after_fork()
+        if pool is self._lock_pool and not self._lock_pool_open:
+            self._open_lock_pool()
         try:
             return pool.getconn(timeout=self._pool_timeout)
         except psycopg_pool.PoolClosed:
@@ -859,10 +1031,15 @@ class PostgresStore(BaseStore):
 
     def _open_pools_after_fork(self) -> None:
         with self._held_mutex:
-            if self._reopen:
+            if self._reopen and not self._closed:
                 self._pool.open(wait=False)
-                self._lock_pool.open(wait=False)
                 self._reopen = False
+
+    def _open_lock_pool(self) -> None:
+        with self._held_mutex:
+            if not self._lock_pool_open and not self._closed:
+                self._lock_pool.open(wait=False)
+                self._lock_pool_open = True
 
     def _pool_timeout_error(
         self, pool: psycopg_pool.ConnectionPool[_Conn], action: str
@@ -904,6 +1081,14 @@ class PostgresStore(BaseStore):
             self._pool.putconn(conn)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _fetch(self, action: str, statement: bytes, params: Sequence[Any]) -> builtins.list[_Row]:
+        """The rows of a session's read statement (``$n`` placeholders), in binary: the stored
+        bytes and integers as they are, with no text to parse on either side."""
+        return self._run(
+            action,
+            lambda conn: psycopg.RawCursor(conn).execute(statement, params, binary=True).fetchall(),
+        )
 
     def _track_lock(self, handle: _LockHandle, *, held: bool) -> None:
         with self._held_mutex:
@@ -1052,6 +1237,9 @@ class PostgresStore(BaseStore):
             handle.conn.close()  # a closed store holds no locks
         self._lock_pool.close()
         self._pool.close()
+        unused = self._handoff.take()  # the pool never needed a connection
+        if unused is not None:
+            unused.close()
 
 
 def _closed_by_server(conn: _Conn) -> bool:
@@ -1093,7 +1281,15 @@ def _unlock_all(conn: _Conn) -> None:
     conn.execute("SELECT pg_advisory_unlock_all()")
 
 
-def _migrate_on(conn: _Conn, target: _Target) -> builtins.list[int]:
+def _current_version(conn: _Conn, schema: str) -> int:
+    """The schema's version in one query (0: no agentsession tables there)."""
+    try:
+        return schema_version(conn, schema, assume_table=True)
+    except psycopg.errors.UndefinedTable:
+        return 0
+
+
+def _migrate_on(conn: psycopg.Connection[Any], target: _Target) -> builtins.list[int]:
     try:
         applied = apply_migrations(conn, target.schema)
     except RuntimeError as exc:

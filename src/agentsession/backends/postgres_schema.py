@@ -30,6 +30,26 @@ Version 2 adds ``{s}.sessions.life bigint`` (from the sequence ``{s}.session_liv
 number per life of a session id. A session deleted and created again gets a new row and so a
 new life, which is how a session object that read the old life tells the two apart (existing
 rows get distinct lives when the column is added).
+
+Version 3 stores payloads byte-exact: ``{s}.events.data`` and ``meta`` become ``bytea``::
+
+    data        the payload exactly as appended (the bytes of ``event.data``: key order,
+                whitespace, number spelling and ``\\u0000`` or lone surrogate escapes kept);
+                opaque to the server, so a sealed (encrypted) payload fits the same column
+    meta        the event's meta as agentsession JSON; NULL when empty
+    raw_event   only for an event whose type, agent or user TEXT cannot hold (NUL, lone
+                surrogates): those fields and the time as an agentsession JSON object, with
+                a readable copy (U+FFFD in place of what TEXT cannot hold) in ``type``,
+                ``agent`` and ``"user"``. Rows version 2 put there hold the whole event, with
+                ``data`` and ``meta`` NULL, and read back as before
+
+The conversion runs in the migration's transaction: one ``ALTER TABLE ... TYPE bytea USING
+convert_to(data::text, 'UTF8')`` rewrites the table once, and each payload keeps the JSONB
+text form that version 2 stored and read back. JSON queries go through the function
+``{s}.json_of(bytea) -> jsonb`` (NULL for bytes jsonb does not accept: ``\\u0000``, lone
+surrogates, a sealed payload) and the view ``{s}.events_json`` (``data`` and ``meta`` as
+jsonb); an expression index such as ``CREATE INDEX ON {s}.events
+(({s}.json_of(data)->>'role'))`` serves a frequent query.
 """
 
 from __future__ import annotations
@@ -43,6 +63,7 @@ from psycopg import sql
 
 __all__ = [
     "LATEST_VERSION",
+    "TAIL_EVENTS",
     "MIGRATIONS",
     "Migration",
     "Statements",
@@ -115,6 +136,36 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        3,
+        "events.data and events.meta as bytea: payloads stored byte-exact; json_of, events_json",
+        (
+            # One rewrite of the table; each payload keeps the text version 2 read back.
+            """
+            ALTER TABLE {s}.events
+                ALTER COLUMN data TYPE bytea USING convert_to(data::text, 'UTF8'),
+                ALTER COLUMN meta TYPE bytea USING convert_to(meta::text, 'UTF8')
+            """,
+            # IMMUTABLE (convert_from is only STABLE) so that it can back an expression index:
+            # a database's encoding never changes.
+            """
+            CREATE FUNCTION {s}.json_of(payload bytea) RETURNS jsonb
+            LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+            BEGIN
+                RETURN convert_from(payload, 'UTF8')::jsonb;
+            EXCEPTION WHEN others THEN
+                RETURN NULL;
+            END
+            $$
+            """,
+            """
+            CREATE VIEW {s}.events_json AS
+            SELECT session_id, seq, type, agent, "user", time,
+                   {s}.json_of(data) AS data, {s}.json_of(meta) AS meta
+            FROM {s}.events
+            """,
+        ),
+    ),
 )
 """Every migration, oldest first. Append new ones; never edit one that has shipped."""
 
@@ -140,12 +191,19 @@ def _render(template: str, schema: str) -> bytes:
     return sql.SQL(template).format(s=sql.Identifier(schema)).as_bytes(None)
 
 
-def schema_version(conn: psycopg.Connection[Any], schema: str) -> int:
-    """The highest applied migration of ``schema`` (0 when it has none or does not exist)."""
-    table = sql.Identifier(schema, "schema_migrations").as_string(None)
-    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
-    if row is None or not row[0]:
-        return 0
+def schema_version(
+    conn: psycopg.Connection[Any], schema: str, *, assume_table: bool = False
+) -> int:
+    """The highest applied migration of ``schema`` (0 when it has none or does not exist).
+
+    With ``assume_table`` it is one query, which raises
+    :class:`psycopg.errors.UndefinedTable` when the schema has no ``schema_migrations``.
+    """
+    if not assume_table:
+        table = sql.Identifier(schema, "schema_migrations").as_string(None)
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+        if row is None or not row[0]:
+            return 0
     query = _render("SELECT coalesce(max(version), 0) FROM {s}.schema_migrations", schema)
     found = conn.execute(query).fetchone()
     return int(found[0]) if found else 0
@@ -191,15 +249,67 @@ def apply_migrations(conn: psycopg.Connection[Any], schema: str) -> list[int]:
 
 # -- the statements over these tables ----------------------------------------------------------
 
-# Reads return these columns first, in this order (the backend builds events from them).
-# The JSONB values come as text: the client keeps them as they are (msgspec.Raw), without a
-# per-row loader or parse.
-_EVENT_COLUMNS = 'seq, type, agent, "user", time, data::text, meta::text, raw_event'
-_EVENT_COLUMNS_E = (
-    'e.seq, e.type, e.agent, e."user", e.time, e.data::text, e.meta::text, e.raw_event'
-)
+# The statements a session runs on every open, read and append use ``$n`` placeholders (they
+# run on a psycopg ``RawCursor``: no placeholder conversion) and are prepared on first use; the
+# store's other statements use psycopg's ``%s``.
+#
+# Reads return these columns first, in this order, in binary: ``data``, ``meta`` and
+# ``raw_event`` arrive as the stored bytes, with nothing to convert on either side.
+_EVENT_COLUMNS = 'seq, type, agent, "user", time, data, meta, raw_event'
+_EVENT_COLUMNS_E = 'e.seq, e.type, e.agent, e."user", e.time, e.data, e.meta, e.raw_event'
 
-_UPSERT_SESSION = """
+TAIL_EVENTS = 64
+"""How many of the latest events opening a session reads (``PostgresSession`` opens at the
+tail; the full window is read when something needs it)."""
+
+# The fast path for one event, when the session object knows the latest seq and the life:
+# $1 id, $2 the new seq (latest + 1), $3 time, $4 the new seq when the event is a compaction
+# marker that rebuilds the history (else 0), $5 life, $6 type, $7 agent, $8 user, $9 data,
+# $10 meta, $11 raw_event. It stores the event only when the session row still says
+# last_seq = $2 - 1 in life $5 (checked under the row's lock, so seqs stay gap-free across
+# writers); otherwise it inserts nothing (rowcount 0). A plain UPDATE of the row: no
+# speculative insertion, no evaluation of the life's sequence default, no separate lock record.
+_APPEND_NEXT = """
+WITH s AS (
+    UPDATE {s}.sessions
+    SET last_seq = $2::bigint, updated_at = $3,
+        compaction_seq = greatest(compaction_seq, $4::bigint)
+    WHERE id = $1 AND last_seq = $2::bigint - 1 AND life = $5::bigint
+    RETURNING id
+)
+INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event)
+SELECT $1, $2::bigint, $6, $7, $8, $3, $9::bytea, $10::bytea, $11::bytea FROM s
+"""
+
+# One event (the general path): $1 id, $2 time, $3 marker (1 when the event is a compaction
+# marker that rebuilds the history, else 0), $4 expect_seq (NULL: unconditional), $5 life
+# (NULL: any), $6 type, $7 agent, $8 user, $9 data, $10 meta, $11 raw_event.
+_APPEND_ONE = """
+WITH s AS (
+    INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq)
+    SELECT $1, $2, $2, 1, $3::bigint
+    WHERE $4::bigint IS NULL OR $4::bigint = 0
+       OR EXISTS (SELECT 1 FROM {s}.sessions WHERE id = $1)
+    ON CONFLICT (id) DO UPDATE SET
+        last_seq = s.last_seq + 1,
+        updated_at = EXCLUDED.updated_at,
+        compaction_seq = CASE WHEN EXCLUDED.compaction_seq > 0
+                              THEN s.last_seq + 1
+                              ELSE s.compaction_seq END
+    WHERE $4::bigint IS NULL
+       OR (s.last_seq = $4::bigint AND ($5::bigint IS NULL OR s.life = $5::bigint))
+    RETURNING s.last_seq - 1 AS base, s.life AS life
+), inserted AS (
+    INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event)
+    SELECT $1, s.base + 1, $6, $7, $8, $2, $9::bytea, $10::bytea, $11::bytea
+    FROM s
+)
+SELECT base, life FROM s
+"""
+
+# A batch: one array per column (sent in binary), unnested in order.
+_APPEND_MANY = """
+WITH s AS (
     INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq)
     SELECT %(id)s, %(first_time)s, %(last_time)s, %(n)s, %(mark)s
     WHERE %(expect)s::bigint IS NULL OR %(expect)s::bigint = 0
@@ -214,53 +324,49 @@ _UPSERT_SESSION = """
        OR (s.last_seq = %(expect)s::bigint
            AND (%(life)s::bigint IS NULL OR s.life = %(life)s::bigint))
     RETURNING s.last_seq - %(n)s AS base, s.life AS life
-"""
-
-# One event (the common case): scalar parameters, which cost far less to send than arrays.
-_APPEND_ONE = f"""
-WITH s AS ({_UPSERT_SESSION}), inserted AS (
-    INSERT INTO {{s}}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event)
-    SELECT %(id)s, s.base + 1, %(type)s, %(agent)s, %(user)s, %(time)s,
-           %(data)s::jsonb, %(meta)s::jsonb, %(raw)s::bytea
-    FROM s
-)
-SELECT base, life FROM s
-"""
-
-# A batch: one array per column (sent in binary), unnested in order.
-_APPEND_MANY = f"""
-WITH s AS ({_UPSERT_SESSION}), inserted AS (
-    INSERT INTO {{s}}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event)
-    SELECT %(id)s, s.base + b.ord, b.type, b.agent, b.usr, b.time, b.data::jsonb, b.meta::jsonb,
-           b.raw
+), inserted AS (
+    INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event)
+    SELECT %(id)s, s.base + b.ord, b.type, b.agent, b.usr, b.time, b.data, b.meta, b.raw
     FROM s, unnest(%(types)b::text[], %(agents)b::text[], %(users)b::text[],
-                   %(times)b::timestamptz[], %(datas)b::text[], %(metas)b::text[],
+                   %(times)b::timestamptz[], %(datas)b::bytea[], %(metas)b::bytea[],
                    %(raws)b::bytea[])
             WITH ORDINALITY AS b(type, agent, usr, time, data, meta, raw, ord)
 )
 SELECT base, life FROM s
 """
 
-_OPEN = f"""
-SELECT {_EVENT_COLUMNS_E}, s.compaction_seq, s.life
-FROM {{s}}.sessions s JOIN {{s}}.events e ON e.session_id = s.id AND e.seq >= s.compaction_seq
-WHERE s.id = %s ORDER BY e.seq
+# The latest events by key range (never the history before them) and the session's life:
+# $1 id, $2 how many. No row: no session; one row with a NULL seq: a session without events.
+_OPEN_TAIL = f"""
+SELECT {_EVENT_COLUMNS_E}, s.life
+FROM {{s}}.sessions s
+LEFT JOIN {{s}}.events e ON e.session_id = s.id AND e.seq > s.last_seq - $2::bigint
+WHERE s.id = $1 ORDER BY e.seq
 """
 
+# The full window: from the latest compaction marker that rebuilds the history on its own.
+_OPEN = f"""
+SELECT {_EVENT_COLUMNS_E}, s.compaction_seq, s.life
+FROM {{s}}.sessions s
+LEFT JOIN {{s}}.events e ON e.session_id = s.id AND e.seq >= s.compaction_seq
+WHERE s.id = $1 ORDER BY e.seq
+"""
+
+# $1 id, $2 after: the events after ours, the latest seq and the life.
 _REFRESH = f"""
 SELECT {_EVENT_COLUMNS_E}, s.last_seq, s.life
-FROM {{s}}.sessions s LEFT JOIN {{s}}.events e ON e.session_id = s.id AND e.seq > %s
-WHERE s.id = %s ORDER BY e.seq
+FROM {{s}}.sessions s LEFT JOIN {{s}}.events e ON e.session_id = s.id AND e.seq > $2::bigint
+WHERE s.id = $1 ORDER BY e.seq
 """
 
 _READ = f"""
 SELECT {_EVENT_COLUMNS} FROM {{s}}.events
-WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s
+WHERE session_id = $1 AND seq > $2::bigint ORDER BY seq LIMIT $3::bigint
 """
 
 _READ_RANGE = f"""
 SELECT {_EVENT_COLUMNS} FROM {{s}}.events
-WHERE session_id = %s AND seq > %s AND seq <= %s ORDER BY seq
+WHERE session_id = $1 AND seq > $2::bigint AND seq <= $3::bigint ORDER BY seq
 """
 
 _LIST = """
@@ -274,8 +380,10 @@ ORDER BY updated_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s
 class Statements:
     """Every statement the store runs, with its schema filled in (rendered once per store)."""
 
+    append_next: bytes
     append_one: bytes
     append_many: bytes
+    open_tail: bytes
     open: bytes
     refresh: bytes
     read: bytes
@@ -300,8 +408,10 @@ class Statements:
             return _render(template, schema)
 
         return cls(
+            append_next=render(_APPEND_NEXT),
             append_one=render(_APPEND_ONE),
             append_many=render(_APPEND_MANY),
+            open_tail=render(_OPEN_TAIL),
             open=render(_OPEN),
             refresh=render(_REFRESH),
             read=render(_READ),
