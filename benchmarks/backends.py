@@ -279,6 +279,7 @@ _WRITER = textwrap.dedent(
         time.sleep(0.0005)
     for event in events:
         session.append(event)
+    print(time.time(), flush=True)  # the end of the appends, before closing and exiting
     store.close()
     """
 )
@@ -286,7 +287,7 @@ _WRITER = textwrap.dedent(
 
 def writers(url: str, count: int, per_writer: int, work: Path) -> float:
     """Wall time for ``count`` processes to each append ``per_writer`` events to its own
-    session, all released together."""
+    session, all released together (to the end of the last one's appends)."""
     go = work / f"go-{uuid.uuid4().hex}"
     bench_dir = str(Path(__file__).parent)
     procs = [
@@ -309,11 +310,14 @@ def writers(url: str, count: int, per_writer: int, work: Path) -> float:
     try:
         for proc in procs:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        start = time.perf_counter()
+        start = time.time()
         go.write_text("go")
+        ends = []
         for proc in procs:
+            assert proc.stdout is not None
+            ends.append(float(proc.stdout.readline()))
             assert proc.wait(timeout=600) == 0
-        return time.perf_counter() - start
+        return max(ends) - start
     finally:
         for proc in procs:
             if proc.poll() is None:
