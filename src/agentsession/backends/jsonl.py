@@ -54,7 +54,7 @@ except ImportError as exc:  # not POSIX (Windows): no flock, and no os.pread eit
         "open a SQLite ('sqlite:///file.db') or PostgreSQL store instead",
     ) from exc
 
-__all__ = ["JsonlSession", "JsonlStore", "OnCorrupt", "open_jsonl"]
+__all__ = ["Dialect", "JsonlSession", "JsonlStore", "OnCorrupt", "agentkit_file_name", "open_jsonl"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -76,7 +76,32 @@ _TAIL_BYTES = 64 << 10
 _MARKER_TYPE = b'"type":"session/compaction"'
 _LINE_HEAD = re.compile(rb'\{"seq":\d+,(?:"more":true,)?\Z')
 _HAS_MORE = re.compile(rb'\{"seq":\d+,"more":true,')
-_SEQ_HEAD = re.compile(rb'\{"seq":(\d+),')
+# A line's head, in either dialect: ours, or agentkit's ({"ID":"…","Seq":N,…}).
+_SEQ_HEAD = re.compile(rb'\{(?:"seq":(\d+),|"ID":"(?:[^"\\]|\\.)*","Seq":(\d+),)')
+_HEAD_BYTES = 256  # enough for either head (an agentkit ID longer than this is stepped over)
+_AGENTKIT = b'{"ID":'
+_AK_MARKER_TYPE = b'"Type":"session/compaction"'
+_AK_LINE_HEAD = re.compile(
+    rb'\{"ID":"(?:[^"\\]|\\.)*","Seq":\d+,"SessionID":"(?:[^"\\]|\\.)*",'
+    rb'"AgentID":"(?:[^"\\]|\\.)*",\Z'
+)
+_AGENTKIT_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+Dialect = Literal["agentsession", "agentkit"]
+"""The line format of new session files (see ``docs/interop.md``)."""
+
+
+def _head_seq(found: re.Match[bytes]) -> int:
+    return int(found[1] or found[2])
+
+
+def _decode_line(line: bytes) -> Event:
+    """One line of either dialect as an event (raises :class:`msgspec.DecodeError`)."""
+    if line[:6] == _AGENTKIT:
+        from ..interop.agentkit import decode_agentkit_line
+
+        return decode_agentkit_line(line.rstrip(b"\r\n"))
+    return decode_event(line)
 _SEARCH_SPAN = 64 << 10  # below this many bytes, reading beats seeking
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -148,6 +173,8 @@ class JsonlSession(BaseSession):
         self._locked = False  # whether this session holds the file lock now
         self._ident: tuple[int, int, bytes] | None = None  # which file was read (_identity)
         self._reload = False  # set in a forked child: load the tail afresh before use
+        self._agentkit = store.dialect == "agentkit"  # the file's line dialect (_detect)
+        self._claimed = False  # whether this id is recorded beside an agentkit-named file
         with self._lock:
             self._load()
 
@@ -211,12 +238,18 @@ class JsonlSession(BaseSession):
             self._reset()  # another file than the one read before: nothing cached applies
             self._size = 0
         self._ident = ident
+        self._detect(ident[2])
         self._file = io.FileIO(fd, "r+", closefd=True)
         self._fd = fd
         self._store._track_open(self)
         if create:
             self._store._write_id_sidecar(self._id, self._path)
         return True
+
+    def _detect(self, head: bytes) -> None:
+        """The file's dialect, from its first bytes: a file keeps the dialect of its first line
+        (so a log another program owns stays readable to it); an empty one takes the store's."""
+        self._agentkit = head[:6] == _AGENTKIT if head else self._store.dialect == "agentkit"
 
     def _storage_close(self) -> None:
         if self._file is not None:
@@ -359,6 +392,9 @@ class JsonlSession(BaseSession):
         """Offset of the last compaction marker line, scanning backwards from the end down to
         ``floor`` (a line start)."""
         fd = self._fd
+        needle, head = (
+            (_AK_MARKER_TYPE, _AK_LINE_HEAD) if self._agentkit else (_MARKER_TYPE, _LINE_HEAD)
+        )
         end = size
         carry = b""
         while end > floor:
@@ -367,11 +403,11 @@ class JsonlSession(BaseSession):
             region = chunk.find(b"\n") + 1 if begin > floor else 0
             stop = len(chunk)
             while True:
-                hit = chunk.rfind(_MARKER_TYPE, region, stop)
+                hit = chunk.rfind(needle, region, stop)
                 if hit == -1:
                     break
                 line = chunk.rfind(b"\n", 0, hit) + 1
-                if line >= region and _LINE_HEAD.match(chunk, line, hit):
+                if line >= region and head.match(chunk, line, hit):
                     return begin + line
                 stop = hit
             carry = chunk[:region]
@@ -445,7 +481,7 @@ class JsonlSession(BaseSession):
             if _is_blank(line):
                 continue
             try:
-                event = decode_event(line)
+                event = _decode_line(line)
                 if event.seq <= 0:
                     raise msgspec.DecodeError("the line has no positive seq")
             except msgspec.DecodeError as exc:
@@ -574,7 +610,7 @@ class JsonlSession(BaseSession):
         up on). It is the hot path of an agent loop, hence the local names for every call."""
         fd = self._fd
         size = self._size
-        if fd < 0 or not size:
+        if fd < 0 or not size or self._agentkit:
             return None
         try:
             _flock(fd, _LOCK_EX)
@@ -622,18 +658,34 @@ class JsonlSession(BaseSession):
                 first = (foreign[-1].seq if foreign else self._latest_seq) + 1
                 if expect_seq is not None and first - 1 != expect_seq:
                     return foreign, []
-                self._write(
-                    b"".join(
+                self._detect(os.pread(self._fd, 6, 0))
+                if self._agentkit:
+                    buf = self._agentkit_lines(events, first)
+                    if self._store.dialect == "agentkit" and not self._claimed:
+                        self._store._write_id_sidecar(self._id, self._path)
+                        self._claimed = True
+                else:
+                    buf = b"".join(
                         b'{"seq":%d,%s%s\n' % (first + i, _MORE if i < last else b"", body)
                         for i, body in enumerate(bodies)
                     )
-                )
+                self._write(buf)
             finally:
                 self._unlock_fd()
         except OSError as exc:
             raise self._error("appending to", exc) from exc
         replace = msgspec.structs.replace
         return foreign, [replace(event, seq=first + i) for i, event in enumerate(events)]
+
+    def _agentkit_lines(self, events: list[Event], first: int) -> bytes:
+        """The batch as agentkit lines (which have no batch flag: see ``docs/interop.md``)."""
+        from ..interop.agentkit import encode_agentkit_line
+
+        replace = msgspec.structs.replace
+        return b"".join(
+            encode_agentkit_line(replace(event, seq=first + i), self._id) + b"\n"
+            for i, event in enumerate(events)
+        )
 
     def _write(self, buf: bytes) -> None:
         """With the lock held: write ``buf`` at the end, undoing a partial write on failure."""
@@ -660,10 +712,10 @@ class JsonlSession(BaseSession):
         ``end``. Blank (quarantined) and unreadable lines are stepped over."""
         fd = self._fd
         while pos < end:
-            head = os.pread(fd, 32, pos)
+            head = os.pread(fd, _HEAD_BYTES, pos)
             found = _SEQ_HEAD.match(head)
             if found is not None:
-                return int(found[1]), pos
+                return _head_seq(found), pos
             pos = self._find_newline(pos, end) + 1
         return None
 
@@ -703,6 +755,20 @@ class JsonlSession(BaseSession):
             return out
 
 
+def agentkit_file_name(session_id: str) -> str:
+    """agentkit's file name (without ``.jsonl``) for a session id: every character outside
+    ``[A-Za-z0-9._-]`` becomes ``_``. Ids agentkit refuses (empty, containing ``..``) and names
+    too long for a file are refused with :class:`UsageError`."""
+    if not session_id or ".." in session_id:
+        raise UsageError(
+            f"session id {session_id!r} cannot be an agentkit file name (empty, or contains '..')"
+        )
+    name = _AGENTKIT_NAME.sub("_", session_id)
+    if len(name.encode()) + len(SUFFIX) > 255:
+        raise UsageError(f"session id {session_id[:40]!r}... is too long for an agentkit file name")
+    return name
+
+
 def _identity(fd: int, st: os.stat_result) -> tuple[int, int, bytes]:
     """Which file this is: device, inode and the head of its first line. A deleted file's inode
     number is often reused at once by the next file created, but the first line of a new log
@@ -726,6 +792,13 @@ class JsonlStore(BaseStore):
     ``on_corrupt`` decides what a bad line in the middle of a log does: ``"raise"`` (default)
     raises :class:`~agentsession.errors.CorruptLogError`; ``"quarantine"`` moves it to the
     session's sidecar file and carries on.
+
+    Logs written by agentkit (the Go package) are read in either dialect, and a file keeps the
+    dialect of its first line when appended to. ``dialect="agentkit"`` (for a directory shared
+    with an agentkit service) also writes new files as agentkit lines and names them as
+    agentkit does (every character outside ``[A-Za-z0-9._-]`` becomes ``_``); two ids that
+    agentkit's naming maps to one file are refused rather than merged. See
+    ``docs/interop.md``.
     """
 
     def __init__(
@@ -735,11 +808,16 @@ class JsonlStore(BaseStore):
         on_corrupt: OnCorrupt = "raise",
         max_open_files: int | None = None,
         create: bool = True,
+        dialect: Dialect = "agentsession",
         **options: Any,
     ) -> None:
         super().__init__(**options)
         if on_corrupt not in ("raise", "quarantine"):
             raise UsageError(f"on_corrupt must be 'raise' or 'quarantine', not {on_corrupt!r}")
+        if dialect not in ("agentsession", "agentkit"):
+            raise UsageError(f"dialect must be 'agentsession' or 'agentkit', not {dialect!r}")
+        self.dialect: Dialect = dialect
+        """The line format and file naming of new session files."""
         if max_open_files is not None and (
             not isinstance(max_open_files, int) or max_open_files < 1
         ):
@@ -799,14 +877,38 @@ class JsonlStore(BaseStore):
         return self._root
 
     def path_for(self, session_id: str) -> str:
-        """The log file of a session id (safe and injective; see ``agentsession._names``)."""
+        """The log file of a session id (safe and injective; see ``agentsession._names``; in
+        the agentkit dialect, agentkit's naming, which is not injective)."""
+        if self.dialect == "agentkit":
+            return os.path.join(self._root, agentkit_file_name(session_id) + SUFFIX)
         return os.path.join(self._root, safe_name(session_id) + SUFFIX)
 
+    def _claimed_by(self, path: str) -> str | None:
+        """The id recorded beside a session file (``<name>.id``), if any."""
+        try:
+            with open(path[: -len(SUFFIX)] + ID_SUFFIX, "rb") as f:
+                return f.read().decode("utf-8", "surrogatepass")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read the id beside {path}: {exc}") from exc
+
     def _cache_key(self, session_id: str) -> str:
+        if self.dialect == "agentkit":  # the naming is not injective: never share by path
+            return session_id
         return self.path_for(session_id)
 
     def _open_session(self, session_id: str) -> JsonlSession:
-        return JsonlSession(self, session_id, self.path_for(session_id))
+        path = self.path_for(session_id)
+        if self.dialect == "agentkit":
+            claimed = self._claimed_by(path)
+            if claimed is not None and claimed != session_id:
+                raise UsageError(
+                    f"session ids {claimed!r} and {session_id!r} map to the same agentkit file "
+                    f"{os.path.basename(path)}; agentkit's naming cannot keep them apart, so "
+                    f"{session_id!r} is refused rather than merged into {claimed!r}"
+                )
+        return JsonlSession(self, session_id, path)
 
     def _make_locker(self) -> FileLocker:
         return FileLocker(os.path.join(self._root, LOCK_DIR))
@@ -845,8 +947,9 @@ class JsonlStore(BaseStore):
             raise StorageError(f"cannot write {path}: {exc}") from exc
 
     def _write_id_sidecar(self, session_id: str, path: str) -> None:
-        """A cut (hashed) file name cannot be read back as an id: keep the id beside it."""
-        if "~" not in os.path.basename(path):
+        """A cut (hashed) file name cannot be read back as an id, nor can agentkit's names:
+        keep the id beside it (which also claims an agentkit name for that one id)."""
+        if "~" not in os.path.basename(path) and self.dialect != "agentkit":
             return
         id_path = path[: -len(SUFFIX)] + ID_SUFFIX
         if os.path.exists(id_path):
@@ -879,6 +982,8 @@ class JsonlStore(BaseStore):
 
     def _id_of(self, name: str) -> str | None:
         stem = name[: -len(SUFFIX)]
+        if self.dialect == "agentkit":  # the recorded id, or the name itself (which opens it)
+            return self._claimed_by(os.path.join(self._root, name)) or stem
         sid = unsafe_name(stem)
         if sid is not None or "~" not in stem:
             return sid
@@ -1006,7 +1111,7 @@ class JsonlStore(BaseStore):
         if line is None:
             return None
         try:
-            return decode_event(line).time
+            return _decode_line(line).time
         except msgspec.DecodeError:
             pass
         session = self._open_session(session_id)  # moves a torn tail aside
@@ -1078,9 +1183,9 @@ def _last_seq(fd: int, size: int) -> int:
             pos = begin
         start = max(start, 0)
         if os.pread(fd, 1, end - 1) == b"\n":
-            match = _SEQ_HEAD.match(os.pread(fd, 32, start))
+            match = _SEQ_HEAD.match(os.pread(fd, _HEAD_BYTES, start))
             if match:
-                return int(match.group(1))
+                return _head_seq(match)
         end = start
     return -1
 

@@ -1,0 +1,176 @@
+"""The JSONL store on agentkit's logs: read transparently, appended in agentkit's dialect,
+repaired by recovery, and (``dialect="agentkit"``) named as agentkit names them."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import agentsession as ags
+from agentsession import CorruptLogError, Event, Message
+from agentsession._names import unsafe_name
+from agentsession.backends.jsonl import JsonlSession, agentkit_file_name
+from agentsession.derive import Deriver
+from agentsession.interop.agentkit import decode_agentkit_line, is_agentkit_line
+from agentsession.validation import provider_errors
+
+GOLDEN = Path(__file__).parent / "golden" / "agentkit"
+LOGS = sorted(p.stem for p in GOLDEN.glob("*.jsonl"))
+
+
+def sid(name: str) -> str:
+    """The id whose file the agentsession dialect names ``name`` (``cli_default``:
+    ``cli:default``)."""
+    found = unsafe_name(name)
+    assert found is not None
+    return found
+
+
+def lines_of(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines()
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    for path in GOLDEN.glob("*.jsonl"):
+        shutil.copy(path, tmp_path / path.name)
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_an_agentkit_log_reads_as_its_lines_decode(logs: Path, name: str) -> None:
+    expected = [decode_agentkit_line(line) for line in lines_of(GOLDEN / f"{name}.jsonl")]
+    session = ags.open_store(logs).get(sid(name))  # the default store reads agentkit's dialect
+    assert session.read() == expected
+    assert session.latest_seq == expected[-1].seq
+    assert session.messages() == Deriver.from_events(expected, None).messages()
+    tail = session.read(after=expected[-1].seq - 2)
+    assert tail == expected[-2:]
+    assert (logs / f"{name}.jsonl").read_bytes() == (GOLDEN / f"{name}.jsonl").read_bytes()
+
+
+def test_appending_to_an_agentkit_log_writes_agentkit_lines(logs: Path) -> None:
+    session = ags.open_store(logs).get("tools")
+    before = session.latest_seq
+    seq = session.append(Event.new("user/message", Message.user("and the docs?"), agent="coder"))
+    seqs = session.append_many(
+        [
+            Event.new("assistant/message", Message.assistant("Done."), agent="coder"),
+            Event.new("turn/end", ags.events.TurnEnd(steps=0), agent="coder"),
+        ]
+    )
+    assert [seq, *seqs] == [before + 1, before + 2, before + 3]
+    new = lines_of(logs / "tools.jsonl")[-3:]
+    assert all(is_agentkit_line(line) for line in new)
+    assert [decode_agentkit_line(line).seq for line in new] == [before + 1, before + 2, before + 3]
+    reread = ags.open_store(logs).get("tools")
+    assert reread.read() == session.read()
+    assert [m.text for m in reread.messages()][-2:] == ["and the docs?", "Done."]
+
+
+def test_recovery_repairs_an_agentkit_turn_in_agentkit_lines(logs: Path) -> None:
+    store = ags.open_store(logs)
+    assert ags.scan_incomplete(store.get("interrupted").read()) is not None
+    [report] = [r for r in store.recover() if r.session_id == "interrupted"]
+    assert report.status == "repaired"
+    lines = lines_of(logs / "interrupted.jsonl")
+    assert all(is_agentkit_line(line) for line in lines)
+    events = ags.open_store(logs).get("interrupted").read()
+    assert ags.scan_incomplete(events) is None
+    assert provider_errors(Deriver.from_events(events, None).messages()) == []
+
+
+def test_a_torn_agentkit_tail_is_moved_aside(logs: Path) -> None:
+    path = logs / "tools.jsonl"
+    intact = path.read_bytes()
+    torn = b'{"ID":"","Seq":26,"SessionID":"","AgentID":"coder","Type":"user/mes'
+    path.write_bytes(intact + torn)
+    session = ags.open_store(logs).get("tools")
+    assert session.latest_seq == 25
+    assert path.read_bytes() == intact
+    assert (logs / "tools.jsonl.quarantine").read_bytes() == torn + b"\n"
+
+
+def test_a_complete_garbage_line_raises_or_is_quarantined_on_request(logs: Path) -> None:
+    path = logs / "tools.jsonl"
+    intact = path.read_bytes()
+    path.write_bytes(intact + b'{"ID":"","Seq":"not a number"}\n')
+    with pytest.raises(CorruptLogError):
+        ags.open_store(logs).get("tools")
+    session = ags.open_store(logs, on_corrupt="quarantine").get("tools")
+    assert session.latest_seq == 25
+    assert len(session.read()) == 25
+
+
+def test_quarantine_mode_never_empties_a_readable_agentkit_log(logs: Path) -> None:
+    store = ags.open_store(logs, on_corrupt="quarantine")
+    for name in LOGS:
+        session = store.get(sid(name))
+        assert len(session.read()) == len(lines_of(GOLDEN / f"{name}.jsonl"))
+        session.messages()
+    assert not list(logs.glob("*.quarantine"))
+    for name in LOGS:
+        assert (logs / f"{name}.jsonl").read_bytes() == (GOLDEN / f"{name}.jsonl").read_bytes()
+
+
+def test_reopening_an_agentkit_log_starts_its_window_at_the_compaction_marker(
+    logs: Path,
+) -> None:
+    expected = ags.open_store(logs).get("subagents:compaction").messages()
+    session = ags.open_store(logs).get("subagents:compaction")
+    assert isinstance(session, JsonlSession)
+    markers = [e.seq for e in session.read() if e.type == "session/compaction"]
+    assert session.messages() == expected
+    assert session._window_start == markers[-1]
+    # The backwards scan finds agentkit's marker lines by their head, as it finds ours.
+    data = (logs / "subagents_compaction.jsonl").read_bytes()
+    offset = session._find_last_marker(len(data))
+    assert offset is not None
+    assert decode_agentkit_line(data[offset:].split(b"\n", 1)[0]).seq == markers[-1]
+
+
+def test_a_long_agentkit_log_opens_at_its_tail_and_reads_by_seq(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path, dialect="agentkit")
+    session = store.get("long")
+    for first in range(0, 3000, 500):
+        session.append_many(
+            [
+                Event.new("user/message", Message.user(f"m{n} " + "x" * 500), agent="a")
+                for n in range(first, first + 500)
+            ]
+        )
+    reopened = ags.open_store(tmp_path).get("long")
+    assert isinstance(reopened, JsonlSession)
+    assert len(reopened._window) < 3000 and not reopened._full
+    assert reopened.latest_seq == 3000
+    for after in (0, 1, 1499, 1500, 2990, 2999):
+        got = reopened._storage_read(after, 3)
+        assert [e.seq for e in got] == list(range(after + 1, min(after + 4, 3001)))
+    assert all(is_agentkit_line(line) for line in lines_of(tmp_path / "long.jsonl"))
+
+
+def test_the_agentkit_dialect_names_files_as_agentkit_and_refuses_collisions(
+    tmp_path: Path,
+) -> None:
+    store = ags.open_store(tmp_path, dialect="agentkit")
+    store.get("slack:C001").append(Event.new("user/message", Message.user("hi")))
+    store.get("a_b").append(Event.new("user/message", Message.user("hi")))
+    assert (tmp_path / "slack_C001.jsonl").exists() and (tmp_path / "a_b.jsonl").exists()
+    assert agentkit_file_name("cli:20260905-101112.123") == "cli_20260905-101112.123"
+    with pytest.raises(ags.UsageError, match="same agentkit file"):
+        store.get("slack;C001")
+    with pytest.raises(ags.UsageError, match="same agentkit file"):
+        ags.open_store(tmp_path, dialect="agentkit").get("a:b")  # also from another store
+    for bad in ("", "a..b", "../x"):
+        with pytest.raises(ags.UsageError):
+            agentkit_file_name(bad)
+    assert sorted(info.id for info in store.list()) == ["a_b", "slack:C001"]
+    # The agentsession dialect names ``a_b`` differently, so it never meets agentkit's file.
+    assert not (tmp_path / "a%5Fb.jsonl").exists()
+
+
+def test_an_unknown_dialect_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ags.UsageError, match="dialect"):
+        ags.open_store(tmp_path, dialect="go")
