@@ -170,14 +170,16 @@ class Probe:
         self.best: dict[str, float] = {}
 
     def run(self) -> dict[str, float]:
-        out = subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-c", _PROBE, self.mode, self.target, self.session_id],
-            check=True,
             capture_output=True,
             text=True,
             timeout=600,
             env=_PROBE_ENV,
-        ).stdout
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"probe {self.mode} {self.target} failed:\n{done.stderr}")
+        out = done.stdout
         result: dict[str, float] = msgspec.json.decode(out.strip().splitlines()[-1])
         for key, value in result.items():
             self.best[key] = min(value, self.best.get(key, float("inf")))
