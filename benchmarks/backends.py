@@ -118,6 +118,13 @@ _PROBE = textwrap.dedent(
         pass
     else:
         import agentsession as ags
+        # The backend's modules (psycopg, sqlite3) count as imports, as the SDK's do.
+        if target.startswith("postgresql:"):
+            import agentsession.backends.postgres
+        elif target.startswith("sqlite:"):
+            import agentsession.backends.sqlite
+        else:
+            import agentsession.backends.jsonl
     imported = time.perf_counter()
     def memory(field):  # kB, from /proc (ru_maxrss would carry the parent's peak over exec)
         with open("/proc/self/status") as f:
