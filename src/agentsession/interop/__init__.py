@@ -1,6 +1,8 @@
 """Mappings between agentsession's events and the log formats of other agent runtimes.
 
-Each submodule is a pure translation of single lines or records (no I/O): currently
-:mod:`agentsession.interop.agentkit`, the JSONL line dialect of the Go package agentkit. The
-core never imports this package.
+:mod:`agentsession.interop.agentkit` translates single lines of the JSONL dialect of the Go
+package agentkit (no I/O; the JSONL store reads and writes agentkit's logs through it), and
+:mod:`agentsession.interop.importers` reads a whole agentkit sessions directory or a lango
+database and imports it into a store (``agentsession import``). The core never imports this
+package.
 """
