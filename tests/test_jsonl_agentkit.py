@@ -3,6 +3,7 @@ repaired by recovery, and (``dialect="agentkit"``) named as agentkit names them.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -174,3 +175,30 @@ def test_the_agentkit_dialect_names_files_as_agentkit_and_refuses_collisions(
 def test_an_unknown_dialect_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ags.UsageError, match="dialect"):
         ags.open_store(tmp_path, dialect="go")
+
+
+def test_the_command_line_works_on_an_agentkit_directory(logs: Path) -> None:
+    from click.testing import CliRunner
+
+    from agentsession.cli import cli
+
+    def run(*args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(cli, ["--store", str(logs), *args], env={"COLUMNS": "200"})
+        return result.exit_code, result.stdout
+
+    code, out = run("ls")
+    assert code == 0 and "cli:default" in out and "interrupted" in out
+    code, out = run("messages", "cli:default", "--json")
+    assert code == 0
+    assert [(m["role"], m["parts"][0]["text"]) for m in json.loads(out)] == [
+        ("user", "hi"),
+        ("assistant", "hello"),
+    ]
+    code, out = run("repair", "--dry-run", "--exit-code", "interrupted")
+    assert code == 1  # something to repair
+    code, _ = run("repair", "interrupted")
+    assert code == 0
+    assert all(is_agentkit_line(line) for line in lines_of(logs / "interrupted.jsonl"))
+    assert ags.scan_incomplete(ags.open_store(logs).get("interrupted").read()) is None
+    state = ags.load_run_state(ags.open_store(logs).get("tools"))
+    assert state.steps == 3 and state.usage.total_tokens > 0
