@@ -63,14 +63,17 @@ CORE_NAMES = {
 }
 
 CHAT_NAMES = {
+    "TENANT_TOOL_WORK_DIR",
     "ActorRef",
     "Command",
     "CommandRegistry",
     "MessageEvent",
+    "OutboundEvent",
     "RoutePolicy",
     "RouteRef",
     "SessionRouteTarget",
     "TurnEnvelope",
+    "WorkspaceStores",
     "active_entry_key_from_context",
     "active_session",
     "agent_binding",
@@ -85,6 +88,7 @@ CHAT_NAMES = {
     "default_route_policy",
     "new_command",
     "new_session_id",
+    "outbound_from_envelope",
     "parse_delivery",
     "resolve_active_session_id",
     "resolve_envelope",
@@ -93,6 +97,7 @@ CHAT_NAMES = {
     "session_route_from_delivery",
     "set_active_session",
     "set_cli_current",
+    "tenant_resolver",
     "with_agent_id",
     "with_conversation",
     "with_route",

@@ -26,6 +26,9 @@ __all__ = [
     "COMPACTION",
     "CORE_NAMESPACES",
     "EVENT_TYPES",
+    "FINISH_BLOCKED",
+    "FINISH_COMPLETED",
+    "FINISH_STATUSES",
     "MESSAGE_END",
     "MESSAGE_START",
     "MESSAGE_UPDATE",
@@ -44,6 +47,10 @@ __all__ = [
     "SUBAGENT_START",
     "SUMMARIZATION_RETRY_END",
     "SUMMARIZATION_RETRY_START",
+    "TODO_DONE",
+    "TODO_IN_PROGRESS",
+    "TODO_PENDING",
+    "TODO_STATUSES",
     "TODO_UPDATE",
     "TOOL_CALL",
     "TOOL_RESULT",
@@ -112,6 +119,26 @@ SUBAGENT_START: Final = "subagent/start"
 SUBAGENT_END: Final = "subagent/end"
 PERMISSION_REQUEST: Final = "permission/request"
 PERMISSION_RESOLVED: Final = "permission/resolved"
+
+
+# ---------------------------------------------------------------------------------------------
+# Status vocabularies (agentkit's ``Todo*`` and ``Finish*`` constants).
+
+TODO_PENDING: Final = "pending"
+"""A todo item not started yet (agentkit's ``TodoPending``)."""
+TODO_IN_PROGRESS: Final = "in_progress"
+"""A todo item being worked on (agentkit's ``TodoInProgress``)."""
+TODO_DONE: Final = "done"
+"""A finished todo item (agentkit's ``TodoDone``); every other status counts as outstanding."""
+TODO_STATUSES: Final = (TODO_PENDING, TODO_IN_PROGRESS, TODO_DONE)
+"""The todo statuses agentkit defines, in workflow order (others are stored as given)."""
+
+FINISH_COMPLETED: Final = "completed"
+"""``run/finish`` status: the run did what it was asked (agentkit's ``FinishCompleted``)."""
+FINISH_BLOCKED: Final = "blocked"
+"""``run/finish`` status: the run cannot go on without help (agentkit's ``FinishBlocked``)."""
+FINISH_STATUSES: Final = (FINISH_COMPLETED, FINISH_BLOCKED)
+"""The run finish statuses, the only two the recorder's ``finish`` accepts."""
 
 
 # ---------------------------------------------------------------------------------------------

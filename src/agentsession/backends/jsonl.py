@@ -39,7 +39,7 @@ import msgspec
 from .._names import safe_name, unsafe_name
 from ..codec import decode, encode
 from ..contract import SessionInfo
-from ..errors import CorruptLogError, StorageError, StoreUnavailable, UsageError
+from ..errors import CorruptLogError, SessionNotFound, StorageError, StoreUnavailable, UsageError
 from ..events import Event, decode_event, decode_event_lines, encode_event
 from ..locks import FileLocker, file_locks_unavailable
 from ..session import BaseSession
@@ -54,7 +54,17 @@ except ImportError as exc:  # not POSIX (Windows): no flock, and no os.pread eit
         "open a SQLite ('sqlite:///file.db') or PostgreSQL store instead",
     ) from exc
 
-__all__ = ["Dialect", "JsonlSession", "JsonlStore", "OnCorrupt", "agentkit_file_name", "open_jsonl"]
+__all__ = [
+    "CLI_CURRENT_LINK",
+    "Dialect",
+    "JsonlFileStore",
+    "JsonlSession",
+    "JsonlStore",
+    "OnCorrupt",
+    "agentkit_file_name",
+    "open_jsonl",
+    "open_jsonl_file",
+]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -89,6 +99,15 @@ _AGENTKIT_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 Dialect = Literal["agentsession", "agentkit"]
 """The line format of new session files (see ``docs/interop.md``)."""
+
+CLI_CURRENT_LINK = "cli_current.jsonl"
+"""agentkit's CLI pointer (``CLICurrentLinkName``): in the agentkit dialect, a symbolic link in
+the store directory whose target is the file name of the session the command line uses next."""
+_AK_SIDECARS = {"active": ("current.json", "sessionId"), "bind": ("agent.json", "agentId")}
+# The entry key or session id an agentkit sidecar file was written for (agentkit ignores it):
+# agentkit's names are not injective, so it tells two colliding keys apart.
+_AK_CLAIM = "agentsessionKey"
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def _head_seq(found: re.Match[bytes]) -> int:
@@ -901,6 +920,11 @@ class JsonlStore(BaseStore):
     def _open_session(self, session_id: str) -> JsonlSession:
         path = self.path_for(session_id)
         if self.dialect == "agentkit":
+            if os.path.basename(path) == CLI_CURRENT_LINK:
+                raise UsageError(
+                    f"session id {session_id!r} maps to {CLI_CURRENT_LINK}, agentkit's CLI "
+                    "pointer, in the agentkit dialect; choose another id"
+                )
             claimed = self._claimed_by(path)
             if claimed is not None and claimed != session_id:
                 raise UsageError(
@@ -917,6 +941,11 @@ class JsonlStore(BaseStore):
         return os.path.join(self._root, META_DIR, kind, safe_name(key) + ".json")
 
     def _meta_get(self, kind: str, key: str) -> str | None:
+        if self.dialect == "agentkit":
+            if kind == "cli" and key == "current":
+                return self._ak_cli_get()
+            if kind in _AK_SIDECARS:
+                return self._ak_sidecar_get(kind, key)
         try:
             fd = os.open(self._meta_path(kind, key), os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
             with open(fd, "rb") as f:
@@ -935,6 +964,13 @@ class JsonlStore(BaseStore):
         return entry.value
 
     def _meta_set(self, kind: str, key: str, value: str | None) -> None:
+        if self.dialect == "agentkit":
+            if kind == "cli" and key == "current":
+                self._ak_cli_set(value)
+                return
+            if kind in _AK_SIDECARS:
+                self._ak_sidecar_set(kind, key, value)
+                return
         path = self._meta_path(kind, key)
         try:
             if value is None:
@@ -945,6 +981,178 @@ class JsonlStore(BaseStore):
             _atomic_write(path, encode(_MetaEntry(key=key, value=value, updated_at=self.clock())))
         except OSError as exc:
             raise StorageError(f"cannot write {path}: {exc}") from exc
+
+    # -- agentkit's layout of the identity mappings (dialect="agentkit") --------------------
+    #
+    # The active-session map and agent binding live in a directory per key,
+    # <store>/<agentkit name>/current.json {"sessionId":...} and .../agent.json {"agentId":...};
+    # the CLI pointer is the symbolic link <store>/cli_current.jsonl -> <agentkit name>.jsonl.
+    # Every access goes through descriptors relative to the store directory and never follows
+    # a symbolic link, so a planted link cannot lead a read or a write out of the store.
+
+    def _root_fd(self) -> int:
+        try:
+            return os.open(self._root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot open the store directory {self._root}: {exc}") from exc
+
+    def _ak_sidecar_get(self, kind: str, key: str) -> str | None:
+        file_name, field = _AK_SIDECARS[kind]
+        try:
+            dir_name = _ak_sidecar_dir(key)
+        except UsageError:
+            return None  # agentkit cannot name it, so no mapping can exist for it
+        where = os.path.join(self._root, dir_name, file_name)
+        root = self._root_fd()
+        try:
+            dfd = _open_subdir(root, dir_name, where, create=False)
+            if dfd is None:
+                return None
+            try:
+                raw = _read_regular(dfd, file_name, where)
+            finally:
+                os.close(dfd)
+        finally:
+            os.close(root)
+        if raw is None:
+            return None
+        try:
+            obj = decode(raw)
+        except ValueError as exc:
+            raise CorruptLogError(f"{where} is not valid JSON: {exc}", path=where) from None
+        if not isinstance(obj, dict):
+            raise CorruptLogError(f"{where} is not a JSON object", path=where)
+        claim = obj.get(_AK_CLAIM)
+        if isinstance(claim, str) and claim != key:
+            return None  # written for another key that agentkit names the same
+        value = obj.get(field)
+        if value is None:  # Go's decoder matches field names case-insensitively
+            value = next((v for k, v in obj.items() if k.lower() == field.lower()), None)
+        if not isinstance(value, str) or not value.strip():
+            return None
+        return value
+
+    def _ak_sidecar_set(self, kind: str, key: str, value: str | None) -> None:
+        file_name, field = _AK_SIDECARS[kind]
+        dir_name = _ak_sidecar_dir(key)
+        where = os.path.join(self._root, dir_name, file_name)
+        root = self._root_fd()
+        try:
+            dfd = _open_subdir(root, dir_name, where, create=value is not None)
+            if dfd is None:
+                return  # nothing to remove
+            try:
+                claim = _read_regular(dfd, file_name, where)
+                if claim is not None:
+                    try:
+                        other = decode(claim)
+                    except ValueError:
+                        other = None
+                    owner = other.get(_AK_CLAIM) if isinstance(other, dict) else None
+                    if isinstance(owner, str) and owner != key:
+                        raise UsageError(
+                            f"keys {owner!r} and {key!r} share agentkit's sidecar directory "
+                            f"{dir_name}; agentkit's naming cannot keep them apart, so {key!r} "
+                            f"is refused rather than overwriting {owner!r}'s {kind} entry"
+                        )
+                if value is None:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(file_name, dir_fd=dfd)
+                else:
+                    body = encode({field: value, _AK_CLAIM: key})
+                    _atomic_write_at(dfd, file_name, body)
+            finally:
+                os.close(dfd)
+            if value is None:
+                with contextlib.suppress(OSError):  # only when nothing else is in it
+                    os.rmdir(dir_name, dir_fd=root)
+        except OSError as exc:
+            raise StorageError(f"cannot write {where}: {exc}") from exc
+        finally:
+            os.close(root)
+
+    def _ak_cli_get(self) -> str | None:
+        link = os.path.join(self._root, CLI_CURRENT_LINK)
+        try:
+            target = os.readlink(link)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                raise StorageError(
+                    f"{link} is not a symbolic link; agentkit's CLI pointer must be one"
+                ) from None
+            raise StorageError(f"cannot read {link}: {exc}") from exc
+        if (
+            not target.endswith(SUFFIX)
+            or len(target) == len(SUFFIX)
+            or "/" in target
+            or "\\" in target
+            or "\x00" in target
+            or target.startswith(".")
+        ):
+            log.warning("ignoring %s: its target %r is no session file of the store", link, target)
+            return None
+        claimed = self._claimed_by(os.path.join(self._root, target))
+        if claimed is not None:
+            return claimed
+        stem = target[: -len(SUFFIX)]
+        candidates = [stem]
+        if stem == "cli_default":
+            candidates.insert(0, "cli:default")
+        elif stem.startswith("cli_") and len(stem) > 4:
+            candidates.insert(0, "cli:" + stem[4:])
+        for candidate in candidates:  # an id whose file is the link's target
+            try:
+                if agentkit_file_name(candidate) == stem:
+                    return candidate
+            except UsageError:
+                continue
+        log.warning("ignoring %s: no session id names its target %r", link, target)
+        return None
+
+    def _ak_cli_set(self, session_id: str | None) -> None:
+        link = os.path.join(self._root, CLI_CURRENT_LINK)
+        root = self._root_fd()
+        try:
+            try:
+                st: os.stat_result | None = os.lstat(CLI_CURRENT_LINK, dir_fd=root)
+            except FileNotFoundError:
+                st = None
+            if st is not None and not stat.S_ISLNK(st.st_mode):
+                raise StorageError(
+                    f"{link} exists and is not a symbolic link; refusing to replace it"
+                )
+            if session_id is None:
+                if st is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(CLI_CURRENT_LINK, dir_fd=root)
+                return
+            target = agentkit_file_name(session_id) + SUFFIX
+            if target == CLI_CURRENT_LINK:
+                raise UsageError(f"session id {session_id!r} names the CLI pointer itself")
+            claimed = self._claimed_by(os.path.join(self._root, target))
+            if claimed is not None and claimed != session_id:
+                raise UsageError(
+                    f"session ids {claimed!r} and {session_id!r} map to the same agentkit file "
+                    f"{target}; the CLI pointer cannot name {session_id!r}"
+                )
+            if claimed is None:  # claim the name, so the pointer reads back as this very id
+                self._write_id_sidecar(session_id, os.path.join(self._root, target))
+            tmp = f"{CLI_CURRENT_LINK}.{os.getpid()}.{threading.get_ident()}.tmp"
+            os.symlink(target, tmp, dir_fd=root)
+            try:
+                os.replace(tmp, CLI_CURRENT_LINK, src_dir_fd=root, dst_dir_fd=root)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=root)
+                raise
+            with contextlib.suppress(OSError):
+                os.fsync(root)
+        except OSError as exc:
+            raise StorageError(f"cannot set {link}: {exc}") from exc
+        finally:
+            os.close(root)
 
     def _write_id_sidecar(self, session_id: str, path: str) -> None:
         """A cut (hashed) file name cannot be read back as an id, nor can agentkit's names:
@@ -1165,6 +1373,82 @@ def _private_dirs(root: str, path: str) -> None:
         os.chmod(current, 0o700)  # mkdir's mode is masked by the umask
 
 
+def _ak_sidecar_dir(key: str) -> str:
+    """agentkit's per-key sidecar directory name (its session file name without ``.jsonl``).
+    A name starting with ``.`` is refused: ``.`` is the store itself (an agentkit bug) and
+    ``.locks`` and ``.meta`` are this store's own directories."""
+    name = agentkit_file_name(key)
+    if name.startswith("."):
+        raise UsageError(
+            f"key {key!r} names the agentkit sidecar directory {name!r}; names starting with "
+            "'.' are reserved for the store's own files"
+        )
+    return name
+
+
+def _open_subdir(root: int, name: str, where: str, *, create: bool) -> int | None:
+    """A descriptor of the directory ``name`` inside ``root`` (created owner-only with
+    ``create``), never through a symbolic link; None when it does not exist."""
+    created = False
+    if create:
+        try:
+            os.mkdir(name, 0o700, dir_fd=root)
+            created = True
+        except FileExistsError:
+            pass
+    try:
+        fd = os.open(name, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=root)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise StorageError(
+                f"{os.path.dirname(where)} is a symbolic link or not a directory; refusing "
+                "to follow it out of the store"
+            ) from None
+        raise StorageError(f"cannot open {os.path.dirname(where)}: {exc}") from exc
+    if created:
+        os.fchmod(fd, 0o700)  # mkdir's mode is masked by the umask
+    return fd
+
+
+def _read_regular(dirfd: int, name: str, where: str) -> bytes | None:
+    """The content of the regular file ``name`` in ``dirfd`` (no symbolic link), or None."""
+    try:
+        fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, dir_fd=dirfd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        what = "is a symbolic link" if exc.errno == errno.ELOOP else str(exc)
+        raise StorageError(f"cannot read {where}: {what}") from None
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise StorageError(f"{where} is not a regular file; refusing to read it")
+        return f.read()
+
+
+def _atomic_write_at(dirfd: int, name: str, data: bytes) -> None:
+    """:func:`_atomic_write` of ``name`` inside the directory ``dirfd``: owner-only, readers
+    see the old or the new content, and the rename is made durable."""
+    tmp = f"{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW
+    try:
+        fd = os.open(tmp, flags, 0o600, dir_fd=dirfd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+        os.fsync(dirfd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dirfd)
+        raise
+
+
 def _last_seq(fd: int, size: int) -> int:
     """The seq of the last complete (newline-terminated) event line, reading only the heads of
     the last lines; -1 when none is found (an empty file, or only blank or foreign lines)."""
@@ -1213,3 +1497,136 @@ def open_jsonl(url: str, **options: Any) -> JsonlStore:
     if sep and scheme.lower() in ("jsonl", "file"):
         return JsonlStore(path_of(url, scheme.lower()), **options)
     return JsonlStore(url, **options)
+
+
+class JsonlFileStore(JsonlStore):
+    """A JSONL store over one explicit file, which holds its one session (agentkit's
+    ``NewJSONL(path)``).
+
+    ``session_id`` names the session (default: the file's name without ``.jsonl``); ``get``
+    of that id (or of ``""``, as agentkit's static store allows) gives the session whose
+    :attr:`~JsonlSession.path` is the file, and any other id raises
+    :class:`~agentsession.errors.SessionNotFound`. The file keeps the dialect of its first
+    line; a new one is written in ``dialect``. Turn locks and the key-value entries live beside
+    the file, in the directory's ``.locks`` and ``.meta`` (a :class:`JsonlStore` over the same
+    directory uses the same ones). The directory is created owner-only when missing; the file
+    must be a regular file, reached without a symbolic link.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, session_id: str | None = None, **options: Any
+    ) -> None:
+        raw = os.path.abspath(os.fspath(path))
+        name = os.path.basename(raw)
+        if not name or name in (".", "..") or os.path.isdir(raw):
+            raise UsageError(f"{raw} is not a file path")
+        super().__init__(os.path.dirname(raw), **options)
+        self._file = os.path.join(self._root, name)
+        try:
+            st = os.lstat(self._file)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                raise StorageError(f"{self._file} is not a regular file; refusing to use it")
+        sid = session_id if session_id is not None else name.removesuffix(SUFFIX)
+        if not isinstance(sid, str) or not sid.strip():
+            raise UsageError(f"a session id is required for {self._file}")
+        self.session_id: str = sid
+        """The id of the file's one session."""
+
+    @property
+    def file_path(self) -> str:
+        """The session's file (agentkit's ``FilePath``)."""
+        return self._file
+
+    @property
+    def location(self) -> str:
+        """The session's file."""
+        return self._file
+
+    @property
+    def url(self) -> str:
+        """The session's file."""
+        return self._file
+
+    @property
+    def session(self) -> JsonlSession:
+        """The file's session (``get(session_id)``)."""
+        found = self.get(self.session_id)
+        assert isinstance(found, JsonlSession)
+        return found
+
+    def get(self, session_id: str) -> JsonlSession:
+        """The file's session: ``session_id`` must be its id (or ``""``)."""
+        found = super().get(session_id or self.session_id)
+        assert isinstance(found, JsonlSession)
+        return found
+
+    def _mine(self, session_id: str) -> bool:
+        return session_id == self.session_id
+
+    def path_for(self, session_id: str) -> str:
+        """The file, for the file's session id; :class:`SessionNotFound` for any other."""
+        if not self._mine(session_id):
+            held = f"{self._file} holds only {self.session_id!r}"
+            raise SessionNotFound(session_id, f"session not found: {session_id!r} ({held})")
+        return self._file
+
+    def _cache_key(self, session_id: str) -> str:
+        return session_id
+
+    def _open_session(self, session_id: str) -> JsonlSession:
+        return JsonlSession(self, session_id, self.path_for(session_id))
+
+    def _claimed_by(self, path: str) -> str | None:
+        return self.session_id if path == self._file else None
+
+    def _write_id_sidecar(self, session_id: str, path: str) -> None:
+        return None  # the id is the store's own; nothing is written beside the file
+
+    def _id_of(self, name: str) -> str | None:
+        return self.session_id if name == os.path.basename(self._file) else None
+
+    def _exists(self, session_id: str) -> bool:
+        return self._mine(session_id) and super()._exists(session_id)
+
+    def _list_all(self) -> list[SessionInfo]:
+        name = os.path.basename(self._file)
+        try:
+            st = os.lstat(self._file)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot read {self._file}: {exc}") from exc
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or not name:
+            return []
+        updated = _dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, _dt.timezone.utc)
+        return [
+            SessionInfo(
+                id=self.session_id,
+                updated_at=updated,
+                size=st.st_size,
+                last_seq=self._peek_last_seq(self._file),
+            )
+        ]
+
+    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+        return self._mine(session_id) and super()._delete(session_id, meta_kinds)
+
+    def _last_append(self, session_id: str) -> _dt.datetime | None:
+        return super()._last_append(session_id) if self._mine(session_id) else None
+
+
+def open_jsonl_file(
+    path: str | os.PathLike[str], *, session_id: str | None = None, **options: Any
+) -> JsonlSession:
+    """The session kept in the one JSONL file ``path`` (agentkit's ``NewJSONL``): a
+    :class:`JsonlSession` whose :attr:`~JsonlSession.path` is ``path``.
+
+    ``session_id`` defaults to the file's name without ``.jsonl``. ``options`` are those of
+    :class:`JsonlStore` (``dialect``, ``on_corrupt``, ``durability``, ...). The file is created
+    by the first append; reopening it resumes its seqs. For turn locks or crash recovery, make
+    the :class:`JsonlFileStore` itself and use its ``session``.
+    """
+    return JsonlFileStore(path, session_id=session_id, **options).session

@@ -1,5 +1,6 @@
-"""The chat layer: routing platform deliveries to sessions, the turn envelope, chat commands and
-the identity mappings (``/new``'s active session, agent binding, the CLI pointer).
+"""The chat layer: routing platform deliveries to sessions, the turn envelope, chat commands, the
+identity mappings (``/new``'s active session, agent binding, the CLI pointer), outbound events
+and per-tenant stores resolved through the workspace.
 
 Built on the core (it uses only the public store API and the store's key-value primitive); the
 core never imports it. Importing it installs the turn envelope as the source of the recorder's
@@ -26,6 +27,7 @@ from .envelope import (
     conversation_id,
     current_envelope,
     default_route_policy,
+    outbound_from_envelope,
     resolve_envelope,
     route_policy_for_platform,
     with_agent_id,
@@ -42,6 +44,7 @@ from .identity import (
     set_cli_current,
 )
 from .routing import (
+    OutboundEvent,
     RouteRef,
     SessionRouteTarget,
     apply_scope,
@@ -52,16 +55,20 @@ from .routing import (
     workspace_dir_name,
     workspace_key,
 )
+from .workspace import TENANT_TOOL_WORK_DIR, WorkspaceStores, tenant_resolver
 
 __all__ = [
+    "TENANT_TOOL_WORK_DIR",
     "ActorRef",
     "Command",
     "CommandRegistry",
     "MessageEvent",
+    "OutboundEvent",
     "RoutePolicy",
     "RouteRef",
     "SessionRouteTarget",
     "TurnEnvelope",
+    "WorkspaceStores",
     "active_entry_key_from_context",
     "active_session",
     "agent_binding",
@@ -76,6 +83,7 @@ __all__ = [
     "default_route_policy",
     "new_command",
     "new_session_id",
+    "outbound_from_envelope",
     "parse_delivery",
     "resolve_active_session_id",
     "resolve_envelope",
@@ -84,6 +92,7 @@ __all__ = [
     "session_route_from_delivery",
     "set_active_session",
     "set_cli_current",
+    "tenant_resolver",
     "with_agent_id",
     "with_conversation",
     "with_route",

@@ -35,9 +35,10 @@ from typing import Any, Final, Literal, Protocol
 import msgspec
 
 from .. import recorder
-from ..codec import decode
+from ..codec import decode, encode
 from ..errors import UsageError
 from .routing import (
+    OutboundEvent,
     RouteRef,
     Scope,
     _RouteRefWire,
@@ -80,6 +81,7 @@ __all__ = [
     "current_envelope",
     "inbound_delivery_id",
     "metadata_from_context",
+    "outbound_from_envelope",
     "platform_from_context",
     "platform_session_policy_for",
     "register_platform_policy",
@@ -643,6 +645,43 @@ def sync_message_event(event: MessageEvent, env: TurnEnvelope) -> MessageEvent:
         platform_id=event.platform_id or env.route.platform,
         user_id=event.user_id or env.actor.user_id,
         metadata=event.metadata or dict(env.metadata),
+    )
+
+
+def outbound_from_envelope(
+    env: TurnEnvelope | None, type: str, data: Any = None, *, agent_id: str = ""
+) -> OutboundEvent:
+    """The outbound event of ``type`` that a reply in the turn of ``env`` is routed by.
+
+    ``env`` defaults (``None``) to the current envelope. The event takes the envelope's route,
+    the route's platform as ``platform_id`` and the actor's user id, as agentkit's
+    ``OutboundFromEnvelope`` does; ``agent_id`` is left empty there, and may be given here.
+    ``data`` is the payload: ``bytes``, ``bytearray``, ``memoryview`` or :class:`msgspec.Raw`
+    are taken as encoded JSON (checked: :class:`UsageError` when it is not JSON), ``None`` is
+    JSON ``null``, anything else is encoded as JSON.
+    """
+    if env is None:
+        env = current_envelope()
+    if not isinstance(type, str) or not type.strip():
+        raise UsageError("an outbound event needs a type")
+    if data is None:
+        raw = msgspec.Raw(b"null")
+    elif isinstance(data, (bytes, bytearray, memoryview, msgspec.Raw)):
+        buf = bytes(data)
+        try:
+            decode(buf)
+        except ValueError as exc:
+            raise UsageError(f"outbound event data is not JSON: {exc}") from None
+        raw = msgspec.Raw(buf)
+    else:
+        raw = msgspec.Raw(encode(data))
+    return OutboundEvent(
+        route=env.route,
+        agent_id=agent_id,
+        platform_id=env.route.platform,
+        user_id=env.actor.user_id,
+        type=type,
+        data=raw,
     )
 
 

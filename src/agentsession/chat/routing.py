@@ -50,6 +50,8 @@ __all__ = [
     "SCHEDULE_PLATFORM",
     "SCOPES",
     "Delivery",
+    "NameDialect",
+    "OutboundEvent",
     "RouteRef",
     "Scope",
     "SessionRouteTarget",
@@ -262,21 +264,31 @@ def workspace_key(session_id: str) -> str:
     return f"{platform}:{segment}" if segment else platform
 
 
-def workspace_dir_name(key: str) -> str:
+NameDialect = Literal["agentsession", "agentkit"]
+"""Which rule turns a workspace key into a directory name: agentsession's injective one, or
+agentkit's (``WorkspaceDirName``), for a directory tree shared with an agentkit service."""
+
+_AGENTKIT_DIR_KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def workspace_dir_name(key: str, *, dialect: NameDialect = "agentsession") -> str:
     """One safe directory name for a workspace key (``""`` for ``""``).
 
-    Same as ``workspace_local_dir_name(key, omit_platform=False)``.
+    Same as ``workspace_local_dir_name(key, omit_platform=False, dialect=dialect)``.
     """
-    return workspace_local_dir_name(key, omit_platform=False)
+    return workspace_local_dir_name(key, omit_platform=False, dialect=dialect)
 
 
-def workspace_local_dir_name(key: str, omit_platform: bool = False) -> str:
+def workspace_local_dir_name(
+    key: str, omit_platform: bool = False, *, dialect: NameDialect = "agentsession"
+) -> str:
     """One safe directory name for a workspace key, optionally without its platform.
 
-    The name comes from :func:`agentsession._names.safe_name`: common keys stay readable
-    (``slack:C123ABC`` → ``slack_C123ABC``, ``cli:default`` → ``cli_default``, ``a.b`` →
-    ``a.b``), the name is never empty, ``.`` or ``..``, never contains ``..``, ``/``, ``\\`` or
-    NUL, and two different keys never share a name.
+    With the default ``dialect="agentsession"`` the name comes from
+    :func:`agentsession._names.safe_name`: common keys stay readable (``slack:C123ABC`` →
+    ``slack_C123ABC``, ``cli:default`` → ``cli_default``, ``a.b`` → ``a.b``), the name is never
+    empty, ``.`` or ``..``, never contains ``..``, ``/``, ``\\`` or NUL, and two different keys
+    never share a name.
 
     With ``omit_platform`` the key is first replaced by its first routing segment (what follows
     the first ``:`` up to the next; a key without ``:`` is used whole, stripped), so
@@ -287,14 +299,43 @@ def workspace_local_dir_name(key: str, omit_platform: bool = False) -> str:
     character with ``_``, so ``a:b``, ``a_b`` and ``a/b`` share one directory. Here ``_`` itself
     is escaped (``%5F``) to keep names distinct, so ``chat-api:slack_D0AK`` with
     ``omit_platform`` gives ``slack%5FD0AK`` where agentkit gives ``slack_D0AK``.
+
+    ``dialect="agentkit"`` gives agentkit's own names (``WorkspaceLocalDirName``), for tenant
+    directories shared with an agentkit service: ``[A-Za-z0-9_-]`` are kept, every other
+    character becomes ``_``, a ``.`` is kept unless the one before it was kept as a dot (then it
+    becomes ``_``, so ``....`` → ``.___``), and ``""`` or ``.`` becomes ``_``. Such a name never
+    contains ``..`` or a separator and is never ``.`` or ``..``, but different keys can share it
+    (``chat-api:slack_D0AK`` and ``chat-api:slack:D0AK`` both give ``slack_D0AK`` with
+    ``omit_platform``). Any other ``dialect`` raises :class:`UsageError`.
     """
+    if dialect not in ("agentsession", "agentkit"):
+        raise UsageError(f"dialect must be 'agentsession' or 'agentkit', not {dialect!r}")
     if not key:
         return ""
     if omit_platform:
         key = _first_routing_segment(key)
         if not key:
             return ""
+    if dialect == "agentkit":
+        return _agentkit_dir_name(key)
     return safe_name(key)
+
+
+def _agentkit_dir_name(key: str) -> str:
+    out: list[str] = []
+    after_dot = False  # the previous character was written as a dot; a run of dots keeps it
+    for ch in key:
+        if ch in _AGENTKIT_DIR_KEEP:
+            out.append(ch)
+            after_dot = False
+        elif ch == ".":
+            out.append("_" if after_dot else ".")
+            after_dot = True
+        else:
+            out.append("_")
+            after_dot = False
+    name = "".join(out)
+    return "_" if name in ("", ".") else name
 
 
 def _first_routing_segment(key: str) -> str:
@@ -640,8 +681,45 @@ def route_reply_to(route: RouteRef) -> str:
         return ""
 
 
-def outbound_route_id(route: RouteRef) -> str:
-    """The delivery id to send an outbound event to, or ``""`` when the route has none."""
+class OutboundEvent(msgspec.Struct, frozen=True):
+    """An event sent to a chat platform (a reply, a streaming update, a recovery notice): the
+    route it goes to, who it concerns, its type and its JSON payload.
+
+    agentkit's ``OutboundEvent``; build one for the current turn with
+    :func:`agentsession.chat.outbound_from_envelope`. JSON keys are Go's field names:
+    ``Route``, ``AgentID``, ``PlatformID``, ``UserID``, ``Type``, ``Data`` (encoded JSON; ``null``
+    when there is none).
+    """
+
+    route: RouteRef = msgspec.field(default_factory=RouteRef, name="Route")
+    """The return address captured from the inbound message."""
+    agent_id: str = msgspec.field(default="", name="AgentID")
+    """The agent that produced the event, when set."""
+    platform_id: str = msgspec.field(default="", name="PlatformID")
+    """The platform to deliver to (required for delivery: :meth:`require_platform_id`)."""
+    user_id: str = msgspec.field(default="", name="UserID")
+    """The user the turn came from."""
+    type: str = msgspec.field(default="", name="Type")
+    """The event type (``assistant/message``, ``session/recovery``, ...)."""
+    data: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Data")
+    """The payload as encoded JSON."""
+
+    def require_platform_id(self) -> None:
+        """Raise :class:`UsageError` when the event names no platform (blank ``platform_id``):
+        such an event cannot be delivered (agentkit's ``ErrOutboundPlatformRequired``)."""
+        if not self.platform_id.strip():
+            raise UsageError("outbound event requires platformID")
+
+    def payload(self) -> Any:
+        """The payload decoded from JSON (``None`` for ``null``)."""
+        return decode(bytes(self.data))
+
+
+def outbound_route_id(route: RouteRef | OutboundEvent) -> str:
+    """The delivery id to send an outbound event to (given the event or its route), or ``""``
+    when the route has none."""
+    if isinstance(route, OutboundEvent):
+        route = route.route
     try:
         return route_session_id(route)
     except UsageError:
