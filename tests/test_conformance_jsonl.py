@@ -33,3 +33,13 @@ class TestJsonlStoreQuarantine(TestJsonlStore):
     def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
         options.setdefault("on_corrupt", "quarantine")
         return open_store(tmp_path / "sessions", **options)
+
+
+class TestJsonlStoreEncrypted(TestJsonlStore):
+    """The whole contract again on an encrypted store."""
+
+    encryption_key = bytes(range(32))
+
+    def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
+        options.setdefault("key", self.encryption_key)
+        return super().make_store(tmp_path, **options)

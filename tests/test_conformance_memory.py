@@ -15,3 +15,13 @@ class TestMemoryStore(StoreConformance):
 
     def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
         return open_store("memory:", **options)
+
+
+class TestMemoryStoreEncrypted(TestMemoryStore):
+    """The whole contract again on an encrypted store."""
+
+    encryption_key = bytes(range(32))
+
+    def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
+        options.setdefault("key", self.encryption_key)
+        return super().make_store(tmp_path, **options)

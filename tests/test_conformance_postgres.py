@@ -75,3 +75,13 @@ class TestPostgresStoreFsync(TestPostgresStore):
     def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
         options.setdefault("durability", "fsync")
         return super().make_store(tmp_path, **options)
+
+
+class TestPostgresStoreEncrypted(TestPostgresStore):
+    """The whole contract again on an encrypted store."""
+
+    encryption_key = bytes(range(32))
+
+    def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
+        options.setdefault("key", self.encryption_key)
+        return super().make_store(tmp_path, **options)

@@ -20,3 +20,13 @@ class TestSqliteStoreFsync(StoreConformance):
     def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
         options.setdefault("durability", "fsync")
         return open_store(f"sqlite:///{tmp_path}/sessions.db", **options)
+
+
+class TestSqliteStoreEncrypted(TestSqliteStore):
+    """The whole contract again on an encrypted store."""
+
+    encryption_key = bytes(range(32))
+
+    def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
+        options.setdefault("key", self.encryption_key)
+        return super().make_store(tmp_path, **options)

@@ -44,6 +44,7 @@ from . import _trace
 from .codec import check_json, encode
 from .compaction import plan_compaction, plan_prune
 from .contract import Durability
+from .crypto import KeyRing, SessionCipher
 from .derive import Deriver, IndexedMessage
 from .errors import ConflictError, SessionExpired, UsageError
 from .events import (
@@ -63,6 +64,9 @@ __all__ = ["BaseSession", "SessionHost"]
 
 Clock = Callable[[], _dt.datetime]
 
+_SEALED_RETRIES = 64
+"""How often an encrypted append seals again when other writers keep appending first."""
+
 _COMPACTION_RETRIES = 8
 """How often compaction plans again when other writers keep appending while it plans."""
 
@@ -74,6 +78,7 @@ class SessionHost(Protocol):
     ttl: _dt.timedelta | None
     clock: Clock
     max_messages: int | None
+    _keyring: KeyRing | None
 
 
 def _seq_of(event: Event) -> int:
@@ -123,6 +128,9 @@ class BaseSession:
         self._full = True  # whether the window reaches back to the latest marker (or seq 1)
         self._latest_seq = 0
         self._derivers: dict[str | None, Deriver] = {}
+        ring = store._keyring
+        self._cipher: SessionCipher | None = None if ring is None else ring.cipher(session_id)
+        self._generation = 0  # counts reloads and resets (a sealed append checks it)
         _live_sessions.add(self)
 
     # -- storage primitives (backends) ----------------------------------------------------
@@ -194,7 +202,9 @@ class BaseSession:
         loaded when something needs it: :meth:`_load_window`). A tail that holds a compaction
         marker rebuilding the history is the full window from that marker on."""
         events, complete = self._storage_open_tail()
-        self._set_window(events, complete)
+        if self._cipher is not None:
+            self._cipher._drop()  # (re)opened, perhaps a new life: read its key afresh
+        self._set_window(self._from_storage(events), complete)
         marker = _marker_index(events)
         if marker >= 0:
             self._trim_at(events[marker])
@@ -202,10 +212,19 @@ class BaseSession:
     def _load_window(self) -> None:
         """Load the full window (from the latest compaction marker), forgetting everything
         derived."""
-        self._set_window(*self._storage_open())
+        events, complete = self._storage_open()
+        self._set_window(self._from_storage(events), complete)
         self._full = True
 
+    def _from_storage(self, events: list[Event]) -> list[Event]:
+        """Events read from storage, opened when the store is encrypted."""
+        cipher = self._cipher
+        if cipher is None or not events:
+            return events
+        return [cipher.open(event) for event in events]
+
     def _set_window(self, events: list[Event], complete: bool) -> None:
+        self._generation += 1
         self._window = events
         self._derivers = {}
         self._full = complete
@@ -219,6 +238,9 @@ class BaseSession:
 
     def _reset(self) -> None:
         """Forget all state: the stored log was deleted or replaced underneath us."""
+        self._generation += 1
+        if self._cipher is not None:
+            self._cipher._drop()  # a new life has a new key
         self._window = []
         self._window_start = 1
         self._full = True
@@ -263,12 +285,16 @@ class BaseSession:
         """Make the window hold every event from ``seq`` on."""
         if self._window_start <= max(seq, 1):
             return
-        older = [e for e in self._storage_read(max(seq, 1) - 1, None) if e.seq < self._window_start]
+        older = [
+            e
+            for e in self._from_storage(self._storage_read(max(seq, 1) - 1, None))
+            if e.seq < self._window_start
+        ]
         self._window[:0] = older
         self._window_start = max(seq, 1)
 
     def _refresh(self) -> None:
-        self._ingest(self._storage_refresh())
+        self._ingest(self._from_storage(self._storage_refresh()))
 
     def _check_ttl(self) -> None:
         """Raise :class:`SessionExpired` when the last append is older than the store's TTL."""
@@ -370,7 +396,11 @@ class BaseSession:
         with self._lock:
             if store.ttl is not None:
                 self._check_ttl_for_append()
-            stored = self._storage_append_one(prepared, marker == 0)
+            stored: Event | None
+            if self._cipher is not None:
+                stored = self._append_sealed([prepared], marker, None)[0]
+            else:
+                stored = self._storage_append_one(prepared, marker == 0)
             if stored is None:
                 foreign, batch = self._storage_append([prepared], marker, None)
                 self._ingest(foreign)
@@ -431,7 +461,11 @@ class BaseSession:
         with self._lock:
             if store.ttl is not None:
                 self._check_ttl_for_append()
-            foreign, stored = self._storage_append(batch, marker, expect_seq)
+            foreign: list[Event]
+            if self._cipher is not None:
+                foreign, stored = [], self._append_sealed(batch, marker, expect_seq)
+            else:
+                foreign, stored = self._storage_append(batch, marker, expect_seq)
             self._ingest(foreign)
             if not stored:
                 raise ConflictError(
@@ -442,6 +476,47 @@ class BaseSession:
             if store.max_messages and any(e.type == USER_MESSAGE for e in stored):
                 self._apply_cap(store.max_messages)
         return [event.seq for event in stored]
+
+    def _append_sealed(
+        self, batch: list[Event], marker: int, expect_seq: int | None
+    ) -> list[Event]:
+        """Append ``batch`` sealed by the session's cipher; returns the stored plaintext events
+        (empty when ``expect_seq`` did not match).
+
+        A sealed event is bound to its seq, so each try seals for the seqs that follow what
+        this session has seen and appends only if the log still ends there (the backends'
+        conditional append); when another writer got there first, it catches up and seals
+        again."""
+        cipher = self._cipher
+        assert cipher is not None
+        for _ in range(_SEALED_RETRIES):
+            base = self._latest_seq
+            if expect_seq is not None and base != expect_seq:
+                self._refresh()
+                if self._latest_seq != expect_seq:
+                    return []
+                base = expect_seq
+            generation = self._generation
+            sealed = [cipher.seal(event, base + i) for i, event in enumerate(batch, start=1)]
+            key = cipher.sealed_with()
+            if len(sealed) == 1:
+                one = self._storage_append_one(sealed[0], marker == 0)
+                if one is not None:
+                    return [_replace(batch[0], seq=one.seq)]
+            foreign, stored = self._storage_append(sealed, marker, base)
+            self._ingest(self._from_storage(foreign))
+            if stored:
+                if self._generation != generation and key is not None:
+                    # Written into a log that was deleted and created again while we appended:
+                    # make sure the key we sealed with is the new life's key.
+                    cipher.adopt(key)
+                return [_replace(e, seq=s.seq) for e, s in zip(batch, stored, strict=True)]
+            if expect_seq is not None:
+                return []
+        raise ConflictError(
+            f"session {self._id!r}: other writers kept appending while an encrypted append "
+            f"sealed its events ({_SEALED_RETRIES} tries)"
+        )
 
     # -- reading --------------------------------------------------------------------------
 
@@ -481,7 +556,7 @@ class BaseSession:
                 start = bisect.bisect_right(self._window, after, key=_seq_of)
                 end = len(self._window) if limit is None else start + limit
                 return self._window[start:end]
-        return self._storage_read(after, limit)
+        return self._from_storage(self._storage_read(after, limit))
 
     def _deriver(self, agent: str | None) -> Deriver:
         key = agent or None

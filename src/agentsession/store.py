@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 from . import _trace
 from .codec import utcnow
 from .contract import Durability, SessionInfo, StoreRecoveryReport, check_session_id
+from .crypto import ACTIVE_KIND, SESSION_KIND, STORE_KIND, EncryptionError, KeyRing, check_secret
 from .errors import (
     ConflictError,
     DuplicateSession,
@@ -47,9 +48,10 @@ __all__ = [
     "register_backend",
 ]
 
-SESSION_META_KINDS: tuple[str, ...] = ("bind",)
+SESSION_META_KINDS: tuple[str, ...] = ("bind", SESSION_KIND, ACTIVE_KIND)
 """Meta namespaces keyed by session id, whose entries are deleted with their session (the chat
-layer's agent binding lives in ``bind``)."""
+layer's agent binding lives in ``bind``; an encrypted store's session keys in
+``crypto-session`` and ``crypto-active``, so deleting a session also destroys its key)."""
 
 
 _live_stores: weakref.WeakSet[BaseStore] = weakref.WeakSet()
@@ -90,6 +92,8 @@ class BaseStore:
         cache_idle_ttl: _dt.timedelta | None = None,
         clock: Clock = utcnow,
         max_messages: int | None = None,
+        passphrase: str | None = None,
+        key: bytes | None = None,
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
@@ -101,6 +105,12 @@ class BaseStore:
             raise UsageError(f"cache_idle_ttl must be positive, not {cache_idle_ttl}")
         if max_messages is not None and max_messages < 1:
             raise UsageError(f"max_messages must be >= 1 or None, not {max_messages}")
+        check_secret(passphrase, key)
+        # Kept only until the key ring is unlocked (_unlock), then dropped.
+        self._secret: tuple[str | None, bytes | None] | None = (passphrase, key)
+        self._keyring: KeyRing | None = None
+        """The store's unlocked keys when it is encrypted (see :mod:`agentsession.crypto`)."""
+        self._unlock_lock = threading.Lock()
         self.max_messages = max_messages
         """History cap: at a new user turn, older whole turns beyond this many derived
         messages are dropped from the history by a prune compaction (never deleted)."""
@@ -157,6 +167,17 @@ class BaseStore:
         """Store a small value atomically (None removes it)."""
         raise NotImplementedError
 
+    def _meta_add(self, kind: str, key: str, value: str) -> str:
+        """Store a small value only when the key has none; returns the value stored now.
+
+        Backends make it atomic (the first of two racing writers wins); this default is not,
+        and a backend keeping secrets (an encrypted store's session keys) must override it."""
+        current = self._meta_get(kind, key)
+        if current is None:
+            self._meta_set(kind, key, value)
+            return value
+        return current
+
     @property
     def location(self) -> str:
         """Where the store keeps its data, for people."""
@@ -172,6 +193,85 @@ class BaseStore:
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError(f"store {self.location} is closed")
+        if self._secret is not None:
+            self._unlock()
+
+    def _unlock(self) -> None:
+        """Check that the store's encryption matches how it was opened, once: a store with a
+        key record needs its passphrase (or key), which is checked here, before any event is
+        read; a store opened with one becomes encrypted if it holds no sessions yet."""
+        with self._unlock_lock:
+            secret = self._secret
+            if secret is None:
+                return
+            passphrase, key = secret
+            record = self._meta_get(STORE_KIND, "store")
+            if passphrase is None and key is None:
+                if record is not None:
+                    raise EncryptionError(
+                        f"the store {self.location} is encrypted: open it with passphrase= "
+                        "(or key=)"
+                    )
+            else:
+                if record is None and self._list_all():
+                    raise EncryptionError(
+                        f"the store {self.location} holds unencrypted sessions: encryption is "
+                        "chosen when a store is created; copy it into a new, encrypted store "
+                        "(agentsession copy) instead"
+                    )
+                self._keyring = KeyRing(
+                    self.location,
+                    self._meta_get,
+                    self._meta_set,
+                    self._meta_add,
+                    passphrase=passphrase,
+                    key=key,
+                )
+            self._secret = None
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether the store encrypts its events (it was opened with a passphrase or key)."""
+        self._check_open()
+        return self._keyring is not None
+
+    def _ring(self) -> KeyRing:
+        self._check_open()
+        if self._keyring is None:
+            raise UsageError(f"the store {self.location} is not encrypted")
+        return self._keyring
+
+    def change_passphrase(
+        self,
+        old: str | None,
+        new: str | None,
+        *,
+        old_key: bytes | None = None,
+        new_key: bytes | None = None,
+    ) -> None:
+        """Wrap the store's key under a new passphrase (or a new 32-byte key): the old one is
+        checked first, then one record is rewritten atomically, so the time does not depend on
+        how much the store holds and a crash leaves the old or the new passphrase working.
+        Processes that have the store open keep working."""
+        self._ring().change_passphrase(old, new, old_key=old_key, new_key=new_key)
+
+    def shred(self, session_id: str) -> None:
+        """Destroy the session's key, so its events can never be read again, from this store
+        or from any copy of its log (see ``docs/security.md`` for what stays visible). The
+        log stays; reading it raises :class:`~agentsession.crypto.EncryptionError`, and so
+        does appending until the session is deleted."""
+        sid = check_session_id(session_id)
+        ring = self._ring()
+        with self._cache_lock:
+            entry = self._cache.pop(self._cache_key(sid), None)
+        if entry is not None:
+            entry.session.close()
+        ring.shred(sid)
+
+    def rotate_key(self, session_id: str) -> str:
+        """Seal the session's new events under a new data key; returns its key id. Events
+        sealed under earlier keys stay readable."""
+        return self._ring().rotate(check_session_id(session_id))
 
     def _evict(self, now: _dt.datetime) -> None:
         idle = self.cache_idle_ttl
@@ -282,7 +382,10 @@ class BaseStore:
             entry = self._cache.pop(self._cache_key(sid), None)
         if entry is not None:
             entry.session.close()
-        return self._delete(sid, SESSION_META_KINDS)
+        deleted = self._delete(sid, SESSION_META_KINDS)
+        if self._keyring is not None:
+            self._keyring.forget(sid)
+        return deleted
 
     def expired(self) -> builtins.list[str]:
         """Ids of the sessions whose last append is older than the TTL (empty without TTL)."""

@@ -982,6 +982,25 @@ class JsonlStore(BaseStore):
         except OSError as exc:
             raise StorageError(f"cannot write {path}: {exc}") from exc
 
+    def _meta_add(self, kind: str, key: str, value: str) -> str:
+        if self.dialect == "agentkit" and (kind in _AK_SIDECARS or kind == "cli"):
+            return super()._meta_add(kind, key, value)
+        path = self._meta_path(kind, key)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.add"
+        try:
+            _private_dirs(self._root, os.path.dirname(path))
+            _atomic_write(tmp, encode(_MetaEntry(key=key, value=value, updated_at=self.clock())))
+            try:
+                os.link(tmp, path)  # fails when the entry exists: the first writer wins
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}") from exc
+        stored = self._meta_get(kind, key)
+        return value if stored is None else stored
+
     # -- agentkit's layout of the identity mappings (dialect="agentkit") --------------------
     #
     # The active-session map and agent binding live in a directory per key,

@@ -116,6 +116,10 @@ class MemoryStore(BaseStore):
             else:
                 self._meta[(kind, key)] = value
 
+    def _meta_add(self, kind: str, key: str, value: str) -> str:
+        with self._data_lock:
+            return self._meta.setdefault((kind, key), value)
+
     def _open_session(self, session_id: str) -> MemorySession:
         return MemorySession(self, session_id)
 

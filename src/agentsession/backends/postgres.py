@@ -1230,6 +1230,20 @@ class PostgresStore(BaseStore):
             write=f"the {kind} value may or may not have been written",
         )
 
+    def _meta_add(self, kind: str, key: str, value: str) -> str:
+        self._check_text(f"{kind} key", key)
+        self._check_text(f"{kind} value", value)
+        statement = self._sql.meta_add
+        params = {"kind": kind, "key": key, "value": value, "now": self.clock()}
+        row = self._run(
+            f"writing {kind} {key!r}",
+            lambda conn: conn.execute(statement, params).fetchone(),
+            write=f"the {kind} value may or may not have been written",
+        )
+        if row is None:  # deleted between the insert and the read: try again
+            return self._meta_add(kind, key, value)
+        return str(row[0])
+
     def _close(self) -> None:
         with self._held_mutex:
             held, self._held = builtins.list(self._held), set()

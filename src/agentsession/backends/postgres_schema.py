@@ -399,6 +399,7 @@ class Statements:
     meta_get: bytes
     meta_set: bytes
     meta_delete: bytes
+    meta_add: bytes
 
     @classmethod
     def for_schema(cls, schema: str) -> Statements:
@@ -433,4 +434,11 @@ class Statements:
                 "SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
             ),
             meta_delete=render("DELETE FROM {s}.meta WHERE kind = %s AND key = %s"),
+            # Insert unless present, then return whichever value is stored (one statement).
+            meta_add=render(
+                "WITH ins AS (INSERT INTO {s}.meta (kind, key, value, updated_at) "
+                "VALUES (%(kind)s, %(key)s, %(value)s, %(now)s) ON CONFLICT (kind, key) "
+                "DO NOTHING RETURNING value) SELECT value FROM ins UNION ALL "
+                "SELECT value FROM {s}.meta WHERE kind = %(kind)s AND key = %(key)s LIMIT 1"
+            ),
         )

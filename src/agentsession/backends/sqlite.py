@@ -954,6 +954,20 @@ class SqliteStore(BaseStore):
         except sqlite3.Error as exc:
             raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
 
+    def _meta_add(self, kind: str, key: str, value: str) -> str:
+        conn = self._connection()
+        try:
+            with self._write_lock:
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta (kind, key, value, updated_at) "
+                    "VALUES (CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), ?)",
+                    (_text(kind), _text(key), _text(value), _utc_iso(self.clock())),
+                )
+        except sqlite3.Error as exc:
+            raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
+        stored = self._meta_get(kind, key)
+        return value if stored is None else stored
+
 
 def migrate(url: str, **options: Any) -> builtins.list[int]:
     """Create or upgrade the database at ``url`` (see :func:`sqlite_path`); returns the schema

@@ -61,13 +61,27 @@ class FakeClock:
         self.now += dt.timedelta(**delta)
 
 
-_APPENDER = textwrap.dedent(
+_CHILD_KEY = "AGENTSESSION_CONFORMANCE_KEY"
+"""The environment variable that hands an encrypted store's key (hex) to the children."""
+
+_OPEN = (
+    "import os\n"
+    "_key = os.environ.get('AGENTSESSION_CONFORMANCE_KEY')\n"
+    "_options = {'key': bytes.fromhex(_key)} if _key else {}\n"
+)
+
+
+def _child_env(key: bytes | None) -> dict[str, str] | None:
+    return None if key is None else {**os.environ, _CHILD_KEY: key.hex()}
+
+
+_APPENDER = _OPEN + textwrap.dedent(
     """
     import os, sys, time
     import agentsession as ags
     url, sid, go = sys.argv[1], sys.argv[2], sys.argv[5]
     writer, count = int(sys.argv[3]), int(sys.argv[4])
-    store = ags.open_store(url)
+    store = ags.open_store(url, **_options)
     session = store.get(sid)
     while not os.path.exists(go):
         time.sleep(0.001)
@@ -78,7 +92,9 @@ _APPENDER = textwrap.dedent(
 )
 
 
-def run_children(args: list[list[str]], go_file: Path, timeout: float = 180.0) -> None:
+def run_children(
+    args: list[list[str]], go_file: Path, timeout: float = 180.0, key: bytes | None = None
+) -> None:
     """Start one Python child per argument list running the appender, release them together,
     and wait; every child is killed if anything goes wrong."""
     procs = [
@@ -86,6 +102,7 @@ def run_children(args: list[list[str]], go_file: Path, timeout: float = 180.0) -
             [sys.executable, "-c", _APPENDER, *a],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            env=_child_env(key),
         )
         for a in args
     ]
@@ -103,11 +120,11 @@ def run_children(args: list[list[str]], go_file: Path, timeout: float = 180.0) -
                 proc.wait()
 
 
-_LOCK_HOLDER = textwrap.dedent(
+_LOCK_HOLDER = _OPEN + textwrap.dedent(
     """
     import sys, time
     import agentsession as ags
-    store = ags.open_store(sys.argv[1])
+    store = ags.open_store(sys.argv[1], **_options)
     session = store.get(sys.argv[2])
     lock = store.lock(sys.argv[2], timeout=30)
     with session.turn(agent="crashy") as turn:
@@ -120,11 +137,11 @@ _LOCK_HOLDER = textwrap.dedent(
 )
 
 
-_KILLED_WRITER = textwrap.dedent(
+_KILLED_WRITER = _OPEN + textwrap.dedent(
     """
     import sys
     import agentsession as ags
-    store = ags.open_store(sys.argv[1])
+    store = ags.open_store(sys.argv[1], **_options)
     session = store.get(sys.argv[2])
     n = 0
     while True:
@@ -140,7 +157,9 @@ _KILLED_WRITER = textwrap.dedent(
 )
 
 
-def kill_writer_mid_append(url: str, session_id: str, after_batches: int) -> int:
+def kill_writer_mid_append(
+    url: str, session_id: str, after_batches: int, key: bytes | None = None
+) -> int:
     """Run a child appending batches of 1..5 events (some of 300 KB) to ``session_id``,
     SIGKILL it once it acknowledged ``after_batches`` batches, and return the number of the
     last batch it acknowledged."""
@@ -149,6 +168,7 @@ def kill_writer_mid_append(url: str, session_id: str, after_batches: int) -> int
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=_child_env(key),
     )
     try:
         acknowledged = -1
@@ -168,7 +188,9 @@ def kill_writer_mid_append(url: str, session_id: str, after_batches: int) -> int
             proc.wait()
 
 
-def start_lock_holder(url: str, session_id: str) -> subprocess.Popen[str]:
+def start_lock_holder(
+    url: str, session_id: str, key: bytes | None = None
+) -> subprocess.Popen[str]:
     """A child that takes the session's turn lock, opens a turn with an unanswered tool call,
     prints ``holding`` and sleeps until killed."""
     proc = subprocess.Popen(
@@ -176,6 +198,7 @@ def start_lock_holder(url: str, session_id: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=_child_env(key),
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -218,6 +241,9 @@ class StoreConformance:
     """Whether a second store made on the same ``tmp_path`` sees the first one's data."""
     shared_across_processes: bool = True
     """Whether several processes can open the store through its ``url``."""
+    encryption_key: bytes | None = None
+    """The 32-byte key the store under test is encrypted with (None: not encrypted); child
+    processes get it through the environment. ``make_store`` passes it as ``key=``."""
 
     def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
         """The one factory hook: a store keeping its data under ``tmp_path`` (or wherever the
@@ -343,7 +369,11 @@ class StoreConformance:
         if not self.shared_across_processes:
             pytest.skip("this backend's data is not shared between processes")
         go = tmp_path / "go-processes"
-        run_children([[store.url, "shared", str(w), "500", str(go)] for w in range(4)], go)
+        run_children(
+            [[store.url, "shared", str(w), "500", str(go)] for w in range(4)],
+            go,
+            key=self.encryption_key,
+        )
         events = store.get("shared").read()
         assert [e.seq for e in events] == list(range(1, 2001))
         seen = sorted((d["writer"], d["i"]) for d in _payloads(events))
@@ -355,7 +385,11 @@ class StoreConformance:
         if not self.shared_across_processes:
             pytest.skip("this backend's data is not shared between processes")
         go = tmp_path / "go-eight"
-        run_children([[store.url, "eight", str(w), "250", str(go)] for w in range(8)], go)
+        run_children(
+            [[store.url, "eight", str(w), "250", str(go)] for w in range(8)],
+            go,
+            key=self.encryption_key,
+        )
         events = store.get("eight").read()
         assert [e.seq for e in events] == list(range(1, 2001))
         assert len({(d["writer"], d["i"]) for d in _payloads(events)}) == 2000
@@ -366,7 +400,9 @@ class StoreConformance:
     ) -> None:
         if not self.shared_across_processes:
             pytest.skip("this backend's data is not shared between processes")
-        acknowledged = kill_writer_mid_append(store.url, "crash", after_batches)
+        acknowledged = kill_writer_mid_append(
+            store.url, "crash", after_batches, key=self.encryption_key
+        )
         events = store.get("crash").read()
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         batches: dict[int, list[int]] = {}
@@ -1167,7 +1203,7 @@ class StoreConformance:
     ) -> None:
         if not self.shared_across_processes:
             pytest.skip("this backend's data is not shared between processes")
-        holder = start_lock_holder(store.url, "conv:crash")
+        holder = start_lock_holder(store.url, "conv:crash", key=self.encryption_key)
         try:
             assert store.is_locked("conv:crash")
             with pytest.raises(LockTimeout):

@@ -1,0 +1,484 @@
+"""Encryption at rest: a passphrase or key per store, a key per session, AES-256-GCM per event.
+
+``open_store(url, passphrase="...")`` (or ``key=<32 bytes>``) makes a store encrypted: the
+first such open creates its key record, and from then on every open needs the key. Everything
+here works through the store's small key-value primitive (``meta``), so every backend keeps
+the same records and the same sealed events; ``docs/security.md`` has the threat model and
+``docs/format.md`` the stored shapes.
+
+The keys, from the top:
+
+* the **key-encryption key** (KEK): scrypt of the passphrase with the store's salt and cost
+  parameters (kept in the store record, so they can be raised later), or the 32-byte ``key``
+  itself. It exists only in memory;
+* the **store key**: 32 random bytes, kept in the store record wrapped (AES-256-GCM) by the
+  KEK. Changing the passphrase re-wraps this one key: one atomic write of one record, however
+  much data the store holds, so a crash leaves the old or the new passphrase working;
+* a **session key** per session: 32 random bytes, kept wrapped by the store key in the meta
+  namespace ``crypto-session`` under the session id (created once, by whichever writer comes
+  first). Deleting it is **crypto-shredding**: the session's events can never be read again;
+* **data keys**, HKDF-SHA256 of the session key and a key id: events are sealed with the
+  session's active data key (``k1`` until :meth:`KeyRing.rotate` starts a new one; older ones
+  stay readable, as they derive from the same session key).
+
+A sealed event keeps ``seq``, ``type``, ``agent`` and ``time`` in clear (indexing, recovery,
+listing and the TTL need them); its payload, meta and ``user`` are one AES-256-GCM box whose
+associated data is the session id, seq and type, so a record moved to another session or
+position, or given another type, does not open. The stored payload is
+``{"sealed":1,"kid":"k1","box":"<base64 of nonce, ciphertext and tag>"}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from .codec import decode, encode
+from .errors import SessionError, UsageError
+from .events import Event
+
+__all__ = [
+    "ACTIVE_KIND",
+    "SESSION_KIND",
+    "STORE_KIND",
+    "EncryptionError",
+    "KeyRing",
+    "SessionCipher",
+    "check_secret",
+    "is_sealed",
+]
+
+STORE_KIND: Final = "crypto"
+"""Meta namespace of the store record (key ``store``): KDF parameters and the wrapped store key."""
+SESSION_KIND: Final = "crypto-session"
+"""Meta namespace of the wrapped session keys, keyed by session id (deleted with the session)."""
+ACTIVE_KIND: Final = "crypto-active"
+"""Meta namespace of each session's active data key id (deleted with the session)."""
+
+_STORE_KEY: Final = "store"
+_SHREDDED: Final = "shredded"
+_NONCE = 12
+_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 1 << 15, 8, 1
+_SEALED_HEAD: Final = b'{"sealed":1,'
+
+
+class EncryptionError(SessionError):
+    """A key is wrong or missing, a sealed record does not open, or a store's encryption does
+    not match how it was opened. Messages name the store, session and seq, never a key,
+    passphrase or plaintext."""
+
+
+def _crypto() -> Any:
+    try:
+        from cryptography.hazmat.primitives.ciphers import aead
+    except ImportError:
+        raise UsageError(
+            "encryption needs the crypto extra: pip install 'agentsession[crypto]'"
+        ) from None
+    return aead
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: object, what: str) -> bytes:
+    if not isinstance(text, str):
+        raise EncryptionError(f"{what} is not base64 text")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise EncryptionError(f"{what} is not valid base64") from None
+
+
+def _seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
+    nonce = os.urandom(_NONCE)
+    return nonce + bytes(_crypto().AESGCM(key).encrypt(nonce, plaintext, aad))
+
+
+def _open(key: bytes, box: bytes, aad: bytes) -> bytes | None:
+    from cryptography.exceptions import InvalidTag
+
+    if len(box) < _NONCE + 16:
+        return None
+    try:
+        return bytes(_crypto().AESGCM(key).decrypt(box[:_NONCE], box[_NONCE:], aad))
+    except InvalidTag:
+        return None
+
+
+def _kek(passphrase: str | None, key: bytes | None, kdf: dict[str, Any]) -> bytes:
+    """The key-encryption key from what the store was opened with and the stored KDF."""
+    name = kdf.get("name")
+    if key is not None:
+        if name != "raw":
+            raise EncryptionError("the store is encrypted with a passphrase, not a raw key")
+        return key
+    if name != "scrypt" or passphrase is None:
+        raise EncryptionError("the store is encrypted with a raw key, not a passphrase")
+    from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
+
+    try:
+        n, r, p = int(kdf["n"]), int(kdf["r"]), int(kdf["p"])
+    except (KeyError, TypeError, ValueError):
+        raise EncryptionError("the store record's KDF parameters are unreadable") from None
+    salt = _unb64(kdf.get("salt"), "the store record's salt")
+    return bytes(Scrypt(salt=salt, length=32, n=n, r=r, p=p).derive(passphrase.encode()))
+
+
+def _new_kdf(passphrase: str | None) -> dict[str, Any]:
+    if passphrase is None:
+        return {"name": "raw"}
+    return {
+        "name": "scrypt",
+        "n": _SCRYPT_N,
+        "r": _SCRYPT_R,
+        "p": _SCRYPT_P,
+        "salt": _b64(os.urandom(16)),
+    }
+
+
+def check_secret(passphrase: object, key: object) -> None:
+    """Raise :class:`UsageError` unless ``passphrase`` and ``key`` are a valid choice (at most
+    one; a non-empty string; 32 bytes). Never echoes either."""
+    if passphrase is not None and key is not None:
+        raise UsageError("give a passphrase or a key, not both")
+    if passphrase is not None and (not isinstance(passphrase, str) or not passphrase):
+        raise UsageError("the passphrase must be a non-empty string")
+    if key is not None and (not isinstance(key, bytes) or len(key) != 32):
+        raise UsageError("the key must be 32 bytes")
+
+
+_STORE_AAD = b"agentsession/store-key/v1"
+
+
+def _session_aad(session_id: str) -> bytes:
+    return b"agentsession/session-key/v1\x00" + session_id.encode("utf-8", "surrogatepass")
+
+
+def _event_aad(session_id: str, seq: int, kind: str) -> bytes:
+    return b"\x00".join(
+        (
+            b"agentsession/event/v1",
+            session_id.encode("utf-8", "surrogatepass"),
+            str(seq).encode(),
+            kind.encode("utf-8", "surrogatepass"),
+        )
+    )
+
+
+class _Meta(msgspec.Struct):
+    get: Callable[[str, str], str | None]
+    set: Callable[[str, str, str | None], None]
+    add: Callable[[str, str, str], str]  # store unless present; returns what is stored
+
+
+def is_sealed(event: Event) -> bool:
+    """Whether an event read from storage is sealed (its payload is an encryption box)."""
+    return bytes(event.data).startswith(_SEALED_HEAD)
+
+
+class KeyRing:
+    """A store's keys, unlocked (made by the store when opened with a passphrase or key).
+
+    ``where`` names the store in errors. ``meta_get``, ``meta_set`` and ``meta_add`` are the
+    store's meta primitives (``meta_add`` stores a value only when the key has none, and returns
+    the value stored). Raises :class:`EncryptionError` for a wrong passphrase or key, before any
+    event is read.
+    """
+
+    def __init__(
+        self,
+        where: str,
+        meta_get: Callable[[str, str], str | None],
+        meta_set: Callable[[str, str, str | None], None],
+        meta_add: Callable[[str, str, str], str],
+        *,
+        passphrase: str | None = None,
+        key: bytes | None = None,
+    ) -> None:
+        check_secret(passphrase, key)
+        if passphrase is None and key is None:
+            raise UsageError("a key ring needs a passphrase or a key")
+        _crypto()
+        self._where = where
+        self._meta = _Meta(meta_get, meta_set, meta_add)
+        self._lock = threading.Lock()
+        self._sessions: dict[str, SessionCipher] = {}
+        record = meta_get(STORE_KIND, _STORE_KEY)
+        if record is None:
+            store_key = os.urandom(32)
+            record = self._store_record(store_key, passphrase, key)
+            stored = meta_add(STORE_KIND, _STORE_KEY, record)
+            if stored == record:
+                self._store_key = store_key
+                return
+            record = stored  # another process made the store encrypted first
+        self._store_key = self._unwrap(record, passphrase, key)
+
+    def __repr__(self) -> str:
+        return f"<KeyRing of {self._where}>"
+
+    @staticmethod
+    def _store_record(store_key: bytes, passphrase: str | None, key: bytes | None) -> str:
+        kdf = _new_kdf(passphrase)
+        kek = _kek(passphrase, key, kdf)
+        wrapped = _b64(_seal(kek, store_key, _STORE_AAD))
+        return encode({"v": 1, "kdf": kdf, "key": wrapped}).decode()
+
+    def _unwrap(self, record: str, passphrase: str | None, key: bytes | None) -> bytes:
+        try:
+            data = decode(record.encode())
+        except ValueError:
+            raise EncryptionError(f"the key record of {self._where} is unreadable") from None
+        if not isinstance(data, dict) or data.get("v") != 1 or not isinstance(data.get("kdf"), dict):  # noqa: E501
+            raise EncryptionError(f"the key record of {self._where} is unreadable")
+        try:
+            kek = _kek(passphrase, key, data["kdf"])
+        except EncryptionError as exc:
+            raise EncryptionError(f"{self._where}: {exc}") from None
+        store_key = _open(kek, _unb64(data.get("key"), "the wrapped store key"), _STORE_AAD)
+        if store_key is None:
+            what = "passphrase" if passphrase is not None else "key"
+            raise EncryptionError(f"wrong {what} for the encrypted store {self._where}")
+        return store_key
+
+    def change_passphrase(
+        self,
+        old: str | None,
+        new: str | None,
+        *,
+        old_key: bytes | None = None,
+        new_key: bytes | None = None,
+    ) -> None:
+        """Re-wrap the store key under a new passphrase (or key): one atomic record write,
+        whatever the store holds. The old one is checked first."""
+        check_secret(old, old_key)
+        check_secret(new, new_key)
+        if new is None and new_key is None:
+            raise UsageError("give the new passphrase (or key)")
+        with self._lock:
+            record = self._meta.get(STORE_KIND, _STORE_KEY)
+            if record is None:
+                raise EncryptionError(f"{self._where} has no key record")
+            store_key = self._unwrap(record, old, old_key)
+            if not hmac.compare_digest(store_key, self._store_key):
+                raise EncryptionError(f"the key record of {self._where} changed underneath")
+            self._meta.set(STORE_KIND, _STORE_KEY, self._store_record(store_key, new, new_key))
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def cipher(self, session_id: str) -> SessionCipher:
+        """The session's cipher (its keys are read or made when first needed)."""
+        with self._lock:
+            cipher = self._sessions.get(session_id)
+            if cipher is None:
+                cipher = self._sessions[session_id] = SessionCipher(self, session_id)
+            return cipher
+
+    def forget(self, session_id: str) -> None:
+        """Drop what is cached about a session's keys (it was deleted or shredded)."""
+        with self._lock:
+            cipher = self._sessions.pop(session_id, None)
+        if cipher is not None:
+            cipher._drop()
+
+    def shred(self, session_id: str) -> None:
+        """Destroy the session's key: its events can never be opened again. The record is
+        replaced by a tombstone, so the session also refuses new appends until it is
+        deleted."""
+        self._meta.set(SESSION_KIND, session_id, _SHREDDED)
+        self._meta.set(ACTIVE_KIND, session_id, None)
+        self.forget(session_id)
+
+    def rotate(self, session_id: str) -> str:
+        """Start a new data key for the session's new events; returns its key id. Events
+        sealed under earlier ids stay readable."""
+        cipher = self.cipher(session_id)
+        cipher._session_key(create=True)
+        current = self._meta.get(ACTIVE_KIND, session_id) or "k1"
+        try:
+            number = int(current[1:]) + 1
+        except ValueError:
+            number = 2
+        kid = f"k{number}"
+        self._meta.set(ACTIVE_KIND, session_id, kid)
+        cipher._active = kid
+        return kid
+
+    def _wrap_session_key(self, session_id: str, key: bytes) -> str:
+        return _b64(_seal(self._store_key, key, _session_aad(session_id)))
+
+    def _unwrap_session_key(self, session_id: str, record: str) -> bytes:
+        if record == _SHREDDED:
+            raise EncryptionError(
+                f"session {session_id!r} in {self._where} was shredded: its key is destroyed"
+            )
+        key = _open(
+            self._store_key, _unb64(record, "a wrapped session key"), _session_aad(session_id)
+        )
+        if key is None:
+            raise EncryptionError(
+                f"the key of session {session_id!r} in {self._where} does not open"
+            )
+        return key
+
+
+class SessionCipher:
+    """Seals and opens one session's events (made by :meth:`KeyRing.cipher`)."""
+
+    def __init__(self, ring: KeyRing, session_id: str) -> None:
+        self._ring = ring
+        self._id = session_id
+        self._key: bytes | None = None
+        self._active: str | None = None
+        self._aeads: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<SessionCipher {self._id!r}>"
+
+    def _drop(self) -> None:
+        self._key = None
+        self._active = None
+        self._aeads.clear()
+
+    def _session_key(self, *, create: bool) -> bytes | None:
+        if self._key is not None:
+            return self._key
+        ring, sid = self._ring, self._id
+        record = ring._meta.get(SESSION_KIND, sid)
+        if record is None:
+            if not create:
+                return None
+            key = os.urandom(32)
+            record = ring._meta.add(SESSION_KIND, sid, ring._wrap_session_key(sid, key))
+        self._key = ring._unwrap_session_key(sid, record)
+        return self._key
+
+    def _aead(self, kid: str, *, create: bool) -> Any:
+        aead = self._aeads.get(kid)
+        if aead is None:
+            key = self._session_key(create=create)
+            if key is None:
+                raise EncryptionError(
+                    f"session {self._id!r} in {self._ring._where} has no key (deleted or "
+                    "never written with encryption)"
+                )
+            from cryptography.hazmat.primitives import hashes
+            from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+            info = b"agentsession/data-key/" + kid.encode()
+            data_key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(key)
+            aead = self._aeads[kid] = _crypto().AESGCM(data_key)
+        return aead
+
+    def refresh(self) -> None:
+        """Forget the cached active key id (another process may have rotated it)."""
+        self._active = None
+
+    def seal(self, event: Event, seq: int) -> Event:
+        """``event`` (plaintext, as the append pipeline prepared it) as stored at ``seq``."""
+        kid = self._active
+        if kid is None:
+            self._session_key(create=True)
+            kid = self._active = self._ring._meta.get(ACTIVE_KIND, self._id) or "k1"
+        aead = self._aead(kid, create=True)
+        meta = event.meta
+        plain = b"".join(
+            (
+                b"[",
+                bytes(event.data),
+                b",",
+                encode(meta) if meta else b"{}",
+                b",",
+                encode(event.user),
+                b"]",
+            )
+        )
+        nonce = os.urandom(_NONCE)
+        box = nonce + aead.encrypt(nonce, plain, _event_aad(self._id, seq, event.type))
+        data = b'{"sealed":1,"kid":%s,"box":"%s"}' % (encode(kid), base64.b64encode(box))
+        return msgspec.structs.replace(
+            event, seq=seq, data=msgspec.Raw(data), meta={}, user=""
+        )
+
+    def open(self, event: Event) -> Event:
+        """The plaintext of a stored event (events stored before the store was encrypted
+        are returned as they are). Raises :class:`EncryptionError` naming the session and seq
+        when the box does not open."""
+        raw = bytes(event.data)
+        if not raw.startswith(_SEALED_HEAD):
+            return event
+        where = f"session {self._id!r} seq {event.seq} in {self._ring._where}"
+        try:
+            envelope = msgspec.json.decode(raw, type=_Envelope)
+        except msgspec.DecodeError:
+            raise EncryptionError(f"{where}: the sealed payload is malformed") from None
+        box = _unb64(envelope.box, f"{where}: the sealed payload")
+        aad = _event_aad(self._id, event.seq, event.type)
+        plain = self._decrypt(envelope.kid, box, aad)
+        if plain is None and self._key is not None:
+            self._drop()  # the cached key may be an old life's: read the session's key again
+            plain = self._decrypt(envelope.kid, box, aad)
+        if plain is None:
+            raise EncryptionError(
+                f"{where}: the sealed payload does not open (tampered, truncated, moved from "
+                "another session or position, or its type changed)"
+            )
+        try:
+            data, meta, user = _PLAIN.decode(plain)
+        except msgspec.DecodeError:
+            # Lone surrogates, which msgspec refuses: the codec reads them.
+            try:
+                value, meta, user = decode(plain)
+                data = msgspec.Raw(encode(value))
+            except (ValueError, TypeError):
+                raise EncryptionError(f"{where}: the opened payload is malformed") from None
+        return msgspec.structs.replace(event, data=data, meta=meta, user=user)
+
+    def _decrypt(self, kid: str, box: bytes, aad: bytes) -> bytes | None:
+        from cryptography.exceptions import InvalidTag
+
+        if len(box) < _NONCE + 16:
+            return None
+        aead = self._aead(kid, create=False)
+        try:
+            return bytes(aead.decrypt(box[:_NONCE], box[_NONCE:], aad))
+        except InvalidTag:
+            return None
+
+    def sealed_with(self) -> bytes | None:
+        """The session key the latest :meth:`seal` used (for :meth:`adopt`)."""
+        return self._key
+
+    def adopt(self, key: bytes) -> None:
+        """After an append that found the log deleted and created again: make sure ``key``,
+        which the events were sealed with, is the session's key now (recording it when the new
+        life has none yet); raises :class:`EncryptionError` when another process made
+        another."""
+        ring, sid = self._ring, self._id
+        record = ring._meta.add(SESSION_KIND, sid, ring._wrap_session_key(sid, key))
+        if not hmac.compare_digest(ring._unwrap_session_key(sid, record), key):
+            self._drop()
+            raise EncryptionError(
+                f"session {sid!r} in {ring._where} was deleted and created again by another "
+                "process while this one appended: the events just appended are sealed under "
+                "the old life's key and cannot be read"
+            )
+        self._key = key
+
+
+_PLAIN = msgspec.json.Decoder(tuple[msgspec.Raw, dict[str, Any], str])
+
+
+class _Envelope(msgspec.Struct):
+    sealed: int
+    kid: str
+    box: str
