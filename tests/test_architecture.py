@@ -32,6 +32,7 @@ CORE_NAMES = {
     "FilePart",
     "ImagePart",
     "IncompleteTurn",
+    "EncryptionError",
     "LockTimeout",
     "Message",
     "Part",

@@ -41,7 +41,7 @@ from typing import Any, Final
 import msgspec
 
 from .codec import decode, encode
-from .errors import SessionError, UsageError
+from .errors import EncryptionError, UsageError
 from .events import Event
 
 __all__ = [
@@ -67,12 +67,6 @@ _SHREDDED: Final = "shredded"
 _NONCE = 12
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 1 << 15, 8, 1
 _SEALED_HEAD: Final = b'{"sealed":1,'
-
-
-class EncryptionError(SessionError):
-    """A key is wrong or missing, a sealed record does not open, or a store's encryption does
-    not match how it was opened. Messages name the store, session and seq, never a key,
-    passphrase or plaintext."""
 
 
 def _crypto() -> Any:

@@ -20,6 +20,7 @@ so a caller never needs to import ``sqlite3`` or ``psycopg`` to handle a failure
 from __future__ import annotations
 
 __all__ = [
+    "EncryptionError",
     "ConflictError",
     "CorruptLogError",
     "DuplicateSession",
@@ -105,6 +106,12 @@ class LockTimeout(SessionError, TimeoutError):
         )
         self.session_id = session_id
         self.timeout = timeout
+
+
+class EncryptionError(SessionError):
+    """A key is wrong or missing, a sealed record does not open, or a store's encryption does
+    not match how it was opened (see :mod:`agentsession.crypto`). Messages name the store,
+    session and seq, never a key, passphrase or plaintext."""
 
 
 class UsageError(SessionError, ValueError):

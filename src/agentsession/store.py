@@ -591,6 +591,11 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     ``busy_timeout`` (seconds a writer waits for another, default 30); for
     PostgreSQL ``schema``, ``pool_min_size``, ``pool_max_size``, ``lock_pool_max_size``,
     ``pool_timeout``, ``connect_timeout``, ``auto_migrate`` and ``prepare_threshold``.
+
+    ``passphrase="..."`` or ``key=<32 bytes>`` opens an encrypted store, or makes a new (or
+    empty) store encrypted (see :mod:`agentsession.crypto` and ``docs/security.md``; the
+    ``crypto`` extra). A wrong one raises :class:`~agentsession.crypto.EncryptionError` here,
+    before any event is read, and so does opening an encrypted store without one.
     """
     if isinstance(target, BaseStore):
         if options:
@@ -604,15 +609,22 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
         raise UsageError("open_store needs a URL or a path (got an empty string)")
     scheme = _scheme_of(target)
     if scheme is None:
-        return _load(_BUILTIN["jsonl"], "jsonl")(target, **options)
-    factory = _factory_for(scheme)
-    if factory is not None:
-        return factory(target, **options)
-    raise UsageError(
-        f"unknown store URL scheme {scheme!r} in {target!r}: use a directory path, 'memory:', "
-        "'jsonl:///dir', 'sqlite:///relative.db', 'sqlite:////absolute.db' or "
-        "'postgresql://...'"
-    )
+        store = _load(_BUILTIN["jsonl"], "jsonl")(target, **options)
+    else:
+        factory = _factory_for(scheme)
+        if factory is None:
+            raise UsageError(
+                f"unknown store URL scheme {scheme!r} in {target!r}: use a directory path, "
+                "'memory:', 'jsonl:///dir', 'sqlite:///relative.db', "
+                "'sqlite:////absolute.db' or 'postgresql://...'"
+            )
+        store = factory(target, **options)
+    try:
+        store._check_open()  # an encrypted store checks its key now, before any read
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 def _scheme_of(target: str) -> str | None:

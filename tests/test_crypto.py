@@ -1,0 +1,237 @@
+"""Encryption at rest: keys, passphrases, rotation, shredding, and what a crash leaves."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+import agentsession as ags
+from agentsession import EncryptionError, Event, Message
+from agentsession.crypto import SESSION_KIND, STORE_KIND, KeyRing, is_sealed
+
+KEY = bytes(range(32))
+
+
+def say(session: ags.BaseSession, text: str) -> int:
+    return session.append(Event.new("user/message", Message.user(text)))
+
+
+def stored(store_dir: Path, session_id: str) -> list[ags.Event]:
+    """What the store holds, read without the keys (the JSONL lines as they are)."""
+    from agentsession.backends.jsonl import JsonlStore
+    from agentsession.events import decode_event
+
+    path = JsonlStore(store_dir).path_for(session_id)
+    return [decode_event(line) for line in Path(path).read_bytes().splitlines()]
+
+
+@pytest.fixture(params=["jsonl", "sqlite"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "jsonl":
+        return str(tmp_path / "store")
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+def test_a_store_opened_with_a_passphrase_is_encrypted_from_then_on(url: str) -> None:
+    store = ags.open_store(url, passphrase="tr0ub4dor")
+    assert store.encrypted
+    say(store.get("s"), "hello")
+    with pytest.raises(EncryptionError, match="is encrypted: open it with passphrase"):
+        ags.open_store(url)
+    with pytest.raises(EncryptionError, match="wrong passphrase"):
+        ags.open_store(url, passphrase="tr0ub4dor!")
+    with pytest.raises(EncryptionError, match="passphrase, not a raw key"):
+        ags.open_store(url, key=KEY)
+    again = ags.open_store(url, passphrase="tr0ub4dor")
+    assert [m.text for m in again.get("s").messages()] == ["hello"]
+
+
+def test_a_wrong_key_is_refused_before_any_event_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentsession.backends.jsonl import JsonlSession
+
+    say(ags.open_store(tmp_path, key=KEY).get("s"), "hello")
+    reads: list[str] = []
+    monkeypatch.setattr(
+        JsonlSession, "_storage_open_tail", lambda self: reads.append(self.id) or ([], True)
+    )
+    with pytest.raises(EncryptionError, match="wrong key"):
+        ags.open_store(tmp_path, key=bytes(32))
+    assert reads == []
+
+
+def test_a_plain_store_with_sessions_is_not_silently_encrypted(url: str) -> None:
+    say(ags.open_store(url).get("s"), "plain")
+    with pytest.raises(EncryptionError, match="holds unencrypted sessions"):
+        ags.open_store(url, passphrase="late")
+    assert [m.text for m in ags.open_store(url).get("s").messages()] == ["plain"]
+
+
+def test_bad_secrets_are_refused_without_echoing_them() -> None:
+    for options in ({"key": b"short"}, {"passphrase": ""}, {"passphrase": "p", "key": KEY}):
+        with pytest.raises(ags.UsageError) as info:
+            ags.open_store("memory:", **options)
+        assert "short" not in str(info.value)
+
+
+def test_events_are_sealed_on_disk_and_bound_to_their_place(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path, key=KEY)
+    session = store.get("s")
+    say(session, "the secret plan")
+    session.append(Event.new("user/message", Message.user("more"), user="U123", meta={"k": 1}))
+    raw = stored(tmp_path, "s")
+    assert all(is_sealed(e) for e in raw)
+    assert raw[1].user == "" and raw[1].meta == {}  # user and meta are in the box
+    assert [e.type for e in raw] == ["user/message", "user/message"]  # types stay clear
+    reread = ags.open_store(tmp_path, key=KEY).get("s").read()
+    assert reread[1].user == "U123" and reread[1].meta == {"k": 1}
+    # A box moved to another seq does not open.
+    path = tmp_path / "s.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    swapped = lines[0].replace(b'"seq":1,', b'"seq":2,'), lines[1].replace(b'"seq":2,', b'"seq":1,')
+    path.write_bytes(swapped[1] + swapped[0])
+    with pytest.raises(EncryptionError, match="session 's' seq 1"):
+        ags.open_store(tmp_path, key=KEY).get("s").read()
+
+
+def test_rotation_seals_new_events_under_a_new_key_and_old_ones_stay_readable(
+    tmp_path: Path,
+) -> None:
+    store = ags.open_store(tmp_path, key=KEY)
+    session = store.get("s")
+    say(session, "before")
+    assert store.rotate_key("s") == "k2"
+    say(session, "after")
+    other = ags.open_store(tmp_path, key=KEY).get("s")
+    say(other, "from another store")
+    kids = [bytes(e.data).split(b'"kid":"')[1][:2] for e in stored(tmp_path, "s")]
+    assert kids == [b"k1", b"k2", b"k2"]
+    assert [m.text for m in ags.open_store(tmp_path, key=KEY).get("s").messages()] == [
+        "before",
+        "after",
+        "from another store",
+    ]
+
+
+def test_shredding_destroys_the_session_key_for_good(url: str) -> None:
+    store = ags.open_store(url, key=KEY)
+    say(store.get("doomed"), "forget me")
+    say(store.get("kept"), "keep me")
+    store.shred("doomed")
+    assert store.meta_get(SESSION_KIND, "doomed") == "shredded"
+    for reader in (store, ags.open_store(url, key=KEY)):
+        with pytest.raises(EncryptionError, match="shredded"):
+            reader.get("doomed").read()
+        with pytest.raises(EncryptionError, match="shredded"):
+            say(reader.get("doomed"), "again")
+        assert [m.text for m in reader.get("kept").messages()] == ["keep me"]
+    # Deleting the session frees the id: it starts again with a new key.
+    assert store.delete("doomed")
+    say(store.get("doomed"), "new life")
+    assert [m.text for m in ags.open_store(url, key=KEY).get("doomed").messages()] == ["new life"]
+
+
+def test_changing_the_passphrase_rewraps_one_record(url: str) -> None:
+    store = ags.open_store(url, passphrase="old")
+    say(store.get("s"), "hello")
+    before = store.meta_get(SESSION_KIND, "s")
+    with pytest.raises(EncryptionError, match="wrong passphrase"):
+        store.change_passphrase("not it", "new")
+    store.change_passphrase("old", "new")
+    assert store.meta_get(SESSION_KIND, "s") == before  # session keys are untouched
+    with pytest.raises(EncryptionError, match="wrong passphrase"):
+        ags.open_store(url, passphrase="old")
+    assert [m.text for m in ags.open_store(url, passphrase="new").get("s").messages()] == [
+        "hello"
+    ]
+    say(store.get("s"), "still writing")  # the open store keeps working
+    store.change_passphrase("new", None, new_key=KEY)
+    assert len(ags.open_store(url, key=KEY).get("s").read()) == 2
+
+
+def test_two_stores_made_encrypted_at_once_agree_on_one_key(tmp_path: Path) -> None:
+    barrier = threading.Barrier(4)
+    rings: list[ags.BaseStore] = []
+
+    def open_one() -> None:
+        barrier.wait()
+        rings.append(ags.open_store(tmp_path, key=KEY))
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for n, store in enumerate(rings):
+        say(store.get("s"), f"from {n}")
+    texts = [m.text for m in ags.open_store(tmp_path, key=KEY).get("s").messages()]
+    assert sorted(texts) == [f"from {n}" for n in range(4)]
+
+
+def test_the_key_ring_never_shows_a_secret() -> None:
+    store = ags.open_store("memory:", passphrase="hunter2-very-distinct")
+    ring = store._keyring
+    assert isinstance(ring, KeyRing)
+    session = store.get("s")
+    for obj in (store, ring, session, session._cipher):
+        assert "hunter2" not in repr(obj)
+    assert store._secret is None  # the passphrase is dropped once the keys are unlocked
+
+
+_REKEYER = textwrap.dedent(
+    """
+    import sys
+    import agentsession as ags
+    store = ags.open_store(sys.argv[1], passphrase="a")
+    current, other = "a", "b"
+    while True:
+        store.change_passphrase(current, other)
+        current, other = other, current
+        print(current, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("kill_after", [1, 7, 30])
+def test_a_kill_during_a_passphrase_change_leaves_the_old_or_the_new_one(
+    tmp_path: Path, kill_after: int
+) -> None:
+    say(ags.open_store(tmp_path, passphrase="a").get("s"), "survives")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _REKEYER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for _ in range(kill_after):
+            line = proc.stdout.readline()
+            assert line.strip() in ("a", "b"), proc.stderr.read() if proc.stderr else ""
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    working = []
+    for passphrase in ("a", "b"):
+        try:
+            store = ags.open_store(tmp_path, passphrase=passphrase)
+        except EncryptionError:
+            continue
+        working.append(passphrase)
+        assert [m.text for m in store.get("s").messages()] == ["survives"]
+    assert len(working) == 1
+    assert ags.open_store(tmp_path, passphrase=working[0]).meta_get(STORE_KIND, "store")
