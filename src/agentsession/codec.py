@@ -4,10 +4,9 @@
 back; :mod:`agentsession.events` builds the event line format (``encode_event`` and friends) on
 the same encoder. Nothing else in the package calls ``msgspec.json`` or ``json`` directly.
 
-The :class:`Cipher` slot is where encryption at rest plugs in: a store may carry a cipher that
-seals each payload's bytes before they reach a backend and opens them after a backend returns
-them, so backends only ever see opaque payload bytes. No cipher ships in this module; a store
-without one (the default) stores payloads as plain JSON.
+Encryption at rest (:mod:`agentsession.crypto`) seals each event's payload bytes in the
+session's append pipeline, before a backend sees them, and opens them after a backend returns
+them, so backends only ever store opaque payload bytes.
 """
 
 from __future__ import annotations
@@ -16,13 +15,13 @@ import datetime as _dt
 import itertools
 import json as _json
 import re
-from typing import Any, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, TypeVar, overload
 
 import msgspec
 
 from .errors import UsageError
 
-__all__ = ["MAX_JSON_DEPTH", "Cipher", "check_json", "decode", "encode", "utcnow"]
+__all__ = ["MAX_JSON_DEPTH", "check_json", "decode", "encode", "utcnow"]
 
 MAX_JSON_DEPTH = 256
 """Deepest nesting of arrays and objects a stored JSON value may have. Readers decode with the
@@ -37,21 +36,6 @@ sorted_encoder = msgspec.json.Encoder(order="sorted")
 """An encoder that writes object keys in sorted order (canonical forms, fingerprints)."""
 _decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 _Buffer = bytes | memoryview | str | msgspec.Raw
-
-
-@runtime_checkable
-class Cipher(Protocol):
-    """Seals and opens payload bytes (encryption at rest).
-
-    ``context`` binds a sealed payload to where it belongs (for example the session id and
-    event type), so a sealed payload copied to another place fails to open.
-    """
-
-    def seal(self, plaintext: bytes, context: bytes) -> bytes:
-        """The stored form of ``plaintext``."""
-
-    def open(self, sealed: bytes, context: bytes) -> bytes:
-        """The plaintext of ``sealed``; raises when it was not sealed with this key and context."""
 
 
 def _decoder(type_: Any) -> msgspec.json.Decoder[Any]:
