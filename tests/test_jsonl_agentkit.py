@@ -202,3 +202,26 @@ def test_the_command_line_works_on_an_agentkit_directory(logs: Path) -> None:
     assert ags.scan_incomplete(ags.open_store(logs).get("interrupted").read()) is None
     state = ags.load_run_state(ags.open_store(logs).get("tools"))
     assert state.steps == 3 and state.usage.total_tokens > 0
+
+
+def test_an_encrypted_store_reads_agentkit_logs_but_never_appends_to_them(logs: Path) -> None:
+    with pytest.raises(ags.UsageError, match="cannot be encrypted"):
+        ags.open_store(logs, dialect="agentkit", key=bytes(32))
+    # A directory of agentkit logs is not an empty store: it cannot become encrypted in place.
+    with pytest.raises(ags.EncryptionError, match="unencrypted sessions"):
+        ags.open_store(logs, key=bytes(32))
+
+
+def test_an_agentkit_log_planted_in_an_encrypted_store_is_read_but_not_appended(
+    tmp_path: Path,
+) -> None:
+    store = ags.open_store(tmp_path, key=bytes(32))
+    store.get("mine").append(Event.new("user/message", Message.user("sealed")))
+    shutil.copy(GOLDEN / "cli_default.jsonl", tmp_path / "cli_default.jsonl")
+    session = store.get("cli:default")
+    assert [m.text for m in session.messages()] == ["hi", "hello"]
+    with pytest.raises(ags.UsageError, match="agentkit log"):
+        session.append(Event.new("user/message", Message.user("more")))
+    assert (tmp_path / "cli_default.jsonl").read_bytes() == (
+        GOLDEN / "cli_default.jsonl"
+    ).read_bytes()

@@ -678,6 +678,12 @@ class JsonlSession(BaseSession):
                 if expect_seq is not None and first - 1 != expect_seq:
                     return foreign, []
                 self._detect(os.pread(self._fd, 6, 0))
+                if self._agentkit and self._store._keyring is not None:
+                    raise UsageError(
+                        f"session {self._id!r}: {self._path} is an agentkit log, which "
+                        "agentkit reads as plain lines; an encrypted store does not append "
+                        "to it (import it into the store instead: agentsession import)"
+                    )
                 if self._agentkit:
                     buf = self._agentkit_lines(events, first)
                     if self._store.dialect == "agentkit" and not self._claimed:
@@ -835,6 +841,12 @@ class JsonlStore(BaseStore):
             raise UsageError(f"on_corrupt must be 'raise' or 'quarantine', not {on_corrupt!r}")
         if dialect not in ("agentsession", "agentkit"):
             raise UsageError(f"dialect must be 'agentsession' or 'agentkit', not {dialect!r}")
+        if dialect == "agentkit" and (
+            options.get("passphrase") is not None or options.get("key") is not None
+        ):
+            raise UsageError(
+                "the agentkit dialect cannot be encrypted: agentkit reads plain lines only"
+            )
         self.dialect: Dialect = dialect
         """The line format and file naming of new session files."""
         if max_open_files is not None and (
