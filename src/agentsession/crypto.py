@@ -67,6 +67,9 @@ _SHREDDED: Final = "shredded"
 _NONCE = 12
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 1 << 15, 8, 1
 _SEALED_HEAD: Final = b'{"sealed":1,'
+_SEALED_KID: Final = b'{"sealed":1,"kid":"'
+_PLAIN_TAIL: Final = b',{},""]'  # the end of a box's plaintext when meta and user are empty
+_replace = msgspec.structs.replace
 
 
 def _crypto() -> Any:
@@ -334,6 +337,8 @@ class SessionCipher:
         self._key: bytes | None = None
         self._active: str | None = None
         self._aeads: dict[str, Any] = {}
+        self._aad_prefix = _event_aad(session_id, 0, "")[: -len(b"0\x00")]
+        self._kinds: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
         return f"<SessionCipher {self._id!r}>"
@@ -377,31 +382,38 @@ class SessionCipher:
         """Forget the cached active key id (another process may have rotated it)."""
         self._active = None
 
+    def _aad(self, seq: int, kind: str) -> bytes:
+        """The associated data of the event at ``seq`` of type ``kind`` (see
+        :func:`_event_aad`; the session's part is computed once)."""
+        kind_bytes = self._kinds.get(kind)
+        if kind_bytes is None:
+            kind_bytes = self._kinds[kind] = kind.encode("utf-8", "surrogatepass")
+        return b"%s%d\x00%s" % (self._aad_prefix, seq, kind_bytes)
+
     def seal(self, event: Event, seq: int) -> Event:
         """``event`` (plaintext, as the append pipeline prepared it) as stored at ``seq``."""
         kid = self._active
         if kid is None:
             self._session_key(create=True)
             kid = self._active = self._ring._meta.get(ACTIVE_KIND, self._id) or "k1"
-        aead = self._aead(kid, create=True)
-        meta = event.meta
-        plain = b"".join(
-            (
-                b"[",
-                bytes(event.data),
-                b",",
-                encode(meta) if meta else b"{}",
-                b",",
-                encode(event.user),
-                b"]",
-            )
-        )
+        aead = self._aeads.get(kid) or self._aead(kid, create=True)
+        meta, user = event.meta, event.user
+        if meta or user:
+            tail = b",%s,%s]" % (encode(meta) if meta else b"{}", encode(user))
+        else:
+            tail = _PLAIN_TAIL
+        plain = b"[%s%s" % (bytes(event.data), tail)
         nonce = os.urandom(_NONCE)
-        box = nonce + aead.encrypt(nonce, plain, _event_aad(self._id, seq, event.type))
-        data = b'{"sealed":1,"kid":%s,"box":"%s"}' % (encode(kid), base64.b64encode(box))
-        return msgspec.structs.replace(
-            event, seq=seq, data=msgspec.Raw(data), meta={}, user=""
+        box = nonce + aead.encrypt(nonce, plain, self._aad(seq, event.type))
+        data = b'{"sealed":1,"kid":"%s","box":"%s"}' % (
+            kid.encode(),
+            binascii.b2a_base64(box, newline=False),
         )
+        # The seq stays the caller's (0): the backend writes the seq it stores the event at,
+        # which the append pipeline makes sure is ``seq``.
+        if meta or user:
+            return _replace(event, data=msgspec.Raw(data), meta={}, user="")
+        return _replace(event, data=msgspec.Raw(data))
 
     def open(self, event: Event) -> Event:
         """The plaintext of a stored event (events stored before the store was encrypted
@@ -410,22 +422,36 @@ class SessionCipher:
         raw = bytes(event.data)
         if not raw.startswith(_SEALED_HEAD):
             return event
-        where = f"session {self._id!r} seq {event.seq} in {self._ring._where}"
+        # The envelope as seal() writes it, read by slicing; anything else by the decoder.
+        head = len(_SEALED_KID)
+        cut = raw.find(b'","box":"', head)
+        if raw.startswith(_SEALED_KID) and cut > 0 and raw.endswith(b'"}'):
+            kid = raw[head:cut].decode("ascii", "replace")
+            text = raw[cut + 9 : -2]
+        else:
+            try:
+                envelope = msgspec.json.decode(raw, type=_Envelope)
+            except msgspec.DecodeError:
+                problem = f"{self._where(event)}: the sealed payload is malformed"
+                raise EncryptionError(problem) from None
+            kid, text = envelope.kid, envelope.box.encode("ascii", "replace")
         try:
-            envelope = msgspec.json.decode(raw, type=_Envelope)
-        except msgspec.DecodeError:
-            raise EncryptionError(f"{where}: the sealed payload is malformed") from None
-        box = _unb64(envelope.box, f"{where}: the sealed payload")
-        aad = _event_aad(self._id, event.seq, event.type)
-        plain = self._decrypt(envelope.kid, box, aad)
+            box = binascii.a2b_base64(text)
+        except (binascii.Error, ValueError):
+            problem = f"{self._where(event)}: the sealed payload is not base64"
+            raise EncryptionError(problem) from None
+        aad = self._aad(event.seq, event.type)
+        plain = self._decrypt(kid, box, aad)
         if plain is None and self._key is not None:
             self._drop()  # the cached key may be an old life's: read the session's key again
-            plain = self._decrypt(envelope.kid, box, aad)
+            plain = self._decrypt(kid, box, aad)
         if plain is None:
             raise EncryptionError(
-                f"{where}: the sealed payload does not open (tampered, truncated, moved from "
-                "another session or position, or its type changed)"
+                f"{self._where(event)}: the sealed payload does not open (tampered, truncated, "
+                "moved from another session or position, or its type changed)"
             )
+        if plain.endswith(_PLAIN_TAIL) and plain[:1] == b"[":
+            return _replace(event, data=msgspec.Raw(plain[1 : -len(_PLAIN_TAIL)]))
         try:
             data, meta, user = _PLAIN.decode(plain)
         except msgspec.DecodeError:
@@ -434,8 +460,12 @@ class SessionCipher:
                 value, meta, user = decode(plain)
                 data = msgspec.Raw(encode(value))
             except (ValueError, TypeError):
-                raise EncryptionError(f"{where}: the opened payload is malformed") from None
-        return msgspec.structs.replace(event, data=data, meta=meta, user=user)
+                problem = f"{self._where(event)}: the opened payload is malformed"
+                raise EncryptionError(problem) from None
+        return _replace(event, data=data, meta=meta, user=user)
+
+    def _where(self, event: Event) -> str:
+        return f"session {self._id!r} seq {event.seq} in {self._ring._where}"
 
     def _decrypt(self, kid: str, box: bytes, aad: bytes) -> bytes | None:
         from cryptography.exceptions import InvalidTag

@@ -33,7 +33,9 @@ from __future__ import annotations
 import bisect
 import datetime as _dt
 import os
+import random
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -64,8 +66,9 @@ __all__ = ["BaseSession", "SessionHost"]
 
 Clock = Callable[[], _dt.datetime]
 
-_SEALED_RETRIES = 64
-"""How often an encrypted append seals again when other writers keep appending first."""
+_SEALED_RETRIES = 1000
+"""How often an encrypted append seals again when other writers keep appending first (with a
+growing random pause from the fifth try on)."""
 
 _COMPACTION_RETRIES = 8
 """How often compaction plans again when other writers keep appending while it plans."""
@@ -489,7 +492,9 @@ class BaseSession:
         again."""
         cipher = self._cipher
         assert cipher is not None
-        for _ in range(_SEALED_RETRIES):
+        for attempt in range(_SEALED_RETRIES):
+            if attempt >= 4:  # writers are racing for this session: let one get ahead
+                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
             base = self._latest_seq
             if expect_seq is not None and base != expect_seq:
                 self._refresh()
