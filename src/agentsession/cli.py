@@ -20,6 +20,14 @@ Conventions every command follows:
 * **Stores are created only by writes**: ``copy``'s destination, ``demo`` and ``migrate``.
   Every other command opens the store with ``create=False`` and fails with "no store at ..."
   (exit 4) rather than create one.
+* **Encrypted stores** (``docs/security.md``): the key comes from ``--key-file PATH`` or the
+  environment variable ``AGENTSESSION_PASSPHRASE``, never from the command line's arguments.
+  A key file holds the passphrase as UTF-8 text (one trailing newline is dropped), or exactly
+  64 hex digits (and an optional newline), which are read as a raw 32-byte key (``key=`` of
+  ``open_store``). ``--key-file`` wins over the environment. A command that only reads never
+  makes a store encrypted: given a key for a store that is not encrypted, it stops (exit 2).
+  An :class:`~agentsession.errors.EncryptionError` (a wrong or missing key, a sealed record
+  that does not open, a shredded session) is an error like any other: one line, exit 1.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from . import events as ev
 from . import view
 from ._names import unsafe_name
 from .contract import StoreRecoveryReport
+from .crypto import EncryptionError
 from .errors import (
     ConflictError,
     DuplicateSession,
@@ -65,14 +74,18 @@ from .session import BaseSession
 from .store import BaseStore, migrate_store, open_store
 
 __all__ = [
+    "DST_PASSPHRASE_ENV",
     "EXIT_BROKEN_PIPE",
     "EXIT_ERROR",
     "EXIT_NOT_FOUND",
     "EXIT_USAGE",
     "NoStore",
+    "PASSPHRASE_ENV",
+    "Secret",
     "clean",
     "main",
     "open_existing",
+    "read_key_file",
     "suggest",
 ]
 
@@ -80,7 +93,8 @@ DEFAULT_STORE = "./.agentsession"
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 EXIT_ERROR = 1
-"""An error (also: ``repair --exit-code`` found something to repair)."""
+"""An error (also: ``repair --exit-code`` found something to repair; a wrong or missing key
+of an encrypted store, or sealed data that does not open)."""
 EXIT_USAGE = 2
 """A usage error: a bad option or argument, or the library's ``UsageError``."""
 EXIT_NOT_FOUND = 4
@@ -88,6 +102,13 @@ EXIT_NOT_FOUND = 4
 EXIT_BROKEN_PIPE = 141
 """Stdout was closed before the output was written (``| head``): 128 + SIGPIPE, the status a
 shell reports for a Unix tool killed by SIGPIPE. Nothing is printed."""
+
+
+PASSPHRASE_ENV = "AGENTSESSION_PASSPHRASE"
+"""The environment variable holding the passphrase of the store (``--key-file`` wins)."""
+DST_PASSPHRASE_ENV = "AGENTSESSION_DST_PASSPHRASE"
+"""The environment variable holding the passphrase of ``copy``'s destination
+(``--dst-key-file`` wins)."""
 
 
 class NoStore(StoreUnavailable):
@@ -267,12 +288,118 @@ def _check_url(url: str) -> None:
             )
 
 
-def open_existing(url: str) -> BaseStore:
-    """The store at ``url``, which must exist (nothing is created): :class:`NoStore` saying
-    "no store at ..." otherwise."""
-    _check_url(url)
+# -- keys of encrypted stores -----------------------------------------------------------------
+
+_HEX_KEY = re.compile(rb"[0-9a-fA-F]{64}")
+_KEY_FILE_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class Secret:
+    """What an encrypted store is opened with: a passphrase, a raw 32-byte key, or nothing.
+
+    ``source`` says where it came from, for messages; ``repr`` never shows the secret."""
+
+    passphrase: str | None = field(default=None, repr=False)
+    key: bytes | None = field(default=None, repr=False)
+    source: str = ""
+
+    def __bool__(self) -> bool:
+        return self.passphrase is not None or self.key is not None
+
+    def options(self) -> dict[str, Any]:
+        """The ``open_store`` keyword arguments (``passphrase=`` or ``key=``, or none)."""
+        if self.key is not None:
+            return {"key": self.key}
+        if self.passphrase is not None:
+            return {"passphrase": self.passphrase}
+        return {}
+
+    @property
+    def kind(self) -> str:
+        """``"passphrase"`` or ``"key"`` (a raw key)."""
+        return "key" if self.key is not None else "passphrase"
+
+
+def read_key_file(path: str) -> Secret:
+    """The passphrase or key in the file at ``path``: 64 hex digits (and an optional newline)
+    are a raw 32-byte key; anything else is a passphrase, UTF-8 text without its trailing
+    newline. Raises :class:`UsageError` (naming the file, never its content) when the file
+    cannot be read, is empty, is over 4 KB or is not UTF-8."""
+    where = f"the key file {path}"
     try:
-        return open_store(url, create=False)
+        with open(path, "rb") as f:
+            data = f.read(_KEY_FILE_LIMIT + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {where}: {exc.strerror or type(exc).__name__}") from None
+    if len(data) > _KEY_FILE_LIMIT:
+        raise UsageError(f"{where} is over 4 KB: it should hold a passphrase or a key")
+    if data.endswith(b"\r\n"):
+        data = data[:-2]
+    elif data.endswith(b"\n"):
+        data = data[:-1]
+    if not data:
+        raise UsageError(f"{where} is empty: it should hold a passphrase or a key")
+    if _HEX_KEY.fullmatch(data):
+        return Secret(key=bytes.fromhex(data.decode("ascii")), source=where)
+    try:
+        passphrase = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"{where} is neither UTF-8 text (a passphrase) nor 64 hex digits (a raw key)"
+        ) from None
+    return Secret(passphrase=passphrase, source=where)
+
+
+def secret_from(key_file: str | None, env: str) -> Secret:
+    """The secret a command was given: the key file's, else the environment variable's (an
+    empty variable counts as unset), else none."""
+    if key_file is not None:
+        return read_key_file(key_file)
+    passphrase = os.environ.get(env)
+    if passphrase:
+        return Secret(passphrase=passphrase, source=f"the environment variable {env}")
+    return Secret()
+
+
+def _open_store(url: str, secret: Secret, hint: str, **options: Any) -> BaseStore:
+    """``open_store`` with ``secret``; when the store turns out to be encrypted and no secret
+    was given, the error says how to give one on the command line (``hint``)."""
+    try:
+        return open_store(url, **options, **secret.options())
+    except EncryptionError as exc:
+        if secret:
+            raise
+        raise EncryptionError(f"{exc}; on the command line, give it with {hint}") from None
+
+
+_KEY_HINT = f"--key-file PATH or {PASSPHRASE_ENV}"
+_DST_KEY_HINT = f"--dst-key-file PATH or {DST_PASSPHRASE_ENV}"
+
+
+def open_existing(
+    url: str,
+    *,
+    passphrase: str | None = None,
+    key: bytes | None = None,
+    hint: str = _KEY_HINT,
+) -> BaseStore:
+    """The store at ``url``, which must exist (nothing is created): :class:`NoStore` saying
+    "no store at ..." otherwise.
+
+    With ``passphrase`` or ``key`` the store must be encrypted: an encrypted store is opened
+    with it (:class:`~agentsession.errors.EncryptionError` when it is wrong), while a store
+    that is not encrypted raises :class:`UsageError`, so that a command that only reads never
+    makes a store encrypted. Without either, opening an encrypted store raises
+    :class:`~agentsession.errors.EncryptionError` saying how to give the key (``hint``)."""
+    _check_url(url)
+    secret = Secret(passphrase=passphrase, key=key)
+    try:
+        plain = _open_store(url, Secret(), hint, create=False)
+    except EncryptionError:
+        if not secret:
+            raise
+        return _open_store(url, secret, hint, create=False)
     except StoreUnavailable as exc:
         message = str(exc)
         if not message.startswith("no store at "):
@@ -280,6 +407,15 @@ def open_existing(url: str) -> BaseStore:
         if _is_path(url) and url.lower().endswith(_SQLITE_SUFFIXES) and not os.path.exists(url):
             message += f"; for a SQLite store, use sqlite:///{url}"
         raise NoStore(message) from None
+    if secret:
+        location = plain.location
+        plain.close()
+        raise UsageError(
+            f"the store {location} is not encrypted, but a {secret.kind} was given: leave it "
+            f"out ({hint}) to read this store; to encrypt it, copy it into a new store "
+            "(agentsession copy SRC DST --dst-key-file PATH)"
+        )
+    return plain
 
 
 def _fold(session_id: str) -> str:
@@ -321,17 +457,30 @@ def _not_found(store: BaseStore, session_id: str, more: int = 0) -> SessionNotFo
 
 @dataclass
 class State:
-    """What the commands share: the store URL, opened on first use."""
+    """What the commands share: the store URL, opened on first use, and where its key comes
+    from (read when a command opens the store)."""
 
     url: str
     debug: bool
+    key_file: str | None = None
     _store: BaseStore | None = field(default=None, repr=False)
 
+    def secret(self) -> Secret:
+        """The store's passphrase or key: ``--key-file``, else ``AGENTSESSION_PASSPHRASE``."""
+        return secret_from(self.key_file, PASSPHRASE_ENV)
+
     def store(self) -> BaseStore:
-        """The store, opened once; it must exist (no command but the writes creates one)."""
+        """The store, opened once; it must exist (no command but the writes creates one).
+        Every command that reads the global store opens it here, with its key."""
         if self._store is None:
-            self._store = open_existing(self.url)
+            self._store = open_existing(self.url, **self.secret().options())
         return self._store
+
+    def open_for_writing(self, url: str) -> BaseStore:
+        """The store at ``url`` for a write (created when missing), opened with the global
+        key: a new or empty store given a key becomes encrypted."""
+        _check_url(url)
+        return _open_store(url, self.secret(), _KEY_HINT)
 
     def existing(self, session_id: str) -> BaseSession:
         """A session that has events, or :class:`SessionNotFound` (with a suggestion)."""
@@ -352,6 +501,8 @@ def _exit_code(exc: SessionError) -> int:
         return EXIT_NOT_FOUND
     if isinstance(exc, UsageError):
         return EXIT_USAGE
+    if isinstance(exc, EncryptionError):
+        return EXIT_ERROR  # a wrong or missing key, or sealed data that does not open
     return EXIT_ERROR
 
 
@@ -400,7 +551,8 @@ _GROUP_EPILOG = (
     "\b\n"
     "Exit status:\n"
     "  0    success\n"
-    "  1    an error (with repair --exit-code: something to repair)\n"
+    "  1    an error (with repair --exit-code: something to repair); also a wrong or\n"
+    "       missing key of an encrypted store, or encrypted data that does not open\n"
     "  2    usage error (a bad option, argument or store URL)\n"
     "  4    not found: no such session, or no store at the path\n"
     "  141  stdout was closed early (| head); nothing is printed\n"
@@ -409,6 +561,11 @@ _GROUP_EPILOG = (
     "JSON: every command takes --json. Objects the command line makes use snake_case keys;\n"
     "events (show, tail) and messages (messages) are printed exactly as stored\n"
     "(docs/format.md). Only writes create a store: copy's destination, demo, migrate, import.\n"
+    "\n"
+    "\b\n"
+    "Encrypted stores (docs/security.md): the key comes from --key-file PATH or the\n"
+    "environment variable AGENTSESSION_PASSPHRASE, never from the arguments. A key file\n"
+    "holds the passphrase as text (a trailing newline is dropped), or 64 hex digits: a raw key.\n"
     "\n"
     + _examples(
         "agentsession demo",
@@ -430,17 +587,25 @@ _GROUP_EPILOG = (
     "postgresql://... (memory: is refused: every command would see a new, empty store).",
 )
 @click.option(
+    "--key-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The passphrase of an encrypted store, in a file (text; or 64 hex digits: a raw "
+    "key). Default: the environment variable AGENTSESSION_PASSPHRASE. A passphrase is never "
+    "taken as an argument.",
+)
+@click.option(
     "--debug", is_flag=True, help="Show tracebacks on errors, and the debug log (all loggers)."
 )
 @click.version_option(package_name="agentsession")
 @click.pass_context
-def cli(ctx: click.Context, url: str, debug: bool) -> None:
+def cli(ctx: click.Context, url: str, key_file: str | None, debug: bool) -> None:
     """Durable, crash-safe sessions for LLM agents.
 
     Start with `agentsession demo`, then explore what it wrote with `ls`, `show` and
     `messages`.
     """
-    ctx.obj = State(url=url, debug=debug)
+    ctx.obj = State(url=url, debug=debug, key_file=key_file)
     ctx.with_resource(_logging_to_stderr(debug))
 
 
@@ -736,6 +901,127 @@ def rm_command(
                 _json_line({"session_id": sid, "events": counts.get(sid), "deleted": True})
             else:
                 _echo(f"deleted {clean(sid)}")
+            advance()
+
+
+# -- rekey, shred ----------------------------------------------------------------------------
+
+
+def _encrypted_store(state: State, command: str) -> BaseStore:
+    """The global store, which must be encrypted (and its key given) for ``command``."""
+    if not state.secret():
+        raise UsageError(
+            f"{command} needs the store's passphrase (or key): give it with --key-file PATH "
+            f"or {PASSPHRASE_ENV}"
+        )
+    store = state.store()
+    if not store.encrypted:  # (open_existing refuses a plain store given a key: defensive)
+        raise UsageError(f"the store {store.location} is not encrypted")
+    return store
+
+
+@cli.command(
+    "rekey",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession --key-file old.key rekey                      # asks twice, hidden",
+        "agentsession --key-file old.key rekey --new-key-file new.key --json",
+        "AGENTSESSION_PASSPHRASE=... agentsession rekey --new-key-file new.key",
+    ),
+)
+@click.option(
+    "--new-key-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Read the new passphrase from this file (as --key-file: text, or 64 hex digits for "
+    "a raw key). Without it, rekey asks for it twice on a terminal, with hidden input.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@pass_state
+def rekey_command(state: State, new_key_file: str | None, as_json: bool) -> None:
+    """Change an encrypted store's passphrase (or key).
+
+    The current one comes from --key-file or AGENTSESSION_PASSPHRASE and is checked first.
+    One record is rewritten atomically (the store's key, wrapped anew), so it takes the same
+    time however much the store holds, and a crash leaves the old or the new passphrase
+    working. Processes that have the store open keep working."""
+    store = _encrypted_store(state, "rekey")
+    if new_key_file is not None:
+        new = read_key_file(new_key_file)
+    elif _is_terminal(sys.stdin):
+        text = click.prompt(
+            "New passphrase",
+            hide_input=True,
+            confirmation_prompt=True,
+            err=True,
+            type=str,
+        )
+        if not text:
+            raise UsageError("the new passphrase is empty")
+        new = Secret(passphrase=text, source="the terminal")
+    else:
+        raise UsageError(
+            "rekey asks for the new passphrase on a terminal, but stdin is not a terminal: "
+            "give it with --new-key-file PATH"
+        )
+    old = state.secret()
+    store.change_passphrase(old.passphrase, new.passphrase, old_key=old.key, new_key=new.key)
+    if as_json:
+        _json_line({"store": store.location, "changed": True, "new": new.kind})
+    else:
+        _echo(clean(f"changed the {new.kind} of {store.location}"))
+
+
+@cli.command(
+    "shred",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession --key-file store.key shred slack:C002        # asks first on a terminal",
+        "agentsession --key-file store.key shred -y --json slack:C002 cli:demo",
+        "agentsession ls | awk 'NR>1 && /^tmp:/ {print $1}' | agentsession shred -y -",
+    ),
+)
+@click.argument("session_ids", nargs=-1, required=True)
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
+@pass_state
+def shred_command(state: State, session_ids: tuple[str, ...], yes: bool, as_json: bool) -> None:
+    """Destroy the keys of sessions of an encrypted store, so their events can never be read
+    again, here or in any copy of the logs (crypto-shredding; docs/security.md says what stays
+    visible and what a backup of the key records taken before can still open).
+
+    The logs stay (delete them with rm); reading or appending to a shredded session fails.
+    SESSION_IDS may be '-' to read ids from stdin, one per line. On a terminal shred asks
+    first; elsewhere it shreds only with -y/--yes. Nothing is shredded when one of the ids
+    does not exist."""
+    ids, from_stdin = _ids_from(session_ids)
+    if not ids:
+        raise UsageError("no session ids given (stdin was empty)")
+    store = _encrypted_store(state, "shred")
+    missing = [sid for sid in ids if not store.exists(sid)]
+    if missing:
+        raise _not_found(store, missing[0], more=len(missing) - 1)
+    if not yes:
+        if from_stdin or not _is_terminal(sys.stdin):
+            why = "the ids came from stdin" if from_stdin else "stdin is not a terminal"
+            raise UsageError(
+                f"shred destroys keys for good and asks first, but {why}: pass -y/--yes to "
+                f"shred {len(ids)} session(s) without asking"
+            )
+        question = (
+            f"Shred {len(ids)} session(s) for good (their events can never be read again): "
+            f"{_listing(ids)}?"
+        )
+        if not click.confirm(question, default=False, err=True):
+            click.echo("nothing shredded", err=True)
+            raise click.exceptions.Exit(EXIT_ERROR)
+    with _progress(len(ids), "shredding") as advance:
+        for sid in ids:
+            store.shred(sid)
+            if as_json:
+                _json_line({"session_id": sid, "shredded": True})
+            else:
+                _echo(f"shredded {clean(sid)}")
             advance()
 
 
@@ -1236,11 +1522,21 @@ def _same(a: Sequence[Event], b: Sequence[Event]) -> bool:
         "agentsession copy ./.agentsession sqlite:///sessions.db",
         "agentsession copy ./.agentsession postgresql://app@db/agents --skip-existing",
         "agentsession copy ./.agentsession ./backup --id slack:C002",
+        "agentsession copy ./.agentsession ./encrypted --dst-key-file ~/.agentsession-key",
+        "agentsession --key-file ~/.agentsession-key copy ./encrypted ./plain",
     ),
 )
 @click.argument("source")
 @click.argument("destination")
 @click.option("--id", "ids", multiple=True, help="Copy only this session (repeatable).")
+@click.option(
+    "--dst-key-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The destination's passphrase, in a file (as --key-file; default: the environment "
+    "variable AGENTSESSION_DST_PASSPHRASE). A new or empty destination becomes encrypted with "
+    "it; without it the copy is plain. The source's key is the global --key-file.",
+)
 @click.option(
     "--skip-existing",
     is_flag=True,
@@ -1254,6 +1550,7 @@ def copy_command(
     source: str,
     destination: str,
     ids: tuple[str, ...],
+    dst_key_file: str | None,
     skip_existing: bool,
     as_json: bool,
 ) -> None:
@@ -1261,16 +1558,20 @@ def copy_command(
 
     The source must exist (nothing is created there); the destination is created when
     missing. Each session is created in the destination atomically with its first 1000
-    events, the rest follow in batches of 1000."""
+    events, the rest follow in batches of 1000. Encryption is each store's own: the source
+    is opened with the global key (--key-file, AGENTSESSION_PASSPHRASE), the destination with
+    --dst-key-file or AGENTSESSION_DST_PASSPHRASE, so a copy encrypts a plain store, decrypts
+    an encrypted one, or changes its key."""
     _check_url(destination)
-    src = open_existing(source)
+    dst_secret = secret_from(dst_key_file, DST_PASSPHRASE_ENV)
+    src = open_existing(source, **state.secret().options())
     dst: BaseStore | None = None
     try:
         wanted = list(dict.fromkeys(ids)) or [info.id for info in src.list()]
         missing = [sid for sid in wanted if not src.exists(sid)]
         if missing:
             raise _not_found(src, missing[0], more=len(missing) - 1)
-        dst = open_store(destination)
+        dst = _open_store(destination, dst_secret, _DST_KEY_HINT)
         present = [sid for sid in wanted if dst.exists(sid)]
         if present and not skip_existing:
             which = (
@@ -1463,11 +1764,11 @@ def _run_import(
     store: BaseStore | None
     if dry_run:
         try:
-            store = open_existing(url)
+            store = open_existing(url, **state.secret().options())
         except NoStore:
             store = None  # a dry run creates nothing; every session would be new
     else:
-        store = open_store(url)
+        store = state.open_for_writing(url)
     try:
         with _progress(len(source.sessions), "importing") as advance:
 
