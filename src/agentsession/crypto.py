@@ -101,12 +101,17 @@ def _seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
 
 
 def _open(key: bytes, box: bytes, aad: bytes) -> bytes | None:
+    return _open_box(_crypto().AESGCM(key), box, aad)
+
+
+def _open_box(aead: Any, box: bytes, aad: bytes) -> bytes | None:
+    """The plaintext of ``nonce + ciphertext + tag``, or None when it does not open."""
     from cryptography.exceptions import InvalidTag
 
     if len(box) < _NONCE + 16:
         return None
     try:
-        return bytes(_crypto().AESGCM(key).decrypt(box[:_NONCE], box[_NONCE:], aad))
+        return bytes(aead.decrypt(box[:_NONCE], box[_NONCE:], aad))
     except InvalidTag:
         return None
 
@@ -160,15 +165,10 @@ def _session_aad(session_id: str) -> bytes:
     return b"agentsession/session-key/v1\x00" + session_id.encode("utf-8", "surrogatepass")
 
 
-def _event_aad(session_id: str, seq: int, kind: str) -> bytes:
-    return b"\x00".join(
-        (
-            b"agentsession/event/v1",
-            session_id.encode("utf-8", "surrogatepass"),
-            str(seq).encode(),
-            kind.encode("utf-8", "surrogatepass"),
-        )
-    )
+def _event_aad_prefix(session_id: str) -> bytes:
+    """The session's part of every event's associated data; the event's seq and type follow
+    (``<prefix><seq>\\0<type>``)."""
+    return b"agentsession/event/v1\x00" + session_id.encode("utf-8", "surrogatepass") + b"\x00"
 
 
 class _Meta(msgspec.Struct):
@@ -337,7 +337,7 @@ class SessionCipher:
         self._key: bytes | None = None
         self._active: str | None = None
         self._aeads: dict[str, Any] = {}
-        self._aad_prefix = _event_aad(session_id, 0, "")[: -len(b"0\x00")]
+        self._aad_prefix = _event_aad_prefix(session_id)
         self._kinds: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
@@ -383,8 +383,8 @@ class SessionCipher:
         self._active = None
 
     def _aad(self, seq: int, kind: str) -> bytes:
-        """The associated data of the event at ``seq`` of type ``kind`` (see
-        :func:`_event_aad`; the session's part is computed once)."""
+        """The associated data of the event at ``seq`` of type ``kind`` (the session's part,
+        :func:`_event_aad_prefix`, is computed once)."""
         kind_bytes = self._kinds.get(kind)
         if kind_bytes is None:
             kind_bytes = self._kinds[kind] = kind.encode("utf-8", "surrogatepass")
@@ -396,7 +396,7 @@ class SessionCipher:
         if kid is None:
             self._session_key(create=True)
             kid = self._active = self._ring._meta.get(ACTIVE_KIND, self._id) or "k1"
-        aead = self._aeads.get(kid) or self._aead(kid, create=True)
+        aead = self._aead(kid, create=True)
         meta, user = event.meta, event.user
         if meta or user:
             tail = b",%s,%s]" % (encode(meta) if meta else b"{}", encode(user))
@@ -468,15 +468,7 @@ class SessionCipher:
         return f"session {self._id!r} seq {event.seq} in {self._ring._where}"
 
     def _decrypt(self, kid: str, box: bytes, aad: bytes) -> bytes | None:
-        from cryptography.exceptions import InvalidTag
-
-        if len(box) < _NONCE + 16:
-            return None
-        aead = self._aead(kid, create=False)
-        try:
-            return bytes(aead.decrypt(box[:_NONCE], box[_NONCE:], aad))
-        except InvalidTag:
-            return None
+        return _open_box(self._aead(kid, create=False), box, aad)
 
     def sealed_with(self) -> bytes | None:
         """The session key the latest :meth:`seal` used (for :meth:`adopt`)."""

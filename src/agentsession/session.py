@@ -424,26 +424,24 @@ class BaseSession:
         ``expect_seq`` (0: the session has no events yet) at the moment of writing; otherwise
         nothing is written and :class:`~agentsession.errors.ConflictError` is raised.
         """
-        if _trace.enabled:
-            with _trace.span(
-                "agentsession.append", session_id=self._id, backend=_trace.backend_of(self)
-            ) as span:
-                seqs = self._append_batch(events, expect_seq)
-                span.set(events=len(seqs))
-                return seqs
-        return self._append_batch(events, expect_seq)
+        return self._traced_batch(events, expect_seq, prepared=False)
 
     def _append_prepared(self, events: list[Event]) -> list[int]:
         """:meth:`append_many` of events that :meth:`_prepare` returned (the recorder checks
         each event of a batched step when it is recorded, and does not pay for it twice)."""
+        return self._traced_batch(events, None, prepared=True)
+
+    def _traced_batch(
+        self, events: Sequence[Event], expect_seq: int | None, *, prepared: bool
+    ) -> list[int]:
         if _trace.enabled:
             with _trace.span(
                 "agentsession.append", session_id=self._id, backend=_trace.backend_of(self)
             ) as span:
-                seqs = self._append_batch(events, None, prepared=True)
+                seqs = self._append_batch(events, expect_seq, prepared)
                 span.set(events=len(seqs))
                 return seqs
-        return self._append_batch(events, None, prepared=True)
+        return self._append_batch(events, expect_seq, prepared)
 
     def _append_batch(
         self, events: Sequence[Event], expect_seq: int | None, prepared: bool = False

@@ -669,8 +669,10 @@ class JsonlSession(BaseSession):
     def _storage_append(
         self, events: list[Event], marker: int, expect_seq: int | None
     ) -> tuple[list[Event], list[Event]]:
-        bodies = [encode_event(event)[1:] for event in events]
-        last = len(bodies) - 1
+        # Encoded before the lock is taken; an agentkit log is encoded under it (its lines need
+        # the seqs).
+        bodies = None if self._agentkit else [encode_event(event)[1:] for event in events]
+        last = len(events) - 1
         try:
             foreign = self._lock_for_append()
             try:
@@ -690,6 +692,8 @@ class JsonlSession(BaseSession):
                         self._store._write_id_sidecar(self._id, self._path)
                         self._claimed = True
                 else:
+                    if bodies is None:  # the file was emptied and started in our dialect
+                        bodies = [encode_event(event)[1:] for event in events]
                     buf = b"".join(
                         b'{"seq":%d,%s%s\n' % (first + i, _MORE if i < last else b"", body)
                         for i, body in enumerate(bodies)
@@ -1226,11 +1230,9 @@ class JsonlStore(BaseStore):
         sid = unsafe_name(stem)
         if sid is not None or "~" not in stem:
             return sid
-        try:
-            with open(os.path.join(self._root, stem + ID_SUFFIX), "rb") as f:
-                return f.read().decode("utf-8", "surrogatepass")
-        except OSError:
-            return None
+        with contextlib.suppress(StorageError):  # an unreadable id: the file is not listed
+            return self._claimed_by(os.path.join(self._root, name))
+        return None
 
     def _exists(self, session_id: str) -> bool:
         try:

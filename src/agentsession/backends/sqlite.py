@@ -425,31 +425,15 @@ class SqliteSession(BaseSession):
         return self._select(conn, _ROWS, (base + after, base + _MAX_SEQ + 1, -1))
 
     def _storage_open(self) -> tuple[list[Event], bool]:
-        conn = self._store._connection()
-        own = not conn.in_transaction  # an append reloading after a delete is inside its own
-        try:
-            if own:
-                conn.execute("BEGIN")
-            try:
-                head = self._head(conn)
-                if head is None:
-                    events, complete, key = [], True, None
-                else:
-                    key, start, _ = head
-                    events = self._range(conn, key, max(start, 1) - 1)
-                    complete = start <= 1
-                if own:
-                    conn.execute("COMMIT")
-            except BaseException:
-                if own:
-                    _rollback(conn)
-                raise
-        except sqlite3.Error as exc:
-            raise self._error("reading", exc) from exc
-        self._session_key = key
-        return events, complete
+        return self._open_range(tail=False)
 
     def _storage_open_tail(self) -> tuple[list[Event], bool]:
+        return self._open_range(tail=True)
+
+    def _open_range(self, *, tail: bool) -> tuple[list[Event], bool]:
+        """Events from the latest compaction marker on, or (``tail``) only the last
+        :data:`_TAIL_EVENTS` of them, in one read transaction; and whether that is the whole
+        log."""
         conn = self._store._connection()
         own = not conn.in_transaction  # an append reloading after a delete is inside its own
         try:
@@ -461,7 +445,9 @@ class SqliteSession(BaseSession):
                     events, complete, key = [], True, None
                 else:
                     key, start, last = head
-                    after = max(0, last - _TAIL_EVENTS, start - 1)  # never before the marker
+                    after = max(start, 1) - 1  # never before the marker
+                    if tail:
+                        after = max(after, last - _TAIL_EVENTS)
                     events = self._range(conn, key, after)
                     complete = after == 0
                 if own:
