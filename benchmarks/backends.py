@@ -269,69 +269,7 @@ def sdk_fill(path: Path, sessions: int, per_session: list[dict[str, Any]]) -> No
         session.close()
 
 
-# -- PostgreSQL writers -----------------------------------------------------------------------
-
-_WRITER = textwrap.dedent(
-    """
-    import os, sys, time
-    sys.path.insert(0, sys.argv[4])
-    import agentsession as ags
-    from _workload import transcript
-    url, sid, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[5]
-    items = [i for _, i in zip(range(count), transcript(count // 16 + 1))]
-    store = ags.open_store(url)
-    session = store.get(sid)
-    events = [ags.Event.new(k, p, agent="coder") for k, p in items]
-    session.append(ags.Event.new("warm/up"))
-    print("ready", flush=True)
-    while not os.path.exists(go):
-        time.sleep(0.0005)
-    for event in events:
-        session.append(event)
-    print(time.time(), flush=True)  # the end of the appends, before closing and exiting
-    store.close()
-    """
-)
-
-
-def writers(url: str, count: int, per_writer: int, work: Path) -> float:
-    """Wall time for ``count`` processes to each append ``per_writer`` events to its own
-    session, all released together (to the end of the last one's appends)."""
-    go = work / f"go-{uuid.uuid4().hex}"
-    bench_dir = str(Path(__file__).parent)
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                _WRITER,
-                url,
-                f"writer:{n}:{go.name}",
-                str(per_writer),
-                bench_dir,
-                str(go),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(count)
-    ]
-    try:
-        for proc in procs:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        start = time.time()
-        go.write_text("go")
-        ends = []
-        for proc in procs:
-            assert proc.stdout is not None
-            ends.append(float(proc.stdout.readline()))
-            assert proc.wait(timeout=600) == 0
-        return max(ends) - start
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+# -- PostgreSQL -------------------------------------------------------------------------------
 
 
 def postgres_url(dsn: str) -> tuple[str, str]:
@@ -462,6 +400,8 @@ def main() -> None:
 
         pg_rates = None
         if pg_dsn:
+            from postgres import writers  # the writer processes of benchmarks/postgres.py
+
             say("postgresql writers...")
             url, _ = postgres_url(pg_dsn)
             schemas.append(urlsplit(url).query.split("schema=")[-1])
