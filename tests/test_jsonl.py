@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import stat
@@ -11,7 +12,7 @@ import pytest
 
 import agentsession as ags
 from agentsession import CorruptLogError, Event, Message, StoreUnavailable
-from agentsession.backends.jsonl import JsonlSession, JsonlStore
+from agentsession.backends.jsonl import JsonlFileStore, JsonlSession, JsonlStore
 
 
 def line(seq: int, text: str, *, more: bool = False) -> bytes:
@@ -570,3 +571,93 @@ def test_a_corrupt_last_line_of_a_big_log_is_quarantined_on_request(tmp_path: Pa
     session = ags.open_store(tmp_path, on_corrupt="quarantine").get("big")
     assert session.latest_seq == 300
     assert session.append(Event.new("test/n")) == 301
+
+
+# -- list(): created_at from the first line ---------------------------------------------------
+
+
+def timed_line(seq: int, moment: str, filler: int = 0) -> bytes:
+    data = json.dumps({"n": seq, "filler": "x" * filler})
+    return f'{{"seq":{seq},"type":"test/n","time":"{moment}","data":{data}}}\n'.encode()
+
+
+def test_created_at_is_unknown_when_the_first_line_is_longer_than_one_read(
+    tmp_path: Path,
+) -> None:
+    long_first = timed_line(1, "2026-01-01T00:00:00Z", filler=70_000)
+    assert len(long_first) > 64 << 10
+    write_log(tmp_path, "long", long_first, timed_line(2, "2026-01-02T00:00:00Z"))
+    short_first = timed_line(1, "2026-01-03T00:00:00.5Z", filler=60_000)
+    write_log(tmp_path, "short", short_first, timed_line(2, "2026-01-04T00:00:00Z"))
+    store = ags.open_store(tmp_path)
+    infos = {info.id: info for info in store.list()}
+    assert set(infos) == {"long", "short"}
+    assert infos["long"].created_at is None
+    assert infos["long"].last_seq == 2
+    assert infos["long"].size == (tmp_path / "long.jsonl").stat().st_size
+    expected = dt.datetime(2026, 1, 3, 0, 0, 0, 500000, tzinfo=dt.timezone.utc)
+    assert infos["short"].created_at == expected == store.get("short").read()[0].time
+    assert [e.seq for e in store.get("long").read()] == [1, 2]  # the log itself is fine
+    file_store = JsonlFileStore(tmp_path / "long.jsonl")
+    [info] = file_store.list()
+    assert (info.id, info.created_at, info.last_seq) == ("long", None, 2)
+    [info] = JsonlFileStore(tmp_path / "short.jsonl").list()
+    assert info.created_at == expected
+
+
+def test_created_at_steps_over_blank_first_lines_and_not_over_a_torn_one(
+    tmp_path: Path,
+) -> None:
+    write_log(tmp_path, "blanked", b"    \n", timed_line(2, "2026-02-01T00:00:00Z"))
+    write_log(tmp_path, "torn", b'{"seq":1,"type":"test/n","ti')
+    infos = {info.id: info.created_at for info in ags.open_store(tmp_path).list()}
+    assert infos == {"blanked": dt.datetime(2026, 2, 1, tzinfo=dt.timezone.utc), "torn": None}
+
+
+def test_created_at_of_agentkit_logs_is_their_first_lines_time(tmp_path: Path) -> None:
+    first = (
+        b'{"ID":"","Seq":1,"SessionID":"ak","AgentID":"coder","Type":"turn/start","Data":{},'
+        b'"CreatedAt":"2026-03-04T05:06:07.123456789+02:00","UserID":""}\n'
+    )
+    second = first.replace(b'"Seq":1', b'"Seq":2').replace(
+        b"2026-03-04T05:06:07.123456789+02:00", b"2026-03-05T00:00:00Z"
+    )
+    write_log(tmp_path, "ak", first, second)
+    zero = first.replace(b"2026-03-04T05:06:07.123456789+02:00", b"0001-01-01T00:00:00Z")
+    write_log(tmp_path, "zero", zero)
+    store = ags.open_store(tmp_path)
+    infos = {info.id: info.created_at for info in store.list()}
+    expected = dt.datetime(2026, 3, 4, 3, 6, 7, 123456, tzinfo=dt.timezone.utc)
+    assert infos == {"ak": expected, "zero": None}  # Go's zero time is no time
+    assert store.get("ak").read()[0].time == expected
+    assert store.get("zero").read()[0].time is None
+    # A store writing agentkit's dialect reports the time of the first line it wrote.
+    ak_store = ags.open_store(tmp_path / "ak-store", dialect="agentkit")
+    session = ak_store.get("slack:C1")
+    session.append(Event.new("user/message", Message.user("hi")))
+    session.append(Event.new("user/message", Message.user("again")))
+    [info] = ak_store.list()
+    assert info.created_at is not None
+    assert info.created_at == session.read()[0].time
+    [line_one, _] = (tmp_path / "ak-store" / "slack_C1.jsonl").read_bytes().splitlines()
+    assert line_one.startswith(b'{"ID":')
+
+
+def test_compare_and_set_locks_beside_the_entries_and_is_never_an_entry(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        store = ags.open_store(tmp_path / "s")
+        assert store._meta_cas("app", "k", None, "v")
+    finally:
+        os.umask(old)
+    lock = tmp_path / "s" / ".meta" / "app" / ".cas.lock"
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+    assert sorted(p.name for p in lock.parent.iterdir()) == [".cas.lock", "k.json"]
+    assert store._meta_cas("app", "k", "v", None)
+    assert sorted(p.name for p in lock.parent.iterdir()) == [".cas.lock"]
+    assert store.list() == []
+    assert store.meta_get("app", ".cas.lock") is None
+    store.meta_set("app", ".cas.lock", "a key that looks like the lock")
+    assert store._meta_cas("app", ".cas.lock", "a key that looks like the lock", "changed")
+    assert store.meta_get("app", ".cas.lock") == "changed"
+    assert lock.read_bytes() == b""

@@ -51,6 +51,8 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     """The session id."""
     updated_at: _dt.datetime | None = None
     """Time of the last append (UTC), when the backend knows it cheaply."""
+    created_at: _dt.datetime | None = None
+    """Time of the first event (UTC), when the backend knows it cheaply."""
     size: int = 0
     """Bytes used in storage, when the backend knows it (0 otherwise)."""
     last_seq: int = -1

@@ -75,11 +75,17 @@ OnCorrupt = Literal["raise", "quarantine"]
 SUFFIX = ".jsonl"
 LOCK_DIR = ".locks"
 META_DIR = ".meta"
+CAS_LOCK = ".cas.lock"
+"""The lock file in each ``.meta/<kind>/`` directory that compare-and-set holds (``flock``);
+never taken for an entry, whose file name ends in ``.json``."""
 QUARANTINE_SUFFIX = ".quarantine"
 ID_SUFFIX = ".id"
 _MORE = b'"more":true,'
 _CHUNK = 4 << 20
 _BACK_CHUNK = 1 << 20
+_FIRST_LINE_BYTES = 64 << 10
+"""How much of a log's beginning ``list()`` reads for the time of its first event (one read;
+a longer first line leaves ``created_at`` unknown)."""
 _TAIL_BYTES = 64 << 10
 """How much of the end of a log opening a session reads (whole lines): the events that
 ``latest_seq``, a TTL check and a read of recent events need, without the history."""
@@ -121,6 +127,59 @@ def _decode_line(line: bytes) -> Event:
 
         return decode_agentkit_line(line.rstrip(b"\r\n"))
     return decode_event(line)
+
+
+class _LineTime(msgspec.Struct, gc=False):
+    """The one field of an agentsession line that ``list()`` decodes (sealed lines keep it in
+    clear too)."""
+
+    time: _dt.datetime | None = None
+
+
+class _AgentkitLineTime(msgspec.Struct, gc=False):
+    """The one field of an agentkit line that ``list()`` decodes."""
+
+    created_at: str | None = msgspec.field(default=None, name="CreatedAt")
+
+
+_line_time = msgspec.json.Decoder(_LineTime)
+_agentkit_line_time = msgspec.json.Decoder(_AgentkitLineTime)
+
+
+def _line_time_of(line: bytes) -> _dt.datetime | None:
+    """The time of one event line of either dialect, decoding nothing else when it can;
+    raises :class:`msgspec.DecodeError` when the line is not an event."""
+    try:
+        if line[:6] == _AGENTKIT:
+            from ..interop.agentkit import _time_in
+
+            text = _agentkit_line_time.decode(line).created_at
+            return None if text is None else _time_in(text)
+        return _line_time.decode(line).time
+    except msgspec.DecodeError:
+        pass
+    return _decode_line(line).time  # what msgspec refuses (escaped lone surrogates)
+
+
+def _first_time(fd: int) -> _dt.datetime | None:
+    """The time of the file's first event, from one read of its first
+    :data:`_FIRST_LINE_BYTES` (blank lines stepped over); None when that holds no whole line
+    or the line does not decode."""
+    head = os.pread(fd, _FIRST_LINE_BYTES, 0)
+    start = 0
+    while True:
+        end = head.find(b"\n", start)
+        if end == -1:
+            return None  # a first line longer than the read, or a torn one
+        if not _is_blank(head[start:end]):
+            break
+        start = end + 1
+    try:
+        return _line_time_of(head[start:end])
+    except (msgspec.DecodeError, ValueError):
+        return None
+
+
 _SEARCH_SPAN = 64 << 10  # below this many bytes, reading beats seeking
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -1017,6 +1076,39 @@ class JsonlStore(BaseStore):
         stored = self._meta_get(kind, key)
         return value if stored is None else stored
 
+    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        """Compare and set under an exclusive ``flock`` of ``.meta/<kind>/.cas.lock`` (so it is
+        atomic with every other compare-and-set of the kind, in any process); the entry itself
+        is replaced atomically as :meth:`_meta_set` does, so readers never wait. agentkit's
+        own files (dialect ``agentkit``) take the base class's in-process lock."""
+        if self.dialect == "agentkit" and (kind in _AK_SIDECARS or kind == "cli"):
+            return super()._meta_cas(kind, key, expected, new)
+        if self._meta_get(kind, key) != expected:
+            return False  # another value now: no lock needed to say so
+        if new == expected:
+            return True
+        directory = os.path.dirname(self._meta_path(kind, key))
+        lock_path = os.path.join(directory, CAS_LOCK)
+        flags = os.O_RDWR | os.O_CREAT | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK
+        try:
+            _private_dirs(self._root, directory)
+            fd = os.open(lock_path, flags, 0o600)
+        except OSError as exc:
+            raise StorageError(f"cannot open {lock_path}: {exc}") from exc
+        try:
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise StorageError(f"{lock_path} is not a regular file; refusing to use it")
+                _flock(fd, _LOCK_EX)
+            except OSError as exc:
+                raise StorageError(f"cannot lock {lock_path}: {exc}") from exc
+            if self._meta_get(kind, key) != expected:
+                return False
+            self._meta_set(kind, key, new)
+            return True
+        finally:
+            os.close(fd)  # releases the lock
+
     # -- agentkit's layout of the identity mappings (dialect="agentkit") --------------------
     #
     # The active-session map and agent binding live in a directory per key,
@@ -1262,26 +1354,35 @@ class JsonlStore(BaseStore):
             if st.st_size == 0:
                 continue
             updated = _dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, _dt.timezone.utc)
+            last_seq, created = self._peek(entry.path)
             out.append(
                 SessionInfo(
                     id=sid,
                     updated_at=updated,
+                    created_at=created,
                     size=st.st_size,
-                    last_seq=self._peek_last_seq(entry.path),
+                    last_seq=last_seq,
                 )
             )
         return out
 
-    def _peek_last_seq(self, path: str) -> int:
-        """The file's last seq from the head of its last line (-1 when unreadable)."""
+    def _peek(self, path: str) -> tuple[int, _dt.datetime | None]:
+        """The file's last seq, from the head of its last line (-1 when unreadable), and its
+        first event's time, from one read of its beginning (None when unknown)."""
         try:
             fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
         except OSError:
-            return -1
+            return -1, None
         try:
-            return _last_seq(fd, os.fstat(fd).st_size)
-        except OSError:
-            return -1
+            try:
+                last_seq = _last_seq(fd, os.fstat(fd).st_size)
+            except OSError:
+                last_seq = -1
+            try:
+                created = _first_time(fd)
+            except OSError:
+                created = None
+            return last_seq, created
         finally:
             os.close(fd)
 
@@ -1635,12 +1736,14 @@ class JsonlFileStore(JsonlStore):
         if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or not name:
             return []
         updated = _dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, _dt.timezone.utc)
+        last_seq, created = self._peek(self._file)
         return [
             SessionInfo(
                 id=self.session_id,
                 updated_at=updated,
+                created_at=created,
                 size=st.st_size,
-                last_seq=self._peek_last_seq(self._file),
+                last_seq=last_seq,
             )
         ]
 

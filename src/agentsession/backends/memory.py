@@ -20,7 +20,7 @@ from ..locks import ThreadLocker
 from ..session import BaseSession
 from ..store import BaseStore
 
-__all__ = ["MemorySession", "MemoryStore", "open_memory"]
+__all__ = ["MemorySession", "MemoryStore", "MetaInMemory", "open_memory"]
 
 
 class MemorySession(BaseSession):
@@ -93,32 +93,51 @@ class MemorySession(BaseSession):
         return ("memory", str(id(self._store)), self._id)
 
 
-class MemoryStore(BaseStore):
-    """Sessions kept in this process's memory. Opened by ``open_store("memory:")``."""
+class MetaInMemory:
+    """The store's meta primitives over a dict in this process's memory (the memory store's,
+    and a static store's), atomic under ``_meta_lock``. Mixed in before :class:`BaseStore`."""
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._logs: dict[str, list[Event]] = {}
-        self._meta: dict[tuple[str, str], str] = {}
-        self._data_lock = threading.RLock()
-
-    def _make_locker(self) -> ThreadLocker:
-        return ThreadLocker()
+    _meta: dict[tuple[str, str], str]
+    _meta_lock: threading.RLock | threading.Lock
 
     def _meta_get(self, kind: str, key: str) -> str | None:
-        with self._data_lock:
+        with self._meta_lock:
             return self._meta.get((kind, key))
 
     def _meta_set(self, kind: str, key: str, value: str | None) -> None:
-        with self._data_lock:
+        with self._meta_lock:
             if value is None:
                 self._meta.pop((kind, key), None)
             else:
                 self._meta[(kind, key)] = value
 
     def _meta_add(self, kind: str, key: str, value: str) -> str:
-        with self._data_lock:
+        with self._meta_lock:
             return self._meta.setdefault((kind, key), value)
+
+    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        with self._meta_lock:
+            if self._meta.get((kind, key)) != expected:
+                return False
+            if new is None:
+                self._meta.pop((kind, key), None)
+            else:
+                self._meta[(kind, key)] = new
+            return True
+
+
+class MemoryStore(MetaInMemory, BaseStore):
+    """Sessions kept in this process's memory. Opened by ``open_store("memory:")``."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._logs: dict[str, list[Event]] = {}
+        self._meta = {}
+        self._data_lock = threading.RLock()
+        self._meta_lock = self._data_lock  # one lock: delete drops logs and meta together
+
+    def _make_locker(self) -> ThreadLocker:
+        return ThreadLocker()
 
     def _open_session(self, session_id: str) -> MemorySession:
         return MemorySession(self, session_id)
@@ -130,7 +149,9 @@ class MemoryStore(BaseStore):
     def _list_all(self) -> list[SessionInfo]:
         with self._data_lock:
             return [
-                SessionInfo(id=sid, updated_at=log[-1].time, last_seq=log[-1].seq)
+                SessionInfo(
+                    id=sid, updated_at=log[-1].time, created_at=log[0].time, last_seq=log[-1].seq
+                )
                 for sid, log in self._logs.items()
                 if log
             ]

@@ -1143,7 +1143,7 @@ class PostgresStore(BaseStore):
     def _list_all(self) -> builtins.list[SessionInfo]:
         statement = self._sql.list_all
         rows = self._run("listing sessions", lambda conn: conn.execute(statement).fetchall())
-        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2]) for r in rows]
+        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
 
     def list(
         self, prefix: str | None = None, limit: int | None = None, offset: int = 0
@@ -1162,7 +1162,7 @@ class PostgresStore(BaseStore):
         rows = self._run(
             "listing sessions", lambda conn: conn.execute(statement, params).fetchall()
         )
-        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2]) for r in rows]
+        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
 
     def expired(self) -> builtins.list[str]:
         """Ids of the sessions whose last append is older than the TTL (one query)."""
@@ -1243,6 +1243,30 @@ class PostgresStore(BaseStore):
         if row is None:  # deleted between the insert and the read: try again
             return self._meta_add(kind, key, value)
         return str(row[0])
+
+    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        self._check_text(f"{kind} key", key)
+        if new == expected:  # nothing to write (both None: no entry): one read answers
+            return self._meta_get(kind, key) == expected
+        params: tuple[Any, ...]
+        if new is None:
+            assert expected is not None
+            self._check_text(f"{kind} value", expected)
+            statement, params = self._sql.meta_cas_delete, (kind, key, expected)
+        elif expected is None:
+            self._check_text(f"{kind} value", new)
+            statement, params = self._sql.meta_cas_insert, (kind, key, new, self.clock())
+        else:
+            self._check_text(f"{kind} value", expected)
+            self._check_text(f"{kind} value", new)
+            statement = self._sql.meta_cas_update
+            params = (new, self.clock(), kind, key, expected)
+        rowcount = self._run(
+            f"writing {kind} {key!r}",
+            lambda conn: conn.execute(statement, params).rowcount,
+            write=f"the {kind} value may or may not have been written",
+        )
+        return rowcount == 1
 
     def _close(self) -> None:
         with self._held_mutex:

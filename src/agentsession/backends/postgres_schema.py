@@ -370,7 +370,7 @@ WHERE session_id = $1 AND seq > $2::bigint AND seq <= $3::bigint ORDER BY seq
 """
 
 _LIST = """
-SELECT id, updated_at, last_seq FROM {s}.sessions
+SELECT id, updated_at, last_seq, created_at FROM {s}.sessions
 WHERE %(prefix)s::text IS NULL OR starts_with(id, %(prefix)s::text)
 ORDER BY updated_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s
 """
@@ -400,6 +400,9 @@ class Statements:
     meta_set: bytes
     meta_delete: bytes
     meta_add: bytes
+    meta_cas_insert: bytes
+    meta_cas_update: bytes
+    meta_cas_delete: bytes
 
     @classmethod
     def for_schema(cls, schema: str) -> Statements:
@@ -418,7 +421,7 @@ class Statements:
             read=render(_READ),
             read_range=render(_READ_RANGE),
             list=render(_LIST),
-            list_all=render("SELECT id, updated_at, last_seq FROM {s}.sessions"),
+            list_all=render("SELECT id, updated_at, last_seq, created_at FROM {s}.sessions"),
             exists=render("SELECT 1 FROM {s}.sessions WHERE id = %s"),
             last_append=render("SELECT updated_at FROM {s}.sessions WHERE id = %s"),
             expired=render(
@@ -440,5 +443,19 @@ class Statements:
                 "VALUES (%(kind)s, %(key)s, %(value)s, %(now)s) ON CONFLICT (kind, key) "
                 "DO NOTHING RETURNING value) SELECT value FROM ins UNION ALL "
                 "SELECT value FROM {s}.meta WHERE kind = %(kind)s AND key = %(key)s LIMIT 1"
+            ),
+            # Compare-and-set, one statement each; the row count says whether it held. Under
+            # READ COMMITTED an UPDATE or DELETE racing another writer re-checks its WHERE
+            # against the row that writer committed, and the INSERT waits for a racing one.
+            meta_cas_insert=render(
+                "INSERT INTO {s}.meta (kind, key, value, updated_at) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (kind, key) DO NOTHING"
+            ),
+            meta_cas_update=render(
+                "UPDATE {s}.meta SET value = %s, updated_at = %s "
+                "WHERE kind = %s AND key = %s AND value = %s"
+            ),
+            meta_cas_delete=render(
+                "DELETE FROM {s}.meta WHERE kind = %s AND key = %s AND value = %s"
             ),
         )

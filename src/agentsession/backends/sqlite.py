@@ -179,6 +179,24 @@ _ROWS_IF_CURRENT = (
     f"AND EXISTS (SELECT 1 FROM sessions WHERE key = ?1 >> {_SEQ_BITS}) ORDER BY key"
 )
 _CREATE_SESSION = "INSERT INTO sessions (id, created_at) VALUES (CAST(? AS TEXT), ?)"
+# Every session's id, newest event's time and seq, and first event's time: two range seeks
+# per session. ``sessions.created_at`` is when the row was made (the clock of the writer that
+# created it), not the first event's time, which may be given by the caller.
+_LIST_ALL = (
+    "SELECT ss.id, ss.updated_at, ss.last_seq, (SELECT e.time FROM events AS e "
+    f"WHERE e.key > (ss.key << {_SEQ_BITS}) AND e.key < ((ss.key + 1) << {_SEQ_BITS}) "
+    "ORDER BY e.key LIMIT 1) FROM session_summary AS ss"
+)
+_META_WHERE = "kind = CAST(? AS TEXT) AND key = CAST(? AS TEXT)"
+_META_INSERT_IF_ABSENT = (
+    "INSERT OR IGNORE INTO meta (kind, key, value, updated_at) "
+    "VALUES (CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), ?)"
+)
+_META_UPDATE_IF = (
+    "UPDATE meta SET value = CAST(? AS TEXT), updated_at = ? "
+    f"WHERE {_META_WHERE} AND value = CAST(? AS TEXT)"
+)
+_META_DELETE_IF = f"DELETE FROM meta WHERE {_META_WHERE} AND value = CAST(? AS TEXT)"
 _SET_COMPACTION = "UPDATE sessions SET compaction_seq = ? WHERE key = ?"
 _TAIL_EVENTS = 64
 """How many of the latest events opening a session reads (the history loads when needed)."""
@@ -840,16 +858,21 @@ class SqliteStore(BaseStore):
     def _list_all(self) -> list[SessionInfo]:
         conn = self._connection()
         try:
-            rows = _fetchall(conn, "SELECT id, updated_at, last_seq FROM session_summary", ())
+            rows = _fetchall(conn, _LIST_ALL, ())
             return [
-                SessionInfo(id=sid, updated_at=_as_utc(_parse_time(updated)), last_seq=last)
-                for sid, updated, last in rows
+                SessionInfo(
+                    id=sid,
+                    updated_at=_as_utc(_parse_time(updated)),
+                    created_at=_as_utc(_parse_time(created)),
+                    last_seq=last,
+                )
+                for sid, updated, last, created in rows
             ]
         except sqlite3.Error as exc:
             raise self._error("listing the sessions of", exc) from exc
         except (TypeError, ValueError) as exc:
             raise CorruptLogError(
-                f"{self._path}: a session's last event has an unreadable time: {exc}",
+                f"{self._path}: a session's first or last event has an unreadable time: {exc}",
                 path=self._path,
             ) from exc
 
@@ -953,6 +976,27 @@ class SqliteStore(BaseStore):
             raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
         stored = self._meta_get(kind, key)
         return value if stored is None else stored
+
+    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        where = (_text(kind), _text(key))
+        params: tuple[Any, ...]
+        if new == expected:  # nothing to write (both None: no entry): one read answers
+            return self._meta_get(kind, key) == expected
+        if new is None:
+            assert expected is not None
+            statement, params = _META_DELETE_IF, (*where, _text(expected))
+        elif expected is None:
+            statement = _META_INSERT_IF_ABSENT
+            params = (*where, _text(new), _utc_iso(self.clock()))
+        else:
+            statement = _META_UPDATE_IF
+            params = (_text(new), _utc_iso(self.clock()), *where, _text(expected))
+        conn = self._connection()
+        try:
+            with self._write_lock:
+                return conn.execute(statement, params).rowcount == 1
+        except sqlite3.Error as exc:
+            raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
 
 
 def migrate(url: str, **options: Any) -> builtins.list[int]:
