@@ -15,6 +15,7 @@ from typing import IO, Any
 import pytest
 
 import agentsession as ags
+from agentsession.context import with_turn_id
 from agentsession.events import TurnEnd
 from agentsession.validation import provider_errors
 
@@ -151,8 +152,9 @@ def test_the_jsonl_log_holds_each_step_as_one_batch(tmp_path: Path) -> None:
 
 def test_batched_and_unbatched_recordings_store_the_same_turn(store: ags.BaseStore) -> None:
     batched, plain = store.get("batched"), store.get("plain")
-    record_script(batched, batch_steps=True)
-    record_script(plain, batch_steps=False)
+    with with_turn_id("t1"):  # the same turn id in both (by default each turn gets a new one)
+        record_script(batched, batch_steps=True)
+        record_script(plain, batch_steps=False)
     assert batched.messages() == plain.messages()
     assert provider_errors(batched.messages()) == []
 
@@ -203,7 +205,8 @@ def test_an_exception_in_a_batched_step_answers_its_calls_in_the_same_batch(
         ["step/start", "assistant/message", "tool/result", "tool/result", "step/end"]
     ]
     events = session.read()
-    failed = events[-3].payload()
+    assert events[-2].type == "assistant/message"  # the timeout annotation, before turn/end
+    failed = events[-4].payload()
     assert failed.call_id == "c1"
     assert failed.is_error and "TimeoutError: model took too long" in failed.content
     end = events[-1].payload()

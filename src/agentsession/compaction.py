@@ -26,6 +26,14 @@ inside a turn is guessed from the first ``turn/start`` or ``turn/end`` after the
 
 A history cap (lango's ``max_messages``) is the same mechanism with ``kind="prune"``: it keeps
 the most recent whole turns whose messages fit the cap, carrying the current summary forward.
+
+**Compacting up to a message** (lango's ``CompactMessages(key, upToIndex, summary)``):
+``up_to_message=i`` asks for messages ``0..i`` of the derived history (``messages()``, with the
+same agent filter) to be replaced by the summary. A cut only falls on a turn boundary, so when
+message ``i + 1`` does not begin a turn, the cut moves back to the latest boundary before it:
+the rest of that turn stays verbatim (after a summary that may cover it too), and no message
+the caller did not ask to drop is ever dropped. ``i`` naming the last message replaces the
+whole history; a boundary that falls on the first message (nothing to drop) plans nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from .events import TURN_END, TURN_START, USER_MESSAGE, Compaction, Event, compa
 from .messages import Message
 
 __all__ = [
+    "history_start",
     "memory_cutoff_seq",
     "plan_compaction",
     "plan_prune",
@@ -177,6 +186,45 @@ def turn_cuts(events: Sequence[Event], deriver: Deriver) -> list[tuple[int, int]
     return sorted(cuts.items())
 
 
+def history_start(events: Sequence[Event], deriver: Deriver) -> int:
+    """Index in ``events`` of the first event that begins a turn under ``deriver``'s agent
+    filter: a ``turn/start`` or a user message; 0 when none does.
+
+    For a window cut short by the store's ``max_loaded_events``, the history is derived from
+    there on, so that it never opens in the middle of a turn, with tool results whose calls
+    were not loaded (agentkit's ring of loaded events could). When no turn begins among the
+    events (one turn longer than the cap), they are all used rather than none: the deriver
+    leaves out every result whose call was not loaded, so the history opens with the first
+    loaded assistant message, never with a tool result."""
+    for index, event in enumerate(events):
+        if event.type in (TURN_START, USER_MESSAGE) and deriver.passes(event):
+            return index
+    return 0
+
+
+def _keep_turns_for_message(
+    events: Sequence[Event], deriver: Deriver, up_to_message: int, session_id: str
+) -> int | None:
+    """The ``keep_turns`` that replaces messages ``0..up_to_message`` of the derived history,
+    moving the cut back to the latest turn boundary at or before message ``up_to_message + 1``;
+    None when that boundary is the first message (nothing would be dropped)."""
+    if isinstance(up_to_message, bool) or not isinstance(up_to_message, int):
+        raise UsageError(f"up_to_message must be an int, not {up_to_message!r}")
+    total = len(deriver.entries())  # what messages() returns
+    if not 0 <= up_to_message < total:
+        raise UsageError(
+            f"compact index {up_to_message} out of range (have {total} messages) "
+            f"in session {session_id!r}"
+        )
+    if up_to_message + 1 == total:
+        return 0  # the whole history
+    cuts = turn_cuts(events, deriver)
+    before = [position for position, (index, _) in enumerate(cuts) if index <= up_to_message + 1]
+    if not before or cuts[before[-1]][0] == 0:
+        return None
+    return len(cuts) - before[-1]
+
+
 def _tail_from_seq(
     events: Sequence[Event], deriver: Deriver, first_kept_seq: int, session_id: str
 ) -> list[IndexedMessage]:
@@ -210,6 +258,7 @@ def plan_compaction(
     *,
     keep_turns: int | None = None,
     first_kept_seq: int | None = None,
+    up_to_message: int | None = None,
     tokens_before: int = 0,
     kind: str = "summary",
     session_id: str = "",
@@ -217,14 +266,21 @@ def plan_compaction(
     """The marker that replaces the history before a turn boundary by ``summary``, or None
     when there is nothing to drop.
 
-    Give ``keep_turns`` (how many of the latest turns stay verbatim, counting the turns the
-    current marker retained; 0 keeps none) or ``first_kept_seq`` (the first event to keep; it
-    should be a turn boundary). Raises :class:`UsageError` while tool calls are unanswered, and
-    when ``first_kept_seq`` falls among the messages the current marker retained (after its
-    ``first_kept_seq``, before the marker): their own seqs are not recorded.
+    Give one of ``keep_turns`` (how many of the latest turns stay verbatim, counting the turns
+    the current marker retained; 0 keeps none), ``first_kept_seq`` (the first event to keep; it
+    should be a turn boundary) or ``up_to_message`` (the index, in ``deriver``'s messages, of
+    the last message to replace; the cut moves back to a turn boundary, see the module
+    docstring). Raises :class:`UsageError` while tool calls are unanswered, when
+    ``up_to_message`` is not the index of a message (``compact index <i> out of range (have
+    <n> messages)``), and when ``first_kept_seq`` falls among the messages the current marker
+    retained (after its ``first_kept_seq``, before the marker): their own seqs are not
+    recorded.
     """
-    if (keep_turns is None) == (first_kept_seq is None):
-        raise UsageError("compact() needs exactly one of keep_turns and first_kept_seq")
+    given = [v for v in (keep_turns, first_kept_seq, up_to_message) if v is not None]
+    if len(given) != 1:
+        raise UsageError(
+            "compact() needs exactly one of keep_turns, first_kept_seq and up_to_message"
+        )
     if keep_turns is not None and keep_turns < 0:
         raise UsageError(f"keep_turns must be >= 0, not {keep_turns}")
     if kind not in ("summary", "prune"):
@@ -237,6 +293,10 @@ def plan_compaction(
             "before compacting"
         )
     entries = deriver.committed()
+    if up_to_message is not None:
+        keep_turns = _keep_turns_for_message(events, deriver, up_to_message, session_id)
+        if keep_turns is None:
+            return None
     if keep_turns is not None:
         if keep_turns == 0:
             return Compaction(

@@ -34,16 +34,36 @@ user message, the final answer, ``turn/end``) are appended at once, as without b
 * A process killed while a step is buffered loses that step (nothing of it was written), and
   a crash during the write leaves the whole batch or none of it; the turn is left open for
   :mod:`agentsession.recovery`. See "When the recorder batches" in ``docs/architecture.md``.
+
+**Turn ids.** Every turn has an id, ``turn.turn_id``: the context's turn id
+(:func:`agentsession.context.with_turn_id`) when one is set, otherwise a new ``uuid4().hex``.
+Every event the recorder writes carries it in ``event.meta["turn_id"]`` (:data:`META_TURN_ID`;
+it wins over a platform metadata key of that name), and while the turn is open it is the
+context's turn id, so code called inside the turn reads it with
+:func:`agentsession.context.turn_id`. The run id of the context's
+:class:`~agentsession.context.RunContext` is stamped on the ``turn/start`` only, in
+``meta["run_id"]`` (:data:`META_RUN_ID`): a run's turns are found from their ``turn/start``, and
+every other event reaches it through its turn id.
+
+**Timeouts.** A turn that ends because the model's reply timed out gets an assistant message
+saying so (:func:`timeout_annotation`, the same message as ``session.annotate_timeout()``),
+written after the unanswered calls are answered and the open step is closed, and before
+``turn/end``, so the next ``messages()`` shows the model that its previous reply was cut off,
+with the text it had produced so far. See :class:`Turn`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
+from .context import ContextToken, run_context, turn_id, with_turn_id
 from .contract import Session
-from .errors import UsageError
+from .errors import LockTimeout, UsageError
 from .events import (
     ASSISTANT_MESSAGE,
     OVERFLOW_RECOVERY,
@@ -96,7 +116,63 @@ from .messages import Message, Part, ToolCall, ToolResult
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["ContextDefaults", "Step", "Turn", "error_tool_result", "set_context_defaults"]
+__all__ = [
+    "META_RUN_ID",
+    "META_TURN_ID",
+    "TIMEOUT_NOTE",
+    "ContextDefaults",
+    "Step",
+    "Turn",
+    "error_tool_result",
+    "set_context_defaults",
+    "timeout_annotation",
+]
+
+META_TURN_ID: Final = "turn_id"
+"""``event.meta`` key of the id of the turn that recorded the event (every recorded event)."""
+
+META_RUN_ID: Final = "run_id"
+"""``event.meta`` key of the context's run id, on a ``turn/start`` recorded inside a
+:class:`~agentsession.context.RunContext` that has one."""
+
+TIMEOUT_NOTE: Final = "[This response was interrupted due to a timeout]"
+"""The text that tells the model its previous reply timed out (lango's ``AnnotateTimeout``)."""
+
+_TIMEOUT_SEPARATOR: Final = "\n\n---\n"
+
+
+def timeout_annotation(partial: str = "") -> Message:
+    """The assistant message recorded when a reply timed out: ``partial`` (the text produced
+    before the timeout), a ``---`` rule and :data:`TIMEOUT_NOTE`; only the note when
+    ``partial`` is empty (lango v0.6's form; later lango dropped the partial text)."""
+    if not isinstance(partial, str):
+        raise UsageError(f"the partial reply must be a string, not {type(partial).__name__}")
+    text = f"{partial}{_TIMEOUT_SEPARATOR}{TIMEOUT_NOTE}" if partial else TIMEOUT_NOTE
+    return Message.assistant(text)
+
+
+def _new_turn_id() -> str:
+    """``uuid.uuid4().hex``, built without the ``UUID`` object (a third of the cost)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return raw.hex()
+
+
+def _is_timeout(exc: BaseException | None) -> bool:
+    """Whether ``exc`` ending a turn means the reply timed out: a ``TimeoutError``, or on
+    Python 3.10 ``asyncio.TimeoutError`` and ``concurrent.futures.TimeoutError`` (their own
+    classes there, aliases from 3.11 on); not a turn lock that was not taken in time."""
+    if exc is None or isinstance(exc, LockTimeout):
+        return False
+    if isinstance(exc, TimeoutError):
+        return True
+    for module in ("asyncio", "concurrent.futures"):  # never imported here: only if in use
+        loaded = sys.modules.get(module)
+        timeout = getattr(loaded, "TimeoutError", None)
+        if isinstance(timeout, type) and isinstance(exc, timeout):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,6 +210,7 @@ def _message_event(
     """A message event under the turn's storage policy; when the policy shrank the message, its
     size before is kept in ``meta["logical_chars"]``."""
     meta: dict[str, Any] = dict(metadata) if metadata else {}
+    meta[META_TURN_ID] = turn.turn_id  # wins over a platform key of that name
     policy = turn.storage
     if policy is not None:
         logical = estimate_logical_chars(msg)
@@ -198,6 +275,7 @@ class _Recording:
             raise UsageError(f"assistant() needs an assistant message, not role {msg.role!r}")
         seq = turn._append(_message_event(turn, ASSISTANT_MESSAGE, msg))
         turn._calls.extend(msg.tool_calls)
+        turn.partial = ""  # the reply is recorded: nothing of it is pending any more
         return seq
 
     def tool_call(self, call: ToolCall) -> int:
@@ -411,6 +489,41 @@ class Turn(_Recording):
 
     Made by ``session.turn()``. Helpers on the turn record outside any step; ``turn.step()``
     opens a step.
+
+    **Turn id.** :attr:`turn_id` is the context's turn id when one is set
+    (:func:`agentsession.context.with_turn_id`), else a new ``uuid4().hex``; every event the
+    turn records carries it in ``meta["turn_id"]``, and while the turn is open it is the
+    context's turn id (:func:`agentsession.context.turn_id`). So a turn opened inside another
+    (a subagent's turn in its own session) shares the outer turn's id, as it would share
+    lango's trace id; give it its own with ``with with_turn_id(new_id): ...``.
+
+    **Timeouts.** The turn is ended as timed out when a ``TimeoutError`` escapes it (also
+    ``asyncio.TimeoutError`` and ``concurrent.futures.TimeoutError``, which are that class
+    from Python 3.11 on; not :class:`~agentsession.errors.LockTimeout`, a turn lock not taken
+    in time), or when
+    :meth:`timed_out` was called (for a timeout the caller catches itself, or one signalled
+    by another exception class, such as an HTTP client's). Then, after the unanswered calls
+    are answered and the open step is closed, and before ``turn/end``, the recorder writes
+    the assistant message of :func:`timeout_annotation` with :attr:`partial`: the reply text
+    the model had produced so far, kept, followed by the note that it was interrupted. The
+    ``turn/end`` then carries a ``TimeoutError`` (the escaping exception's message, or none)::
+
+        with session.turn() as turn:
+            turn.user(question)
+            try:
+                async with asyncio.timeout(60):
+                    async for delta in model.stream(turn.session.messages()):
+                        turn.partial += delta
+            except TimeoutError:
+                turn.timed_out()            # or let it escape: the same is recorded
+            else:
+                turn.assistant(turn.partial)
+
+    A timeout placed *around* the code that opens the turn (``asyncio.wait_for`` of the
+    whole turn, an ``asyncio.timeout`` block enclosing the ``with``) cancels the turn: what
+    crosses its ``with`` is ``CancelledError``, which is not told apart from any other
+    cancellation, so no annotation is written; put the timeout inside the turn, or call
+    ``session.annotate_timeout(partial)`` after it.
     """
 
     def __init__(
@@ -443,6 +556,16 @@ class Turn(_Recording):
         """Steps completed so far."""
         self.start_seq = 0
         """Seq of this turn's ``turn/start``."""
+        self.turn_id = turn_id() or _new_turn_id()
+        """The turn's id: the context's turn id when one is set, else a new ``uuid4().hex``
+        (stamped on every event as ``meta["turn_id"]``)."""
+        self.partial = ""
+        """The reply text the model has produced and that is not recorded yet (extend it while
+        streaming: ``turn.partial += delta``); recording an assistant message clears it. If
+        the turn times out, the timeout annotation keeps it."""
+        self._timed_out = False
+        self._stamp: dict[str, Any] = {META_TURN_ID: self.turn_id}  # copied by Event.new
+        self._context: ContextToken[str] | None = None
         self._step: Step | None = None
         self._calls: list[ToolCall] = []
         self._open = False
@@ -466,7 +589,7 @@ class Turn(_Recording):
         return seq
 
     def _record(self, type: str, payload: Any) -> int:
-        return self._append(Event.new(type, payload, agent=self.agent))
+        return self._append(Event.new(type, payload, agent=self.agent, meta=self._stamp))
 
     def __enter__(self) -> Turn:
         if self._open:
@@ -483,14 +606,31 @@ class Turn(_Recording):
                 )
             _open_turns[key] = self
         try:
-            start = Event.new(TURN_START, TurnStart(), agent=self.agent)
+            meta = self._stamp
+            run = run_context()
+            if run is not None and run.run_id:
+                meta = {**meta, META_RUN_ID: run.run_id}
+            start = Event.new(TURN_START, TurnStart(), agent=self.agent, meta=meta)
             self.start_seq = self.session.append(start)  # never buffered
         except BaseException:
             with _open_turns_lock:
                 _open_turns.pop(key, None)
             raise
         self._open = True
+        self._context = with_turn_id(self.turn_id)
         return self
+
+    def timed_out(self, partial: str | None = None) -> None:
+        """Mark the turn as ended by a timeout, for a timeout the caller handles itself: when
+        the turn ends, the timeout annotation is written before ``turn/end`` (see
+        :class:`Turn`). ``partial`` replaces :attr:`partial`, the reply text kept in it."""
+        if partial is not None:
+            if not isinstance(partial, str):
+                raise UsageError(
+                    f"the partial reply must be a string, not {type(partial).__name__}"
+                )
+            self.partial = partial
+        self._timed_out = True
 
     def step(self) -> Step:
         """A new step (use as a context manager)."""
@@ -520,6 +660,8 @@ class Turn(_Recording):
         try:
             if exc is not None:
                 self._answer_open_calls(exc)
+            elif self._timed_out:
+                self._answer_open_calls(TimeoutError())
         finally:
             try:
                 if self._step is not None:
@@ -529,9 +671,31 @@ class Turn(_Recording):
                 with _open_turns_lock:
                     if _open_turns.get(_session_key(self.session)) is self:
                         del _open_turns[_session_key(self.session)]
-                error = None if exc is None else TurnError(type(exc).__name__, str(exc))
-                end = TurnEnd(steps=self.steps, error=error)
-                self.session.append(Event.new(TURN_END, end, agent=self.agent))
+                timed_out = self._timed_out or _is_timeout(exc)
+                try:
+                    if timed_out:
+                        annotation = timeout_annotation(self.partial)
+                        self.session.append(_message_event(self, ASSISTANT_MESSAGE, annotation))
+                        self.partial = ""
+                finally:
+                    self._end(exc, timed_out)
+
+    def _end(self, exc: BaseException | None, timed_out: bool) -> None:
+        """Write ``turn/end`` (carrying ``exc``, or a ``TimeoutError`` for a turn marked timed
+        out) and give the context back its turn id from before the turn."""
+        try:
+            if exc is not None:
+                error: TurnError | None = TurnError(type(exc).__name__, str(exc))
+            else:
+                error = TurnError(TimeoutError.__name__) if timed_out else None
+            end = TurnEnd(steps=self.steps, error=error)
+            self.session.append(Event.new(TURN_END, end, agent=self.agent, meta=self._stamp))
+        finally:
+            token, self._context = self._context, None
+            if token is not None:
+                # Exited in another context than it was entered in: nothing to restore there.
+                with contextlib.suppress(ValueError):
+                    token.reset()
 
     def __repr__(self) -> str:
         state = "open" if self._open else "closed"

@@ -29,13 +29,13 @@ import contextvars
 import logging
 import threading
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any, Final, Literal, Protocol
 
 import msgspec
 
 from .. import recorder
 from ..codec import decode, encode
+from ..context import ContextToken
 from ..errors import UsageError
 from .routing import (
     OutboundEvent,
@@ -225,49 +225,24 @@ _current: contextvars.ContextVar[TurnEnvelope] = contextvars.ContextVar(
 )
 
 
-class EnvelopeToken:
+class EnvelopeToken(ContextToken[TurnEnvelope]):
     """The result of changing the current envelope.
 
     Use it in a ``with`` statement to restore the previous envelope on exit, or call
     :meth:`reset`. Ignoring it keeps the change.
     """
 
-    __slots__ = ("_done", "_env", "_token")
-
-    def __init__(self, token: contextvars.Token[TurnEnvelope], env: TurnEnvelope) -> None:
-        self._token = token
-        self._env = env
-        self._done = False
+    __slots__ = ()
 
     @property
     def envelope(self) -> TurnEnvelope:
         """The envelope that was installed."""
-        return self._env
-
-    def reset(self) -> None:
-        """Put back the envelope that was current before; a second call does nothing.
-
-        Must run in the context that made the change (as ``with`` does).
-        """
-        if not self._done:
-            self._done = True
-            _current.reset(self._token)
-
-    def __enter__(self) -> TurnEnvelope:
-        return self._env
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.reset()
+        return self._value
 
 
 def apply_envelope(env: TurnEnvelope) -> EnvelopeToken:
     """Make ``env`` the current envelope (``with apply_envelope(env): …`` restores the old one)."""
-    return EnvelopeToken(_current.set(env), env)
+    return EnvelopeToken(_current, env)
 
 
 def current_envelope() -> TurnEnvelope:
