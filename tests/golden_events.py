@@ -176,3 +176,60 @@ def canonical_events() -> list[ev.Event]:
             )
         )
     return out
+
+
+def child_events() -> list[ev.Event]:
+    """The event types child sessions added (0.3), pinned by ``golden/events-children.jsonl``
+    (version 1 lines, as every other type)."""
+    inherited = [Message.user("plan the trip"), Message.assistant("three options")]
+    payloads: list[tuple[str, object]] = [
+        (
+            ev.SESSION_FORK,
+            ev.SessionFork(
+                parent="s:lead",
+                parent_seq=12,
+                fork_id="0f5e3c9a1b2d4e6f8a7b9c0d1e2f3a4b",
+                agent="researcher",
+                task="compare fares",
+                inherit=2,
+                messages=inherited,
+                max_messages=40,
+                metadata={"ticket": "T-7"},
+            ),
+        ),
+        (
+            ev.SESSION_MERGE,
+            ev.SessionMerge(
+                parent="s:lead",
+                fork_id="0f5e3c9a1b2d4e6f8a7b9c0d1e2f3a4b",
+                parent_seq=15,
+                mode="summary",
+                messages=1,
+            ),
+        ),
+        (
+            ev.SESSION_DISCARD,
+            ev.SessionDiscard(
+                parent="s:lead",
+                fork_id="5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d",
+                parent_seq=17,
+                reason="not needed",
+            ),
+        ),
+    ]
+    return [
+        ev.Event(
+            seq=seq,
+            type=kind,
+            agent="researcher",
+            time=T0 + dt.timedelta(seconds=seq),
+            data=ev.Event.new(kind, payload).data,
+        )
+        for seq, (kind, payload) in enumerate(payloads, start=1)
+    ]
+
+
+def all_event_types_events() -> list[ev.Event]:
+    """Every pinned event: :func:`canonical_events` then :func:`child_events`."""
+    return canonical_events() + child_events()
+

@@ -192,6 +192,7 @@ def test_the_cycle_finder_finds_cycles() -> None:
 
 
 CORE = {
+    "agentsession.children",
     "agentsession.codec",
     "agentsession.compaction",
     "agentsession.contract",

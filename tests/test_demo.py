@@ -54,7 +54,11 @@ def assert_complete(directory: Path) -> None:
             "slack:C001:t:1712345678.9",
             "slack:C002",
             "cli:demo",
+            "cli:demo:child:researcher",
         }
+        [child] = store.children_of("cli:demo")
+        assert (child.id, child.state) == ("cli:demo:child:researcher", "merged")
+        assert store.get("cli:demo").messages()[-1].author == "researcher"
         assert any(e.type == "session/recovery" for e in store.get("slack:C002").read())
         compacted = store.get("slack:C001:t:1712345678.9").read()
         assert compacted[-1].type == "session/compaction"
@@ -114,7 +118,7 @@ def test_the_commands_the_demo_suggests_run(
     result = CliRunner().invoke(cli, ["demo"])
     assert result.exit_code == 0, result.output
     commands = [line.strip() for line in result.stdout.splitlines() if " --store " in line]
-    assert len(commands) == 5
+    assert len(commands) == 6
     for command in commands:
         words = shlex.split(command)
         at = words.index("--store")
@@ -134,7 +138,7 @@ def test_demo_json_summarises_what_it_wrote(tmp_path: Path) -> None:
     summary = json.loads(result.stdout)
     assert summary["store"] == str((tmp_path / "d").resolve())
     assert {s["id"]: s["events"] for s in summary["sessions"]}["slack:C002"] == 23
-    assert len(summary["commands"]) == 5
+    assert len(summary["commands"]) == 6
 
 
 def make_script(directory: Path) -> Path:

@@ -53,6 +53,13 @@ def write_marked(store: ags.BaseStore, session_id: str = "leak:1") -> None:
         turn.user("second question")
         turn.assistant("second answer")
     assert session.compact(f"compaction summary {MARK}", keep_turns=1) is not None
+    # A child session, its record and its parent's children index.
+    child = session.fork(
+        "helper", inherit="all", task=f"child task {MARK}", meta={"m": f"fork meta {MARK}"}
+    )
+    child.update(model=f"model {MARK}")
+    child.merge(f"merged summary {MARK}")
+    session.update(channel_id=f"channel {MARK}", metadata={"k": f"record {MARK}"})
 
 
 def check_marked(store: ags.BaseStore, session_id: str = "leak:1") -> None:
@@ -64,6 +71,13 @@ def check_marked(store: ags.BaseStore, session_id: str = "leak:1") -> None:
     assert f"compaction summary {MARK}" in texts
     assert any(e.user == f"user-id {MARK}" for e in events)
     assert any(e.meta.get("note") == f"meta {MARK}" for e in events)
+    info = store.get(session_id).info()
+    assert (info.channel_id, info.metadata) == (f"channel {MARK}", {"k": f"record {MARK}"})
+    [child] = store.children_of(session_id)
+    assert child.task == f"child task {MARK}"
+    kid = store.get(child.id).info()
+    assert (kid.model, kid.metadata) == (f"model {MARK}", {"m": f"fork meta {MARK}"})
+    assert store.get(session_id).messages()[-1].text == f"merged summary {MARK}"
 
 
 def hits(blobs: dict[str, bytes]) -> dict[str, int]:

@@ -57,7 +57,8 @@ from rich.text import Text
 from . import events as ev
 from . import view
 from ._names import unsafe_name
-from .contract import StoreRecoveryReport
+from .children import ChildInfo
+from .contract import SessionInfo, StoreRecoveryReport
 from .crypto import EncryptionError
 from .errors import (
     ConflictError,
@@ -707,6 +708,87 @@ def _count(n: int | None) -> str:
     return "?" if n is None else str(n)
 
 
+class _TreeRow(msgspec.Struct):
+    """One session of ``ls --tree``: its ``ls`` line, what its parent's children index says
+    of it (None for a session shown at the top), and its children in fork order."""
+
+    id: str
+    events: int | None
+    last_activity: dt.datetime | None
+    size: int | None
+    agent: str | None = None
+    """The subagent working in it, as its parent's index says."""
+    state: str | None = None
+    """``active``, ``merged`` or ``discarded``."""
+    fork_seq: int | None = None
+    """The parent's seq it was forked at."""
+    children: list[_TreeRow] = []
+    """Its child sessions, in fork order."""
+
+
+def _session_tree(store: BaseStore, infos: Sequence[SessionInfo]) -> list[_TreeRow]:
+    """The listed sessions as trees: a listed session is at the top unless it is a child of
+    another listed session. A child the listing left out (``--limit``, ``--prefix``) still
+    shows under its parent, without what only the listing reports (events, size, time)."""
+    listed = {info.id: info for info in infos}
+    # One children_of per listed session: it reads the parent's children index (one meta
+    # entry; the library also checks each active child's own log for its state), so finding
+    # the top sessions never reads every session's events.
+    children: dict[str, list[ChildInfo]] = {sid: store.children_of(sid) for sid in listed}
+    nested = {child.id for kids in children.values() for child in kids}
+    placed: set[str] = set()
+
+    def node(sid: str, fork: ChildInfo | None) -> _TreeRow:
+        placed.add(sid)
+        info = listed.get(sid)
+        kids = children[sid] if sid in children else store.children_of(sid)
+        below: list[_TreeRow] = []
+        for kid in kids:
+            # Once each (a guard against a cycle of reused ids); an unlisted child only when
+            # it still exists (the index may keep an ended child that was deleted alone).
+            if kid.id not in placed and (kid.id in listed or store.exists(kid.id)):
+                below.append(node(kid.id, kid))
+        return _TreeRow(
+            id=sid,
+            events=info.last_seq if info is not None and info.last_seq >= 0 else None,
+            last_activity=info.updated_at if info is not None else None,
+            size=(info.size or None) if info is not None else None,
+            agent=fork.agent if fork is not None else None,
+            state=fork.state if fork is not None else None,
+            fork_seq=fork.fork_seq if fork is not None else None,
+            children=below,
+        )
+
+    trees = [node(info.id, None) for info in infos if info.id not in nested]
+    # Listed sessions no top session reached (only possible through a cycle) go at the top.
+    trees += [node(info.id, None) for info in infos if info.id not in placed]
+    return trees
+
+
+def _tree_lines(trees: Sequence[_TreeRow]) -> list[list[str]]:
+    """The cells of ``ls --tree``, a child indented under its parent (two spaces a level, so
+    the id stays the line's first field)."""
+    table: list[list[str]] = []
+
+    def add(row: _TreeRow, level: int) -> None:
+        table.append(
+            [
+                "  " * level + clean(row.id),
+                _count(row.events),
+                _when(row.last_activity),
+                _size(row.size),
+                clean(row.agent) if row.agent else "-",
+                clean(row.state) if row.state else "-",
+            ]
+        )
+        for child in row.children:
+            add(child, level + 1)
+
+    for tree in trees:
+        add(tree, 0)
+    return table
+
+
 @cli.command(
     "ls",
     context_settings=CONTEXT,
@@ -715,16 +797,41 @@ def _count(n: int | None) -> str:
         "agentsession ls --prefix slack: --limit 20",
         "agentsession ls | awk '{print $1}'      # ids, never shortened",
         "agentsession ls --json | jq -r .id",
+        "agentsession ls --tree                  # child sessions under their parents",
+        "agentsession ls --tree --json | jq '.children[].id'",
     ),
 )
 @click.option("--prefix", default=None, help="Only ids starting with this.")
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many.")
+@click.option(
+    "--tree",
+    is_flag=True,
+    help="Show child sessions (forked for subagents) indented under their parents, in fork "
+    "order, with their agent and state; with --json, one nested object per top session.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_state
-def ls_command(state: State, prefix: str | None, limit: int | None, as_json: bool) -> None:
+def ls_command(
+    state: State, prefix: str | None, limit: int | None, tree: bool, as_json: bool
+) -> None:
     """List sessions, most recently active first (events shows ? when the store cannot tell
-    without reading the session; size shows - when the store does not keep it)."""
+    without reading the session; size shows - when the store does not keep it).
+
+    With --tree, a session forked from another listed session is shown under it instead of
+    at the top, and its children under it (also those --prefix or --limit left out)."""
     store = state.store()
+    if tree:
+        trees = _session_tree(store, store.list(prefix=prefix, limit=limit))
+        if as_json:
+            for top in trees:
+                _json_line(top)
+        elif not trees:
+            _echo(f"no sessions in {clean(store.location)}")
+        else:
+            table = [["id", "events", "last activity (UTC)", "size", "agent", "state"]]
+            for line in _columns(table + _tree_lines(trees), right=(1, 3)):
+                _echo(line)
+        return
     rows = [
         _Row(
             id=info.id,
@@ -848,21 +955,34 @@ def _listing(ids: Sequence[str], limit: int = 10) -> str:
         "agentsession rm slack:C002                 # asks first on a terminal",
         "agentsession rm --dry-run slack:C002 cli:demo",
         "agentsession ls --prefix tmp: | awk 'NR>1 {print $1}' | agentsession rm -y -",
+        "agentsession rm -r --dry-run slack:C002    # with its child sessions, and theirs",
     ),
 )
 @click.argument("session_ids", nargs=-1, required=True)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "-r",
+    "--recursive",
+    is_flag=True,
+    help="Also delete the sessions' child sessions (forked for subagents), and theirs.",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
 @pass_state
 def rm_command(
-    state: State, session_ids: tuple[str, ...], yes: bool, dry_run: bool, as_json: bool
+    state: State,
+    session_ids: tuple[str, ...],
+    yes: bool,
+    recursive: bool,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Delete sessions (their events and everything stored beside them), for good.
 
     SESSION_IDS may be '-' to read ids from stdin, one per line. On a terminal rm asks before
     deleting; elsewhere (a script, ids on stdin) it deletes only with -y/--yes. Nothing is
-    deleted when one of the ids does not exist."""
+    deleted when one of the ids does not exist, nor when one has child sessions and
+    -r/--recursive is not given (with it, each session's whole subtree goes)."""
     ids, from_stdin = _ids_from(session_ids)
     if not ids:
         raise UsageError("no session ids given (stdin was empty)")
@@ -870,38 +990,86 @@ def rm_command(
     missing = [sid for sid in ids if not store.exists(sid)]
     if missing:
         raise _not_found(store, missing[0], more=len(missing) - 1)
-    wanted = set(ids)
+    subtrees = {sid: _descendants(store, sid) for sid in ids}
+    if not recursive:
+        parents = [sid for sid in ids if subtrees[sid]]
+        if parents:
+            first = parents[0]
+            kids = sum(1 for parent in subtrees[first].values() if parent == first)
+            below = len(subtrees[first])
+            deeper = f" ({below} sessions below it in all)" if below > kids else ""
+            others = len(parents) - 1
+            verb = "has" if others == 1 else "have"
+            more = f"; {others} more of the ids given {verb} children too" if others else ""
+            _fail(
+                f"session {first!r} has {kids} child session(s){deeper}{more}: pass "
+                "-r/--recursive to delete them with it (rm -r --dry-run shows what would "
+                "go); nothing deleted"
+            )
+    # An id inside the subtree of another id given goes with that one.
+    inside = {child for sid in ids for child in subtrees[sid]}
+    ids = [sid for sid in ids if sid not in inside]
+    parent_of = {child: parent for sid in ids for child, parent in subtrees[sid].items()}
+    everything = [item for sid in ids for item in (sid, *subtrees[sid])]
+    wanted = set(everything)
     counts: dict[str, int | None] = {
         info.id: info.last_seq if info.last_seq >= 0 else None
         for info in store.list()
         if info.id in wanted
     }
+
+    def child_of(sid: str, before: str) -> str:
+        parent = parent_of.get(sid)
+        return f"{before}child of {clean(parent)}" if parent is not None else ""
+
     if dry_run:
-        for sid in ids:
+        for sid in everything:
             if as_json:
                 _json_line({"session_id": sid, "events": counts.get(sid), "deleted": False})
             else:
-                _echo(f"would delete {clean(sid)} ({_count(counts.get(sid))} events)")
+                events = _count(counts.get(sid))
+                _echo(f"would delete {clean(sid)} ({events} events{child_of(sid, ', ')})")
         return
     if not yes:
         if from_stdin or not _is_terminal(sys.stdin):
             why = "the ids came from stdin" if from_stdin else "stdin is not a terminal"
             raise UsageError(
                 f"rm deletes for good and asks first, but {why}: pass -y/--yes to delete "
-                f"{len(ids)} session(s) without asking (--dry-run shows what would go)"
+                f"{len(everything)} session(s) without asking (--dry-run shows what would go)"
             )
-        question = f"Delete {len(ids)} session(s) for good: {_listing(ids)}?"
+        question = f"Delete {len(everything)} session(s) for good: {_listing(everything)}?"
         if not click.confirm(question, default=False, err=True):
             click.echo("nothing deleted", err=True)
             raise click.exceptions.Exit(EXIT_ERROR)
     with _progress(len(ids), "deleting") as advance:
         for sid in ids:
-            store.delete(sid)
-            if as_json:
-                _json_line({"session_id": sid, "events": counts.get(sid), "deleted": True})
-            else:
-                _echo(f"deleted {clean(sid)}")
+            # The library deletes the children first, so an interrupted rm -r leaves the
+            # parent (and rm -r can be run again), never children without their parent.
+            store.delete(sid, recursive=recursive)
+            for gone in (sid, *subtrees[sid]):
+                if as_json:
+                    _json_line({"session_id": gone, "events": counts.get(gone), "deleted": True})
+                else:
+                    parent = child_of(gone, "")
+                    _echo(f"deleted {clean(gone)}" + (f" ({parent})" if parent else ""))
             advance()
+
+
+def _descendants(store: BaseStore, session_id: str) -> dict[str, str]:
+    """The child sessions of ``session_id``, and theirs, that still exist, each with its
+    parent (in fork order, depth first: the order ``rm`` reports them in). One children
+    index read per session of the subtree."""
+    found: dict[str, str] = {}
+
+    def walk(parent: str) -> None:
+        for child in store.children_of(parent):
+            # The index may keep an ended child that was deleted alone: only what exists.
+            if child.id not in found and child.id != session_id and store.exists(child.id):
+                found[child.id] = parent
+                walk(child.id)
+
+    walk(session_id)
+    return found
 
 
 # -- rekey, shred ----------------------------------------------------------------------------
@@ -1061,6 +1229,24 @@ def _row_markup(row: view.Row, limit: int) -> str:
             f"[bold]subagent {_e(row.subagent)}[/] started{mode} in session "
             f"{_e(row.child_session)}: {task}"
         )
+    if isinstance(row, view.SubagentEndRow) and row.status == "merged":
+        if row.merge_mode == "messages":
+            what = f": {row.merged_messages} message(s) written here"
+        elif row.summary:
+            mode = "as a summary: " if row.merge_mode == "summary" else ""
+            what = f": {mode}{_e(_short(row.summary, limit))}"
+        else:
+            what = ""
+        return (
+            f"[bold]subagent {_e(row.subagent)}[/] merged from session "
+            f"{_e(row.child_session)}{what}"
+        )
+    if isinstance(row, view.SubagentEndRow) and row.status == "discarded":
+        reason = f": {_e(_short(row.summary, limit))}" if row.summary else ""
+        return (
+            f"[bold]subagent {_e(row.subagent)}[/] discarded (session "
+            f"{_e(row.child_session)}, nothing of it written here){reason}"
+        )
     if isinstance(row, view.SubagentEndRow):
         error = f" · [red]{_e(_short(row.error, limit))}[/]" if row.error else ""
         summary = _e(_short(row.summary, limit))
@@ -1068,12 +1254,47 @@ def _row_markup(row: view.Row, limit: int) -> str:
             f"[bold]subagent {_e(row.subagent)}[/] {_e(row.status or 'ended')} "
             f"after {row.steps} step(s): {summary}{error}"
         )
+    if isinstance(row, view.ForkRow):
+        task = f" · task: {_e(_short(row.task, limit))}" if row.task else ""
+        return (
+            f"[bold black on cyan] FORK [/] from session {_e(row.parent)} at its seq "
+            f"{row.parent_seq} for subagent {_e(row.subagent)} · "
+            f"{row.inherited_messages} message(s) inherited{task}"
+        )
+    if isinstance(row, view.MergeRow):
+        what = "a summary" if row.mode == "summary" else f"{row.messages} message(s)"
+        return (
+            f"[bold black on green] MERGED [/] into session {_e(row.parent)}: {what}, "
+            f"ending at its seq {row.parent_seq}"
+        )
+    if isinstance(row, view.DiscardRow):
+        reason = f": {_e(_short(row.reason, limit))}" if row.reason else ""
+        return (
+            f"[bold white on magenta] DISCARDED [/] session {_e(row.parent)} noted it at "
+            f"its seq {row.parent_seq}{reason}"
+        )
     if isinstance(row, view.SkillLoadRow):
         about = f": {_e(_short(row.description, limit))}" if row.description else ""
         return f"[bold]skill {_e(row.name)}[/] loaded{about}"
     if isinstance(row, view.EventRow):
         return f"[dim]{_e(row.type)}{who}: {_e(_short(row.data, limit))}[/]"
     return f"[dim]{_e(row.kind)}{who}[/]"  # a row kind this renderer does not know
+
+
+def _forked_line(fork: view.ForkRow, rows: Sequence[view.Row]) -> str:
+    """The markup of the line under a child session's header: where it was forked from and
+    how it ended (the last merge or discard mark decides, as the library reads it)."""
+    ending = "active (neither merged nor discarded)"
+    for row in rows:
+        if isinstance(row, view.MergeRow):
+            ending = f"merged into it at its seq {row.parent_seq}"
+        elif isinstance(row, view.DiscardRow):
+            ending = f"discarded (noted at its seq {row.parent_seq})"
+    agent = f" for subagent {_e(fork.subagent)}" if fork.subagent else ""
+    return (
+        f"[bold]child of session {_e(fork.parent)}[/], forked at its seq {fork.parent_seq}"
+        f"{agent} · {ending}"
+    )
 
 
 def _transcript(
@@ -1091,6 +1312,8 @@ def _transcript(
         f"[bold]session {_e(session.id)}[/] · {len(events)} events · "
         f"{turns} turns · {_e(session.location)}",
     )
+    if rows and isinstance(rows[0], view.ForkRow):
+        yield "", _forked_line(rows[0], rows)
     for row in rows:
         seq = f"{row.seq:>5}"
         indent = "│ " * row.depth
@@ -1167,16 +1390,32 @@ def _print_transcript(pairs: Iterable[tuple[str, str]]) -> None:
         "agentsession show slack:C002",
         "agentsession show slack:C002 --full | less",
         "agentsession show slack:C002 --json | jq -c 'select(.type == \"tool/result\")'",
+        "agentsession show slack:C002 --json --rows | jq -c 'select(.kind == \"subagent_end\")'",
     ),
 )
 @click.argument("session_id")
 @click.option("--full", is_flag=True, help="Do not shorten long texts and results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw events, one per line.")
+@click.option(
+    "--rows",
+    is_flag=True,
+    help="With --json: print the transcript's rows instead of the events, one JSON object "
+    "per line with snake_case keys and a 'kind' (user_message, fork, merge, ...).",
+)
 @pass_state
-def show_command(state: State, session_id: str, full: bool, as_json: bool) -> None:
-    """Show a session's transcript, grouped by turn and step."""
+def show_command(state: State, session_id: str, full: bool, as_json: bool, rows: bool) -> None:
+    """Show a session's transcript, grouped by turn and step.
+
+    A child session (forked for a subagent) starts with the parent and the parent's seq it
+    was forked at; in a parent, the subagent lines name the child session, to show next."""
+    if rows and not as_json:
+        raise UsageError("--rows goes with --json (it chooses what --json prints)")
     session = state.existing(session_id)
     events = session.read()
+    if rows:
+        rows_out = view.transcript_rows(events, full=full)
+        _write_bytes(b"".join(encode(row) + b"\n" for row in rows_out))
+        return
     if as_json:
         _write_bytes(b"".join(encode_event(event) + b"\n" for event in events))
         return

@@ -467,6 +467,45 @@ class SessionCipher:
     def _where(self, event: Event) -> str:
         return f"session {self._id!r} seq {event.seq} in {self._ring._where}"
 
+    def _value_aad(self, kind: str) -> bytes:
+        return b"agentsession/meta\x00%s\x00%s" % (
+            self._id.encode("utf-8", "surrogatepass"),
+            kind.encode("utf-8", "surrogatepass"),
+        )
+
+    def seal_value(self, kind: str, text: str) -> str:
+        """A meta value of the session (its record, its children index) sealed under the
+        session's key, bound to the session and ``kind``: shredding the session makes it
+        unreadable too."""
+        kid = self._active
+        if kid is None:
+            self._session_key(create=True)
+            kid = self._active = self._ring._meta.get(ACTIVE_KIND, self._id) or "k1"
+        nonce = os.urandom(_NONCE)
+        plain = text.encode("utf-8", "surrogatepass")
+        box = nonce + self._aead(kid, create=True).encrypt(nonce, plain, self._value_aad(kind))
+        return f'{{"sealed":1,"kid":"{kid}","box":"{_b64(box)}"}}'
+
+    def open_value(self, kind: str, text: str) -> str:
+        """The plaintext of a value :meth:`seal_value` made (a value stored before the store
+        was encrypted is returned as it is). Raises :class:`EncryptionError` when it does not
+        open."""
+        if not text.startswith('{"sealed":1,'):
+            return text
+        where = f"the {kind} entry of session {self._id!r} in {self._ring._where}"
+        try:
+            envelope = msgspec.json.decode(text, type=_Envelope)
+        except msgspec.DecodeError:
+            raise EncryptionError(f"{where} is malformed") from None
+        box = _unb64(envelope.box, where)
+        plain = self._decrypt(envelope.kid, box, self._value_aad(kind))
+        if plain is None and self._key is not None:
+            self._drop()
+            plain = self._decrypt(envelope.kid, box, self._value_aad(kind))
+        if plain is None:
+            raise EncryptionError(f"{where} does not open (tampered or moved)")
+        return plain.decode("utf-8", "surrogatepass")
+
     def _decrypt(self, kid: str, box: bytes, aad: bytes) -> bytes | None:
         return _open_box(self._aead(kid, create=False), box, aad)
 

@@ -2,7 +2,8 @@
 
 A fake model decides tool calls from the conversation the way a real one would, and a small
 agent loop records everything through ``session.turn()``. Three conversations run on a JSONL
-store; one runs in a child process that is SIGKILLed in the middle of a tool call. The demo
+store, one of them with a subagent that works in a child session and merges its summary back;
+one runs in a child process that is SIGKILLed in the middle of a tool call. The demo
 then restarts, lets ``store.recover()`` repair the interrupted turn, shows that the history a
 model would see carries the interrupted tool result, compacts the long conversation and prints
 the commands to explore what it wrote.
@@ -41,6 +42,7 @@ AGENT = "demo-coder"
 LONG = "slack:C001:t:1712345678.9"
 SHORT = "cli:demo"
 CRASHED = "slack:C002"
+CHILD = "cli:demo:child:researcher"
 Tool = Callable[..., str]
 
 
@@ -142,14 +144,15 @@ def run_turn(
     text: str,
     model: ScriptedModel,
     tools: dict[str, Tool],
+    agent: str = AGENT,
 ) -> BaseSession:
-    """One turn of the agent loop: record the user message, then let the model call tools until
-    it answers in plain text (at most 6 steps), under the conversation's turn lock."""
+    """One turn of ``agent``'s loop: record the user message, then let the model call tools
+    until it answers in plain text (at most 6 steps), under the conversation's turn lock."""
     session = store.get(session_id)
-    with store.lock(session_id, timeout=10), session.turn(agent=AGENT, user="U-demo") as turn:
+    with store.lock(session_id, timeout=10), session.turn(agent=agent, user="U-demo") as turn:
         turn.user(text)
         for _ in range(6):
-            history = session.messages(agent=AGENT)
+            history = session.messages(agent=agent)
             reply = model.respond(history)
             with turn.step() as step:
                 step.assistant(reply)
@@ -336,7 +339,23 @@ def _run(root: Path, build: Path, directory: str, console: Console) -> DemoResul
         session = run_turn(store, SHORT, "What can you do?", model, tools)
         say(f"   assistant: {escape(session.messages()[-1].text)}\n")
 
-        say("[bold]3.[/] A deploy in another process, killed in the middle of a tool call:")
+        say("[bold]3.[/] A subagent researches in a child session and merges a summary back:")
+        lead = store.get(SHORT)
+        child = lead.fork(
+            "researcher", inherit=2, task="how to parse quoted CSV fields", child_id=CHILD
+        )
+        inherited = len(child.messages())
+        run_turn(store, CHILD, "Search the docs for quoted fields", model, tools, "researcher")
+        finding = store.get(CHILD).messages()[-1].text
+        child.merge(f"Research: {finding}")
+        merged = lead.messages()[-1]
+        say(
+            f"   {escape(CHILD)} inherited {inherited} messages, ran search_docs and merged; "
+            f"{SHORT} now ends with {escape(merged.author)}'s summary: "
+            f"{escape(merged.text)}\n"
+        )
+
+        say("[bold]4.[/] A deploy in another process, killed in the middle of a tool call:")
         pid = _run_crashing_child(build)
         crashed = store.get(CRASHED)
         say(
@@ -346,7 +365,7 @@ def _run(root: Path, build: Path, directory: str, console: Console) -> DemoResul
     finally:
         store.close()
 
-    say("[bold]4.[/] Restart: a fresh store runs recovery before any new turn:")
+    say("[bold]5.[/] Restart: a fresh store runs recovery before any new turn:")
     store = open_store(build)
     try:
         recovery_log = logging.getLogger("agentsession.recovery")
@@ -371,7 +390,7 @@ def _run(root: Path, build: Path, directory: str, console: Console) -> DemoResul
         replies = [m.text for m in session.messages(agent=AGENT)[-3:] if m.role == "assistant"]
         say(f"   next turn, assistant: {escape(' / '.join(r for r in replies if r))}\n")
 
-        say("[bold]5.[/] Compaction of the long conversation, keeping the last two turns:")
+        say("[bold]6.[/] Compaction of the long conversation, keeping the last two turns:")
         long_session = store.get(LONG)
         before = len(long_session.messages(agent=AGENT))
         long_session.compact(
@@ -393,7 +412,8 @@ def _run(root: Path, build: Path, directory: str, console: Console) -> DemoResul
     commands = [
         f"{prefix} {command}"
         for command in [
-            "ls",
+            "ls --tree",
+            f"show {CHILD}",
             f"show {CRASHED}",
             f"show {shlex.quote(LONG)}",
             f"messages {CRASHED} --agent {AGENT}",

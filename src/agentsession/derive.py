@@ -35,12 +35,14 @@ import msgspec
 from .events import (
     ASSISTANT_MESSAGE,
     COMPACTION,
+    SESSION_FORK,
     SKILL_LOAD,
     TOOL_RESULT,
     TURN_CONTINUE,
     USER_MESSAGE,
     Compaction,
     Event,
+    SessionFork,
     SkillLoad,
     TurnContinue,
     compaction_of,
@@ -263,6 +265,11 @@ class Deriver:
             if isinstance(cont, TurnContinue):
                 for msg in cont.messages:
                     self._message(msg, event.seq, msg.role == "user")
+        elif kind == SESSION_FORK:
+            fork = _decode_or_none(event, SessionFork)
+            if isinstance(fork, SessionFork):  # a child's inherited history
+                for msg in fork.messages:
+                    self._message(msg, event.seq, msg.role == "user")
 
     def _start_from(self, data: Compaction, seq: int) -> None:
         self.summary = None if data.summary is None else IndexedMessage(data.summary, seq)
@@ -364,6 +371,19 @@ class Deriver:
         if self._open:
             out.append(self._standin_message())
         out.extend(self._pending)
+        return out
+
+    def settled(self) -> list[IndexedMessage]:
+        """The derived list without an exchange still waiting for results (its assistant
+        message, the results it already has, and the skill loads held behind it): what a
+        child session inherits, since those calls are in flight, not interrupted."""
+        out = list(self._entries)
+        if self._open:
+            for index in range(len(out) - 1, -1, -1):
+                message = out[index].message
+                if message.role == "assistant" and message.tool_calls:
+                    del out[index:]
+                    break
         return out
 
     def messages(self, max_tool_result_bytes: int | None = None) -> list[Message]:

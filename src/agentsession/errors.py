@@ -11,6 +11,7 @@
     ├── SessionExpired                the session outlived the store's TTL
     ├── DuplicateSession              a session with that id already exists
     ├── LockTimeout                   the turn lock was not taken in time (also a ``TimeoutError``)
+    ├── ChildStateError               a child session was already merged or discarded
     └── UsageError                    the caller passed something invalid (also a ``ValueError``)
 
 Driver and operating-system errors are translated into this tree in one place per backend,
@@ -20,6 +21,7 @@ so a caller never needs to import ``sqlite3`` or ``psycopg`` to handle a failure
 from __future__ import annotations
 
 __all__ = [
+    "ChildStateError",
     "EncryptionError",
     "ConflictError",
     "CorruptLogError",
@@ -106,6 +108,17 @@ class LockTimeout(SessionError, TimeoutError):
         )
         self.session_id = session_id
         self.timeout = timeout
+
+
+class ChildStateError(SessionError):
+    """A child session cannot be merged or discarded: it already was (``state`` says which:
+    ``merged`` or ``discarded``), or its parent no longer holds it (``state`` ``orphaned``:
+    the parent was deleted, perhaps created again)."""
+
+    def __init__(self, session_id: str, state: str, message: str = "") -> None:
+        super().__init__(message or f"child session {session_id!r} is {state}")
+        self.session_id = session_id
+        self.state = state
 
 
 class EncryptionError(SessionError):

@@ -39,6 +39,9 @@ __all__ = [
     "RETRY_END",
     "RETRY_START",
     "RUN_FINISH",
+    "SESSION_DISCARD",
+    "SESSION_FORK",
+    "SESSION_MERGE",
     "SESSION_RECOVERY",
     "SKILL_LOAD",
     "STEP_END",
@@ -68,6 +71,9 @@ __all__ = [
     "RetryEnd",
     "RetryStart",
     "RunFinish",
+    "SessionDiscard",
+    "SessionFork",
+    "SessionMerge",
     "SessionRecovery",
     "SkillLoad",
     "StepEnd",
@@ -115,6 +121,9 @@ USAGE: Final = "usage"
 TODO_UPDATE: Final = "todo/update"
 RUN_FINISH: Final = "run/finish"
 SESSION_RECOVERY: Final = "session/recovery"
+SESSION_FORK: Final = "session/fork"
+SESSION_MERGE: Final = "session/merge"
+SESSION_DISCARD: Final = "session/discard"
 SUBAGENT_START: Final = "subagent/start"
 SUBAGENT_END: Final = "subagent/end"
 PERMISSION_REQUEST: Final = "permission/request"
@@ -373,6 +382,65 @@ class SubagentStart(_Payload, frozen=True):
     """Background job id, for asynchronous subagents."""
 
 
+class SessionFork(_Payload, frozen=True):
+    """``session/fork``: the first event of a child session (see ``docs/subagents.md``).
+
+    It records where the child came from and carries the history it inherited, which
+    :meth:`~agentsession.session.BaseSession.messages` shows before the child's own events."""
+
+    parent: str
+    """The parent session id."""
+    parent_seq: int
+    """The parent's latest seq when the child was forked (its history up to there is what
+    the child could inherit)."""
+    fork_id: str
+    """A random id of this fork: the parent's linking events carry it, and a merge is
+    recognised by it when it is retried."""
+    agent: str = ""
+    """The subagent working in the child."""
+    task: str = ""
+    """What the subagent was asked to do."""
+    inherit: int = 0
+    """How many of the parent's messages were asked for (-1: all of them)."""
+    messages: list[Message] = []
+    """The inherited history: the last provider-valid messages of the parent's derived
+    history (never a tool result without its call, never a call without its result)."""
+    max_messages: int = 0
+    """The child's history cap (0: the store's)."""
+    metadata: dict[str, str] = {}
+    """Free metadata given at the fork."""
+
+
+class SessionMerge(_Payload, frozen=True):
+    """``session/merge``: the child's work reached its parent (the last thing a merge
+    writes, after the parent acknowledged its events)."""
+
+    parent: str
+    """The parent session id."""
+    fork_id: str
+    """The fork this merge completes."""
+    parent_seq: int = 0
+    """Seq of the parent's ``subagent/end`` that the merge wrote."""
+    mode: str = ""
+    """``summary`` (one summary message) or ``messages`` (the child's own messages)."""
+    messages: int = 0
+    """How many messages reached the parent."""
+
+
+class SessionDiscard(_Payload, frozen=True):
+    """``session/discard``: the child was discarded; nothing of it reached the parent but a
+    note."""
+
+    parent: str
+    """The parent session id."""
+    fork_id: str
+    """The fork this ends."""
+    parent_seq: int = 0
+    """Seq of the note (``subagent/end``, status ``discarded``) in the parent."""
+    reason: str = ""
+    """Why it was discarded."""
+
+
 class SubagentEnd(_Payload, frozen=True):
     """``subagent/end``: a subagent finished."""
 
@@ -449,6 +517,9 @@ PAYLOAD_TYPES: Final[Mapping[str, type[Any]]] = {
     TODO_UPDATE: TodoUpdate,
     RUN_FINISH: RunFinish,
     SESSION_RECOVERY: SessionRecovery,
+    SESSION_FORK: SessionFork,
+    SESSION_MERGE: SessionMerge,
+    SESSION_DISCARD: SessionDiscard,
     SUBAGENT_START: SubagentStart,
     SUBAGENT_END: SubagentEnd,
     PERMISSION_REQUEST: PermissionRequest,

@@ -152,6 +152,14 @@ class _HeldRegistry:
         _held_here.set(held | {key})
         return TurnLock(self, session_id, handle)
 
+    def held_here(self, session_id: str) -> bool:
+        """Whether this thread (or asyncio task) holds the session's lock through this
+        registry: the holder may write as the lock's owner without taking it again."""
+        with self._mutex:
+            return (id(self), session_id) in _held_here.get() and self._owners.get(
+                session_id
+            ) == _owner()
+
     def holds(self, session_id: str, handle: object) -> bool:
         with self._mutex:
             return self._handles.get(session_id) is handle

@@ -38,11 +38,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import msgspec
 
-from . import _trace
+from . import _trace, children
 from .codec import check_json, encode
 from .compaction import plan_compaction, plan_prune
 from .contract import Durability
@@ -81,6 +81,9 @@ class SessionHost(Protocol):
     ttl: _dt.timedelta | None
     clock: Clock
     max_messages: int | None
+    max_loaded_events: int | None
+    """At most this many of the latest events are loaded to derive the history (None: the
+    whole window); see :meth:`BaseSession._load_window`."""
     _keyring: KeyRing | None
 
 
@@ -116,6 +119,7 @@ def _marker_index(events: Sequence[Event]) -> int:
 
 
 _replace = msgspec.structs.replace
+_FLAT = (str, int, bool)
 _PAYLOAD_DECODERS = {kind: msgspec.json.Decoder(struct) for kind, struct in PAYLOAD_TYPES.items()}
 
 
@@ -134,6 +138,7 @@ class BaseSession:
         ring = store._keyring
         self._cipher: SessionCipher | None = None if ring is None else ring.cipher(session_id)
         self._generation = 0  # counts reloads and resets (a sealed append checks it)
+        self._own_cap: tuple[int, int] | None = None  # (generation, a child's max_messages)
         _live_sessions.add(self)
 
     # -- storage primitives (backends) ----------------------------------------------------
@@ -214,9 +219,40 @@ class BaseSession:
 
     def _load_window(self) -> None:
         """Load the full window (from the latest compaction marker), forgetting everything
-        derived."""
-        events, complete = self._storage_open()
-        self._set_window(self._from_storage(events), complete)
+        derived.
+
+        With the store's ``max_loaded_events`` cap ``N`` and a log longer than ``N`` events,
+        only the latest ``N`` events are ever read: backwards from the tail in doubling spans,
+        stopping at the first span that holds a compaction marker rebuilding the history (the
+        history then starts from it; the older events of that span stay loaded, for the
+        histories of agents the marker does not apply to), or at ``N`` events (the real window
+        is then longer than the cap, and what lies before is not read). A compacted log so
+        reads at most about twice its window, as without the cap."""
+        cap = self._store.max_loaded_events
+        if cap is None or self._latest_seq <= cap:
+            events, complete = self._storage_open()
+            self._set_window(self._from_storage(events), complete)
+            self._full = True
+            return
+        floor = self._latest_seq - cap  # the window never reaches back to this seq
+        events = self._window[bisect.bisect_right(self._window, floor, key=_seq_of) :]
+        start = events[0].seq if events else self._latest_seq + 1
+        span = max(64, self._latest_seq - start + 1)
+        marker = -1  # the tail in memory holds no rebuilding marker, or it would be full
+        while start > floor + 1 and marker < 0:
+            span *= 2
+            after = max(floor, self._latest_seq - span)
+            older = [
+                e
+                for e in self._from_storage(self._storage_read(after, start - 1 - after))
+                if after < e.seq < start
+            ]
+            events[:0] = older
+            start = after + 1
+            marker = _marker_index(older)
+        # Derivers start from the latest marker in the window themselves: the events before
+        # it are kept rather than read again for another agent's history.
+        self._set_window(events, False)
         self._full = True
 
     def _from_storage(self, events: list[Event]) -> list[Event]:
@@ -285,16 +321,21 @@ class BaseSession:
         self._full = True
 
     def _ensure_window_from(self, seq: int) -> None:
-        """Make the window hold every event from ``seq`` on."""
-        if self._window_start <= max(seq, 1):
+        """Make the window hold every event from ``seq`` on; with the store's
+        ``max_loaded_events`` cap, only those among the latest ``max_loaded_events``."""
+        first = max(seq, 1)
+        cap = self._store.max_loaded_events
+        if cap is not None:
+            first = max(first, self._latest_seq - cap + 1)
+        if self._window_start <= first:
             return
         older = [
             e
-            for e in self._from_storage(self._storage_read(max(seq, 1) - 1, None))
+            for e in self._from_storage(self._storage_read(first - 1, self._window_start - first))
             if e.seq < self._window_start
         ]
         self._window[:0] = older
-        self._window_start = max(seq, 1)
+        self._window_start = first
 
     def _refresh(self) -> None:
         self._ingest(self._from_storage(self._storage_refresh()))
@@ -368,7 +409,10 @@ class BaseSession:
             if meta:
                 if type(meta) is not dict:
                     raise UsageError("meta must be a dict")
-                check_json(encode(meta), "meta")
+                # A flat map of strings and integers (the recorder's turn id, logical_chars,
+                # platform ids) is always one valid JSON value: only anything else is checked.
+                if not all(type(k) is str and type(v) in _FLAT for k, v in meta.items()):
+                    check_json(encode(meta), "meta")
         except UsageError as exc:
             raise UsageError(f"session {self._id!r}: the {kind} event's {exc}") from None
         if type(meta) is not dict:
@@ -413,8 +457,8 @@ class BaseSession:
                 self._latest_seq = stored.seq
             else:
                 self._extend((stored,), marker)
-            if store.max_messages and stored.type == USER_MESSAGE:
-                self._apply_cap(store.max_messages)
+            if stored.type == USER_MESSAGE and (cap := self._history_cap()):
+                self._apply_cap(cap)
             return stored.seq
 
     def append_many(self, events: Sequence[Event], *, expect_seq: int | None = None) -> list[int]:
@@ -474,8 +518,8 @@ class BaseSession:
                     f"but it is {self._latest_seq}; nothing was appended"
                 )
             self._extend(stored, marker)
-            if store.max_messages and any(e.type == USER_MESSAGE for e in stored):
-                self._apply_cap(store.max_messages)
+            if any(e.type == USER_MESSAGE for e in stored) and (cap := self._history_cap()):
+                self._apply_cap(cap)
         return [event.seq for event in stored]
 
     def _append_sealed(
@@ -577,8 +621,8 @@ class BaseSession:
     def _build_deriver(self, agent: str | None) -> Deriver:
         self._full_window()
         probe = Deriver(agent)
+        need = 1
         if self._window_start > 1:
-            need = 1
             for event in reversed(self._window):
                 if event.type != COMPACTION or not probe.passes(event):
                     continue
@@ -588,7 +632,16 @@ class BaseSession:
                 need = event.seq if data.rebuilds_history else data.history_starts_at
                 break
             self._ensure_window_from(need)
-        return Deriver.from_events(self._window, agent)
+        events = self._window
+        if need < self._window_start:
+            # The loading cap stopped the window short of where this history starts: derive
+            # from the first turn boundary in it (keeping a legacy marker before that), so the
+            # history never opens inside a turn with results whose calls were not loaded.
+            from .compaction import history_start
+
+            start = history_start(events, probe)
+            events = [e for e in events[:start] if e.type == COMPACTION] + events[start:]
+        return Deriver.from_events(events, agent)
 
     def entries(self, agent: str | None = None) -> list[IndexedMessage]:
         """The derived history with source seqs (what compaction plans its cut on)."""
@@ -599,7 +652,19 @@ class BaseSession:
     def messages(
         self, agent: str | None = None, *, max_tool_result_bytes: int | None = None
     ) -> list[Message]:
-        """The provider-valid, compaction-aware history, updated incrementally."""
+        """The provider-valid, compaction-aware history, updated incrementally.
+
+        ``agent`` filters it (events of that agent and events without one); None gives every
+        agent's messages. The filter is only ever this argument: inside a chat turn envelope
+        that names an agent, ``messages()`` still returns every agent's messages (agentkit took
+        the filter from the envelope), so that the history is a function of the log and the
+        arguments alone; ask for ``messages(agent=current_envelope().agent_id)`` there.
+
+        With the store's ``max_loaded_events`` cap and a window longer than it, the history is
+        derived from the latest ``max_loaded_events`` events only, from the first turn boundary
+        among them (a ``turn/start`` or a user message), with a compaction marker among them
+        honoured as usual (see :attr:`agentsession.store.BaseStore.max_loaded_events`).
+        """
         if _trace.enabled:
             with _trace.span(
                 "agentsession.messages",
@@ -613,6 +678,8 @@ class BaseSession:
         return self._messages(agent, max_tool_result_bytes)
 
     def _messages(self, agent: str | None, max_tool_result_bytes: int | None) -> list[Message]:
+        """:meth:`messages` without tracing: the deriver of the ``agent`` filter (built from the
+        window the first time, capped by ``max_loaded_events``), fed the new events."""
         with self._lock:
             self._refresh()
             return self._deriver(agent).messages(max_tool_result_bytes)
@@ -668,17 +735,29 @@ class BaseSession:
         *,
         keep_turns: int | None = None,
         first_kept_seq: int | None = None,
+        up_to_message: int | None = None,
         tokens_before: int = 0,
         agent: str | None = None,
     ) -> int | None:
         """Replace the history before a turn boundary by ``summary``; returns the marker's seq,
         or None when there was nothing to drop (see :mod:`agentsession.compaction`).
 
-        Give ``keep_turns`` (how many of the latest turns stay verbatim, counting turns an
-        earlier compaction retained) or ``first_kept_seq``. The marker applies to ``agent``'s
-        history (all agents when None). It is appended only if nothing was appended while it
-        was planned (planning again otherwise), so a concurrent turn is never lost. Raises
-        :class:`~agentsession.errors.UsageError` while tool calls are unanswered.
+        Give exactly one of ``keep_turns`` (how many of the latest turns stay verbatim,
+        counting turns an earlier compaction retained), ``first_kept_seq``, or
+        ``up_to_message`` (lango's ``CompactMessages``): the index in ``messages(agent)`` of
+        the last message to replace, inclusive, so messages ``0..up_to_message`` become the
+        summary. The cut falls only on a turn boundary and never separates a tool call from
+        its result: when message ``up_to_message + 1`` does not begin a turn, the cut moves
+        back to the latest boundary before it and the rest of that turn stays verbatim (no
+        message the caller did not ask to drop is dropped; None when that boundary is the
+        first message). An index that names no message raises
+        :class:`~agentsession.errors.UsageError` (``compact index <i> out of range (have <n>
+        messages)``).
+
+        The marker applies to ``agent``'s history (all agents when None). It is appended only
+        if nothing was appended while it was planned (planning again otherwise), so a
+        concurrent turn is never lost. Raises :class:`~agentsession.errors.UsageError` while
+        tool calls are unanswered.
         """
         if isinstance(summary, str):
             summary = Message.user(summary)
@@ -692,6 +771,7 @@ class BaseSession:
                 summary,
                 keep_turns=keep_turns,
                 first_kept_seq=first_kept_seq,
+                up_to_message=up_to_message,
                 tokens_before=tokens_before,
                 session_id=self._id,
             )
@@ -710,9 +790,197 @@ class BaseSession:
 
         return self._append_marker(plan, agent)
 
+    def annotate_timeout(self, partial: str = "", *, agent: str = "") -> int:
+        """Record that the model's reply timed out (lango's ``AnnotateTimeout``, keeping the
+        partial text as lango v0.6 did); returns the seq.
+
+        Appends an assistant message (:func:`agentsession.recorder.timeout_annotation`):
+        ``partial + "\\n\\n---\\n" + TIMEOUT_NOTE`` when ``partial`` is not empty, else
+        :data:`~agentsession.recorder.TIMEOUT_NOTE` alone, so the next :meth:`messages`
+        tells the model that its previous reply was cut off. Tool calls still unanswered get
+        the interrupted stand-in before it in the derived history, so that stays
+        provider-valid. ``agent`` attributes the message (default: none, so every agent's
+        history shows it); the context's turn id, when one is set, is stamped as in a turn.
+        Inside a recorded turn, letting the ``TimeoutError`` escape or calling
+        ``turn.timed_out()`` records the same message (see :class:`~agentsession.recorder.Turn`).
+        """
+        from .context import turn_id
+        from .events import ASSISTANT_MESSAGE
+        from .recorder import META_TURN_ID, timeout_annotation
+
+        current = turn_id()
+        meta = {META_TURN_ID: current} if current else None
+        event = Event.new(ASSISTANT_MESSAGE, timeout_annotation(partial), agent=agent, meta=meta)
+        return self.append(event)
+
+    def _history_cap(self) -> int | None:
+        """The history cap in force: the store's ``max_messages`` and, for a child session,
+        the one it was forked with (the smaller of the two). A child's is read from its first
+        event once per life of the log."""
+        own = self._own_cap
+        if own is None or own[0] != self._generation:
+            generation = self._generation
+            fork = children.fork_of(self)
+            own = self._own_cap = (generation, fork.max_messages if fork is not None else 0)
+        store_cap = self._store.max_messages
+        if own[1] and store_cap:
+            return min(own[1], store_cap)
+        return own[1] or store_cap
+
     def _apply_cap(self, cap: int) -> None:
         """The store's history cap, applied when a new user turn arrived."""
         self.prune(cap)
+
+    # -- child sessions and the session record ---------------------------------------------
+
+    def _host(self) -> children.ChildHost:
+        return cast("children.ChildHost", self._store)
+
+    def _settled_entries(self, agent: str | None) -> tuple[list[IndexedMessage], int]:
+        """The derived history without an exchange still waiting for results, and the latest
+        seq it was derived from."""
+        with self._lock:
+            self._refresh()
+            return self._deriver(agent).settled(), self._latest_seq
+
+    def _last_time(self) -> _dt.datetime | None:
+        """Time of the latest event (None when the log is empty)."""
+        with self._lock:
+            self._refresh()
+            return self._window[-1].time if self._window else None
+
+    def fork(
+        self,
+        agent: str = "",
+        *,
+        inherit: int | Literal["all"] = 0,
+        max_messages: int | None = None,
+        task: str = "",
+        meta: Mapping[str, str] | None = None,
+        parent_agent: str | None = None,
+        child_id: str | None = None,
+    ) -> BaseSession:
+        """Fork a child session for a subagent (lango's ``ForkChild``); returns it.
+
+        The child is a full session of the same store, created atomically with its first
+        event, ``session/fork``, which records this session, its latest seq, ``agent``,
+        ``task``, ``meta`` and the inherited history: the last ``inherit`` messages (``"all"``:
+        every one; 0: none) of this session's derived history for ``parent_agent``, cut so
+        that a tool result never comes without its call and leaving out an exchange whose
+        calls are still waiting for results. The child's :meth:`messages` starts with them and
+        goes on with its own events. This session gets a ``subagent/start`` linking event.
+        ``max_messages`` caps the child's history as the store's ``max_messages`` does (the
+        smaller of the two applies). ``child_id`` defaults to
+        ``<this id>:child:<agent>:<random>``; an existing id raises
+        :class:`~agentsession.errors.DuplicateSession`. Lifecycle hooks are called with a
+        ``fork`` event once everything is written. See ``docs/subagents.md``."""
+        return cast(
+            "BaseSession",
+            children.fork(
+                self._host(),
+                self,
+                agent=agent,
+                inherit=inherit,
+                max_messages=max_messages,
+                task=task,
+                meta=meta,
+                parent_agent=parent_agent,
+                child_id=child_id,
+            ),
+        )
+
+    def merge(
+        self,
+        summary: Message | str | None = None,
+        *,
+        as_author: str | None = None,
+        agent: str | None = None,
+        lock_timeout: float | None = children.DEFAULT_MERGE_LOCK_TIMEOUT,
+    ) -> int:
+        """Merge this child session into its parent (lango's ``MergeChild`` and
+        ``MergeChildAsAuthor``); returns the seq of the parent's ``subagent/end``.
+
+        With a ``summary`` (a message, or text for an assistant message) the parent gets that
+        one message; without, the child's own messages since the fork (never the history it
+        inherited). Messages without an author get ``as_author`` (default: the child's
+        agent); they are recorded under ``agent`` in the parent (default: the
+        ``parent_agent`` the child was forked for). Everything lands in one atomic batch that
+        ends with a ``subagent/end`` (status ``merged``) carrying the fork's id; only after
+        the parent acknowledged it is the child marked merged (``session/merge``).
+
+        It holds the parent's turn lock meanwhile (taken unless this thread already holds it,
+        as a merge run inside the parent's own turn does), waiting ``lock_timeout`` seconds
+        (None: for ever); :class:`~agentsession.errors.LockTimeout` then means nothing was
+        written and the merge can be retried. The lock serialises merges: a retry after a
+        crash between the parent write and the mark finds the ``subagent/end`` and only
+        writes the mark (exactly one copy in the parent), and of two processes merging the
+        same child one merges and the other gets
+        :class:`~agentsession.errors.ChildStateError`, as does merging a child that was
+        merged or discarded, or whose parent was deleted since the fork."""
+        return children.merge(
+            self._host(),
+            self,
+            summary,
+            as_author=as_author,
+            agent=agent,
+            lock_timeout=lock_timeout,
+        )
+
+    def discard(
+        self,
+        reason: str = "",
+        *,
+        lock_timeout: float | None = children.DEFAULT_MERGE_LOCK_TIMEOUT,
+    ) -> int:
+        """Discard this child session: the parent gets a note (``subagent/end``, status
+        ``discarded``, with ``reason``; not part of its derived history), then the child is
+        marked discarded (``session/discard``). Its log stays. Locking, crash safety and
+        errors as :meth:`merge`; returns the seq of the note."""
+        return children.discard(self._host(), self, reason, lock_timeout=lock_timeout)
+
+    @property
+    def parent(self) -> str | None:
+        """The parent session id of a child session (None for a session that was not
+        forked), from its first event."""
+        fork = children.fork_of(self)
+        return None if fork is None else fork.parent
+
+    @property
+    def fork_point(self) -> int | None:
+        """The parent's latest seq when this child was forked (None when not a child)."""
+        fork = children.fork_of(self)
+        return None if fork is None else fork.parent_seq
+
+    def info(self) -> children.SessionRecord:
+        """The session's record: ``created_at`` (its first event's time), ``updated_at`` (the
+        later of its last append and its last :meth:`update`), the attributes lango keeps
+        (agent id, channel type and id, model, metadata) and, for a child, its parent and
+        fork point."""
+        return children.record_of(self._host(), self)
+
+    def update(
+        self,
+        *,
+        agent_id: str | None = None,
+        channel_type: str | None = None,
+        channel_id: str | None = None,
+        model: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> children.SessionRecord:
+        """Change the session's record in one atomic, durable write (compare-and-set, so
+        concurrent updates of different fields never lose each other); returns the record.
+        None leaves a field as it is, ``""`` clears it, and ``metadata`` replaces the whole
+        map. Raises :class:`~agentsession.errors.SessionNotFound` when the session has no
+        events."""
+        return children.update_record(
+            self._host(),
+            self,
+            agent_id=agent_id,
+            channel_type=channel_type,
+            channel_id=channel_id,
+            model=model,
+            metadata=metadata,
+        )
 
     def close(self) -> None:
         """Release open files or connections; the session reopens them when used again."""

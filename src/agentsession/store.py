@@ -16,18 +16,19 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from . import _trace
+from . import _trace, children
 from .codec import utcnow
 from .contract import Durability, SessionInfo, StoreRecoveryReport, check_session_id
 from .crypto import ACTIVE_KIND, SESSION_KIND, STORE_KIND, EncryptionError, KeyRing, check_secret
 from .errors import (
     ConflictError,
     DuplicateSession,
+    SessionError,
     SessionNotFound,
     StoreUnavailable,
     UsageError,
@@ -48,13 +49,23 @@ __all__ = [
     "register_backend",
 ]
 
-SESSION_META_KINDS: tuple[str, ...] = ("bind", SESSION_KIND, ACTIVE_KIND)
+SESSION_META_KINDS: tuple[str, ...] = (
+    "bind",
+    SESSION_KIND,
+    ACTIVE_KIND,
+    children.RECORD_KIND,
+    children.CHILDREN_KIND,
+)
 """Meta namespaces keyed by session id, whose entries are deleted with their session (the chat
 layer's agent binding lives in ``bind``; an encrypted store's session keys in
-``crypto-session`` and ``crypto-active``, so deleting a session also destroys its key)."""
+``crypto-session`` and ``crypto-active``, so deleting a session also destroys its key; the
+session record in ``record``; a parent's children index in ``children``)."""
 
 
 _live_stores: weakref.WeakSet[BaseStore] = weakref.WeakSet()
+
+_FALLBACK_CAS_LOCK = threading.Lock()
+_META_UPDATE_RETRIES = 1000
 
 
 def _after_fork_in_child() -> None:
@@ -94,6 +105,7 @@ class BaseStore:
         max_messages: int | None = None,
         passphrase: str | None = None,
         key: bytes | None = None,
+        max_loaded_events: int | None = None,
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
@@ -105,6 +117,14 @@ class BaseStore:
             raise UsageError(f"cache_idle_ttl must be positive, not {cache_idle_ttl}")
         if max_messages is not None and max_messages < 1:
             raise UsageError(f"max_messages must be >= 1 or None, not {max_messages}")
+        if max_loaded_events is not None and (
+            isinstance(max_loaded_events, bool)
+            or not isinstance(max_loaded_events, int)
+            or max_loaded_events < 1
+        ):
+            raise UsageError(
+                f"max_loaded_events must be an int >= 1 or None, not {max_loaded_events!r}"
+            )
         check_secret(passphrase, key)
         # Kept only until the key ring is unlocked (_unlock), then dropped.
         self._secret: tuple[str | None, bytes | None] | None = (passphrase, key)
@@ -114,6 +134,24 @@ class BaseStore:
         self.max_messages = max_messages
         """History cap: at a new user turn, older whole turns beyond this many derived
         messages are dropped from the history by a prune compaction (never deleted)."""
+        self.max_loaded_events = max_loaded_events
+        """Loading cap (agentkit's ``MaxLoadedEvents``; None, the default: no cap): when a
+        session object loads its window (the events since its latest compaction marker, or the
+        whole log; the first ``messages()``, ``entries()``, ``compact()`` or ``prune()`` after
+        opening), it reads at most this many of the latest events, so opening a huge
+        uncompacted log never loads all of it.
+
+        When the window is longer, ``messages()`` (and ``entries()``, ``compact()``,
+        ``prune()``) sees the history derived from those latest ``max_loaded_events`` events
+        only: it starts at the first turn boundary among them (a ``turn/start`` or a user
+        message, so it never opens with tool results whose calls were not loaded; when no
+        turn begins among them, at the first assistant message, the results whose calls were
+        not loaded left out), and a compaction marker among them is honoured as usual; a
+        marker older than them is not seen (its summary is not in the history), and no
+        agent's history reaches back before them. Events appended afterwards extend the
+        loaded window as usual. A session object that holds its events already (it appended
+        them to a log that was empty when it opened it, or loaded them before) is not cut
+        back. ``read()`` still returns every stored event."""
         self.durability: Durability = durability
         """What an acknowledged append survives (see :data:`Durability`)."""
         self.ttl = ttl
@@ -126,6 +164,7 @@ class BaseStore:
         self._cache_lock = threading.Lock()
         self._closed = False
         self._held_locks: _HeldRegistry | None = None
+        self._hooks: builtins.list[children.LifecycleHook] = []
         _live_stores.add(self)
 
     # -- backend primitives ---------------------------------------------------------------
@@ -177,6 +216,40 @@ class BaseStore:
             self._meta_set(kind, key, value)
             return value
         return current
+
+    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        """Compare and set: store ``new`` (None removes the entry) only when the stored value
+        is ``expected`` (None: no entry); True when it was (or when it already held ``new``
+        and ``expected == new``), False when the stored value was another.
+
+        Backends make it atomic across threads and processes (the building block of the
+        session record and the children index); this default is atomic only within one
+        process."""
+        with _FALLBACK_CAS_LOCK:
+            if self._meta_get(kind, key) != expected:
+                return False
+            if new != expected:
+                self._meta_set(kind, key, new)
+            return True
+
+    def _meta_update(
+        self, kind: str, key: str, change: Callable[[str | None], str | None]
+    ) -> str | None:
+        """Read, change and write one entry atomically (a compare-and-set loop): ``change``
+        gets the stored value (None: no entry) and returns the new one (None removes it); it
+        may run more than once when other writers change the entry meanwhile. Returns the
+        value stored."""
+        for _ in range(_META_UPDATE_RETRIES):
+            current = self._meta_get(kind, key)
+            wanted = change(current)
+            if wanted == current:
+                return current
+            if self._meta_cas(kind, key, current, wanted):
+                return wanted
+        raise ConflictError(
+            f"the {kind} entry {key!r} kept changing while it was updated "
+            f"({_META_UPDATE_RETRIES} tries)"
+        )
 
     @property
     def location(self) -> str:
@@ -328,11 +401,22 @@ class BaseStore:
             raise SessionNotFound(sid, f"no session {sid!r} in {self.location}")
         return self.get(sid)
 
-    def create(self, session_id: str, events: Sequence[Event]) -> BaseSession:
+    def create(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        agent_id: str | None = None,
+        channel_type: str | None = None,
+        channel_id: str | None = None,
+        model: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> BaseSession:
         """A new session whose log starts with ``events`` (at least one), written atomically
         only if the session has no events yet: raises
         :class:`~agentsession.errors.DuplicateSession` when it exists (also when another
-        process created it first)."""
+        process created it first). The keyword arguments, when given, are written to the
+        session's record (see :meth:`BaseSession.update`) right after its events."""
         self._check_open()
         sid = check_session_id(session_id)
         if isinstance(events, Event):
@@ -349,7 +433,44 @@ class BaseStore:
             raise DuplicateSession(
                 sid, f"session {sid!r} already exists in {self.location}"
             ) from None
+        fields = (agent_id, channel_type, channel_id, model, metadata)
+        if any(field is not None for field in fields):
+            session.update(
+                agent_id=agent_id,
+                channel_type=channel_type,
+                channel_id=channel_id,
+                model=model,
+                metadata=metadata,
+            )
         return session
+
+    # -- child sessions --------------------------------------------------------------------
+
+    def children_of(self, parent_id: str) -> builtins.list[children.ChildInfo]:
+        """The child sessions forked from ``parent_id``, in fork order (lango's
+        ``ChildrenOf``; empty for a session without children or that does not exist). Read
+        from the parent's children index (one meta entry), not from every session; a child
+        that was deleted since is left out. See :meth:`BaseSession.fork`."""
+        self._check_open()
+        return children.children_of(self, check_session_id(parent_id))
+
+    def add_lifecycle_hook(self, hook: children.LifecycleHook) -> None:
+        """Call ``hook`` with a :class:`~agentsession.children.LifecycleEvent` after every
+        fork, merge and discard made through this store (lango's ``WithLifecycleHook``), once
+        what it reports is durable. An exception in a hook is logged (logger
+        ``agentsession``) and does not undo the write or reach the caller."""
+        if not callable(hook):
+            raise UsageError(f"a lifecycle hook must be callable, not {hook!r}")
+        with self._cache_lock:
+            self._hooks = [*self._hooks, hook]
+
+    def remove_lifecycle_hook(self, hook: children.LifecycleHook) -> None:
+        """Stop calling ``hook`` (nothing happens when it was not added)."""
+        with self._cache_lock:
+            self._hooks = [h for h in self._hooks if h is not hook]
+
+    def _lifecycle_hooks(self) -> builtins.list[children.LifecycleHook]:
+        return self._hooks  # replaced, never changed in place: safe to iterate
 
     def exists(self, session_id: str) -> bool:
         """Whether the session has at least one event."""
@@ -371,13 +492,23 @@ class BaseStore:
         end = None if limit is None else offset + limit
         return infos[offset:end]
 
-    def delete(self, session_id: str) -> bool:
-        """Delete the session's events and everything stored beside them; True if it existed.
+    def delete(self, session_id: str, *, recursive: bool = False) -> bool:
+        """Delete the session's events and everything stored beside them (its record, its
+        children index); True if it existed.
 
-        A session object still held elsewhere starts over from seq 1 when appended to again.
+        With ``recursive``, its child sessions (and theirs) are deleted first. Without, they
+        stay, as sessions of their own: a child whose parent is gone can no longer be merged
+        or discarded (:class:`~agentsession.errors.ChildStateError`), even when a new session
+        takes the parent's id. A session object still held elsewhere starts over from seq 1
+        when appended to again.
         """
         self._check_open()
         sid = check_session_id(session_id)
+        if recursive:
+            for child in children.children_of(self, sid):
+                self.delete(child.id, recursive=True)
+        if self._exists(sid):
+            self._forget_child(sid)
         with self._cache_lock:
             entry = self._cache.pop(self._cache_key(sid), None)
         if entry is not None:
@@ -386,6 +517,19 @@ class BaseStore:
         if self._keyring is not None:
             self._keyring.forget(sid)
         return deleted
+
+    def _forget_child(self, session_id: str) -> None:
+        """Take a child that is being deleted out of its parent's index (even when it expired).
+        A log that cannot be opened (shredded, corrupt) never stops a delete: its entry stays,
+        and ``children_of`` skips it once the child is gone."""
+        try:
+            probe = self._open_session(session_id)
+        except SessionError:
+            return
+        try:
+            children.forget(self, probe)
+        finally:
+            probe.close()
 
     def expired(self) -> builtins.list[str]:
         """Ids of the sessions whose last append is older than the TTL (empty without TTL)."""
@@ -586,7 +730,9 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     database file or schema raises :class:`~agentsession.errors.StoreUnavailable` saying there
     is no store there, and nothing is created). ``options`` go to the backend:
     ``durability`` (``"flush"`` or ``"fsync"``), ``ttl`` (a ``timedelta``),
-    ``max_cached_sessions``, ``cache_idle_ttl``, ``clock``, ``max_messages``; for JSONL
+    ``max_cached_sessions``, ``cache_idle_ttl``, ``clock``, ``max_messages``,
+    ``max_loaded_events`` (derive each session's history from at most its latest N events,
+    from the first turn boundary among them: see :attr:`BaseStore.max_loaded_events`); for JSONL
     ``on_corrupt`` (``"raise"`` or ``"quarantine"``) and ``max_open_files``; for SQLite
     ``busy_timeout`` (seconds a writer waits for another, default 30); for
     PostgreSQL ``schema``, ``pool_min_size``, ``pool_max_size``, ``lock_pool_max_size``,

@@ -141,6 +141,9 @@ from ..events import (
     RETRY_END,
     RETRY_START,
     RUN_FINISH,
+    SESSION_DISCARD,
+    SESSION_FORK,
+    SESSION_MERGE,
     SESSION_RECOVERY,
     SKILL_LOAD,
     STEP_END,
@@ -165,6 +168,7 @@ __all__ = [
     "AGENTKIT_LINE_PREFIX",
     "AGENTKIT_MAX_LINE_BYTES",
     "EVENT_KEYS",
+    "AGENTSESSION_ONLY_TYPES",
     "EVENT_TYPES",
     "EVENT_TYPE_TABLE",
     "EXTENSION_KEYS",
@@ -247,6 +251,11 @@ EVENT_TYPE_TABLE: Final[tuple[tuple[str, str, str], ...]] = (
 )
 """Every agentkit event type (``agentkit/events.go``): Go constant, agentkit string,
 agentsession type. All 27 have an agentsession type of the same string."""
+
+AGENTSESSION_ONLY_TYPES: Final = (SESSION_FORK, SESSION_MERGE, SESSION_DISCARD)
+"""agentsession's event types that agentkit has no equivalent of (child sessions). In its
+dialect they are written under the same type string, which agentkit keeps as it is and leaves
+out of its derived history."""
 
 EVENT_TYPES: Final[Mapping[str, str]] = {ak: ours for _, ak, ours in EVENT_TYPE_TABLE}
 """agentkit event type string → agentsession event type."""

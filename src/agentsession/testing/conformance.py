@@ -37,6 +37,10 @@ from ..errors import (
 from ..events import Event, decode
 from ..messages import Message, ToolCall, ToolResult
 from ..store import BaseStore
+from ._processes import OPEN as _OPEN
+from ._processes import child_env as _child_env
+from ._processes import run_released
+from .children import ChildSessionConformance
 
 __all__ = [
     "FakeClock",
@@ -61,18 +65,6 @@ class FakeClock:
         self.now += dt.timedelta(**delta)
 
 
-_CHILD_KEY = "AGENTSESSION_CONFORMANCE_KEY"
-"""The environment variable that hands an encrypted store's key (hex) to the children."""
-
-_OPEN = (
-    "import os\n"
-    "_key = os.environ.get('AGENTSESSION_CONFORMANCE_KEY')\n"
-    "_options = {'key': bytes.fromhex(_key)} if _key else {}\n"
-)
-
-
-def _child_env(key: bytes | None) -> dict[str, str] | None:
-    return None if key is None else {**os.environ, _CHILD_KEY: key.hex()}
 
 
 _APPENDER = _OPEN + textwrap.dedent(
@@ -97,27 +89,7 @@ def run_children(
 ) -> None:
     """Start one Python child per argument list running the appender, release them together,
     and wait; every child is killed if anything goes wrong."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _APPENDER, *a],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=_child_env(key),
-        )
-        for a in args
-    ]
-    try:
-        time.sleep(0.2)
-        go_file.write_text("go")
-        deadline = time.monotonic() + timeout
-        for proc in procs:
-            _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            assert proc.returncode == 0, err.decode(errors="replace")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    run_released(_APPENDER, args, go_file, timeout, key)
 
 
 _LOCK_HOLDER = _OPEN + textwrap.dedent(
@@ -234,7 +206,7 @@ def _payloads(events: list[Event]) -> list[Any]:
     return [decode(e.data) for e in events]
 
 
-class StoreConformance:
+class StoreConformance(ChildSessionConformance):
     """Subclass per backend and implement :meth:`make_store`."""
 
     durable: bool = True
@@ -1240,3 +1212,120 @@ class StoreConformance:
             store.get("cm").append(Event.new("test/n"))
         with pytest.raises(UsageError):
             store.list()
+
+    # -- compare-and-set meta, created_at --------------------------------------------------
+
+    def test_meta_cas_sets_only_over_the_expected_value(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        kind = "conformance-cas"
+        assert store._meta_cas(kind, "k", None, None)  # no entry, none expected
+        assert store._meta_cas(kind, "k", None, "one")  # absent -> set
+        assert store._meta_get(kind, "k") == "one"
+        for expected, new in [(None, "two"), ("wrong", "two"), (None, None), ("wrong", None)]:
+            assert not store._meta_cas(kind, "k", expected, new), (expected, new)
+            assert store._meta_get(kind, "k") == "one"
+        assert store._meta_cas(kind, "k", "one", "one")  # already held: True, nothing written
+        assert store._meta_cas(kind, "k", "one", "two")
+        assert store._meta_get(kind, "k") == "two"
+        assert not store._meta_cas(kind, "k", "one", "three")  # stale expected
+        assert store._meta_get(kind, "k") == "two"
+        assert store._meta_cas(kind, "k", "two", None)  # delete with the expected value
+        assert store._meta_get(kind, "k") is None
+        assert store._meta_cas(kind, "k", None, None)
+        assert not store._meta_cas(kind, "k", "two", None)  # already gone
+        assert not store._meta_cas(kind, "k", "two", "three")
+        assert store._meta_get(kind, "k") is None
+        assert store._meta_cas(kind, "other", None, "kept")
+        assert store._meta_get(kind, "k") is None  # keys stay apart
+        assert store.list() == []  # no entry (nor a lock beside one) is ever a session
+        other = self.reopen(store, tmp_path)
+        try:
+            assert other._meta_get(kind, "other") == "kept"
+            assert not other._meta_cas(kind, "other", None, "late")
+            assert other._meta_cas(kind, "other", "kept", None)
+            assert store._meta_get(kind, "other") is None
+        finally:
+            if other is not store:
+                other.close()
+
+    def test_meta_update_from_many_threads_loses_no_increment(self, store: BaseStore) -> None:
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                for _ in range(50):
+                    store._meta_update(
+                        "conformance-cas", "threads", lambda v: str(int(v or "0") + 1)
+                    )
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert store._meta_get("conformance-cas", "threads") == "200"
+
+    def test_meta_update_from_four_processes_loses_no_increment(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        """Four processes each add 1 to one counter 50 times through ``_meta_update`` (a
+        compare-and-set loop): every increment lands, so the backend's compare-and-set is
+        atomic across processes."""
+        if not self.shared_across_processes:
+            pytest.skip("this backend's data is not shared between processes")
+        counter = _OPEN + textwrap.dedent(
+            """
+            import os, sys, time
+            import agentsession as ags
+            url, go, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+            store = ags.open_store(url, **_options)
+            while not os.path.exists(go):
+                time.sleep(0.001)
+            for _ in range(count):
+                store._meta_update(
+                    "conformance-cas", "counter", lambda v: str(int(v or "0") + 1)
+                )
+            store.close()
+            """
+        )
+        go = tmp_path / "go-meta-counter"
+        args = [[store.url, str(go), "50"]] * 4
+        run_released(counter, args, go, 180.0, self.encryption_key)
+        assert store._meta_get("conformance-cas", "counter") == "200"
+
+    def test_list_reports_the_first_events_time_as_created_at(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        given = dt.datetime(2025, 5, 6, 7, 8, 9, 123456, tzinfo=dt.timezone.utc)
+        store.get("created:stamped").append(Event.new("test/n", {"n": 0}))
+        store.get("created:given").append_many(
+            [Event.new("test/n", {"n": 0}, time=given), Event.new("test/n", {"n": 1})]
+        )
+        reader = self.reopen(store, tmp_path)
+        try:
+            stamped = reader.get("created:stamped").read()[0].time
+            assert stamped is not None and stamped != given
+            expected = {"created:stamped": stamped, "created:given": given}
+
+            def created() -> dict[str, dt.datetime | None]:
+                return {info.id: info.created_at for info in store.list()}
+
+            assert created() == expected
+            time.sleep(0.01)
+            store.get("created:stamped").append(Event.new("test/n", {"n": 1}))
+            store.get("created:given").append(
+                Event.new("test/n", {"n": 2}, time=given + dt.timedelta(days=1))
+            )
+            assert created() == expected  # later appends never move it
+            assert {i.id: i.created_at for i in reader.list()} == expected
+            assert store.delete("created:given")
+            later = given + dt.timedelta(days=2, microseconds=1)
+            store.get("created:given").append(Event.new("test/n", {"n": 0}, time=later))
+            assert created() == {**expected, "created:given": later}  # a new life, a new time
+        finally:
+            if reader is not store:
+                reader.close()

@@ -30,7 +30,10 @@ __all__ = [
     "AnyRow",
     "AssistantMessageRow",
     "CompactionRow",
+    "DiscardRow",
     "EventRow",
+    "ForkRow",
+    "MergeRow",
     "RecoveryRow",
     "Row",
     "RunFinishRow",
@@ -265,6 +268,9 @@ class SubagentStartRow(Row, frozen=True, kw_only=True, tag="subagent_start"):
     """True when the parent did not wait for it."""
     job_id: str = ""
     """Background job id, for asynchronous subagents."""
+    fork_id: str = ""
+    """The fork's id when the child was forked with ``session.fork`` (the event's meta
+    ``fork_id``); "" otherwise."""
 
 
 class SubagentEndRow(Row, frozen=True, kw_only=True, tag="subagent_end"):
@@ -276,15 +282,73 @@ class SubagentEndRow(Row, frozen=True, kw_only=True, tag="subagent_end"):
     child_session: str = ""
     """The subagent's session id."""
     status: str = ""
-    """How it ended."""
+    """How it ended: ``completed``, ``failed``, ...; for a forked child, ``merged`` (its work
+    was written here) or ``discarded`` (only this note was)."""
     summary: str = ""
-    """What it reported back (a preview unless ``full``)."""
+    """What it reported back (a preview unless ``full``); for a discarded child, why it was
+    discarded."""
     steps: int = 0
     """Steps it ran."""
     error: str = ""
     """Failure text, when it failed."""
     job_id: str = ""
     """Background job id, for asynchronous subagents."""
+    fork_id: str = ""
+    """The fork this ends (the event's meta ``fork_id``), for a forked child; "" otherwise."""
+    merge_mode: str = ""
+    """For a merge: ``summary`` (one summary message) or ``messages`` (the child's own
+    messages) was written here before this event; "" otherwise."""
+    merged_messages: int = 0
+    """For a merge: how many messages it wrote here."""
+
+
+class ForkRow(Row, frozen=True, kw_only=True, tag="fork"):
+    """``session/fork``: this session is a child, forked from a parent session (its first
+    event)."""
+
+    kind: ClassVar[str] = "fork"
+    parent: str = ""
+    """The parent session id."""
+    parent_seq: int = 0
+    """The parent's latest seq when the child was forked."""
+    fork_id: str = ""
+    """The fork's id (the parent's ``subagent/start`` and ``subagent/end`` carry it)."""
+    subagent: str = ""
+    """The subagent working in the child."""
+    task: str = ""
+    """What it was asked to do (a preview unless ``full``)."""
+    inherited_messages: int = 0
+    """How many of the parent's messages the child inherited."""
+
+
+class MergeRow(Row, frozen=True, kw_only=True, tag="merge"):
+    """``session/merge``: this child's work was written into its parent."""
+
+    kind: ClassVar[str] = "merge"
+    parent: str = ""
+    """The parent session id."""
+    parent_seq: int = 0
+    """Seq of the parent's ``subagent/end`` that the merge wrote."""
+    fork_id: str = ""
+    """The fork this merge completes."""
+    mode: str = ""
+    """``summary`` (one summary message) or ``messages`` (the child's own messages)."""
+    messages: int = 0
+    """How many messages reached the parent."""
+
+
+class DiscardRow(Row, frozen=True, kw_only=True, tag="discard"):
+    """``session/discard``: this child was discarded; its parent got only a note."""
+
+    kind: ClassVar[str] = "discard"
+    parent: str = ""
+    """The parent session id."""
+    parent_seq: int = 0
+    """Seq of the note (``subagent/end``, status ``discarded``) in the parent."""
+    fork_id: str = ""
+    """The fork this ends."""
+    reason: str = ""
+    """Why it was discarded (a preview unless ``full``)."""
 
 
 class SkillLoadRow(Row, frozen=True, kw_only=True, tag="skill_load"):
@@ -335,6 +399,9 @@ AnyRow: TypeAlias = (
     | RecoveryRow
     | SubagentStartRow
     | SubagentEndRow
+    | ForkRow
+    | MergeRow
+    | DiscardRow
     | SkillLoadRow
     | RunFinishRow
     | EventRow
@@ -363,6 +430,18 @@ def _thinking(message: Message, full: bool) -> tuple[str, int]:
     if not text:
         return "", 0
     return (text if full else f"(thinking: {len(text)} chars)"), len(text)
+
+
+def _meta_text(event: Event, key: str) -> str:
+    """A text the event's meta holds under ``key`` ("" when absent or not a string)."""
+    value = event.meta.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _meta_count(event: Event, key: str) -> int:
+    """A count the event's meta holds under ``key`` (0 when absent or not a count)."""
+    value = event.meta.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 class _Nesting:
@@ -494,6 +573,7 @@ def _row(event: Event, nest: _Nesting, full: bool) -> Row:
             task=_preview(sub.task, full),
             background=sub.async_,
             job_id=sub.job_id,
+            fork_id=_meta_text(event, "fork_id"),
             **base,
         )
     if kind == ev.SUBAGENT_END:
@@ -507,6 +587,42 @@ def _row(event: Event, nest: _Nesting, full: bool) -> Row:
             steps=done.steps,
             error=done.error,
             job_id=done.job_id,
+            fork_id=_meta_text(event, "fork_id"),
+            merge_mode=_meta_text(event, "mode"),
+            merged_messages=_meta_count(event, "messages"),
+            **base,
+        )
+    if kind == ev.SESSION_FORK:
+        fork = event.decode(ev.SessionFork)
+        return ForkRow(
+            depth=depth,
+            parent=fork.parent,
+            parent_seq=fork.parent_seq,
+            fork_id=fork.fork_id,
+            subagent=fork.agent,
+            task=_preview(fork.task, full),
+            inherited_messages=len(fork.messages),
+            **base,
+        )
+    if kind == ev.SESSION_MERGE:
+        merge = event.decode(ev.SessionMerge)
+        return MergeRow(
+            depth=depth,
+            parent=merge.parent,
+            parent_seq=merge.parent_seq,
+            fork_id=merge.fork_id,
+            mode=merge.mode,
+            messages=merge.messages,
+            **base,
+        )
+    if kind == ev.SESSION_DISCARD:
+        dropped = event.decode(ev.SessionDiscard)
+        return DiscardRow(
+            depth=depth,
+            parent=dropped.parent,
+            parent_seq=dropped.parent_seq,
+            fork_id=dropped.fork_id,
+            reason=_preview(dropped.reason, full),
             **base,
         )
     if kind == ev.SKILL_LOAD:

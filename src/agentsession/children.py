@@ -1,0 +1,799 @@
+"""Child sessions for subagents: fork, merge, discard, and the session record.
+
+A **child session** is a full session of the same store (its own durable log, recoverable,
+listable) that a subagent works in. Its first event, ``session/fork``
+(:class:`~agentsession.events.SessionFork`), records the parent, the parent seq it was forked
+at, the agent and the history it inherited; the parent gets a ``subagent/start`` linking event
+that names the child. Merging writes the child's work into the parent (a summary, or the
+child's own messages) and only then marks the child merged (``session/merge``); discarding
+writes a note into the parent and marks the child discarded (``session/discard``).
+
+Crash safety rests on two facts: a parent event that ends a fork (``subagent/end`` with the
+fork's ``fork_id`` in its meta) is written in one batch with everything the merge adds, and a
+merge or discard looks for that event before writing one. A process killed between the parent
+write and the child's mark therefore leaves a child that a retried merge completes (it writes
+the mark, not a second copy). Merges and discards of one parent's children are serialised by
+the parent's turn lock, so of two processes merging the same child exactly one writes and the
+other gets :class:`~agentsession.errors.ChildStateError`.
+
+The children of a parent are indexed in the store's meta table (namespace ``children``, keyed
+by the parent id, one JSON list in fork order, updated by compare-and-set), so
+``store.children_of(parent)`` reads one entry, never every session. The entry is deleted with
+the parent. The session record (``session.info()``, ``session.update()``) is the meta entry
+``record``/<session id> beside the log; see ``docs/subagents.md`` and ``docs/format.md``.
+
+This module sits below ``session`` and ``store`` in the module graph: it works on what it is
+handed through the small protocols below, never importing either.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as _dt
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+from .codec import encode
+from .contract import check_session_id
+from .crypto import KeyRing
+from .derive import IndexedMessage
+from .errors import (
+    ChildStateError,
+    DuplicateSession,
+    SessionError,
+    SessionNotFound,
+    UsageError,
+)
+from .events import (
+    ASSISTANT_MESSAGE,
+    SESSION_DISCARD,
+    SESSION_FORK,
+    SESSION_MERGE,
+    SUBAGENT_END,
+    SUBAGENT_START,
+    TOOL_RESULT,
+    USER_MESSAGE,
+    Event,
+    SessionDiscard,
+    SessionFork,
+    SessionMerge,
+    SubagentEnd,
+    SubagentStart,
+)
+from .locks import TurnLock, _HeldRegistry
+from .messages import Message
+
+__all__ = [
+    "CHILDREN_KIND",
+    "DEFAULT_MERGE_LOCK_TIMEOUT",
+    "RECORD_KIND",
+    "ChildInfo",
+    "ChildState",
+    "LifecycleEvent",
+    "LifecycleHook",
+    "SessionRecord",
+]
+
+log = logging.getLogger("agentsession")
+
+CHILDREN_KIND = "children"
+"""Meta namespace of the children index: key = parent id, value = a JSON list of the
+parent's children in fork order (deleted with the parent)."""
+
+RECORD_KIND = "record"
+"""Meta namespace of the session record: key = session id, value = a JSON object with the
+record's attributes (deleted with the session)."""
+
+DEFAULT_MERGE_LOCK_TIMEOUT = 30.0
+"""Seconds a merge or discard waits for the parent's turn lock by default."""
+
+ChildState = Literal["active", "merged", "discarded"]
+"""Where a child stands: working, merged into its parent, or discarded."""
+
+_FORK_ID = "fork_id"
+"""The meta key that ties a parent's linking events to their fork."""
+
+
+class ChildInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A child session as ``store.children_of(parent)`` reports it."""
+
+    id: str
+    """The child session id."""
+    parent: str
+    """The parent session id."""
+    agent: str = ""
+    """The subagent working in the child."""
+    task: str = ""
+    """What it was asked to do."""
+    fork_seq: int = 0
+    """The parent's latest seq when the child was forked."""
+    fork_id: str = ""
+    """The fork's random id (carried by the parent's linking events)."""
+    state: ChildState = "active"
+    """``active``, ``merged`` or ``discarded``."""
+    created_at: _dt.datetime | None = None
+    """When the child was forked (UTC)."""
+
+
+class LifecycleEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """What a lifecycle hook is called with (lango's ``SessionLifecycleEvent``)."""
+
+    type: Literal["fork", "merge", "discard"]
+    """What happened."""
+    child_id: str
+    """The child session."""
+    parent_id: str
+    """Its parent."""
+    agent: str = ""
+    """The child's agent."""
+    parent_seq: int = 0
+    """Seq of the event written in the parent (``subagent/start`` or ``subagent/end``)."""
+
+
+LifecycleHook = Callable[[LifecycleEvent], None]
+"""A callback for forks, merges and discards, called after the events are durable."""
+
+
+class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's record: the attributes kept beside its log (lango's session row), read
+    with ``session.info()`` and changed with ``session.update()``."""
+
+    id: str
+    """The session id."""
+    created_at: _dt.datetime | None = None
+    """Time of the session's first event (UTC); None while it has none."""
+    updated_at: _dt.datetime | None = None
+    """The later of its last append and its last record update (UTC)."""
+    agent_id: str = ""
+    """The agent the session belongs to."""
+    channel_type: str = ""
+    """The chat platform, for example ``slack`` or ``telegram``."""
+    channel_id: str = ""
+    """The channel or conversation id on that platform."""
+    model: str = ""
+    """The model the session talks to."""
+    metadata: dict[str, str] = {}
+    """Free string metadata."""
+    parent: str = ""
+    """The parent session id, for a child session ("" otherwise)."""
+    fork_seq: int = 0
+    """The parent's seq the child was forked at (0 for a session that is not a child)."""
+
+
+class _StoredRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The record's attributes as the meta entry holds them."""
+
+    agent_id: str = ""
+    channel_type: str = ""
+    channel_id: str = ""
+    model: str = ""
+    metadata: dict[str, str] = {}
+    updated_at: _dt.datetime | None = None
+
+
+class _IndexEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One child in its parent's index."""
+
+    id: str
+    fork_id: str
+    agent: str = ""
+    task: str = ""
+    fork_seq: int = 0
+    parent_agent: str = ""
+    state: ChildState = "active"
+    created_at: _dt.datetime | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# What this module needs from sessions and stores (BaseSession and BaseStore provide it).
+
+
+class _Session(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def latest_seq(self) -> int: ...
+
+    def read(self, after: int = 0, limit: int | None = None) -> builtins.list[Event]: ...
+
+    def append(self, event: Event) -> int: ...
+
+    def append_many(
+        self, events: Sequence[Event], *, expect_seq: int | None = None
+    ) -> builtins.list[int]: ...
+
+    def entries(self, agent: str | None = None) -> builtins.list[IndexedMessage]: ...
+
+    def _settled_entries(
+        self, agent: str | None
+    ) -> tuple[builtins.list[IndexedMessage], int]: ...
+
+    def _last_time(self) -> _dt.datetime | None: ...
+
+
+class ChildHost(Protocol):
+    """What child sessions and the session record need from a store (``BaseStore``)."""
+
+    clock: Callable[[], _dt.datetime]
+    _keyring: KeyRing | None
+
+    def get(self, session_id: str) -> Any: ...
+
+    def create(self, session_id: str, events: Sequence[Event]) -> Any: ...
+
+    def exists(self, session_id: str) -> bool: ...
+
+    def lock(self, session_id: str, timeout: float | None = None) -> TurnLock: ...
+
+    def _locks(self) -> _HeldRegistry: ...
+
+    def _meta_get(self, kind: str, key: str) -> str | None: ...
+
+    def _meta_update(
+        self, kind: str, key: str, change: Callable[[str | None], str | None]
+    ) -> str | None: ...
+
+    def _lifecycle_hooks(self) -> builtins.list[LifecycleHook]: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Meta values, sealed under the session's key in an encrypted store.
+
+
+def _read_value(store: ChildHost, kind: str, session_id: str) -> str | None:
+    raw = store._meta_get(kind, session_id)
+    ring = store._keyring
+    if raw is None or ring is None:
+        return raw
+    return ring.cipher(session_id).open_value(kind, raw)
+
+
+def _update_value(
+    store: ChildHost, kind: str, session_id: str, change: Callable[[str | None], str | None]
+) -> None:
+    """``store._meta_update`` of a value kept in plaintext, or sealed when the store is
+    encrypted (a sealed value is only rewritten when its plaintext changes)."""
+    ring = store._keyring
+    if ring is None:
+        store._meta_update(kind, session_id, change)
+        return
+    cipher = ring.cipher(session_id)
+
+    def sealed(raw: str | None) -> str | None:
+        plain = None if raw is None else cipher.open_value(kind, raw)
+        wanted = change(plain)
+        if wanted == plain:
+            return raw
+        return None if wanted is None else cipher.seal_value(kind, wanted)
+
+    store._meta_update(kind, session_id, sealed)
+
+
+# ---------------------------------------------------------------------------------------------
+# The children index.
+
+_index_decoder = msgspec.json.Decoder(builtins.list[_IndexEntry])
+
+
+def _index(store: ChildHost, parent_id: str) -> builtins.list[_IndexEntry]:
+    return _decode_index(_read_value(store, CHILDREN_KIND, parent_id))
+
+
+def _decode_index(raw: str | None) -> builtins.list[_IndexEntry]:
+    if raw is None:
+        return []
+    return _index_decoder.decode(raw.encode())
+
+
+def _encode_index(entries: builtins.list[_IndexEntry]) -> str | None:
+    return encode(entries).decode() if entries else None
+
+
+def _index_add(store: ChildHost, parent_id: str, entry: _IndexEntry) -> None:
+    def change(raw: str | None) -> str | None:
+        entries = _decode_index(raw)
+        if any(e.id == entry.id for e in entries):
+            raise DuplicateSession(
+                entry.id, f"session {parent_id!r} already has a child {entry.id!r}"
+            )
+        return _encode_index([*entries, entry])
+
+    _update_value(store, CHILDREN_KIND, parent_id, change)
+
+
+def _index_change(
+    store: ChildHost,
+    parent_id: str,
+    child_id: str,
+    fork_id: str,
+    state: ChildState | None,
+) -> None:
+    """Set a child's state in its parent's index (None: remove it)."""
+
+    def change(raw: str | None) -> str | None:
+        out = []
+        for e in _decode_index(raw):
+            if e.id == child_id and e.fork_id == fork_id:
+                if state is None:
+                    continue
+                e = msgspec.structs.replace(e, state=state)
+            out.append(e)
+        return _encode_index(out)
+
+    _update_value(store, CHILDREN_KIND, parent_id, change)
+
+
+def children_of(store: ChildHost, parent_id: str) -> builtins.list[ChildInfo]:
+    """The children of ``parent_id`` in fork order (empty for an unknown parent). A child
+    that was deleted (or whose fork never completed) is left out; an active one is checked
+    against its log, so a crash between a merge's mark and the index update still reports
+    the truth."""
+    out = []
+    for entry in _index(store, parent_id):
+        state: ChildState = entry.state
+        if not store.exists(entry.id):
+            continue  # deleted by a process killed before it cleaned the index, or not made yet
+        if state == "active":
+            child = store.get(entry.id)
+            fork = fork_of(child)
+            if fork is None or fork.fork_id != entry.fork_id:
+                continue  # the id was deleted and reused for another session
+            state = _tail_state(child)
+        out.append(
+            ChildInfo(
+                id=entry.id,
+                parent=parent_id,
+                agent=entry.agent,
+                task=entry.task,
+                fork_seq=entry.fork_seq,
+                fork_id=entry.fork_id,
+                state=state,
+                created_at=entry.created_at,
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fork.
+
+
+def fork_of(session: _Session) -> SessionFork | None:
+    """The ``session/fork`` payload of a child session (None for a session that is not one)."""
+    first = session.read(0, 1)
+    if not first or first[0].type != SESSION_FORK:
+        return None
+    try:
+        return first[0].decode(SessionFork)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def inheritable(entries: Sequence[IndexedMessage], inherit: int) -> builtins.list[Message]:
+    """The last ``inherit`` messages of a settled derived history (-1: all; see
+    :meth:`~agentsession.derive.Deriver.settled`), cut so that they never start with a tool
+    result whose call was cut off."""
+    msgs = [entry.message for entry in entries]
+    if inherit >= 0:
+        msgs = msgs[len(msgs) - inherit :] if inherit else []
+    while msgs and msgs[0].role == "tool":
+        msgs.pop(0)
+    return msgs
+
+
+def _check_text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise UsageError(f"{name} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _check_metadata(metadata: object) -> dict[str, str]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise UsageError("metadata must be a mapping of strings to strings")
+    return dict(metadata)
+
+
+def fork(
+    store: ChildHost,
+    parent: _Session,
+    *,
+    agent: str,
+    inherit: int | Literal["all"],
+    max_messages: int | None,
+    task: str,
+    meta: Mapping[str, str] | None,
+    parent_agent: str | None,
+    child_id: str | None,
+) -> Any:
+    """Create a child of ``parent`` (see :meth:`agentsession.session.BaseSession.fork`)."""
+    agent = _check_text("agent", agent)
+    task = _check_text("task", task)
+    metadata = _check_metadata(meta)
+    if inherit == "all":
+        count = -1
+    elif isinstance(inherit, int) and not isinstance(inherit, bool) and inherit >= 0:
+        count = inherit
+    else:
+        raise UsageError(f"inherit must be an int >= 0 or 'all', not {inherit!r}")
+    if max_messages is not None and (
+        not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1
+    ):
+        raise UsageError(f"max_messages must be an int >= 1 or None, not {max_messages!r}")
+    sid = check_session_id(child_id) if child_id is not None else _new_child_id(parent.id, agent)
+    history: builtins.list[Message] = []
+    parent_seq = parent.latest_seq
+    if count:
+        settled, parent_seq = parent._settled_entries(parent_agent)
+        history = inheritable(settled, count)
+    fork_id = uuid.uuid4().hex
+    now = store.clock()
+    entry = _IndexEntry(
+        id=sid,
+        fork_id=fork_id,
+        agent=agent,
+        task=task,
+        fork_seq=parent_seq,
+        parent_agent=parent_agent or "",
+        created_at=now,
+    )
+    payload = SessionFork(
+        parent=parent.id,
+        parent_seq=parent_seq,
+        fork_id=fork_id,
+        agent=agent,
+        task=task,
+        inherit=count,
+        messages=history,
+        max_messages=max_messages or 0,
+        metadata=metadata,
+    )
+    # The index first: a crash before the child exists leaves an entry children_of skips.
+    _index_add(store, parent.id, entry)
+    try:
+        child = store.create(sid, [Event.new(SESSION_FORK, payload, agent=agent, time=now)])
+    except DuplicateSession:
+        _index_change(store, parent.id, sid, fork_id, None)
+        raise
+    if agent or metadata:
+        update_record(store, child, agent_id=agent or None, metadata=metadata or None)
+    link = Event.new(
+        SUBAGENT_START,
+        SubagentStart(agent=agent, session=sid, task=task),
+        agent=parent_agent or "",
+        meta={_FORK_ID: fork_id},
+    )
+    seq = parent.append(link)
+    _fire(store, LifecycleEvent(type="fork", child_id=sid, parent_id=parent.id, agent=agent,
+                                parent_seq=seq))
+    return child
+
+
+def _new_child_id(parent_id: str, agent: str) -> str:
+    """lango's child key shape, ``<parent>:child:<agent>:``, with a random suffix instead of a
+    clock reading (two forks in one clock tick never collide)."""
+    return f"{parent_id}:child:{agent or 'agent'}:{uuid.uuid4().hex[:16]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Merge and discard.
+
+
+def _tail_state(child: _Session) -> ChildState:
+    """A child's state from the end of its log (a mark is the last thing a merge or discard
+    writes): what the index says ``active`` is checked here, reading a few events rather than
+    the child's whole log."""
+    state: ChildState = "active"
+    for event in child.read(max(1, child.latest_seq - _TAIL_EVENTS)):
+        if event.type == SESSION_MERGE:
+            state = "merged"
+        elif event.type == SESSION_DISCARD:
+            state = "discarded"
+    return state
+
+
+_TAIL_EVENTS = 16
+
+
+def forget(store: ChildHost, session: _Session) -> None:
+    """Take a session that is being deleted out of its parent's children index (nothing
+    when it is not a child). A log that cannot be read (shredded, corrupt) never stops a
+    delete: its entry stays, and :func:`children_of` skips it once the child is gone."""
+    try:
+        fork = fork_of(session)
+    except SessionError:
+        return
+    if fork is not None:
+        _index_change(store, fork.parent, session.id, fork.fork_id, None)
+
+
+def _log_state(child: _Session) -> ChildState:
+    """A child's state from its log: the last merge or discard mark decides."""
+    state: ChildState = "active"
+    for event in child.read(1):
+        if event.type == SESSION_MERGE:
+            state = "merged"
+        elif event.type == SESSION_DISCARD:
+            state = "discarded"
+    return state
+
+
+def _ending_in(parent: _Session, fork: SessionFork) -> Event | None:
+    """The parent's event that ended this fork (a merge's or a discard's ``subagent/end``),
+    looked for after the fork point."""
+    for event in parent.read(fork.parent_seq):
+        if event.type == SUBAGENT_END and event.meta.get(_FORK_ID) == fork.fork_id:
+            return event
+    return None
+
+
+@contextmanager
+def _parent_lock(store: ChildHost, parent_id: str, timeout: float | None) -> Iterator[None]:
+    """The parent's turn lock, unless this thread already holds it (a merge run from inside
+    the parent's own turn)."""
+    if store._locks().held_here(parent_id):
+        yield
+        return
+    with store.lock(parent_id, timeout=timeout):
+        yield
+
+
+def _messages_for_parent(
+    messages: Sequence[Message], author: str, agent: str
+) -> builtins.list[Event]:
+    out: builtins.list[Event] = []
+    for msg in messages:
+        if msg.role == "tool":
+            out.extend(Event.new(TOOL_RESULT, r, agent=agent) for r in msg.tool_results)
+            continue
+        if not msg.author and author:
+            msg = msgspec.structs.replace(msg, author=author)
+        kind = ASSISTANT_MESSAGE if msg.role == "assistant" else USER_MESSAGE
+        out.append(Event.new(kind, msg, agent=agent))
+    return out
+
+
+def _child_context(store: ChildHost, child: _Session) -> tuple[SessionFork, _IndexEntry, Any]:
+    fork = fork_of(child)
+    if fork is None:
+        raise UsageError(f"session {child.id!r} is not a child session (it was not forked)")
+    entry = next(
+        (e for e in _index(store, fork.parent) if e.id == child.id and e.fork_id == fork.fork_id),
+        None,
+    )
+    if entry is None:
+        raise ChildStateError(
+            child.id,
+            "orphaned",
+            f"child session {child.id!r} is not a child of {fork.parent!r} any more: the "
+            "parent was deleted (and perhaps created again) after the fork",
+        )
+    return fork, entry, store.get(fork.parent)
+
+
+def _refuse_ended(child: _Session, state: ChildState) -> None:
+    if state != "active":
+        raise ChildStateError(child.id, state, f"child session {child.id!r} was already {state}")
+
+
+def merge(
+    store: ChildHost,
+    child: _Session,
+    summary: Message | str | None,
+    *,
+    as_author: str | None,
+    agent: str | None,
+    lock_timeout: float | None,
+) -> int:
+    """Merge ``child`` into its parent (see :meth:`agentsession.session.BaseSession.merge`);
+    returns the seq of the parent's ``subagent/end``."""
+    if isinstance(summary, str):
+        summary = Message.assistant(summary)
+    if summary is not None and not isinstance(summary, Message):
+        raise UsageError(f"summary must be a Message, a string or None, not {summary!r}")
+    if as_author is not None:
+        _check_text("as_author", as_author)
+    fork, entry, parent = _child_context(store, child)
+    author = as_author or fork.agent
+    target_agent = entry.parent_agent if agent is None else _check_text("agent", agent)
+    with _parent_lock(store, fork.parent, lock_timeout):
+        _refuse_ended(child, _log_state(child))
+        ended = _ending_in(parent, fork)
+        if ended is not None:  # a merge (or discard) that crashed before marking the child
+            done = ended.decode(SubagentEnd)
+            if done.status != "merged":
+                _mark(store, child, fork, "discarded", ended.seq, done.summary, 0)
+                raise ChildStateError(child.id, "discarded")
+            count = int(ended.meta.get("messages", 0))
+            mode = str(ended.meta.get("mode", ""))
+            _mark(store, child, fork, "merged", ended.seq, mode, count)
+            seq = ended.seq
+        else:
+            if summary is not None:
+                mode = "summary"
+                merged = [summary]
+            else:
+                mode = "messages"
+                merged = [e.message for e in child.entries(None) if e.seq > 1]
+            batch = _messages_for_parent(merged, author, target_agent)
+            end = Event.new(
+                SUBAGENT_END,
+                SubagentEnd(
+                    agent=fork.agent,
+                    session=child.id,
+                    status="merged",
+                    summary=summary.text if summary is not None else "",
+                ),
+                agent=target_agent,
+                meta={_FORK_ID: fork.fork_id, "mode": mode, "messages": len(merged)},
+            )
+            seq = parent.append_many([*batch, end])[-1]
+            _mark(store, child, fork, "merged", seq, mode, len(merged))
+    _fire(store, LifecycleEvent(type="merge", child_id=child.id, parent_id=fork.parent,
+                                agent=fork.agent, parent_seq=seq))
+    return seq
+
+
+def discard(
+    store: ChildHost, child: _Session, reason: str, *, lock_timeout: float | None
+) -> int:
+    """Discard ``child`` (see :meth:`agentsession.session.BaseSession.discard`); returns the
+    seq of the note in the parent."""
+    reason = _check_text("reason", reason)
+    fork, entry, parent = _child_context(store, child)
+    with _parent_lock(store, fork.parent, lock_timeout):
+        _refuse_ended(child, _log_state(child))
+        ended = _ending_in(parent, fork)
+        if ended is not None:
+            done = ended.decode(SubagentEnd)
+            if done.status == "merged":
+                _mark(store, child, fork, "merged", ended.seq,
+                      str(ended.meta.get("mode", "")), int(ended.meta.get("messages", 0)))
+                raise ChildStateError(child.id, "merged")
+            seq = ended.seq
+        else:
+            note = Event.new(
+                SUBAGENT_END,
+                SubagentEnd(agent=fork.agent, session=child.id, status="discarded",
+                            summary=reason),
+                agent=entry.parent_agent,
+                meta={_FORK_ID: fork.fork_id},
+            )
+            seq = parent.append(note)
+        _mark(store, child, fork, "discarded", seq, reason, 0)
+    _fire(store, LifecycleEvent(type="discard", child_id=child.id, parent_id=fork.parent,
+                                agent=fork.agent, parent_seq=seq))
+    return seq
+
+
+def _mark(
+    store: ChildHost,
+    child: _Session,
+    fork: SessionFork,
+    state: ChildState,
+    parent_seq: int,
+    detail: str,
+    count: int,
+) -> None:
+    """The child's mark (the last write of a merge or discard), then its index state."""
+    if state == "merged":
+        event = Event.new(
+            SESSION_MERGE,
+            SessionMerge(parent=fork.parent, fork_id=fork.fork_id, parent_seq=parent_seq,
+                         mode=detail, messages=count),
+            agent=fork.agent,
+        )
+    else:
+        event = Event.new(
+            SESSION_DISCARD,
+            SessionDiscard(parent=fork.parent, fork_id=fork.fork_id, parent_seq=parent_seq,
+                           reason=detail),
+            agent=fork.agent,
+        )
+    child.append(event)
+    _index_change(store, fork.parent, child.id, fork.fork_id, state)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lifecycle hooks.
+
+
+def _fire(store: ChildHost, event: LifecycleEvent) -> None:
+    """Call every hook; an exception is logged, never raised (the write is durable)."""
+    for hook in store._lifecycle_hooks():
+        try:
+            hook(event)
+        except Exception:
+            log.exception(
+                "a lifecycle hook failed on %s of child session %r (the %s is written and "
+                "stays)",
+                event.type,
+                event.child_id,
+                event.type,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# The session record.
+
+_record_decoder = msgspec.json.Decoder(_StoredRecord)
+
+
+def _stored_record(store: ChildHost, session_id: str) -> _StoredRecord:
+    raw = _read_value(store, RECORD_KIND, session_id)
+    return _StoredRecord() if raw is None else _record_decoder.decode(raw.encode())
+
+
+def record_of(store: ChildHost, session: _Session) -> SessionRecord:
+    """The session's record (see :meth:`agentsession.session.BaseSession.info`)."""
+    stored = _stored_record(store, session.id)
+    last = session._last_time()
+    first = session.read(0, 1) if last is not None else []
+    created = first[0].time if first else None
+    fork = None
+    if first and first[0].type == SESSION_FORK:
+        try:
+            fork = first[0].decode(SessionFork)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            fork = None
+    updated = last
+    if stored.updated_at is not None and (updated is None or stored.updated_at > updated):
+        updated = stored.updated_at
+    return SessionRecord(
+        id=session.id,
+        created_at=created,
+        updated_at=updated,
+        agent_id=stored.agent_id,
+        channel_type=stored.channel_type,
+        channel_id=stored.channel_id,
+        model=stored.model,
+        metadata=dict(stored.metadata),
+        parent=fork.parent if fork is not None else "",
+        fork_seq=fork.parent_seq if fork is not None else 0,
+    )
+
+
+def update_record(
+    store: ChildHost,
+    session: _Session,
+    *,
+    agent_id: str | None = None,
+    channel_type: str | None = None,
+    channel_id: str | None = None,
+    model: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> SessionRecord:
+    """Change the session's record (see :meth:`agentsession.session.BaseSession.update`)."""
+    fields: dict[str, Any] = {}
+    for name, value in (
+        ("agent_id", agent_id),
+        ("channel_type", channel_type),
+        ("channel_id", channel_id),
+        ("model", model),
+    ):
+        if value is not None:
+            fields[name] = _check_text(name, value)
+    if metadata is not None:
+        fields["metadata"] = _check_metadata(metadata)
+    if session.latest_seq == 0:
+        raise SessionNotFound(
+            session.id, f"session {session.id!r} has no events: there is no record to update"
+        )
+
+    def change(raw: str | None) -> str | None:
+        current = _StoredRecord() if raw is None else _record_decoder.decode(raw.encode())
+        new = msgspec.structs.replace(current, **fields, updated_at=store.clock())
+        return encode(new).decode()
+
+    _update_value(store, RECORD_KIND, session.id, change)
+    return record_of(store, session)
+
