@@ -103,11 +103,13 @@ class Session(Protocol):
         *,
         keep_turns: int | None = None,
         first_kept_seq: int | None = None,
+        up_to_message: int | None = None,
         tokens_before: int = 0,
         agent: str | None = None,
     ) -> int | None:
-        """Replace the history before a turn boundary by ``summary``; the marker's seq, or None
-        when there is nothing to drop."""
+        """Replace the history before a turn boundary by ``summary`` (the cut given as turns
+        kept, a first kept seq, or the index in ``messages()`` of the last message replaced);
+        the marker's seq, or None when there is nothing to drop."""
 
 
 @runtime_checkable
