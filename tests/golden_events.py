@@ -10,6 +10,7 @@ from agentsession.messages import (
     FilePart,
     ImagePart,
     Message,
+    RefusalPart,
     TextPart,
     ThinkingPart,
     ToolCall,
@@ -178,9 +179,11 @@ def canonical_events() -> list[ev.Event]:
     return out
 
 
-def child_events() -> list[ev.Event]:
-    """The event types child sessions added (0.3), pinned by ``golden/events-children.jsonl``
-    (version 1 lines, as every other type)."""
+def events_since_0_3() -> list[ev.Event]:
+    """What 0.3 added to the format, pinned by ``golden/events-0.3.jsonl`` (version 1 lines,
+    as everything else): the child-session event types, and the new message fields (text
+    annotations, refusals, thinking provenance, call signatures, images in tool results,
+    reasoning tokens)."""
     inherited = [Message.user("plan the trip"), Message.assistant("three options")]
     payloads: list[tuple[str, object]] = [
         (
@@ -216,6 +219,30 @@ def child_events() -> list[ev.Event]:
                 reason="not needed",
             ),
         ),
+        (
+            ev.ASSISTANT_MESSAGE,
+            Message(
+                role="assistant",
+                parts=[
+                    ThinkingPart("weighing fares", "c2lnbmF0dXJl", provider="anthropic"),
+                    ThinkingPart("", "cmVkYWN0ZWQ=", provider="anthropic", redacted=True),
+                    ThinkingPart("summary", "ZW5jcnlwdGVk", provider="openai", id="rs_1"),
+                    TextPart(
+                        "FR is cheapest", annotations=[{"type": "url_citation", "url": "https://x"}]
+                    ),
+                    RefusalPart("I cannot book it"),
+                ],
+                tool_calls=[ToolCall("c9", "book", {"flight": "FR"}, signature="dGhvdWdodA==")],
+            ),
+        ),
+        (
+            ev.TOOL_RESULT,
+            ToolResult("c9", "book", "booked", parts=[ImagePart(url="https://x/ticket.png")]),
+        ),
+        (
+            ev.USAGE,
+            ev.Usage(input_tokens=900, output_tokens=300, total_tokens=1200, reasoning_tokens=120),
+        ),
     ]
     return [
         ev.Event(
@@ -230,6 +257,6 @@ def child_events() -> list[ev.Event]:
 
 
 def all_event_types_events() -> list[ev.Event]:
-    """Every pinned event: :func:`canonical_events` then :func:`child_events`."""
-    return canonical_events() + child_events()
+    """Every pinned event: :func:`canonical_events` then :func:`events_since_0_3`."""
+    return canonical_events() + events_since_0_3()
 

@@ -10,23 +10,23 @@ import msgspec
 from agentsession import open_store
 from agentsession.events import EVENT_TYPES, PAYLOAD_TYPES, decode_event, encode_event
 
-from .golden_events import all_event_types_events, canonical_events, child_events
+from .golden_events import all_event_types_events, canonical_events, events_since_0_3
 
 GOLDEN = Path(__file__).parent / "golden" / "events-v1.jsonl"
-CHILDREN = Path(__file__).parent / "golden" / "events-children.jsonl"
+SINCE_0_3 = Path(__file__).parent / "golden" / "events-0.3.jsonl"
 
 
 def test_every_event_type_is_pinned_by_the_golden_files() -> None:
     assert {e.type for e in all_event_types_events()} >= EVENT_TYPES
 
 
-def test_the_child_session_types_match_their_golden_lines_byte_for_byte() -> None:
-    lines = [encode_event(e) + b"\n" for e in child_events()]
+def test_what_0_3_added_matches_its_golden_lines_byte_for_byte() -> None:
+    lines = [encode_event(e) + b"\n" for e in events_since_0_3()]
     if os.environ.get("AGENTSESSION_UPDATE_GOLDEN"):
-        CHILDREN.write_bytes(b"".join(lines))
-    assert CHILDREN.read_bytes().splitlines(keepends=True) == lines
-    decoded = [decode_event(line) for line in CHILDREN.read_bytes().splitlines()]
-    assert decoded == child_events()
+        SINCE_0_3.write_bytes(b"".join(lines))
+    assert SINCE_0_3.read_bytes().splitlines(keepends=True) == lines
+    decoded = [decode_event(line) for line in SINCE_0_3.read_bytes().splitlines()]
+    assert decoded == events_since_0_3()
     assert [type(e.payload()) for e in decoded] == [PAYLOAD_TYPES[e.type] for e in decoded]
 
 

@@ -398,3 +398,14 @@ def test_the_package_reexports_the_module() -> None:
     assert sorted(view.__all__) == sorted(module.__all__)
     for name in view.__all__:
         assert getattr(view, name) is getattr(module, name)
+
+
+def test_a_refusal_shows_in_the_assistant_row() -> None:
+    from agentsession.messages import RefusalPart, TextPart
+    from agentsession.view.transcript import AssistantMessageRow, transcript_rows
+
+    message = Message(role="assistant", parts=[TextPart("Sorry. "), RefusalPart("no bookings")])
+    event = Event(seq=1, type="assistant/message", data=Event.new("x", message).data)
+    [row] = transcript_rows([event])
+    assert isinstance(row, AssistantMessageRow)
+    assert row.text == "Sorry. [refused] no bookings"

@@ -70,7 +70,7 @@ from .errors import (
     UsageError,
 )
 from .events import Event, encode, encode_event
-from .messages import FilePart, ImagePart, Message, TextPart, ThinkingPart
+from .messages import FilePart, ImagePart, Message, RefusalPart, TextPart, ThinkingPart
 from .session import BaseSession
 from .store import BaseStore, migrate_store, open_store
 
@@ -1505,6 +1505,8 @@ def _message_lines(message: Message) -> Iterator[str]:
             body.append(part.text)
         elif isinstance(part, ThinkingPart):
             body.append(f"[thinking: {len(part.text)} characters]")
+        elif isinstance(part, RefusalPart):
+            body.append(f"[refused: {part.text}]")
         elif isinstance(part, (ImagePart, FilePart)):
             kind = "image" if isinstance(part, ImagePart) else "file"
             where = part.source or part.url or (f"{len(part.data)} characters inline")

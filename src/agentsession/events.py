@@ -318,6 +318,9 @@ class Usage(_Payload, frozen=True):
     """Prompt tokens served from the provider's cache."""
     cache_write_tokens: int = 0
     """Prompt tokens written to the provider's cache."""
+    reasoning_tokens: int = 0
+    """Output tokens spent on reasoning, when the provider reports them (part of
+    ``output_tokens``); since 0.3."""
 
 
 class Todo(_Payload, frozen=True, omit_defaults=False):

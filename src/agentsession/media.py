@@ -30,7 +30,16 @@ import msgspec
 from .derive import truncate_text
 from .errors import UsageError
 from .events import ASSISTANT_MESSAGE, USER_MESSAGE, Event, decode
-from .messages import AttachmentRef, FilePart, ImagePart, Message, Part, TextPart, ThinkingPart
+from .messages import (
+    AttachmentRef,
+    FilePart,
+    ImagePart,
+    Message,
+    Part,
+    RefusalPart,
+    TextPart,
+    ThinkingPart,
+)
 
 __all__ = [
     "AGENTKIT_STORAGE_POLICY",
@@ -168,7 +177,7 @@ def estimate_logical_chars(msg: Message) -> int:
     """
     total = _size(msg.role)
     for part in msg.parts:
-        if isinstance(part, (TextPart, ThinkingPart)):
+        if isinstance(part, (TextPart, ThinkingPart, RefusalPart)):
             total += _size(part.text)
         elif isinstance(part, (ImagePart, FilePart)):
             inline = bool(part.data) or _is_data_url(part.url)

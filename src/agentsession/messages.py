@@ -22,6 +22,7 @@ __all__ = [
     "ImagePart",
     "Message",
     "Part",
+    "RefusalPart",
     "Role",
     "TextPart",
     "ThinkingPart",
@@ -33,11 +34,14 @@ Role = Literal["system", "user", "assistant", "tool"]
 """The four message roles."""
 
 
-class TextPart(msgspec.Struct, frozen=True, tag="text", tag_field="type"):
+class TextPart(msgspec.Struct, frozen=True, tag="text", tag_field="type", omit_defaults=True):
     """Plain text."""
 
     text: str
     """The text."""
+    annotations: list[dict[str, Any]] = []
+    """Citations and annotations a provider attached to the text (its own JSON objects, kept
+    as they came: OpenAI's ``annotations``, Anthropic's ``citations``); since 0.3."""
 
 
 class ThinkingPart(
@@ -46,9 +50,27 @@ class ThinkingPart(
     """Model reasoning, with the provider's signature when it gave one."""
 
     text: str
-    """The reasoning text."""
+    """The reasoning text (a summary of it, for OpenAI's reasoning items)."""
     signature: str = ""
-    """Opaque provider signature that must be sent back unchanged (Anthropic, Gemini)."""
+    """Opaque provider data that must be sent back unchanged: Anthropic's ``signature`` (the
+    ``data`` of a redacted block), Gemini's ``thought_signature``, OpenAI's
+    ``encrypted_content``."""
+    provider: str = ""
+    """The API that produced it (``anthropic``, ``openai``, ``gemini``; "" when unknown): a
+    signature only means something to its own provider, so the other formats drop the block;
+    since 0.3."""
+    redacted: bool = False
+    """An Anthropic ``redacted_thinking`` block (no text; its data is in ``signature``);
+    since 0.3."""
+    id: str = ""
+    """The provider's id of the reasoning item (OpenAI Responses); since 0.3."""
+
+
+class RefusalPart(msgspec.Struct, frozen=True, tag="refusal", tag_field="type"):
+    """The model declined to answer (OpenAI's ``refusal``); since 0.3."""
+
+    text: str
+    """What the model said instead."""
 
 
 class ImagePart(
@@ -112,7 +134,7 @@ class AttachmentRef(
     """Media type."""
 
 
-Part = TextPart | ThinkingPart | ImagePart | FilePart | AttachmentRef
+Part = TextPart | ThinkingPart | RefusalPart | ImagePart | FilePart | AttachmentRef
 """One content part of a message."""
 
 
@@ -127,6 +149,9 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True):
     """Decoded JSON arguments. A JSON object given as a string (the wire form of OpenAI's
     APIs) is parsed; anything else that is not a mapping raises
     :class:`~agentsession.errors.UsageError`."""
+    signature: str = ""
+    """Opaque provider data attached to the call that must be sent back unchanged (Gemini's
+    ``thought_signature``, base64); since 0.3."""
 
     def __post_init__(self) -> None:
         if type(self.id) is not str or type(self.name) is not str:
@@ -171,6 +196,9 @@ class ToolResult(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
     """True when the tool failed; ``content`` then describes the failure."""
     audit: dict[str, str] = {}
     """Runtime annotations (for example ``{"decision": "interrupted"}``); not sent to models."""
+    parts: list[Part] = []
+    """Content beyond ``content``'s text that the tool returned, such as images (Anthropic
+    and Gemini accept them in tool results); since 0.3."""
 
     def __post_init__(self) -> None:
         if type(self.call_id) is not str or type(self.name) is not str:
@@ -194,7 +222,7 @@ class ToolResult(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
             raise UsageError(f"ToolResult {self.call_id!r}: audit must be a dict of strings")
 
 
-_PART_TYPES = (TextPart, ThinkingPart, ImagePart, FilePart, AttachmentRef)
+_PART_TYPES = (TextPart, ThinkingPart, RefusalPart, ImagePart, FilePart, AttachmentRef)
 
 
 def _parts(content: str | Part | Sequence[Part] | None) -> list[Part]:

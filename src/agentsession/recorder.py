@@ -309,10 +309,19 @@ class _Recording:
         *,
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
     ) -> int:
-        """Record token usage of one model call (``total_tokens`` defaults to input+output)."""
+        """Record token usage of one model call (``total_tokens`` defaults to input+output;
+        ``reasoning_tokens`` are part of ``output_tokens``)."""
         total = input_tokens + output_tokens if total_tokens is None else total_tokens
-        usage = Usage(input_tokens, output_tokens, total, cache_read_tokens, cache_write_tokens)
+        usage = Usage(
+            input_tokens,
+            output_tokens,
+            total,
+            cache_read_tokens,
+            cache_write_tokens,
+            reasoning_tokens,
+        )
         return self._turn._record(USAGE, usage)
 
     def todos(self, items: Sequence[Todo]) -> int:

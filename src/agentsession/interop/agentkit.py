@@ -288,6 +288,7 @@ PART_TYPES: Final[Mapping[str, str]] = {
     "text": "text",
     "": "text",
     "thinking": "thinking",
+    "refusal": "refusal",  # agentsession's own (agentkit has none): kept through its dialect
     "image": "image",
     "image_url": "image",
     "file": "file",

@@ -23,7 +23,7 @@ import msgspec
 from .. import events as ev
 from ..codec import encode
 from ..events import Event
-from ..messages import Message, ThinkingPart, ToolCall, ToolResult
+from ..messages import Message, RefusalPart, ThinkingPart, ToolCall, ToolResult
 
 __all__ = [
     "PREVIEW_CHARS",
@@ -500,9 +500,11 @@ def _row(event: Event, nest: _Nesting, full: bool) -> Row:
     if kind == ev.ASSISTANT_MESSAGE:
         message = event.decode(Message)
         thinking, thinking_chars = _thinking(message, full)
+        refusal = "".join(p.text for p in message.parts if type(p) is RefusalPart)
+        text = message.text + (f"[refused] {refusal}" if refusal else "")
         return AssistantMessageRow(
             depth=depth,
-            text=_preview(message.text, full),
+            text=_preview(text, full),
             tool_calls=[_call_view(call, full) for call in message.tool_calls],
             thinking=thinking,
             thinking_chars=thinking_chars,
