@@ -6,7 +6,11 @@ recovery are derived from it. Start with :func:`open_store`.
 This namespace is the core surface. Event payload types and type constants are in
 :mod:`agentsession.events`; the chat layer (routing, the turn envelope, ``/new``) is
 :mod:`agentsession.chat`; opt-in storage and media policies are :mod:`agentsession.media`; the
-conformance suite for backends is :mod:`agentsession.testing`.
+conformance suite for backends is :mod:`agentsession.testing`; the async API is
+:mod:`agentsession.aio` (``open_async_store``); conversions to and from the model APIs are
+:mod:`agentsession.providers`; child sessions and the session record are
+:mod:`agentsession.children`; the turn id and run context helpers are
+:mod:`agentsession.context`.
 """
 
 from __future__ import annotations

@@ -108,8 +108,20 @@ runs in a copy of its creator's context), so that re-entry is caught where it wo
 and nowhere else."""
 
 
+_acting_owner: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "agentsession_turn_lock_owner", default=None
+)
+"""Who owns the turn locks taken in the current context when that is not the running thread:
+:mod:`agentsession.aio` sets it in the context of work it runs in a worker thread for an
+asyncio task, so that the task (not the pool thread) holds what the work takes."""
+
+
 def _owner() -> tuple[int, int]:
-    """This thread, and the asyncio task running in it (0 outside a task)."""
+    """This thread, and the asyncio task running in it (0 outside a task); or whoever the
+    current context acts for (:data:`_acting_owner`)."""
+    acting = _acting_owner.get()
+    if acting is not None:
+        return acting
     task = None
     aio = sys.modules.get("asyncio")  # not imported: no task can be running
     if aio is not None:

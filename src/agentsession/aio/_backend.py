@@ -1,0 +1,311 @@
+"""Where each operation of the async API runs: inline on the event loop, or in a worker thread.
+
+Every coroutine of :mod:`agentsession.aio` is one call of the sync API (a method of
+:class:`~agentsession.BaseStore`, :class:`~agentsession.BaseSession`, :class:`~agentsession.Turn`
+or :class:`~agentsession.Step`), described by a :class:`Call` and handed to the store's
+:class:`AsyncBackend`, which decides where it runs (:meth:`AsyncBackend.placement`) and runs it
+(:meth:`AsyncBackend.call`). The semantics stay in the sync objects; this module only moves work.
+
+* **Inline** on the loop: work that cannot wait for long (the memory backend; a JSONL append
+  at durability ``flush``, one ``write()`` to the page cache; a read served from a JSONL
+  session's window). An inline call that touches a session first tries the session's lock
+  without waiting: when a worker thread holds it, the call goes to a thread instead, so the
+  loop never waits for another thread's storage work.
+* **In a worker thread** of the store's executor: everything else (fsync, SQLite, PostgreSQL,
+  reads that may reach storage, recovery). The thread runs in a copy of the task's context (so
+  the turn id and run context are read there as in the task), and the turn locks it takes
+  belong to the task, not to the pool thread.
+
+**Cancellation.** Work handed to a thread is never interrupted: a task cancelled while its call
+waits in the executor's queue gets ``CancelledError`` at once and nothing was done; a task
+cancelled while its call runs gets ``CancelledError`` when the call has finished (its result is
+dropped, and undone where a :attr:`Call.undo` says how, as for a turn lock taken meanwhile).
+So when ``CancelledError`` reaches the caller of ``append_many``, the batch is in the log whole
+or not at all, and it will not land later. A call marked :attr:`Call.shield` (closing a turn,
+a step or a lock) runs even when the task is cancelled before it starts.
+
+**Native async primitives** (none yet): a store class may define ``_async_backend(executor)``
+returning a subclass of :class:`AsyncBackend` whose :meth:`~AsyncBackend.call` performs the
+operations it can natively (an ``AsyncConnectionPool``, say) and defers to ``super().call`` for
+the rest; :attr:`Call.op` names the operation and :attr:`Call.args` holds its arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import os
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Generic, Literal, TypeVar
+
+from ..locks import _acting_owner, _held_here, _owner
+from ..session import BaseSession
+from ..store import BaseStore
+
+__all__ = [
+    "AsyncBackend",
+    "Call",
+    "CallKind",
+    "Offload",
+    "Where",
+    "backend_for",
+    "default_max_threads",
+]
+
+T = TypeVar("T")
+
+Where = Literal["inline", "thread"]
+"""Where a call runs: on the event loop, or in a worker thread of the store's executor."""
+
+Offload = Literal["auto", "always"]
+"""``auto``: each backend's placement (see ``docs/architecture.md``, "The async API");
+``always``: every operation that may touch storage runs in a worker thread."""
+
+CallKind = Literal["append", "read", "buffered", "lock", "hooks", "other"]
+"""What a call does, for the placement: ``append`` writes events; ``read`` is ``read``,
+``latest_seq``, ``messages`` or ``entries``; ``buffered`` is a recorder helper while a batched
+step is open (it only checks and buffers the event); ``lock`` tries, tests or releases a turn
+lock; ``hooks`` may call lifecycle hooks (fork, merge, discard); ``other`` is the rest."""
+
+_PROPAGATED: tuple[contextvars.ContextVar[Any], ...] = (_held_here,)
+"""Context variables that a call marked :attr:`Call.propagate` hands back to the task: the
+turn locks the context holds."""
+
+
+def default_max_threads() -> int:
+    """The default size of a store's thread pool (as asyncio's default executor)."""
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+_NO_ARGS: Mapping[str, Any] = MappingProxyType({})
+
+
+class Call(Generic[T]):
+    """One operation of the async API: the sync call that does it, and what the placement
+    needs to know about it. (A plain class with slots: one is made per call, on the hot path
+    of an inline append.)"""
+
+    __slots__ = ("args", "fn", "kind", "op", "propagate", "session", "shield", "undo",
+                 "user_message")
+
+    def __init__(
+        self,
+        op: str,
+        kind: CallKind,
+        fn: Callable[[], T],
+        session: BaseSession | None = None,
+        args: Mapping[str, Any] | None = None,
+        *,
+        user_message: bool = False,
+        shield: bool = False,
+        propagate: bool = False,
+        undo: Callable[[T], object] | None = None,
+    ) -> None:
+        self.op = op
+        """The operation, for example ``append_many``, ``store.get``, ``turn.user``,
+        ``lock.try``."""
+        self.kind = kind
+        """What it does (see :data:`CallKind`)."""
+        self.fn = fn
+        """The sync call (a ``functools.partial`` of a sync method)."""
+        self.session = session
+        """The session it touches, if any."""
+        self.args = _NO_ARGS if args is None else args
+        """The operation's arguments by name, for a backend that performs it natively."""
+        self.user_message = user_message
+        """Whether it may append a user message (which can apply the history cap)."""
+        self.shield = shield
+        """Run it even when the task is cancelled before it started (closing a turn, a
+        lock)."""
+        self.propagate = propagate
+        """Hand the turn locks the call took or released back to the task's context."""
+        self.undo = undo
+        """What undoes the call's result when the task was cancelled while it ran."""
+
+    def __repr__(self) -> str:
+        return f"<Call {self.op} ({self.kind})>"
+
+
+class AsyncBackend:
+    """How one store's operations run under asyncio: the placement policy and the runner.
+
+    This base class is the policy of every backend without one of its own (SQLite, PostgreSQL,
+    third-party backends) and of ``offload="always"``: every call runs in a worker thread,
+    except recorder helpers while a batched step is open (they only buffer). Subclasses
+    override :meth:`placement`; a backend with native async primitives overrides :meth:`call`.
+    """
+
+    name = "threads"
+    """A short name for people (docs, benchmarks, ``repr``)."""
+
+    def __init__(self, store: BaseStore, executor: concurrent.futures.Executor) -> None:
+        self.store = store
+        """The sync store whose operations this runs."""
+        self.executor = executor
+        """The worker threads."""
+
+    def placement(self, call: Call[Any]) -> Where:
+        """Where ``call`` runs (before the inline session-lock check)."""
+        return "inline" if call.kind == "buffered" else "thread"
+
+    async def call(self, call: Call[T]) -> T:
+        """Run ``call`` where :meth:`placement` says. For a call that touches a session, the
+        placement is decided holding the session's lock (taken without waiting), so the
+        session state it reads stays as it was until the call has run; when a worker thread
+        holds that lock, the call runs in a thread instead of waiting for it on the loop."""
+        session = call.session
+        if session is None or call.kind == "buffered":
+            if self.placement(call) == "inline":
+                return self._inline(call)
+            return await self._in_thread(call)
+        lock = session._lock
+        if lock.acquire(blocking=False):
+            try:
+                if self.placement(call) == "inline":
+                    return self._inline(call)
+            finally:
+                lock.release()
+        return await self._in_thread(call)
+
+    def _inline(self, call: Call[T]) -> T:
+        # A copy of the context, as in a thread: what the sync call sets in it (a sync turn's
+        # turn id) stays there; only the turn locks come back when asked.
+        context = contextvars.copy_context()
+        result = context.run(call.fn)
+        if call.propagate:
+            _hand_back(context)
+        return result
+
+    async def _in_thread(self, call: Call[T]) -> T:
+        owner = _owner()  # this task (or whom the task acts for) owns the locks taken there
+        context = contextvars.copy_context()
+        fn = call.fn
+
+        def work() -> T:
+            _acting_owner.set(owner)
+            return fn()
+
+        pending = self.executor.submit(context.run, work)
+        future = asyncio.wrap_future(pending)
+        try:
+            result = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if not call.shield and pending.cancel():
+                raise  # still queued: nothing was done
+            done, value = await _settle(future)
+            if done and call.undo is not None:
+                undo = call.undo
+                await self.call(
+                    Call(f"{call.op}.undo", call.kind, lambda: undo(value), call.session,
+                         shield=True)
+                )
+            raise
+        if call.propagate:
+            _hand_back(context)
+        return result
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} for {self.store!r}>"
+
+
+def _hand_back(context: contextvars.Context) -> None:
+    """Set in the running context the propagated variables' values from ``context``."""
+    for var in _PROPAGATED:
+        value = context.get(var)
+        if value is not var.get():
+            var.set(value)
+
+
+async def _settle(future: asyncio.Future[T]) -> tuple[bool, Any]:
+    """Wait for ``future`` however often the task is cancelled meanwhile; whether it
+    succeeded, and its result (its exception is dropped: the cancellation wins)."""
+    while True:
+        try:
+            return True, await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if future.done():
+                return False, None
+        except BaseException:  # the work failed: the cancellation is what the caller gets
+            return False, None
+
+
+_MEMORY_THREADED = frozenset({"store.recover", "store.change_passphrase"})
+
+
+class _MemoryBackend(AsyncBackend):
+    """The memory backend: everything inline (nothing waits for storage), except what may call
+    lifecycle hooks (a sync hook must not run on the loop), recovery (which may wait for turn
+    locks) and changing the passphrase (scrypt: about 0.1 s of CPU)."""
+
+    name = "memory"
+
+    def placement(self, call: Call[Any]) -> Where:
+        if call.kind == "hooks" or call.op in _MEMORY_THREADED:
+            return "thread"
+        return "inline"
+
+
+class _JsonlBackend(AsyncBackend):
+    """The JSONL backend: appends inline at durability ``flush`` (one ``write()`` to the page
+    cache) unless the store is encrypted or a user message may apply the history cap to a
+    window not loaded yet; reads inline when the session's window serves them (a catch-up is
+    one ``lseek`` and, when another writer appended, a read of its new lines); the rest in a
+    worker thread."""
+
+    name = "jsonl"
+
+    def placement(self, call: Call[Any]) -> Where:
+        kind, session = call.kind, call.session
+        if kind == "buffered":
+            return "inline"
+        if session is None:
+            return "thread"
+        if kind == "append":
+            cheap = (
+                self.store.durability == "flush"
+                and session._cipher is None
+                and (not call.user_message or session._full)
+            )
+            return "inline" if cheap else "thread"
+        if kind == "read":
+            op = call.op
+            if op == "latest_seq":
+                return "inline"
+            if op == "read":
+                after = call.args.get("after", 0)
+                served = isinstance(after, int) and after + 1 >= session._window_start
+                return "inline" if served else "thread"
+            if op in ("messages", "entries"):
+                key = call.args.get("agent") or None
+                served = session._full and (
+                    session._window_start == 1 or key in session._derivers
+                )
+                return "inline" if served else "thread"
+        return "thread"
+
+
+_BUILTIN: dict[tuple[str, str], type[AsyncBackend]] = {
+    ("agentsession.backends.memory", "MemoryStore"): _MemoryBackend,
+    ("agentsession.backends.jsonl", "JsonlStore"): _JsonlBackend,
+    ("agentsession.backends.jsonl", "JsonlFileStore"): _JsonlBackend,
+}
+
+
+def backend_for(
+    store: BaseStore, executor: concurrent.futures.Executor, offload: Offload
+) -> AsyncBackend:
+    """The :class:`AsyncBackend` of ``store``: the store's own (``_async_backend``, for a
+    backend with native async primitives), else the built-in placement of its backend (exact
+    classes only: a subclass may override what makes an operation cheap), else threads."""
+    own = getattr(store, "_async_backend", None)
+    if callable(own):
+        backend = own(executor)
+        if not isinstance(backend, AsyncBackend):
+            raise TypeError(f"{type(store).__name__}._async_backend must return an AsyncBackend")
+        return backend
+    if offload == "always":
+        return AsyncBackend(store, executor)
+    cls = type(store)
+    return _BUILTIN.get((cls.__module__, cls.__qualname__), AsyncBackend)(store, executor)

@@ -1,0 +1,542 @@
+"""``AsyncSession``, ``AsyncTurn`` and ``AsyncStep``: the session API and the recorder as
+coroutines, each delegating to the sync object it wraps (see :mod:`agentsession.aio`)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+from ..children import DEFAULT_MERGE_LOCK_TIMEOUT, SessionRecord
+from ..context import turn_id, with_turn_id
+from ..derive import IndexedMessage
+from ..events import USER_MESSAGE, Event
+from ..media import StoragePolicy
+from ..messages import Message
+from ..recorder import Step, Turn
+from ..session import BaseSession
+from ..store import BaseStore
+from ._backend import CallKind
+from ._recorder import AsyncRecording
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["AsyncSession", "AsyncStep", "AsyncTurn", "SessionHost"]
+
+T = TypeVar("T")
+
+
+class _Lock(Protocol):
+    async def __aenter__(self) -> object: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class SessionHost(Protocol):
+    """What an async session needs from its async store."""
+
+    @property
+    def sync(self) -> BaseStore:
+        """The sync store."""
+
+    async def _call(
+        self,
+        op: str,
+        fn: Callable[[], T],
+        *,
+        kind: CallKind = "other",
+        session: BaseSession | None = None,
+        args: Mapping[str, Any] | None = None,
+        user_message: bool = False,
+        shield: bool = False,
+    ) -> T: ...
+
+    def _wrap(self, session: BaseSession) -> AsyncSession: ...
+
+    def lock(self, session_id: str, timeout: float | None = None) -> _Lock:
+        """The session's turn lock."""
+
+
+def _has_user_message(events: Sequence[object]) -> bool:
+    return any(getattr(event, "type", None) == USER_MESSAGE for event in events)
+
+
+class AsyncSession:
+    """One conversation's log, as coroutines: every method is the sync
+    :class:`~agentsession.BaseSession` method of the same name, run inline or in a worker
+    thread (see :mod:`agentsession.aio`). Get one from :meth:`AsyncStore.get
+    <agentsession.aio.AsyncStore.get>`."""
+
+    def __init__(self, store: SessionHost, session: BaseSession) -> None:
+        self._store = store
+        self._sync = session
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+        return self._sync.id
+
+    @property
+    def sync(self) -> BaseSession:
+        """The sync session this wraps (the same object ``store.sync.get(id)`` returns)."""
+        return self._sync
+
+    @property
+    def store(self) -> SessionHost:
+        """The async store the session came from."""
+        return self._store
+
+    @property
+    def location(self) -> str:
+        """Where the session is stored, for people."""
+        return self._sync.location
+
+    async def _call(
+        self,
+        op: str,
+        fn: Callable[[], T],
+        kind: CallKind = "other",
+        *,
+        args: Mapping[str, Any] | None = None,
+        user_message: bool = False,
+        shield: bool = False,
+    ) -> T:
+        return await self._store._call(
+            op,
+            fn,
+            kind=kind,
+            session=self._sync,
+            args=args,
+            user_message=user_message,
+            shield=shield,
+        )
+
+    # -- the log ----------------------------------------------------------------------------
+
+    async def latest_seq(self) -> int:
+        """Highest seq in the log (0 when empty), including other writers' appends."""
+        return await self._call("latest_seq", lambda: self._sync.latest_seq, "read")
+
+    async def append(self, event: Event) -> int:
+        """Append one event; returns its seq (:meth:`agentsession.BaseSession.append`)."""
+        return await self._store._call(  # the hot path: no extra layer
+            "append",
+            functools.partial(self._sync.append, event),
+            kind="append",
+            session=self._sync,
+            args={"event": event},
+            user_message=getattr(event, "type", None) == USER_MESSAGE,
+        )
+
+    async def append_many(
+        self, events: Sequence[Event], *, expect_seq: int | None = None
+    ) -> list[int]:
+        """Append a batch atomically: all events or none, with consecutive seqs
+        (:meth:`agentsession.BaseSession.append_many`). Cancelled while it runs, the batch
+        is written whole or not at all, and is settled when ``CancelledError`` arrives."""
+        batch = events if isinstance(events, Event) else list(events)
+        return await self._call(
+            "append_many",
+            functools.partial(self._sync.append_many, batch, expect_seq=expect_seq),
+            "append",
+            args={"events": batch, "expect_seq": expect_seq},
+            user_message=isinstance(batch, list) and _has_user_message(batch),
+        )
+
+    async def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
+        """Events with ``seq > after`` in seq order, at most ``limit``."""
+        return await self._call(
+            "read",
+            functools.partial(self._sync.read, after, limit),
+            "read",
+            args={"after": after, "limit": limit},
+        )
+
+    async def messages(
+        self, agent: str | None = None, *, max_tool_result_bytes: int | None = None
+    ) -> list[Message]:
+        """The provider-valid, compaction-aware history
+        (:meth:`agentsession.BaseSession.messages`)."""
+        fn = functools.partial(
+            self._sync.messages, agent, max_tool_result_bytes=max_tool_result_bytes
+        )
+        return await self._call("messages", fn, "read", args={"agent": agent})
+
+    async def entries(self, agent: str | None = None) -> list[IndexedMessage]:
+        """The derived history with source seqs (what compaction plans its cut on)."""
+        fn = functools.partial(self._sync.entries, agent)
+        return await self._call("entries", fn, "read", args={"agent": agent})
+
+    # -- compaction -------------------------------------------------------------------------
+
+    async def compact(
+        self,
+        summary: Message | str | None,
+        *,
+        keep_turns: int | None = None,
+        first_kept_seq: int | None = None,
+        up_to_message: int | None = None,
+        tokens_before: int = 0,
+        agent: str | None = None,
+    ) -> int | None:
+        """Replace the history before a turn boundary by ``summary``; the marker's seq, or
+        None (:meth:`agentsession.BaseSession.compact`)."""
+        fn = functools.partial(
+            self._sync.compact,
+            summary,
+            keep_turns=keep_turns,
+            first_kept_seq=first_kept_seq,
+            up_to_message=up_to_message,
+            tokens_before=tokens_before,
+            agent=agent,
+        )
+        return await self._call("compact", fn)
+
+    async def prune(self, max_messages: int, agent: str | None = None) -> int | None:
+        """Cap the history at ``max_messages`` derived messages
+        (:meth:`agentsession.BaseSession.prune`)."""
+        return await self._call("prune", functools.partial(self._sync.prune, max_messages, agent))
+
+    async def annotate_timeout(self, partial: str = "", *, agent: str = "") -> int:
+        """Record that the model's reply timed out; returns the seq
+        (:meth:`agentsession.BaseSession.annotate_timeout`; the task's turn id is stamped)."""
+        fn = functools.partial(self._sync.annotate_timeout, partial, agent=agent)
+        return await self._call("annotate_timeout", fn, "append")
+
+    # -- recording --------------------------------------------------------------------------
+
+    def turn(
+        self,
+        agent: str | None = None,
+        user: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        storage: StoragePolicy | None = None,
+        batch_steps: bool = False,
+    ) -> AsyncTurn:
+        """Record a turn: ``async with session.turn(agent=...) as turn: ...`` (see
+        :class:`AsyncTurn` and :meth:`agentsession.BaseSession.turn`). The defaults and the
+        turn id are taken from the calling task's context."""
+        sync = self._sync.turn(agent, user, metadata, storage=storage, batch_steps=batch_steps)
+        return AsyncTurn(self, sync)
+
+    # -- child sessions and the session record ------------------------------------------------
+
+    async def fork(
+        self,
+        agent: str = "",
+        *,
+        inherit: int | Literal["all"] = 0,
+        max_messages: int | None = None,
+        task: str = "",
+        meta: Mapping[str, str] | None = None,
+        parent_agent: str | None = None,
+        child_id: str | None = None,
+    ) -> AsyncSession:
+        """Fork a child session for a subagent; returns it
+        (:meth:`agentsession.BaseSession.fork`)."""
+        fn = functools.partial(
+            self._sync.fork,
+            agent,
+            inherit=inherit,
+            max_messages=max_messages,
+            task=task,
+            meta=meta,
+            parent_agent=parent_agent,
+            child_id=child_id,
+        )
+        return self._store._wrap(await self._call("fork", fn, "hooks"))
+
+    async def _under_parent_lock(
+        self, op: str, fn: Callable[[], int], timeout: float | None
+    ) -> int:
+        """Run a merge or discard holding the parent's turn lock, taken here (polled, never
+        waited for in a thread) unless this task holds it already; the sync call then finds
+        it held by this task and does not wait."""
+        parent = await self.parent()
+        if parent is None or self._store.sync._locks().held_here(parent):
+            return await self._call(op, fn, "hooks")
+        async with self._store.lock(parent, timeout=timeout):
+            return await self._call(op, fn, "hooks")
+
+    async def merge(
+        self,
+        summary: Message | str | None = None,
+        *,
+        as_author: str | None = None,
+        agent: str | None = None,
+        lock_timeout: float | None = DEFAULT_MERGE_LOCK_TIMEOUT,
+    ) -> int:
+        """Merge this child session into its parent; returns the seq of the parent's
+        ``subagent/end`` (:meth:`agentsession.BaseSession.merge`). The parent's turn lock is
+        awaited on the loop, not in a worker thread."""
+        fn = functools.partial(
+            self._sync.merge, summary, as_author=as_author, agent=agent, lock_timeout=lock_timeout
+        )
+        return await self._under_parent_lock("merge", fn, lock_timeout)
+
+    async def discard(
+        self, reason: str = "", *, lock_timeout: float | None = DEFAULT_MERGE_LOCK_TIMEOUT
+    ) -> int:
+        """Discard this child session; returns the seq of the note in the parent
+        (:meth:`agentsession.BaseSession.discard`)."""
+        fn = functools.partial(self._sync.discard, reason, lock_timeout=lock_timeout)
+        return await self._under_parent_lock("discard", fn, lock_timeout)
+
+    async def parent(self) -> str | None:
+        """The parent session id of a child session (None for one that was not forked)."""
+        return await self._call("parent", lambda: self._sync.parent, "read", args={"after": 0})
+
+    async def fork_point(self) -> int | None:
+        """The parent's latest seq when this child was forked (None when not a child)."""
+        return await self._call(
+            "fork_point", lambda: self._sync.fork_point, "read", args={"after": 0}
+        )
+
+    async def info(self) -> SessionRecord:
+        """The session's record (:meth:`agentsession.BaseSession.info`)."""
+        return await self._call("info", self._sync.info)
+
+    async def update(
+        self,
+        *,
+        agent_id: str | None = None,
+        channel_type: str | None = None,
+        channel_id: str | None = None,
+        model: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> SessionRecord:
+        """Change the session's record atomically; returns it
+        (:meth:`agentsession.BaseSession.update`)."""
+        fn = functools.partial(
+            self._sync.update,
+            agent_id=agent_id,
+            channel_type=channel_type,
+            channel_id=channel_id,
+            model=model,
+            metadata=metadata,
+        )
+        return await self._call("update", fn)
+
+    async def close(self) -> None:
+        """Release open files or connections; the session reopens them when used again."""
+        await self._call("close", self._sync.close)
+
+    def __repr__(self) -> str:
+        return f"<AsyncSession {self.id!r} at {self.location}>"
+
+
+class AsyncTurn(AsyncRecording):
+    """One turn, recorded from asyncio: ``async with session.turn(...) as turn:`` writes
+    ``turn/start`` and, however the block ends, ``turn/end``; every helper is a coroutine
+    around the sync :class:`~agentsession.Turn`'s (which holds the turn's state and builds
+    the events).
+
+    **Turn id.** While the turn is open its id is the task's turn id
+    (:func:`agentsession.context.turn_id`), set here in the task's own context; every event
+    of the turn carries it (``meta["turn_id"]``) whichever thread wrote it.
+
+    **Cancellation and errors.** When the block raises, or the task is cancelled in it, the
+    turn is closed as the sync recorder closes it on an exception (the unanswered calls get
+    error results, the open step is closed, ``turn/end`` carries the error, for example
+    ``CancelledError``); that work is shielded from the cancellation and runs to its end, then
+    the exception (``CancelledError``) propagates. A task cancelled while ``turn/start`` is
+    written closes the turn the same way when it got opened after all.
+    """
+
+    def __init__(self, session: AsyncSession, turn: Turn) -> None:
+        self._session = session
+        self._turn = turn
+        self._recording = turn
+        self._previous_turn_id: str | None = None
+
+    @property
+    def sync(self) -> Turn:
+        """The sync turn this wraps (its state: calls awaiting results, the open step)."""
+        return self._turn
+
+    @property
+    def session(self) -> AsyncSession:
+        """The session being recorded into."""
+        return self._session
+
+    @property
+    def turn_id(self) -> str:
+        """The turn's id, stamped on every event as ``meta["turn_id"]``."""
+        return self._turn.turn_id
+
+    @property
+    def agent(self) -> str:
+        """The agent running the turn."""
+        return self._turn.agent
+
+    @property
+    def user_id(self) -> str:
+        """The end user the turn answers."""
+        return self._turn.user_id
+
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        """Platform metadata copied onto user messages."""
+        return self._turn.metadata
+
+    @property
+    def storage(self) -> StoragePolicy | None:
+        """The storage policy applied to messages (None: stored whole)."""
+        return self._turn.storage
+
+    @property
+    def batch_steps(self) -> bool:
+        """Whether each step is written as one batch when it closes."""
+        return self._turn.batch_steps
+
+    @property
+    def steps(self) -> int:
+        """Steps completed so far."""
+        return self._turn.steps
+
+    @property
+    def start_seq(self) -> int:
+        """Seq of this turn's ``turn/start``."""
+        return self._turn.start_seq
+
+    @property
+    def partial(self) -> str:
+        """The reply text produced and not recorded yet (``turn.partial += delta``); kept by
+        the timeout annotation (see :class:`agentsession.Turn`)."""
+        return self._turn.partial
+
+    @partial.setter
+    def partial(self, value: str) -> None:
+        self._turn.partial = value
+
+    def timed_out(self, partial: str | None = None) -> None:
+        """Mark the turn as ended by a timeout (:meth:`agentsession.Turn.timed_out`)."""
+        self._turn.timed_out(partial)
+
+    def step(self) -> AsyncStep:
+        """A new step: ``async with turn.step() as step: ...``."""
+        return AsyncStep(self, self._turn.step())
+
+    def _kind(self) -> CallKind:
+        return "buffered" if self._turn._buffer is not None else "append"
+
+    def _buffers_user_message(self) -> bool:
+        return _has_user_message(self._turn._buffer or ())
+
+    async def _record(self, op: str, fn: Callable[[], int], *, user_message: bool = False) -> int:
+        return await self._session._call(op, fn, self._kind(), user_message=user_message)
+
+    async def __aenter__(self) -> AsyncTurn:
+        turn = self._turn
+        try:
+            await self._session._call("turn.enter", turn.__enter__, "append")
+        except asyncio.CancelledError as exc:
+            if turn._open:  # turn/start was written before the cancellation arrived
+                await self._session._call(
+                    "turn.exit",
+                    functools.partial(turn.__exit__, type(exc), exc, exc.__traceback__),
+                    "append",
+                    shield=True,
+                )
+            raise
+        self._previous_turn_id = turn_id()
+        with_turn_id(turn.turn_id)  # kept until __aexit__ puts the previous one back
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self._session._call(
+                "turn.exit",
+                functools.partial(self._turn.__exit__, exc_type, exc, tb),
+                "append",
+                user_message=self._buffers_user_message(),
+                shield=True,
+            )
+        finally:
+            previous, self._previous_turn_id = self._previous_turn_id, None
+            if previous is not None and turn_id() == self._turn.turn_id:
+                with_turn_id(previous)
+
+    def __repr__(self) -> str:
+        return f"<AsyncTurn of {self._turn!r}>"
+
+
+class AsyncStep(AsyncRecording):
+    """One model call and its tool calls, between ``step/start`` and ``step/end``:
+    ``async with turn.step() as step: ...`` (see :class:`~agentsession.Step`). An exception
+    or a cancellation in the block answers the step's open calls with error results and
+    closes the step (with ``batch_steps``, writes it), shielded from the cancellation."""
+
+    def __init__(self, turn: AsyncTurn, step: Step) -> None:
+        self._turn = turn
+        self._step = step
+        self._recording = step
+
+    @property
+    def sync(self) -> Step:
+        """The sync step this wraps."""
+        return self._step
+
+    @property
+    def number(self) -> int:
+        """Step number within the turn, from 0."""
+        return self._step.number
+
+    @property
+    def seqs(self) -> list[int]:
+        """Seqs of the step's events (with ``batch_steps``, once it is written)."""
+        return self._step.seqs
+
+    async def _record(self, op: str, fn: Callable[[], int], *, user_message: bool = False) -> int:
+        return await self._turn._record(op, fn, user_message=user_message)
+
+    async def _close(self, op: str, fn: Callable[[], None]) -> None:
+        await self._turn.session._call(
+            op,
+            fn,
+            "append",
+            user_message=self._turn._buffers_user_message(),
+            shield=True,
+        )
+
+    async def close(self) -> None:
+        """Write ``step/end`` (once); with ``batch_steps``, write the whole step as one
+        batch (:meth:`agentsession.Step.close`)."""
+        await self._close("step.close", self._step.close)
+
+    async def __aenter__(self) -> AsyncStep:
+        step = self._step
+        kind: CallKind = "buffered" if self._turn.batch_steps else "append"
+        try:
+            await self._turn.session._call("step.enter", step.__enter__, kind)
+        except asyncio.CancelledError as exc:
+            if step._open:
+                close = functools.partial(step.__exit__, type(exc), exc, None)
+                await self._close("step.exit", close)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._close("step.exit", functools.partial(self._step.__exit__, exc_type, exc, tb))
+
+    def __repr__(self) -> str:
+        return f"<AsyncStep of {self._step!r}>"
+
