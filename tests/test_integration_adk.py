@@ -1,0 +1,1225 @@
+"""``AgentSessionService`` against ADK's session-service contract, on every backend.
+
+The first part ports the service-generic tests of ADK's own suite (google/adk-python,
+``tests/unittests/sessions/test_session_service.py``: the tests that take its shared
+``session_service`` fixture, and the in-memory ones whose behaviour every service owes), with
+ADK's names; each runs on memory, JSONL, SQLite and PostgreSQL (with
+``AGENTSESSION_TEST_POSTGRES_DSN``). ADK tests of its SQL services' stale-session check are
+ported with the opposite expectation, which is this service's design: a stale session object
+appends and is brought up to date. Then what is this integration's own: ids, the byte-exact
+payload, the typed mirror, snapshots, two processes appending to one session, and ADK's own
+``SqliteSessionService`` in that situation, for comparison.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import importlib.util
+import multiprocessing
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+pytest.importorskip("google.adk")
+
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.sessions.session import Session
+from google.adk.sessions.sqlite_session_service import SqliteSessionService
+from google.adk.tools.tool_confirmation import ToolConfirmation
+from google.genai import types
+
+from agentsession import open_store
+from agentsession.aio import AsyncStore
+from agentsession.integrations.adk import (
+    ADK_EVENT,
+    ADK_SESSION,
+    AgentSessionService,
+    session_key,
+)
+from agentsession.validation import provider_errors
+
+DSN = os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN", "")
+NO_POSTGRES = pytest.mark.skipif(
+    not DSN, reason="set AGENTSESSION_TEST_POSTGRES_DSN to run the PostgreSQL tests"
+)
+BACKENDS = ["memory", "jsonl", "sqlite", pytest.param("postgres", marks=NO_POSTGRES)]
+SHARED_BACKENDS = ["jsonl", "sqlite", pytest.param("postgres", marks=NO_POSTGRES)]
+
+
+def _schema_url(schema: str) -> str:
+    parts = urlsplit(DSN)
+    query = "&".join(q for q in (parts.query, f"schema={schema}") if q)
+    return urlunsplit(parts._replace(query=query))
+
+
+def _drop_schema(schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _url(backend: str, tmp_path: Path) -> Iterator[str]:
+    if backend == "memory":
+        yield "memory:"
+    elif backend == "jsonl":
+        yield str(tmp_path / "store")
+    elif backend == "sqlite":
+        yield f"sqlite:///{tmp_path}/sessions.db"
+    else:
+        schema = "t_" + uuid.uuid4().hex[:16]
+        try:
+            yield _schema_url(schema)
+        finally:
+            _drop_schema(schema)
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A new store of each backend."""
+    yield from _url(request.param, tmp_path)
+
+
+@pytest.fixture(params=SHARED_BACKENDS)
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A new store of each backend that several processes can share."""
+    yield from _url(request.param, tmp_path)
+
+
+@pytest.fixture
+def session_service(store_url: str) -> Iterator[AgentSessionService]:
+    """The service over a new store (ADK's fixture name)."""
+    service = AgentSessionService(store_url)
+    yield service
+    asyncio.run(service.close())  # closed already by the test's loop (see asynctest)
+
+
+def asynctest(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    """Run an ``async def`` test on its own event loop, closing the services it was given
+    there: a store's native async resources (PostgreSQL's pool) belong to the loop that
+    opened them."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> None:
+        async def body() -> None:
+            try:
+                await fn(*args, **kwargs)
+            finally:
+                for value in kwargs.values():
+                    if isinstance(value, AgentSessionService):
+                        await value.close()
+
+        asyncio.run(body())
+
+    return run
+
+
+def text(value: str, role: str = "user") -> types.Content:
+    return types.Content(role=role, parts=[types.Part(text=value)])
+
+
+def storage_of(service: AgentSessionService, session: Session) -> Any:
+    """The agentsession session holding ``session``."""
+    return service.store.sync.get(session_key(session.app_name, session.user_id, session.id))
+
+
+# ---------------------------------------------------------------------------------------------
+# ADK's contract (test_session_service.py), on every backend.
+
+
+@asynctest
+async def test_get_empty_session(session_service: AgentSessionService) -> None:
+    assert not await session_service.get_session(
+        app_name="my_app", user_id="test_user", session_id="123"
+    )
+
+
+@asynctest
+async def test_create_get_session(session_service: AgentSessionService) -> None:
+    session = await session_service.create_session(
+        app_name="my_app", user_id="test_user", state={"key": "value"}
+    )
+    assert (session.app_name, session.user_id) == ("my_app", "test_user")
+    assert session.id
+    assert session.state == {"key": "value"}
+    assert session.last_update_time <= time.time()
+
+    got = await session_service.get_session(
+        app_name="my_app", user_id="test_user", session_id=session.id
+    )
+    assert got == session
+    await session_service.delete_session(
+        app_name="my_app", user_id="test_user", session_id=session.id
+    )
+    assert (
+        await session_service.get_session(
+            app_name="my_app", user_id="test_user", session_id=session.id
+        )
+        is None
+    )
+
+
+@asynctest
+async def test_create_and_list_sessions(session_service: AgentSessionService) -> None:
+    ids = [f"session{i}" for i in range(5)]
+    for sid in ids:
+        await session_service.create_session(
+            app_name="my_app", user_id="test_user", session_id=sid, state={"key": "value" + sid}
+        )
+    sessions = (
+        await session_service.list_sessions(app_name="my_app", user_id="test_user")
+    ).sessions
+    assert {s.id for s in sessions} == set(ids)
+    for session in sessions:
+        assert session.state == {"key": "value" + session.id}
+        assert session.events == []
+
+
+@asynctest
+async def test_list_sessions_ordered_by_last_update_time(
+    session_service: AgentSessionService,
+) -> None:
+    for sid in ("a", "b", "c"):
+        await session_service.create_session(app_name="my_app", user_id="u", session_id=sid)
+    session_a = await session_service.get_session(app_name="my_app", user_id="u", session_id="a")
+    assert session_a is not None
+    await asyncio.sleep(0.01)
+    await session_service.append_event(session_a, Event(invocation_id="inv", author="user"))
+    listed = (await session_service.list_sessions(app_name="my_app", user_id="u")).sessions
+    assert [s.id for s in listed] == ["b", "c", "a"]
+
+
+@asynctest
+async def test_list_sessions_all_users(session_service: AgentSessionService) -> None:
+    for user, sid in (("user1", "session1a"), ("user1", "session1b"), ("user2", "session2a")):
+        await session_service.create_session(
+            app_name="my_app", user_id=user, session_id=sid, state={"key": "value" + sid[-2:]}
+        )
+    one = (await session_service.list_sessions(app_name="my_app", user_id="user1")).sessions
+    assert {s.id: s.state for s in one} == {
+        "session1a": {"key": "value1a"},
+        "session1b": {"key": "value1b"},
+    }
+    two = (await session_service.list_sessions(app_name="my_app", user_id="user2")).sessions
+    assert [(s.id, s.state) for s in two] == [("session2a", {"key": "value2a"})]
+    every = (await session_service.list_sessions(app_name="my_app", user_id=None)).sessions
+    assert {s.id: s.user_id for s in every} == {
+        "session1a": "user1",
+        "session1b": "user1",
+        "session2a": "user2",
+    }
+
+
+@asynctest
+async def test_app_state_is_shared_by_all_users_of_app(
+    session_service: AgentSessionService,
+) -> None:
+    session1 = await session_service.create_session(
+        app_name="my_app", user_id="u1", session_id="s1", state={"app:k1": "v1"}
+    )
+    event = Event(
+        invocation_id="inv1", author="user", actions=EventActions(state_delta={"app:k2": "v2"})
+    )
+    await session_service.append_event(session=session1, event=event)
+    session2 = await session_service.create_session(
+        app_name="my_app", user_id="u2", session_id="s2"
+    )
+    assert session2.state == {"app:k1": "v1", "app:k2": "v2"}
+    got = await session_service.get_session(app_name="my_app", user_id="u1", session_id="s1")
+    assert got is not None
+    assert (got.state.get("app:k1"), got.state.get("app:k2")) == ("v1", "v2")
+
+
+@asynctest
+async def test_user_state_is_shared_only_by_user_sessions(
+    session_service: AgentSessionService,
+) -> None:
+    session1 = await session_service.create_session(
+        app_name="my_app", user_id="u1", session_id="s1", state={"user:k1": "v1"}
+    )
+    event = Event(
+        invocation_id="inv1", author="user", actions=EventActions(state_delta={"user:k2": "v2"})
+    )
+    await session_service.append_event(session=session1, event=event)
+    session1b = await session_service.create_session(
+        app_name="my_app", user_id="u1", session_id="s1b"
+    )
+    assert session1b.state == {"user:k1": "v1", "user:k2": "v2"}
+    session2 = await session_service.create_session(
+        app_name="my_app", user_id="u2", session_id="s2"
+    )
+    assert session2.state == {}
+
+
+@asynctest
+async def test_session_state_is_not_shared(session_service: AgentSessionService) -> None:
+    session1 = await session_service.create_session(
+        app_name="my_app", user_id="u1", session_id="s1", state={"sk1": "v1"}
+    )
+    event = Event(
+        invocation_id="inv1", author="user", actions=EventActions(state_delta={"sk2": "v2"})
+    )
+    await session_service.append_event(session=session1, event=event)
+    got = await session_service.get_session(app_name="my_app", user_id="u1", session_id="s1")
+    assert got is not None
+    assert (got.state.get("sk1"), got.state.get("sk2")) == ("v1", "v2")
+    session1b = await session_service.create_session(
+        app_name="my_app", user_id="u1", session_id="s1b"
+    )
+    assert session1b.state == {}
+
+
+@pytest.mark.parametrize(
+    ("initial", "delta", "expected"),
+    [
+        pytest.param(
+            {"profile": {"name": "ada", "role": "admin"}},
+            {"profile": {"name": "bob"}},
+            {"profile": {"name": "bob"}},
+            id="dict_valued_state_delta_replaces_stored_value",
+        ),
+        pytest.param(
+            {"flag": True},
+            {"flag": None},
+            {"flag": None},
+            id="none_valued_state_delta_is_stored_not_dropped",
+        ),
+        pytest.param(
+            {"flag": False},
+            {"new_flag": True},
+            {"flag": False, "new_flag": True},
+            id="boolean_state_survives_unrelated_state_delta",
+        ),
+    ],
+)
+@asynctest
+async def test_session_state_delta_semantics(
+    session_service: AgentSessionService,
+    initial: dict[str, Any],
+    delta: dict[str, Any],
+    expected: dict[str, Any],
+) -> None:
+    session = await session_service.create_session(
+        app_name="my_app", user_id="u1", session_id="s1", state=initial
+    )
+    event = Event(invocation_id="inv1", author="user", actions=EventActions(state_delta=delta))
+    await session_service.append_event(session=session, event=event)
+    reloaded = await session_service.get_session(app_name="my_app", user_id="u1", session_id="s1")
+    assert reloaded is not None
+    assert reloaded.state == expected
+    assert session.state == expected
+
+
+@asynctest
+async def test_app_state_dict_valued_delta_replaces_stored_value(
+    session_service: AgentSessionService,
+) -> None:
+    session1 = await session_service.create_session(
+        app_name="my_app",
+        user_id="u1",
+        session_id="s1",
+        state={"app:cfg": {"name": "ada", "role": "admin"}},
+    )
+    event = Event(
+        invocation_id="inv1",
+        author="user",
+        actions=EventActions(state_delta={"app:cfg": {"name": "bob"}}),
+    )
+    await session_service.append_event(session=session1, event=event)
+    session2 = await session_service.create_session(
+        app_name="my_app", user_id="u2", session_id="s2"
+    )
+    assert session2.state.get("app:cfg") == {"name": "bob"}
+    assert session1.state.get("app:cfg") == {"name": "bob"}
+
+
+@asynctest
+async def test_user_state_none_valued_delta_is_stored_not_dropped(
+    session_service: AgentSessionService,
+) -> None:
+    session1 = await session_service.create_session(
+        app_name="my_app", user_id="u1", session_id="s1", state={"user:pref": "dark_mode"}
+    )
+    event = Event(
+        invocation_id="inv1", author="user", actions=EventActions(state_delta={"user:pref": None})
+    )
+    await session_service.append_event(session=session1, event=event)
+    session1b = await session_service.create_session(
+        app_name="my_app", user_id="u1", session_id="s1b"
+    )
+    assert "user:pref" in session1b.state and session1b.state["user:pref"] is None
+    assert "user:pref" in session1.state and session1.state["user:pref"] is None
+
+
+@asynctest
+async def test_temp_state_is_not_persisted_in_state_or_events(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="u1", session_id="s1")
+    event = Event(
+        invocation_id="inv1",
+        author="user",
+        actions=EventActions(state_delta={"temp:k1": "v1", "sk": "v2"}),
+    )
+    await session_service.append_event(session=session, event=event)
+    # Available in the session object (the same invocation), never stored.
+    assert session.state.get("temp:k1") == "v1"
+    assert session.state.get("sk") == "v2"
+    assert "temp:k1" not in event.actions.state_delta
+    got = await session_service.get_session(app_name="my_app", user_id="u1", session_id="s1")
+    assert got is not None
+    assert got.state.get("sk") == "v2"
+    assert "temp:k1" not in got.state
+    assert "temp:k1" not in got.events[0].actions.state_delta
+    assert b"temp:k1" not in b"".join(
+        bytes(e.data) for e in storage_of(session_service, got).read()
+    )
+
+
+@asynctest
+async def test_temp_state_visible_across_sequential_events(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(
+        app_name="my_app", user_id="u1", session_id="s_seq"
+    )
+    event1 = Event(
+        invocation_id="inv1",
+        author="agent1",
+        actions=EventActions(state_delta={"temp:output": "result_from_a1"}),
+    )
+    await session_service.append_event(session=session, event=event1)
+    assert session.state.get("temp:output") == "result_from_a1"
+    assert "temp:output" not in event1.actions.state_delta
+
+
+@asynctest
+async def test_get_session_respects_user_id(session_service: AgentSessionService) -> None:
+    session1 = await session_service.create_session(
+        app_name="my_app", user_id="u1", session_id="s1"
+    )
+    await session_service.append_event(session1, Event(invocation_id="inv1", author="user"))
+    await session_service.create_session(app_name="my_app", user_id="u2", session_id="s1")
+    got = await session_service.get_session(app_name="my_app", user_id="u2", session_id="s1")
+    assert got is not None
+    assert got.user_id == "u2"
+    assert len(got.events) == 0
+
+
+@asynctest
+async def test_create_session_with_existing_id_raises_error(
+    session_service: AgentSessionService,
+) -> None:
+    await session_service.create_session(
+        app_name="my_app", user_id="test_user", session_id="existing_session"
+    )
+    with pytest.raises(AlreadyExistsError):
+        await session_service.create_session(
+            app_name="my_app", user_id="test_user", session_id="existing_session"
+        )
+
+
+@asynctest
+async def test_create_session_with_padded_duplicate_id_raises_error(
+    session_service: AgentSessionService,
+) -> None:
+    await session_service.create_session(
+        app_name="my_app", user_id="u", session_id="existing", state={"keep": "original"}
+    )
+    with pytest.raises(AlreadyExistsError):
+        await session_service.create_session(
+            app_name="my_app", user_id="u", session_id="  existing  ", state={"keep": "x"}
+        )
+    got = await session_service.get_session(app_name="my_app", user_id="u", session_id="existing")
+    assert got is not None and got.state["keep"] == "original"
+
+
+@asynctest
+async def test_padded_session_id_reads_and_deletes(session_service: AgentSessionService) -> None:
+    await session_service.create_session(app_name="my_app", user_id="u", session_id="  s1 ")
+    got = await session_service.get_session(app_name="my_app", user_id="u", session_id=" s1  ")
+    assert got is not None and got.id == "s1"
+    await session_service.delete_session(app_name="my_app", user_id="u", session_id="s1 ")
+    assert (
+        await session_service.get_session(app_name="my_app", user_id="u", session_id="s1") is None
+    )
+
+
+@asynctest
+async def test_create_session_with_blank_id_generates_one(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(
+        app_name="my_app", user_id="test_user", session_id="   "
+    )
+    assert session.id.strip()
+
+
+@asynctest
+async def test_create_session_concurrent_same_id_raises_already_exists_error(
+    session_service: AgentSessionService,
+) -> None:
+    for i in range(5):
+        sid = f"race-session-{i}"
+        results = await asyncio.gather(
+            session_service.create_session(app_name="my_app", user_id="user", session_id=sid),
+            session_service.create_session(app_name="my_app", user_id="user", session_id=sid),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        assert len(errors) == 1 and isinstance(errors[0], AlreadyExistsError)
+        assert sid in str(errors[0])
+        got = await session_service.get_session(app_name="my_app", user_id="user", session_id=sid)
+        assert got is not None and got.id == sid
+
+
+@asynctest
+async def test_append_event_bytes(session_service: AgentSessionService) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="user")
+    content = types.Content(
+        role="user",
+        parts=[types.Part.from_bytes(data=b"test_image_data", mime_type="image/png")],
+    )
+    grounding = types.GroundingMetadata(
+        search_entry_point=types.SearchEntryPoint(sdk_blob=b"test_sdk_blob")
+    )
+    event = Event(
+        invocation_id="invocation", author="user", content=content, grounding_metadata=grounding
+    )
+    await session_service.append_event(session=session, event=event)
+    assert session.events[0].content == content
+    got = await session_service.get_session(
+        app_name="my_app", user_id="user", session_id=session.id
+    )
+    assert got is not None and len(got.events) == 1
+    assert got.events[0].content == content
+    assert got.events[0].grounding_metadata == grounding
+
+
+@asynctest
+async def test_append_event_complete(session_service: AgentSessionService) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="user")
+    event = Event(
+        invocation_id="invocation",
+        author="user",
+        content=text("test_text"),
+        turn_complete=True,
+        partial=False,
+        actions=EventActions(artifact_delta={"file": 0}, transfer_to_agent="agent", escalate=True),
+        long_running_tool_ids={"tool1"},
+        error_code="error_code",
+        error_message="error_message",
+        interrupted=True,
+        grounding_metadata=types.GroundingMetadata(web_search_queries=["query1"]),
+        usage_metadata=types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=1, candidates_token_count=1, total_token_count=2
+        ),
+        citation_metadata=types.CitationMetadata(),
+        custom_metadata={"custom_key": "custom_value"},
+        timestamp=1700000000.123,
+        input_transcription=types.Transcription(text="input transcription", finished=True),
+        output_transcription=types.Transcription(text="output transcription", finished=True),
+    )
+    await session_service.append_event(session=session, event=event)
+    got = await session_service.get_session(
+        app_name="my_app", user_id="user", session_id=session.id
+    )
+    assert got == session
+
+
+@asynctest
+async def test_append_event_with_requested_tool_confirmations(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="user")
+    confirmation = ToolConfirmation(
+        hint="dynamic hint",
+        confirmed=False,
+        payload={"collection_name": "photos", "resource_id": "album_1"},
+    )
+    event = Event(
+        invocation_id="invocation",
+        author="user",
+        actions=EventActions(requested_tool_confirmations={"tool_call_1": confirmation}),
+    )
+    await session_service.append_event(session=session, event=event)
+    got = await session_service.get_session(
+        app_name="my_app", user_id="user", session_id=session.id
+    )
+    assert got is not None and len(got.events) == 1
+    back = got.events[0].actions.requested_tool_confirmations["tool_call_1"]
+    assert back.hint == "dynamic hint"
+    assert back.payload == {"collection_name": "photos", "resource_id": "album_1"}
+    assert not back.confirmed
+
+
+@asynctest
+async def test_append_event_with_non_serializable_state_delta(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="user")
+    event = Event(
+        invocation_id="invocation",
+        author="user",
+        actions=EventActions(state_delta={"callback": lambda: 1, "ok": 2, "user:f": len}),
+    )
+    await session_service.append_event(session=session, event=event)
+    got = await session_service.get_session(
+        app_name="my_app", user_id="user", session_id=session.id
+    )
+    assert got is not None and len(got.events) == 1
+    assert got.state["ok"] == 2
+    assert isinstance(got.state["callback"], str)
+    assert isinstance(got.state["user:f"], str)
+
+
+@asynctest
+async def test_session_last_update_time_updates_on_event(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="user")
+    original = session.last_update_time
+    event = Event(invocation_id="invocation", author="user", timestamp=original + 10)
+    await session_service.append_event(session=session, event=event)
+    assert session.last_update_time == pytest.approx(original + 10, abs=1e-6)
+    got = await session_service.get_session(
+        app_name="my_app", user_id="user", session_id=session.id
+    )
+    assert got is not None
+    assert got.last_update_time == pytest.approx(original + 10, abs=1e-6)
+    listed = (await session_service.list_sessions(app_name="my_app", user_id="user")).sessions
+    assert listed[0].last_update_time == got.last_update_time
+
+
+@asynctest
+async def test_append_event_to_deleted_session_raises_session_not_found(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="user")
+    await session_service.delete_session(app_name="my_app", user_id="user", session_id=session.id)
+    with pytest.raises(SessionNotFoundError):
+        await session_service.append_event(session, Event(invocation_id="inv1", author="user"))
+    # Nothing was left behind.
+    assert not session_service.store.sync.exists(session_key("my_app", "user", session.id))
+
+
+@asynctest
+async def test_append_event_to_unknown_session_raises_session_not_found(
+    session_service: AgentSessionService,
+) -> None:
+    session = Session(app_name="my_app", user_id="user", id="never_created")
+    with pytest.raises(SessionNotFoundError):
+        await session_service.append_event(session, Event(invocation_id="inv1", author="user"))
+    assert (await session_service.list_sessions(app_name="my_app")).sessions == []
+
+
+@asynctest
+async def test_get_session_with_config(session_service: AgentSessionService) -> None:
+    base = int(time.time())
+    session = await session_service.create_session(app_name="my_app", user_id="user")
+    for i in range(1, 6):
+        await session_service.append_event(session, Event(author="user", timestamp=base + i))
+
+    async def events(config: GetSessionConfig | None) -> list[float]:
+        got = await session_service.get_session(
+            app_name="my_app", user_id="user", session_id=session.id, config=config
+        )
+        assert got is not None
+        assert got.last_update_time == base + 5  # the state and time never depend on config
+        return [e.timestamp for e in got.events]
+
+    assert len(await events(None)) == 5
+    assert await events(GetSessionConfig(num_recent_events=0)) == []
+    assert await events(GetSessionConfig(num_recent_events=3)) == [base + 3, base + 4, base + 5]
+    assert await events(GetSessionConfig(after_timestamp=base + 4)) == [base + 4, base + 5]
+    assert await events(GetSessionConfig(after_timestamp=base + 50)) == []
+    both = GetSessionConfig(after_timestamp=base + 4, num_recent_events=3)
+    assert await events(both) == [base + 4, base + 5]
+
+
+@asynctest
+async def test_partial_events_are_not_persisted(session_service: AgentSessionService) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="user")
+    await session_service.append_event(session, Event(author="user", partial=True))
+    assert len(session.events) == 0
+    got = await session_service.get_session(
+        app_name="my_app", user_id="user", session_id=session.id
+    )
+    assert got is not None and len(got.events) == 0
+
+
+@asynctest
+async def test_get_user_state(session_service: AgentSessionService) -> None:
+    """ADK's six get_user_state tests: empty, written by append_event, isolated between users
+    and between apps, readable before a session is made, the latest write."""
+    assert await session_service.get_user_state(app_name="my_app", user_id="u1") == {}
+    session = await session_service.create_session(app_name="my_app", user_id="u1")
+    for delta in (
+        {"user:profile": {"name": "Alice"}, "session_key": 1},
+        {"user:counter": 1},
+        {"user:counter": 2},
+    ):
+        event = Event(author="system", actions=EventActions(state_delta=delta))
+        await session_service.append_event(session, event)
+    assert await session_service.get_user_state(app_name="my_app", user_id="u1") == {
+        "profile": {"name": "Alice"},
+        "counter": 2,
+    }
+    assert await session_service.get_user_state(app_name="my_app", user_id="u2") == {}
+    assert await session_service.get_user_state(app_name="other_app", user_id="u1") == {}
+
+
+@asynctest
+async def test_get_session_keeps_exact_epoch_across_a_repeated_local_hour(
+    session_service: AgentSessionService,
+) -> None:
+    epochs = [1730613600.0, 1730615400.0]
+    session = await session_service.create_session(app_name="my_app", user_id="user")
+    for epoch in epochs:
+        await session_service.append_event(session, Event(author="user", timestamp=epoch))
+    got = await session_service.get_session(
+        app_name="my_app", user_id="user", session_id=session.id
+    )
+    assert got is not None and [e.timestamp for e in got.events] == epochs
+
+
+@asynctest
+async def test_delete_session_removes_only_the_targeted_users_session(
+    session_service: AgentSessionService,
+) -> None:
+    await session_service.create_session(app_name="my_app", user_id="u1", session_id="s1")
+    await session_service.create_session(app_name="my_app", user_id="u2", session_id="s1")
+    await session_service.delete_session(app_name="my_app", user_id="u1", session_id="s1")
+    assert (
+        await session_service.get_session(app_name="my_app", user_id="u1", session_id="s1") is None
+    )
+    other = await session_service.get_session(app_name="my_app", user_id="u2", session_id="s1")
+    assert other is not None and other.id == "s1"
+
+
+@asynctest
+async def test_delete_session_unknown_session_is_a_noop(
+    session_service: AgentSessionService,
+) -> None:
+    await session_service.create_session(app_name="my_app", user_id="u1", session_id="s1")
+    for app, user, sid in (
+        ("my_app", "u1", "nope"),
+        ("my_app", "nope", "s1"),
+        ("nope", "u1", "s1"),
+    ):
+        await session_service.delete_session(app_name=app, user_id=user, session_id=sid)
+    assert await session_service.get_session(app_name="my_app", user_id="u1", session_id="s1")
+
+
+@asynctest
+async def test_list_sessions_strips_events_and_merges_scoped_state(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(
+        app_name="my_app",
+        user_id="u1",
+        session_id="s1",
+        state={"app:a": "av", "user:u": "uv", "sk": "sv", "temp:t": "tv"},
+    )
+    event = Event(
+        invocation_id="inv1", author="user", actions=EventActions(state_delta={"sk2": "sv2"})
+    )
+    await session_service.append_event(session=session, event=event)
+    [listed] = (await session_service.list_sessions(app_name="my_app", user_id="u1")).sessions
+    assert listed.id == "s1"
+    assert listed.events == []
+    assert listed.state == {"app:a": "av", "user:u": "uv", "sk": "sv", "sk2": "sv2"}
+
+
+@asynctest
+async def test_list_sessions_unknown_app_or_user_returns_empty_response(
+    session_service: AgentSessionService,
+) -> None:
+    await session_service.create_session(app_name="my_app", user_id="u1", session_id="s1")
+    assert (await session_service.list_sessions(app_name="unknown_app")).sessions == []
+    unknown = await session_service.list_sessions(app_name="my_app", user_id="unknown_user")
+    assert unknown.sessions == []
+    assert [s.id for s in (await session_service.list_sessions(app_name="my_app")).sessions] == [
+        "s1"
+    ]
+
+
+@asynctest
+async def test_append_different_events_not_deduplicated(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(
+        app_name="test_app", user_id="user_multi", session_id="session_multi"
+    )
+    e1 = Event(id="shared-event-id", invocation_id="inv_a", author="user")
+    e2 = Event(id="shared-event-id", invocation_id="inv_b", author="agent")
+    await session_service.append_event(session=session, event=e1)
+    await session_service.append_event(session=session, event=e2)
+    got = await session_service.get_session(
+        app_name="test_app", user_id="user_multi", session_id="session_multi"
+    )
+    assert got is not None and [e.author for e in got.events] == ["user", "agent"]
+
+
+# ADK's SQL services reject a stale session object (test_append_event_to_stale_session,
+# test_append_event_concurrent_stale_sessions_reject_stale_writer); this service lets both
+# writers land and brings the stale object up to date.
+
+
+@asynctest
+async def test_append_event_to_stale_session_lands_and_catches_up(
+    session_service: AgentSessionService,
+) -> None:
+    now = time.time()
+    original = await session_service.create_session(app_name="my_app", user_id="user")
+    event1 = Event(
+        invocation_id="inv1",
+        author="user",
+        timestamp=now + 1,
+        actions=EventActions(state_delta={"sk1": "v1"}),
+    )
+    await session_service.append_event(original, event1)
+    updated = await session_service.get_session(
+        app_name="my_app", user_id="user", session_id=original.id
+    )
+    assert updated is not None
+    event2 = Event(
+        invocation_id="inv2",
+        author="user",
+        timestamp=now + 2,
+        actions=EventActions(state_delta={"sk2": "v2"}),
+    )
+    await session_service.append_event(updated, event2)
+    assert "sk2" not in original.state  # stale now
+    event3 = Event(
+        invocation_id="inv3",
+        author="user",
+        timestamp=now + 3,
+        actions=EventActions(state_delta={"sk3": "v3"}),
+    )
+    await session_service.append_event(original, event3)
+    final = await session_service.get_session(
+        app_name="my_app", user_id="user", session_id=original.id
+    )
+    assert final is not None
+    assert [e.invocation_id for e in final.events] == ["inv1", "inv2", "inv3"]
+    assert {k: final.state[k] for k in ("sk1", "sk2", "sk3")} == {
+        "sk1": "v1",
+        "sk2": "v2",
+        "sk3": "v3",
+    }
+    assert original == final  # the stale object was brought up to date
+
+
+@asynctest
+async def test_concurrent_stale_sessions_both_land(session_service: AgentSessionService) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="user")
+    for i in range(8):
+        latest = await session_service.get_session(
+            app_name="my_app", user_id="user", session_id=session.id
+        )
+        assert latest is not None
+        copies = [latest.model_copy(deep=True), latest.model_copy(deep=True)]
+        events = [
+            Event(
+                invocation_id=f"inv{i}-{n}",
+                author="user",
+                actions=EventActions(state_delta={f"sk{i}-{n}": f"v{i}-{n}", "last": n}),
+            )
+            for n in (1, 2)
+        ]
+        results = await asyncio.gather(
+            *(session_service.append_event(c, e) for c, e in zip(copies, events, strict=True)),
+            return_exceptions=True,
+        )
+        assert not [r for r in results if isinstance(r, BaseException)]
+    final = await session_service.get_session(
+        app_name="my_app", user_id="user", session_id=session.id
+    )
+    assert final is not None and len(final.events) == 16
+    for i in range(8):
+        assert final.state[f"sk{i}-1"] == f"v{i}-1" and final.state[f"sk{i}-2"] == f"v{i}-2"
+    # A conflicting key: the last write in log order wins.
+    last = [e for e in final.events if "last" in e.actions.state_delta][-1]
+    assert final.state["last"] == last.actions.state_delta["last"]
+
+
+@asynctest
+async def test_concurrent_appends_through_one_session_object_keep_it_equal_to_the_log(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="user")
+    for i in range(10):
+        events = [Event(invocation_id=f"inv{i}-{n}", author="user") for n in range(3)]
+        await asyncio.gather(*(session_service.append_event(session, e) for e in events))
+    got = await session_service.get_session(
+        app_name="my_app", user_id="user", session_id=session.id
+    )
+    assert got is not None and len(got.events) == 30
+    assert sorted(e.id for e in session.events) == sorted(e.id for e in got.events)
+
+
+# ---------------------------------------------------------------------------------------------
+# This integration's own behaviour.
+
+
+def test_ids_are_prefixed_and_injective() -> None:
+    assert session_key("my_app", "u1", "s1") == "adk:my_app:u1:s1"
+    assert session_key("a:b", "c", "d") == "adk:a%3Ab:c:d"
+    assert session_key("a", "b:c", "d") != session_key("a:b", "c", "d")
+    assert session_key("a", "u/1", "s 1%") == "adk:a:u%2F1:s%201%25"
+
+
+@asynctest
+async def test_apps_whose_names_share_a_prefix_are_listed_apart(
+    session_service: AgentSessionService,
+) -> None:
+    await session_service.create_session(app_name="app", user_id="u:1", session_id="x")
+    await session_service.create_session(app_name="app:u", user_id="1", session_id="y")
+    await session_service.create_session(app_name="ap", user_id="p", session_id="z")
+    listed = (await session_service.list_sessions(app_name="app")).sessions
+    assert [(s.user_id, s.id) for s in listed] == [("u:1", "x")]
+    listed = (await session_service.list_sessions(app_name="app:u", user_id="1")).sessions
+    assert [s.id for s in listed] == ["y"]
+
+
+@asynctest
+async def test_the_payload_is_the_events_json_byte_for_byte(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="u")
+    event = Event(
+        invocation_id="inv",
+        author="agent",
+        content=text("héllo ✓", role="model"),
+        actions=EventActions(state_delta={"n": 10**30, "f": 0.1 + 0.2}),
+    )
+    await session_service.append_event(session, event)
+    stored = [e for e in storage_of(session_service, session).read() if e.type == ADK_EVENT]
+    assert [bytes(e.data) for e in stored] == [event.model_dump_json(exclude_none=True).encode()]
+    got = await session_service.get_session(app_name="my_app", user_id="u", session_id=session.id)
+    assert got is not None and got.events == [event]
+    assert got.state == {"n": 10**30, "f": 0.1 + 0.2}
+
+
+@asynctest
+async def test_the_mirror_gives_a_provider_valid_history(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="u1")
+    call = types.FunctionCall(id="c1", name="read", args={"path": "a.py"})
+    slow = types.FunctionCall(id="c2", name="deploy", args={})
+    events = [
+        Event(invocation_id="i1", author="user", content=text("Fix the test")),
+        Event(
+            invocation_id="i1",
+            author="coder",
+            content=types.Content(
+                role="model",
+                parts=[
+                    types.Part(text="Reading.", thought=True),
+                    types.Part(text="Looking."),
+                    types.Part(function_call=call),
+                ],
+            ),
+        ),
+        Event(
+            invocation_id="i1",
+            author="coder",
+            content=types.Content(
+                role="user",
+                parts=[
+                    types.Part(
+                        function_response=types.FunctionResponse(
+                            id="c1", name="read", response={"result": "assert 1 == 2"}
+                        )
+                    )
+                ],
+            ),
+        ),
+        Event(
+            invocation_id="i1",
+            author="coder",
+            content=types.Content(role="model", parts=[types.Part(function_call=slow)]),
+            long_running_tool_ids={"c2"},
+        ),
+        Event(invocation_id="i1", author="coder", actions=EventActions(state_delta={"k": 1})),
+    ]
+    for event in events:
+        await session_service.append_event(session, event)
+    log = storage_of(session_service, session)
+    messages = log.messages()
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert messages[0].text == "Fix the test"
+    assert messages[1].text == "Looking." and messages[1].tool_calls[0].id == "c1"
+    assert messages[1].author == "coder"
+    assert messages[2].tool_results[0].content == "assert 1 == 2"
+    assert messages[4].tool_results[0].audit == {"decision": "interrupted"}  # still running
+    assert provider_errors(messages) == []
+    assert {e.meta.get("turn_id") for e in log.read()[1:]} == {"i1"}
+    # The long-running tool answers later: its result replaces the stand-in.
+    late = Event(
+        invocation_id="i2",
+        author="user",
+        content=types.Content(
+            role="user",
+            parts=[
+                types.Part(
+                    function_response=types.FunctionResponse(
+                        id="c2", name="deploy", response={"error": "denied"}
+                    )
+                ),
+                types.Part(text="It failed?"),
+            ],
+        ),
+    )
+    await session_service.append_event(session, late)
+    messages = log.messages()
+    assert messages[4].tool_results[0].content == "denied"
+    assert messages[4].tool_results[0].is_error
+    assert messages[-1].text == "It failed?"
+    assert provider_errors(messages) == []
+
+
+@asynctest
+async def test_without_the_mirror_only_adk_events_are_written(store_url: str) -> None:
+    async with AgentSessionService(store_url, mirror_messages=False) as service:
+        session = await service.create_session(app_name="my_app", user_id="u")
+        await service.append_event(
+            session, Event(invocation_id="i", author="user", content=text("hi"))
+        )
+        log = storage_of(service, session)
+        assert [e.type for e in log.read()] == [ADK_SESSION, ADK_EVENT]
+        assert log.messages() == []
+
+
+@pytest.fixture
+def read_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int | None]]:
+    """Every ``BaseSession.read(after, limit)`` call made meanwhile."""
+    from agentsession.session import BaseSession
+
+    calls: list[tuple[int, int | None]] = []
+    original = BaseSession.read
+
+    def read(self: BaseSession, after: int = 0, limit: int | None = None) -> Any:
+        calls.append((after, limit))
+        return original(self, after, limit)
+
+    monkeypatch.setattr(BaseSession, "read", read)
+    return calls
+
+
+@asynctest
+async def test_config_and_listing_read_only_the_end_of_a_long_log(
+    session_service: AgentSessionService, read_calls: list[tuple[int, int | None]]
+) -> None:
+    session = await session_service.create_session(app_name="my_app", user_id="u", state={"n": 0})
+    for i in range(1, 301):
+        delta = {"n": i} if i % 7 == 0 else {}
+        event = Event(
+            invocation_id=f"i{i}",
+            author="user",
+            content=text(f"m{i}"),
+            actions=EventActions(state_delta=delta),
+        )
+        await session_service.append_event(session, event)
+    read_calls.clear()
+    got = await session_service.get_session(
+        app_name="my_app",
+        user_id="u",
+        session_id=session.id,
+        config=GetSessionConfig(num_recent_events=3),
+    )
+    assert got is not None
+    assert [e.invocation_id for e in got.events] == ["i298", "i299", "i300"]
+    assert got.state == {"n": 294}
+    listed = (await session_service.list_sessions(app_name="my_app")).sessions
+    assert listed[0].state == {"n": 294}
+    assert listed[0].last_update_time == session.last_update_time
+    assert read_calls and min(after for after, _ in read_calls) > 600 - 2 * 64 - 8
+
+
+@asynctest
+async def test_a_snapshot_of_a_deleted_log_is_ignored(
+    session_service: AgentSessionService,
+) -> None:
+    session = await session_service.create_session(
+        app_name="my_app", user_id="u", session_id="s", state={"life": 1}
+    )
+    for i in range(70):
+        await session_service.append_event(
+            session, Event(author="user", actions=EventActions(state_delta={"i": i}))
+        )
+    # Deleted behind the service's back (agentsession rm), leaving its snapshot; made again.
+    session_service.store.sync.delete(session_key("my_app", "u", "s"))
+    again = await session_service.create_session(
+        app_name="my_app", user_id="u", session_id="s", state={"life": 2}
+    )
+    for j in range(70):  # long enough to hold the seq the old snapshot names
+        await session_service.append_event(
+            again, Event(author="user", actions=EventActions(state_delta={"j": j}))
+        )
+    config = GetSessionConfig(num_recent_events=1)
+    got = await session_service.get_session(
+        app_name="my_app", user_id="u", session_id="s", config=config
+    )
+    assert got is not None and got.state == {"life": 2, "j": 69}
+    listed = (await session_service.list_sessions(app_name="my_app")).sessions
+    assert [s.state for s in listed] == [{"life": 2, "j": 69}]
+
+
+@asynctest
+async def test_store_objects_are_used_and_left_open(tmp_path: Path) -> None:
+    sync = open_store(tmp_path / "store")
+    async_store = AsyncStore(open_store(tmp_path / "other"))
+    for target in (sync, async_store):
+        async with AgentSessionService(target) as service:
+            session = await service.create_session(app_name="a", user_id="u", session_id="s")
+            await service.append_event(session, Event(author="user", content=text("hi")))
+    assert sync.get(session_key("a", "u", "s")).latest_seq == 3
+    assert (await async_store.get(session_key("a", "u", "s"))).sync.latest_seq == 3
+    sync.close()
+    await async_store.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Two processes appending to one session.
+
+APP, USER, PER_PROCESS = "race_app", "racer", 200
+
+
+def _append_in_process(
+    kind: str, url: str, session_id: str, tag: str, count: int, ready_dir: str
+) -> tuple[int, int, list[str]]:
+    """Append ``count`` events to a session from a new process, after both processes have
+    loaded it; returns (acknowledged, errors, the ids of the session object's events)."""
+    return asyncio.run(_append_all(kind, url, session_id, tag, count, ready_dir))
+
+
+async def _append_all(
+    kind: str, url: str, session_id: str, tag: str, count: int, ready_dir: str
+) -> tuple[int, int, list[str]]:
+    service: Any = AgentSessionService(url) if kind == "agentsession" else SqliteSessionService(url)
+    session = await service.get_session(app_name=APP, user_id=USER, session_id=session_id)
+    Path(ready_dir, tag).touch()
+    deadline = time.monotonic() + 60
+    while len(os.listdir(ready_dir)) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.001)
+    acknowledged = errors = 0
+    for i in range(count):
+        event = Event(
+            invocation_id=f"{tag}-{i}",
+            author="user",
+            content=text(f"{tag} {i}"),
+            actions=EventActions(state_delta={tag: i, "last_writer": tag}),
+        )
+        try:
+            await service.append_event(session, event)
+            acknowledged += 1
+        except Exception:
+            errors += 1
+    if kind == "agentsession":
+        await service.close()
+    return acknowledged, errors, [e.invocation_id for e in session.events]
+
+
+@pytest.fixture(scope="module")
+def two_processes() -> Iterator[concurrent.futures.ProcessPoolExecutor]:
+    """Two worker processes, started once for the module (spawned: no state inherited)."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as pool:
+        yield pool
+
+
+def _race(
+    pool: concurrent.futures.ProcessPoolExecutor, kind: str, url: str, session_id: str, tmp: Path
+) -> list[tuple[int, int, list[str]]]:
+    ready = tmp / f"ready-{kind}"
+    ready.mkdir()
+    futures = [
+        pool.submit(_append_in_process, kind, url, session_id, tag, PER_PROCESS, str(ready))
+        for tag in ("a", "b")
+    ]
+    return [f.result(timeout=240) for f in futures]
+
+
+@pytest.mark.slow
+def test_two_processes_append_to_one_session_and_lose_nothing(
+    shared_url: str, tmp_path: Path, two_processes: concurrent.futures.ProcessPoolExecutor
+) -> None:
+    service = AgentSessionService(shared_url)
+    created = asyncio.run(service.create_session(app_name=APP, user_id=USER))
+    results = _race(two_processes, "agentsession", shared_url, created.id, tmp_path)
+    assert [(ack, errors) for ack, errors, _ in results] == [(PER_PROCESS, 0)] * 2
+    final = asyncio.run(service.get_session(app_name=APP, user_id=USER, session_id=created.id))
+    assert final is not None
+    ids = [e.invocation_id for e in final.events]
+    assert len(ids) == 2 * PER_PROCESS  # nothing lost, nothing twice
+    for tag in ("a", "b"):
+        assert [i for i in ids if i.startswith(tag)] == [f"{tag}-{n}" for n in range(PER_PROCESS)]
+        assert final.state[tag] == PER_PROCESS - 1
+    assert final.state["last_writer"] == ids[-1][0]  # the last in log order wins
+    for _, _, seen in results:  # each process's object was kept equal to the log
+        assert seen == ids[: len(seen)]
+    log = service.store.sync.get(session_key(APP, USER, created.id))
+    assert len(log.messages()) == 2 * PER_PROCESS
+    asyncio.run(service.close())
+
+
+@pytest.mark.slow
+def test_adks_sqlite_service_fails_with_two_processes(
+    tmp_path: Path, two_processes: concurrent.futures.ProcessPoolExecutor
+) -> None:
+    """The comparison: ADK's own SqliteSessionService (its DatabaseSessionService needs
+    SQLAlchemy, not installed here) in the same situation rejects the appends of whichever
+    process's session object is older than storage (StaleSessionError)."""
+    path = str(tmp_path / "adk.db")
+    created = asyncio.run(SqliteSessionService(path).create_session(app_name=APP, user_id=USER))
+    results = _race(two_processes, "adk-sqlite", path, created.id, tmp_path)
+    final = asyncio.run(
+        SqliteSessionService(path).get_session(app_name=APP, user_id=USER, session_id=created.id)
+    )
+    assert final is not None
+    errors = sum(e for _, e, _ in results)
+    acknowledged = sum(a for a, _, _ in results)
+    assert errors > 0
+    assert len(final.events) == acknowledged  # what it acknowledged it kept
+    assert len(final.events) < 2 * PER_PROCESS
+
+
+# ---------------------------------------------------------------------------------------------
+# The example.
+
+
+def test_the_example_runs_an_adk_runner_over_a_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = Path(__file__).parent.parent / "examples" / "adk_example.py"
+    spec = importlib.util.spec_from_file_location("adk_example", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    asyncio.run(example.main(str(tmp_path)))
+    out = capsys.readouterr().out
+    assert "agent: The weather: sunny in Paris." in out
+    assert "agent: The weather: sunny in Oslo." in out
+    assert "'user:last_city': 'Oslo'" in out
+    store = open_store(tmp_path)
+    [info] = store.list(prefix="adk:weather_app:")
+    messages = store.get(info.id).messages()
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"] * 2
+    assert provider_errors(messages) == []
+    store.close()
