@@ -1,0 +1,498 @@
+"""The OpenAI Agents SDK's ``Session`` over any agentsession store (the ``openai-agents`` extra).
+
+::
+
+    from agents import Agent, Runner
+    from agentsession.integrations.openai_agents import OpenAIAgentsSession
+
+    session = OpenAIAgentsSession("user-42", store="sessions/")   # or sqlite:///, postgresql://
+    result = await Runner.run(Agent(name="helper"), "Hello", session=session)
+
+:class:`OpenAIAgentsSession` implements the SDK's ``Session`` protocol (``get_items``,
+``add_items``, ``pop_item``, ``clear_session``, ``session_id``, ``session_settings``) and
+behaves as the SDK's ``SQLiteSession`` does, on any store: memory, JSONL, SQLite, PostgreSQL,
+encrypted or not. Its async methods are calls of :mod:`agentsession.aio`.
+
+**The log.** Every item is one event ``openai_agents/item`` whose payload is the item's JSON,
+so :meth:`~OpenAIAgentsSession.get_items` returns it exactly as it was added. Popping an item
+appends ``openai_agents/pop`` (naming the popped item's seq) and clearing appends
+``openai_agents/clear``: nothing is ever deleted, and the item list is derived from the log. A
+pop is a conditional append (``append_many(..., expect_seq=)``) made against the item list it
+was decided on, so of two processes popping at once each gets a different item (or None),
+and an item added meanwhile is never popped unseen.
+
+The items are deliberately not mapped to agentsession's typed events (``user/message``,
+``tool/call``...): the derived history cannot forget a message, so a pop (the SDK pops to
+rewind a retried turn's input) would leave the typed history showing what the item list no
+longer has. Such a session's ``messages()`` is empty, which is provider-valid.
+
+**Reading** keeps the live items' JSON in memory and reads only the events appended since the
+last call; ``get_items(limit=n)`` on a new object reads the log backwards from its end until it
+has ``n`` live items, so it costs O(n) however long the session is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import random
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Union, cast
+
+import msgspec
+
+from ..aio import AsyncSession, AsyncStore
+from ..codec import decode, encode
+from ..errors import ConflictError, UsageError
+from ..events import Event
+from ..store import BaseStore, open_store
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import SessionSettings
+
+__all__ = ["CLEAR", "ITEM", "POP", "OpenAIAgentsSession"]
+
+ITEM: Final = "openai_agents/item"
+"""Event type of one item added to the session; its payload is the item's JSON."""
+POP: Final = "openai_agents/pop"
+"""Event type of a pop: ``{"itemSeq": n}``, the seq of the ``openai_agents/item`` removed."""
+CLEAR: Final = "openai_agents/clear"
+"""Event type of ``clear_session()``: every item before it is gone from the item list."""
+
+_POP_TRIES = 1000
+"""How often ``pop_item`` decides again when other writers keep appending first."""
+_FIRST_SPAN = 64
+"""Events read by the first backward read of a new object's ``get_items(limit=n)``, at least."""
+
+StoreTarget = Union[str, "os.PathLike[str]", BaseStore, AsyncStore]
+"""What ``store=`` takes: a URL or path for :func:`agentsession.open_store`, or an open store."""
+
+
+_Json = msgspec.Raw
+"""An item's JSON as stored (a view of the bytes read, never copied)."""
+
+
+class _Pop(msgspec.Struct, frozen=True, rename="camel"):
+    item_seq: int
+
+
+_pop_decoder = msgspec.json.Decoder(_Pop)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stores opened from a URL or path: one per target in the process, shared by the sessions that
+# name it (one connection pool, one session cache), closed when the last of them closes.
+
+_shared_lock = threading.Lock()
+_shared: dict[str, tuple[AsyncStore, int]] = {}
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _thread_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The worker threads of every store this module wraps (created on first use)."""
+    with _shared_lock:
+        return _thread_pool_locked()
+
+
+def _thread_pool_locked() -> concurrent.futures.ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        # Sized as asyncio's default executor (and as an AsyncStore's own pool).
+        _executor = concurrent.futures.ThreadPoolExecutor(
+            thread_name_prefix="agentsession-openai-agents"
+        )
+    return _executor
+
+
+def _after_fork_in_child() -> None:
+    # The parent's worker threads and its shared stores' connections are not ours to use.
+    global _executor, _shared_lock
+    _executor = None
+    _shared_lock = threading.Lock()
+    _shared.clear()
+    _wrappers.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _acquire_shared(target: str) -> AsyncStore:
+    with _shared_lock:
+        entry = _shared.get(target)
+        if entry is not None and not entry[0].closed:
+            _shared[target] = (entry[0], entry[1] + 1)
+            return entry[0]
+    store = AsyncStore(open_store(target), executor=_thread_pool())  # outside the lock: I/O
+    with _shared_lock:
+        entry = _shared.get(target)
+        if entry is not None and not entry[0].closed:
+            _shared[target] = (entry[0], entry[1] + 1)
+            other = store
+            store = entry[0]
+        else:
+            _shared[target] = (store, 1)
+            other = None
+    if other is not None:
+        other.sync.close()
+    return store
+
+
+def _release_shared(target: str, store: AsyncStore) -> AsyncStore | None:
+    """Drop one user of a shared store; returns it when that was the last (to be closed)."""
+    with _shared_lock:
+        entry = _shared.get(target)
+        if entry is None or entry[0] is not store:
+            return None
+        if entry[1] > 1:
+            _shared[target] = (store, entry[1] - 1)
+            return None
+        del _shared[target]
+    return store
+
+
+def _close_shared(target: str, store: AsyncStore) -> None:
+    last = _release_shared(target, store)
+    if last is not None:
+        last.sync.close()
+
+
+_wrappers: weakref.WeakValueDictionary[int, AsyncStore] = weakref.WeakValueDictionary()
+
+
+def _wrapper(store: BaseStore) -> AsyncStore:
+    """The one async store of a sync store in this process (one thread pool and, where the
+    backend has a native async path, one connection pool for every session using it)."""
+    with _shared_lock:
+        wrapper = _wrappers.get(id(store))
+        if wrapper is None or wrapper.sync is not store:
+            wrapper = _wrappers[id(store)] = AsyncStore(store, executor=_thread_pool_locked())
+        return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
+    from agents.memory import SessionSettings
+
+    if value is None:
+        return SessionSettings()
+    if isinstance(value, SessionSettings):
+        return value
+    if isinstance(value, Mapping):
+        return SessionSettings(**value)
+    raise UsageError(f"session_settings must be a SessionSettings or a dict, not {value!r}")
+
+
+def _decode_items(raws: Sequence[_Json]) -> list[TResponseInputItem]:
+    """Fresh item objects from their stored JSON, decoded in one call."""
+    if not raws:
+        return []
+    return cast("list[TResponseInputItem]", decode(b"[" + b",".join(raws) + b"]"))
+
+
+class OpenAIAgentsSession:
+    """The OpenAI Agents SDK's ``Session`` protocol over an agentsession store: pass it to
+    ``Runner.run(..., session=...)`` as you would a ``SQLiteSession``.
+
+    ``session_id`` is the agentsession session id (any id the store accepts). ``store`` is a
+    URL or a path (opened with :func:`agentsession.open_store`; every session of this process
+    naming the same target shares one store, closed when the last of them is closed), a sync
+    :class:`~agentsession.BaseStore` or an :class:`~agentsession.aio.AsyncStore` (left open by
+    :meth:`close`). ``session_settings`` (a ``SessionSettings`` or its dict) sets the default
+    ``limit`` of :meth:`get_items`, as for the SDK's sessions.
+
+    Safe to share between tasks, threads and event loops, and between processes through a
+    store they share (JSONL, SQLite, PostgreSQL). See the module's docstring for the log it
+    writes."""
+
+    session_id: str
+    """The session id, in the store and for the SDK."""
+
+    def __init__(
+        self,
+        session_id: str,
+        store: StoreTarget,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise UsageError(f"session_id must be a non-empty string, not {session_id!r}")
+        self.session_id = session_id
+        # Made on first use: importing the SDK takes seconds, and a session that only stores
+        # items (a worker, a script) need not pay for it.
+        self._settings = None if session_settings is None else _settings(session_settings)
+        self._shared_target: str | None = None
+        if isinstance(store, AsyncStore):
+            self._store = store
+        elif isinstance(store, BaseStore):
+            self._store = _wrapper(store)
+        elif isinstance(store, (str, os.PathLike)):
+            target = os.fspath(store)
+            self._store = _acquire_shared(target)
+            self._shared_target = target
+        else:
+            raise UsageError(
+                f"store must be a URL, a path, a BaseStore or an AsyncStore, not {store!r}"
+            )
+        self._release = (
+            weakref.finalize(self, _close_shared, self._shared_target, self._store)
+            if self._shared_target is not None
+            else None
+        )
+        self._session: AsyncSession | None = None
+        self._closed = False
+        # The item list, as of event seq ``_seen`` (-1: nothing read yet): the seqs and JSON
+        # of the live items above ``_floor``; below it nothing was read yet unless
+        # ``_complete``. ``_pending`` holds items popped by events above the floor that lie
+        # below it.
+        self._lock = threading.Lock()
+        self._seqs: list[int] = []
+        self._raws: list[_Json] = []
+        self._seen = -1
+        self._floor = 0
+        self._complete = False
+        self._pending: set[int] = set()
+
+    @property
+    def session_settings(self) -> SessionSettings | None:
+        """The SDK's session settings: ``limit`` is :meth:`get_items`' default (a
+        ``SessionSettings()`` when none were given, as ``SQLiteSession`` has)."""
+        if self._settings is None:
+            self._settings = _settings(None)
+        return self._settings
+
+    @session_settings.setter
+    def session_settings(self, value: SessionSettings | Mapping[str, Any] | None) -> None:
+        self._settings = None if value is None else _settings(value)
+
+    # -- the store ----------------------------------------------------------------------------
+
+    @property
+    def store(self) -> AsyncStore:
+        """The async store the items live in."""
+        return self._store
+
+    async def log(self) -> AsyncSession:
+        """The agentsession session whose log holds the items (to read its events, say)."""
+        if self._closed:
+            raise UsageError(f"OpenAIAgentsSession {self.session_id!r} is closed")
+        session = self._session
+        if session is None:
+            session = self._session = await self._store.get(self.session_id)
+        return session
+
+    def close(self) -> None:
+        """Forget the session; a store opened from a URL or path is closed with the last
+        session using it. Using the session afterwards raises
+        :class:`~agentsession.errors.UsageError`; closing twice is harmless. In async code
+        prefer :meth:`aclose`, which also closes what the store opened on the event loop
+        (PostgreSQL's async connection pool)."""
+        self._closed = True
+        self._session = None
+        if self._release is not None:
+            self._release()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, closing a store this was the last user of with
+        :meth:`AsyncStore.close <agentsession.aio.AsyncStore.close>`."""
+        self._closed = True
+        self._session = None
+        if self._release is not None and self._release.detach() is not None:
+            assert self._shared_target is not None
+            last = _release_shared(self._shared_target, self._store)
+            if last is not None:
+                await last.close()
+
+    # -- the item list --------------------------------------------------------------------
+
+    def _apply(self, events: Sequence[Event]) -> None:
+        """Take in events after ``_seen`` (called with ``_lock`` held)."""
+        seen = self._seen
+        seqs, raws = self._seqs, self._raws
+        add_seq, add_raw = seqs.append, raws.append
+        for event in events:
+            seq = event.seq
+            if seq <= seen:
+                continue
+            kind = event.type
+            if kind == ITEM:
+                add_seq(seq)
+                add_raw(event.data)  # msgspec.Raw: the stored bytes, not copied
+            elif kind == POP:
+                self._remove(self._popped(event))
+            elif kind == CLEAR:
+                seqs.clear()
+                raws.clear()
+                self._pending.clear()
+                self._complete = True
+            seen = seq
+        self._seen = seen
+
+    @staticmethod
+    def _popped(event: Event) -> int:
+        try:
+            return _pop_decoder.decode(event.data).item_seq
+        except msgspec.DecodeError:
+            return 0  # not ours to understand: removes nothing
+
+    def _remove(self, item_seq: int) -> None:
+        seqs = self._seqs
+        for index in range(len(seqs) - 1, -1, -1):
+            if seqs[index] == item_seq:
+                del seqs[index]
+                del self._raws[index]
+                return
+            if seqs[index] < item_seq:
+                break
+        if not self._complete and 0 < item_seq <= self._floor:
+            self._pending.add(item_seq)
+
+    def _apply_older(self, floor: int, events: Sequence[Event], new_floor: int) -> None:
+        """Take in the events with ``new_floor < seq <= floor``, read backwards from the floor
+        (nothing when another reader moved the floor meanwhile; called with ``_lock`` held)."""
+        if self._complete or self._floor != floor:
+            return
+        older_seqs: list[int] = []
+        older_raws: list[_Json] = []
+        pending = self._pending
+        for event in reversed(events):
+            seq = event.seq
+            if not new_floor < seq <= floor:
+                continue
+            kind = event.type
+            if kind == ITEM:
+                if seq in pending:
+                    pending.discard(seq)
+                else:
+                    older_seqs.append(seq)
+                    older_raws.append(event.data)
+            elif kind == POP:
+                pending.add(self._popped(event))
+            elif kind == CLEAR:
+                self._complete = True
+                break
+        older_seqs.reverse()
+        older_raws.reverse()
+        self._seqs[:0] = older_seqs
+        self._raws[:0] = older_raws
+        self._floor = new_floor
+        if new_floor == 0:
+            self._complete = True
+        if self._complete:
+            pending.clear()
+
+    async def _live(self, want: int | None) -> tuple[list[_Json], int, int]:
+        """The live items' JSON (all of them, or the latest ``want``), caught up with the log;
+        with the seq of the last of them (0: none) and the seq of the log they reflect."""
+        session = await self.log()
+        if self._seen < 0 and want is None:
+            events = await session.read()
+            with self._lock:
+                if self._seen < 0:
+                    self._floor, self._complete = 0, True
+                    self._seen = 0
+                self._apply(events)
+        elif self._seen < 0:
+            latest = await session.latest_seq()
+            with self._lock:
+                if self._seen < 0:
+                    self._seen = self._floor = latest
+                    self._complete = latest == 0
+        else:
+            events = await session.read(after=self._seen)
+            if events:
+                with self._lock:
+                    self._apply(events)
+        span = max(_FIRST_SPAN, 2 * (want or 0))
+        while True:
+            with self._lock:
+                raws = self._raws
+                if self._complete or (want is not None and len(raws) >= want):
+                    last = self._seqs[-1] if raws else 0
+                    return (raws[:] if want is None else raws[-want:]), last, self._seen
+                floor = self._floor
+            after = 0 if want is None else max(0, floor - span)
+            events = await session.read(after=after, limit=floor - after)
+            with self._lock:
+                self._apply_older(floor, events, after)
+            span *= 2
+
+    # -- the Session protocol -----------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The items in the order they were added: the latest ``limit`` of them (default:
+        ``session_settings.limit``; None: all). As the SDK's ``SQLiteSession``, a limit of 0
+        gives none and a negative limit all of them."""
+        if limit is None and self._settings is not None:
+            limit = self._settings.limit
+        want = None if limit is None or limit < 0 else limit
+        if want == 0:
+            await self.log()  # raises when closed, as every other call
+            return []
+        raws, _, _ = await self._live(want)
+        return _decode_items(raws)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append the items, in one atomic write (one event each)."""
+        session = await self.log()
+        if not items:
+            return
+        raws = [msgspec.Raw(encode(item)) for item in items]
+        events = [Event.new(ITEM, raw) for raw in raws]
+        if len(events) == 1:
+            seqs = [await session.append(events[0])]
+        else:
+            seqs = await session.append_many(events)
+        with self._lock:
+            if self._seen == seqs[0] - 1:  # nothing else happened since we last looked
+                self._seqs.extend(seqs)
+                self._raws.extend(raws)
+                self._seen = seqs[-1]
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove the most recent item and return it (None when there is none).
+
+        Appends ``openai_agents/pop`` only if the log still ends where the item list it read
+        ends; when another writer appended first, it reads again and decides again, so
+        concurrent pops (in any process) each get a different item."""
+        session = await self.log()
+        for attempt in range(_POP_TRIES):
+            if attempt >= 4:  # writers are racing for this session: let one get ahead
+                await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
+            raws, item_seq, base = await self._live(1)
+            if not raws:
+                return None
+            event = Event.new(POP, _Pop(item_seq))
+            try:
+                [seq] = await session.append_many([event], expect_seq=base)
+            except ConflictError:
+                continue
+            with self._lock:
+                if self._seen == base:
+                    self._remove(item_seq)
+                    self._seen = seq
+            return cast("TResponseInputItem", decode(raws[-1]))
+        raise ConflictError(
+            f"session {self.session_id!r}: other writers kept appending while pop_item "
+            f"decided ({_POP_TRIES} tries)"
+        )
+
+    async def clear_session(self) -> None:
+        """Empty the item list: appends ``openai_agents/clear`` (the log keeps every event)."""
+        session = await self.log()
+        seq = await session.append(Event.new(CLEAR))
+        with self._lock:
+            if self._seen < seq:  # what came before the clear no longer matters
+                self._seqs.clear()
+                self._raws.clear()
+                self._pending.clear()
+                self._seen = self._floor = seq
+                self._complete = True
+
+    def __repr__(self) -> str:
+        return f"<OpenAIAgentsSession {self.session_id!r} at {self._store.location}>"
