@@ -9,17 +9,19 @@ Three tables:
   ``_workload.py`` one event per call: the sync ``session.append``, the async one with the
   default placement (inline on the loop), and with ``offload="always"`` (a worker thread per
   call). Interleaved rounds, best of each; ratios to the sync rate [auto >= 0.50].
-* **What one call costs, inline and in a worker thread**: for each operation and backend, the
-  time a sync call takes on the loop (p50/p99/max: what an inline call blocks the loop for)
-  and an ``await`` of the async call with ``offload="always"`` (p50/p99: the call plus the
-  hop to a worker thread and back). These are the figures behind the placement in
-  ``docs/architecture.md`` ("The async API").
+* **What one call costs, inline, in a worker thread and native**: for each operation and
+  backend, the time a sync call takes on the loop (p50/p99/max: what an inline call blocks
+  the loop for), an ``await`` of the async call with ``offload="always"`` (p50/p99: the call
+  plus the hop to a worker thread and back) and, for PostgreSQL, an ``await`` of the native
+  call (psycopg's ``AsyncConnectionPool``, the default placement). These are the figures
+  behind the placement in ``docs/architecture.md`` ("The async API").
 * **Event-loop lag with concurrent writers**: ``--tasks`` tasks append to as many sessions
   (JSONL at ``fsync``, and PostgreSQL when a DSN is given) while a ticker task sleeps 1 ms in
   a loop and records how late it wakes (p50/p99/max). Rows: the sync API called from the
-  tasks (each append blocks the loop), the async API, and for reference the sync API from as
-  many threads (no loop; appends/s only). ``ticks`` is how many times the ticker woke: where
-  the loop is blocked it wakes rarely, and its p99 is close to its max.
+  tasks (each append blocks the loop), the async API (for PostgreSQL: native, and in worker
+  threads with ``offload="always"``), and for reference the sync API from as many threads (no
+  loop; appends/s only). ``ticks`` is how many times the ticker woke: where the loop is
+  blocked it wakes rarely, and its p99 is close to its max.
 
 The DSN comes from ``--postgres`` or ``AGENTSESSION_TEST_POSTGRES_DSN``; the run uses a fresh
 schema (``bench_<random>``) and drops it at the end. Absolute figures depend on the machine
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import statistics
@@ -119,30 +122,46 @@ OPS: dict[str, tuple[Op, Op]] = {
         lambda s, i: s.append(_event(i)),
         lambda s, i: s.append(_event(i)),
     ),
-    "read (last 10)": (
-        lambda s, i: s.read(after=max(0, s.latest_seq - 10)),
-        lambda s, i: s.read(after=max(0, s.sync.latest_seq - 10)),
+    "read (last 10)": (  # after: the seq in memory (latest_seq would catch up first)
+        lambda s, i: s.read(after=max(0, s._latest_seq - 10)),
+        lambda s, i: s.read(after=max(0, s.sync._latest_seq - 10)),
     ),
     "messages": (lambda s, i: s.messages(), lambda s, i: s.messages()),
     "latest_seq": (lambda s, i: s.latest_seq, lambda s, i: s.latest_seq()),
 }
 
 
-def op_costs(url: str, options: dict[str, Any], ops: int, names: list[str]) -> dict[str, Any]:
-    """Per operation: the sync call's duration (on the loop thread) and an awaited async call
-    run in a worker thread, in µs."""
+def op_costs(
+    url: str, options: dict[str, Any], ops: int, names: list[str], native: bool = False
+) -> dict[str, Any]:
+    """Per operation: the sync call's duration (on the loop thread), an awaited async call run
+    in a worker thread and, with ``native``, an awaited call with the default placement (on a
+    session of its own, through a second async store: an append to the first session would
+    always follow another object's and catch up), in µs."""
     out: dict[str, Any] = {}
 
     async def main() -> None:
-        async with open_async_store(url, offload="always", **options) as store:
-            session = await store.get(f"ops-{uuid.uuid4().hex[:8]}")
+        async with contextlib.AsyncExitStack() as stack:
+            store = await stack.enter_async_context(
+                open_async_store(url, offload="always", **options)
+            )
+            session_id = f"ops-{uuid.uuid4().hex[:8]}"
+            session = await store.get(session_id)
             for n in range(100):  # a window to read from: 100 events
                 await session.append(_event(n))
             await session.messages()
+            other = session
+            if native:
+                auto = await stack.enter_async_context(open_async_store(url, **options))
+                other = await auto.get(f"{session_id}-native")
+                for n in range(100):
+                    await other.append(_event(n))
+                await other.messages()
             for name in names:
                 sync_op, async_op = OPS[name]
                 inline: list[float] = []
                 threaded: list[float] = []
+                natively: list[float] = []
                 for i in range(ops):
                     start = time.perf_counter()
                     sync_op(session.sync, i)
@@ -150,7 +169,11 @@ def op_costs(url: str, options: dict[str, Any], ops: int, names: list[str]) -> d
                     start = time.perf_counter()
                     await async_op(session, i)
                     threaded.append(time.perf_counter() - start)
-                out[name] = (inline, threaded)
+                    if native:
+                        start = time.perf_counter()
+                        await async_op(other, i)
+                        natively.append(time.perf_counter() - start)
+                out[name] = (inline, threaded, natively)
 
     asyncio.run(main())
     return out
@@ -167,10 +190,16 @@ async def ticker(lags: list[float], stop: asyncio.Event) -> None:
 
 
 def loop_lag(
-    url: str, options: dict[str, Any], tasks: int, appends: int, use_async: bool
+    url: str,
+    options: dict[str, Any],
+    tasks: int,
+    appends: int,
+    use_async: bool,
+    offload: str = "auto",
 ) -> tuple[float, list[float]]:
     """Appends/s and the ticker's lags with ``tasks`` tasks appending ``appends`` events each
-    to their own sessions, through the async API or the sync API called on the loop."""
+    to their own sessions, through the async API (placed by ``offload``) or the sync API
+    called on the loop."""
     tag = uuid.uuid4().hex[:8]
 
     async def writer(session: AsyncSession) -> None:
@@ -182,7 +211,7 @@ def loop_lag(
                 await asyncio.sleep(0)
 
     async def main() -> tuple[float, list[float]]:
-        async with open_async_store(url, max_threads=tasks, **options) as store:
+        async with open_async_store(url, max_threads=tasks, offload=offload, **options) as store:
             sessions = [await store.get(f"lag-{tag}-{n}") for n in range(tasks)]
             for session in sessions:
                 await session.append(_event(-1))  # opened and created before the clock starts
@@ -287,22 +316,30 @@ def main() -> None:
             targets.append(("postgresql", pg, {}, list(OPS)))
         print(
             f"\nWhat one call costs (µs, {args.ops} calls each): the sync call on the loop "
-            "(what inline blocks it for),\nand an awaited call in a worker thread\n"
+            "(what inline blocks it for),\nan awaited call in a worker thread, and an awaited "
+            "native call (PostgreSQL)\n"
         )
         print(
             f"{'backend':<13}{'operation':<16}{'sync p50':>10}{'p99':>9}{'max':>9}"
-            f"{'thread p50':>12}{'p99':>9}"
+            f"{'thread p50':>12}{'p99':>9}{'native p50':>12}{'p99':>9}"
         )
         for label, url, options, names in targets:
             ops = args.ops if "fsync" not in label else max(20, args.ops // 10)
-            costs = op_costs(url, options, ops, names)
+            native = label == "postgresql"
+            costs = op_costs(url, options, ops, names, native)
             for name in names:
-                inline, threaded = costs[name]
+                inline, threaded, natively = costs[name]
                 us = [x * 1e6 for x in inline]
                 ts = [x * 1e6 for x in threaded]
+                ns = [x * 1e6 for x in natively]
+                tail = (
+                    f"{statistics.median(ns):>12.0f}{pct(ns, 0.99):>9.0f}"
+                    if ns
+                    else f"{'-':>12}{'-':>9}"
+                )
                 print(
                     f"{label:<13}{name:<16}{statistics.median(us):>10.0f}{pct(us, 0.99):>9.0f}"
-                    f"{max(us):>9.0f}{statistics.median(ts):>12.0f}{pct(ts, 0.99):>9.0f}"
+                    f"{max(us):>9.0f}{statistics.median(ts):>12.0f}{pct(ts, 0.99):>9.0f}{tail}"
                 )
 
         lag_targets = [("jsonl fsync", str(work / "lag"), {"durability": "fsync"},
@@ -318,8 +355,14 @@ def main() -> None:
             f"{'max':>9}"
         )
         for label, url, options, appends in lag_targets:
-            for case, use_async in (("sync API on the loop", False), ("async API", True)):
-                rate, lags = loop_lag(url, options, args.tasks, appends, use_async)
+            cases = [("sync API on the loop", False, "auto"), ("async API", True, "auto")]
+            if label == "postgresql":
+                cases[1:] = [
+                    ("async API, native", True, "auto"),
+                    ("async API, threads", True, "always"),
+                ]
+            for case, use_async, offload in cases:
+                rate, lags = loop_lag(url, options, args.tasks, appends, use_async, offload)
                 ms = [x * 1e3 for x in lags]
                 print(
                     f"{label:<13}{case:<24}{rate:>11,.0f}{len(ms):>7}"

@@ -21,9 +21,11 @@ It wraps the sync API and shares its semantics: each coroutine is one call of a 
 :class:`~agentsession.BaseStore`, :class:`~agentsession.BaseSession`,
 :class:`~agentsession.Turn` or :class:`~agentsession.Step`, run inline on the event loop when it
 cannot wait for long (the memory backend; a JSONL append at durability ``flush``; a read a JSONL
-session's window serves) and otherwise in a worker thread of the store's own pool (fsync,
-SQLite, PostgreSQL, reads that may reach storage, recovery). ``docs/architecture.md`` ("The
-async API") lists the choice for each operation and backend, with the measurements behind it.
+session's window serves), natively where the backend has async I/O (PostgreSQL's appends and
+reads, on psycopg's ``AsyncConnectionPool``) and otherwise in a worker thread of the store's
+own pool (fsync, SQLite, the rest of PostgreSQL, reads that may reach storage, recovery).
+``docs/architecture.md`` ("The async API") lists the choice for each operation and backend,
+with the measurements behind it.
 
 * **Cancellation** never tears a write: cancelled while ``append_many`` runs, the batch is in
   the log whole or not at all by the time ``CancelledError`` arrives. A cancelled ``async with

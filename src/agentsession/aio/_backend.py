@@ -11,10 +11,11 @@ or :class:`~agentsession.Step`), described by a :class:`Call` and handed to the 
   session's window). An inline call that touches a session first tries the session's lock
   without waiting: when a worker thread holds it, the call goes to a thread instead, so the
   loop never waits for another thread's storage work.
-* **In a worker thread** of the store's executor: everything else (fsync, SQLite, PostgreSQL,
-  reads that may reach storage, recovery). The thread runs in a copy of the task's context (so
-  the turn id and run context are read there as in the task), and the turn locks it takes
-  belong to the task, not to the pool thread.
+* **Natively**, where the store's backend has async I/O (see below).
+* **In a worker thread** of the store's executor: everything else (fsync, SQLite, what
+  PostgreSQL does not do natively, reads that may reach storage, recovery). The thread runs in
+  a copy of the task's context (so the turn id and run context are read there as in the
+  task), and the turn locks it takes belong to the task, not to the pool thread.
 
 **Cancellation.** Work handed to a thread is never interrupted: a task cancelled while its call
 waits in the executor's queue gets ``CancelledError`` at once and nothing was done; a task
@@ -24,10 +25,12 @@ So when ``CancelledError`` reaches the caller of ``append_many``, the batch is i
 or not at all, and it will not land later. A call marked :attr:`Call.shield` (closing a turn,
 a step or a lock) runs even when the task is cancelled before it starts.
 
-**Native async primitives** (none yet): a store class may define ``_async_backend(executor)``
-returning a subclass of :class:`AsyncBackend` whose :meth:`~AsyncBackend.call` performs the
-operations it can natively (an ``AsyncConnectionPool``, say) and defers to ``super().call`` for
-the rest; :attr:`Call.op` names the operation and :attr:`Call.args` holds its arguments.
+**Native async primitives**: a store class may define ``_async_backend(executor)`` returning a
+subclass of :class:`AsyncBackend` whose :meth:`~AsyncBackend.call` performs the operations it
+can natively and defers to ``super().call`` for the rest; :attr:`Call.op` names the operation
+and :attr:`Call.args` holds its arguments, and :meth:`AsyncBackend.close` releases what it holds
+when the store closes. PostgreSQL does (:mod:`agentsession.backends.postgres_aio`: psycopg's
+``AsyncConnectionPool``); ``offload="always"`` uses worker threads instead.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ __all__ = [
     "Where",
     "backend_for",
     "default_max_threads",
+    "window_serves",
 ]
 
 T = TypeVar("T")
@@ -131,7 +135,7 @@ class Call(Generic[T]):
 class AsyncBackend:
     """How one store's operations run under asyncio: the placement policy and the runner.
 
-    This base class is the policy of every backend without one of its own (SQLite, PostgreSQL,
+    This base class is the policy of every backend without one of its own (SQLite,
     third-party backends) and of ``offload="always"``: every call runs in a worker thread,
     except recorder helpers while a batched step is open (they only buffer). Subclasses
     override :meth:`placement`; a backend with native async primitives overrides :meth:`call`.
@@ -206,8 +210,30 @@ class AsyncBackend:
             _hand_back(context)
         return result
 
+    async def close(self) -> None:
+        """Release what the backend holds of its own (a native connection pool); called once,
+        when its store closes, after the sync store was closed. Threads: nothing."""
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} for {self.store!r}>"
+
+
+def window_serves(session: BaseSession, call: Call[Any]) -> bool:
+    """Whether a read call (``read``, ``latest_seq``, ``messages``, ``entries``) is answered by
+    the session's in-memory window once it has caught up with other writers, reading nothing
+    else from storage: ``read(after)`` when the window holds ``after + 1``; the history when
+    the full window is loaded and the deriver of that agent filter exists (or the window is
+    the whole log). Read with the session's lock held, or as a hint."""
+    op = call.op
+    if op == "latest_seq":
+        return True
+    if op == "read":
+        after = call.args.get("after", 0)
+        return isinstance(after, int) and after + 1 >= session._window_start
+    if op in ("messages", "entries"):
+        key = call.args.get("agent") or None
+        return session._full and (session._window_start == 1 or key in session._derivers)
+    return False
 
 
 def _hand_back(context: contextvars.Context) -> None:
@@ -269,20 +295,8 @@ class _JsonlBackend(AsyncBackend):
                 and (not call.user_message or session._full)
             )
             return "inline" if cheap else "thread"
-        if kind == "read":
-            op = call.op
-            if op == "latest_seq":
-                return "inline"
-            if op == "read":
-                after = call.args.get("after", 0)
-                served = isinstance(after, int) and after + 1 >= session._window_start
-                return "inline" if served else "thread"
-            if op in ("messages", "entries"):
-                key = call.args.get("agent") or None
-                served = session._full and (
-                    session._window_start == 1 or key in session._derivers
-                )
-                return "inline" if served else "thread"
+        if kind == "read" and window_serves(session, call):
+            return "inline"
         return "thread"
 
 
@@ -296,16 +310,17 @@ _BUILTIN: dict[tuple[str, str], type[AsyncBackend]] = {
 def backend_for(
     store: BaseStore, executor: concurrent.futures.Executor, offload: Offload
 ) -> AsyncBackend:
-    """The :class:`AsyncBackend` of ``store``: the store's own (``_async_backend``, for a
-    backend with native async primitives), else the built-in placement of its backend (exact
-    classes only: a subclass may override what makes an operation cheap), else threads."""
+    """The :class:`AsyncBackend` of ``store``: worker threads with ``offload="always"``; else
+    the store's own (``_async_backend``, for a backend with native async primitives), else
+    the built-in placement of its backend (exact classes only: a subclass may override what
+    makes an operation cheap), else threads."""
+    if offload == "always":
+        return AsyncBackend(store, executor)
     own = getattr(store, "_async_backend", None)
     if callable(own):
         backend = own(executor)
         if not isinstance(backend, AsyncBackend):
             raise TypeError(f"{type(store).__name__}._async_backend must return an AsyncBackend")
         return backend
-    if offload == "always":
-        return AsyncBackend(store, executor)
     cls = type(store)
     return _BUILTIN.get((cls.__module__, cls.__qualname__), AsyncBackend)(store, executor)

@@ -167,7 +167,8 @@ class AsyncSession:
         fn = functools.partial(
             self._sync.messages, agent, max_tool_result_bytes=max_tool_result_bytes
         )
-        return await self._call("messages", fn, "read", args={"agent": agent})
+        args = {"agent": agent, "max_tool_result_bytes": max_tool_result_bytes}
+        return await self._call("messages", fn, "read", args=args)
 
     async def entries(self, agent: str | None = None) -> list[IndexedMessage]:
         """The derived history with source seqs (what compaction plans its cut on)."""

@@ -424,16 +424,20 @@ class AsyncStore:
     # -- closing ------------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the sync store (its sessions, turn locks, connections) and the thread pool;
-        safe to call twice. Shielded: a cancelled task still closes it."""
+        """Close the sync store (its sessions, turn locks, connections), the backend's own
+        connections (PostgreSQL's async pool) and the thread pool; safe to call twice.
+        Shielded: a cancelled task still closes it."""
         if self._closed:
             return
         try:
             await self._call("store.close", self._sync.close, shield=True)
         finally:
             self._closed = True
-            if self._own_executor:
-                self._executor.shutdown(wait=False)
+            try:
+                await self._backend.close()  # a native pool, for one
+            finally:
+                if self._own_executor:
+                    self._executor.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncStore:
         return self

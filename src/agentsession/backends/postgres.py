@@ -57,6 +57,10 @@ covers running it at scale. How it keeps the storage contract:
   ``pg_terminate_backend``, ``idle_session_timeout``). A connection that fails the check is
   replaced, and the pool's other idle connections, probably closed by the same event, are
   replaced too (``drain``) instead of being checked, and backed off from, one by one.
+* **The async API** (:mod:`agentsession.aio`) appends and reads natively on psycopg's
+  ``AsyncConnectionPool`` (:mod:`agentsession.backends.postgres_aio`), with the statements,
+  parameters, life check and row decoding of this module (``_append_next``,
+  ``_append_request``, ``_adopt_append``, ``_take_refresh``: what the sync primitives use).
 * **The turn lock** is a session-level advisory lock on a 64-bit key derived from the schema
   and the session id, held on a connection of a separate lock pool that is not handed back
   until the lock is released; a holder that dies (SIGKILL, lost network) loses its connection
@@ -90,7 +94,12 @@ import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
 
 if TYPE_CHECKING:
+    import concurrent.futures
+
     from typing_extensions import Self
+
+    from ..aio._backend import AsyncBackend
+    from .postgres_aio import PostgresLog
 
 from ..codec import decode, encode
 from ..contract import SessionInfo
@@ -119,12 +128,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _Row = tuple[Any, ...]
+_AsyncPool = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[_Row]]
 
 DEFAULT_SCHEMA = "agentsession"
 """The schema a store uses when neither the URL's ``?schema=`` nor the option names one."""
 
-_POOL_NAME_PREFIXES = ("agentsession/", "agentsession-lock/")
-"""How the store's pools are named (then the schema): ``name`` and ``application_name``."""
+_POOL_NAME_PREFIXES = ("agentsession/", "agentsession-lock/", "agentsession-async/")
+"""How the store's pools are named (then the schema): ``name`` and ``application_name``. The
+third is the async API's pool (:mod:`agentsession.backends.postgres_aio`)."""
 
 
 class _PoolConnectNoise(logging.Filter):
@@ -242,6 +253,26 @@ def _columns(event: Event) -> tuple[str, str, str, bytes, bytes | None, bytes | 
     return _readable(kind), _readable(agent), _readable(user), bytes(event.data), meta, header
 
 
+def _append_next_params(
+    session_id: str, event: Event, seq: int, marker: bool, life: int
+) -> tuple[Any, ...]:
+    """The parameters of the fast path's statement (``append_next``, ``$1`` ... ``$11``)."""
+    kind, agent, user, data, meta, raw = _columns(event)
+    return (
+        session_id,
+        seq,
+        event.time,
+        seq if marker else 0,
+        life,
+        kind,
+        agent,
+        user,
+        data,
+        meta,
+        raw,
+    )
+
+
 def _append_one_params(
     session_id: str, event: Event, marker: bool, expect_seq: int | None, life: int | None
 ) -> tuple[Any, ...]:
@@ -336,6 +367,23 @@ def _events_of(rows: Iterable[Sequence[Any]]) -> list[Event]:
                 )
             )
     return events
+
+
+def _refreshed(rows: list[_Row]) -> tuple[int, int, list[Event]] | None:
+    """The ``refresh`` statement's rows: the session's latest seq, its life and the events
+    after the seq asked for (None: the session has no row)."""
+    if not rows:
+        return None
+    first = rows[0]
+    events = _events_of(rows) if first[0] is not None else []
+    return int(first[8]), int(first[9]), events
+
+
+def _numbered(events: list[Event], base: int) -> list[Event]:
+    """``events`` as stored after seq ``base``: with seqs ``base + 1``, ``base + 2``, ..."""
+    if len(events) == 1:
+        return [_replace(events[0], seq=base + 1)]
+    return [_replace(event, seq=base + i) for i, event in enumerate(events, start=1)]
 
 
 # -- URLs and messages ------------------------------------------------------------------------
@@ -447,6 +495,9 @@ class PostgresSession(BaseSession):
         super().__init__(store, session_id)
         self._stale = False  # set when catching up failed: reload before the next use
         self._life: int | None = None  # sessions.life of the life this object read
+        # Set by the async API (postgres_aio), under the session lock, while it runs a read
+        # whose catch-up it did natively just before: the refresh is not done twice.
+        self._refresh_done = False
         with self._lock:
             self._load()
 
@@ -481,6 +532,8 @@ class PostgresSession(BaseSession):
         return events, events[0].seq <= 1
 
     def _storage_refresh(self) -> list[Event]:
+        if self._refresh_done:
+            return []  # the async API caught up natively just before, under this lock hold
         if self._stale:
             self._load()
             return []
@@ -488,16 +541,27 @@ class PostgresSession(BaseSession):
         rows = self._store._fetch(
             f"reading session {self._id!r}", self._store._sql.refresh, (self._id, after)
         )
-        if not rows:
+        events = self._take_refresh(rows, after)
+        if events is None:
+            self._load()  # created, or deleted and created again, since we last looked
+            return []
+        return events
+
+    def _take_refresh(self, rows: list[_Row], after: int) -> list[Event] | None:
+        """What a refresh from seq ``after`` read (the ``refresh`` statement's ``rows``), taken
+        in: the events other writers appended; a session deleted since this object last
+        looked starts over (empty); None when it must be reloaded (created, or deleted and
+        created again: another life). Shared by the sync and the async API."""
+        found = _refreshed(rows)
+        if found is None:
             if after or self._life is not None:
                 self._reset()  # deleted since we last looked
                 self._life = None
             return []
-        last_seq, life = int(rows[0][8]), int(rows[0][9])
+        last_seq, life, events = found
         if life != self._life or last_seq < after:
-            self._load()  # created, or deleted and created again, since we last looked
-            return []
-        return _events_of(rows) if rows[0][0] is not None else []
+            return None
+        return events
 
     def _storage_read(self, after: int, limit: int | None) -> list[Event]:
         """A key-range scan of the primary key: ``seq > after``, in order, at most ``limit``."""
@@ -506,41 +570,93 @@ class PostgresSession(BaseSession):
         )
         return _events_of(rows)
 
+    def _append_next(
+        self, event: Event, marker: bool
+    ) -> tuple[bytes, tuple[Any, ...], int] | None:
+        """The fast path's statement, its parameters and the seq it stores ``event`` at
+        (``latest_seq + 1``); None when this object knows no row yet or must reload."""
+        life = self._life
+        if life is None or self._stale:
+            return None
+        seq = self._latest_seq + 1
+        params = _append_next_params(self._id, event, seq, marker, life)
+        return self._store._sql.append_next, params, seq
+
+    def _append_request(
+        self, events: list[Event], marker: int, expect_seq: int | None
+    ) -> tuple[bytes, Any, bool]:
+        """The general path's statement and parameters for ``events``, and whether it runs on
+        a raw (``$n``) cursor. Its one row is ``base, life`` (no row: ``expect_seq`` did not
+        match); a conditional append holds only within the life it was planned in."""
+        life = self._life if expect_seq else None
+        sql = self._store._sql
+        if len(events) == 1:
+            one = _append_one_params(self._id, events[0], marker == 0, expect_seq, life)
+            return sql.append_one, one, True
+        many = _append_many_params(self._id, events, marker, expect_seq, life)
+        return sql.append_many, many, False
+
+    def _append_messages(self, count: int) -> tuple[str, str]:
+        """What an append of ``count`` events is called in errors, and what a lost connection
+        leaves unknown."""
+        return (
+            f"appending {count} event{'s' if count != 1 else ''} to session {self._id!r}",
+            "the append may or may not have been stored: read the session (latest_seq) "
+            "before retrying it",
+        )
+
+    def _adopt_append(self, base: int, life: int) -> int:
+        """Take in where an append landed: after seq ``base``, in life ``life``. A life other
+        than the one this object read, or a ``base`` below the seq it has seen, means the
+        session was deleted (and perhaps created again) since it last looked: it starts over.
+        Returns the seq after which other writers' events are to be read, up to ``base``.
+        Shared by the sync and the async API."""
+        if life != self._life:
+            if self._life is not None or self._latest_seq:
+                self._reset()  # deleted (and perhaps created again) since we last looked
+            self._life = life
+        elif base < self._latest_seq:
+            self._reset()
+        return self._latest_seq
+
+    def _catch_up_failed(self, base: int, count: int, exc: StorageError) -> StorageError:
+        """Mark this object to reload when next used, and return the error for an append
+        stored as seqs ``base + 1...`` whose catch-up on other writers' events failed."""
+        self._stale = True
+        return StorageError(
+            f"session {self._id!r}: the append was stored as seqs {base + 1}..."
+            f"{base + count}, but reading the events other writers appended before it "
+            f"failed; the session reloads when next used ({exc})"
+        )
+
+    def _decode(self, rows: list[_Row]) -> list[Event]:
+        """Events from rows of the ``read`` and ``read_range`` statements."""
+        return _events_of(rows)
+
+    def _stored(self, events: list[Event], base: int) -> list[Event]:
+        """``events`` as an append stored them after seq ``base``."""
+        return _numbered(events, base)
+
+    def _refreshed(self, rows: list[_Row]) -> tuple[int, int, list[Event]] | None:
+        """The ``refresh`` statement's rows: latest seq, life and events (None: no row)."""
+        return _refreshed(rows)
+
     def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
         """The fast path: one statement that updates the session row and inserts the event
         with seq ``latest_seq + 1``, only if the row still has that latest seq and this
         object's life (``append_next``). None, having written nothing, when this object knows
         no row yet, another writer appended, or the session was deleted or created again: the
         general path then appends and catches up."""
-        life = self._life
-        if life is None or self._stale:
+        request = self._append_next(event, marker)
+        if request is None:
             return None
-        seq = self._latest_seq + 1
-        kind, agent, user, data, meta, raw = _columns(event)
-        params = (
-            self._id,
-            seq,
-            event.time,
-            seq if marker else 0,
-            life,
-            kind,
-            agent,
-            user,
-            data,
-            meta,
-            raw,
-        )
-        statement = self._store._sql.append_next
+        statement, params, seq = request
 
         def append(conn: _Conn) -> int:
             return conn.append_cursor().execute(statement, params).rowcount
 
-        stored = self._store._run(
-            f"appending 1 event to session {self._id!r}",
-            append,
-            write="the append may or may not have been stored: read the session (latest_seq) "
-            "before retrying it",
-        )
+        action, unknown = self._append_messages(1)
+        stored = self._store._run(action, append, write=unknown)
         return _replace(event, seq=seq) if stored == 1 else None
 
     def _storage_append(
@@ -549,55 +665,26 @@ class PostgresSession(BaseSession):
         store = self._store
         if self._stale:
             self._load()
-        # A conditional append holds only within the life it was planned in.
-        life = self._life if expect_seq else None
+        statement, params, raw = self._append_request(events, marker, expect_seq)
+
+        def append(conn: _Conn) -> tuple[int, int]:
+            cursor = conn.append_cursor() if raw else conn
+            row = cursor.execute(statement, params).fetchone()
+            return (-1, -1) if row is None else (row[0], row[1])
+
         count = len(events)
-        append: Callable[[_Conn], tuple[int, int]]
-        if count == 1:
-            one = _append_one_params(self._id, events[0], marker == 0, expect_seq, life)
-            statement = store._sql.append_one
-
-            def append(conn: _Conn) -> tuple[int, int]:
-                row = conn.append_cursor().execute(statement, one).fetchone()
-                return (-1, -1) if row is None else (row[0], row[1])
-
-        else:
-            many = _append_many_params(self._id, events, marker, expect_seq, life)
-            statement = store._sql.append_many
-
-            def append(conn: _Conn) -> tuple[int, int]:
-                row = conn.execute(statement, many).fetchone()
-                return (-1, -1) if row is None else (row[0], row[1])
-
-        base, life = store._run(
-            f"appending {count} event{'s' if count != 1 else ''} to session {self._id!r}",
-            append,
-            write="the append may or may not have been stored: read the session (latest_seq) "
-            "before retrying it",
-        )
+        action, unknown = self._append_messages(count)
+        base, life = store._run(action, append, write=unknown)
         if base < 0:  # expect_seq did not match: nothing was written
             return self._storage_refresh(), []
-        if life != self._life:
-            if self._life is not None or self._latest_seq:
-                self._reset()  # deleted (and perhaps created again) since we last looked
-            self._life = life
-        elif base < self._latest_seq:
-            self._reset()
+        after = self._adopt_append(base, life)
         foreign: list[Event] = []
-        if base > self._latest_seq:
-            after = self._latest_seq
+        if base > after:
             try:
                 foreign = self._read_range(after, base)
             except StorageError as exc:
-                self._stale = True
-                raise StorageError(
-                    f"session {self._id!r}: the append was stored as seqs {base + 1}..."
-                    f"{base + count}, but reading the events other writers appended before it "
-                    f"failed; the session reloads when next used ({exc})"
-                ) from exc
-        if count == 1:
-            return foreign, [_replace(events[0], seq=base + 1)]
-        return foreign, [_replace(event, seq=base + i) for i, event in enumerate(events, start=1)]
+                raise self._catch_up_failed(base, count, exc) from exc
+        return foreign, _numbered(events, base)
 
     def _read_range(self, after: int, upto: int) -> list[Event]:
         rows = self._store._fetch(
@@ -903,6 +990,57 @@ class PostgresStore(BaseStore):
         )
         return pool, lock_pool
 
+    def _make_async_pool(self) -> _AsyncPool:
+        """The async API's pool (:mod:`~agentsession.backends.postgres_aio`), not yet open:
+        the query pool's server, settings (``TimeZone``, ``synchronous_commit`` at ``fsync``),
+        sizes, timeout and hand-out check, with connections of its own. It opens on the event
+        loop that first uses it and closes with the async store."""
+        name = f"{_POOL_NAME_PREFIXES[2]}{self._target.schema}"
+        setup = self._setup
+
+        async def configure(conn: psycopg.AsyncConnection[_Row]) -> None:
+            await conn.execute(setup)
+
+        async def check(conn: psycopg.AsyncConnection[_Row]) -> None:
+            # As _check_or_drain: a poll of the socket, no round trip.
+            if _closed_by_server(conn):
+                await conn.close()
+                await pool.drain()
+                raise psycopg.OperationalError("the server closed this pooled connection")
+
+        pool: _AsyncPool = psycopg_pool.AsyncConnectionPool(
+            self._target.conninfo,
+            connection_class=psycopg.AsyncConnection,
+            kwargs={
+                **self._connect_kwargs,
+                **({"application_name": name} if self._app_name else {}),
+            },
+            min_size=self._pool_min_size,
+            max_size=self._pool_max_size,
+            timeout=self._pool_timeout,
+            configure=configure,
+            check=check,
+            name=name,
+            open=False,
+        )
+        return pool
+
+    def _async_backend(self, executor: concurrent.futures.Executor) -> AsyncBackend:
+        """The async API's backend for this store: appends, reads, ``latest_seq`` and the
+        catch-up of ``messages()`` run natively on psycopg's ``AsyncConnectionPool``, the rest
+        in worker threads (see :mod:`agentsession.backends.postgres_aio`)."""
+        from .postgres_aio import PostgresAsyncBackend
+
+        return PostgresAsyncBackend(self, executor, self)
+
+    def _native_session(self, session: BaseSession) -> PostgresLog | None:
+        """``session`` as the async API's native path sees it, when it is one of this store's
+        PostgreSQL sessions (None otherwise, and for a subclass's, which may store differently:
+        those run in worker threads)."""
+        if type(session) is PostgresSession and session._store is self:
+            return session
+        return None
+
     def _after_fork(self) -> None:
         """In a forked child: never touch the parent's connections again, and use pools of
         this process's own (opened when first needed).
@@ -1042,7 +1180,9 @@ class PostgresStore(BaseStore):
                 self._lock_pool_open = True
 
     def _pool_timeout_error(
-        self, pool: psycopg_pool.ConnectionPool[_Conn], action: str
+        self,
+        pool: psycopg_pool.ConnectionPool[Any] | psycopg_pool.AsyncConnectionPool[Any],
+        action: str,
     ) -> StoreUnavailable:
         """Tell a server that cannot be reached from a pool whose connections are all busy."""
         try:
@@ -1280,7 +1420,7 @@ class PostgresStore(BaseStore):
             unused.close()
 
 
-def _closed_by_server(conn: _Conn) -> bool:
+def _closed_by_server(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     """Whether an idle connection was closed by the server (restart, termination, timeout).
 
     An idle connection has nothing to read unless the server sent an error and hung up, so a
