@@ -17,7 +17,7 @@ import concurrent.futures
 import importlib.util
 import json
 import textwrap
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -34,15 +34,10 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
-from agents.items import ModelResponse
 from agents.memory import Session, SessionSettings
-from agents.models.interface import Model
-from agents.usage import Usage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.responses import (
-    Response,
-    ResponseCompletedEvent,
     ResponseFunctionToolCall,
     ResponseFunctionWebSearch,
     ResponseOutputMessage,
@@ -161,12 +156,24 @@ def make_session(
 # A scripted model (the SDK's tests use their FakeModel) and the runner helpers
 
 
-class ScriptedModel(Model):
-    """Answers each model call with the next scripted list of output items."""
+def _load_example() -> Any:
+    """``examples/openai_agents_example.py`` as a module (it is not a package)."""
+    path = Path(__file__).parent.parent / "examples" / "openai_agents_example.py"
+    spec = importlib.util.spec_from_file_location("openai_agents_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+EXAMPLE = _load_example()
+
+
+class ScriptedModel(EXAMPLE.ScriptedModel):  # type: ignore[misc,name-defined]
+    """The example's scripted model, scripted one call at a time."""
 
     def __init__(self) -> None:
-        self.outputs: list[list[Any]] = []
-        self.inputs: list[Any] = []
+        super().__init__([])
 
     def set_next_output(self, output: list[Any]) -> None:
         self.outputs.append(output)
@@ -174,32 +181,6 @@ class ScriptedModel(Model):
     @property
     def last_input(self) -> list[dict[str, Any]]:
         return cast("list[dict[str, Any]]", self.inputs[-1])
-
-    def _next(self, model_input: Any) -> list[Any]:
-        self.inputs.append(model_input)
-        return self.outputs.pop(0)
-
-    async def get_response(
-        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
-    ) -> ModelResponse:
-        return ModelResponse(output=self._next(input), usage=Usage(), response_id=None)
-
-    async def stream_response(
-        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
-    ) -> AsyncIterator[Any]:
-        response = Response(
-            id="resp_1",
-            created_at=0,
-            model="scripted",
-            object="response",
-            output=self._next(input),
-            tool_choice="auto",
-            tools=[],
-            parallel_tool_calls=False,
-        )
-        yield ResponseCompletedEvent(
-            type="response.completed", response=response, sequence_number=0
-        )
 
 
 def text_message(text: str, item_id: str = "msg_1") -> ResponseOutputMessage:
@@ -1369,12 +1350,7 @@ def test_two_processes_adding_and_popping_lose_and_duplicate_nothing(
 
 
 def test_the_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    example = Path(__file__).parent.parent / "examples" / "openai_agents_example.py"
-    spec = importlib.util.spec_from_file_location("openai_agents_example", example)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    run(module.main(str(tmp_path / "store")))
+    run(EXAMPLE.main(str(tmp_path / "store")))
     out = capsys.readouterr().out
     assert "agent: It is sunny in Paris." in out
     assert "openai_agents/pop" in out

@@ -45,7 +45,6 @@ from .derive import IndexedMessage
 from .errors import (
     ChildStateError,
     DuplicateSession,
-    SessionError,
     SessionNotFound,
     UsageError,
 )
@@ -506,12 +505,8 @@ _TAIL_EVENTS = 16
 
 def forget(store: ChildHost, session: _Session) -> None:
     """Take a session that is being deleted out of its parent's children index (nothing
-    when it is not a child). A log that cannot be read (shredded, corrupt) never stops a
-    delete: its entry stays, and :func:`children_of` skips it once the child is gone."""
-    try:
-        fork = fork_of(session)
-    except SessionError:
-        return
+    when it is not a child)."""
+    fork = fork_of(session)
     if fork is not None:
         _index_change(store, fork.parent, session.id, fork.fork_id, None)
 

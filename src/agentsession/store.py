@@ -522,14 +522,15 @@ class BaseStore:
         """Take a child that is being deleted out of its parent's index (even when it expired).
         A log that cannot be opened (shredded, corrupt) never stops a delete: its entry stays,
         and ``children_of`` skips it once the child is gone."""
+        probe: BaseSession | None = None
         try:
             probe = self._open_session(session_id)
-        except SessionError:
-            return
-        try:
             children.forget(self, probe)
+        except SessionError:
+            pass
         finally:
-            probe.close()
+            if probe is not None:
+                probe.close()
 
     def expired(self) -> builtins.list[str]:
         """Ids of the sessions whose last append is older than the TTL (empty without TTL)."""
