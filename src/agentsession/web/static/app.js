@@ -1,0 +1,873 @@
+// agentsession serve: the sessions page and the transcript page.
+//
+// Safety: every stored text reaches the DOM through textContent or an attribute set by this
+// script; the only HTML inserted is the server's Markdown rendering (markdown-it-py with raw
+// HTML off and links restricted to http(s)/mailto). Links this script builds always start with
+// "session?id=" (ids percent-encoded), so a stored id cannot become a javascript: URL. The
+// page's Content-Security-Policy forbids inline scripts and styles besides.
+"use strict";
+
+(function () {
+  // -- helpers ---------------------------------------------------------------------------------
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function svg(tag, attrs) {
+    const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+    return node;
+  }
+
+  function append(parent, ...children) {
+    for (const child of children) {
+      if (child === null || child === undefined || child === false) continue;
+      parent.appendChild(typeof child === "string" ? document.createTextNode(child) : child);
+    }
+    return parent;
+  }
+
+  function sessionHref(id, seq) {
+    return "session?id=" + encodeURIComponent(id) + (seq ? "#seq-" + Number(seq) : "");
+  }
+
+  function sessionLink(id, seq) {
+    const a = el("a", "mono", id);
+    a.href = sessionHref(id, seq);
+    return a;
+  }
+
+  function fmtNum(n) {
+    return n === null || n === undefined ? "?" : Number(n).toLocaleString("en-US");
+  }
+
+  function fmtTime(iso) {
+    if (!iso) return "-";
+    const d = new Date(iso);
+    if (isNaN(d.getTime())) return "-";
+    return d.toISOString().replace("T", " ").slice(0, 19);
+  }
+
+  function fmtSize(n) {
+    if (!n) return "-";
+    let value = n;
+    for (const unit of ["B", "KB", "MB"]) {
+      if (value < 1024) return unit === "B" ? value + " B" : value.toFixed(1) + " " + unit;
+      value /= 1024;
+    }
+    return value.toFixed(1) + " GB";
+  }
+
+  function fmtMs(ms) {
+    if (ms < 1000) return Math.round(ms) + " ms";
+    if (ms < 60000) return (ms / 1000).toFixed(1) + " s";
+    return (ms / 60000).toFixed(1) + " min";
+  }
+
+  function plural(n, word) {
+    return fmtNum(n) + " " + word + (n === 1 ? "" : "s");
+  }
+
+  async function getJSON(url) {
+    const response = await fetch(url, {
+      credentials: "same-origin",
+      headers: { Accept: "application/json" },
+    });
+    if (!response.ok) {
+      let message = response.status + " " + response.statusText;
+      try {
+        const body = await response.json();
+        if (body && body.error) message = String(body.error);
+      } catch (_) { /* not JSON */ }
+      throw new Error(message);
+    }
+    return response.json();
+  }
+
+  function showError(error) {
+    const box = document.getElementById("error");
+    if (!box) return;
+    box.textContent = String(error && error.message ? error.message : error);
+    box.hidden = false;
+  }
+
+  function badge(kind, text, title) {
+    const b = el("span", "badge " + kind, text);
+    if (title) b.title = title;
+    return b;
+  }
+
+  // The token arrives once in the address (?token=...); the server answered with a cookie, so
+  // the address bar and the history need not keep it.
+  (function dropTokenFromAddress() {
+    const params = new URLSearchParams(location.search);
+    if (!params.has("token")) return;
+    params.delete("token");
+    const query = params.toString();
+    history.replaceState(null, "", location.pathname + (query ? "?" + query : "") + location.hash);
+  })();
+
+  // -- the sessions page -----------------------------------------------------------------------
+
+  function sessionsPage() {
+    const params = new URLSearchParams(location.search);
+    const state = {
+      q: params.get("q") || "",
+      agent: params.get("agent") || "",
+      offset: Math.max(0, parseInt(params.get("offset") || "0", 10) || 0),
+      limit: 50,
+    };
+    const q = document.getElementById("q");
+    const agent = document.getElementById("agent");
+    const body = document.getElementById("session-rows");
+    const prev = document.getElementById("prev");
+    const next = document.getElementById("next");
+    q.value = state.q;
+    agent.value = state.agent;
+    let generation = 0;
+    let timer = 0;
+
+    function remember() {
+      const p = new URLSearchParams();
+      if (state.q) p.set("q", state.q);
+      if (state.agent) p.set("agent", state.agent);
+      if (state.offset) p.set("offset", String(state.offset));
+      const query = p.toString();
+      history.replaceState(null, "", location.pathname + (query ? "?" + query : ""));
+    }
+
+    async function load() {
+      const mine = ++generation;
+      remember();
+      const p = new URLSearchParams({
+        q: state.q, agent: state.agent, offset: String(state.offset), limit: String(state.limit),
+      });
+      let page;
+      try {
+        page = await getJSON("api/sessions?" + p.toString());
+      } catch (error) {
+        showError(error);
+        return;
+      }
+      if (mine !== generation) return;
+      document.getElementById("error").hidden = true;
+      document.getElementById("store").textContent = page.store;
+      body.replaceChildren();
+      const cells = new Map();
+      for (const s of page.sessions) {
+        const tr = el("tr");
+        tr.dataset.sessionId = s.id;
+        const id = el("td", "id");
+        id.appendChild(sessionLink(s.id));
+        const turns = el("td", "num turns", "…");
+        const status = el("td", "status");
+        if (page.encrypted) status.appendChild(badge("encrypted", "encrypted"));
+        status.appendChild(badge("pending", "…"));
+        append(
+          tr, id, el("td", "num", fmtNum(s.events)), turns, el("td", "mono", fmtTime(s.last_activity)),
+          el("td", "num", fmtSize(s.size)), status,
+        );
+        body.appendChild(tr);
+        cells.set(s.id, { turns, status });
+      }
+      document.getElementById("empty").hidden = page.sessions.length > 0;
+      const first = page.sessions.length ? page.offset + 1 : 0;
+      const last = page.offset + page.sessions.length;
+      const of = page.total === null ? "" : " of " + fmtNum(page.total);
+      document.getElementById("page").textContent = fmtNum(first) + "–" + fmtNum(last) + of;
+      document.getElementById("count").textContent =
+        page.total === null ? "" : plural(page.total, "session");
+      prev.disabled = page.offset === 0;
+      next.disabled = !page.more;
+      if (page.sessions.length) loadBadges(mine, cells);
+    }
+
+    // Badges need each session's events: asked for the visible sessions only, after the list.
+    async function loadBadges(mine, cells) {
+      const p = new URLSearchParams();
+      for (const id of cells.keys()) p.append("id", id);
+      let found;
+      try {
+        found = await getJSON("api/badges?" + p.toString());
+      } catch (error) {
+        showError(error);
+        return;
+      }
+      if (mine !== generation) return;
+      for (const [id, cell] of cells) {
+        const b = found[id];
+        cell.status.querySelectorAll(".pending").forEach((n) => n.remove());
+        if (!b) { cell.turns.textContent = "-"; continue; }
+        cell.turns.textContent = fmtNum(b.turns);
+        if (b.incomplete) cell.status.appendChild(badge("incomplete", "incomplete turn",
+          plural(b.incomplete, "turn") + " a crash left open: agentsession repair closes it"));
+        if (b.recovered) cell.status.appendChild(badge("recovered", "recovered",
+          plural(b.recovered, "repair") + " of a crashed turn"));
+        if (b.compacted) cell.status.appendChild(badge("compacted", "compacted",
+          plural(b.compacted, "compaction marker")));
+        if (b.children) cell.status.appendChild(badge("children", plural(b.children, "child"),
+          "subagent sessions forked from it"));
+        if (b.parent) cell.status.appendChild(badge("child", "child of " + b.parent));
+      }
+    }
+
+    function later() {
+      clearTimeout(timer);
+      timer = setTimeout(() => { state.offset = 0; load(); }, 250);
+    }
+    q.addEventListener("input", () => { state.q = q.value; later(); });
+    agent.addEventListener("input", () => { state.agent = agent.value.trim(); later(); });
+    document.getElementById("filters").addEventListener("submit", (e) => e.preventDefault());
+    prev.addEventListener("click", () => { state.offset = Math.max(0, state.offset - state.limit); load(); });
+    next.addEventListener("click", () => { state.offset += state.limit; load(); });
+    load();
+  }
+
+  // -- the transcript page ---------------------------------------------------------------------
+
+  const FOLD_CHARS = 600;
+  const FOLD_LINES = 12;
+
+  function folded(text, label) {
+    const lines = text.split("\n");
+    if (text.length <= FOLD_CHARS && lines.length <= FOLD_LINES) return el("pre", "text", text);
+    const details = el("details", "fold");
+    const first = lines[0].length > 90 ? lines[0].slice(0, 89) + "…" : lines[0];
+    append(details, el("summary", null, label + " · " + fmtNum(text.length) + " chars · " + first),
+      el("pre", "text", text));
+    return details;
+  }
+
+  function prettyJSON(text) {
+    try {
+      return JSON.stringify(JSON.parse(text), null, 2);
+    } catch (_) {
+      return text;
+    }
+  }
+
+  function markdown(html, fallback) {
+    const box = el("div", "md");
+    if (html) {
+      // Server-rendered: markdown-it-py without raw HTML, links checked (see docs/web.md).
+      box.innerHTML = html;
+    } else {
+      box.appendChild(el("span", "text", fallback));
+    }
+    return box;
+  }
+
+  function thinkingBlock(text, chars) {
+    const details = el("details", "thinking");
+    append(details, el("summary", null, "thinking · " + fmtNum(chars || text.length) + " chars"),
+      el("pre", "text", text));
+    return details;
+  }
+
+  function transcriptPage() {
+    const params = new URLSearchParams(location.search);
+    const sessionId = params.get("id");
+    const rowsBox = document.getElementById("rows");
+    const messagesBox = document.getElementById("messages");
+    const more = document.getElementById("more");
+    const progress = document.getElementById("progress");
+    const live = document.getElementById("live");
+    if (!sessionId) {
+      showError("no session id in the address (?id=...)");
+      return;
+    }
+    document.title = "agentsession · " + sessionId;
+    document.getElementById("title").textContent = sessionId;
+    const enc = encodeURIComponent(sessionId);
+
+    // The rows shown, as blocks: the open turn and step take the rows that follow.
+    const pager = { after: 0, done: false, loading: false, latest: 0 };
+    let openTurn = null;
+    let openStep = null;
+    const calls = new Map();      // call id -> {box, time} of calls not answered yet
+    const started = new Map();    // call id -> time of its tool/call event
+    let view = "stored";
+    let targetShown = false;
+
+    function containerFor(row) {
+      if (row.depth === 0) {
+        openTurn = null;
+        openStep = null;
+      }
+      if (openStep) return openStep.body;
+      if (openTurn) return openTurn.body;
+      return rowsBox;
+    }
+
+    function rowBox(row, content, extraClass) {
+      const box = el("div", "row " + row.kind + (extraClass ? " " + extraClass : ""));
+      box.id = "seq-" + row.seq;
+      box.dataset.kind = row.kind;
+      const seq = el("button", "seq", String(row.seq));
+      seq.type = "button";
+      seq.title = "show the stored event (raw JSON)";
+      seq.addEventListener("click", () => toggleRaw(box, row.seq));
+      content.classList.add("content");
+      append(box, seq, content);
+      return box;
+    }
+
+    async function toggleRaw(box, seq) {
+      const shown = box.querySelector(":scope > pre.raw");
+      if (shown) { shown.remove(); return; }
+      const pre = el("pre", "raw", "loading…");
+      box.appendChild(pre);
+      try {
+        const response = await fetch("api/session/event?id=" + enc + "&seq=" + seq, {
+          credentials: "same-origin",
+        });
+        pre.textContent = await response.text();
+      } catch (error) {
+        pre.textContent = String(error);
+      }
+    }
+
+    function who(row) {
+      return row.agent ? el("span", "agent", "(" + row.agent + ")") : null;
+    }
+
+    function stepHint(step, text) {
+      step.hints.push(text);
+      step.hint.textContent = " · " + step.hints.join(" · ");
+    }
+
+    function resultContent(row) {
+      const box = el("div", "result" + (row.is_error || row.interrupted ? " error" : ""));
+      const head = el("div", "head");
+      append(head, el("span", "mark", row.is_error || row.interrupted ? "✗ " : "← "),
+        el("span", "mono", row.name + " [" + row.call_id + "]"));
+      for (const [key, value] of Object.entries(row.audit || {})) {
+        head.appendChild(el("span", "audit", key + "=" + value));
+      }
+      append(box, head, folded(row.content || "", "result"));
+      return box;
+    }
+
+    function callBlock(call, time) {
+      const box = el("div", "call");
+      box.dataset.callId = call.id;
+      const head = el("div", "head");
+      append(head, "→ ", el("strong", null, call.name), " [" + call.id + "]");
+      const took = el("span", "took");
+      head.appendChild(took);
+      const args = prettyJSON(call.arguments);
+      append(box, head, folded(args, "arguments"));
+      const results = el("div", "results");
+      box.appendChild(results);
+      calls.set(call.id, { box, results, took, time });
+      return box;
+    }
+
+    function rowContent(row) {
+      const c = el("div");
+      switch (row.kind) {
+        case "user_message":
+          append(c, el("span", "label user", "user" + (row.user ? " " + row.user : "")),
+            markdown(row.html, row.text));
+          return c;
+        case "assistant_message": {
+          append(c, el("span", "label assistant", "assistant"), who(row));
+          if (row.thinking) c.appendChild(thinkingBlock(row.thinking, row.thinking_chars));
+          if (row.text) c.appendChild(markdown(row.html, row.text));
+          for (const call of row.tool_calls || []) c.appendChild(callBlock(call, row.time));
+          if (!row.text && !(row.tool_calls || []).length && !row.thinking) {
+            c.appendChild(el("span", "dim", "(empty)"));
+          }
+          return c;
+        }
+        case "tool_call":
+          started.set(row.call_id, row.time);
+          c.appendChild(el("span", "dim", "tool call started: " + row.name + " [" + row.call_id + "]"));
+          return c;
+        case "usage": {
+          let text = "usage: " + fmtNum(row.input_tokens) + " in / " + fmtNum(row.output_tokens) + " out";
+          if (row.cache_read_tokens || row.cache_write_tokens) {
+            text += " · cache " + fmtNum(row.cache_read_tokens) + " read / " +
+              fmtNum(row.cache_write_tokens) + " written";
+          }
+          c.appendChild(el("span", "dim", text));
+          return c;
+        }
+        case "todo_update": {
+          const list = el("ul", "todo");
+          for (const item of row.items || []) {
+            list.appendChild(el("li", null, (item.done ? "☑ " : "☐ ") + item.title +
+              (item.status && !item.done ? " (" + item.status + ")" : "")));
+          }
+          append(c, el("span", "label", "todos"), list);
+          return c;
+        }
+        case "compaction":
+          c.className = "banner compaction";
+          append(c, el("span", "tag", "COMPACTION"),
+            row.compaction_kind + ": history before seq " + row.first_kept_seq + " replaced; " +
+            plural(row.kept_messages, "message") + " kept" +
+            (row.tokens_before ? " · " + fmtNum(row.tokens_before) + " tokens before" : ""));
+          if (row.summary) c.appendChild(el("pre", "text", row.summary));
+          return c;
+        case "recovery":
+          c.className = "banner recovery";
+          append(c, el("span", "tag", "RECOVERY"),
+            "the turn from seq " + row.turn_start_seq + " was cut off: " +
+            plural(row.orphan_results, "tool call") + " answered as interrupted, " +
+            (row.closed_step >= 0 ? "closed step " + row.closed_step : "no open step") +
+            (row.reason ? " · " + row.reason : ""));
+          return c;
+        case "subagent_start":
+          append(c, el("span", "label", "subagent " + row.subagent),
+            "started" + (row.background ? " (in the background)" : "") + " in session ",
+            row.child_session ? sessionLink(row.child_session) : "?",
+            row.task ? ": " + row.task : "");
+          return c;
+        case "subagent_end": {
+          let what = row.status || "ended";
+          if (row.status === "merged") what = "merged from session";
+          else if (row.status === "discarded") what = "discarded: session";
+          else what += " · session";
+          append(c, el("span", "label", "subagent " + row.subagent), what + " ",
+            row.child_session ? sessionLink(row.child_session) : "?");
+          if (row.merge_mode === "messages") c.appendChild(document.createTextNode(
+            ": " + plural(row.merged_messages, "message") + " written here"));
+          if (row.summary) c.appendChild(el("pre", "text", row.summary));
+          if (row.error) c.appendChild(el("pre", "text error", row.error));
+          return c;
+        }
+        case "fork":
+          c.className = "banner fork";
+          append(c, el("span", "tag", "FORK"), "child of session ",
+            sessionLink(row.parent, row.parent_seq), " at its seq " + row.parent_seq +
+            (row.subagent ? " for subagent " + row.subagent : "") + " · " +
+            plural(row.inherited_messages, "message") + " inherited");
+          if (row.task) c.appendChild(el("pre", "text", row.task));
+          return c;
+        case "merge":
+          c.className = "banner merge";
+          append(c, el("span", "tag", "MERGED"), "into session ",
+            sessionLink(row.parent, row.parent_seq),
+            ": " + (row.mode === "summary" ? "a summary" : plural(row.messages, "message")) +
+            ", ending at its seq " + row.parent_seq);
+          return c;
+        case "discard":
+          c.className = "banner discard";
+          append(c, el("span", "tag", "DISCARDED"), "session ",
+            sessionLink(row.parent, row.parent_seq), " noted it at its seq " + row.parent_seq +
+            (row.reason ? ": " + row.reason : ""));
+          return c;
+        case "skill_load":
+          append(c, el("span", "label", "skill " + row.name), "loaded" +
+            (row.description ? ": " + row.description : ""));
+          if (row.body) c.appendChild(folded(row.body, "instructions"));
+          return c;
+        case "run_finish":
+          append(c, el("span", "label", "run " + row.status));
+          if (row.summary) c.appendChild(el("pre", "text", row.summary));
+          return c;
+        case "event":
+          append(c, el("span", "dim mono", row.type), who(row));
+          c.appendChild(folded(prettyJSON(row.data || ""), "payload"));
+          return c;
+        default:
+          c.appendChild(el("span", "dim", row.kind));
+          return c;
+      }
+    }
+
+    function addRow(row) {
+      pager.after = Math.max(pager.after, row.seq);
+      if (row.kind === "turn_start") {
+        openStep = null;
+        const details = el("details", "turn");
+        details.open = true;
+        details.id = "seq-" + row.seq;
+        const summary = el("summary");
+        const totals = el("span", "dim");
+        append(summary, "turn", row.agent ? " (" + row.agent + ")" : "",
+          row.user ? " · user " + row.user : "", " · " + fmtTime(row.time) + " · seq " + row.seq, " ",
+          totals);
+        const body = el("div", "body");
+        append(details, summary, body);
+        rowsBox.appendChild(details);
+        openTurn = { details, body, totals };
+        return;
+      }
+      if (row.kind === "step_start") {
+        const parent = openTurn ? openTurn.body : rowsBox;
+        const details = el("details", "step");
+        details.id = "seq-" + row.seq;
+        const summary = el("summary");
+        const hint = el("span", "hint");
+        append(summary, "step " + row.step, hint);
+        const body = el("div", "body");
+        append(details, summary, body);
+        parent.appendChild(details);
+        openStep = { details, body, hint, hints: [] };
+        return;
+      }
+      if (row.kind === "step_end") {
+        if (openStep) {
+          openStep.body.appendChild(rowBox(row, el("span", "dim", "end of step " + row.step)));
+          openStep = null;
+        } else {
+          containerFor(row).appendChild(rowBox(row, el("span", "dim", "end of step " + row.step)));
+        }
+        return;
+      }
+      if (row.kind === "turn_end") {
+        openStep = null;
+        const failed = row.error_type || row.error_message;
+        let text = "end of turn · " + plural(row.steps, "step");
+        if (row.input_tokens || row.output_tokens) {
+          text += " · " + fmtNum(row.input_tokens) + " in / " + fmtNum(row.output_tokens) + " out tokens";
+        }
+        if (failed) text += " · failed: " + (row.error_type + " " + row.error_message).trim();
+        const content = el("span", "turn-end" + (failed ? " failed" : ""), text);
+        const box = rowBox(row, content);
+        if (openTurn) {
+          openTurn.body.appendChild(box);
+          openTurn.totals.textContent = "· " + text.replace("end of turn · ", "");
+          openTurn = null;
+        } else {
+          rowsBox.appendChild(box);
+        }
+        return;
+      }
+      const target = containerFor(row);
+      if (row.kind === "tool_result" && calls.has(row.call_id)) {
+        // Paired with its call: the result's row goes under the call that asked for it.
+        const call = calls.get(row.call_id);
+        calls.delete(row.call_id);
+        const begin = started.get(row.call_id) || call.time;
+        started.delete(row.call_id);
+        if (begin && row.time) {
+          const ms = new Date(row.time) - new Date(begin);
+          if (ms >= 0) call.took.textContent = "took " + fmtMs(ms);
+        }
+        call.results.appendChild(rowBox(row, resultContent(row)));
+        return;
+      }
+      const content = row.kind === "tool_result" ? resultContent(row) : rowContent(row);
+      target.appendChild(rowBox(row, content));
+      if (openStep && target === openStep.body) {
+        if (row.kind === "assistant_message") {
+          for (const call of row.tool_calls || []) stepHint(openStep, "→ " + call.name);
+          if (!(row.tool_calls || []).length && row.text) {
+            stepHint(openStep, row.text.length > 60 ? row.text.slice(0, 59) + "…" : row.text);
+          }
+        } else if (row.kind === "usage") {
+          stepHint(openStep, fmtNum(row.input_tokens) + " in / " + fmtNum(row.output_tokens) + " out");
+        }
+      }
+    }
+
+    function updateProgress() {
+      progress.textContent = fmtNum(pager.after) + " of " + plural(pager.latest, "event") + " shown";
+      more.hidden = view !== "stored" || pager.done;
+    }
+
+    function revealTarget() {
+      if (targetShown || !location.hash.startsWith("#seq-")) return;
+      const node = document.getElementById(location.hash.slice(1));
+      if (!node) return;
+      targetShown = true;
+      for (let p = node.parentElement; p; p = p.parentElement) {
+        if (p.tagName === "DETAILS") p.open = true;
+      }
+      node.classList.add("target");
+      node.scrollIntoView({ block: "center" });
+    }
+
+    function nearViewport(node) {
+      const box = node.getBoundingClientRect();
+      return box.top < window.innerHeight + 600;
+    }
+
+    async function loadMore() {
+      if (pager.loading || pager.done) return;
+      pager.loading = true;
+      let progressed = false;
+      try {
+        const page = await getJSON("api/session/rows?id=" + enc + "&after=" + pager.after);
+        for (const row of page.rows) if (row.seq > pager.after) addRow(row);
+        progressed = page.next_after > pager.after || page.rows.length > 0;
+        pager.after = Math.max(pager.after, page.next_after);
+        pager.latest = Math.max(pager.latest, page.latest_seq);
+        // The live tail may have announced events after the page was read.
+        pager.done = page.done && !(progressed && pager.latest > pager.after);
+        rowsBox.dataset.loaded = String(pager.after);
+      } catch (error) {
+        showError(error);
+      } finally {
+        pager.loading = false;
+        updateProgress();
+        revealTarget();
+      }
+      if (!progressed || pager.done || view !== "stored") return;
+      const wanted = !targetShown && location.hash.startsWith("#seq-") &&
+        Number(location.hash.slice(5)) > pager.after;
+      if (wanted || nearViewport(more)) loadMore();
+    }
+
+    // Load the next page when the button at the end comes into view.
+    if ("IntersectionObserver" in window) {
+      new IntersectionObserver((entries) => {
+        if (entries.some((e) => e.isIntersecting) && view === "stored") loadMore();
+      }, { rootMargin: "600px" }).observe(more);
+    }
+    more.addEventListener("click", () => (view === "stored" ? loadMore() : loadMessages(false)));
+
+    // -- the header, the charts --------------------------------------------------------------
+
+    async function loadSummary() {
+      const s = await getJSON("api/session?id=" + enc);
+      pager.latest = Math.max(pager.latest, s.latest_seq);
+      const meta = document.getElementById("meta");
+      meta.textContent = plural(s.latest_seq, "event") + " · " + s.location +
+        (s.agent_id ? " · agent " + s.agent_id : "") + (s.model ? " · model " + s.model : "");
+      if (s.encrypted) document.getElementById("badges").appendChild(badge("encrypted", "encrypted"));
+      if (s.parent) {
+        const p = document.getElementById("parent");
+        append(p, "← child of session ", sessionLink(s.parent, s.fork_point),
+          ", forked at its seq " + s.fork_point);
+        p.hidden = false;
+      }
+      if (s.children.length) {
+        const box = document.getElementById("children");
+        const list = el("ul");
+        for (const child of s.children) {
+          const li = el("li");
+          append(li, sessionLink(child.id), " · " + (child.agent || "subagent") + " · " + child.state +
+            " · forked at seq " + child.fork_seq);
+          list.appendChild(li);
+        }
+        append(box, el("span", null, plural(s.children.length, "child session") + ":"), list);
+        box.hidden = false;
+      }
+      return s;
+    }
+
+    function drawBars(figure, bars, options) {
+      figure.querySelectorAll("svg, .legend, .none").forEach((n) => n.remove());
+      if (!bars.length) {
+        figure.appendChild(el("p", "none dim", options.empty));
+        return;
+      }
+      const width = Math.max(300, figure.clientWidth - 20);
+      const height = 140;
+      const pad = { left: 44, bottom: 16, top: 6 };
+      const max = Math.max(1, ...bars.map((b) => b.segments.reduce((a, s) => a + s.value, 0)));
+      const step = Math.min(36, (width - pad.left) / bars.length);
+      const barWidth = Math.max(1, Math.min(24, step * 0.8));
+      const chart = svg("svg", { viewBox: "0 0 " + width + " " + height, width, height,
+        role: "img", "aria-label": options.label });
+      chart.appendChild(svg("line", { x1: pad.left, y1: height - pad.bottom, x2: width,
+        y2: height - pad.bottom, class: "axis" }));
+      const top = svg("text", { x: 2, y: pad.top + 8 });
+      top.textContent = options.format(max);
+      const zero = svg("text", { x: 2, y: height - pad.bottom });
+      zero.textContent = "0";
+      append(chart, top, zero);
+      const scale = (height - pad.bottom - pad.top) / max;
+      bars.forEach((bar, i) => {
+        let y = height - pad.bottom;
+        const x = pad.left + i * step + (step - barWidth) / 2;
+        const group = svg("g", { class: "bar" });
+        const title = svg("title");
+        title.textContent = bar.title;
+        group.appendChild(title);
+        for (const segment of bar.segments) {
+          if (segment.value <= 0) continue;
+          const h = Math.max(1, segment.value * scale);
+          y -= h;
+          group.appendChild(svg("rect", { x, y, width: barWidth, height: h, class: segment.cls }));
+        }
+        chart.appendChild(group);
+      });
+      figure.appendChild(chart);
+      const legend = el("div", "legend");
+      for (const [cls, name] of options.legend) {
+        append(legend, el("span", "swatch s-" + cls), name);
+      }
+      if (options.note) append(legend, " · " + options.note);
+      figure.appendChild(legend);
+    }
+
+    let statsTimer = 0;
+    async function loadStats() {
+      let stats;
+      try {
+        stats = await getJSON("api/session/stats?id=" + enc);
+      } catch (error) {
+        showError(error);
+        return;
+      }
+      const turns = stats.turns.map((t, i) => ({
+        title: "turn " + (i + 1) + " (seq " + t.seq + "): " + fmtNum(t.input) + " in, " +
+          fmtNum(t.output) + " out, " + fmtNum(t.cache_read) + " cache read, " +
+          fmtNum(t.cache_write) + " cache write",
+        segments: [
+          { value: t.input, cls: "b-input" }, { value: t.cache_read, cls: "b-cache-read" },
+          { value: t.cache_write, cls: "b-cache-write" }, { value: t.output, cls: "b-output" },
+        ],
+      }));
+      drawBars(document.getElementById("tokens-chart"), turns, {
+        label: "tokens per turn", empty: "no usage recorded", format: fmtNum,
+        legend: [["input", "input"], ["cache-read", "cache read"], ["cache-write", "cache write"],
+          ["output", "output"]],
+        note: plural(stats.turns.length, "turn"),
+      });
+      const limit = 300;
+      let tools = stats.tools;
+      let note = plural(tools.length, "call");
+      if (tools.length > limit) {
+        const keep = new Set([...tools].sort((a, b) => b.ms - a.ms).slice(0, limit));
+        tools = tools.filter((t) => keep.has(t));
+        note += ", the " + limit + " longest shown";
+      }
+      drawBars(document.getElementById("tools-chart"), tools.map((t) => ({
+        title: t.name + " [" + t.call_id + "] seq " + t.seq + ": " + fmtMs(t.ms),
+        segments: [{ value: t.ms, cls: "b-tool" }],
+      })), {
+        label: "tool-call durations", empty: "no tool call with a known duration",
+        format: fmtMs, legend: [["tool", "duration"]], note,
+      });
+      const select = document.getElementById("agent");
+      const current = select.value;
+      select.replaceChildren(new Option("every agent", ""));
+      for (const agent of stats.agents) select.appendChild(new Option(agent, agent));
+      select.value = stats.agents.includes(current) ? current : "";
+    }
+
+    // -- what the model sees ----------------------------------------------------------------
+
+    const messagesState = { offset: 0, more: false };
+
+    function messageBox(m) {
+      const box = el("div", "msg role-" + m.role);
+      box.dataset.index = String(m.index);
+      append(box, el("span", "label " + m.role, m.role), m.author ? el("span", "agent", "(" + m.author + ")") : null);
+      if (m.thinking) box.appendChild(thinkingBlock(m.thinking));
+      if (m.text) box.appendChild(markdown(m.html, m.text));
+      for (const note of m.attachments) box.appendChild(el("div", "dim", "[" + note + "]"));
+      for (const call of m.tool_calls) {
+        const c = el("div", "call");
+        const head = el("div", "head");
+        append(head, "→ ", el("strong", null, call.name), " [" + call.id + "]");
+        append(c, head, folded(prettyJSON(call.arguments), "arguments"));
+        box.appendChild(c);
+      }
+      for (const r of m.tool_results) {
+        box.appendChild(resultContent({ ...r, interrupted: r.audit.decision === "interrupted" }));
+      }
+      return box;
+    }
+
+    async function loadMessages(reset) {
+      if (reset) {
+        messagesBox.replaceChildren();
+        messagesState.offset = 0;
+      }
+      const agent = document.getElementById("agent").value;
+      try {
+        const page = await getJSON("api/session/messages?id=" + enc + "&agent=" +
+          encodeURIComponent(agent) + "&offset=" + messagesState.offset);
+        if (!page.total) messagesBox.appendChild(el("p", "empty", "No messages: the model would see an empty history."));
+        for (const m of page.messages) messagesBox.appendChild(messageBox(m));
+        messagesState.offset += page.messages.length;
+        messagesState.more = page.more;
+        progress.textContent = plural(page.total, "message") + " in the history" +
+          (agent ? " of agent " + agent : "");
+        more.hidden = !page.more;
+      } catch (error) {
+        showError(error);
+      }
+    }
+
+    function setView(next) {
+      view = next;
+      const stored = next === "stored";
+      document.getElementById("view-stored").classList.toggle("on", stored);
+      document.getElementById("view-model").classList.toggle("on", !stored);
+      document.getElementById("view-stored").setAttribute("aria-pressed", String(stored));
+      document.getElementById("view-model").setAttribute("aria-pressed", String(!stored));
+      document.getElementById("agent-pick").hidden = stored;
+      document.getElementById("expand").hidden = !stored;
+      document.getElementById("collapse").hidden = !stored;
+      rowsBox.hidden = !stored;
+      messagesBox.hidden = stored;
+      if (stored) updateProgress();
+      else loadMessages(true);
+    }
+
+    document.getElementById("view-stored").addEventListener("click", () => setView("stored"));
+    document.getElementById("view-model").addEventListener("click", () => setView("model"));
+    document.getElementById("agent").addEventListener("change", () => loadMessages(true));
+    document.getElementById("expand").addEventListener("click", () =>
+      rowsBox.querySelectorAll("details.step").forEach((d) => { d.open = true; }));
+    document.getElementById("collapse").addEventListener("click", () =>
+      rowsBox.querySelectorAll("details.step").forEach((d) => { d.open = false; }));
+
+    // -- the live tail ----------------------------------------------------------------------
+
+    function follow(after) {
+      const source = new EventSource("api/session/stream?id=" + enc + "&after=" + after);
+      source.addEventListener("open", () => {
+        live.textContent = "● live";
+        live.classList.add("on");
+      });
+      source.addEventListener("error", () => {
+        live.textContent = "○ reconnecting";
+        live.classList.remove("on");
+      });
+      source.addEventListener("rows", (message) => {
+        const batch = JSON.parse(message.data);
+        pager.latest = Math.max(pager.latest, batch.next_after);
+        if (pager.done && !pager.loading) {
+          const fresh = batch.rows.filter((r) => r.seq > pager.after);
+          if (fresh.length && fresh[0].seq <= pager.after + 1) {
+            const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+            for (const row of fresh) addRow(row);
+            pager.after = Math.max(pager.after, batch.next_after);
+            rowsBox.dataset.loaded = String(pager.after);
+            if (atBottom && view === "stored") window.scrollTo(0, document.body.scrollHeight);
+          } else if (fresh.length) {
+            pager.done = false;  // a gap: the pager fetches what is missing
+            loadMore();
+          }
+        } else {
+          pager.done = false;
+        }
+        updateProgress();
+        if (batch.rows.some((r) => r.kind === "turn_end" || r.kind === "usage")) {
+          clearTimeout(statsTimer);
+          statsTimer = setTimeout(loadStats, 1500);
+        }
+      });
+    }
+
+    (async function start() {
+      let summary;
+      try {
+        summary = await loadSummary();
+      } catch (error) {
+        showError(error);
+        live.textContent = "";
+        return;
+      }
+      await loadMore();
+      follow(summary.latest_seq);
+      loadStats();
+    })();
+  }
+
+  if (document.body.dataset.page === "sessions") sessionsPage();
+  else if (document.body.dataset.page === "session") transcriptPage();
+})();

@@ -1,0 +1,250 @@
+"""``agentsession serve`` in a real browser: Debian's chromium, driven by Selenium through
+chromium-driver, against ``agentsession serve`` started on a free loopback port in a process of
+its own (one server and one browser for the module; both stopped at its end).
+
+The store is the demo's (a recovered session, a compacted one, a subagent's child session)
+plus a session full of XSS payloads. Screenshots go to ``test-artifacts/`` (not committed).
+``.ci/run`` installs chromium and chromium-driver, so these tests run in CI; elsewhere they
+are skipped when either is missing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette", reason="the viewer needs the web extra")
+webdriver = pytest.importorskip("selenium.webdriver", reason="the browser tests need selenium")
+
+from rich.console import Console  # noqa: E402
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+import agentsession as ags  # noqa: E402
+from agentsession.demo import run_demo  # noqa: E402
+
+from .test_web import PAYLOADS, XSS, XSS_ID, append_from_another_process, run_serve, stop  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+def _find(*names: str) -> str | None:
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+CHROMIUM = _find("chromium", "chromium-browser", "google-chrome")
+DRIVER = _find("chromedriver", "chromium-driver")
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or DRIVER is None,
+    reason="no chromium and chromedriver on PATH (Debian: apt-get install chromium "
+    "chromium-driver; .ci/run installs them)",
+)
+
+
+def add_xss_session(store: ags.BaseStore) -> None:
+    """A session whose id, messages, tool arguments, results and links are XSS payloads."""
+    session = store.get(XSS_ID)
+    with session.turn(agent=f"<b>{XSS}</b>", user=PAYLOADS[1]) as turn:
+        turn.user("\n\n".join(PAYLOADS))
+        with turn.step() as step:
+            call = ags.ToolCall(id=PAYLOADS[0], name=PAYLOADS[1], arguments={"a": list(PAYLOADS)})
+            step.assistant("\n\n".join(PAYLOADS), tool_calls=[call])
+            step.tool_call(call)
+            step.tool_result(PAYLOADS[0], PAYLOADS[1], "\n".join(PAYLOADS))
+            step.subagent_start(XSS_ID, XSS_ID, task=PAYLOADS[3])
+        turn.assistant(f"see {PAYLOADS[2]}")
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("web") / "agentsession-demo"
+    run_demo(directory, Console(quiet=True))
+    store = ags.open_store(directory)
+    add_xss_session(store)
+    store.close()
+    return directory
+
+
+@pytest.fixture(scope="module")
+def base_url(store_dir: Path) -> Iterator[str]:
+    """``agentsession serve`` on a free loopback port, for the whole module."""
+    process, announced = run_serve(["--port", "0"], str(store_dir))
+    try:
+        yield announced["url"]
+    finally:
+        stop(process)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                     "--disable-gpu", "--window-size=1280,900", "--lang=en-US"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(driver: WebDriver, condition: Callable[[WebDriver], Any], timeout: float = 15) -> Any:
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition)
+
+
+def shot(driver: WebDriver, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    return path
+
+
+def loaded(driver: WebDriver) -> bool:
+    """Whether the transcript page has shown its first page of rows."""
+    return bool(driver.execute_script("return document.getElementById('rows').dataset.loaded"))
+
+
+def session_row(driver: WebDriver, session_id: str) -> WebElement:
+    for row in driver.find_elements(By.CSS_SELECTOR, "#session-rows tr"):
+        if row.get_attribute("data-session-id") == session_id:
+            return row
+    raise AssertionError(f"{session_id} is not listed")
+
+
+def assert_nothing_ran(driver: WebDriver) -> None:
+    assert driver.execute_script("return typeof window.__xss") == "undefined"
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert  # noqa: B018
+    assert driver.execute_script("return document.scripts.length") == 1
+    hrefs = driver.execute_script(
+        "return [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href'))"
+    )
+    for href in hrefs:
+        assert href.startswith(("./", "session?id=", "https://", "http://", "mailto:")), href
+    assert driver.execute_script("return document.querySelectorAll('img, iframe, svg[onload]')"
+                                 ".length") == 0
+
+
+def test_the_sessions_list(browser: WebDriver, base_url: str) -> None:
+    browser.get(base_url)
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#session-rows tr")) == 5)
+    wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, "#session-rows .pending"))
+    assert "recovered" in session_row(browser, "slack:C002").text
+    assert "compacted" in session_row(browser, "slack:C001:t:1712345678.9").text
+    assert "1 child" in session_row(browser, "cli:demo").text
+    assert "child of cli:demo" in session_row(browser, "cli:demo:child:researcher").text
+    assert session_row(browser, "cli:demo").find_elements(By.CSS_SELECTOR, "td")[1].text == "10"
+    shot(browser, "sessions")
+    box = browser.find_element(By.ID, "q")
+    box.send_keys("C00")
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#session-rows tr")) == 2)
+    box.clear()
+    box.send_keys("nothing-like-this")
+    wait(browser, lambda d: d.find_element(By.ID, "empty").is_displayed())
+
+
+def test_the_recovered_session_and_a_step_expanded(browser: WebDriver, base_url: str) -> None:
+    browser.get(base_url)
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#session-rows tr"))
+    session_row(browser, "slack:C002").find_element(By.TAG_NAME, "a").click()
+    wait(browser, lambda d: "session?id=slack%3AC002" in d.current_url and loaded(d))
+    banner = browser.find_element(By.CSS_SELECTOR, ".banner.recovery")
+    assert "RECOVERY" in banner.text and "cut off" in banner.text
+    result = browser.find_element(By.ID, "seq-7")
+    assert not result.is_displayed()  # inside the first step, collapsed
+    step = browser.find_element(By.CSS_SELECTOR, "details.step > summary")
+    assert "slow_deploy" in step.text
+    step.click()
+    wait(browser, lambda d: d.find_element(By.ID, "seq-7").is_displayed())
+    assert "decision=interrupted" in result.text
+    # The result sits under the call it answers, whose arguments are pretty-printed.
+    call = browser.find_element(By.CSS_SELECTOR, ".call[data-call-id='call_001']")
+    assert '"target": "production"' in call.text and "interrupted" in call.text
+    # The stored event, on demand.
+    result.find_element(By.CSS_SELECTOR, "button.seq").click()
+    raw = wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, "#seq-7 pre.raw"))
+    wait(browser, lambda d: '"tool/result"' in raw.text)
+    assert wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#tokens-chart svg rect"))
+    shot(browser, "recovered-session")
+    # What the model sees: the interrupted call's stand-in result is part of the history.
+    browser.find_element(By.ID, "view-model").click()
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#messages .msg")) >= 4)
+    assert "decision=interrupted" in browser.find_element(By.ID, "messages").text
+    assert not browser.find_element(By.ID, "rows").is_displayed()
+    browser.find_element(By.ID, "view-stored").click()
+    assert browser.find_element(By.ID, "rows").is_displayed()
+
+
+def test_following_the_subagent_link_and_back(browser: WebDriver, base_url: str) -> None:
+    browser.get(base_url + "session?id=cli%3Ademo")
+    wait(browser, loaded)
+    link = browser.find_element(By.CSS_SELECTOR, ".row.subagent_start a")
+    assert link.text == "cli:demo:child:researcher"
+    link.click()
+    wait(browser, lambda d: "child%3Aresearcher" in d.current_url and loaded(d))
+    fork = browser.find_element(By.CSS_SELECTOR, ".banner.fork")
+    assert "child of session cli:demo" in fork.text
+    assert "child of session cli:demo" in browser.find_element(By.ID, "parent").text
+    fork.find_element(By.TAG_NAME, "a").click()
+    wait(browser, lambda d: d.current_url.endswith("session?id=cli%3Ademo#seq-7") and loaded(d))
+    target = wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, ".target"))
+    assert target.get_attribute("id") == "seq-7"
+    assert "cli:demo:child:researcher" in browser.find_element(By.ID, "children").text
+
+
+def test_the_live_tail_shows_an_event_another_process_appends(
+    browser: WebDriver, base_url: str, store_dir: Path
+) -> None:
+    browser.get(base_url + "session?id=slack%3AC002")
+    wait(browser, lambda d: loaded(d) and "live" in d.find_element(By.ID, "live").text
+         and "connecting" not in d.find_element(By.ID, "live").text)
+    before = len(browser.find_elements(By.CSS_SELECTOR, "details.turn"))
+    store = ags.open_store(store_dir, create=False)
+    events = store.open("slack:C002").latest_seq
+    store.close()
+    text = "appended by <i>another</i> process"
+    append_from_another_process(str(store_dir), "slack:C002", text)  # 3 events: a whole turn
+    wait(browser, lambda d: text in d.find_element(By.ID, "rows").text)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "details.turn")) == before + 1
+    shown = f"{events + 3} of {events + 3} events shown"
+    wait(browser, lambda d: d.find_element(By.ID, "progress").text == shown)
+    shot(browser, "live-tail")
+
+
+def test_xss_payloads_are_inert(browser: WebDriver, base_url: str) -> None:
+    browser.get(base_url)
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#session-rows tr")) >= 5)
+    wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, "#session-rows .pending"))
+    assert_nothing_ran(browser)
+    assert session_row(browser, XSS_ID).find_element(By.TAG_NAME, "a").text == XSS_ID
+    session_row(browser, XSS_ID).find_element(By.TAG_NAME, "a").click()
+    wait(browser, loaded)
+    assert browser.find_element(By.ID, "title").text == XSS_ID
+    browser.find_element(By.ID, "expand").click()
+    for details in browser.find_elements(By.CSS_SELECTOR, "details.fold, details.thinking"):
+        browser.execute_script("arguments[0].open = true", details)
+    text = browser.find_element(By.ID, "rows").text
+    for payload in PAYLOADS:
+        assert payload in text, payload  # shown as text
+    browser.find_element(By.CSS_SELECTOR, "button.seq").click()
+    browser.find_element(By.ID, "view-model").click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#messages .msg"))
+    assert PAYLOADS[0] in browser.find_element(By.ID, "messages").text
+    assert_nothing_ran(browser)
+    shot(browser, "xss-inert")
