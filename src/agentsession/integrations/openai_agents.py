@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import os
 import random
 import threading
@@ -189,11 +190,26 @@ def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSetti
     raise UsageError(f"session_settings must be a SessionSettings or a dict, not {value!r}")
 
 
+_GC_PAUSE_ITEMS: Final = 256
+"""From this many items on, a decode pauses the cycle collector (see :func:`_decode_items`)."""
+
+
 def _decode_items(raws: Sequence[_Json]) -> list[TResponseInputItem]:
     """Fresh item objects from their stored JSON, decoded in one call."""
     if not raws:
         return []
-    return cast("list[TResponseInputItem]", decode(b"[" + b",".join(raws) + b"]"))
+    joined = b"[" + b",".join(raws) + b"]"
+    # Decoding builds one container per item and per nested object: thousands of them, which
+    # would set off the cycle collector again and again (each pass scanning everything built
+    # so far) although none of them can be garbage yet: it is paused for the one call.
+    enabled = gc.isenabled()
+    if enabled and len(raws) >= _GC_PAUSE_ITEMS:
+        gc.disable()
+        try:
+            return cast("list[TResponseInputItem]", decode(joined))
+        finally:
+            gc.enable()
+    return cast("list[TResponseInputItem]", decode(joined))
 
 
 class OpenAIAgentsSession:
