@@ -20,6 +20,11 @@ Printed, every read figure measured in a fresh process (best of ``--repeat``):
 * for PostgreSQL, the aggregate rate of 1 and of 8 writer processes on 8 different sessions
   (information: the server shares the machine's cores with the writers).
 
+``--id-cost [REF]`` instead compares the append rate of this checkout with REF's (by default
+the last commit before events had ids), each backend in fresh processes, best of
+``--repeat`` alternating rounds: the cost of making, storing and checking an event id per
+append (target: >= 0.90, at most 10 % slower).
+
 Targets: SQLite append >= 50 % of raw sqlite3 (one INSERT and commit per item, WAL, the same
 synchronous level); the ``--big`` session opens in <= 10 ms and <= 50 MB on JSONL and SQLite and
 in <= 2x the 10,000-event figure on every backend; first open <= 1.5x SQLiteSession's.
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import shutil
@@ -302,6 +308,85 @@ def raw_jsonl(path: Path, lines: list[bytes]) -> float:
     return timed(run)
 
 
+# -- the cost of event ids ---------------------------------------------------------------------
+
+ID_COST_BASELINE = "38a173c"
+"""The last commit before events had ids (and appends recognised retries by them)."""
+
+_ID_COST_CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    import agentsession as ags
+    url, count, options = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+    store = ags.open_store(url, **options)
+    session = store.get("ids")
+    message = ags.Message.user("y" * 200)
+    start = time.perf_counter()
+    for _ in range(count):  # each event made when it is appended, as an agent loop does
+        session.append(ags.Event.new("user/message", message, agent="coder"))
+    print(count / (time.perf_counter() - start))
+    store.close()
+    """
+)
+
+
+def id_cost(ref: str, dsn: str | None, count: int, rounds: int) -> None:
+    """Append rates of this checkout against ``ref`` (the code before event ids), each in fresh
+    processes, rounds alternating, best of ``rounds``: the cost of making, storing and
+    checking an id per append."""
+    repo = Path(__file__).resolve().parent.parent
+    work = Path(tempfile.mkdtemp(prefix="agentsession-idcost-"))
+    tree = work / "baseline"
+    subprocess.run(
+        ["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), ref],
+        check=True,
+        capture_output=True,
+    )
+    cases: list[tuple[str, Callable[[str], str], dict[str, Any]]] = [
+        ("jsonl flush", lambda tag: str(work / f"j-{tag}"), {}),
+        ("jsonl fsync", lambda tag: str(work / f"f-{tag}"), {"durability": "fsync"}),
+        ("sqlite", lambda tag: f"sqlite:///{work / f's-{tag}.db'}", {}),
+        ("memory", lambda tag: "memory:", {}),
+    ]
+    schemas: list[str] = []
+    if dsn:
+
+        def pg(tag: str) -> str:
+            url, schema = postgres_url(dsn)
+            schemas.append(schema)
+            return url
+
+        cases.append(("postgresql", pg, {}))
+    try:
+        print(f"Appends of {count} new events, one per call: {ref} (before event ids) and now")
+        print(f"{'backend':<14}{'before/s':>12}{'now/s':>12}{'ratio':>8}{'target':>9}")
+        for name, make_url, options in cases:
+            best = {"before": 0.0, "now": 0.0}
+            for round_ in range(rounds):
+                for label, src in (("before", tree / "src"), ("now", repo / "src")):
+                    env = {**os.environ, "PYTHONPATH": str(src)}
+                    out = subprocess.run(
+                        [sys.executable, "-c", _ID_COST_CHILD, make_url(f"{label}{round_}"),
+                         str(count), json.dumps(options)],
+                        check=True, capture_output=True, text=True, env=env,
+                    ).stdout
+                    best[label] = max(best[label], float(out.split()[-1]))
+            ratio = best["now"] / best["before"]
+            print(
+                f"{name:<14}{best['before']:>12,.0f}{best['now']:>12,.0f}{ratio:>8.2f}"
+                f"{'>= 0.90':>9}"
+            )
+    finally:
+        subprocess.run(
+            ["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
+            capture_output=True,
+        )
+        shutil.rmtree(work, ignore_errors=True)
+        for schema in schemas:
+            assert dsn is not None
+            drop_schema(dsn, schema)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=1000, help="transcript length (16/turn)")
@@ -312,7 +397,19 @@ def main() -> None:
         "--writer-events", type=int, default=1500, help="events each PostgreSQL writer appends"
     )
     parser.add_argument("--postgres", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN"))
+    parser.add_argument(
+        "--id-cost",
+        nargs="?",
+        const=ID_COST_BASELINE,
+        default=None,
+        metavar="REF",
+        help="only compare append rates with REF (a git commit; default: the code before "
+        "event ids), in fresh processes; needs a git checkout",
+    )
     args = parser.parse_args()
+    if args.id_cost:
+        id_cost(args.id_cost, args.postgres, count=4000, rounds=args.repeat)
+        return
 
     items = list(transcript(args.turns))
     one_turn = list(transcript(1))

@@ -260,3 +260,36 @@ def all_event_types_events() -> list[ev.Event]:
     """Every pinned event: :func:`canonical_events` then :func:`events_since_0_3`."""
     return canonical_events() + events_since_0_3()
 
+
+
+def events_since_0_4() -> list[ev.Event]:
+    """What 0.4 added to the format, pinned by ``golden/events-0.4.jsonl``: the event id
+    (``"id"``, the last key of a line), as :func:`~agentsession.events.new_event_id` makes them
+    and as an application may choose them (an idempotency key)."""
+    return [
+        ev.Event(
+            seq=1,
+            type=ev.USER_MESSAGE,
+            agent="coder",
+            user="U1",
+            time=T0,
+            data=ev.Event.new(ev.USER_MESSAGE, Message.user("deploy it")).data,
+            id="0199a1b2c3d47000800012345678abcd",
+        ),
+        ev.Event(
+            seq=2,
+            type=ev.ASSISTANT_MESSAGE,
+            agent="coder",
+            time=T0 + dt.timedelta(seconds=1),
+            data=ev.Event.new(ev.ASSISTANT_MESSAGE, Message.assistant("deployed")).data,
+            meta={"turn_id": "t-1"},
+            id="0199a1b2c3d47001800012345678abcd",
+        ),
+        ev.Event(
+            seq=3,
+            type="myapp/webhook",
+            time=T0 + dt.timedelta(seconds=2),
+            data=ev.Event.new("myapp/webhook", {"delivery": 7}).data,
+            id="queue:orders:msg-000042",
+        ),
+    ]

@@ -416,8 +416,10 @@ def test_the_file_store_knows_only_its_session(tmp_path: Path) -> None:
     path = tmp_path / "run.log"
     store = JsonlFileStore(path, session_id="slack:C001", dialect="agentkit")
     assert store.file_path == store.location == str(path)
-    store.session.append(ags.Event.new("user/message", ags.Message.user("hi")))
-    assert path.read_bytes().startswith(b'{"ID":"","Seq":1,"SessionID":"slack:C001"')
+    hi = ags.Event.new("user/message", ags.Message.user("hi"))
+    store.session.append(hi)
+    head = b'{"ID":"%s","Seq":1,"SessionID":"slack:C001"' % hi.id.encode()
+    assert path.read_bytes().startswith(head)
     assert store.get("") is store.session
     assert [info.id for info in store.list()] == ["slack:C001"]
     with pytest.raises(ags.SessionNotFound):

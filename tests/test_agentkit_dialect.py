@@ -393,11 +393,12 @@ def test_the_written_line_has_gos_field_order_and_values() -> None:
         user="U1",
         meta={"z": 1, "logical_chars": 12004},
         time=T0,
+        id="0190a1b2c3d47e5f8a9b0c1d2e3f4a5b",
     )
     event = msgspec.structs.replace(event, seq=7)
     line = encode_agentkit_line(event, SID)
     assert line == (
-        b'{"ID":"","Seq":7,"SessionID":"cli:default","AgentID":"coder","Type":"user/message",'
+        b'{"ID":"0190a1b2c3d47e5f8a9b0c1d2e3f4a5b","Seq":7,"SessionID":"cli:default","AgentID":"coder","Type":"user/message",'
         b'"Data":{"Role":"user","Content":[{"type":"text","text":"a \\u003cb\\u003e \\u0026 c'
         b'\\u2028"}],"ToolCalls":null,"ToolResults":null},'
         b'"CreatedAt":"2026-09-05T10:11:12.123456Z","UserID":"U1",'

@@ -37,6 +37,7 @@ CORE_NAMES = {
     "Message",
     "Part",
     "RecoveryReport",
+    "OutcomeUnknown",
     "RunState",
     "Session",
     "SessionError",

@@ -10,10 +10,16 @@ import msgspec
 from agentsession import open_store
 from agentsession.events import EVENT_TYPES, PAYLOAD_TYPES, decode_event, encode_event
 
-from .golden_events import all_event_types_events, canonical_events, events_since_0_3
+from .golden_events import (
+    all_event_types_events,
+    canonical_events,
+    events_since_0_3,
+    events_since_0_4,
+)
 
 GOLDEN = Path(__file__).parent / "golden" / "events-v1.jsonl"
 SINCE_0_3 = Path(__file__).parent / "golden" / "events-0.3.jsonl"
+SINCE_0_4 = Path(__file__).parent / "golden" / "events-0.4.jsonl"
 
 
 def test_every_event_type_is_pinned_by_the_golden_files() -> None:
@@ -28,6 +34,33 @@ def test_what_0_3_added_matches_its_golden_lines_byte_for_byte() -> None:
     decoded = [decode_event(line) for line in SINCE_0_3.read_bytes().splitlines()]
     assert decoded == events_since_0_3()
     assert [type(e.payload()) for e in decoded] == [PAYLOAD_TYPES[e.type] for e in decoded]
+
+
+def test_what_0_4_added_matches_its_golden_lines_byte_for_byte() -> None:
+    lines = [encode_event(e) + b"\n" for e in events_since_0_4()]
+    if os.environ.get("AGENTSESSION_UPDATE_GOLDEN"):
+        SINCE_0_4.write_bytes(b"".join(lines))
+    assert SINCE_0_4.read_bytes().splitlines(keepends=True) == lines
+    assert all(line.endswith(b',"id":"%s"}\n' % e.id.encode()) for line, e in
+               zip(lines, events_since_0_4(), strict=True))
+    assert [decode_event(line) for line in lines] == events_since_0_4()
+
+
+def test_a_0_4_log_recognises_a_retried_event_by_its_stored_id(tmp_path: Path) -> None:
+    (tmp_path / "golden.jsonl").write_bytes(SINCE_0_4.read_bytes())
+    session = open_store(tmp_path).get("golden")
+    for event in events_since_0_4():
+        retry = msgspec.structs.replace(event, seq=0, time=None)
+        assert session.append(retry) == event.seq  # stored already: nothing written
+    assert session.read() == events_since_0_4()
+
+
+def test_lines_from_before_0_4_read_back_without_ids(tmp_path: Path) -> None:
+    (tmp_path / "old.jsonl").write_bytes(GOLDEN.read_bytes())
+    session = open_store(tmp_path).get("old")
+    assert {e.id for e in session.read()} == {""}
+    seq = session.append(canonical_events()[0])  # an id-less event gets one when appended
+    assert session.read(after=seq - 1)[0].id
 
 
 def test_encoding_matches_the_golden_lines_byte_for_byte() -> None:

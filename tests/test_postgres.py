@@ -28,6 +28,7 @@ from agentsession import (
     Event,
     LockTimeout,
     Message,
+    OutcomeUnknown,
     StorageError,
     StoreUnavailable,
     TurnLock,
@@ -693,7 +694,7 @@ def test_read_on_a_connection_that_dies_is_retried_once(
         assert len(checkouts) == 2 and checkouts[0] != checkouts[1]
 
 
-def test_write_on_a_connection_that_dies_is_not_retried_and_says_so(
+def test_a_write_whose_connection_dies_before_it_arrives_is_retried_and_stored_once(
     url: str, schema: str, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with open_store(url, pool_min_size=1, pool_max_size=1) as store:
@@ -701,13 +702,73 @@ def test_write_on_a_connection_that_dies_is_not_retried_and_says_so(
         session = store.get("s")
         session.append(Event.new("test/n", {"n": 0}))
         checkouts = kill_after_checkout(store, admin, monkeypatch)
-        with pytest.raises(StorageError, match="may or may not have been stored"):
-            session.append(Event.new("test/n", {"n": 1}))
+        assert session.append(Event.new("test/n", {"n": 1})) == 2  # no error for the caller
+        assert len(checkouts) >= 2  # the lost try, then a read and the append on new ones
+        monkeypatch.undo()
+    with open_store(url) as store:
+        assert [decode(e.data)["n"] for e in store.get("s").read()] == [0, 1]
+
+
+def test_a_write_that_landed_before_its_connection_died_is_not_stored_twice(
+    url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_store(url, pool_min_size=1, pool_max_size=1) as store:
+        assert isinstance(store, PostgresStore)
+        session = store.get("s")
+        session.append(Event.new("test/n", {"n": 0}))
+        run = store._run
+        lost: list[str] = []
+
+        def commit_then_lose(action: str, op: Any, *, write: str = "") -> Any:
+            if not write or lost:
+                return run(action, op, write=write)
+
+            def landed_then_dies(conn: Any) -> Any:
+                op(conn)  # committed (autocommit): the event is stored
+                lost.append(action)
+                conn.close()
+                raise psycopg.OperationalError("the connection was lost (simulated)")
+
+            return run(action, landed_then_dies, write=write)
+
+        monkeypatch.setattr(store, "_run", commit_then_lose)
+        one = Event.new("test/n", {"n": 1})
+        assert session.append(one) == 2
+        batch = [Event.new("test/n", {"n": n}) for n in (2, 3)]
+        lost.clear()
+        assert session.append_many(batch) == [3, 4]
+        assert len(lost) == 1
+        monkeypatch.undo()
+        assert session.append(one) == 2  # appended again by the caller: still once
+    with open_store(url) as store:
+        events = store.get("s").read()
+    assert [decode(e.data)["n"] for e in events] == [0, 1, 2, 3]
+    assert [e.id for e in events[1:]] == [one.id, batch[0].id, batch[1].id]
+
+
+def test_with_reconnect_timeout_0_a_lost_write_says_its_outcome_is_unknown(
+    url: str, schema: str, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_store(url, pool_min_size=1, pool_max_size=1, reconnect_timeout=0) as store:
+        assert isinstance(store, PostgresStore)
+        session = store.get("s")
+        session.append(Event.new("test/n", {"n": 0}))
+        checkouts = kill_after_checkout(store, admin, monkeypatch)
+        event = Event.new("test/n", {"n": 1})
+        with pytest.raises(OutcomeUnknown, match="may or may not have been stored"):
+            session.append(event)
         assert len(checkouts) == 1  # not retried
         monkeypatch.undo()
-        # Here it was not stored (the server was gone before the append arrived).
-        assert session.latest_seq == 1
-        assert session.append(Event.new("test/n", {"n": 2})) == 2
+        # Appending the same event again finds out: here it was not stored (the server was
+        # gone before the append arrived), so it is stored now, once.
+        assert session.append(event) == 2
+        assert session.append(event) == 2
+        assert session.latest_seq == 2
+
+
+def test_reconnect_timeout_is_checked() -> None:
+    with pytest.raises(UsageError, match="reconnect_timeout"):
+        PostgresStore("postgresql://nowhere.invalid/x", reconnect_timeout=-1)
 
 
 def test_server_errors_on_write_are_storage_errors_not_unknown_outcomes(
@@ -1077,12 +1138,12 @@ def test_a_version_2_store_with_data_migrates_to_byte_exact_payloads_and_reads_b
     assert lives == {"golden:chat": 1, "golden:numbers": 39, "golden:odd": 42, "golden:again": 46}
 
     # Without auto_migrate, a version-2 schema is refused as clearly as any older one.
-    with pytest.raises(StorageError, match=r"not at version 3 \(it is at version 2\).*migrate"):
+    with pytest.raises(StorageError, match=r"not at version 4 \(it is at version 2\).*migrate"):
         open_store(url, auto_migrate=False)
 
     with open_store(url) as store:
         versions = rows(admin, schema, "SELECT version FROM {s}.schema_migrations ORDER BY 1")
-        assert [v for (v,) in versions] == [1, 2, 3]
+        assert [v for (v,) in versions] == [1, 2, 3, 4]
         assert rows(admin, schema, "SELECT pg_typeof(data)::text FROM {s}.events LIMIT 1") == [
             ("bytea",)
         ]

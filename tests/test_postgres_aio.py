@@ -31,8 +31,8 @@ from agentsession import (
     ConflictError,
     Event,
     Message,
+    OutcomeUnknown,
     SessionExpired,
-    StorageError,
     open_store,
 )
 from agentsession.aio import AsyncBackend, AsyncSession, AsyncStore, open_async_store
@@ -359,7 +359,7 @@ def test_native_spans_are_the_sync_apis(url: str) -> None:
         provider.shutdown()
 
 
-def test_a_connection_lost_during_an_append_is_an_unknown_outcome_error(
+def test_a_connection_lost_during_an_append_is_ridden_out_and_stored_once(
     url: str, schema: str
 ) -> None:
     async def main() -> None:
@@ -368,7 +368,8 @@ def test_a_connection_lost_during_an_append_is_an_unknown_outcome_error(
             await session.append(Event.new("test/start"))
             blocker = _blocking_row_lock(schema, "s")
             try:
-                task = asyncio.create_task(session.append_many(batch(1, 3)))
+                events = batch(1, 3)
+                task = asyncio.create_task(session.append_many(events))
                 await _waiting_on_a_lock(schema)
                 with psycopg.connect(DSN, autocommit=True) as admin:
                     admin.execute(
@@ -376,12 +377,45 @@ def test_a_connection_lost_during_an_append_is_an_unknown_outcome_error(
                         "WHERE application_name = %s AND wait_event_type = 'Lock'",
                         (f"agentsession-async/{schema}",),
                     )
-                with pytest.raises(StorageError, match="outcome is unknown"):
+            finally:
+                blocker.commit()
+                blocker.close()
+            assert await task == [2, 3, 4]  # no error for the caller: tried again, once
+            assert await session.append(Event.new("test/after")) == 5
+            log = stored_log(url, "s")
+            assert [e.id for e in log[1:4]] == [e.id for e in events]
+            check_window(session, log)
+
+    run(main())
+
+
+def test_with_reconnect_timeout_0_a_lost_append_is_an_unknown_outcome_error(
+    url: str, schema: str
+) -> None:
+    async def main() -> None:
+        async with open_async_store(url, reconnect_timeout=0) as store:
+            session = await store.get("s")
+            await session.append(Event.new("test/start"))
+            blocker = _blocking_row_lock(schema, "s")
+            events = batch(1, 3)
+            try:
+                task = asyncio.create_task(session.append_many(events))
+                await _waiting_on_a_lock(schema)
+                with psycopg.connect(DSN, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE application_name = %s AND wait_event_type = 'Lock'",
+                        (f"agentsession-async/{schema}",),
+                    )
+                with pytest.raises(OutcomeUnknown, match="outcome is unknown"):
                     await task
             finally:
                 blocker.commit()
                 blocker.close()
-            assert await session.append(Event.new("test/after")) == 2  # a fresh connection
+            # The same events again: found not stored (the server ended the transaction), so
+            # stored now, once.
+            assert await session.append_many(events) == [2, 3, 4]
+            assert await session.append_many(events) == [2, 3, 4]
             check_window(session, stored_log(url, "s"))
 
     run(main())

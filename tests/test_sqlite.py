@@ -339,7 +339,7 @@ def build_v1(path: Path) -> None:
 
 
 def test_schema_version_and_application_id_are_recorded(store: SqliteStore, db: Path) -> None:
-    assert SCHEMA_VERSION == 1 == len(sqlite_backend._MIGRATIONS)
+    assert SCHEMA_VERSION == 2 == len(sqlite_backend._MIGRATIONS)
     assert APPLICATION_ID == 1095193427
     with raw(db) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
@@ -364,7 +364,11 @@ def test_a_v1_database_built_from_the_v1_ddl_opens_and_keeps_working(db: Path) -
     assert active_session(store, "slack:C001:t:1") == "slack:C001:t:1:new:1"
     [info] = store.list()
     assert (info.id, info.last_seq) == ("slack:C001", 4)
-    assert session.append(Event.new("user/message", Message.user("again"))) == 5
+    assert all(e.id == "" for e in events)  # stored before events had ids
+    again = Event.new("user/message", Message.user("again"))
+    assert session.append(again) == 5
+    assert session.append(again) == 5  # a retry of an event with an id stores nothing
+    assert [e.id for e in session.read(after=4)] == [again.id]
     store.get("new").append(Event.new("test/n"))
     store.close()
     with raw(db) as conn:
@@ -385,24 +389,26 @@ def test_migrations_run_in_order_from_an_older_version(
 ) -> None:
     build_v1(db)
 
-    def to_v2(conn: sqlite3.Connection) -> None:
+    def to_v3(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE sessions ADD COLUMN title TEXT")
 
-    monkeypatch.setattr(sqlite_backend, "_MIGRATIONS", [*sqlite_backend._MIGRATIONS, to_v2])
+    monkeypatch.setattr(sqlite_backend, "_MIGRATIONS", [*sqlite_backend._MIGRATIONS, to_v3])
     store = open_db(db)
     assert store.get("slack:C001").latest_seq == 4
     store.close()
     with raw(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
         columns = [row[1] for row in conn.execute("PRAGMA table_info(sessions)")]
+        event_columns = [row[1] for row in conn.execute("PRAGMA table_info(events)")]
     assert columns[-1] == "title"
+    assert event_columns[-1] == "eid"  # version 2
 
 
 def test_a_newer_schema_version_is_refused_clearly(db: Path) -> None:
     build_v1(db)
     with raw(db) as conn:
         conn.execute("PRAGMA user_version = 7")
-    with pytest.raises(StoreUnavailable, match=r"schema version 7, newer .* supports \(1\)"):
+    with pytest.raises(StoreUnavailable, match=r"schema version 7, newer .* supports \(2\)"):
         open_db(db)
 
 

@@ -6,6 +6,7 @@
     ├── StorageError                  the backend could not do what was asked
     │   ├── ConflictError             a concurrent writer made the operation impossible
     │   ├── CorruptLogError           stored data does not parse (names file, line, byte offset)
+    │   ├── OutcomeUnknown            the connection was lost during a write: stored or not?
     │   └── StoreUnavailable          the store cannot be reached (names host and database)
     ├── SessionNotFound               no session with that id (also a ``LookupError``)
     ├── SessionExpired                the session outlived the store's TTL
@@ -27,6 +28,7 @@ __all__ = [
     "CorruptLogError",
     "DuplicateSession",
     "LockTimeout",
+    "OutcomeUnknown",
     "SessionError",
     "SessionExpired",
     "SessionNotFound",
@@ -69,6 +71,15 @@ class CorruptLogError(StorageError):
         self.line = line
         self.offset = offset
         self.session_id = session_id
+
+
+class OutcomeUnknown(StorageError):
+    """The connection to the server was lost while a write was under way, so whether it took
+    effect is unknown. An append retries by itself for the store's ``reconnect_timeout``
+    (finding out from the log whether the write landed) and raises this only when the server
+    stayed out of reach that long. Appending the same events again (the same
+    :class:`~agentsession.events.Event` objects, or events with the same ids) is safe: what is
+    stored already is recognised by its event ids and not stored twice."""
 
 
 class StoreUnavailable(StorageError):

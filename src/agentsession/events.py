@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import builtins
 import datetime as _dt
+import itertools
 import json as _json
+import os
+import time as _time
 from collections.abc import Mapping
 from typing import Any, Final, TypeVar
 
@@ -29,6 +32,7 @@ __all__ = [
     "FINISH_BLOCKED",
     "FINISH_COMPLETED",
     "FINISH_STATUSES",
+    "MAX_EVENT_ID_CHARS",
     "MESSAGE_END",
     "MESSAGE_START",
     "MESSAGE_UPDATE",
@@ -92,6 +96,7 @@ __all__ = [
     "check_event_type",
     "decode",
     "encode",
+    "new_event_id",
     "utcnow",
 ]
 
@@ -579,6 +584,40 @@ def _to_raw(payload: Any) -> msgspec.Raw:
 
 
 # ---------------------------------------------------------------------------------------------
+# Event ids.
+
+MAX_EVENT_ID_CHARS: Final = 128
+"""Longest event id an append accepts (ids are compared as strings, byte for byte)."""
+
+_id_counter = itertools.count()
+_id_node = int.from_bytes(os.urandom(6), "big") >> 6  # 42 random bits of this process
+
+
+def _reseed_event_ids() -> None:
+    """In a forked child: new random bits and a new counter, so parent and child never make
+    the same id."""
+    global _id_counter, _id_node
+    _id_counter = itertools.count()
+    _id_node = int.from_bytes(os.urandom(6), "big") >> 6
+
+
+os.register_at_fork(after_in_child=_reseed_event_ids)
+
+
+def new_event_id() -> str:
+    """A new event id: 32 lowercase hex digits laid out as a UUIDv7 (RFC 9562): 48 bits of
+    Unix time in milliseconds, then a 32-bit counter of this process (split around the
+    version and variant bits), then 42 random bits drawn once per process (and again in a
+    forked child). Ids made later sort after earlier ones of the same process, and roughly by
+    time across processes; two processes share an id only if they drew the same 42 random bits
+    and made the same count in the same millisecond."""
+    ms = _time.time_ns() // 1_000_000
+    n = next(_id_counter) & 0xFFFF_FFFF
+    low = 0x8000_0000_0000_0000 | ((n & 0xFFFFF) << 42) | _id_node
+    return f"{ms & 0xFFFF_FFFF_FFFF:012x}7{n >> 20:03x}{low:016x}"
+
+
+# ---------------------------------------------------------------------------------------------
 # The event.
 
 
@@ -605,6 +644,12 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
     """The payload as encoded JSON; see :meth:`payload`."""
     meta: dict[str, Any] = {}
     """Small annotations: ``logical_chars``, platform metadata."""
+    id: str = ""
+    """The event's id (since 0.4): :meth:`new` makes one (:func:`new_event_id`), an append
+    gives one to an event that has none. Appending an event whose id the session already
+    holds stores nothing and returns the stored event's seq, so a retried append is never
+    stored twice (see ``docs/reliability.md`` for how far back each backend looks). Events
+    written before 0.4 read back with ``""``."""
 
     @classmethod
     def new(
@@ -616,8 +661,13 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
         user: str = "",
         meta: Mapping[str, Any] | None = None,
         time: _dt.datetime | None = None,
+        id: str | None = None,
     ) -> Event:
-        """An event of ``type`` carrying ``payload`` (a payload struct, plain JSON data or None)."""
+        """An event of ``type`` carrying ``payload`` (a payload struct, plain JSON data or None).
+
+        ``id`` defaults to a new :func:`new_event_id`; pass one of your own (at most
+        :data:`MAX_EVENT_ID_CHARS` characters, such as a queue message's id) to make appends of
+        the same logical event idempotent across processes."""
         return cls(
             type=type,
             agent=agent,
@@ -625,6 +675,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
             time=time,
             data=_to_raw(payload),
             meta=dict(meta) if meta else {},
+            id=new_event_id() if id is None else id,
         )
 
     def payload(self) -> Any:
@@ -677,21 +728,29 @@ def decode_event(buf: bytes | memoryview) -> Event:
     try:
         return _event_decoder.decode(buf)
     except msgspec.DecodeError:
-        try:
-            obj = _json.loads(bytes(buf))
-        except ValueError:
-            raise msgspec.DecodeError("JSON is malformed") from None
-        if not isinstance(obj, dict):
-            raise msgspec.DecodeError("an event must be a JSON object") from None
+        pass
+    except RecursionError:
+        raise msgspec.DecodeError("JSON is nested too deeply") from None
+    # msgspec refuses JSON escapes of lone surrogates; the standard library reads them.
+    try:
+        obj = _json.loads(bytes(buf))
+    except (ValueError, RecursionError):
+        raise msgspec.DecodeError("JSON is malformed or nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise msgspec.DecodeError("an event must be a JSON object") from None
+    try:
         if "data" in obj:
             obj["data"] = msgspec.Raw(fallback_dumps(obj["data"]))
-        try:
-            return msgspec.convert(obj, Event)
-        except msgspec.ValidationError as exc:
-            raise msgspec.DecodeError(str(exc)) from None
+        return msgspec.convert(obj, Event)
+    except (msgspec.ValidationError, UnicodeError, RecursionError, TypeError) as exc:
+        # A lone surrogate where a key, a time or a seq belongs, say.
+        raise msgspec.DecodeError(f"not a valid event: {exc}") from None
 
 
 def decode_event_lines(buf: bytes | memoryview) -> list[Event]:
     """Parse newline-delimited events (fast path); raises :class:`msgspec.DecodeError` on any bad
     line, leaving it to the caller to locate it."""
-    return _event_decoder.decode_lines(buf)
+    try:
+        return _event_decoder.decode_lines(buf)
+    except RecursionError:
+        raise msgspec.DecodeError("JSON is nested too deeply") from None

@@ -75,7 +75,12 @@ class TurnLock:
 
     @property
     def held(self) -> bool:
-        """True until released (or until the store that took it was closed)."""
+        """True until released, until the store that took it was closed, or until the lock
+        was lost: on PostgreSQL a turn lock lives on a server connection, and a connection the
+        server ended (a restart, ``pg_terminate_backend``, a network failure) takes the lock
+        with it, so another writer may hold it now. A long turn that must not overlap
+        another checks ``held`` before it writes what depends on the lock; a lost lock is
+        released like any other (the store takes new ones on fresh connections)."""
         return self._handle is not None and self._registry.holds(self.session_id, self._handle)
 
     def release(self) -> None:
@@ -174,7 +179,10 @@ class _HeldRegistry:
 
     def holds(self, session_id: str, handle: object) -> bool:
         with self._mutex:
-            return self._handles.get(session_id) is handle
+            if self._handles.get(session_id) is not handle:
+                return False
+        alive = getattr(self.locker, "alive", None)
+        return alive is None or bool(alive(handle))
 
     def release(self, session_id: str, handle: object) -> None:
         key = (id(self), session_id)

@@ -48,15 +48,24 @@ from .compaction import plan_compaction, plan_prune
 from .contract import Durability
 from .crypto import KeyRing, SessionCipher
 from .derive import Deriver, IndexedMessage
-from .errors import ConflictError, SessionExpired, UsageError
+from .errors import (
+    ConflictError,
+    OutcomeUnknown,
+    SessionExpired,
+    StorageError,
+    StoreUnavailable,
+    UsageError,
+)
 from .events import (
     COMPACTION,
+    MAX_EVENT_ID_CHARS,
     PAYLOAD_TYPES,
     USER_MESSAGE,
     Compaction,
     Event,
     check_event_type,
     compaction_of,
+    new_event_id,
 )
 from .media import StoragePolicy
 from .messages import Message
@@ -73,6 +82,16 @@ growing random pause from the fifth try on)."""
 _COMPACTION_RETRIES = 8
 """How often compaction plans again when other writers keep appending while it plans."""
 
+ID_WINDOW = 65_536
+"""How many of the latest event ids a session object remembers to recognise a retried append
+(besides what its backend finds itself): ids of events older than the latest ``ID_WINDOW`` it
+has seen may be forgotten."""
+
+_RETRYABLE = (OutcomeUnknown, StoreUnavailable)
+"""Append failures the pipeline rides out within the store's ``reconnect_timeout``: the
+connection was lost (the write may or may not have landed) or the server could not be reached
+(nothing was sent)."""
+
 
 class SessionHost(Protocol):
     """What a session needs from its store: the settings of the append pipeline."""
@@ -85,6 +104,9 @@ class SessionHost(Protocol):
     """At most this many of the latest events are loaded to derive the history (None: the
     whole window); see :meth:`BaseSession._load_window`."""
     _keyring: KeyRing | None
+    _reconnect_timeout: float
+    """Seconds an append keeps retrying after a lost connection or an unreachable server
+    (0: it raises at once)."""
 
 
 def _seq_of(event: Event) -> int:
@@ -120,6 +142,13 @@ def _marker_index(events: Sequence[Event]) -> int:
 
 _replace = msgspec.structs.replace
 _FLAT = (str, int, bool)
+
+
+def _shown(value: object) -> str:
+    """A bad event id, shortened, for an error message."""
+    if not isinstance(value, str):
+        return f"a {type(value).__name__}"
+    return repr(value) if len(value) <= 40 else f"{value[:37]!r}... ({len(value)} characters)"
 _PAYLOAD_DECODERS = {kind: msgspec.json.Decoder(struct) for kind, struct in PAYLOAD_TYPES.items()}
 
 
@@ -139,6 +168,12 @@ class BaseSession:
         self._cipher: SessionCipher | None = None if ring is None else ring.cipher(session_id)
         self._generation = 0  # counts reloads and resets (a sealed append checks it)
         self._own_cap: tuple[int, int] | None = None  # (generation, a child's max_messages)
+        # Ids of the events this object has seen (loaded, read while catching up, appended),
+        # to their seqs: an append of one of them stores nothing (see _known).
+        self._ids: dict[str, int] = {}
+        # Ids of appends that failed: whether they were stored is checked against storage
+        # before they are appended again.
+        self._unsure: set[str] = set()
         _live_sessions.add(self)
 
     # -- storage primitives (backends) ----------------------------------------------------
@@ -252,7 +287,7 @@ class BaseSession:
             marker = _marker_index(older)
         # Derivers start from the latest marker in the window themselves: the events before
         # it are kept rather than read again for another agent's history.
-        self._set_window(events, False)
+        self._set_window(events, False, same_life=True)
         self._full = True
 
     def _from_storage(self, events: list[Event]) -> list[Event]:
@@ -262,8 +297,13 @@ class BaseSession:
             return events
         return [cipher.open(event) for event in events]
 
-    def _set_window(self, events: list[Event], complete: bool) -> None:
+    def _set_window(self, events: list[Event], complete: bool, *, same_life: bool = False) -> None:
         self._generation += 1
+        ids = self._ids if same_life else {}
+        for event in events:
+            if event.id:
+                ids[event.id] = event.seq
+        self._ids = ids
         self._window = events
         self._derivers = {}
         self._full = complete
@@ -285,6 +325,7 @@ class BaseSession:
         self._full = True
         self._latest_seq = 0
         self._derivers = {}
+        self._ids = {}
 
     def _full_window(self) -> list[Event]:
         """The window from the latest compaction marker on, loading it when only the tail
@@ -304,6 +345,12 @@ class BaseSession:
             return
         self._window.extend(events)
         self._latest_seq = events[-1].seq
+        ids = self._ids
+        for event in events:
+            if event.id:
+                ids[event.id] = event.seq
+        if len(ids) > 2 * ID_WINDOW:
+            self._forget_old_ids()
         if marker >= 0:
             self._trim_at(events[marker])
 
@@ -336,6 +383,10 @@ class BaseSession:
         ]
         self._window[:0] = older
         self._window_start = first
+        ids = self._ids
+        for event in older:
+            if event.id:
+                ids.setdefault(event.id, event.seq)
 
     def _refresh(self) -> None:
         self._ingest(self._from_storage(self._storage_refresh()))
@@ -417,10 +468,20 @@ class BaseSession:
             raise UsageError(f"session {self._id!r}: the {kind} event's {exc}") from None
         if type(meta) is not dict:
             raise UsageError(f"session {self._id!r}: the {kind} event's meta must be a dict")
+        eid = event.id
+        if type(eid) is not str or (
+            eid and (len(eid) > MAX_EVENT_ID_CHARS or not eid.isprintable() or eid.isspace())
+        ):
+            raise UsageError(
+                f"session {self._id!r}: an event's id must be a string of 1 to "
+                f"{MAX_EVENT_ID_CHARS} printable characters (got {_shown(eid)})"
+            )
         if checked is not raw:
             event = _replace(event, data=msgspec.Raw(checked))
-        if time is None or event.seq:
-            return _replace(event, seq=0, time=time or now or self._store.clock())
+        if time is None or event.seq or not eid:
+            return _replace(
+                event, seq=0, time=time or now or self._store.clock(), id=eid or new_event_id()
+            )
         return event
 
     def append(self, event: Event) -> int:
@@ -443,23 +504,124 @@ class BaseSession:
         with self._lock:
             if store.ttl is not None:
                 self._check_ttl_for_append()
+            eid = prepared.id
+            known = self._ids.get(eid)
+            if known is not None:
+                return known  # stored already: a retried append stores nothing
+            if self._unsure and eid in self._unsure:
+                return self._append_checked([prepared], marker, None, None)[0]
             stored: Event | None
-            if self._cipher is not None:
-                stored = self._append_sealed([prepared], marker, None)[0]
-            else:
-                stored = self._storage_append_one(prepared, marker == 0)
-            if stored is None:
-                foreign, batch = self._storage_append([prepared], marker, None)
-                self._ingest(foreign)
-                stored = batch[0]
+            try:
+                if self._cipher is not None:
+                    stored = self._append_sealed([prepared], marker, None)[0]
+                else:
+                    stored = self._storage_append_one(prepared, marker == 0)
+                if stored is None:
+                    foreign, batch = self._storage_append([prepared], marker, None)
+                    self._ingest(foreign)
+                    stored = batch[0]
+            except _RETRYABLE as exc:
+                return self._append_checked([prepared], marker, None, exc)[0]
+            except StorageError:
+                self._unsure.add(eid)
+                raise
             if marker < 0:  # _extend, inlined for the hot path
                 self._window.append(stored)
                 self._latest_seq = stored.seq
+                self._ids[eid] = stored.seq
+                if len(self._ids) > 2 * ID_WINDOW:
+                    self._forget_old_ids()
             else:
                 self._extend((stored,), marker)
             if stored.type == USER_MESSAGE and (cap := self._history_cap()):
                 self._apply_cap(cap)
             return stored.seq
+
+    def _forget_old_ids(self) -> None:
+        """Keep the ids of the latest :data:`ID_WINDOW` seqs only."""
+        floor = self._latest_seq - ID_WINDOW
+        self._ids = {eid: seq for eid, seq in self._ids.items() if seq > floor}
+
+    def _known(self, batch: Sequence[Event]) -> list[int] | None:
+        """The seqs of ``batch`` when it is stored already (a retried append), None when none
+        of its events is. A batch of which only some events are stored is a
+        :class:`UsageError` (a batch is stored whole or not at all, so it is not a retry)."""
+        ids = self._ids
+        seqs = [ids.get(event.id) for event in batch]
+        if seqs[0] is None and all(seq is None for seq in seqs):
+            return None
+        if any(seq is None for seq in seqs):
+            # Only the end of a long batch may be among the events this object loaded.
+            floor = min(seq for seq in seqs if seq is not None) - len(batch)
+            if floor + 1 < self._window_start:
+                self._ensure_window_from(floor + 1)
+                seqs = [ids.get(event.id) for event in batch]
+        if any(seq is None for seq in seqs):
+            found = sum(seq is not None for seq in seqs)
+            raise UsageError(
+                f"session {self._id!r}: {found} of the batch's {len(batch)} events are stored "
+                "already (their ids are in the log) and the others are not; a retried batch "
+                "must be the same events as before"
+            )
+        return cast("list[int]", seqs)
+
+    def _append_checked(
+        self,
+        batch: list[Event],
+        marker: int,
+        expect_seq: int | None,
+        failure: StorageError | None,
+    ) -> list[int]:
+        """Append ``batch`` after making sure none of it is stored: catch up with storage,
+        take the stored seqs when it is there, else append it conditionally (only after the
+        seq just read, so that an earlier try landing meanwhile is found, not doubled).
+
+        ``failure`` is the retryable error the first try raised (None: a batch that failed
+        before, appended again): tries go on, with a growing pause, for the store's
+        ``reconnect_timeout`` and then raise the latest failure. Returns the seqs; empty when
+        ``expect_seq`` does not match. Called with the session lock held."""
+        ids = [event.id for event in batch]
+        self._unsure.update(ids)  # until it is known where the batch stands
+        deadline = time.monotonic() + self._store._reconnect_timeout
+        pause = 0.02
+        for attempt in range(_SEALED_RETRIES):
+            if failure is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise failure
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 1.0)
+            elif attempt >= 4:  # writers are racing for this session: let one get ahead
+                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
+            try:
+                self._refresh()
+                known = self._known(batch)
+                if known is not None:
+                    self._unsure.difference_update(ids)
+                    return known
+                base = self._latest_seq
+                if expect_seq is not None and base != expect_seq:
+                    self._unsure.difference_update(ids)  # checked: not stored
+                    return []
+                if self._cipher is not None:
+                    stored = self._append_sealed(batch, marker, base)
+                else:
+                    foreign, stored = self._storage_append(batch, marker, base)
+                    self._ingest(foreign)
+            except _RETRYABLE as exc:
+                failure = exc
+                continue
+            failure = None
+            if stored:
+                self._unsure.difference_update(ids)
+                self._extend(stored, marker)
+                if any(e.type == USER_MESSAGE for e in stored) and (cap := self._history_cap()):
+                    self._apply_cap(cap)
+                return [event.seq for event in stored]
+        raise ConflictError(
+            f"session {self._id!r}: other writers kept appending while an append checked "
+            f"that it was not stored already ({_SEALED_RETRIES} tries)"
+        )
 
     def append_many(self, events: Sequence[Event], *, expect_seq: int | None = None) -> list[int]:
         """Append a batch atomically: all events or none, with consecutive seqs.
@@ -506,20 +668,43 @@ class BaseSession:
         with self._lock:
             if store.ttl is not None:
                 self._check_ttl_for_append()
-            foreign: list[Event]
-            if self._cipher is not None:
-                foreign, stored = [], self._append_sealed(batch, marker, expect_seq)
+            known = self._known(batch)
+            if known is not None:
+                return known  # stored already: a retried append stores nothing
+            unsure = self._unsure
+            if unsure and any(event.id in unsure for event in batch):
+                seqs = self._append_checked(batch, marker, expect_seq, None)
             else:
-                foreign, stored = self._storage_append(batch, marker, expect_seq)
-            self._ingest(foreign)
-            if not stored:
+                try:
+                    seqs = self._append_fresh(batch, marker, expect_seq)
+                except _RETRYABLE as exc:
+                    seqs = self._append_checked(batch, marker, expect_seq, exc)
+                except StorageError:
+                    unsure.update(event.id for event in batch)
+                    raise
+            if not seqs:
                 raise ConflictError(
                     f"session {self._id!r}: expected the latest seq to be {expect_seq}, "
                     f"but it is {self._latest_seq}; nothing was appended"
                 )
-            self._extend(stored, marker)
-            if any(e.type == USER_MESSAGE for e in stored) and (cap := self._history_cap()):
-                self._apply_cap(cap)
+        return seqs
+
+    def _append_fresh(
+        self, batch: list[Event], marker: int, expect_seq: int | None
+    ) -> list[int]:
+        """Append a batch none of which this object has seen stored; its seqs (empty when
+        ``expect_seq`` does not match). Called with the session lock held."""
+        foreign: list[Event]
+        if self._cipher is not None:
+            foreign, stored = [], self._append_sealed(batch, marker, expect_seq)
+        else:
+            foreign, stored = self._storage_append(batch, marker, expect_seq)
+        self._ingest(foreign)
+        if not stored:
+            return []
+        self._extend(stored, marker)
+        if any(e.type == USER_MESSAGE for e in stored) and (cap := self._history_cap()):
+            self._apply_cap(cap)
         return [event.seq for event in stored]
 
     def _append_sealed(

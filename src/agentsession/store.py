@@ -154,6 +154,9 @@ class BaseStore:
         back. ``read()`` still returns every stored event."""
         self.durability: Durability = durability
         """What an acknowledged append survives (see :data:`Durability`)."""
+        self._reconnect_timeout = 0.0
+        """Seconds an append rides out a lost connection or an unreachable server (the
+        PostgreSQL store's ``reconnect_timeout``; 0 elsewhere: file stores have none)."""
         self.ttl = ttl
         """Sessions whose last append is older than this are expired (None: never)."""
         self.clock = clock

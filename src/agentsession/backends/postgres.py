@@ -46,8 +46,11 @@ covers running it at scale. How it keeps the storage contract:
   be reached is :class:`~agentsession.errors.StoreUnavailable` naming host and database, never
   the password (psycopg_pool's own per-attempt "error connecting" warnings about the store's
   pools are logged at DEBUG instead, by this module's logger). A read whose connection drops
-  is retried once on a fresh connection. A write whose connection drops is never retried: its
-  outcome is unknown, and the :class:`~agentsession.errors.StorageError` says so.
+  is retried once on a fresh connection. A write whose connection drops raises
+  :class:`~agentsession.errors.OutcomeUnknown` here; the append pipeline
+  (:meth:`BaseSession._append_checked <agentsession.session.BaseSession._append_checked>`)
+  then reads the log for the batch's event ids and appends it again only if it is not there,
+  within ``reconnect_timeout``.
 * **Opening a store** connects once: the connection that checks the schema version (and
   gives a precise error when the server cannot be reached) becomes the pool's first
   connection. The lock pool opens when the first turn lock is taken.
@@ -103,7 +106,14 @@ if TYPE_CHECKING:
 
 from ..codec import decode, encode
 from ..contract import SessionInfo
-from ..errors import LockTimeout, StorageError, StoreUnavailable, UsageError
+from ..errors import (
+    CorruptLogError,
+    LockTimeout,
+    OutcomeUnknown,
+    StorageError,
+    StoreUnavailable,
+    UsageError,
+)
 from ..events import Event, decode_event, encode_event
 from ..session import BaseSession
 from ..store import BaseStore
@@ -256,7 +266,7 @@ def _columns(event: Event) -> tuple[str, str, str, bytes, bytes | None, bytes | 
 def _append_next_params(
     session_id: str, event: Event, seq: int, marker: bool, life: int
 ) -> tuple[Any, ...]:
-    """The parameters of the fast path's statement (``append_next``, ``$1`` ... ``$11``)."""
+    """The parameters of the fast path's statement (``append_next``, ``$1`` ... ``$12``)."""
     kind, agent, user, data, meta, raw = _columns(event)
     return (
         session_id,
@@ -270,13 +280,14 @@ def _append_next_params(
         data,
         meta,
         raw,
+        event.id or None,
     )
 
 
 def _append_one_params(
     session_id: str, event: Event, marker: bool, expect_seq: int | None, life: int | None
 ) -> tuple[Any, ...]:
-    """The parameters of the one-event append statement (``$1`` ... ``$11``)."""
+    """The parameters of the one-event append statement (``$1`` ... ``$12``)."""
     kind, agent, user, data, meta, raw = _columns(event)
     return (
         session_id,
@@ -290,6 +301,7 @@ def _append_one_params(
         data,
         meta,
         raw,
+        event.id or None,
     )
 
 
@@ -314,6 +326,7 @@ def _append_many_params(
     for index, name in enumerate(("types", "agents", "users", "datas", "metas", "raws")):
         params[name] = [row[index] for row in rows]
     params["times"] = [event.time for event in events]
+    params["eids"] = [event.id or None for event in events]
     return params
 
 
@@ -324,7 +337,7 @@ _replace = msgspec.structs.replace
 def _unusual_event(row: Sequence[Any]) -> Event:
     """An event whose row sets ``raw_event``: the JSON of its fields TEXT could not hold (the
     payload and meta in their columns), or a whole event that version 2 stored there."""
-    raw, data, meta = row[7], row[5], row[6]
+    raw, data, meta, eid = row[7], row[5], row[6], row[8]
     if raw is not None:
         event = decode_event(raw)
     else:
@@ -334,12 +347,32 @@ def _unusual_event(row: Sequence[Any]) -> Event:
         seq=row[0],
         data=_Raw(data) if data is not None else event.data,
         meta=decode(meta) if meta is not None else event.meta,
+        id=eid or event.id,
     )
 
 
-def _events_of(rows: Iterable[Sequence[Any]]) -> list[Event]:
+def _events_of(rows: Sequence[Sequence[Any]], session_id: str = "") -> list[Event]:
     """Events from rows whose first columns are ``seq, type, agent, user, time, data, meta,
-    raw_event`` (read in binary: ``data`` and ``meta`` are the stored bytes)."""
+    raw_event, eid`` (read in binary: ``data`` and ``meta`` are the stored bytes). A row whose
+    ``meta`` or ``raw_event`` does not decode (damaged, or written by another program) raises
+    :class:`~agentsession.errors.CorruptLogError` naming its seq."""
+    try:
+        return _decode_rows(rows)
+    except (ValueError, TypeError, RecursionError):
+        pass
+    for row in rows:
+        try:
+            _decode_rows((row,))
+        except (ValueError, TypeError, RecursionError) as exc:
+            where = f"session {session_id!r}: " if session_id else ""
+            raise CorruptLogError(
+                f"{where}the event with seq {row[0]} does not decode: {exc}",
+                session_id=session_id,
+            ) from None
+    raise AssertionError("unreachable")  # pragma: no cover: some row failed above
+
+
+def _decode_rows(rows: Iterable[Sequence[Any]]) -> list[Event]:
     events: list[Event] = []
     add = events.append
     for row in rows:
@@ -351,7 +384,13 @@ def _events_of(rows: Iterable[Sequence[Any]]) -> list[Event]:
         if meta is None:
             add(
                 Event(
-                    seq=row[0], type=row[1], agent=row[2], user=row[3], time=row[4], data=_Raw(data)
+                    seq=row[0],
+                    type=row[1],
+                    agent=row[2],
+                    user=row[3],
+                    time=row[4],
+                    data=_Raw(data),
+                    id=row[8] or "",
                 )
             )
         else:
@@ -364,19 +403,20 @@ def _events_of(rows: Iterable[Sequence[Any]]) -> list[Event]:
                     time=row[4],
                     data=_Raw(data),
                     meta=decode(meta),
+                    id=row[8] or "",
                 )
             )
     return events
 
 
-def _refreshed(rows: list[_Row]) -> tuple[int, int, list[Event]] | None:
+def _refreshed(rows: list[_Row], session_id: str = "") -> tuple[int, int, list[Event]] | None:
     """The ``refresh`` statement's rows: the session's latest seq, its life and the events
     after the seq asked for (None: the session has no row)."""
     if not rows:
         return None
     first = rows[0]
-    events = _events_of(rows) if first[0] is not None else []
-    return int(first[8]), int(first[9]), events
+    events = _events_of(rows, session_id) if first[0] is not None else []
+    return int(first[9]), int(first[10]), events
 
 
 def _numbered(events: list[Event], base: int) -> list[Event]:
@@ -512,14 +552,14 @@ class PostgresSession(BaseSession):
         rows = self._store._fetch(
             f"opening session {self._id!r}", self._store._sql.open_tail, (self._id, TAIL_EVENTS)
         )
-        return self._opened(rows, 8)
+        return self._opened(rows, 9)
 
     def _storage_open(self) -> tuple[list[Event], bool]:
         """The full window: from ``sessions.compaction_seq`` to the end, and the life."""
         self._stale = False
         statement = self._store._sql.open
         rows = self._store._fetch(f"opening session {self._id!r}", statement, (self._id,))
-        return self._opened(rows, 9)
+        return self._opened(rows, 10)
 
     def _opened(self, rows: list[_Row], life_column: int) -> tuple[list[Event], bool]:
         if not rows:
@@ -528,7 +568,7 @@ class PostgresSession(BaseSession):
         self._life = int(rows[0][life_column])
         if rows[0][0] is None:  # a session row without events (archived)
             return [], True
-        events = _events_of(rows)
+        events = _events_of(rows, self._id)
         return events, events[0].seq <= 1
 
     def _storage_refresh(self) -> list[Event]:
@@ -552,7 +592,7 @@ class PostgresSession(BaseSession):
         in: the events other writers appended; a session deleted since this object last
         looked starts over (empty); None when it must be reloaded (created, or deleted and
         created again: another life). Shared by the sync and the async API."""
-        found = _refreshed(rows)
+        found = _refreshed(rows, self._id)
         if found is None:
             if after or self._life is not None:
                 self._reset()  # deleted since we last looked
@@ -568,7 +608,7 @@ class PostgresSession(BaseSession):
         rows = self._store._fetch(
             f"reading session {self._id!r}", self._store._sql.read, (self._id, after, limit)
         )
-        return _events_of(rows)
+        return _events_of(rows, self._id)
 
     def _append_next(
         self, event: Event, marker: bool
@@ -631,7 +671,7 @@ class PostgresSession(BaseSession):
 
     def _decode(self, rows: list[_Row]) -> list[Event]:
         """Events from rows of the ``read`` and ``read_range`` statements."""
-        return _events_of(rows)
+        return _events_of(rows, self._id)
 
     def _stored(self, events: list[Event], base: int) -> list[Event]:
         """``events`` as an append stored them after seq ``base``."""
@@ -639,7 +679,7 @@ class PostgresSession(BaseSession):
 
     def _refreshed(self, rows: list[_Row]) -> tuple[int, int, list[Event]] | None:
         """The ``refresh`` statement's rows: latest seq, life and events (None: no row)."""
-        return _refreshed(rows)
+        return _refreshed(rows, self._id)
 
     def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
         """The fast path: one statement that updates the session row and inserts the event
@@ -690,7 +730,7 @@ class PostgresSession(BaseSession):
         rows = self._store._fetch(
             f"reading session {self._id!r}", self._store._sql.read_range, (self._id, after, upto)
         )
-        return _events_of(rows)
+        return _events_of(rows, self._id)
 
 
 # -- the turn lock ----------------------------------------------------------------------------
@@ -826,6 +866,13 @@ class PostgresLocker:
         except psycopg_pool.PoolClosed:
             conn.close()
 
+    def alive(self, handle: object) -> bool:
+        """Whether the connection holding ``handle``'s lock is still open on the server's side
+        (a poll of its socket, no round trip): a lock whose connection the server ended is
+        lost (see :attr:`TurnLock.held <agentsession.locks.TurnLock.held>`)."""
+        assert isinstance(handle, _LockHandle)
+        return not _closed_by_server(handle.conn)
+
     def is_locked(self, session_id: str) -> bool:
         """Whether any client of the database holds the session's turn lock (``pg_locks``)."""
         key = turn_lock_key(self._store.schema, session_id)
@@ -865,6 +912,12 @@ class PostgresStore(BaseStore):
     * ``prepare_threshold`` (default 5): executions after which psycopg prepares a statement
       on the server; None disables prepared statements (PgBouncer in transaction mode before
       1.21). Turn locks need a session-level connection: never transaction pooling.
+    * ``reconnect_timeout`` (default 10 s): how long an append rides out a lost connection or
+      a server that cannot be reached (a restart, a failover, ``pg_terminate_backend``): it
+      tries again with a growing pause, first reading the log to find out whether the lost
+      try was stored (by its event ids), so it is stored once. After that long it raises
+      :class:`~agentsession.errors.OutcomeUnknown` (or
+      :class:`~agentsession.errors.StoreUnavailable`); 0 raises at once.
 
     ``url`` includes the URL's password when it had one (it must reopen the store); prefer a
     ``.pgpass`` file or ``PGPASSWORD``. Messages and ``location`` never include it.
@@ -882,10 +935,14 @@ class PostgresStore(BaseStore):
         connect_timeout: int = 10,
         auto_migrate: bool = True,
         prepare_threshold: int | None = 5,
+        reconnect_timeout: float = 10.0,
         create: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(**options)
+        if not isinstance(reconnect_timeout, (int, float)) or not reconnect_timeout >= 0:
+            raise UsageError(f"reconnect_timeout must be >= 0 seconds, not {reconnect_timeout!r}")
+        self._reconnect_timeout = float(reconnect_timeout)
         if pool_min_size < 0 or pool_max_size < 1 or pool_min_size > pool_max_size:
             raise UsageError(
                 f"pool sizes must satisfy 0 <= pool_min_size <= pool_max_size and "
@@ -1146,7 +1203,7 @@ class PostgresStore(BaseStore):
                 f"{self._target.schema!r} in {self._target.where} (dropped?): {message}"
             )
         if write:
-            return StorageError(
+            return OutcomeUnknown(
                 f"{action} failed: the connection to {self._target.where} was lost before the "
                 f"server answered, so the outcome is unknown: {write} ({message})"
             )

@@ -65,7 +65,14 @@ import psycopg_pool
 
 from .. import _trace
 from ..aio._backend import AsyncBackend, Call, _settle, window_serves
-from ..errors import ConflictError, SessionExpired, StorageError, StoreUnavailable, UsageError
+from ..errors import (
+    ConflictError,
+    OutcomeUnknown,
+    SessionExpired,
+    StorageError,
+    StoreUnavailable,
+    UsageError,
+)
 from ..events import Event
 from ..session import BaseSession, _marker_index
 from ..store import BaseStore
@@ -191,6 +198,15 @@ _INLINE: dict[str, Callable[[BaseSession, Mapping[str, Any]], Any]] = {
 }
 """The read operations' sync bodies (without their tracing spans), run on the loop after the
 native catch-up."""
+
+
+def _with_batch(call: Call[Any], batch: list[Event], expect_seq: int | None) -> Call[Any]:
+    """``call`` appending ``batch`` (its events as the pipeline stamped them, ids included)."""
+    if call.op == "append":
+        args: dict[str, Any] = {"event": batch[0]}
+    else:
+        args = {"events": batch, "expect_seq": expect_seq}
+    return Call(call.op, call.kind, call.fn, call.session, args, user_message=call.user_message)
 
 
 def _untraced(call: Call[Any], session: BaseSession) -> Call[Any]:
@@ -536,15 +552,27 @@ class PostgresAsyncBackend(AsyncBackend):
                 session,
                 lambda: self._plan(session, pg, batch, marker, expect_seq, one, user_message),
             )
+            if isinstance(plan, list):  # stored already: a retried append stores nothing
+                return plan[0] if one else plan
             if not isinstance(plan, _Plan):
                 return cast("int | list[int]", await super().call(_untraced(call, session)))
             action = pg._append_messages(len(batch))[0]
-            conn = await self._getconn(pool, action)  # cancelled while waiting: nothing done
-            write = asyncio.ensure_future(
-                self._write(pool, conn, session, pg, batch, marker, expect_seq, plan,
-                            user_message)
-            )
-            seqs = await _settled(write)
+            try:
+                conn = await self._getconn(pool, action)  # cancelled while waiting: nothing done
+                write = asyncio.ensure_future(
+                    self._write(pool, conn, session, pg, batch, marker, expect_seq, plan,
+                                user_message)
+                )
+                seqs = await _settled(write)
+            except (OutcomeUnknown, StoreUnavailable):
+                # Lost or unreachable: the pipeline in a thread finds out whether the batch
+                # landed (by its ids) and appends it if not, within reconnect_timeout.
+                ids = [event.id for event in batch]
+                await self._locked(session, lambda: session._unsure.update(ids))
+                if session._store._reconnect_timeout <= 0:
+                    raise
+                retry = _with_batch(call, batch, expect_seq)
+                return cast("int | list[int]", await super().call(_untraced(retry, session)))
             return seqs[0] if one else seqs
 
     def _plan(
@@ -556,10 +584,15 @@ class PostgresAsyncBackend(AsyncBackend):
         expect_seq: int | None,
         one: bool,
         user_message: bool,
-    ) -> _Plan | None:
-        """Under the session's lock: the statements of a native append, or None when this
-        append goes to a worker thread (see the module docstring)."""
-        if pg._stale:
+    ) -> _Plan | list[int] | None:
+        """Under the session's lock: the statements of a native append; the seqs of a batch
+        stored already (a retry); or None when this append goes to a worker thread (see the
+        module docstring)."""
+        known = session._known(batch)
+        if known is not None:
+            return known
+        unsure = session._unsure
+        if pg._stale or (unsure and any(event.id in unsure for event in batch)):
             return None
         if user_message and not _no_history_cap(session, pg):
             return None

@@ -166,6 +166,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        4,
+        "events.eid: the event's id (NULL for events stored before), to recognise retries",
+        ("ALTER TABLE {s}.events ADD COLUMN eid text",),
+    ),
 )
 """Every migration, oldest first. Append new ones; never edit one that has shipped."""
 
@@ -255,8 +260,8 @@ def apply_migrations(conn: psycopg.Connection[Any], schema: str) -> list[int]:
 #
 # Reads return these columns first, in this order, in binary: ``data``, ``meta`` and
 # ``raw_event`` arrive as the stored bytes, with nothing to convert on either side.
-_EVENT_COLUMNS = 'seq, type, agent, "user", time, data, meta, raw_event'
-_EVENT_COLUMNS_E = 'e.seq, e.type, e.agent, e."user", e.time, e.data, e.meta, e.raw_event'
+_EVENT_COLUMNS = 'seq, type, agent, "user", time, data, meta, raw_event, eid'
+_EVENT_COLUMNS_E = 'e.seq, e.type, e.agent, e."user", e.time, e.data, e.meta, e.raw_event, e.eid'
 
 TAIL_EVENTS = 64
 """How many of the latest events opening a session reads (``PostgresSession`` opens at the
@@ -265,7 +270,7 @@ tail; the full window is read when something needs it)."""
 # The fast path for one event, when the session object knows the latest seq and the life:
 # $1 id, $2 the new seq (latest + 1), $3 time, $4 the new seq when the event is a compaction
 # marker that rebuilds the history (else 0), $5 life, $6 type, $7 agent, $8 user, $9 data,
-# $10 meta, $11 raw_event. It stores the event only when the session row still says
+# $10 meta, $11 raw_event, $12 eid. It stores the event only when the session row still says
 # last_seq = $2 - 1 in life $5 (checked under the row's lock, so seqs stay gap-free across
 # writers); otherwise it inserts nothing (rowcount 0). A plain UPDATE of the row: no
 # speculative insertion, no evaluation of the life's sequence default, no separate lock record.
@@ -277,13 +282,13 @@ WITH s AS (
     WHERE id = $1 AND last_seq = $2::bigint - 1 AND life = $5::bigint
     RETURNING id
 )
-INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event)
-SELECT $1, $2::bigint, $6, $7, $8, $3, $9::bytea, $10::bytea, $11::bytea FROM s
+INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event, eid)
+SELECT $1, $2::bigint, $6, $7, $8, $3, $9::bytea, $10::bytea, $11::bytea, $12 FROM s
 """
 
 # One event (the general path): $1 id, $2 time, $3 marker (1 when the event is a compaction
 # marker that rebuilds the history, else 0), $4 expect_seq (NULL: unconditional), $5 life
-# (NULL: any), $6 type, $7 agent, $8 user, $9 data, $10 meta, $11 raw_event.
+# (NULL: any), $6 type, $7 agent, $8 user, $9 data, $10 meta, $11 raw_event, $12 eid.
 _APPEND_ONE = """
 WITH s AS (
     INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq)
@@ -300,8 +305,9 @@ WITH s AS (
        OR (s.last_seq = $4::bigint AND ($5::bigint IS NULL OR s.life = $5::bigint))
     RETURNING s.last_seq - 1 AS base, s.life AS life
 ), inserted AS (
-    INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event)
-    SELECT $1, s.base + 1, $6, $7, $8, $2, $9::bytea, $10::bytea, $11::bytea
+    INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event,
+                            eid)
+    SELECT $1, s.base + 1, $6, $7, $8, $2, $9::bytea, $10::bytea, $11::bytea, $12
     FROM s
 )
 SELECT base, life FROM s
@@ -325,30 +331,43 @@ WITH s AS (
            AND (%(life)s::bigint IS NULL OR s.life = %(life)s::bigint))
     RETURNING s.last_seq - %(n)s AS base, s.life AS life
 ), inserted AS (
-    INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event)
-    SELECT %(id)s, s.base + b.ord, b.type, b.agent, b.usr, b.time, b.data, b.meta, b.raw
+    INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event,
+                            eid)
+    SELECT %(id)s, s.base + b.ord, b.type, b.agent, b.usr, b.time, b.data, b.meta, b.raw,
+           b.eid
     FROM s, unnest(%(types)b::text[], %(agents)b::text[], %(users)b::text[],
                    %(times)b::timestamptz[], %(datas)b::bytea[], %(metas)b::bytea[],
-                   %(raws)b::bytea[])
-            WITH ORDINALITY AS b(type, agent, usr, time, data, meta, raw, ord)
+                   %(raws)b::bytea[], %(eids)b::text[])
+            WITH ORDINALITY AS b(type, agent, usr, time, data, meta, raw, eid, ord)
 )
 SELECT base, life FROM s
 """
 
 # The latest events by key range (never the history before them) and the session's life:
 # $1 id, $2 how many. No row: no session; one row with a NULL seq: a session without events.
+# The events come from a LATERAL subquery kept apart by OFFSET 0, so that the bound on seq,
+# which depends on the session row, is always part of the index condition: a plain join lets
+# the planner (on a table without statistics yet) scan all the session's events by id and
+# filter the seqs afterwards.
 _OPEN_TAIL = f"""
 SELECT {_EVENT_COLUMNS_E}, s.life
 FROM {{s}}.sessions s
-LEFT JOIN {{s}}.events e ON e.session_id = s.id AND e.seq > s.last_seq - $2::bigint
+LEFT JOIN LATERAL (
+    SELECT * FROM {{s}}.events x
+    WHERE x.session_id = s.id AND x.seq > s.last_seq - $2::bigint OFFSET 0
+) e ON true
 WHERE s.id = $1 ORDER BY e.seq
 """
 
-# The full window: from the latest compaction marker that rebuilds the history on its own.
+# The full window: from the latest compaction marker that rebuilds the history on its own
+# (the same LATERAL fence as above).
 _OPEN = f"""
 SELECT {_EVENT_COLUMNS_E}, s.compaction_seq, s.life
 FROM {{s}}.sessions s
-LEFT JOIN {{s}}.events e ON e.session_id = s.id AND e.seq >= s.compaction_seq
+LEFT JOIN LATERAL (
+    SELECT * FROM {{s}}.events x
+    WHERE x.session_id = s.id AND x.seq >= s.compaction_seq OFFSET 0
+) e ON true
 WHERE s.id = $1 ORDER BY e.seq
 """
 

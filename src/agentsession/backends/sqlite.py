@@ -82,7 +82,7 @@ __all__ = [
     "sqlite_path",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this module writes (``PRAGMA user_version``): ``len(_MIGRATIONS)``."""
 
 APPLICATION_ID = 0x41475353
@@ -148,7 +148,12 @@ def _create_v1(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1]
+def _add_event_ids(conn: sqlite3.Connection) -> None:
+    """Version 2 (0.4): ``events.eid``, the event's id (NULL for events stored before)."""
+    conn.execute("ALTER TABLE events ADD COLUMN eid TEXT")
+
+
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_event_ids]
 """``_MIGRATIONS[n]`` turns a version ``n`` database into version ``n + 1`` (0: empty file)."""
 
 # -- statements --------------------------------------------------------------------------------
@@ -157,11 +162,11 @@ _MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1]
 
 _SEQ_BITS = 32
 _MAX_SEQ = (1 << _SEQ_BITS) - 1
-_COLUMNS = "seq, type, agent, user, time, CAST(data AS BLOB), CAST(meta AS BLOB)"
-_NAMES = "key, session_id, seq, type, agent, user, time, data, meta"
+_COLUMNS = "seq, type, agent, user, time, CAST(data AS BLOB), CAST(meta AS BLOB), eid"
+_NAMES = "key, session_id, seq, type, agent, user, time, data, meta, eid"
 _VALUES = (
     "?1, CAST(?2 AS TEXT), ?3, CAST(?4 AS TEXT), CAST(?5 AS TEXT), CAST(?6 AS TEXT), "
-    "CAST(?7 AS TEXT), CAST(?8 AS TEXT), CAST(?9 AS TEXT)"
+    "CAST(?7 AS TEXT), CAST(?8 AS TEXT), CAST(?9 AS TEXT), ?10"
 )
 _INSERT = f"INSERT INTO events ({_NAMES}) VALUES ({_VALUES})"
 _INSERT_IF_CURRENT = (
@@ -380,8 +385,8 @@ class SqliteSession(BaseSession):
     # -- reading ----------------------------------------------------------------------------
 
     def _rows_to_events(self, rows: list[Any]) -> list[Event]:
-        """Events from ``(seq, type, agent, user, time, data, meta)`` rows; a row that does not
-        decode raises :class:`CorruptLogError` naming the session and seq."""
+        """Events from ``(seq, type, agent, user, time, data, meta, eid)`` rows; a row that does
+        not decode raises :class:`CorruptLogError` naming the session and seq."""
         if not rows:
             return []
         try:
@@ -394,19 +399,20 @@ class SqliteSession(BaseSession):
                     time=_parse_time(time),
                     data=_Raw(data),
                     meta={} if meta is None else _decode_meta(meta),
+                    id=eid or "",
                 )
-                for seq, type_, agent, user, time, data, meta in rows
+                for seq, type_, agent, user, time, data, meta, eid in rows
             ]
             # One parse checks that every payload is exactly one JSON value.
             payloads = b"[" + b",".join([row[5] for row in rows]) + b"]"
             if len(_payload_list.decode(payloads)) == len(rows):
                 return events
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             pass
         return [self._row_to_event(row) for row in rows]
 
     def _row_to_event(self, row: tuple[Any, ...]) -> Event:
-        seq, type_, agent, user, time, data, meta = row
+        seq, type_, agent, user, time, data, meta, eid = row
         try:
             for name, value in (("type", type_), ("agent", agent), ("user", user)):
                 if not isinstance(value, str):
@@ -415,7 +421,7 @@ class SqliteSession(BaseSession):
                 raise ValueError("data is missing")
             try:
                 _payload_one.decode(data)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 decode(data)  # the codec also reads escaped lone surrogates
             return Event(
                 seq=seq,
@@ -425,6 +431,7 @@ class SqliteSession(BaseSession):
                 time=_parse_time(time),
                 data=_Raw(data),
                 meta={} if meta is None else _decode_meta(meta),
+                id=eid if isinstance(eid, str) else "",
             )
         except (TypeError, ValueError) as exc:
             raise CorruptLogError(
@@ -534,6 +541,7 @@ class SqliteSession(BaseSession):
             encode(event.time)[1:-1],
             event.data,
             encode(meta) if meta else None,
+            event.id or None,
         )
         if not self._insert_if_current(params):
             return None
@@ -568,6 +576,7 @@ class SqliteSession(BaseSession):
                 _time_text(e.time),  # type: ignore[arg-type]  # stamped by append_many
                 e.data,
                 encode(e.meta) if e.meta else None,
+                e.id or None,
             )
             for e in events
         ]

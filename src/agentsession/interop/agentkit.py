@@ -207,7 +207,7 @@ FOREIGN_TYPE_PREFIX: Final = "agentkit/"
 know (none today): agentsession would refuse to append them under their own name."""
 
 EVENT_KEYS: Final[Mapping[str, str]] = {
-    "ID": "",
+    "ID": "id",
     "Seq": "seq",
     "SessionID": "",
     "AgentID": "agent",
@@ -218,7 +218,8 @@ EVENT_KEYS: Final[Mapping[str, str]] = {
     "metadata": "meta",
 }
 """agentkit's ``SessionEvent`` keys, in the order Go writes them, and the :class:`Event` field
-each becomes (``""``: not kept; ``ID`` is never set by agentkit, ``SessionID`` is the file)."""
+each becomes (``""``: not kept; ``SessionID`` is the file). agentkit itself never sets ``ID``
+(its lines carry ``""``); agentsession writes the event's id there (since 0.4)."""
 
 EVENT_TYPE_TABLE: Final[tuple[tuple[str, str, str], ...]] = (
     ("EventTurnStart", "turn/start", TURN_START),
@@ -867,6 +868,7 @@ def decode_agentkit_line(line: bytes) -> Event:
         time=_time_in(head.created_at),
         data=data,
         meta=head.metadata or {},
+        id=head.id,
     )
 
 
@@ -875,7 +877,7 @@ def encode_agentkit_line(
 ) -> bytes:
     """``event`` as a line of agentkit's JSONL dialect (no trailing newline).
 
-    Go's ``SessionEvent`` fields in Go's order: ``ID`` ``""``, ``Seq``, ``SessionID``
+    Go's ``SessionEvent`` fields in Go's order: ``ID`` (the event's id), ``Seq``, ``SessionID``
     (``session_id``), ``AgentID``, ``Type``, ``Data`` in agentkit's payload shape, ``CreatedAt``
     (the event's time, or Go's zero time when it has none), ``UserID``, and ``metadata`` with
     sorted keys when the event has meta. Strings are escaped as Go escapes them.
@@ -898,7 +900,9 @@ def encode_agentkit_line(
         data = _go_json(_payload_out(event.type, obj))
     out = b"".join(
         (
-            b'{"ID":"","Seq":',
+            b'{"ID":',
+            _go_json(event.id),
+            b',"Seq":',
             str(event.seq).encode(),
             b',"SessionID":',
             _go_json(session_id),
