@@ -445,12 +445,25 @@ def test_duplicate_or_decreasing_seqs_raise_or_are_quarantined(
     tmp_path: Path, seqs: tuple[int, ...]
 ) -> None:
     write_log(tmp_path / "s", "dup", *(line(seq, f"m{i}") for i, seq in enumerate(seqs)))
-    with pytest.raises(CorruptLogError, match="duplicate or out of order"):
+    reason = "duplicate or out of order" if seqs[1] == 2 else "jumps ahead"
+    with pytest.raises(CorruptLogError, match=reason):
         ags.open_store(tmp_path / "s").get("dup").read()
     session = ags.open_store(tmp_path / "s", on_corrupt="quarantine").get("dup")
     kept = [e.seq for e in session.read()]
     assert kept == sorted(set(kept)) and len(kept) == 3
     assert (tmp_path / "s" / "dup.jsonl.quarantine").exists()
+    # The one line out of place is taken out: the next append follows the kept seqs.
+    assert kept == [1, 2, 3] if seqs[1] == 2 else kept == [1, 2, 4]
+    assert session.append(ags.Event.new("test/n")) == kept[-1] + 1
+
+
+def test_a_line_whose_seq_jumps_ahead_is_taken_out_alone(tmp_path: Path) -> None:
+    seqs = (1, 2, 90, 3, 4, 5)
+    write_log(tmp_path / "s", "j", *(line(seq, f"m{i}") for i, seq in enumerate(seqs)))
+    session = ags.open_store(tmp_path / "s", on_corrupt="quarantine").get("j")
+    assert [e.seq for e in session.read()] == [1, 2, 3, 4, 5]
+    assert session.append(ags.Event.new("test/n")) == 6
+    assert b'"seq":90' in (tmp_path / "s" / "j.jsonl.quarantine").read_bytes()
 
 
 def test_a_complete_foreign_last_line_raises_instead_of_being_cut_off(tmp_path: Path) -> None:

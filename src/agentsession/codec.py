@@ -15,7 +15,7 @@ import datetime as _dt
 import itertools
 import json as _json
 import re
-from typing import Any, TypeVar, overload
+from typing import Any, Final, TypeVar, overload
 
 import msgspec
 
@@ -91,14 +91,27 @@ def decode(buf: _Buffer, type_: Any = None) -> Any:
     try:
         return _decoder(type_ if type_ is not None else Any).decode(buf)
     except msgspec.DecodeError:
-        # msgspec refuses JSON escapes of lone surrogates; the standard library reads them.
-        try:
-            obj = _json.loads(buf if isinstance(buf, (bytes, str)) else bytes(buf))
-        except (ValueError, RecursionError):
-            raise msgspec.DecodeError("JSON is malformed") from None
-        if type_ is None:
-            return obj
+        pass
+    except RecursionError:
+        raise msgspec.DecodeError(TOO_DEEP) from None
+    # msgspec refuses JSON escapes of lone surrogates; the standard library reads them.
+    try:
+        obj = _json.loads(buf if isinstance(buf, (bytes, str)) else bytes(buf))
+    except RecursionError:
+        raise msgspec.DecodeError(TOO_DEEP) from None
+    except ValueError:
+        raise msgspec.DecodeError("JSON is malformed") from None
+    if type_ is None:
+        return obj
+    try:
         return msgspec.convert(obj, type_)
+    except RecursionError:
+        raise msgspec.DecodeError(TOO_DEEP) from None
+
+
+TOO_DEEP: Final = "JSON is nested too deeply to decode"
+"""The :class:`msgspec.DecodeError` message of a value nested beyond what the decoders
+handle (stored data is never nested that deep by agentsession, which refuses to write it)."""
 
 
 _raw_checker = msgspec.json.Decoder(msgspec.Raw)

@@ -37,7 +37,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from .._names import safe_name, unsafe_name
-from ..codec import decode, encode
+from ..codec import TOO_DEEP, decode, encode
 from ..contract import SessionInfo
 from ..errors import CorruptLogError, SessionNotFound, StorageError, StoreUnavailable, UsageError
 from ..events import Event, decode_event, decode_event_lines, encode_event
@@ -211,6 +211,18 @@ def _pread_all(fd: int, size: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
+def _next_seq(lines: list[bytes], start: int) -> int:
+    """The seq of the first line from ``lines[start]`` on that decodes as an event (0: none)."""
+    for line in lines[start:]:
+        if _is_blank(line):
+            continue
+        try:
+            return _decode_line(line).seq
+        except msgspec.DecodeError:
+            continue
+    return 0
+
+
 def _is_blank(line: bytes) -> bool:
     return not line.strip()
 
@@ -222,8 +234,8 @@ def _complete_json(line: bytes) -> bool:
         return False
     try:
         decode(line)
-    except ValueError:
-        return False
+    except ValueError as exc:
+        return str(exc) == TOO_DEEP  # whole, only too deep to be an event
     return True
 
 
@@ -284,6 +296,7 @@ class JsonlSession(BaseSession):
         """
         if self._fd >= 0:
             return True
+        self._store._check_open()  # a session of a closed store is not used again
         flags = os.O_RDWR | os.O_APPEND | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK
         try:
             fd = os.open(self._path, flags | (os.O_CREAT if create else 0), 0o600)
@@ -322,6 +335,11 @@ class JsonlSession(BaseSession):
         self._store._track_open(self)
         if create:
             self._store._write_id_sidecar(self._id, self._path)
+            if st.st_size == 0 and self._store.durability == "fsync":
+                # A new log's name (and its id sidecar's) must survive a power loss as well as
+                # the lines synced into it: not every file system commits a new directory entry
+                # with the file's own sync.
+                _sync_dir(os.path.dirname(self._path))
         return True
 
     def _detect(self, head: bytes) -> None:
@@ -553,7 +571,8 @@ class JsonlSession(BaseSession):
         # Slow path: find the bad lines one by one.
         events = []
         offset = 0
-        for line in buf.splitlines(keepends=True):
+        lines = buf.splitlines(keepends=True)
+        for index, line in enumerate(lines):
             here = base + offset
             offset += len(line)
             if _is_blank(line):
@@ -573,6 +592,12 @@ class JsonlSession(BaseSession):
                 continue
             if event.seq <= prev:
                 reason = f"seq {event.seq} does not follow seq {prev} (duplicate or out of order)"
+                self._bad_line(here, line, reason)
+                continue
+            if event.seq > prev + 1 and prev < _next_seq(lines, index + 1) < event.seq:
+                # A seq that jumps ahead of the lines that follow it (pasted or damaged): the
+                # one line is out of place, not all those after it.
+                reason = f"seq {event.seq} jumps ahead of the seqs of the lines after it"
                 self._bad_line(here, line, reason)
                 continue
             prev = event.seq
@@ -648,6 +673,9 @@ class JsonlSession(BaseSession):
             return []
         try:
             if self._fd < 0 and not self._open_fd(create=False):
+                if self._latest_seq or self._window:
+                    self._reset()  # deleted while this object had it closed: start over
+                    self._size = 0
                 return []
             size = os.lseek(self._fd, 0, os.SEEK_END)
             if size < self._size or (size == 0 and os.fstat(self._fd).st_nlink == 0):
@@ -835,7 +863,10 @@ class JsonlSession(BaseSession):
             try:
                 begin = self._offset_after(after, self._size) if after else 0
                 for batch in self._iter_region(begin, self._size, tail=False):
-                    out.extend(e for e in batch if e.seq > after)
+                    if batch and batch[0].seq > after:
+                        out.extend(batch)  # seqs rise: the whole batch is after the seq
+                    else:
+                        out.extend(e for e in batch if e.seq > after)
                     if limit is not None and len(out) >= limit:
                         return out[:limit]
             except OSError as exc:
@@ -1470,6 +1501,15 @@ class _MetaEntry(msgspec.Struct, rename="camel"):
     key: str
     value: str
     updated_at: _dt.datetime | None = None
+
+
+def _sync_dir(path: str) -> None:
+    """``fsync`` the directory ``path``: the names created in it are then durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _atomic_write(path: str, data: bytes) -> None:
