@@ -107,6 +107,8 @@ def decode(buf: _Buffer, type_: Any = None) -> Any:
         return msgspec.convert(obj, type_)
     except RecursionError:
         raise msgspec.DecodeError(TOO_DEEP) from None
+    except UnicodeError as exc:  # a lone surrogate where the type wants text UTF-8 can carry
+        raise msgspec.ValidationError(str(exc)) from None
 
 
 TOO_DEEP: Final = "JSON is nested too deeply to decode"
