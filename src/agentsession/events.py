@@ -590,31 +590,35 @@ MAX_EVENT_ID_CHARS: Final = 128
 """Longest event id an append accepts (ids are compared as strings, byte for byte)."""
 
 _id_counter = itertools.count()
-_id_node = int.from_bytes(os.urandom(6), "big") >> 6  # 42 random bits of this process
+_id_bits = 0  # the constant bits of this process's ids: version, variant, 42 random bits
 
 
 def _reseed_event_ids() -> None:
-    """In a forked child: new random bits and a new counter, so parent and child never make
-    the same id."""
-    global _id_counter, _id_node
+    """New random bits and a new counter: at import, and in a forked child, so that parent
+    and child never make the same id."""
+    global _id_counter, _id_bits
     _id_counter = itertools.count()
-    _id_node = int.from_bytes(os.urandom(6), "big") >> 6
+    node = int.from_bytes(os.urandom(6), "big") >> 6  # 42 bits
+    _id_bits = (0x7 << 76) | (0b10 << 62) | node
 
 
+_reseed_event_ids()
 os.register_at_fork(after_in_child=_reseed_event_ids)
+_time_ns = _time.time_ns
 
 
 def new_event_id() -> str:
     """A new event id: 32 lowercase hex digits laid out as a UUIDv7 (RFC 9562): 48 bits of
-    Unix time in milliseconds, then a 32-bit counter of this process (split around the
-    version and variant bits), then 42 random bits drawn once per process (and again in a
-    forked child). Ids made later sort after earlier ones of the same process, and roughly by
-    time across processes; two processes share an id only if they drew the same 42 random bits
-    and made the same count in the same millisecond."""
-    ms = _time.time_ns() // 1_000_000
+    Unix time in milliseconds, the version, the top 12 bits of a 32-bit counter of this
+    process, the variant, the counter's low 20 bits, then 42 random bits drawn once per
+    process (and again in a forked child). Ids made later sort after earlier ones of the same
+    process (until its counter wraps, after 2**32 ids), and roughly by time across processes;
+    two processes share an id only if they drew the same 42 random bits and made the same
+    count in the same millisecond."""
     n = next(_id_counter) & 0xFFFF_FFFF
-    low = 0x8000_0000_0000_0000 | ((n & 0xFFFFF) << 42) | _id_node
-    return f"{ms & 0xFFFF_FFFF_FFFF:012x}7{n >> 20:03x}{low:016x}"
+    value = ((_time_ns() // 1_000_000) & 0xFFFF_FFFF_FFFF) << 80
+    value |= _id_bits | ((n >> 20) << 64) | ((n & 0xFFFFF) << 42)
+    return value.to_bytes(16, "big").hex()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -87,6 +87,8 @@ ID_WINDOW = 65_536
 (besides what its backend finds itself): ids of events older than the latest ``ID_WINDOW`` it
 has seen may be forgotten."""
 
+_ID_LIMIT = 2 * ID_WINDOW  # ids remembered before the oldest are forgotten
+
 _RETRYABLE = (OutcomeUnknown, StoreUnavailable)
 """Append failures the pipeline rides out within the store's ``reconnect_timeout``: the
 connection was lost (the write may or may not have landed) or the server could not be reached
@@ -349,7 +351,7 @@ class BaseSession:
         for event in events:
             if event.id:
                 ids[event.id] = event.seq
-        if len(ids) > 2 * ID_WINDOW:
+        if len(ids) > _ID_LIMIT:
             self._forget_old_ids()
         if marker >= 0:
             self._trim_at(events[marker])
@@ -470,7 +472,7 @@ class BaseSession:
             raise UsageError(f"session {self._id!r}: the {kind} event's meta must be a dict")
         eid = event.id
         if type(eid) is not str or (
-            eid and (len(eid) > MAX_EVENT_ID_CHARS or not eid.isprintable() or eid.isspace())
+            eid and (len(eid) > MAX_EVENT_ID_CHARS or not eid.isprintable())
         ):
             raise UsageError(
                 f"session {self._id!r}: an event's id must be a string of 1 to "
@@ -526,10 +528,12 @@ class BaseSession:
                 self._unsure.add(eid)
                 raise
             if marker < 0:  # _extend, inlined for the hot path
+                seq = stored.seq
                 self._window.append(stored)
-                self._latest_seq = stored.seq
-                self._ids[eid] = stored.seq
-                if len(self._ids) > 2 * ID_WINDOW:
+                self._latest_seq = seq
+                ids = self._ids
+                ids[eid] = seq
+                if len(ids) > _ID_LIMIT:
                     self._forget_old_ids()
             else:
                 self._extend((stored,), marker)

@@ -55,6 +55,19 @@ class MemorySession(BaseSession):
             log = self._life or ()
             return list(log[-1:]), len(log) <= 1
 
+    def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
+        """The fast path: store one event at ``latest_seq + 1`` when this object's log is the
+        store's and nothing was appended since it last looked; None otherwise."""
+        with self._store._data_lock:
+            log = self._life
+            if log is None or len(log) != self._latest_seq:
+                return None
+            if self._store._logs.get(self._id) is not log:
+                return None  # deleted (and perhaps created again): the general path resets
+            stored = msgspec.structs.replace(event, seq=len(log) + 1)
+            log.append(stored)
+            return stored
+
     def _storage_append(
         self, events: list[Event], marker: int, expect_seq: int | None
     ) -> tuple[list[Event], list[Event]]:
