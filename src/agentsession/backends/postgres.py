@@ -85,6 +85,7 @@ import os
 import re
 import select
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -720,11 +721,26 @@ class PostgresSession(BaseSession):
         after = self._adopt_append(base, life)
         foreign: list[Event] = []
         if base > after:
+            foreign = self._catch_up_to(after, base, count)
+        return foreign, _numbered(events, base)
+
+    def _catch_up_to(self, after: int, base: int, count: int) -> list[Event]:
+        """Other writers' events between seq ``after`` and an append stored after ``base``:
+        read again, with a growing pause, while the connection keeps being lost or the
+        server cannot be reached, for the store's ``reconnect_timeout``."""
+        deadline = time.monotonic() + self._store._reconnect_timeout
+        pause = 0.02
+        while True:
             try:
-                foreign = self._read_range(after, base)
+                return self._read_range(after, base)
+            except StoreUnavailable as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._catch_up_failed(base, count, exc) from exc
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 1.0)
             except StorageError as exc:
                 raise self._catch_up_failed(base, count, exc) from exc
-        return foreign, _numbered(events, base)
 
     def _read_range(self, after: int, upto: int) -> list[Event]:
         rows = self._store._fetch(

@@ -55,6 +55,7 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -674,10 +675,22 @@ class PostgresAsyncBackend(AsyncBackend):
         if landed.base > after:
             statement = self._host._sql.read_range
             action = f"reading session {session.id!r}"
-            try:
-                rows = await self._fetch(pool, action, statement, (session.id, after, landed.base))
-            except StorageError as exc:
-                raise pg._catch_up_failed(landed.base, len(stored), exc) from exc
+            deadline = time.monotonic() + session._store._reconnect_timeout
+            pause = 0.02
+            while True:
+                try:
+                    rows = await self._fetch(
+                        pool, action, statement, (session.id, after, landed.base)
+                    )
+                    break
+                except StoreUnavailable as exc:  # lost again: read again, for a while
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise pg._catch_up_failed(landed.base, len(stored), exc) from exc
+                    await asyncio.sleep(min(pause, left))
+                    pause = min(pause * 2, 1.0)
+                except StorageError as exc:
+                    raise pg._catch_up_failed(landed.base, len(stored), exc) from exc
             foreign = pg._decode(rows)
         await self._locked(
             session, lambda: _extend(session, pg, landed.life, after, foreign, stored, marker)
