@@ -1,0 +1,1 @@
+"""The harness's scenarios, one module each (see ``reliability/common.py``)."""
