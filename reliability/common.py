@@ -16,10 +16,12 @@ import re
 import select
 import signal
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 
 import agentsession as ags
 from agentsession.errors import SessionError
@@ -478,3 +480,27 @@ def count_problems(result: Result, proc: Proc, who: str) -> None:
         else:
             result.uncaught += 1
             note(result, f"{who}: uncaught {text}")
+
+
+class Hang(Exception):
+    """A trial that did not answer within its :func:`deadline`."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: int) -> Iterator[None]:
+    """Raise :class:`Hang` in the block after ``seconds`` (``SIGALRM``: the main thread only;
+    elsewhere the block runs unguarded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        raise Hang(f"no answer within {seconds}s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -40,10 +40,7 @@ from typing import Any
 
 import agentsession as ags
 
-try:
-    from ..common import Config, Result, note, spawn, tally, violation
-except ImportError:  # run with reliability/ on sys.path
-    from common import Config, Result, note, spawn, tally, violation  # type: ignore[no-redef]
+from ..common import Config, Result, note, spawn, tally, violation
 
 NAME = "disk_full"
 TITLE = "Disk full (ENOSPC/EFBIG), read-only directory, unreadable file: clean errors, no partial"

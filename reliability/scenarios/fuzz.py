@@ -25,36 +25,25 @@ import os
 import random
 import re
 import shutil
-import signal
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import agentsession as ags
 from agentsession.events import encode_event
 
-try:
-    from ..common import (
-        Config,
-        Result,
-        drop_postgres_schema,
-        note,
-        tally,
-        violation,
-    )
-except ImportError:  # run with reliability/ on sys.path
-    from common import (  # type: ignore[no-redef]
-        Config,
-        Result,
-        drop_postgres_schema,
-        note,
-        tally,
-        violation,
-    )
+from ..common import (
+    Config,
+    Hang,
+    Result,
+    deadline,
+    drop_postgres_schema,
+    note,
+    tally,
+    violation,
+)
 
 NAME = "fuzz"
 TITLE = "Fuzzed logs and rows: CorruptLogError or the valid events, never a crash or a hang"
@@ -92,28 +81,6 @@ def _write_base(store: ags.BaseStore) -> None:
 # -- deadlines --------------------------------------------------------------------------------
 
 
-class _Hang(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _deadline(seconds: int) -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_alarm(signum: int, frame: FrameType | None) -> None:
-        raise _Hang(f"no answer within {seconds}s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _exercise(
     result: Result,
     where: str,
@@ -131,7 +98,7 @@ def _exercise(
     store: ags.BaseStore | None = None
     found: list[bytes] | None = None
     try:
-        with _deadline(TRIAL_TIMEOUT):
+        with deadline(TRIAL_TIMEOUT):
             store = open_store()
             session = store.get(SID)
             events = session.read()
@@ -152,7 +119,7 @@ def _exercise(
                         note(result, text)
             except clean:
                 result.errors += 1
-    except _Hang as exc:
+    except Hang as exc:
         result.uncaught += 1
         note(result, f"{where}: hang: {exc}")
     except clean:

@@ -31,40 +31,23 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-try:
-    from ..common import (
-        Config,
-        Proc,
-        Result,
-        check_history,
-        check_seqs,
-        count_exception,
-        kill_all,
-        note,
-        pump,
-        spawn,
-        stored_keys,
-        tally,
-        violation,
-    )
-except ImportError:  # run as a top-level module (reliability/ on sys.path)
-    from common import (  # type: ignore[no-redef]
-        Config,
-        Proc,
-        Result,
-        check_history,
-        check_seqs,
-        count_exception,
-        kill_all,
-        note,
-        pump,
-        spawn,
-        stored_keys,
-        tally,
-        violation,
-    )
-
 import agentsession as ags
+
+from ..common import (
+    Config,
+    Proc,
+    Result,
+    check_history,
+    check_seqs,
+    count_exception,
+    kill_all,
+    note,
+    pump,
+    spawn,
+    stored_keys,
+    tally,
+    violation,
+)
 
 NAME = "pg_crash"
 TITLE = "PostgreSQL server crash (pg_ctl stop -m immediate), pg_terminate_backend, lost locks"

@@ -40,31 +40,28 @@ import dataclasses
 import logging
 import os
 import shutil
-import signal
 import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import agentsession as ags
 from agentsession.backends import jsonl as jsonl_backend
 from agentsession.events import encode_event
 
-try:
-    from ..common import Config, Result, check_history, count_exception, note, tally, violation
-except ImportError:  # run with reliability/ on sys.path
-    from common import (  # type: ignore[no-redef]
-        Config,
-        Result,
-        check_history,
-        count_exception,
-        note,
-        tally,
-        violation,
-    )
+from ..common import (
+    Config,
+    Hang,
+    Result,
+    check_history,
+    count_exception,
+    deadline,
+    note,
+    tally,
+    violation,
+)
 
 NAME = "power_loss"
 TITLE = "JSONL power loss: replay every crash state of a recorded write/fsync sequence"
@@ -520,28 +517,6 @@ def _materialize(rec: Recording, state: State, root: Path) -> None:
         path.chmod(0o600)
 
 
-class _Hang(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _deadline(seconds: int) -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_alarm(signum: int, frame: FrameType | None) -> None:
-        raise _Hang(f"no answer within {seconds}s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _check(rec: Recording, state: State, root: Path, durability: str, result: Result) -> int:
     """Open the crash state and check it; returns how many acknowledged events it lost beyond
     ``required`` (power-loss losses that flush mode allows)."""
@@ -552,7 +527,7 @@ def _check(rec: Recording, state: State, root: Path, durability: str, result: Re
     where = f"{state.sid[:24]} {state.label}"
     store: ags.BaseStore | None = None
     try:
-        with _deadline(TRIAL_TIMEOUT):
+        with deadline(TRIAL_TIMEOUT):
             store = ags.open_store(str(root), durability=durability)
             session = store.get(state.sid)
             events = session.read()
@@ -576,7 +551,7 @@ def _check(rec: Recording, state: State, root: Path, durability: str, result: Re
             if seq != latest + 1:
                 violation(result, f"{where}: the next append got seq {seq}, not {latest + 1}")
             return max(0, len(expected) - m) if durability == "flush" else 0
-    except _Hang as exc:
+    except Hang as exc:
         result.uncaught += 1
         note(result, f"{where}: hang: {exc}")
     except ags.SessionError as exc:
