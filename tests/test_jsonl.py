@@ -674,3 +674,28 @@ def test_compare_and_set_locks_beside_the_entries_and_is_never_an_entry(tmp_path
     assert store._meta_cas("app", ".cas.lock", "a key that looks like the lock", "changed")
     assert store.meta_get("app", ".cas.lock") == "changed"
     assert lock.read_bytes() == b""
+
+
+def test_a_duplicate_after_the_marker_a_session_opens_at_leaves_the_marker_in_place(
+    tmp_path: Path,
+) -> None:
+    # Opening reads from the latest compaction marker, where the seq before is not known: the
+    # marker must not be taken for a line that jumps ahead of the duplicate after it.
+    store = ags.open_store(tmp_path)
+    session = store.get("s")
+    for n in range(3):
+        with session.turn(agent="a") as turn:
+            turn.user(f"q{n}")
+            turn.assistant(f"a{n}")
+    session.compact(ags.Message.user("summary"), keep_turns=1)
+    marker = session.latest_seq
+    session.append(ags.Event.new("test/n", {"n": 1}))
+    store.close()
+    path = tmp_path / "s.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines.insert(marker, lines[2])  # an older line again, right after the marker
+    path.write_bytes(b"".join(lines))
+    reopened = ags.open_store(tmp_path, on_corrupt="quarantine").get("s")
+    assert [e.seq for e in reopened.read()] == list(range(1, marker + 2))
+    assert reopened.messages()[0].text == "summary"
+    assert reopened.append(ags.Event.new("test/n", {"n": 2})) == marker + 2

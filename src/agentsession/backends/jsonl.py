@@ -594,9 +594,10 @@ class JsonlSession(BaseSession):
                 reason = f"seq {event.seq} does not follow seq {prev} (duplicate or out of order)"
                 self._bad_line(here, line, reason)
                 continue
-            if event.seq > prev + 1 and prev < _next_seq(lines, index + 1) < event.seq:
+            if prev and event.seq > prev + 1 and prev < _next_seq(lines, index + 1) < event.seq:
                 # A seq that jumps ahead of the lines that follow it (pasted or damaged): the
-                # one line is out of place, not all those after it.
+                # one line is out of place, not all those after it. (Not at the start of a
+                # region read from the middle of the log, where the seq before is unknown.)
                 reason = f"seq {event.seq} jumps ahead of the seqs of the lines after it"
                 self._bad_line(here, line, reason)
                 continue
