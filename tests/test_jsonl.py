@@ -457,13 +457,18 @@ def test_duplicate_or_decreasing_seqs_raise_or_are_quarantined(
     assert session.append(ags.Event.new("test/n")) == kept[-1] + 1
 
 
-def test_a_line_whose_seq_jumps_ahead_is_taken_out_alone(tmp_path: Path) -> None:
-    seqs = (1, 2, 90, 3, 4, 5)
+@pytest.mark.parametrize(
+    ("seqs", "kept", "out"),
+    [((1, 2, 90, 3, 4, 5), [1, 2, 3, 4, 5], 90), ((6, 2, 3, 4, 5, 1), [2, 3, 4, 5], 6)],
+)
+def test_a_line_whose_seq_jumps_ahead_is_taken_out_alone(
+    tmp_path: Path, seqs: tuple[int, ...], kept: list[int], out: int
+) -> None:
     write_log(tmp_path / "s", "j", *(line(seq, f"m{i}") for i, seq in enumerate(seqs)))
     session = ags.open_store(tmp_path / "s", on_corrupt="quarantine").get("j")
-    assert [e.seq for e in session.read()] == [1, 2, 3, 4, 5]
-    assert session.append(ags.Event.new("test/n")) == 6
-    assert b'"seq":90' in (tmp_path / "s" / "j.jsonl.quarantine").read_bytes()
+    assert [e.seq for e in session.read()] == kept
+    assert session.append(ags.Event.new("test/n")) == kept[-1] + 1  # never a seq stored twice
+    assert b'"seq":%d' % out in (tmp_path / "s" / "j.jsonl.quarantine").read_bytes()
 
 
 def test_a_complete_foreign_last_line_raises_instead_of_being_cut_off(tmp_path: Path) -> None:

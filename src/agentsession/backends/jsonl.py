@@ -530,7 +530,7 @@ class JsonlSession(BaseSession):
 
     def _iter_region(self, begin: int, end: int, *, tail: bool) -> Iterator[list[Event]]:
         pos = begin
-        prev = 0
+        prev = 0 if begin == 0 else -1  # -1: the seq before a line in the middle is not known
         while pos < end:
             want = min(_CHUNK, end - pos)
             buf = _pread_all(self._fd, want, pos)
@@ -560,6 +560,7 @@ class JsonlSession(BaseSession):
         self, buf: bytes, base: int, end: int, *, tail: bool, prev: int = 0
     ) -> list[Event]:
         """Events of whole lines ``buf`` (file offset ``base``); seqs must rise above ``prev``
+        (-1: not known, the lines start in the middle of the log)
         and keep rising (a duplicate or decreasing seq is a bad line)."""
         try:
             events = decode_event_lines(buf)
@@ -594,10 +595,11 @@ class JsonlSession(BaseSession):
                 reason = f"seq {event.seq} does not follow seq {prev} (duplicate or out of order)"
                 self._bad_line(here, line, reason)
                 continue
-            if prev and event.seq > prev + 1 and prev < _next_seq(lines, index + 1) < event.seq:
+            seq = event.seq
+            if prev >= 0 and seq > prev + 1 and prev < _next_seq(lines, index + 1) < seq:
                 # A seq that jumps ahead of the lines that follow it (pasted or damaged): the
                 # one line is out of place, not all those after it. (Not at the start of a
-                # region read from the middle of the log, where the seq before is unknown.)
+                # region read from the middle of the log, where the seq before is not known.)
                 reason = f"seq {event.seq} jumps ahead of the seqs of the lines after it"
                 self._bad_line(here, line, reason)
                 continue
