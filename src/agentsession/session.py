@@ -480,10 +480,10 @@ class BaseSession:
             )
         if checked is not raw:
             event = _replace(event, data=msgspec.Raw(checked))
-        if time is None or event.seq or not eid:
-            return _replace(
-                event, seq=0, time=time or now or self._store.clock(), id=eid or new_event_id()
-            )
+        if not eid:
+            event = _replace(event, id=new_event_id())
+        if time is None or event.seq:
+            return _replace(event, seq=0, time=time or now or self._store.clock())
         return event
 
     def append(self, event: Event) -> int:
@@ -507,9 +507,9 @@ class BaseSession:
             if store.ttl is not None:
                 self._check_ttl_for_append()
             eid = prepared.id
-            known = self._ids.get(eid)
-            if known is not None:
-                return known  # stored already: a retried append stores nothing
+            ids = self._ids
+            if eid in ids:
+                return ids[eid]  # stored already: a retried append stores nothing
             if self._unsure and eid in self._unsure:
                 return self._append_checked([prepared], marker, None, None)[0]
             stored: Event | None
@@ -531,7 +531,7 @@ class BaseSession:
                 seq = stored.seq
                 self._window.append(stored)
                 self._latest_seq = seq
-                ids = self._ids
+                ids = self._ids  # (a reload while appending may have replaced it)
                 ids[eid] = seq
                 if len(ids) > _ID_LIMIT:
                     self._forget_old_ids()
