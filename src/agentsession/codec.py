@@ -93,12 +93,12 @@ def decode(buf: _Buffer, type_: Any = None) -> Any:
     except msgspec.DecodeError:
         pass
     except RecursionError:
-        raise msgspec.DecodeError(TOO_DEEP) from None
+        raise TooDeep(TOO_DEEP) from None
     # msgspec refuses JSON escapes of lone surrogates; the standard library reads them.
     try:
         obj = _json.loads(buf if isinstance(buf, (bytes, str)) else bytes(buf))
     except RecursionError:
-        raise msgspec.DecodeError(TOO_DEEP) from None
+        raise TooDeep(TOO_DEEP) from None
     except ValueError:
         raise msgspec.DecodeError("JSON is malformed") from None
     if type_ is None:
@@ -106,14 +106,18 @@ def decode(buf: _Buffer, type_: Any = None) -> Any:
     try:
         return msgspec.convert(obj, type_)
     except RecursionError:
-        raise msgspec.DecodeError(TOO_DEEP) from None
+        raise TooDeep(TOO_DEEP) from None
     except UnicodeError as exc:  # a lone surrogate where the type wants text UTF-8 can carry
         raise msgspec.ValidationError(str(exc)) from None
 
 
 TOO_DEEP: Final = "JSON is nested too deeply to decode"
-"""The :class:`msgspec.DecodeError` message of a value nested beyond what the decoders
-handle (stored data is never nested that deep by agentsession, which refuses to write it)."""
+"""The message of :class:`TooDeep`."""
+
+
+class TooDeep(msgspec.DecodeError):
+    """A value nested beyond what the decoders handle: whole JSON, but not data agentsession
+    wrote (it refuses to store anything nested that deep)."""
 
 
 _raw_checker = msgspec.json.Decoder(msgspec.Raw)

@@ -37,7 +37,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, cast
 
 import msgspec
@@ -146,6 +146,17 @@ _replace = msgspec.structs.replace
 _FLAT = (str, int, bool)
 
 
+def reconnect_pauses(timeout: float) -> Iterator[float]:
+    """The pauses before each new try after a lost connection or an unreachable server: 20 ms,
+    doubling up to 1 s, until ``timeout`` seconds from the first ``next()`` have passed; then
+    the iterator ends (and the caller gives up)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.02
+    while (left := deadline - time.monotonic()) > 0:
+        yield min(pause, left)
+        pause = min(pause * 2, 1.0)
+
+
 def _shown(value: object) -> str:
     """A bad event id, shortened, for an error message."""
     if not isinstance(value, str):
@@ -171,8 +182,11 @@ class BaseSession:
         self._generation = 0  # counts reloads and resets (a sealed append checks it)
         self._own_cap: tuple[int, int] | None = None  # (generation, a child's max_messages)
         # Ids of the events this object has seen (loaded, read while catching up, appended),
-        # to their seqs: an append of one of them stores nothing (see _known).
+        # to their seqs: an append of one of them stores nothing (see _known). A loaded
+        # window is indexed when an append first needs it (_index_window), so that reading
+        # and deriving never pay for it.
         self._ids: dict[str, int] = {}
+        self._ids_todo = False
         # Ids of appends that failed: whether they were stored is checked against storage
         # before they are appended again.
         self._unsure: set[str] = set()
@@ -301,11 +315,9 @@ class BaseSession:
 
     def _set_window(self, events: list[Event], complete: bool, *, same_life: bool = False) -> None:
         self._generation += 1
-        ids = self._ids if same_life else {}
-        for event in events:
-            if event.id:
-                ids[event.id] = event.seq
-        self._ids = ids
+        if not same_life:
+            self._ids = {}
+        self._ids_todo = bool(events)
         self._window = events
         self._derivers = {}
         self._full = complete
@@ -328,6 +340,7 @@ class BaseSession:
         self._latest_seq = 0
         self._derivers = {}
         self._ids = {}
+        self._ids_todo = False
 
     def _full_window(self) -> list[Event]:
         """The window from the latest compaction marker on, loading it when only the tail
@@ -347,11 +360,8 @@ class BaseSession:
             return
         self._window.extend(events)
         self._latest_seq = events[-1].seq
-        ids = self._ids
-        for event in events:
-            if event.id:
-                ids[event.id] = event.seq
-        if len(ids) > _ID_LIMIT:
+        self._index(events)
+        if len(self._ids) > _ID_LIMIT:
             self._forget_old_ids()
         if marker >= 0:
             self._trim_at(events[marker])
@@ -365,6 +375,8 @@ class BaseSession:
                 self._derivers = {}
                 break
         index = bisect.bisect_left(self._window, marker.seq, key=_seq_of)
+        if self._ids_todo and index:
+            self._index_window()  # the ids of what is dropped stay known
         del self._window[:index]
         self._window_start = marker.seq
         self._full = True
@@ -385,10 +397,8 @@ class BaseSession:
         ]
         self._window[:0] = older
         self._window_start = first
-        ids = self._ids
-        for event in older:
-            if event.id:
-                ids.setdefault(event.id, event.seq)
+        if older and not self._ids_todo:
+            self._index(older)
 
     def _refresh(self) -> None:
         self._ingest(self._from_storage(self._storage_refresh()))
@@ -506,6 +516,8 @@ class BaseSession:
         with self._lock:
             if store.ttl is not None:
                 self._check_ttl_for_append()
+            if self._ids_todo:
+                self._index_window()
             eid = prepared.id
             ids = self._ids
             if eid in ids:
@@ -541,6 +553,18 @@ class BaseSession:
                 self._apply_cap(cap)
             return stored.seq
 
+    def _index_window(self) -> None:
+        """Index the ids of the window loaded last (see ``_ids``)."""
+        self._ids_todo = False
+        self._index(self._window)
+
+    def _index(self, events: Sequence[Event]) -> None:
+        """Remember the ids of ``events`` (stored events this object read)."""
+        ids = self._ids
+        for event in events:
+            if event.id:
+                ids.setdefault(event.id, event.seq)
+
     def _forget_old_ids(self) -> None:
         """Keep the ids of the latest :data:`ID_WINDOW` seqs only."""
         floor = self._latest_seq - ID_WINDOW
@@ -550,6 +574,8 @@ class BaseSession:
         """The seqs of ``batch`` when it is stored already (a retried append), None when none
         of its events is. A batch of which only some events are stored is a
         :class:`UsageError` (a batch is stored whole or not at all, so it is not a retry)."""
+        if self._ids_todo:
+            self._index_window()
         ids = self._ids
         seqs = [ids.get(event.id) for event in batch]
         if seqs[0] is None and all(seq is None for seq in seqs):
@@ -586,15 +612,13 @@ class BaseSession:
         ``expect_seq`` does not match. Called with the session lock held."""
         ids = [event.id for event in batch]
         self._unsure.update(ids)  # until it is known where the batch stands
-        deadline = time.monotonic() + self._store._reconnect_timeout
-        pause = 0.02
+        pauses = reconnect_pauses(self._store._reconnect_timeout)
         for attempt in range(_SEALED_RETRIES):
             if failure is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                pause = next(pauses, None)
+                if pause is None:
                     raise failure
-                time.sleep(min(pause, left))
-                pause = min(pause * 2, 1.0)
+                time.sleep(pause)
             elif attempt >= 4:  # writers are racing for this session: let one get ahead
                 time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
             try:

@@ -37,7 +37,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from .._names import safe_name, unsafe_name
-from ..codec import TOO_DEEP, decode, encode
+from ..codec import TooDeep, decode, encode
 from ..contract import SessionInfo
 from ..errors import CorruptLogError, SessionNotFound, StorageError, StoreUnavailable, UsageError
 from ..events import Event, decode_event, decode_event_lines, encode_event
@@ -234,8 +234,10 @@ def _complete_json(line: bytes) -> bool:
         return False
     try:
         decode(line)
-    except ValueError as exc:
-        return str(exc) == TOO_DEEP  # whole, only too deep to be an event
+    except TooDeep:
+        return True  # whole, only too deep to be an event
+    except ValueError:
+        return False
     return True
 
 
@@ -327,7 +329,6 @@ class JsonlSession(BaseSession):
         ident = _identity(fd, st)
         if self._ident is not None and ident != self._ident:
             self._reset()  # another file than the one read before: nothing cached applies
-            self._size = 0
         self._ident = ident
         self._detect(ident[2])
         self._file = io.FileIO(fd, "r+", closefd=True)
@@ -341,6 +342,11 @@ class JsonlSession(BaseSession):
                 # with the file's own sync.
                 _sync_dir(os.path.dirname(self._path))
         return True
+
+    def _reset(self) -> None:
+        """Forget the log, and where this object had read to in its file."""
+        super()._reset()
+        self._size = 0
 
     def _detect(self, head: bytes) -> None:
         """The file's dialect, from its first bytes: a file keeps the dialect of its first line
@@ -678,7 +684,6 @@ class JsonlSession(BaseSession):
             if self._fd < 0 and not self._open_fd(create=False):
                 if self._latest_seq or self._window:
                     self._reset()  # deleted while this object had it closed: start over
-                    self._size = 0
                 return []
             size = os.lseek(self._fd, 0, os.SEEK_END)
             if size < self._size or (size == 0 and os.fstat(self._fd).st_nlink == 0):

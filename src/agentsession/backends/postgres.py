@@ -116,7 +116,7 @@ from ..errors import (
     UsageError,
 )
 from ..events import Event, decode_event, encode_event
-from ..session import BaseSession
+from ..session import BaseSession, reconnect_pauses
 from ..store import BaseStore
 from .postgres_schema import (
     LATEST_VERSION,
@@ -728,17 +728,15 @@ class PostgresSession(BaseSession):
         """Other writers' events between seq ``after`` and an append stored after ``base``:
         read again, with a growing pause, while the connection keeps being lost or the
         server cannot be reached, for the store's ``reconnect_timeout``."""
-        deadline = time.monotonic() + self._store._reconnect_timeout
-        pause = 0.02
+        pauses = reconnect_pauses(self._store._reconnect_timeout)
         while True:
             try:
                 return self._read_range(after, base)
             except StoreUnavailable as exc:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                pause = next(pauses, None)
+                if pause is None:
                     raise self._catch_up_failed(base, count, exc) from exc
-                time.sleep(min(pause, left))
-                pause = min(pause * 2, 1.0)
+                time.sleep(pause)
             except StorageError as exc:
                 raise self._catch_up_failed(base, count, exc) from exc
 

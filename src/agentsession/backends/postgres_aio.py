@@ -55,7 +55,6 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -75,7 +74,7 @@ from ..errors import (
     UsageError,
 )
 from ..events import Event
-from ..session import BaseSession, _marker_index
+from ..session import BaseSession, _marker_index, reconnect_pauses
 from ..store import BaseStore
 from .postgres_schema import Statements
 
@@ -675,8 +674,7 @@ class PostgresAsyncBackend(AsyncBackend):
         if landed.base > after:
             statement = self._host._sql.read_range
             action = f"reading session {session.id!r}"
-            deadline = time.monotonic() + session._store._reconnect_timeout
-            pause = 0.02
+            pauses = reconnect_pauses(session._store._reconnect_timeout)
             while True:
                 try:
                     rows = await self._fetch(
@@ -684,11 +682,10 @@ class PostgresAsyncBackend(AsyncBackend):
                     )
                     break
                 except StoreUnavailable as exc:  # lost again: read again, for a while
-                    left = deadline - time.monotonic()
-                    if left <= 0:
+                    pause = next(pauses, None)
+                    if pause is None:
                         raise pg._catch_up_failed(landed.base, len(stored), exc) from exc
-                    await asyncio.sleep(min(pause, left))
-                    pause = min(pause * 2, 1.0)
+                    await asyncio.sleep(pause)
                 except StorageError as exc:
                     raise pg._catch_up_failed(landed.base, len(stored), exc) from exc
             foreign = pg._decode(rows)
