@@ -10,6 +10,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import agentsession as ags
@@ -137,6 +138,70 @@ def test_shredding_destroys_the_session_key_for_good(url: str) -> None:
     assert store.delete("doomed")
     say(store.get("doomed"), "new life")
     assert [m.text for m in ags.open_store(url, key=KEY).get("doomed").messages()] == ["new life"]
+
+
+def test_a_session_shredded_elsewhere_refuses_a_writer_that_held_its_key(url: str) -> None:
+    holder = ags.open_store(url, key=KEY)
+    session = holder.get("s")
+    say(session, "one")
+    assert [m.text for m in session.messages()] == ["one"]  # the key is cached now
+    ags.open_store(url, key=KEY).shred("s")
+    # Without the notice, this append would be acknowledged and sealed under a destroyed key.
+    with pytest.raises(EncryptionError, match="'s' .*was shredded"):
+        say(session, "two")
+    with pytest.raises(EncryptionError, match="was shredded"):
+        say(session, "three")
+    with pytest.raises(EncryptionError, match="was shredded"):
+        session.read()
+    plain_view = ags.open_store(url, key=KEY)
+    plain_view._keyring = None  # read what is stored, sealed as it is
+    assert [e.type for e in plain_view.get("s").read()] == ["user/message", "agentsession/shred"]
+
+
+def test_a_session_shredded_by_another_process_refuses_this_ones_appends(
+    tmp_path: Path,
+) -> None:
+    store = ags.open_store(tmp_path, key=KEY)
+    session = store.get("s")
+    say(session, "mine")
+    shredder = textwrap.dedent(
+        f"""
+        import agentsession as ags
+        ags.open_store({str(tmp_path)!r}, key={KEY!r}).shred("s")
+        """
+    )
+    subprocess.run([sys.executable, "-c", shredder], check=True, timeout=60)
+    with pytest.raises(EncryptionError, match="was shredded"):
+        say(session, "after the shred")
+
+
+def test_an_interrupted_shred_refuses_and_shredding_again_destroys_the_key(url: str) -> None:
+    from agentsession.crypto import SHRED_NOTICE
+    from agentsession.events import new_event_id
+
+    store = ags.open_store(url, key=KEY)
+    say(store.get("s"), "one")
+    # A shred that stopped after its notice and before the key was destroyed.
+    notice = ags.Event(
+        type=SHRED_NOTICE, time=store.clock(), data=msgspec.Raw(b"{}"), id=new_event_id()
+    )
+    store.get("s")._append_prepared([notice])
+    other = ags.open_store(url, key=KEY)
+    with pytest.raises(EncryptionError, match="was shredded"):
+        other.get("s").read()
+    assert other.meta_get(SESSION_KIND, "s") != "shredded"
+    other.shred("s")
+    assert other.meta_get(SESSION_KIND, "s") == "shredded"
+    assert other.delete("s")
+    say(other.get("s"), "new life")
+    assert [m.text for m in ags.open_store(url, key=KEY).get("s").messages()] == ["new life"]
+
+
+def test_the_shred_notice_type_is_reserved(url: str) -> None:
+    session = ags.open_store(url, key=KEY).get("s")
+    with pytest.raises(ags.UsageError, match="store.shred"):
+        session.append(Event.new("agentsession/shred", {}))
+    assert session.latest_seq == 0
 
 
 def test_changing_the_passphrase_rewraps_one_record(url: str) -> None:

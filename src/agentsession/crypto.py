@@ -47,6 +47,8 @@ from .events import Event
 __all__ = [
     "ACTIVE_KIND",
     "SESSION_KIND",
+    "SHREDDED",
+    "SHRED_NOTICE",
     "STORE_KIND",
     "EncryptionError",
     "KeyRing",
@@ -62,8 +64,17 @@ SESSION_KIND: Final = "crypto-session"
 ACTIVE_KIND: Final = "crypto-active"
 """Meta namespace of each session's active data key id (deleted with the session)."""
 
+SHRED_NOTICE: Final = "agentsession/shred"
+"""Type of the event :meth:`~agentsession.BaseStore.shred` appends to a session's log just
+before it destroys the session's key (reserved: an append of one is refused). A session object
+that still holds the key, in this process or another, meets it when it next reads or catches
+up before an append, and refuses from then on, instead of appending events nobody can ever
+open."""
+
+SHREDDED: Final = "shredded"
+"""What a shredded session's key record holds instead of its wrapped key."""
+
 _STORE_KEY: Final = "store"
-_SHREDDED: Final = "shredded"
 _NONCE = 12
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 1 << 15, 8, 1
 _SEALED_HEAD: Final = b'{"sealed":1,'
@@ -290,7 +301,7 @@ class KeyRing:
         """Destroy the session's key: its events can never be opened again. The record is
         replaced by a tombstone, so the session also refuses new appends until it is
         deleted."""
-        self._meta.set(SESSION_KIND, session_id, _SHREDDED)
+        self._meta.set(SESSION_KIND, session_id, SHREDDED)
         self._meta.set(ACTIVE_KIND, session_id, None)
         self.forget(session_id)
 
@@ -312,11 +323,14 @@ class KeyRing:
     def _wrap_session_key(self, session_id: str, key: bytes) -> str:
         return _b64(_seal(self._store_key, key, _session_aad(session_id)))
 
+    def _shredded_error(self, session_id: str) -> EncryptionError:
+        return EncryptionError(
+            f"session {session_id!r} in {self._where} was shredded: its key is destroyed"
+        )
+
     def _unwrap_session_key(self, session_id: str, record: str) -> bytes:
-        if record == _SHREDDED:
-            raise EncryptionError(
-                f"session {session_id!r} in {self._where} was shredded: its key is destroyed"
-            )
+        if record == SHREDDED:
+            raise self._shredded_error(session_id)
         key = _open(
             self._store_key, _unb64(record, "a wrapped session key"), _session_aad(session_id)
         )
@@ -359,6 +373,12 @@ class SessionCipher:
             record = ring._meta.add(SESSION_KIND, sid, ring._wrap_session_key(sid, key))
         self._key = ring._unwrap_session_key(sid, record)
         return self._key
+
+    def shredded(self) -> EncryptionError:
+        """Forget the cached key, and the error for a session shredded underneath (a
+        :data:`SHRED_NOTICE` was read from its log)."""
+        self._drop()
+        return self._ring._shredded_error(self._id)
 
     def _aead(self, kid: str, *, create: bool) -> Any:
         aead = self._aeads.get(kid)

@@ -46,7 +46,7 @@ from . import _trace, children
 from .codec import check_json, encode
 from .compaction import plan_compaction, plan_prune
 from .contract import Durability
-from .crypto import KeyRing, SessionCipher
+from .crypto import SHRED_NOTICE, KeyRing, SessionCipher
 from .derive import Deriver, IndexedMessage
 from .errors import (
     ConflictError,
@@ -311,6 +311,10 @@ class BaseSession:
         cipher = self._cipher
         if cipher is None or not events:
             return events
+        if any(event.type == SHRED_NOTICE for event in events):
+            # Shredded (by this store or another): the cached key must not be used again.
+            self._reset()
+            raise cipher.shredded()
         return [cipher.open(event) for event in events]
 
     def _set_window(self, events: list[Event], complete: bool, *, same_life: bool = False) -> None:
@@ -451,6 +455,11 @@ class BaseSession:
             problem = check_event_type(kind)
             if problem is not None:
                 raise UsageError(f"session {self._id!r}: {problem}")
+            if kind == SHRED_NOTICE:
+                raise UsageError(
+                    f"session {self._id!r}: {SHRED_NOTICE!r} events are written by "
+                    "store.shred() only"
+                )
         if type(event.agent) is not str or type(event.user) is not str:
             raise UsageError(f"session {self._id!r}: an event's agent and user must be strings")
         time = event.time

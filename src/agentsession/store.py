@@ -21,10 +21,21 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+import msgspec
+
 from . import _trace, children
 from .codec import utcnow
 from .contract import Durability, SessionInfo, StoreRecoveryReport, check_session_id
-from .crypto import ACTIVE_KIND, SESSION_KIND, STORE_KIND, EncryptionError, KeyRing, check_secret
+from .crypto import (
+    ACTIVE_KIND,
+    SESSION_KIND,
+    SHRED_NOTICE,
+    SHREDDED,
+    STORE_KIND,
+    EncryptionError,
+    KeyRing,
+    check_secret,
+)
 from .errors import (
     ConflictError,
     DuplicateSession,
@@ -33,7 +44,7 @@ from .errors import (
     StoreUnavailable,
     UsageError,
 )
-from .events import Event
+from .events import Event, new_event_id
 from .locks import Locker, TurnLock, _HeldRegistry
 from .recovery import recover_store
 from .session import BaseSession, Clock
@@ -335,13 +346,34 @@ class BaseStore:
         """Destroy the session's key, so its events can never be read again, from this store
         or from any copy of its log (see ``docs/security.md`` for what stays visible). The
         log stays; reading it raises :class:`~agentsession.crypto.EncryptionError`, and so
-        does appending until the session is deleted."""
+        does appending until the session is deleted, also from session objects that held the
+        key before (in this process or another: a
+        :data:`~agentsession.crypto.SHRED_NOTICE` appended to the log just before the key is
+        destroyed tells them). When shredding is interrupted (a crash between the notice and
+        the key), the session already refuses; shred it again to destroy the key."""
         sid = check_session_id(session_id)
         ring = self._ring()
         with self._cache_lock:
             entry = self._cache.pop(self._cache_key(sid), None)
         if entry is not None:
             entry.session.close()
+        # First a notice in the log (its type is clear): a session object elsewhere that still
+        # holds the key meets it when it next catches up, before it appends, and refuses from
+        # then on. Then the key is destroyed. Shredding again after a crash in between
+        # finishes the job.
+        record = self.meta_get(SESSION_KIND, sid)
+        if record is not None and record != SHREDDED:
+            event = Event(
+                type=SHRED_NOTICE, time=self.clock(), data=msgspec.Raw(b"{}"), id=new_event_id()
+            )
+            try:
+                notice = self._open_session(sid)
+                try:
+                    notice._append_prepared([event])
+                finally:
+                    notice.close()
+            except EncryptionError:
+                pass  # it refuses already: a notice is in the log (an interrupted shred)
         ring.shred(sid)
 
     def rotate_key(self, session_id: str) -> str:
