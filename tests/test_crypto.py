@@ -300,3 +300,28 @@ def test_a_kill_during_a_passphrase_change_leaves_the_old_or_the_new_one(
         assert [m.text for m in store.get("s").messages()] == ["survives"]
     assert len(working) == 1
     assert ags.open_store(tmp_path, passphrase=working[0]).meta_get(STORE_KIND, "store")
+
+
+def test_nonces_are_never_shared_with_a_forked_child_or_another_thread() -> None:
+    from agentsession.crypto import _nonce
+
+    _nonce()  # the pool is drawn: a child must not hand out what is left of it
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.write(write, b"".join(_nonce() for _ in range(20)))
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read()
+    os.waitpid(pid, 0)
+    theirs = {child[i : i + 12] for i in range(0, len(child), 12)}
+    ours = {_nonce() for _ in range(20)}
+    other: list[bytes] = []
+    thread = threading.Thread(target=lambda: other.extend(_nonce() for _ in range(20)))
+    thread.start()
+    thread.join()
+    assert len(theirs) == len(ours) == len(set(other)) == 20
+    assert not theirs & ours and not set(other) & ours and not set(other) & theirs
