@@ -325,3 +325,34 @@ def test_nonces_are_never_shared_with_a_forked_child_or_another_thread() -> None
     thread.join()
     assert len(theirs) == len(ours) == len(set(other)) == 20
     assert not theirs & ours and not set(other) & ours and not set(other) & theirs
+
+
+def test_recovery_skips_a_shredded_session_and_reports_an_unopenable_one(url: str) -> None:
+    store = ags.open_store(url, key=KEY)
+    with store.get("gone").turn() as turn:
+        turn.user("forget me")
+    crashed = store.get("crashed").turn()
+    crashed.__enter__()
+    crashed.user("the process died here")
+    store.shred("gone")
+    with pytest.raises(ags.SessionShredded):
+        store.get("gone").read()
+    reports = ags.open_store(url, key=KEY).recover()
+    assert [(r.session_id, r.status) for r in reports] == [("crashed", "repaired")]
+    [asked] = ags.open_store(url, key=KEY).recover(["gone"])
+    assert asked.status == "damaged" and "shredded" in asked.error
+
+
+def test_recovery_reports_a_sealed_event_that_does_not_open_and_goes_on(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path, key=KEY)
+    for sid in ("a", "b"):
+        turn = store.get(sid).turn()
+        turn.__enter__()
+        turn.user(f"crashed turn of {sid}")
+    path = tmp_path / "a.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    swapped = lines[1].replace(b'"type":"user/message"', b'"type":"tool/result"')
+    path.write_bytes(lines[0] + swapped)
+    reports = {r.session_id: r for r in ags.open_store(tmp_path, key=KEY).recover()}
+    assert reports["b"].status == "repaired"
+    assert reports["a"].status == "damaged" and "seq 2" in reports["a"].error

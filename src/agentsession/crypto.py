@@ -41,7 +41,7 @@ from typing import Any, Final
 import msgspec
 
 from .codec import decode, encode
-from .errors import EncryptionError, UsageError
+from .errors import EncryptionError, SessionShredded, UsageError
 from .events import Event
 
 __all__ = [
@@ -356,8 +356,8 @@ class KeyRing:
     def _wrap_session_key(self, session_id: str, key: bytes) -> str:
         return _b64(_seal(self._store_key, key, _session_aad(session_id)))
 
-    def _shredded_error(self, session_id: str) -> EncryptionError:
-        return EncryptionError(
+    def _shredded_error(self, session_id: str) -> SessionShredded:
+        return SessionShredded(
             f"session {session_id!r} in {self._where} was shredded: its key is destroyed"
         )
 
@@ -407,7 +407,7 @@ class SessionCipher:
         self._key = ring._unwrap_session_key(sid, record)
         return self._key
 
-    def shredded(self) -> EncryptionError:
+    def shredded(self) -> SessionShredded:
         """Forget the cached key, and the error for a session shredded underneath (a
         :data:`SHRED_NOTICE` was read from its log)."""
         self._drop()

@@ -32,6 +32,7 @@ __all__ = [
     "SessionError",
     "SessionExpired",
     "SessionNotFound",
+    "SessionShredded",
     "StorageError",
     "StoreUnavailable",
     "UsageError",
@@ -136,6 +137,11 @@ class EncryptionError(SessionError):
     """A key is wrong or missing, a sealed record does not open, or a store's encryption does
     not match how it was opened (see :mod:`agentsession.crypto`). Messages name the store,
     session and seq, never a key, passphrase or plaintext."""
+
+
+class SessionShredded(EncryptionError):
+    """The session was shredded (``store.shred``): its key is destroyed, so it can be neither
+    read nor appended to until it is deleted."""
 
 
 class UsageError(SessionError, ValueError):
