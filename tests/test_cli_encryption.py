@@ -297,6 +297,29 @@ def test_shred_json_reads_ids_from_stdin_and_refuses_unknown_ids(
     assert code == 2 and "shred needs the store's passphrase" in err
 
 
+def test_repair_and_copy_of_a_whole_store_pass_over_a_shredded_session(
+    encrypted_dir: Path, key_file: Path, tmp_path: Path
+) -> None:
+    k = ["--key-file", str(key_file)]
+    assert run(encrypted_dir, *k, "shred", "-y", "slack:C002")[0] == 0
+    code, out, err = run(encrypted_dir, *k, "repair", "--all")
+    assert (code, out) == (0, "nothing to repair\n"), err
+    code, out, err = run(encrypted_dir, *k, "repair", "slack:C002", "--json")
+    assert code == 0, err
+    assert json.loads(out) == {
+        "session_id": "slack:C002", "status": "shredded", "turns": [], "error": ""
+    }
+    code, out, err = run(encrypted_dir, *k, "copy", str(encrypted_dir), str(tmp_path / "c"))
+    assert code == 0, err
+    assert out.rstrip().endswith("; left out 1 shredded (slack:C002)")
+    copied = ags.open_store(tmp_path / "c", create=False)
+    assert not copied.exists("slack:C002") and copied.exists("slack:C001")
+    code, _, err = run(
+        encrypted_dir, *k, "copy", str(encrypted_dir), str(tmp_path / "d"), "--id", "slack:C002"
+    )
+    assert code == 1 and "shredded" in err
+
+
 # -- copy -------------------------------------------------------------------------------------
 
 

@@ -147,7 +147,7 @@ def test_a_session_shredded_elsewhere_refuses_a_writer_that_held_its_key(url: st
     assert [m.text for m in session.messages()] == ["one"]  # the key is cached now
     ags.open_store(url, key=KEY).shred("s")
     # Without the notice, this append would be acknowledged and sealed under a destroyed key.
-    with pytest.raises(EncryptionError, match="'s' .*was shredded"):
+    with pytest.raises(EncryptionError, match=r"'s' .*was shredded"):
         say(session, "two")
     with pytest.raises(EncryptionError, match="was shredded"):
         say(session, "three")
@@ -199,7 +199,7 @@ def test_an_interrupted_shred_refuses_and_shredding_again_destroys_the_key(url: 
 
 def test_the_shred_notice_type_is_reserved(url: str) -> None:
     session = ags.open_store(url, key=KEY).get("s")
-    with pytest.raises(ags.UsageError, match="store.shred"):
+    with pytest.raises(ags.UsageError, match=r"store\.shred"):
         session.append(Event.new("agentsession/shred", {}))
     assert session.latest_seq == 0
 
@@ -340,7 +340,7 @@ def test_recovery_skips_a_shredded_session_and_reports_an_unopenable_one(url: st
     reports = ags.open_store(url, key=KEY).recover()
     assert [(r.session_id, r.status) for r in reports] == [("crashed", "repaired")]
     [asked] = ags.open_store(url, key=KEY).recover(["gone"])
-    assert asked.status == "damaged" and "shredded" in asked.error
+    assert asked.status == "shredded"
 
 
 def test_recovery_reports_a_sealed_event_that_does_not_open_and_goes_on(tmp_path: Path) -> None:

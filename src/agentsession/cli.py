@@ -66,6 +66,7 @@ from .errors import (
     LockTimeout,
     SessionError,
     SessionNotFound,
+    SessionShredded,
     StoreUnavailable,
     UsageError,
 )
@@ -1604,14 +1605,16 @@ def repair_command(
         raise UsageError("name sessions to repair, or pass --all (not both)")
     store = state.store()
     for sid in session_ids:
-        state.existing(sid)
+        if not store.exists(sid):
+            raise _not_found(store, sid)
     ids = list(dict.fromkeys(session_ids)) or [info.id for info in store.list()]
     reports: list[StoreRecoveryReport] = []
     # The reports below say what the recovery log says: keep its warnings off stderr.
     with _quiet("agentsession.recovery"), _progress(len(ids), "repairing") as advance:
         for sid in ids:
             for report in store.recover([sid], dry_run=dry_run):
-                shown = dry_run or session_ids or report.status not in ("clean", "expired")
+                quiet = ("clean", "expired", "shredded")
+                shown = dry_run or session_ids or report.status not in quiet
                 if shown:
                     reports.append(report)
                     if as_json:
@@ -1645,6 +1648,8 @@ def _echo_report(report: StoreRecoveryReport, *, dry_run: bool) -> None:
         _echo(f"{sid}: live (turn lock held), left alone")
     elif report.status == "expired":
         _echo(f"{sid}: expired (older than the store's TTL), left alone")
+    elif report.status == "shredded":
+        _echo(f"{sid}: shredded (its key is destroyed), left alone")
     elif report.status == "damaged":
         _echo(f"{sid}: damaged, left alone: {clean(report.error)}")
     else:
@@ -1802,7 +1807,8 @@ def copy_command(
     events, the rest follow in batches of 1000. Encryption is each store's own: the source
     is opened with the global key (--key-file, AGENTSESSION_PASSPHRASE), the destination with
     --dst-key-file or AGENTSESSION_DST_PASSPHRASE, so a copy encrypts a plain store, decrypts
-    an encrypted one, or changes its key."""
+    an encrypted one, or changes its key. A shredded session cannot be read, so a copy of the
+    whole store leaves it out (and says so); naming it with --id is an error."""
     _check_url(destination)
     dst_secret = secret_from(dst_key_file, DST_PASSPHRASE_ENV)
     src = open_existing(source, **state.secret().options())
@@ -1829,9 +1835,17 @@ def copy_command(
         copied = events_copied = 0
         skipped: list[str] = []
         completed: list[str] = []
+        shredded: list[str] = []
         with _progress(len(wanted), "copying") as advance:
             for sid in wanted:
-                events = src.get(sid).read()
+                try:
+                    events = src.get(sid).read()
+                except SessionShredded:
+                    if ids:
+                        raise  # asked for by id: it cannot be copied
+                    shredded.append(sid)  # nothing of it can be read: left out, and said
+                    advance()
+                    continue
                 target = dst.get(sid)
                 have = target.read() if sid in present else []
                 if have and not _same(have, events[: len(have)]):
@@ -1871,6 +1885,7 @@ def copy_command(
                     "events": events_copied,
                     "completed": completed,
                     "skipped": skipped,
+                    "shredded": shredded,
                 }
             )
             return
@@ -1882,6 +1897,8 @@ def copy_command(
             line += f"; completed {len(completed)} that an earlier copy left half-copied"
         if skipped:
             line += f"; skipped {len(skipped)} already there"
+        if shredded:
+            line += f"; left out {len(shredded)} shredded ({_listing(shredded)})"
         _echo(clean(line))
     finally:
         src.close()

@@ -209,7 +209,7 @@ class RecoveryReport(msgspec.Struct, frozen=True, kw_only=True):
     """Seq of the ``session/recovery`` event written, or 0 when nothing was written."""
 
 
-RecoveryStatus = Literal["clean", "repaired", "pending", "live", "expired", "damaged"]
+RecoveryStatus = Literal["clean", "repaired", "pending", "live", "expired", "shredded", "damaged"]
 """How :func:`recover_store` found a session.
 
 ``clean``: no incomplete turn (also a session with no events). ``repaired``: its incomplete
@@ -217,10 +217,11 @@ turns were closed. ``pending`` (only with ``dry_run=True``, which writes nothing
 incomplete turn and its turn lock is free, so a repair would close it. ``live``: it has an
 incomplete turn but its turn lock is held, so the turn may still be running; it was left alone.
 ``expired``: the store's TTL has run out for it, so it can be neither read nor repaired
-(reported only when asked for by id).
- ``damaged``: the session could not be read or repaired (a corrupt log, an
-unreadable file, a database error); ``error`` says why, and the pass went on with the other
-sessions.
+(reported only when asked for by id). ``shredded`` (since 0.4): the session was shredded
+(``store.shred``), so it can be neither read nor repaired (reported only when asked for by id).
+``damaged``: the session could not be read or repaired (a corrupt log, an unreadable file, a
+database error, a sealed event that does not open); ``error`` says why, and the pass went on
+with the other sessions.
 """
 
 
@@ -230,8 +231,8 @@ class StoreRecoveryReport(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     """The session."""
     status: RecoveryStatus
-    """``clean``, ``repaired``, ``pending``, ``live``, ``expired`` or ``damaged`` (see
-    :data:`RecoveryStatus`)."""
+    """``clean``, ``repaired``, ``pending``, ``live``, ``expired``, ``shredded`` or
+    ``damaged`` (see :data:`RecoveryStatus`)."""
     turns: list[RecoveryReport] = []
     """One report per incomplete turn, earliest first: written for ``repaired``; for
     ``pending`` and ``live``, what a repair would write (``repaired`` False)."""

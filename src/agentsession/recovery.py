@@ -304,7 +304,7 @@ def recover_store(
     for by id. A session that cannot be read or repaired (a corrupt log, an unreadable file, a
     database error, a sealed event that does not open) is reported ``damaged`` with the error,
     logged at WARNING, and the pass goes on with the other sessions; a shredded one is skipped
-    in the store-wide pass and reported ``damaged`` only when asked for by id. Repairs are
+    in the store-wide pass and reported ``shredded`` when asked for by id. Repairs are
     logged at WARNING too. The calling thread must not hold the turn lock of a session it
     recovers (the lock is not reentrant: :class:`~agentsession.errors.UsageError`), not even with
     ``dry_run``; use :func:`repair_all_incomplete` under a lock you hold.
@@ -322,22 +322,18 @@ def recover_store(
     reports: list[StoreRecoveryReport] = []
     for session_id in ids:
         with _trace.span("agentsession.recover.session", session_id=session_id) as span:
-            shredded = False
             try:
                 report = _recover_session(store, session_id, lock_timeout, dry_run)
+            except SessionShredded:
+                report = StoreRecoveryReport(session_id=session_id, status="shredded")
             except (StorageError, SessionNotFound, EncryptionError) as exc:
-                # One damaged session never stops the pass: report it and go on. A shredded
-                # one is unreadable on purpose: only reported when asked for by id.
-                shredded = isinstance(exc, SessionShredded)
-                if not shredded:
-                    log.warning("recovery skipped session %r: %s", session_id, exc)
+                # One damaged session never stops the pass: report it and go on.
+                log.warning("recovery skipped session %r: %s", session_id, exc)
                 report = StoreRecoveryReport(
                     session_id=session_id, status="damaged", error=str(exc)
                 )
             span.set(status=report.status)
-        if explicit or (
-            report.status in ("repaired", "live", "pending", "damaged") and not shredded
-        ):
+        if explicit or report.status in ("repaired", "live", "pending", "damaged"):
             if report.status == "repaired":
                 log.warning(
                     "repaired %d crashed turn(s) of session %r",
