@@ -559,6 +559,20 @@ def test_an_encrypted_store_is_served_with_its_key(tmp_path: Path) -> None:
     assert "--key-file" in result.output
 
 
+def test_a_shredded_session_has_no_badges_and_its_page_says_why(tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
+    store = ags.open_store(str(tmp_path / "sealed"), key=bytes(32))
+    for sid in ("kept", "gone"):
+        store.get(sid).append(ags.Event.new("user/message", ags.Message.user(sid)))
+    store.shred("gone")
+    with TestClient(create_app(store, allowed_hosts=["testserver"])) as c:
+        badges = get_json(c, "/api/badges", id=["kept", "gone"])
+        assert badges["gone"] is None and badges["kept"]["events"] == 1
+        response = c.get("/api/session/rows", params={"id": "gone"})
+        assert response.status_code >= 400 and "shredded" in response.text
+    store.close()
+
+
 # -- the command ------------------------------------------------------------------------------
 
 

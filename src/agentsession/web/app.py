@@ -27,7 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import SessionError, SessionNotFound, UsageError
+from ..errors import EncryptionError, SessionError, SessionNotFound, UsageError
 from ..store import BaseStore
 from . import data
 
@@ -251,8 +251,10 @@ def _routes(
             for sid in ids:
                 try:
                     out[sid] = data.session_badges(store, sid, badge_cache)
-                except SessionNotFound:
-                    out[sid] = None  # deleted since it was listed
+                except (SessionNotFound, EncryptionError):
+                    # Deleted since it was listed, or shredded or not opening: no badges (its
+                    # transcript page says why) rather than none for the whole page.
+                    out[sid] = None
             return out
 
         return _json(await run_in_threadpool(compute))
