@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -38,6 +39,25 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "jsonl":
         return str(tmp_path / "store")
     return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store URL of every backend (PostgreSQL in a schema of its own, when configured)."""
+    from .test_conformance_postgres import DSN, drop_schemas, new_schema_name, url_with_schema
+
+    if request.param != "postgres":
+        yield str(tmp_path / "store") if request.param == "jsonl" else (
+            f"sqlite:///{tmp_path / 'store.db'}"
+        )
+        return
+    if not DSN:
+        pytest.skip("set AGENTSESSION_TEST_POSTGRES_DSN to run the PostgreSQL tests")
+    schema = new_schema_name()
+    try:
+        yield url_with_schema(schema)
+    finally:
+        drop_schemas([schema])
 
 
 def test_a_store_opened_with_a_passphrase_is_encrypted_from_then_on(url: str) -> None:
@@ -140,12 +160,14 @@ def test_shredding_destroys_the_session_key_for_good(url: str) -> None:
     assert [m.text for m in ags.open_store(url, key=KEY).get("doomed").messages()] == ["new life"]
 
 
-def test_a_session_shredded_elsewhere_refuses_a_writer_that_held_its_key(url: str) -> None:
+def test_a_session_shredded_elsewhere_refuses_a_writer_that_held_its_key(any_url: str) -> None:
+    url = any_url
     holder = ags.open_store(url, key=KEY)
     session = holder.get("s")
     say(session, "one")
     assert [m.text for m in session.messages()] == ["one"]  # the key is cached now
-    ags.open_store(url, key=KEY).shred("s")
+    with ags.open_store(url, key=KEY) as shredder:
+        shredder.shred("s")
     # Without the notice, this append would be acknowledged and sealed under a destroyed key.
     with pytest.raises(EncryptionError, match=r"'s' .*was shredded"):
         say(session, "two")
@@ -153,9 +175,11 @@ def test_a_session_shredded_elsewhere_refuses_a_writer_that_held_its_key(url: st
         say(session, "three")
     with pytest.raises(EncryptionError, match="was shredded"):
         session.read()
-    plain_view = ags.open_store(url, key=KEY)
-    plain_view._keyring = None  # read what is stored, sealed as it is
-    assert [e.type for e in plain_view.get("s").read()] == ["user/message", "agentsession/shred"]
+    with ags.open_store(url, key=KEY) as plain_view:
+        plain_view._keyring = None  # read what is stored, sealed as it is
+        types = [e.type for e in plain_view.get("s").read()]
+    assert types == ["user/message", "agentsession/shred"]
+    holder.close()
 
 
 def test_a_session_shredded_by_another_process_refuses_this_ones_appends(
@@ -327,7 +351,8 @@ def test_nonces_are_never_shared_with_a_forked_child_or_another_thread() -> None
     assert not theirs & ours and not set(other) & ours and not set(other) & theirs
 
 
-def test_recovery_skips_a_shredded_session_and_reports_an_unopenable_one(url: str) -> None:
+def test_recovery_skips_a_shredded_session_and_reports_an_unopenable_one(any_url: str) -> None:
+    url = any_url
     store = ags.open_store(url, key=KEY)
     with store.get("gone").turn() as turn:
         turn.user("forget me")
@@ -337,10 +362,12 @@ def test_recovery_skips_a_shredded_session_and_reports_an_unopenable_one(url: st
     store.shred("gone")
     with pytest.raises(ags.SessionShredded):
         store.get("gone").read()
-    reports = ags.open_store(url, key=KEY).recover()
-    assert [(r.session_id, r.status) for r in reports] == [("crashed", "repaired")]
-    [asked] = ags.open_store(url, key=KEY).recover(["gone"])
-    assert asked.status == "shredded"
+    with ags.open_store(url, key=KEY) as other:
+        reports = other.recover()
+        assert [(r.session_id, r.status) for r in reports] == [("crashed", "repaired")]
+        [asked] = other.recover(["gone"])
+        assert asked.status == "shredded"
+    store.close()
 
 
 def test_recovery_reports_a_sealed_event_that_does_not_open_and_goes_on(tmp_path: Path) -> None:
