@@ -17,8 +17,15 @@ import pytest
 import agentsession as ags
 from agentsession import EncryptionError, Event, Message
 from agentsession.crypto import SESSION_KIND, STORE_KIND, KeyRing, is_sealed
+from agentsession.errors import SessionShredded
 
 KEY = bytes(range(32))
+
+
+def crash_a_turn(session: ags.BaseSession, text: str) -> None:
+    """What a process killed in the middle of a turn leaves: its start and a user message."""
+    session.append(Event.new("turn/start", ags.events.TurnStart()))
+    say(session, text)
 
 
 def say(session: ags.BaseSession, text: str) -> int:
@@ -356,11 +363,9 @@ def test_recovery_skips_a_shredded_session_and_reports_an_unopenable_one(any_url
     store = ags.open_store(url, key=KEY)
     with store.get("gone").turn() as turn:
         turn.user("forget me")
-    crashed = store.get("crashed").turn()
-    crashed.__enter__()
-    crashed.user("the process died here")
+    crash_a_turn(store.get("crashed"), "the process died here")
     store.shred("gone")
-    with pytest.raises(ags.SessionShredded):
+    with pytest.raises(SessionShredded):
         store.get("gone").read()
     with ags.open_store(url, key=KEY) as other:
         reports = other.recover()
@@ -373,9 +378,7 @@ def test_recovery_skips_a_shredded_session_and_reports_an_unopenable_one(any_url
 def test_recovery_reports_a_sealed_event_that_does_not_open_and_goes_on(tmp_path: Path) -> None:
     store = ags.open_store(tmp_path, key=KEY)
     for sid in ("a", "b"):
-        turn = store.get(sid).turn()
-        turn.__enter__()
-        turn.user(f"crashed turn of {sid}")
+        crash_a_turn(store.get(sid), f"crashed turn of {sid}")
     path = tmp_path / "a.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     swapped = lines[1].replace(b'"type":"user/message"', b'"type":"tool/result"')
