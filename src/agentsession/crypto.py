@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import os
 import threading
@@ -153,10 +154,18 @@ def _open_box(aead: Any, box: bytes, aad: bytes) -> bytes | None:
         return None
     try:
         return aead.decrypt(box[:_NONCE], box[_NONCE:], aad)  # type: ignore[no-any-return]
-    except Exception as exc:  # only cryptography's InvalidTag, imported with the extra
-        if type(exc).__name__ == "InvalidTag":
+    except Exception as exc:
+        if isinstance(exc, _invalid_tag()):
             return None
         raise
+
+
+@functools.cache
+def _invalid_tag() -> type[Exception]:
+    """cryptography's error for a box that does not open (imported once, with the extra)."""
+    from cryptography.exceptions import InvalidTag
+
+    return InvalidTag
 
 
 def _kek(passphrase: str | None, key: bytes | None, kdf: dict[str, Any]) -> bytes:

@@ -345,8 +345,9 @@ class BaseStore:
     def shred(self, session_id: str) -> None:
         """Destroy the session's key, so its events can never be read again, from this store
         or from any copy of its log (see ``docs/security.md`` for what stays visible). The
-        log stays; reading it raises :class:`~agentsession.crypto.EncryptionError`, and so
-        does appending until the session is deleted, also from session objects that held the
+        log stays; reading it raises :class:`~agentsession.errors.SessionShredded` (an
+        :class:`~agentsession.errors.EncryptionError`), and so does appending until the
+        session is deleted, also from session objects that held the
         key before (in this process or another: a
         :data:`~agentsession.crypto.SHRED_NOTICE` appended to the log just before the key is
         destroyed tells them). When shredding is interrupted (a crash between the notice and
