@@ -640,21 +640,14 @@ class BaseSession:
                 if expect_seq is not None and base != expect_seq:
                     self._unsure.difference_update(ids)  # checked: not stored
                     return []
-                if self._cipher is not None:
-                    stored = self._append_sealed(batch, marker, base)
-                else:
-                    foreign, stored = self._storage_append(batch, marker, base)
-                    self._ingest(foreign)
+                seqs = self._append_fresh(batch, marker, base)
             except _RETRYABLE as exc:
                 failure = exc
                 continue
             failure = None
-            if stored:
+            if seqs:
                 self._unsure.difference_update(ids)
-                self._extend(stored, marker)
-                if any(e.type == USER_MESSAGE for e in stored) and (cap := self._history_cap()):
-                    self._apply_cap(cap)
-                return [event.seq for event in stored]
+                return seqs
         raise ConflictError(
             f"session {self._id!r}: other writers kept appending while an append checked "
             f"that it was not stored already ({_SEALED_RETRIES} tries)"

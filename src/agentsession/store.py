@@ -21,8 +21,6 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-import msgspec
-
 from . import _trace, children
 from .codec import utcnow
 from .contract import Durability, SessionInfo, StoreRecoveryReport, check_session_id
@@ -44,7 +42,7 @@ from .errors import (
     StoreUnavailable,
     UsageError,
 )
-from .events import Event, new_event_id
+from .events import Event
 from .locks import Locker, TurnLock, _HeldRegistry
 from .recovery import recover_store
 from .session import BaseSession, Clock
@@ -364,9 +362,7 @@ class BaseStore:
         # finishes the job.
         record = self.meta_get(SESSION_KIND, sid)
         if record is not None and record != SHREDDED:
-            event = Event(
-                type=SHRED_NOTICE, time=self.clock(), data=msgspec.Raw(b"{}"), id=new_event_id()
-            )
+            event = Event.new(SHRED_NOTICE, {}, time=self.clock())
             try:
                 notice = self._open_session(sid)
                 try:

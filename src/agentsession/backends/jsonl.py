@@ -1513,7 +1513,7 @@ class _MetaEntry(msgspec.Struct, rename="camel"):
 
 def _sync_dir(path: str) -> None:
     """``fsync`` the directory ``path``: the names created in it are then durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:

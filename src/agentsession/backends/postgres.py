@@ -268,42 +268,17 @@ def _append_next_params(
     session_id: str, event: Event, seq: int, marker: bool, life: int
 ) -> tuple[Any, ...]:
     """The parameters of the fast path's statement (``append_next``, ``$1`` ... ``$12``)."""
-    kind, agent, user, data, meta, raw = _columns(event)
-    return (
-        session_id,
-        seq,
-        event.time,
-        seq if marker else 0,
-        life,
-        kind,
-        agent,
-        user,
-        data,
-        meta,
-        raw,
-        event.id or None,
-    )
+    head = (session_id, seq, event.time, seq if marker else 0, life)
+    return (*head, *_columns(event), event.id or None)
 
 
 def _append_one_params(
     session_id: str, event: Event, marker: bool, expect_seq: int | None, life: int | None
 ) -> tuple[Any, ...]:
-    """The parameters of the one-event append statement (``$1`` ... ``$12``)."""
-    kind, agent, user, data, meta, raw = _columns(event)
-    return (
-        session_id,
-        event.time,
-        1 if marker else 0,
-        expect_seq,
-        life,
-        kind,
-        agent,
-        user,
-        data,
-        meta,
-        raw,
-        event.id or None,
-    )
+    """The parameters of the one-event append statement (``$1`` ... ``$12``): the same event
+    columns as :func:`_append_next_params`, after a head of their own."""
+    head = (session_id, event.time, 1 if marker else 0, expect_seq, life)
+    return (*head, *_columns(event), event.id or None)
 
 
 def _append_many_params(
