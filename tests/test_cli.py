@@ -232,6 +232,16 @@ def test_messages_prints_the_derived_history_as_json(store_dir: Path) -> None:
     assert history[2]["toolResults"][0]["audit"] == {"decision": "interrupted"}
 
 
+def test_messages_json_keeps_a_lone_surrogate_escaped(tmp_path: Path) -> None:
+    ags.open_store(tmp_path).get("s").append(
+        ags.Event.new("user/message", ags.Message.user("bad \udc80 text"))
+    )
+    code, out, err = invoke(tmp_path, "messages", "s", "--json")
+    assert code == 0, err
+    assert "\\udc80" in out
+    assert json.loads(out)[0]["parts"][0]["text"] == "bad \udc80 text"
+
+
 def test_tail_prints_the_latest_events(store_dir: Path) -> None:
     out = invoke(store_dir, "tail", "cli:long", "-n", "3")[1].splitlines()
     assert [line.split()[0] for line in out] == ["14", "15", "16"]

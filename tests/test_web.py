@@ -474,6 +474,20 @@ def test_stats_chart_tokens_per_turn_and_tool_durations(client: TestClient) -> N
     assert "coder" in stats["agents"]
 
 
+def test_text_with_a_lone_surrogate_is_served(client: TestClient, store: ags.BaseStore) -> None:
+    """Stored text may hold a lone surrogate, which UTF-8 cannot carry: the codec escapes it."""
+    session = store.get("chat:surrogate")
+    session.append(ags.Event.new("user/message", ags.Message.user("bad \udc80 text")))
+    call = ags.ToolCall("c1", "t", {"a": "\udc81"})
+    session.append(ags.Event.new("assistant/message", ags.Message.assistant(tool_calls=[call])))
+    rows = get_json(client, "/api/session/rows", id="chat:surrogate")["rows"]
+    assert rows[0]["text"] == "bad \udc80 text"
+    messages = get_json(client, "/api/session/messages", id="chat:surrogate")["messages"]
+    assert json.loads(messages[1]["tool_calls"][0]["arguments"]) == {"a": "\udc81"}
+    raw = client.get("/api/session/event", params={"id": "chat:surrogate", "seq": 1})
+    assert raw.status_code == 200 and raw.json()["data"]["parts"][0]["text"] == "bad \udc80 text"
+
+
 # -- stored text is inert ---------------------------------------------------------------------
 
 

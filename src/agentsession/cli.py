@@ -58,6 +58,7 @@ from . import events as ev
 from . import view
 from ._names import unsafe_name
 from .children import ChildInfo
+from .codec import pretty
 from .contract import SessionInfo, StoreRecoveryReport
 from .crypto import EncryptionError
 from .errors import (
@@ -1562,7 +1563,7 @@ def messages_command(state: State, session_id: str, agent: str | None, as_json: 
                 err=True,
             )
     if as_json:
-        _write_bytes(msgspec.json.format(encode(history), indent=2) + b"\n")
+        _write_bytes(pretty(encode(history)) + b"\n")
         return
     for message in history:
         for line in _message_lines(message):

@@ -21,7 +21,7 @@ import msgspec
 
 from .errors import UsageError
 
-__all__ = ["MAX_JSON_DEPTH", "check_json", "decode", "encode", "utcnow"]
+__all__ = ["MAX_JSON_DEPTH", "check_json", "decode", "encode", "pretty", "utcnow"]
 
 MAX_JSON_DEPTH = 256
 """Deepest nesting of arrays and objects a stored JSON value may have. Readers decode with the
@@ -124,6 +124,15 @@ _raw_checker = msgspec.json.Decoder(msgspec.Raw)
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def pretty(raw: bytes, indent: int = 2) -> bytes:
+    """The JSON text ``raw`` (as :func:`encode` writes it) indented for people to read. Text
+    holding a lone surrogate, which msgspec does not read back, keeps its escape."""
+    try:
+        return msgspec.json.format(raw, indent=indent)
+    except msgspec.DecodeError:
+        return _json.dumps(decode(raw), indent=indent).encode("ascii")
 
 
 def json_depth(raw: bytes) -> int:

@@ -17,7 +17,6 @@ from typing import Any, Final
 from urllib.parse import parse_qsl
 
 import anyio
-import msgspec
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -27,6 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..codec import encode
 from ..errors import EncryptionError, SessionError, SessionNotFound, UsageError
 from ..store import BaseStore
 from . import data
@@ -179,7 +179,7 @@ class _Guard:
 
 def _json(value: Any, status_code: int = 200) -> Response:
     return Response(
-        msgspec.json.encode(value),
+        encode(value),
         status_code=status_code,
         media_type="application/json",
         headers={"Cache-Control": "no-store"},
@@ -281,12 +281,8 @@ def _routes(
 
         def compute() -> dict[str, Any]:
             history = store.open(sid).messages(agent=agent)
-            shown = history[offset : offset + limit]
-            views = data.message_views(shown)
-            for view in views:
-                view["index"] += offset
             return {
-                "messages": views,
+                "messages": data.message_views(history[offset : offset + limit], offset),
                 "offset": offset,
                 "total": len(history),
                 "more": offset + limit < len(history),
@@ -317,8 +313,7 @@ def _routes(
         sid = _session_id(request)
         resume = request.headers.get("last-event-id", "")
         after = int(resume) if resume.isdigit() else _int(request, "after", 0, 0, 2**62)
-        session = await run_in_threadpool(store.open, sid)
-        tail = await run_in_threadpool(data.RowTail, session, after)
+        tail = await run_in_threadpool(lambda: data.RowTail(store.open(sid), after))
         state = request.app.state
 
         async def events() -> AsyncIterator[bytes]:
@@ -330,7 +325,7 @@ def _routes(
                     batch = await run_in_threadpool(tail.poll)
                     if batch:
                         quiet = 0.0
-                        body = msgspec.json.encode({"rows": batch, "next_after": tail.after})
+                        body = encode({"rows": batch, "next_after": tail.after})
                         yield b"id: %d\nevent: rows\ndata: %s\n\n" % (tail.after, body)
                         continue
                     quiet += poll_interval

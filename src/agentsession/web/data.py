@@ -26,6 +26,7 @@ import msgspec
 
 from .. import children
 from .. import events as ev
+from ..codec import encode, pretty
 from ..contract import SessionInfo
 from ..events import Event, encode_event
 from ..messages import (
@@ -373,19 +374,27 @@ def session_summary(store: BaseStore, session_id: str) -> SessionSummary:
     )
 
 
+def _last_turn_start(events: Sequence[Event]) -> int | None:
+    """The index of the last ``turn/start`` of ``events`` (None when there is none)."""
+    for index in range(len(events) - 1, -1, -1):
+        if events[index].type == ev.TURN_START:
+            return index
+    return None
+
+
 def _context_before(session: BaseSession, after: int) -> list[Event]:
     """The events from the latest ``turn/start`` at or before seq ``after`` up to ``after``
-    (from seq 1 when there is none): read backwards in chunks of :data:`CONTEXT_CHUNK`. A
-    ``turn/start`` resets all the nesting state of :func:`transcript_rows`, so rows computed
-    from there equal the rows of the whole log."""
+    (from seq 1 when there is none; [] for ``after`` 0): read backwards in chunks of
+    :data:`CONTEXT_CHUNK`. A ``turn/start`` resets all the nesting state of
+    :func:`transcript_rows`, so rows computed from there equal the rows of the whole log."""
     context: list[Event] = []
     high = after
     while high > 0:
         low = max(0, high - CONTEXT_CHUNK)
         chunk = [e for e in session.read(after=low, limit=high - low) if e.seq <= high]
-        for index in range(len(chunk) - 1, -1, -1):
-            if chunk[index].type == ev.TURN_START:
-                return chunk[index:] + context
+        start = _last_turn_start(chunk)
+        if start is not None:
+            return chunk[start:] + context
         context = chunk + context
         high = low
     return context
@@ -414,7 +423,7 @@ def rows_page(session: BaseSession, after: int = 0, limit: int = 200) -> dict[st
     latest = session.latest_seq
     if not events:
         return {"rows": [], "after": after, "next_after": after, "latest_seq": latest, "done": True}
-    context = _context_before(session, after) if after > 0 else []
+    context = _context_before(session, after)
     rows = transcript_rows([*context, *events], full=True)[len(context) :]
     last = events[-1].seq
     return {
@@ -437,7 +446,7 @@ class RowTail:
         """The session followed."""
         self.after = after
         """The seq of the last event turned into rows."""
-        self._context = _context_before(session, after) if after > 0 else []
+        self._context = _context_before(session, after)
 
     def poll(self, limit: int = 500) -> list[dict[str, Any]]:
         """The rows of up to ``limit`` events after :attr:`after` ([] when there is none
@@ -445,13 +454,10 @@ class RowTail:
         events = self.session.read(after=self.after, limit=limit)
         if not events:
             return []
-        rows = transcript_rows([*self._context, *events], full=True)[len(self._context) :]
         combined = [*self._context, *events]
-        for index in range(len(combined) - 1, -1, -1):
-            if combined[index].type == ev.TURN_START:
-                combined = combined[index:]
-                break
-        self._context = combined
+        rows = transcript_rows(combined, full=True)[len(self._context) :]
+        start = _last_turn_start(combined)
+        self._context = combined if start is None else combined[start:]
         self.after = events[-1].seq
         return row_dicts(rows)
 
@@ -462,7 +468,7 @@ def raw_event(session: BaseSession, seq: int) -> bytes | None:
     found = session.read(after=seq - 1, limit=1) if seq > 0 else []
     if not found or found[0].seq != seq:
         return None
-    return msgspec.json.format(encode_event(found[0]), indent=2)
+    return pretty(encode_event(found[0]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -490,12 +496,12 @@ def _part_text(message: Message) -> tuple[str, str, list[str]]:
     return "\n".join(text), "\n".join(thinking), notes
 
 
-def message_views(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The messages of ``session.messages()`` for the page: role, author, text (and its
-    Markdown ``html``), thinking, attachments, tool calls (arguments as JSON text) and tool
-    results, in order."""
+def message_views(messages: Sequence[Message], start: int = 0) -> list[dict[str, Any]]:
+    """The messages of ``session.messages()`` for the page: index (counted from ``start``, the
+    index of the first one in the history), role, author, text (and its Markdown ``html``),
+    thinking, attachments, tool calls (arguments as JSON text) and tool results, in order."""
     out: list[dict[str, Any]] = []
-    for index, message in enumerate(messages):
+    for index, message in enumerate(messages, start):
         text, thinking, notes = _part_text(message)
         out.append(
             {
@@ -510,7 +516,7 @@ def message_views(messages: Sequence[Message]) -> list[dict[str, Any]]:
                     {
                         "id": call.id,
                         "name": call.name,
-                        "arguments": msgspec.json.encode(call.arguments).decode(),
+                        "arguments": encode(call.arguments).decode(),
                     }
                     for call in message.tool_calls
                 ],

@@ -88,6 +88,16 @@
     return response.json();
   }
 
+  // getJSON, or null once the error is shown.
+  async function getJSONOrShow(url) {
+    try {
+      return await getJSON(url);
+    } catch (error) {
+      showError(error);
+      return null;
+    }
+  }
+
   function showError(error) {
     const box = document.getElementById("error");
     if (!box) return;
@@ -146,14 +156,8 @@
       const p = new URLSearchParams({
         q: state.q, agent: state.agent, offset: String(state.offset), limit: String(state.limit),
       });
-      let page;
-      try {
-        page = await getJSON("api/sessions?" + p.toString());
-      } catch (error) {
-        showError(error);
-        return;
-      }
-      if (mine !== generation) return;
+      const page = await getJSONOrShow("api/sessions?" + p.toString());
+      if (!page || mine !== generation) return;
       document.getElementById("error").hidden = true;
       document.getElementById("store").textContent = page.store;
       body.replaceChildren();
@@ -190,14 +194,8 @@
     async function loadBadges(mine, cells) {
       const p = new URLSearchParams();
       for (const id of cells.keys()) p.append("id", id);
-      let found;
-      try {
-        found = await getJSON("api/badges?" + p.toString());
-      } catch (error) {
-        showError(error);
-        return;
-      }
-      if (mine !== generation) return;
+      const found = await getJSONOrShow("api/badges?" + p.toString());
+      if (!found || mine !== generation) return;
       for (const [id, cell] of cells) {
         const b = found[id];
         cell.status.querySelectorAll(".pending").forEach((n) => n.remove());
@@ -259,6 +257,15 @@
       box.appendChild(el("span", "text", fallback));
     }
     return box;
+  }
+
+  // A tool call: its head (name and id) and its arguments, folded when long.
+  function callView(call) {
+    const box = el("div", "call");
+    const head = el("div", "head");
+    append(head, "→ ", el("strong", null, call.name), " [" + call.id + "]");
+    append(box, head, folded(prettyJSON(call.arguments), "arguments"));
+    return { box, head };
   }
 
   function thinkingBlock(text, chars) {
@@ -353,17 +360,13 @@
     }
 
     function callBlock(call, time) {
-      const box = el("div", "call");
+      const { box, head } = callView(call);
       box.dataset.callId = call.id;
-      const head = el("div", "head");
-      append(head, "→ ", el("strong", null, call.name), " [" + call.id + "]");
       const took = el("span", "took");
       head.appendChild(took);
-      const args = prettyJSON(call.arguments);
-      append(box, head, folded(args, "arguments"));
       const results = el("div", "results");
       box.appendChild(results);
-      calls.set(call.id, { box, results, took, time });
+      calls.set(call.id, { results, took, time });
       return box;
     }
 
@@ -513,11 +516,12 @@
         return;
       }
       if (row.kind === "step_end") {
+        const box = rowBox(row, el("span", "dim", "end of step " + row.step));
         if (openStep) {
-          openStep.body.appendChild(rowBox(row, el("span", "dim", "end of step " + row.step)));
+          openStep.body.appendChild(box);
           openStep = null;
         } else {
-          containerFor(row).appendChild(rowBox(row, el("span", "dim", "end of step " + row.step)));
+          containerFor(row).appendChild(box);
         }
         return;
       }
@@ -702,13 +706,8 @@
 
     let statsTimer = 0;
     async function loadStats() {
-      let stats;
-      try {
-        stats = await getJSON("api/session/stats?id=" + enc);
-      } catch (error) {
-        showError(error);
-        return;
-      }
+      const stats = await getJSONOrShow("api/session/stats?id=" + enc);
+      if (!stats) return;
       const turns = stats.turns.map((t, i) => ({
         title: "turn " + (i + 1) + " (seq " + t.seq + "): " + fmtNum(t.input) + " in, " +
           fmtNum(t.output) + " out, " + fmtNum(t.cache_read) + " cache read, " +
@@ -757,13 +756,7 @@
       if (m.thinking) box.appendChild(thinkingBlock(m.thinking));
       if (m.text) box.appendChild(markdown(m.html, m.text));
       for (const note of m.attachments) box.appendChild(el("div", "dim", "[" + note + "]"));
-      for (const call of m.tool_calls) {
-        const c = el("div", "call");
-        const head = el("div", "head");
-        append(head, "→ ", el("strong", null, call.name), " [" + call.id + "]");
-        append(c, head, folded(prettyJSON(call.arguments), "arguments"));
-        box.appendChild(c);
-      }
+      for (const call of m.tool_calls) box.appendChild(callView(call).box);
       for (const r of m.tool_results) {
         box.appendChild(resultContent({ ...r, interrupted: r.audit.decision === "interrupted" }));
       }
