@@ -44,8 +44,9 @@ class Config:
     seed: int
     """Seed of every random choice (printed, so a failing run can be repeated)."""
     postgres_dsn: str | None = None
-    """The shared PostgreSQL server (``AGENTSESSION_TEST_POSTGRES_DSN``); None: postgres rows
-    are skipped, with a note."""
+    """The shared PostgreSQL server (``AGENTSESSION_TEST_POSTGRES_DSN``); None: ``run.py``
+    takes postgres out of :attr:`backends` and adds a skipped row in its place, so a scenario
+    never sees postgres without a DSN."""
 
     def trials(self, quick: int, full: int) -> int:
         """The trial count for this configuration."""
@@ -73,6 +74,12 @@ class Config:
             sep = "&" if "?" in self.postgres_dsn else "?"
             return f"{self.postgres_dsn}{sep}schema={schema}", {"durability": "fsync"}
         raise ValueError(f"unknown backend {backend!r}")
+
+    def drop_store(self, backend: str, url: str) -> None:
+        """Drop the PostgreSQL schema of a :meth:`store_url` store (nothing for the other
+        backends, whose files go with the work directory)."""
+        if backend == "postgres" and self.postgres_dsn:
+            drop_postgres_schema(self.postgres_dsn, url)
 
 
 @dataclasses.dataclass
@@ -163,11 +170,16 @@ def tally(result: Result, acknowledged: Sequence[str], stored: Sequence[str]) ->
     result.duplicated += sum(n - 1 for n in counts.values() if n > 1)
 
 
+def postgres_schema(url: str) -> str:
+    """The schema a :meth:`Config.store_url` PostgreSQL URL names."""
+    return url.rsplit("schema=", 1)[1].split("&")[0]
+
+
 def drop_postgres_schema(dsn: str, url: str) -> None:
     """Drop the schema a :meth:`Config.store_url` PostgreSQL URL names."""
     import psycopg
 
-    schema = url.rsplit("schema=", 1)[1].split("&")[0]
+    schema = postgres_schema(url)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
@@ -182,6 +194,12 @@ told apart and counted (see :func:`event_key`)."""
 
 MAX_NOTES = 12
 """Notes kept per row (the rest are counted in one last note)."""
+
+
+def encoded_key(line: bytes) -> str:
+    """An encoded event (``encode_event``) as a key for :func:`tally`: its bytes, byte for
+    byte (invalid UTF-8 kept as surrogates)."""
+    return line.decode("utf-8", "surrogateescape")
 
 
 def text_key(text: str) -> str | None:

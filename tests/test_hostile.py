@@ -12,10 +12,8 @@ own, dropped afterwards).
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import unicodedata
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,13 @@ from hypothesis import strategies as st
 
 import agentsession as ags
 
-DSN = os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN", "")
+from .test_conformance_postgres import (
+    DSN,
+    SKIP_REASON,
+    drop_schemas,
+    new_schema_name,
+    url_with_schema,
+)
 
 NAMED_IDS = [
     pytest.param("a\x00b", id="nul-inside"),
@@ -123,13 +127,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     schema = ""
     if name == "postgres":
         if not DSN:
-            pytest.skip(
-                "set AGENTSESSION_TEST_POSTGRES_DSN (for example "
-                "postgresql://postgres@127.0.0.1:5432/test) to run the PostgreSQL tests"
-            )
-        schema = "t_" + uuid.uuid4().hex[:16]
-        sep = "&" if "?" in DSN else "?"
-        found = Backend(name, f"{DSN}{sep}schema={schema}")
+            pytest.skip(SKIP_REASON)
+        schema = new_schema_name()
+        found = Backend(name, url_with_schema(schema))
     elif name == "memory":
         found = Backend(name, "memory:")
     elif name == "jsonl":
@@ -141,13 +141,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     finally:
         found.close()
         if schema:
-            import psycopg
-            from psycopg import sql
-
-            with psycopg.connect(DSN, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-                )
+            drop_schemas([schema])
 
 
 def _snapshot(event: ags.Event) -> tuple[Any, ...]:

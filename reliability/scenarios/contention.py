@@ -35,7 +35,6 @@ from reliability.common import (
     check_seqs,
     count_exception,
     count_problems,
-    drop_postgres_schema,
     note,
     pump,
     spawn,
@@ -127,10 +126,6 @@ def _recorder(url: str, options: dict[str, object], turns: int, seed: int, repor
     report("D")
 
 
-def _stopped(stop: Path) -> bool:
-    return stop.exists()
-
-
 def _reader(url: str, options: dict[str, object], stop: Path, seed: int, report: Report) -> None:
     """Reads and derived histories while the others write: every read gap-free, every history
     provider-valid."""
@@ -140,7 +135,7 @@ def _reader(url: str, options: dict[str, object], stop: Path, seed: int, report:
     reads = 0
     with ags.open_store(url, **options) as store:
         session = store.get(SESSION)
-        while not _stopped(stop):
+        while not stop.exists():
             reads += 1
             latest = session.latest_seq
             after = rng.randint(0, max(latest, 0))
@@ -163,7 +158,7 @@ def _compactor(url: str, options: dict[str, object], stop: Path, seed: int, repo
     done = conflicts = 0
     with ags.open_store(url, **options) as store:
         session = store.get(SESSION)
-        while not _stopped(stop):
+        while not stop.exists():
             time.sleep(rng.uniform(0.001, 0.01))
             with store.lock(SESSION, timeout=60):
                 try:
@@ -180,7 +175,7 @@ def _compactor(url: str, options: dict[str, object], stop: Path, seed: int, repo
 def _recoverer(url: str, options: dict[str, object], stop: Path, report: Report) -> None:
     passes = 0
     with ags.open_store(url, **options) as store:
-        while not _stopped(stop):
+        while not stop.exists():
             passes += 1
             for rep in store.recover([SESSION]):
                 if rep.status not in ("clean", "live"):
@@ -235,8 +230,7 @@ def _appends(config: Config, backend: str, rng: random.Random) -> Result:
     finally:
         for proc in procs.values():
             proc.finish(0)
-        if backend == "postgres" and config.postgres_dsn:
-            drop_postgres_schema(config.postgres_dsn, url)
+        config.drop_store(backend, url)
     return result
 
 
@@ -353,8 +347,7 @@ def _turn_lock(config: Config, backend: str, rng: random.Random) -> Result:
     finally:
         for proc in procs:
             proc.finish(0)
-        if backend == "postgres" and config.postgres_dsn:
-            drop_postgres_schema(config.postgres_dsn, url)
+        config.drop_store(backend, url)
     return result
 
 
@@ -390,16 +383,6 @@ def run(config: Config) -> list[Result]:
     results = []
     for backend in config.backends:
         rng = config.rng(f"{NAME}:{backend}")
-        if backend == "postgres" and not config.postgres_dsn:
-            for name in (NAME, f"{NAME}/turn-lock"):
-                results.append(
-                    Result(
-                        scenario=name,
-                        backend=backend,
-                        skipped="AGENTSESSION_TEST_POSTGRES_DSN is not set",
-                    )
-                )
-            continue
         results.append(_appends(config, backend, rng))
         results.append(_turn_lock(config, backend, rng))
     return results

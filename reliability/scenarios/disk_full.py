@@ -25,6 +25,7 @@ is the server's.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import pwd
@@ -48,8 +49,8 @@ TITLE = "Disk full (ENOSPC/EFBIG), read-only directory, unreadable file: clean e
 SID = "slack:C042:t:1712345678.5"
 OTHER = "slack:C042:t:new"
 TRIAL_TIMEOUT = 60.0
-_COUNTERS = ("trials", "acknowledged", "found", "lost", "duplicated", "unopenable", "invalid",
-             "uncaught", "errors", "violations")
+_COUNTERS = tuple(f.name for f in dataclasses.fields(Result) if f.type == "int")
+"""The counting columns of a row: what a trial's child sends back to be added up."""
 
 
 # -- the store and its events --------------------------------------------------------------

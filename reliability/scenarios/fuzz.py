@@ -40,7 +40,9 @@ from ..common import (
     Result,
     deadline,
     drop_postgres_schema,
+    encoded_key,
     note,
+    postgres_schema,
     tally,
     violation,
 )
@@ -103,7 +105,11 @@ def _exercise(
             session = store.get(SID)
             events = session.read()
             found = [encode_event(e) for e in events]
-            tally(result, [_key(e) for e in before], [_key(e) for e in found[: len(before)]])
+            tally(
+                result,
+                [encoded_key(e) for e in before],
+                [encoded_key(e) for e in found[: len(before)]],
+            )
             if found[: len(before)] != before:
                 violation(result, f"{where}: the events before the damage read back differently")
             session.messages()
@@ -137,10 +143,6 @@ def _exercise(
             with contextlib.suppress(Exception):
                 store.close()
     return found
-
-
-def _key(line: bytes) -> str:
-    return line.decode("utf-8", "surrogateescape")
 
 
 # -- JSONL ------------------------------------------------------------------------------------
@@ -489,8 +491,7 @@ class SqliteTarget(SqlTarget):
             with contextlib.suppress(UnicodeDecodeError):
                 text = value.decode("utf-8")  # valid UTF-8 as TEXT, the rest as a BLOB
             if kind in ("data", "meta", "type", "time", "agent"):
-                conn.execute(f'UPDATE events SET "{kind if kind != "agent" else "agent"}" = ? '
-                             "WHERE seq = ?", (text, seq))
+                conn.execute(f'UPDATE events SET "{kind}" = ? WHERE seq = ?', (text, seq))
             elif kind == "seq":
                 conn.execute("UPDATE events SET seq = ?, key = (key >> 32 << 32) | ? "
                              "WHERE seq = ?", (int(value), int(value) & 0xFFFFFFFF, seq))
@@ -519,7 +520,7 @@ class PostgresTarget(SqlTarget):
         assert config.postgres_dsn
         self.dsn = config.postgres_dsn
         self.url, self.options = config.store_url("postgres", NAME)
-        self.schema = self.url.rsplit("schema=", 1)[1].split("&")[0]
+        self.schema = postgres_schema(self.url)
         drop_postgres_schema(self.dsn, self.url)
         store = ags.open_store(self.url, **self.options)
         try:
@@ -667,13 +668,10 @@ def _run(config: Config) -> list[Result]:
         finally:
             target.close()
     if "postgres" in config.backends:
-        if not config.postgres_dsn:
-            results.append(Result(NAME, "postgres", skipped="no PostgreSQL DSN"))
-        else:
-            pg = PostgresTarget(config)
-            try:
-                results.append(_fuzz_sql(config, pg, rng))
-            finally:
-                pg.close()
+        pg = PostgresTarget(config)
+        try:
+            results.append(_fuzz_sql(config, pg, rng))
+        finally:
+            pg.close()
     shutil.rmtree(base, ignore_errors=True)
     return results

@@ -40,6 +40,7 @@ from ..common import (
     check_history,
     check_seqs,
     count_exception,
+    count_problems,
     kill_all,
     note,
     pump,
@@ -193,12 +194,7 @@ def _collect(procs: list[Proc], result: Result, acked: list[str]) -> None:
         for line in proc.lines:
             if line.startswith("ack "):
                 acked.extend(line[4:].split())
-            elif line.startswith("!error "):
-                result.errors += 1
-                note(result, f"writer: {line[7:]}")
-            elif line.startswith("!uncaught "):
-                result.uncaught += 1
-                note(result, f"writer: {line[10:]}")
+        count_problems(result, proc, "writer")
 
 
 def _verify(url: str, session_ids: list[str], acked: list[str], result: Result) -> None:

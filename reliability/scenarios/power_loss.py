@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import os
 import shutil
 import stat
@@ -58,6 +57,7 @@ from ..common import (
     check_history,
     count_exception,
     deadline,
+    encoded_key,
     note,
     tally,
     violation,
@@ -532,7 +532,11 @@ def _check(rec: Recording, state: State, root: Path, durability: str, result: Re
             session = store.get(state.sid)
             events = session.read()
             found = [encode_event(e) for e in events]
-            tally(result, [_key(e) for e in expected[: state.required]], [_key(e) for e in found])
+            tally(
+                result,
+                [encoded_key(e) for e in expected[: state.required]],
+                [encoded_key(e) for e in found],
+            )
             m = len(found)
             if found != expected[:m]:
                 violation(result, f"{where}: read back is not a prefix of what was written")
@@ -566,10 +570,6 @@ def _check(rec: Recording, state: State, root: Path, durability: str, result: Re
     return 0
 
 
-def _key(line: bytes) -> str:
-    return line.decode("utf-8", "surrogateescape")
-
-
 def _dir_fsync_note(rec: Recording) -> str:
     created = {op.name for op in rec.ops if op.kind == "create" and os.sep not in op.name}
     synced = any(op.kind == "dirsync" and op.name == "." for op in rec.ops)
@@ -582,17 +582,8 @@ def _dir_fsync_note(rec: Recording) -> str:
 
 
 def run(config: Config) -> list[Result]:
-    # Each torn tail moved aside logs a warning: thousands of them would bury the report.
-    logger = logging.getLogger("agentsession")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        return _run(config)
-    finally:
-        logger.setLevel(level)
-
-
-def _run(config: Config) -> list[Result]:
+    """One row per JSONL durability, and the ``dir-entry`` row. Each torn tail moved aside logs
+    a warning: ``run.py`` keeps the library's log at ERROR for the whole run."""
     rng = config.rng(NAME)
     results: list[Result] = []
     base = config.workdir / NAME

@@ -32,7 +32,6 @@ from reliability.common import (
     check_seqs,
     count_exception,
     count_problems,
-    drop_postgres_schema,
     note,
     pump,
     spawn,
@@ -350,9 +349,6 @@ def _specs(config: Config, backend: str, fresh: int) -> tuple[list[StoreSpec], S
 
 def _run_backend(config: Config, backend: str, rng: random.Random) -> Result:
     result = Result(scenario=NAME, backend=backend, expected_errors=False)
-    if backend == "postgres" and not config.postgres_dsn:
-        result.skipped = "AGENTSESSION_TEST_POSTGRES_DSN is not set"
-        return result
     trials = config.trials(70, 1000)
     shared, _ = _specs(config, backend, 0)
     urls = [spec.url for spec in shared]
@@ -386,12 +382,11 @@ def _run_backend(config: Config, backend: str, rng: random.Random) -> Result:
             phases[phase] += 1
             _verify(spec, sid, sessions, acked, result)
     finally:
-        if backend == "postgres" and config.postgres_dsn:
-            for url in urls:
-                try:
-                    drop_postgres_schema(config.postgres_dsn, url)
-                except Exception as exc:
-                    note(result, f"could not drop a schema: {exc}")
+        for url in urls:
+            try:
+                config.drop_store(backend, url)
+            except Exception as exc:
+                note(result, f"could not drop a schema: {exc}")
     shown = ", ".join(f"{k} {n}" for k, n in phases.most_common())
     stores = ", ".join(f"{k} {n}" for k, n in kinds.items())
     note(result, f"killed while: {shown}; stores: {stores}")
