@@ -44,10 +44,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _postgres import drop_schema, with_schema
 from _workload import transcript
 
 import agentsession as ags
@@ -253,23 +253,6 @@ def threads_rate(url: str, options: dict[str, Any], tasks: int, appends: int) ->
     elapsed = time.perf_counter() - start
     store.close()
     return tasks * appends / elapsed
-
-
-# -- PostgreSQL schema ----------------------------------------------------------------------------
-
-
-def with_schema(dsn: str, schema: str) -> str:
-    parts = urlsplit(dsn)
-    query = "&".join(q for q in (parts.query, f"schema={schema}") if q)
-    return urlunsplit(parts._replace(query=query))
-
-
-def drop_schema(dsn: str, schema: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 # -- main ---------------------------------------------------------------------------------------

@@ -49,12 +49,12 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _postgres import drop_schema, postgres_url
 from _workload import transcript
 
 import agentsession as ags
@@ -274,23 +274,6 @@ def sdk_fill(path: Path, sessions: int, per_session: list[dict[str, Any]]) -> No
         session = sdk_session(path, f"user:{n}")
         asyncio.run(session.add_items(per_session))
         session.close()
-
-
-# -- PostgreSQL -------------------------------------------------------------------------------
-
-
-def postgres_url(dsn: str) -> tuple[str, str]:
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
-    parts = urlsplit(dsn)
-    query = "&".join(filter(None, [parts.query, urlencode({"schema": schema})]))
-    return urlunsplit(parts._replace(query=query)), schema
-
-
-def drop_schema(dsn: str, schema: str) -> None:
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -516,8 +499,8 @@ def main() -> None:
             from postgres import writers  # the writer processes of benchmarks/postgres.py
 
             say("postgresql writers...")
-            url, _ = postgres_url(pg_dsn)
-            schemas.append(urlsplit(url).query.split("schema=")[-1])
+            url, schema = postgres_url(pg_dsn)
+            schemas.append(schema)
             ags.open_store(url).close()  # migrate once before the writers start
             one = eight = 0.0
             for _ in range(3):  # interleaved, best of three each

@@ -40,8 +40,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _postgres import drop_schema, with_schema
+from _workload import _text
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
@@ -51,11 +54,6 @@ from google.genai import types
 from agentsession.integrations.adk import AgentSessionService
 
 APP, USER = "bench_app", "bench_user"
-
-
-def _text(size: int, seed: int) -> str:
-    base = f"turn {seed}: the quick brown fox jumps over the lazy dog. "
-    return (base * (size // len(base) + 1))[:size]
 
 
 def adk_events(count: int, tag: str = "") -> Iterator[Event]:
@@ -235,23 +233,6 @@ def race(target: str, count: int, work: Path) -> tuple[int, int, int]:
     acknowledged = sum(a for a, _ in results)
     errors = sum(e for _, e in results)
     return kept, errors, max(0, acknowledged - kept)
-
-
-# -- PostgreSQL schema ---------------------------------------------------------------------------
-
-
-def with_schema(dsn: str, schema: str) -> str:
-    parts = urlsplit(dsn)
-    query = "&".join(q for q in (parts.query, f"schema={schema}") if q)
-    return urlunsplit(parts._replace(query=query))
-
-
-def drop_schema(dsn: str, schema: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def main() -> None:

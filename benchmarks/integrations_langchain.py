@@ -40,7 +40,6 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
 from langchain_core.messages import (
@@ -52,15 +51,15 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _postgres import drop_schema, postgres_url
+from _workload import _text
+
 import agentsession as ags
 from agentsession.integrations.langchain import AgentSessionChatHistory, history_from_events
 
 warnings.filterwarnings("ignore", message=".*deprecated.*")  # langchain-core 1.x histories
-
-
-def _text(size: int, seed: int) -> str:
-    base = f"turn {seed}: the quick brown fox jumps over the lazy dog. "
-    return (base * (size // len(base) + 1))[:size]
 
 
 def conversation(count: int) -> list[BaseMessage]:
@@ -173,20 +172,6 @@ def decode_floor(messages: list[BaseMessage]) -> float:
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
-
-
-def postgres_url(dsn: str) -> tuple[str, str]:
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
-    parts = urlsplit(dsn)
-    query = "&".join(filter(None, [parts.query, urlencode({"schema": schema})]))
-    return urlunsplit(parts._replace(query=query)), schema
-
-
-def drop_schema(dsn: str, schema: str) -> None:
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 # -- the run ----------------------------------------------------------------------------------

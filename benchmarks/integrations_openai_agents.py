@@ -42,8 +42,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _postgres import drop_schema, with_schema
 from agents import SQLiteSession
 
 from agentsession.integrations.openai_agents import OpenAIAgentsSession
@@ -223,20 +225,6 @@ def two_processes(
         "seconds": max(r["seconds"] for r in reports),
         "first_error": next((e for r in reports for e in r["errors"]), ""),
     }
-
-
-def with_schema(dsn: str, schema: str) -> str:
-    parts = urlsplit(dsn)
-    query = "&".join(q for q in (parts.query, f"schema={schema}") if q)
-    return urlunsplit(parts._replace(query=query))
-
-
-def drop_schema(dsn: str, schema: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def main() -> None:

@@ -48,11 +48,11 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 import psycopg
+from _postgres import with_schema
 from _workload import transcript
 from psycopg import sql
 
@@ -72,12 +72,6 @@ def backend_cpu(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
-
-
-def with_schema(dsn: str, schema: str) -> str:
-    parts = urlsplit(dsn)
-    query = "&".join(filter(None, [parts.query, urlencode({"schema": schema})]))
-    return urlunsplit(parts._replace(query=query))
 
 
 def items_of(count: int) -> list[tuple[str, Any]]:

@@ -20,11 +20,9 @@ import importlib.util
 import multiprocessing
 import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -50,26 +48,13 @@ from agentsession.integrations.adk import (
 )
 from agentsession.validation import provider_errors
 
-DSN = os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN", "")
+from .test_conformance_postgres import DSN, drop_schemas, new_schema_name, url_with_schema
+
 NO_POSTGRES = pytest.mark.skipif(
     not DSN, reason="set AGENTSESSION_TEST_POSTGRES_DSN to run the PostgreSQL tests"
 )
 BACKENDS = ["memory", "jsonl", "sqlite", pytest.param("postgres", marks=NO_POSTGRES)]
 SHARED_BACKENDS = ["jsonl", "sqlite", pytest.param("postgres", marks=NO_POSTGRES)]
-
-
-def _schema_url(schema: str) -> str:
-    parts = urlsplit(DSN)
-    query = "&".join(q for q in (parts.query, f"schema={schema}") if q)
-    return urlunsplit(parts._replace(query=query))
-
-
-def _drop_schema(schema: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def _url(backend: str, tmp_path: Path) -> Iterator[str]:
@@ -80,11 +65,11 @@ def _url(backend: str, tmp_path: Path) -> Iterator[str]:
     elif backend == "sqlite":
         yield f"sqlite:///{tmp_path}/sessions.db"
     else:
-        schema = "t_" + uuid.uuid4().hex[:16]
+        schema = new_schema_name()
         try:
-            yield _schema_url(schema)
+            yield url_with_schema(schema)
         finally:
-            _drop_schema(schema)
+            drop_schemas([schema])
 
 
 @pytest.fixture(params=BACKENDS)

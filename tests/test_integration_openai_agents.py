@@ -41,7 +41,6 @@ from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseFunctionWebSearch,
     ResponseOutputMessage,
-    ResponseOutputText,
     ResponseReasoningItem,
 )
 from openai.types.responses.response_function_web_search import ActionSearch
@@ -184,13 +183,7 @@ class ScriptedModel(EXAMPLE.ScriptedModel):  # type: ignore[misc,name-defined]
 
 
 def text_message(text: str, item_id: str = "msg_1") -> ResponseOutputMessage:
-    return ResponseOutputMessage(
-        id=item_id,
-        type="message",
-        role="assistant",
-        status="completed",
-        content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
-    )
+    return cast("ResponseOutputMessage", EXAMPLE.say(text, item_id))
 
 
 def _run_sync(agent: Agent[Any], input_data: Any, **kwargs: Any) -> Any:

@@ -234,6 +234,16 @@ def _mark(event: Event) -> str:
     return f"{event.meta.get('adk', '')}@{stamp}"
 
 
+def _snapshot_of(raw: str | None) -> _Snapshot | None:
+    """The stored snapshot ``raw`` (None when there is none or it does not decode)."""
+    if raw is None:
+        return None
+    try:
+        return _snapshot_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
 def _split(delta: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """A state delta's ``app:``, ``user:`` and session parts (prefixes removed; ``temp:``
     keys dropped)."""
@@ -553,12 +563,7 @@ class AgentSessionService(BaseSessionService):
         """The session state at the log's end, from the snapshot when it matches the log
         (reading the events after it), else from the whole log; None for no session."""
         raw = self._sync.meta_get(SNAPSHOT_KIND, key)
-        snapshot: _Snapshot | None = None
-        if raw is not None:
-            try:
-                snapshot = _snapshot_decoder.decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                snapshot = None
+        snapshot = _snapshot_of(raw)
         if snapshot is not None and snapshot.seq > 0:
             events = session.read(snapshot.seq - 1)
             if events and events[0].seq == snapshot.seq and _mark(events[0]) == snapshot.mark:
@@ -583,14 +588,8 @@ class AgentSessionService(BaseSessionService):
         ).decode()
 
         def change(current: str | None) -> str | None:
-            if current is None or current == stale:
-                return new
-            try:
-                if _snapshot_decoder.decode(current).seq >= fold.seq:
-                    return current
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                pass
-            return new
+            stored = None if current == stale else _snapshot_of(current)
+            return current if stored is not None and stored.seq >= fold.seq else new
 
         self._sync._meta_update(SNAPSHOT_KIND, key, change)
 
@@ -721,19 +720,16 @@ class AgentSessionService(BaseSessionService):
     ) -> None:
         """After reading a whole long log: write a snapshot when the stored one lags (or does
         not match the log)."""
-        raw = self._sync.meta_get(SNAPSHOT_KIND, key)
-        stale: str | None = None
-        if raw is not None:
-            try:
-                snapshot = _snapshot_decoder.decode(raw)
-                at = events[snapshot.seq - 1] if 0 < snapshot.seq <= len(events) else None
-                if at is not None and _mark(at) == snapshot.mark:
-                    if last.seq - snapshot.seq <= SNAPSHOT_EVERY:
-                        return
-                else:
-                    stale = raw
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                stale = raw
+        stale = self._sync.meta_get(SNAPSHOT_KIND, key)
+        snapshot = _snapshot_of(stale)
+        if (
+            snapshot is not None
+            and 0 < snapshot.seq <= len(events)
+            and _mark(events[snapshot.seq - 1]) == snapshot.mark
+        ):
+            if last.seq - snapshot.seq <= SNAPSHOT_EVERY:
+                return
+            stale = None  # it matches the log, and lags
         fold.seq, fold.mark = last.seq, _mark(last)
         self._save_snapshot(key, fold, stale)
 
@@ -861,7 +857,8 @@ class AgentSessionService(BaseSessionService):
         if seqs[-1] > _marker_seq(session):
             session._storage_update_marker = f"{_MARKER}{seqs[-1]}"
         self._commit_event_to_session(session, event)
-        if app_delta or user_delta or _crosses(seqs):
+        snapshot = _crosses(seqs)
+        if app_delta or user_delta or snapshot:
             fn = functools.partial(
                 self._after_append,
                 key,
@@ -870,7 +867,7 @@ class AgentSessionService(BaseSessionService):
                 session.user_id,
                 app_delta,
                 user_delta,
-                _crosses(seqs),
+                snapshot,
             )
             await self._run("adk.shared_state", fn)
         return event

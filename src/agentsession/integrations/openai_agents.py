@@ -122,24 +122,27 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _reuse_shared_locked(target: str) -> AsyncStore | None:
+    """The open shared store of ``target``, with one more user (called with the lock held)."""
+    entry = _shared.get(target)
+    if entry is None or entry[0].closed:
+        return None
+    _shared[target] = (entry[0], entry[1] + 1)
+    return entry[0]
+
+
 def _acquire_shared(target: str) -> AsyncStore:
     with _shared_lock:
-        entry = _shared.get(target)
-        if entry is not None and not entry[0].closed:
-            _shared[target] = (entry[0], entry[1] + 1)
-            return entry[0]
-    store = AsyncStore(open_store(target), executor=_thread_pool())  # outside the lock: I/O
+        store = _reuse_shared_locked(target)
+    if store is not None:
+        return store
+    opened = AsyncStore(open_store(target), executor=_thread_pool())  # outside the lock: I/O
     with _shared_lock:
-        entry = _shared.get(target)
-        if entry is not None and not entry[0].closed:
-            _shared[target] = (entry[0], entry[1] + 1)
-            other = store
-            store = entry[0]
-        else:
-            _shared[target] = (store, 1)
-            other = None
-    if other is not None:
-        other.sync.close()
+        store = _reuse_shared_locked(target)  # another thread opened it meanwhile
+        if store is None:
+            _shared[target] = (opened, 1)
+            return opened
+    opened.sync.close()
     return store
 
 
