@@ -649,6 +649,17 @@ def _interleaved(
     return run(main())
 
 
+def recreate(other: Any) -> Callable[[], None]:
+    """A step that deletes session ``s`` through ``other``'s store and creates it again with one
+    event: another life of the log."""
+
+    def step() -> None:
+        other._store.delete("s")
+        other._store.get("s").append(said("new"))
+
+    return step
+
+
 def test_a_read_whose_session_object_caught_up_meanwhile_answers_from_it(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -667,11 +678,7 @@ def test_a_read_whose_session_object_moved_to_a_new_life_meanwhile_goes_to_a_thr
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario(session: AsyncSession, other: Any, interleave: Interleave) -> None:
-        def recreate() -> None:
-            other._store.delete("s")
-            other._store.get("s").append(said("new"))
-
-        interleave.at["after_fetch"] += [recreate, lambda: session.sync.latest_seq]
+        interleave.at["after_fetch"] += [recreate(other), lambda: session.sync.latest_seq]
         assert [e.seq for e in await session.read()] == [1]
 
     assert _interleaved(url, monkeypatch, scenario) == 1
@@ -724,11 +731,7 @@ def test_an_append_whose_session_object_moved_to_a_new_life_meanwhile_reloads(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario(session: AsyncSession, other: Any, interleave: Interleave) -> None:
-        def recreate() -> None:
-            other._store.delete("s")
-            other._store.get("s").append(said("new"))
-
-        interleave.at["after_statement"] += [recreate, lambda: session.sync.latest_seq]
+        interleave.at["after_statement"] += [recreate(other), lambda: session.sync.latest_seq]
         assert await session.append_many([said("m1"), said("m2")]) == [4, 5]
         assert pg(session)._stale  # stored in the old life, deleted since
         assert [m.text for m in await session.messages()] == ["new"]
