@@ -1,8 +1,10 @@
-"""A LangChain chat with its history in agentsession: two turns through
-``RunnableWithMessageHistory`` over a scripted model (no network, no API key), read back by a
-new store object, then cleared without deleting anything.
+"""A LangChain agent with its conversation in agentsession: ``create_agent`` (LangChain 1.x's
+agent, a LangGraph graph) with a tool, over a scripted model (no network, no API key). Each
+turn loads the history, runs the agent on it plus the new question, and adds the messages the
+run produced; a new store object then reads the conversation back, and clearing it deletes
+nothing.
 
-    pip install 'agentsession[langchain]'
+    pip install 'agentsession[langchain]' langchain
     python examples/langchain_example.py [DIRECTORY]
 """
 
@@ -10,51 +12,59 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import warnings
+from collections.abc import Sequence
+from typing import Any
 
+from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
-from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
-from langchain_core.runnables.history import RunnableWithMessageHistory
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
 
 import agentsession as ags
 from agentsession.integrations.langchain import AgentSessionChatHistory
 
-# langchain-core 1.x marks RunnableWithMessageHistory deprecated (LangGraph's persistence is
-# its successor); it still works, and this example shows it.
-warnings.filterwarnings("ignore", message=".*deprecated.*")
+
+class ScriptedModel(GenericFakeChatModel):
+    """Answers from a list; takes the agent's tools as a real chat model would."""
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedModel:
+        return self
 
 
-def main(directory: str) -> None:
-    store = ags.open_store(directory)  # one store for every history object
-    model = GenericFakeChatModel(
+@tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"Sunny and 21 degrees in {city}."
+
+
+def scripted_model() -> ScriptedModel:
+    call = {"name": "get_weather", "args": {"city": "Paris"}, "id": "call_1"}
+    usage = {"input_tokens": 24, "output_tokens": 8, "total_tokens": 32}
+    return ScriptedModel(
         messages=iter(
             [
-                AIMessage(
-                    "Hello Ada, nice to meet you.",
-                    usage_metadata={"input_tokens": 24, "output_tokens": 8, "total_tokens": 32},
-                ),
-                AIMessage("You are Ada."),
+                AIMessage("", tool_calls=[call], usage_metadata=usage),
+                AIMessage("It is sunny in Paris, 21 degrees.", usage_metadata=usage),
+                AIMessage("You asked about Paris."),
             ]
         )
     )
-    prompt = ChatPromptTemplate.from_messages(
-        [
-            ("system", "You are a brief assistant."),
-            MessagesPlaceholder("history"),
-            ("human", "{question}"),
-        ]
-    )
-    chat = RunnableWithMessageHistory(
-        prompt | model,
-        lambda session_id: AgentSessionChatHistory(session_id, store=store),
-        input_messages_key="question",
-        history_messages_key="history",
-    )
-    config = {"configurable": {"session_id": "web:ada"}}
-    for question in ("My name is Ada.", "What is my name?"):
-        answer = chat.invoke({"question": question}, config)  # type: ignore[arg-type]
-        print(f"user: {question}\nassistant: {answer.content}")
+
+
+def ask(agent: Any, store: ags.BaseStore, session_id: str, question: str) -> str:
+    """One turn: the stored history plus the question in, the run's new messages stored."""
+    history = AgentSessionChatHistory(session_id, store=store)
+    before = history.messages
+    result = agent.invoke({"messages": [*before, HumanMessage(question)]})
+    history.add_messages(result["messages"][len(before) :])  # one atomic batch
+    return str(result["messages"][-1].content)
+
+
+def main(directory: str) -> None:
+    store = ags.open_store(directory)
+    agent = create_agent(scripted_model(), tools=[get_weather], system_prompt="Be brief.")
+    for question in ("What is the weather in Paris?", "Which city did I ask about?"):
+        print(f"user: {question}\nassistant: {ask(agent, store, 'web:ada', question)}")
     store.close()
 
     # Another process (here: a new store object) reads the same history back.
@@ -62,7 +72,7 @@ def main(directory: str) -> None:
     history = AgentSessionChatHistory("web:ada", store=reopened)
     print(f"\n{len(history.messages)} LangChain messages in {history.session.location}:")
     for message in history.messages:
-        print(f"  {message.type}: {message.content}")
+        print(f"  {message.type}: {message.content or message.tool_calls}")  # type: ignore[attr-defined]
     session = history.session
     print("agentsession's history:", [m.role for m in session.messages()])
     usage = [e.payload() for e in session.read() if e.type == "usage"]

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib.util
 import multiprocessing
-import re
 import subprocess
 import sys
 import threading
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -1031,25 +1032,63 @@ def test_tool_calls_invalid_tool_calls_and_mixed_types_are_preserved(
 # The example and the documentation.
 
 
-def test_the_langchain_example_runs(tmp_path: Path) -> None:
+def test_the_langchain_example_runs_without_a_warning(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "langchain_example.py"), str(tmp_path / "s")],
+        [
+            sys.executable,
+            "-W",
+            "error",
+            str(ROOT / "examples" / "langchain_example.py"),
+            str(tmp_path / "s"),
+        ],
         capture_output=True,
         text=True,
         check=True,
         timeout=120,
     )
-    assert "You are Ada." in out.stdout
+    assert "You asked about Paris." in out.stdout
+    assert out.stderr == ""
 
 
-def test_the_documentations_python_blocks_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _example_module() -> Any:
+    """``examples/langchain_example.py`` as a module (it is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "langchain_example", ROOT / "examples" / "langchain_example.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_create_agent_run_keeps_its_conversation_in_the_history_without_warnings(
+    shared: Backend,
 ) -> None:
-    page = ROOT / "docs" / "_integrations_langchain.md"
-    if not page.exists():  # merged into docs/integrations.md, whose blocks test_docs.py runs
-        pytest.skip("docs/_integrations_langchain.md was merged")
-    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
-    assert blocks
-    monkeypatch.chdir(tmp_path)
-    for index, code in enumerate(blocks):
-        exec(compile(code, f"{page.name} python block {index}", "exec"), {"__name__": "__docs__"})
+    """LangChain 1.x's agent (``create_agent``, a LangGraph graph) with a tool, its history
+    loaded before each turn and the run's new messages added after it, warnings as errors;
+    a second store object reads the conversation, and the derived history is
+    provider-valid."""
+    pytest.importorskip("langchain.agents")
+    from langchain.agents import create_agent
+
+    example = _example_module()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        agent = create_agent(example.scripted_model(), tools=[example.get_weather])
+        sid = new_id()
+        first = example.ask(agent, shared.writer, sid, "What is the weather in Paris?")
+        second = example.ask(agent, shared.open(), sid, "Which city did I ask about?")
+        read = AgentSessionChatHistory(sid, store=shared.reader).messages
+    assert (first, second) == ("It is sunny in Paris, 21 degrees.", "You asked about Paris.")
+    assert [m.type for m in read] == ["human", "ai", "tool", "ai", "human", "ai"]
+    assert read[2].tool_call_id == "call_1"  # type: ignore[attr-defined]
+    derived = shared.reader.get(sid).messages()
+    assert [m.role for m in derived] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert provider_errors(derived) == []

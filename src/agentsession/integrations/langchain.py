@@ -1,12 +1,17 @@
 """LangChain chat message history on an agentsession log (the ``langchain`` extra).
 
 :class:`AgentSessionChatHistory` is a ``langchain_core.chat_history.BaseChatMessageHistory``,
-so ``RunnableWithMessageHistory`` and everything built on it persist to any agentsession store::
+so a LangChain agent (``create_agent``) keeps its conversation in any agentsession store: load
+the history, run the agent on it plus the new message, add what the run produced::
 
     store = open_store("sessions/")
-    chain = RunnableWithMessageHistory(
-        model, lambda session_id: AgentSessionChatHistory(session_id, store=store)
-    )
+    history = AgentSessionChatHistory(session_id, store=store)
+    before = history.messages
+    result = agent.invoke({"messages": [*before, HumanMessage(text)]})
+    history.add_messages(result["messages"][len(before):])
+
+``RunnableWithMessageHistory`` (deprecated in langchain-core 1.x) takes it as its factory's
+history as well.
 
 **The events.** Every LangChain message becomes one of agentsession's typed events, so the
 session's own ``messages()``, the providers' converters, the command line and compaction see
