@@ -19,7 +19,7 @@ import json
 import textwrap
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import pytest
 
@@ -55,6 +55,7 @@ from agentsession.integrations.openai_agents import (
     POP,
     OpenAIAgentsSession,
 )
+from agentsession.messages import ThinkingPart
 from agentsession.testing._processes import run_released
 from agentsession.validation import provider_errors
 
@@ -1123,6 +1124,179 @@ def test_any_sequence_of_calls_answers_as_the_sqlite_session(ops: list[tuple[Any
 
 
 # ---------------------------------------------------------------------------------------------
+# The typed mirror
+
+
+@pytest.mark.parametrize("method", RUNNER_METHODS)
+def test_an_agent_runs_conversation_is_the_sessions_derived_history(
+    method: str, make_session: Callable[..., OpenAIAgentsSession]
+) -> None:
+    """After a run with reasoning, a built-in tool, a function call and a handoff, the
+    session's ``messages()`` holds the conversation (calls paired with their outputs, the
+    reasoning kept) and every provider's request built from it is valid."""
+    from agentsession.providers import (
+        anthropic_errors,
+        openai_chat_errors,
+        openai_responses_errors,
+        to_anthropic,
+        to_openai_chat,
+        to_openai_responses,
+    )
+
+    session = make_session("mirror")
+
+    async def scenario() -> None:
+        model = ScriptedModel()
+        _script(model)
+        await run_agent(method, _agents(model), "Weather in Paris?", session=session)
+        history = await (await session.log()).messages()
+        assert [m.role for m in history] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant",
+        ]
+        assert history[0].text == "Weather in Paris?"
+        assert [c.name for c in history[1].tool_calls] == ["get_weather"]
+        assert [p.id for p in history[1].parts if isinstance(p, ThinkingPart)] == ["rs_1"]
+        assert history[2].tool_results[0].call_id == "call_1"
+        assert history[2].tool_results[0].name == "get_weather"
+        assert history[-1].text == "Sunny in Paris."
+        assert provider_errors(history) == []
+        assert openai_responses_errors(to_openai_responses(history)) == []
+        assert openai_chat_errors(to_openai_chat(history)) == []
+        assert anthropic_errors(to_anthropic(history)) == []
+
+    run(scenario())
+
+
+def test_a_call_without_its_output_has_the_interrupted_stand_in(
+    make_session: Callable[..., OpenAIAgentsSession],
+) -> None:
+    """A run killed while its tool ran leaves a function call with no output: the derived
+    history answers it as interrupted (what the SDK would send is left as it was)."""
+    session = make_session("killed")
+
+    async def scenario() -> None:
+        call = {"type": "function_call", "call_id": "c1", "name": "deploy", "arguments": "{}"}
+        await session.add_items([{"role": "user", "content": "deploy"}, cast("Any", call)])
+        history = await (await session.log()).messages()
+        assert [m.role for m in history] == ["user", "assistant", "tool"]
+        assert history[2].tool_results[0].audit == {"decision": "interrupted"}
+        assert provider_errors(history) == []
+        assert len(await session.get_items()) == 2
+
+    run(scenario())
+
+
+def test_usage_of_a_run_is_recorded_once_per_response(
+    make_session: Callable[..., OpenAIAgentsSession],
+) -> None:
+    from agents.items import ModelResponse
+    from agents.usage import Usage as SdkUsage
+    from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+    session = make_session("usage")
+
+    def usage(given: int, cached: int, made: int, reasoning: int) -> SdkUsage:
+        return SdkUsage(
+            requests=1,
+            input_tokens=given,
+            input_tokens_details=InputTokensDetails(cached_tokens=cached, cache_write_tokens=0),
+            output_tokens=made,
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning),
+            total_tokens=given + made,
+        )
+
+    class Result:  # what a run result offers: its model responses
+        raw_responses: ClassVar[list[ModelResponse]] = [
+            ModelResponse(output=[], usage=usage(859, 256, 80, 12), response_id="resp_1"),
+            ModelResponse(output=[], usage=usage(950, 900, 20, 0), response_id="resp_2"),
+        ]
+
+    async def scenario() -> None:
+        model = ScriptedModel()
+        _script(model)
+        run_result = await Runner.run(_agents(model), "Weather in Paris?", session=session)
+        assert await session.record_usage(run_result) == len(run_result.raw_responses) == 3
+        assert await session.record_usage(Result()) == 2
+        assert await session.record_usage(Result()) == 0  # the same responses: nothing more
+        assert await session.record_usage(usage(1, 0, 1, 0)) == 1  # a run's total
+        events = [e for e in await (await session.log()).read() if e.type == "usage"]
+        stored = [e.payload() for e in events[3:5]]
+        assert [(u.input_tokens, u.cache_read_tokens, u.output_tokens) for u in stored] == [
+            (859, 256, 80),
+            (950, 900, 20),
+        ]
+        assert stored[0].reasoning_tokens == 12 and stored[0].total_tokens == 939
+        assert len(events) == 6
+
+    run(scenario())
+
+
+_items = st.sampled_from(
+    [
+        {"role": "user", "content": "question"},
+        {"role": "system", "content": "be brief"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a"}]},
+        {"type": "reasoning", "id": "rs", "summary": [{"type": "summary_text", "text": "hm"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": '{"x": 1}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {"type": "function_call_output", "call_id": "c2", "output": "two"},
+        {"type": "web_search_call", "id": "ws", "status": "completed"},
+    ]
+)
+_mirror_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.lists(_items, min_size=1, max_size=4)),
+        st.tuples(st.just("pop")),
+        st.tuples(st.just("clear")),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_mirror_ops)
+def test_the_derived_history_is_always_that_of_the_live_items(ops: list[tuple[Any, ...]]) -> None:
+    """Whatever was added, popped and cleared, ``messages()`` is the history a fresh session
+    gets from the live items, added in the batches they were added in (a pop's marker holds
+    the items that remain as one batch), and it is provider-valid."""
+    store = open_store("memory:")
+
+    async def scenario() -> None:
+        session = OpenAIAgentsSession("any", store)
+        batches: list[list[Any]] = []  # the reference: the live items, as the mirror has them
+        for op in ops:
+            if op[0] == "add":
+                await session.add_items(cast("Any", op[1]))
+                batches.append(list(op[1]))
+            elif op[0] == "pop":
+                live = [item for batch in batches for item in batch]
+                popped = await session.pop_item()
+                assert popped == (live[-1] if live else None)
+                batches = [live[:-1]] if len(live) > 1 else []
+            else:
+                await session.clear_session()
+                batches = []
+        assert await session.get_items() == [item for batch in batches for item in batch]
+        fresh = OpenAIAgentsSession("fresh", store)
+        for batch in batches:
+            await fresh.add_items(cast("Any", batch))
+        ours = await (await session.log()).messages()
+        assert ours == await (await fresh.log()).messages()
+        assert provider_errors(ours) == []
+
+    try:
+        run(scenario())
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------------------------
 # The log
 
 
@@ -1135,23 +1309,51 @@ def test_pop_and_clear_are_events_and_nothing_is_deleted(
         await session.add_items(
             [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
         )
-        await session.pop_item()
-        await session.clear_session()
-        await session.add_items([{"role": "user", "content": "c"}])
         log = await session.log()
+        assert [m.text for m in await log.messages()] == ["a", "b"]
+        await session.pop_item()
+        assert [m.text for m in await log.messages()] == ["a"]
+        await session.clear_session()
+        assert await log.messages() == []
+        await session.add_items([{"role": "user", "content": "c"}])
         events = await log.read()
         assert [(e.seq, e.type) for e in events] == [
             (1, ITEM),
-            (2, ITEM),
-            (3, POP),
-            (4, CLEAR),
-            (5, ITEM),
+            (2, "user/message"),
+            (3, ITEM),
+            (4, "user/message"),
+            (5, POP),
+            (6, "session/compaction"),
+            (7, CLEAR),
+            (8, "session/compaction"),
+            (9, ITEM),
+            (10, "user/message"),
         ]
-        assert json.loads(events[2].raw) == {"itemSeq": 2}
-        assert bytes(events[1].data) == b'{"role":"user","content":"b"}'
+        assert json.loads(events[4].raw) == {"itemSeq": 3}
+        assert bytes(events[2].data) == b'{"role":"user","content":"b"}'
+        assert events[5].meta == {openai_agents.META_KEY: {"pop": 3}}
+        assert events[7].meta == {openai_agents.META_KEY: {"clear": True}}
         history = await log.messages()
-        assert history == [] and provider_errors(history) == []
+        assert [m.text for m in history] == ["c"] and provider_errors(history) == []
         assert contents(await session.get_items()) == ["c"]
+
+    run(scenario())
+
+
+def test_without_the_mirror_only_items_pops_and_clears_are_written(
+    make_session: Callable[..., OpenAIAgentsSession],
+) -> None:
+    session = make_session("plain", mirror_messages=False)
+
+    async def scenario() -> None:
+        await session.add_items(
+            [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+        )
+        await session.pop_item()
+        await session.clear_session()
+        log = await session.log()
+        assert [e.type for e in await log.read()] == [ITEM, ITEM, POP, CLEAR]
+        assert await log.messages() == []
 
     run(scenario())
 
@@ -1252,7 +1454,8 @@ def test_reading_again_reads_only_the_new_events(
         await writer.add_items([{"role": "user", "content": "newer"}])
         got = await reader.get_items()
         assert len(got) == 1001 and got[-1] == {"role": "user", "content": "newer"}
-        assert sum(counting.returned[1:]) == 3  # the three events appended since
+        # the six events appended since: two items and a pop, each with its mirror
+        assert sum(counting.returned[1:]) == 6
 
     run(scenario())
 

@@ -21,10 +21,22 @@ pop is a conditional append (``append_many(..., expect_seq=)``) made against the
 was decided on, so of two processes popping at once each gets a different item (or None),
 and an item added meanwhile is never popped unseen.
 
-The items are deliberately not mapped to agentsession's typed events (``user/message``,
-``tool/call``...): the derived history cannot forget a message, so a pop (the SDK pops to
-rewind a retried turn's input) would leave the typed history showing what the item list no
-longer has. Such a session's ``messages()`` is empty, which is provider-valid.
+**The typed mirror.** Each ``add_items`` batch also carries, after its items, agentsession's
+typed events for them (:func:`agentsession.providers.from_openai_responses_input`), each right
+after the last item it was read from: user and
+system messages as ``user/message``, the assistant's messages, reasoning and function calls as
+``assistant/message``, each ``function_call_output`` as a ``tool/result``. So the session's
+``messages()``, ``agentsession show`` and ``messages``, the viewer and the provider converters
+see the conversation, and a function call that never got its output (a run killed mid-tool)
+has the interrupted stand-in there. The built-in tools' items, custom tool calls and item
+references have no neutral form and are in the item list only. A pop or a clear is mirrored by
+a compaction marker (kind ``prune``, ``meta["openai_agents"]`` naming the pop or the clear)
+appended in the same conditional batch: the derived history after it is the mirror of the
+items that remain (nothing after a clear), so what ``messages()`` shows never disagrees with
+``get_items()``. A pop's marker carries the remaining items' messages, so it costs O(items)
+to write. ``record_usage(result)`` stores a run's token usage as ``usage`` events.
+``mirror_messages=False`` writes the items alone (``messages()`` is then empty). Sessions
+written before the mirror existed have none for their earlier items.
 
 **Reading** keeps the live items' JSON in memory and reads only the events appended since the
 last call; ``get_items(limit=n)`` on a new object reads the log backwards from its end until it
@@ -48,14 +60,25 @@ import msgspec
 from ..aio import AsyncSession, AsyncStore
 from ..codec import decode, encode
 from ..errors import ConflictError, UsageError
-from ..events import Event
+from ..events import (
+    ASSISTANT_MESSAGE,
+    COMPACTION,
+    TOOL_RESULT,
+    USAGE,
+    USER_MESSAGE,
+    Compaction,
+    Event,
+    Usage,
+)
+from ..messages import Message
+from ..providers.openai_responses import from_openai_responses_input, input_messages_with_ends
 from ..store import BaseStore, open_store
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import SessionSettings
 
-__all__ = ["CLEAR", "ITEM", "POP", "OpenAIAgentsSession"]
+__all__ = ["CLEAR", "ITEM", "META_KEY", "POP", "OpenAIAgentsSession"]
 
 ITEM: Final = "openai_agents/item"
 """Event type of one item added to the session; its payload is the item's JSON."""
@@ -82,6 +105,71 @@ class _Pop(msgspec.Struct, frozen=True, rename="camel"):
 
 
 _pop_decoder = msgspec.json.Decoder(_Pop)
+
+META_KEY: Final = "openai_agents"
+"""The ``meta`` key of the compaction markers that mirror a pop (``{"pop": item_seq}``) or a
+clear (``{"clear": true}``)."""
+
+
+def _with_mirror(items: Sequence[Any], raws: Sequence[_Json]) -> list[Event]:
+    """The ``openai_agents/item`` events of ``items`` (stored as ``raws``), each message of
+    the typed mirror right after the last item it was read from (so that reading the log
+    backwards for the latest items reads about two events per item). When the items cannot be
+    read as messages there is no mirror: the items themselves are stored whatever they hold."""
+    try:
+        messages = input_messages_with_ends(items)
+    except (UsageError, ValueError, TypeError):
+        messages = []
+    after: dict[int, list[Event]] = {}
+    for message, end in messages:
+        mirrored = after.setdefault(end, [])
+        if message.role == "assistant":
+            mirrored.append(Event.new(ASSISTANT_MESSAGE, message))
+        elif message.role == "tool":
+            mirrored.extend(Event.new(TOOL_RESULT, result) for result in message.tool_results)
+        else:
+            mirrored.append(Event.new(USER_MESSAGE, message))
+    events: list[Event] = []
+    for index, raw in enumerate(raws):
+        events.append(Event.new(ITEM, raw))
+        events.extend(after.get(index, ()))
+    return events
+
+
+def _rebuild(raws: Sequence[_Json], at_seq: int, meta: Mapping[str, Any]) -> Event:
+    """A marker at seq ``at_seq`` after which the derived history is the mirror of the items
+    ``raws`` (none: an empty history)."""
+    tail: list[Message] = []
+    if raws:
+        try:
+            tail = from_openai_responses_input(_decode_items(raws))
+        except (UsageError, ValueError, TypeError):
+            tail = []
+    marker = Compaction(first_kept_seq=at_seq, retained_tail=tail, kind="prune")
+    return Event.new(COMPACTION, marker, meta={META_KEY: dict(meta)})
+
+
+def _usage(value: Any) -> Usage | None:
+    """An SDK ``Usage`` (``agents.usage.Usage``, or a response's) as a ``usage`` payload."""
+    if value is None:
+        return None
+    given = getattr(value, "input_tokens_details", None)
+    made = getattr(value, "output_tokens_details", None)
+    return Usage(
+        input_tokens=int(getattr(value, "input_tokens", 0) or 0),
+        output_tokens=int(getattr(value, "output_tokens", 0) or 0),
+        total_tokens=int(getattr(value, "total_tokens", 0) or 0),
+        cache_read_tokens=int(getattr(given, "cached_tokens", 0) or 0),
+        cache_write_tokens=int(getattr(given, "cache_write_tokens", 0) or 0),
+        reasoning_tokens=int(getattr(made, "reasoning_tokens", 0) or 0),
+    )
+
+
+async def _contend(attempt: int) -> None:
+    """The pause before try ``attempt`` of a conditional append that other writers keep
+    beating: none for the first tries, then a growing random one."""
+    if attempt >= 4:  # writers are racing for this session: let one get ahead
+        await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,7 +312,9 @@ class OpenAIAgentsSession:
     naming the same target shares one store, closed when the last of them is closed), a sync
     :class:`~agentsession.BaseStore` or an :class:`~agentsession.aio.AsyncStore` (left open by
     :meth:`close`). ``session_settings`` (a ``SessionSettings`` or its dict) sets the default
-    ``limit`` of :meth:`get_items`, as for the SDK's sessions.
+    ``limit`` of :meth:`get_items`, as for the SDK's sessions. ``mirror_messages`` (default
+    True) also writes the typed events that make the conversation visible to ``messages()``,
+    the command line and the viewer.
 
     Safe to share between tasks, threads and event loops, and between processes through a
     store they share (JSONL, SQLite, PostgreSQL). See the module's docstring for the log it
@@ -238,10 +328,13 @@ class OpenAIAgentsSession:
         session_id: str,
         store: StoreTarget,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        *,
+        mirror_messages: bool = True,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise UsageError(f"session_id must be a non-empty string, not {session_id!r}")
         self.session_id = session_id
+        self._mirror = bool(mirror_messages)
         # Made on first use: importing the SDK takes seconds, and a session that only stores
         # items (a worker, a script) need not pay for it.
         self._settings = None if session_settings is None else _settings(session_settings)
@@ -462,39 +555,44 @@ class OpenAIAgentsSession:
         if not items:
             return
         raws = [msgspec.Raw(encode(item)) for item in items]
-        events = [Event.new(ITEM, raw) for raw in raws]
+        if self._mirror:
+            events = _with_mirror(items, raws)
+        else:
+            events = [Event.new(ITEM, raw) for raw in raws]
         if len(events) == 1:
             seqs = [await session.append(events[0])]
         else:
             seqs = await session.append_many(events)
         with self._lock:
             if self._seen == seqs[0] - 1:  # nothing else happened since we last looked
-                self._seqs.extend(seqs)
+                self._seqs.extend(s for s, e in zip(seqs, events, strict=True) if e.type == ITEM)
                 self._raws.extend(raws)
                 self._seen = seqs[-1]
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the most recent item and return it (None when there is none).
 
-        Appends ``openai_agents/pop`` only if the log still ends where the item list it read
-        ends; when another writer appended first, it reads again and decides again, so
-        concurrent pops (in any process) each get a different item."""
+        Appends ``openai_agents/pop`` (and the mirror's marker) only if the log still ends
+        where the item list it read ends; when another writer appended first, it reads again
+        and decides again, so concurrent pops (in any process) each get a different item."""
         session = await self.log()
         for attempt in range(_POP_TRIES):
-            if attempt >= 4:  # writers are racing for this session: let one get ahead
-                await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
-            raws, item_seq, base = await self._live(1)
+            await _contend(attempt)
+            # The mirror's marker carries the items that remain: it needs all of them.
+            raws, item_seq, base = await self._live(None if self._mirror else 1)
             if not raws:
                 return None
-            event = Event.new(POP, _Pop(item_seq))
+            events = [Event.new(POP, _Pop(item_seq))]
+            if self._mirror:
+                events.append(_rebuild(raws[:-1], base + 2, {"pop": item_seq}))
             try:
-                [seq] = await session.append_many([event], expect_seq=base)
+                seqs = await session.append_many(events, expect_seq=base)
             except ConflictError:
                 continue
             with self._lock:
                 if self._seen == base:
                     self._remove(item_seq)
-                    self._seen = seq
+                    self._seen = seqs[-1]
             return cast("TResponseInputItem", decode(raws[-1]))
         raise ConflictError(
             f"session {self.session_id!r}: other writers kept appending while pop_item "
@@ -502,9 +600,26 @@ class OpenAIAgentsSession:
         )
 
     async def clear_session(self) -> None:
-        """Empty the item list: appends ``openai_agents/clear`` (the log keeps every event)."""
+        """Empty the item list: appends ``openai_agents/clear`` and the mirror's marker (the log
+        keeps every event)."""
         session = await self.log()
-        seq = await session.append(Event.new(CLEAR))
+        if not self._mirror:
+            seq = await session.append(Event.new(CLEAR))
+        else:  # the marker names its own seq: appended where the log ends, conditionally
+            for attempt in range(_POP_TRIES):
+                await _contend(attempt)
+                base = await session.latest_seq()
+                events = [Event.new(CLEAR), _rebuild((), base + 2, {"clear": True})]
+                try:
+                    seq = (await session.append_many(events, expect_seq=base))[-1]
+                    break
+                except ConflictError:
+                    continue
+            else:
+                raise ConflictError(
+                    f"session {self.session_id!r}: other writers kept appending while "
+                    f"clear_session appended ({_POP_TRIES} tries)"
+                )
         with self._lock:
             if self._seen < seq:  # what came before the clear no longer matters
                 self._seqs.clear()
@@ -512,6 +627,35 @@ class OpenAIAgentsSession:
                 self._pending.clear()
                 self._seen = self._floor = seq
                 self._complete = True
+
+    async def record_usage(self, result: Any) -> int:
+        """Store the token usage of a run as ``usage`` events, one per model response, and
+        return how many were stored.
+
+        ``result`` is what ``Runner.run``/``run_sync`` returned (or a streamed run's result
+        once consumed): each of its ``raw_responses`` with a usage gives one event, whose id
+        is derived from the response id, so recording the same result twice stores nothing
+        the second time. An ``agents.usage.Usage`` (a run's total) gives one event."""
+        session = await self.log()
+        responses = getattr(result, "raw_responses", None)
+        events: list[Event] = []
+        if responses is None:
+            usage = _usage(result)
+            if usage is not None:
+                events.append(Event.new(USAGE, usage))
+        else:
+            for response in responses:
+                usage = _usage(getattr(response, "usage", None))
+                if usage is None:
+                    continue
+                response_id = getattr(response, "response_id", None)
+                key = f"openai_agents:usage:{response_id}" if response_id else None
+                events.append(Event.new(USAGE, usage, id=key))
+        if not events:
+            return 0
+        before = await session.latest_seq()
+        seqs = await session.append_many(events)
+        return sum(1 for seq in seqs if seq > before)
 
     def __repr__(self) -> str:
         return f"<OpenAIAgentsSession {self.session_id!r} at {self._store.location}>"

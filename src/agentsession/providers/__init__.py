@@ -6,7 +6,8 @@ One module per API, each a pair of converters and a structural check:
 * OpenAI Chat Completions (:mod:`.openai_chat`): :func:`to_openai_chat`,
   :func:`from_openai_chat`, :func:`openai_chat_errors`;
 * the OpenAI Responses API (:mod:`.openai_responses`): :func:`to_openai_responses`,
-  :func:`from_openai_responses`, :func:`openai_responses_errors`;
+  :func:`from_openai_responses`, :func:`from_openai_responses_input` (a conversation of input
+  items), :func:`openai_responses_errors`;
 * Anthropic Messages (:mod:`.anthropic`): :func:`to_anthropic`, :func:`from_anthropic`,
   :func:`anthropic_errors`;
 * Google Gemini ``generateContent`` (:mod:`.gemini`): :func:`to_gemini`, :func:`from_gemini`,
@@ -32,7 +33,12 @@ from ._common import ProviderReply
 from .anthropic import anthropic_errors, from_anthropic, to_anthropic
 from .gemini import from_gemini, gemini_errors, to_gemini
 from .openai_chat import from_openai_chat, openai_chat_errors, to_openai_chat
-from .openai_responses import from_openai_responses, openai_responses_errors, to_openai_responses
+from .openai_responses import (
+    from_openai_responses,
+    from_openai_responses_input,
+    openai_responses_errors,
+    to_openai_responses,
+)
 
 __all__ = [
     "ProviderReply",
@@ -41,6 +47,7 @@ __all__ = [
     "from_gemini",
     "from_openai_chat",
     "from_openai_responses",
+    "from_openai_responses_input",
     "gemini_errors",
     "openai_chat_errors",
     "openai_responses_errors",

@@ -106,7 +106,12 @@ from ._common import (
     thinking_for,
 )
 
-__all__ = ["from_openai_responses", "openai_responses_errors", "to_openai_responses"]
+__all__ = [
+    "from_openai_responses",
+    "from_openai_responses_input",
+    "openai_responses_errors",
+    "to_openai_responses",
+]
 
 _ANNOTATION_FIELDS: dict[str, dict[str, type]] = {
     "url_citation": {"url": str, "title": str, "start_index": int, "end_index": int},
@@ -448,3 +453,113 @@ def from_openai_responses(response: Any) -> ProviderReply:
         id=str(meta.get("id") or ""),
         model=str(meta.get("model") or ""),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# A conversation of input items (what the OpenAI Agents SDK's sessions keep) as our messages.
+
+_ASSISTANT_SIDE = frozenset({"reasoning", "function_call"})
+
+
+def _input_parts(content: Any) -> list[Part]:
+    """The parts of a user, system or tool-output content: a string, or a list of
+    ``input_text``/``output_text``, ``input_image`` and ``input_file`` items."""
+    if isinstance(content, str):
+        return [TextPart(content)] if content else []
+    parts: list[Part] = []
+    for raw in content if isinstance(content, list) else []:
+        part = as_mapping(raw, "a content part")
+        kind = part.get("type")
+        if kind in ("input_text", "output_text", "text"):
+            parts.append(TextPart(str(part.get("text", ""))))
+        elif kind == "input_image" and isinstance(part.get("image_url"), str):
+            detail = part.get("detail")
+            parts.append(
+                ImagePart(url=part["image_url"], detail=detail if isinstance(detail, str) else "")
+            )
+        elif kind == "input_file":
+            name = str(part.get("filename") or "")
+            url = part.get("file_data") or part.get("file_url")
+            if isinstance(url, str) and url:
+                parts.append(FilePart(url=url, name=name))
+    return parts
+
+
+def _output_result(item: Mapping[str, Any], names: Mapping[str, str]) -> ToolResult:
+    call_id = str(item.get("call_id", ""))
+    output = item.get("output")
+    if isinstance(output, str):
+        return ToolResult(call_id, names.get(call_id, ""), output)
+    # A list of content items: kept as parts (texts too), so it is sent back as a list.
+    return ToolResult(call_id, names.get(call_id, ""), parts=_input_parts(output))
+
+
+def from_openai_responses_input(items: Sequence[Any]) -> list[Message]:
+    """Responses API input items (a request's ``input``: the conversation as the OpenAI Agents
+    SDK's sessions keep it) as our messages, in order.
+
+    * a ``message`` of role ``user`` (or an easy input message, ``{"role": "user",
+      "content": ...}``) becomes a user message: text, ``input_image`` with an ``image_url``
+      as an image, ``input_file`` with ``file_data`` or ``file_url`` as a file; ``system`` and
+      ``developer`` messages become system messages;
+    * the assistant's items in a row (``message`` of role ``assistant``, ``reasoning``,
+      ``function_call``) become one assistant message, read as :func:`from_openai_responses`
+      reads a reply's output; text or reasoning after a function call starts the next one;
+    * each ``function_call_output`` becomes a tool message with one result (the call's name
+      when the call is among ``items``): a string output as its content, a list of content
+      items as its parts (texts, images, files).
+
+    Items with no neutral form are skipped (an assistant message goes on past them): the
+    built-in tools' calls and outputs (web and file search, computer use, code interpreter,
+    image generation, shell, MCP, apply patch), custom tool calls, item references and
+    ``compaction`` items. Raises
+    :class:`~agentsession.errors.UsageError` for a function call whose arguments are not a
+    JSON object."""
+    return [message for message, _ in input_messages_with_ends(items)]
+
+
+def input_messages_with_ends(items: Sequence[Any]) -> list[tuple[Message, int]]:
+    """:func:`from_openai_responses_input`, each message with the index in ``items`` of the
+    last item it was read from (so that a writer can store each message right after its
+    items)."""
+    messages: list[tuple[Message, int]] = []
+    names: dict[str, str] = {}
+    run: list[Mapping[str, Any]] = []  # the assistant's items in a row
+    run_end = -1
+
+    def flush() -> None:
+        if run:
+            reply = from_openai_responses(list(run))
+            message = reply.messages[0]
+            if message.parts or message.tool_calls:
+                messages.append((message, run_end))
+            run.clear()
+
+    for index, raw in enumerate(items):
+        item = as_mapping(as_plain(raw), "an input item")
+        kind = item.get("type", "message" if "role" in item else None)
+        role = item.get("role")
+        if kind in _ASSISTANT_SIDE or (kind == "message" and role == "assistant"):
+            if kind != "function_call" and any(i.get("type") == "function_call" for i in run):
+                flush()  # parts come before a message's calls
+            if kind == "function_call":
+                names[str(item.get("call_id", ""))] = str(item.get("name", ""))
+            run.append(item)
+            run_end = index
+            continue
+        if not (kind == "message" or kind == "function_call_output"):
+            continue  # no neutral form (built-in tools, references): the run goes on past it
+        flush()
+        if kind == "message" and role == "user":
+            parts = _input_parts(item.get("content"))
+            if parts:
+                messages.append((Message(role="user", parts=parts), index))
+        elif kind == "message" and role in ("system", "developer"):
+            parts = [p for p in _input_parts(item.get("content")) if isinstance(p, TextPart)]
+            if parts:
+                messages.append((Message(role="system", parts=parts), index))
+        elif kind == "function_call_output":
+            result = _output_result(item, names)
+            messages.append((Message(role="tool", tool_results=[result]), index))
+    flush()
+    return messages
