@@ -9,6 +9,7 @@ by the SDK's response models first. The property tests draw provider-valid histo
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import subprocess
 import sys
@@ -1061,7 +1062,7 @@ def test_a_responses_request_read_back_as_messages_makes_the_same_request(
     messages in a row are one message when read back (the items do not say where one ends),
     so histories with them are left out here."""
     roles = [m.role for m in history]
-    assume(all(a != "assistant" or b != "assistant" for a, b in zip(roles, roles[1:])))
+    assume(all(a != "assistant" or b != "assistant" for a, b in itertools.pairwise(roles)))
     request = to_openai_responses(history)
     back = from_openai_responses_input(request)
     assert to_openai_responses(back) == request
