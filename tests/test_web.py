@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import msgspec
 import pytest
@@ -299,6 +300,87 @@ def test_the_token_never_reaches_a_log_record() -> None:
     assert RedactToken().filter(record)
     text = record.getMessage()
     assert "SeCrEt123" not in text and "token=…" in text and "id=a" in text
+
+
+SECRET = "SeCrEt-t0ken_value"
+"""A token for the redaction tests."""
+
+
+def escaped(text: str, *, upper: bool = False) -> str:
+    """Every character of ``text`` percent-encoded, the hex digits in either case."""
+    return "".join(f"%{ord(c):02X}" if upper else f"%{ord(c):02x}" for c in text)
+
+
+TOKEN_SPELLINGS = (
+    f"token={SECRET}",
+    f"tok%65n={SECRET}",
+    f"%74oken={SECRET}",
+    f"%74%6F%6b%65%6E={SECRET}",
+    f"tok%2565n={SECRET}",
+    f"TOKEN={SECRET}",
+    f"token%3D{SECRET}",
+    f"token={escaped(SECRET)}",
+    f"token={escaped(SECRET, upper=True)}",
+    f"token={SECRET}&token={SECRET}",
+)
+"""The token parameter as a client may spell it: percent escapes in its name (mixed case,
+repeated), another case, ``=`` escaped (as uvicorn prints a path), the value escaped, twice."""
+
+
+@pytest.mark.parametrize("spelling", TOKEN_SPELLINGS)
+@pytest.mark.parametrize(
+    "path", ["/api/sessions?{}", "/api/session/stream?id=chat:1&{}&after=0",
+             "/api/session/stream/{}", "/session?{}&id=a"]
+)
+def test_no_spelling_of_the_token_parameter_reaches_a_log_line(spelling: str, path: str) -> None:
+    line = path.format(spelling)
+    for redactor in (RedactToken(), RedactToken(SECRET)):
+        record = logging.LogRecord(
+            "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+            ("127.0.0.1:5", "GET", line, "1.1", 200), None,
+        )
+        assert redactor.filter(record)
+        text = record.getMessage()
+        assert SECRET not in text and escaped(SECRET) not in text.lower(), text
+        assert "…" in text and "HTTP/1.1" in text
+    # The token itself is redacted wherever it is, under any name or none, and in a traceback.
+    try:
+        raise ValueError(f"/p/{SECRET}?other={escaped(SECRET, upper=True)}")
+    except ValueError:
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "at %s", (f"/{SECRET}",),
+                                   sys.exc_info())
+    assert RedactToken(SECRET).filter(record)
+    formatted = logging.Formatter().format(record)
+    assert SECRET not in formatted and escaped(SECRET, upper=True) not in formatted
+    assert "ValueError" in formatted
+
+
+def test_the_token_parameter_is_read_only_when_spelled_token(store: ags.BaseStore) -> None:
+    app = create_app(store, token=SECRET)
+    with TestClient(app, base_url="http://192.0.2.1:8765") as c:
+        def status(query: str) -> int:
+            c.cookies.clear()
+            return c.get("/api/sessions?" + query).status_code
+
+        assert status(f"token={SECRET}") == 200
+        assert status(f"token={escaped(SECRET)}") == 200  # the value is decoded, as any
+        assert status(f"token={SECRET}&token={SECRET}") == 200
+        # A name that only decodes to "token" is not read as the token, nor are two values.
+        for query in (f"tok%65n={SECRET}", f"%74oken={SECRET}", f"%74%6F%6b%65%6E={SECRET}",
+                      f"token={SECRET}&tok%65n={SECRET}", f"token={SECRET}&token=other-value",
+                      f"token=other-value&token={SECRET}", f"TOKEN={SECRET}"):
+            assert status(query) == 401, query
+        # Nor does such a request pass with a good cookie or header beside it.
+        c.cookies.set(token_cookie_name(SECRET), SECRET)
+        assert c.get(f"/api/sessions?tok%65n={SECRET}").status_code == 401
+        assert c.get("/api/sessions").status_code == 200
+
+
+def test_a_token_with_a_plus_works_in_the_printed_url() -> None:
+    url = url_of("127.0.0.1", 8765, "a+b/c=d-token")
+    query = url.split("?", 1)[1]
+    assert query == "token=a%2Bb%2Fc%3Dd-token"
+    assert dict(parse_qsl(query)) == {"token": "a+b/c=d-token"}
 
 
 # -- the sessions list ------------------------------------------------------------------------
@@ -689,6 +771,44 @@ def test_serve_on_loopback_needs_no_token_and_takes_one(tmp_path: Path) -> None:
         assert httpx.get(f"{base}/api/sessions", timeout=10).status_code == 401
     finally:
         stop(process)
+
+
+def test_serve_debug_logs_requests_on_stderr_without_the_token(tmp_path: Path) -> None:
+    url = str(tmp_path / "s")
+    ags.open_store(url).get("chat:1").append(ags.Event.new("user/message", ags.Message.user("x")))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentsession", "--debug", "serve", "--store", url, "--json",
+         "--port", "0", "--token", SECRET],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        announced = json.loads(process.stdout.readline())
+        base = f"http://127.0.0.1:{announced['port']}"
+        with httpx.Client(base_url=base, timeout=10) as http:
+            for spelling in TOKEN_SPELLINGS:
+                for path in ("/api/sessions?{}", "/api/session/stream/{}"):
+                    http.get(path.format(spelling))
+            # The event stream, with the token in its query string and in its path.
+            for path in (f"/api/session/stream?id=chat:1&after=0&token={SECRET}",
+                         f"/api/session/stream?id=chat:1&after=0&tok%65n={SECRET}",
+                         f"/api/session/stream/token={SECRET}?id=chat:1"):
+                with http.stream("GET", path) as response:
+                    if response.status_code == 200:
+                        next(response.iter_lines())
+            http.get("/api/sessions", headers={"Authorization": f"Bearer {SECRET}"})
+    finally:
+        process.terminate()
+        try:
+            out, err = process.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate(timeout=15)
+    # stdout holds the one JSON object and nothing else; the access log went to stderr.
+    assert out == ""
+    assert err.count('"GET /api/session') >= 2 * len(TOKEN_SPELLINGS) + 4, err
+    assert SECRET not in err and escaped(SECRET) not in err.lower(), err
+    assert "token=…" in err
 
 
 # -- the live tail ----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import parse_qsl
+from urllib.parse import unquote_plus
 
 import anyio
 from starlette.applications import Starlette
@@ -115,11 +115,23 @@ class _Guard:
         return hmac.compare_digest(candidate.encode(), self.token.encode())
 
     def _presented(self, scope: Scope) -> tuple[str | None, bool]:
-        """The token the request presents, and whether it came in the query string."""
+        """The token the request presents, and whether it came in the query string.
+
+        In the query string, the parameter is ``token``, spelled so: a name that only
+        decodes to it (``tok%65n``) is refused (None) rather than read, as is a second
+        ``token`` with another value, so that no reader of the address (a proxy, a log
+        filter, this server) can take a different parameter for the token than another."""
         query = scope.get("query_string", b"").decode("latin-1")
-        for key, value in parse_qsl(query, keep_blank_values=True):
-            if key == "token":
-                return value, True
+        values: set[str] = set()
+        for part in query.split("&"):
+            name, _, value = part.partition("=")
+            if unquote_plus(name) != "token":
+                continue
+            if name != "token":
+                return None, True
+            values.add(unquote_plus(value))
+        if values:
+            return (values.pop(), True) if len(values) == 1 else (None, True)
         for name, value in scope.get("headers", []):
             if name == b"authorization":
                 scheme, _, credential = value.decode("latin-1").partition(" ")

@@ -7,6 +7,7 @@ a transcript is as private as the conversations in it.
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import logging
 import re
@@ -16,9 +17,11 @@ import threading
 import webbrowser
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
+from urllib.parse import quote
 
 import uvicorn
+import uvicorn.config
 
 from ..errors import UsageError
 from ..store import BaseStore
@@ -31,6 +34,7 @@ __all__ = [
     "Serving",
     "bind",
     "is_loopback",
+    "log_config",
     "new_token",
     "serve",
     "url_of",
@@ -41,7 +45,22 @@ DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8765
 """The default port (``--port 0`` picks a free one)."""
 
-_TOKEN_IN_TEXT = re.compile(r"(token=)[^&\s\"']*")
+
+def _spelled(char: str, *, any_case: bool) -> str:
+    """A pattern matching ``char`` as itself or percent-encoded, once or more (``%65``,
+    ``%2565``), its hex digits in either case; with ``any_case``, a letter in either case."""
+    forms = {char, char.lower(), char.upper()} if any_case else {char}
+    codes = "|".join(sorted(f"{ord(form):02x}" for form in forms))
+    literal = "".join(sorted(re.escape(form) for form in forms))
+    return f"(?:[{literal}]|%(?:25)*(?i:{codes}))"
+
+
+_TOKEN_PARAMETER: Final = re.compile(
+    "(" + "".join(_spelled(c, any_case=True) for c in "token") + _spelled("=", any_case=False)
+    + ")[^&;\\s\"'<>]*"
+)
+"""``token=VALUE`` in any spelling of the name a decoder could read as ``token`` (percent
+escapes, repeated ones, either case), and its value up to the next parameter."""
 
 
 def is_loopback(host: str) -> bool:
@@ -90,7 +109,8 @@ def url_of(host: str, port: int, token: str | None) -> str:
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
     if shown in ("0.0.0.0", "[::]"):
         shown = socket.gethostname()
-    return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+    # Quoted: a "+" left as it is would reach the server as a space.
+    return f"http://{shown}:{port}/" + (f"?token={quote(token, safe='')}" if token else "")
 
 
 @dataclass(frozen=True)
@@ -110,18 +130,61 @@ class Serving:
 
 
 class RedactToken(logging.Filter):
-    """Replaces the value of every ``token=`` in a log record (uvicorn's access log prints
-    request paths) by ``…``, so the access token never reaches a log."""
+    """Keeps the access token out of log records (uvicorn's access log prints request paths).
+
+    Replaces by ``…`` the value of every ``token=`` parameter, whatever the spelling of its
+    name (``tok%65n``, ``%74oken``, ``TOKEN``, escapes repeated or in either case, ``=`` as
+    ``%3D`` where uvicorn prints a path), and, with ``token``, that token itself wherever it
+    appears (in a path, under another name), as itself or percent-encoded. It redacts the
+    message, its arguments and a traceback's text; attach it to the handlers, so it sees the
+    records of every logger."""
+
+    def __init__(self, token: str | None = None) -> None:
+        super().__init__()
+        self._value = (
+            None
+            if not token
+            else re.compile("".join(_spelled(c, any_case=False) for c in token))
+        )
+
+    def redact(self, text: str) -> str:
+        """``text`` with every token value in it replaced by ``…``."""
+        text = _TOKEN_PARAMETER.sub("\\1…", text)
+        if self._value is not None:
+            text = self._value.sub("…", text)
+        return text
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Redact the record in place; always keep it."""
         if isinstance(record.args, tuple):
             record.args = tuple(
-                _TOKEN_IN_TEXT.sub(r"\1…", a) if isinstance(a, str) else a for a in record.args
+                self.redact(a) if isinstance(a, str) else a for a in record.args
             )
+        elif isinstance(record.args, dict):
+            record.args = {
+                k: self.redact(v) if isinstance(v, str) else v for k, v in record.args.items()
+            }
         if isinstance(record.msg, str):
-            record.msg = _TOKEN_IN_TEXT.sub(r"\1…", record.msg)
+            record.msg = self.redact(record.msg)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
         return True
+
+
+def log_config(token: str | None) -> dict[str, Any]:
+    """uvicorn's logging configuration for :func:`serve`: its own, with the access log on
+    stderr beside the server's messages (stdout is the command's output: ``serve --json``
+    prints one JSON object there) and :class:`RedactToken` on every handler."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_token"] = {"()": RedactToken, "token": token}
+    for handler in config["handlers"].values():
+        handler["stream"] = "ext://sys.stderr"
+        handler["filters"] = [*handler.get("filters", []), "redact_token"]
+    return config
 
 
 def serve(
@@ -149,11 +212,10 @@ def serve(
         app,
         log_level=log_level,
         access_log=log_level in ("debug", "info", "trace"),
+        log_config=log_config(token),
         server_header=False,
         timeout_graceful_shutdown=1,
     )
-    for name in ("uvicorn.access", "uvicorn.error", "uvicorn"):
-        logging.getLogger(name).addFilter(RedactToken())
     server = uvicorn.Server(config)
     serving = Serving(
         url=url, host=host, port=bound_port, store=store.location, token=token is not None
@@ -164,7 +226,15 @@ def serve(
         print(f"serving {store.location} read-only at {url}", flush=True)
     if open_browser:
         threading.Timer(0.5, webbrowser.open, args=(url,)).start()
+    # Records of other loggers that reach the root's handlers (the command line's, with
+    # --debug) are redacted as well.
+    redact = RedactToken(token)
+    root_handlers = list(logging.getLogger().handlers)
+    for handler in root_handlers:
+        handler.addFilter(redact)
     try:
         server.run(sockets=[sock])
     finally:
+        for handler in root_handlers:
+            handler.removeFilter(redact)
         sock.close()
