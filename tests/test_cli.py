@@ -826,6 +826,34 @@ def test_control_characters_are_escaped_in_human_output(evil_store: Path, args: 
     assert "\\x1b" in out + err or args == ["stats"]
 
 
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_newline_in_a_store_path_or_a_name_is_escaped_on_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: terminal)
+    directory = tmp_path / "two\nlines"
+    sid = "chat:a\nb\tc"
+    store = ags.open_store(directory)
+    with store.get(sid).turn(agent="ag\nent", user="us\ner") as turn:
+        turn.user("text keeps\nits lines")
+    child = store.get(sid).fork("sub\nagent", task="t")
+    store.close()
+    raw = (str(directory), sid, child.id, "ag\nent", "us\ner", "sub\nagent")
+    for args in (["show", sid], ["show", "--full", sid], ["show", child.id], ["ls"],
+                 ["ls", "--tree"], ["stats"], ["stats", sid], ["show", "no\nsuch"],
+                 ["tail", sid], ["repair", "--dry-run", sid], ["rm", "--dry-run", sid]):
+        code, out, err = invoke(directory, *args)
+        assert code in (0, 1, 4), (args, out, err)
+        for name in raw:
+            assert name not in out + err, (args, name, out, err)
+    out = invoke(directory, "show", sid)[1]
+    header = out.split("\n")[0]
+    assert header.startswith("session chat:a\\x0ab\\x09c ")
+    assert str(directory).replace("\n", "\\x0a") in header
+    assert "subagent sub\\x0aagent started in session chat:a\\x0ab\\x09c:child:" in out
+    assert "ag\\x0aent" in out and "us\\x0aer" in out
+
+
 def test_json_output_keeps_control_characters_exactly(evil_store: Path) -> None:
     out = invoke(evil_store, "show", "--json", EVIL_ID)[1]
     events = [json.loads(line) for line in out.split("\n") if line]

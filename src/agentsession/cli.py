@@ -13,7 +13,9 @@ Conventions every command follows:
   Library warnings print as one ``warning: ...`` line on stderr.
 * **Output** for people escapes control characters (``\\x1b`` for ESC), so stored text cannot
   drive the terminal; when stdout is not a terminal, lines are plain and never cut or wrapped.
-  Session ids are never shortened.
+  A message's text keeps its newlines and tabs; a name (a session id, a store path, an agent
+  or user name) is printed on one line, newline and tab escaped too. Session ids are never
+  shortened.
 * **JSON**: every command takes ``--json``. The objects the command line makes have snake_case
   keys; events (``show``, ``tail``) and messages (``messages``) are printed exactly as stored,
   in the format of ``docs/format.md``.
@@ -1203,11 +1205,18 @@ def _e(text: str) -> str:
     return escape(text)
 
 
+def _n(name: str) -> str:
+    """A name (a session id, a store path, an agent, user or subagent name) made safe for
+    Rich markup, its control characters escaped, newline and tab included: unlike a
+    message's text, which keeps its lines, a name is printed on one line."""
+    return escape(clean(name))
+
+
 def _row_markup(row: view.Row, limit: int) -> str:
     """The Rich markup of one transcript row after its seq and indent (every value escaped)."""
-    who = f" [dim]({_e(row.agent)})[/]" if row.agent else ""
+    who = f" [dim]({_n(row.agent)})[/]" if row.agent else ""
     if isinstance(row, view.UserMessageRow):
-        user = f" {_e(row.user)}" if row.user else ""
+        user = f" {_n(row.user)}" if row.user else ""
         return f"[bold green]user{user}:[/] {_e(_calls_line(row.text, [], limit))}"
     if isinstance(row, view.AssistantMessageRow):
         line = _e(_calls_line(row.text, row.tool_calls, limit))
@@ -1216,20 +1225,20 @@ def _row_markup(row: view.Row, limit: int) -> str:
         style = "red" if row.is_error or row.interrupted else "yellow"
         return f"[{style}]{_e(_result_line(row, limit))}[/]"
     if isinstance(row, view.ToolCallRow):
-        return f"[dim]tool call started: {_e(f'{row.name} [{row.call_id}]')}[/]"
+        return f"[dim]tool call started: {_n(f'{row.name} [{row.call_id}]')}[/]"
     if isinstance(row, view.UsageRow):
         return f"[dim]usage: {row.input_tokens} in / {row.output_tokens} out[/]"
     if isinstance(row, view.TodoRow):
         items = ", ".join(f"[{'x' if t.done else ' '}] {t.title}" for t in row.items)
         return f"todos: {_e(items)}"
     if isinstance(row, view.RunFinishRow):
-        return f"[bold]run {_e(row.status)}[/]: {_e(_short(row.summary, limit))}"
+        return f"[bold]run {_n(row.status)}[/]: {_e(_short(row.summary, limit))}"
     if isinstance(row, view.SubagentStartRow):
         mode = " (in the background)" if row.background else ""
         task = _e(_short(row.task, limit))
         return (
-            f"[bold]subagent {_e(row.subagent)}[/] started{mode} in session "
-            f"{_e(row.child_session)}: {task}"
+            f"[bold]subagent {_n(row.subagent)}[/] started{mode} in session "
+            f"{_n(row.child_session)}: {task}"
         )
     if isinstance(row, view.SubagentEndRow) and row.status == "merged":
         if row.merge_mode == "messages":
@@ -1240,47 +1249,47 @@ def _row_markup(row: view.Row, limit: int) -> str:
         else:
             what = ""
         return (
-            f"[bold]subagent {_e(row.subagent)}[/] merged from session "
-            f"{_e(row.child_session)}{what}"
+            f"[bold]subagent {_n(row.subagent)}[/] merged from session "
+            f"{_n(row.child_session)}{what}"
         )
     if isinstance(row, view.SubagentEndRow) and row.status == "discarded":
         reason = f": {_e(_short(row.summary, limit))}" if row.summary else ""
         return (
-            f"[bold]subagent {_e(row.subagent)}[/] discarded (session "
-            f"{_e(row.child_session)}, nothing of it written here){reason}"
+            f"[bold]subagent {_n(row.subagent)}[/] discarded (session "
+            f"{_n(row.child_session)}, nothing of it written here){reason}"
         )
     if isinstance(row, view.SubagentEndRow):
         error = f" · [red]{_e(_short(row.error, limit))}[/]" if row.error else ""
         summary = _e(_short(row.summary, limit))
         return (
-            f"[bold]subagent {_e(row.subagent)}[/] {_e(row.status or 'ended')} "
+            f"[bold]subagent {_n(row.subagent)}[/] {_n(row.status or 'ended')} "
             f"after {row.steps} step(s): {summary}{error}"
         )
     if isinstance(row, view.ForkRow):
         task = f" · task: {_e(_short(row.task, limit))}" if row.task else ""
         return (
-            f"[bold black on cyan] FORK [/] from session {_e(row.parent)} at its seq "
-            f"{row.parent_seq} for subagent {_e(row.subagent)} · "
+            f"[bold black on cyan] FORK [/] from session {_n(row.parent)} at its seq "
+            f"{row.parent_seq} for subagent {_n(row.subagent)} · "
             f"{row.inherited_messages} message(s) inherited{task}"
         )
     if isinstance(row, view.MergeRow):
         what = "a summary" if row.mode == "summary" else f"{row.messages} message(s)"
         return (
-            f"[bold black on green] MERGED [/] into session {_e(row.parent)}: {what}, "
+            f"[bold black on green] MERGED [/] into session {_n(row.parent)}: {what}, "
             f"ending at its seq {row.parent_seq}"
         )
     if isinstance(row, view.DiscardRow):
         reason = f": {_e(_short(row.reason, limit))}" if row.reason else ""
         return (
-            f"[bold white on magenta] DISCARDED [/] session {_e(row.parent)} noted it at "
+            f"[bold white on magenta] DISCARDED [/] session {_n(row.parent)} noted it at "
             f"its seq {row.parent_seq}{reason}"
         )
     if isinstance(row, view.SkillLoadRow):
         about = f": {_e(_short(row.description, limit))}" if row.description else ""
-        return f"[bold]skill {_e(row.name)}[/] loaded{about}"
+        return f"[bold]skill {_n(row.name)}[/] loaded{about}"
     if isinstance(row, view.EventRow):
-        return f"[dim]{_e(row.type)}{who}: {_e(_short(row.data, limit))}[/]"
-    return f"[dim]{_e(row.kind)}{who}[/]"  # a row kind this renderer does not know
+        return f"[dim]{_n(row.type)}{who}: {_e(_short(row.data, limit))}[/]"
+    return f"[dim]{_n(row.kind)}{who}[/]"  # a row kind this renderer does not know
 
 
 def _forked_line(fork: view.ForkRow, rows: Sequence[view.Row]) -> str:
@@ -1292,9 +1301,9 @@ def _forked_line(fork: view.ForkRow, rows: Sequence[view.Row]) -> str:
             ending = f"merged into it at its seq {row.parent_seq}"
         elif isinstance(row, view.DiscardRow):
             ending = f"discarded (noted at its seq {row.parent_seq})"
-    agent = f" for subagent {_e(fork.subagent)}" if fork.subagent else ""
+    agent = f" for subagent {_n(fork.subagent)}" if fork.subagent else ""
     return (
-        f"[bold]child of session {_e(fork.parent)}[/], forked at its seq {fork.parent_seq}"
+        f"[bold]child of session {_n(fork.parent)}[/], forked at its seq {fork.parent_seq}"
         f"{agent} · {ending}"
     )
 
@@ -1311,17 +1320,17 @@ def _transcript(
     turns = sum(1 for row in rows if isinstance(row, view.TurnStartRow))
     yield (
         "",
-        f"[bold]session {_e(session.id)}[/] · {len(events)} events · "
-        f"{turns} turns · {_e(session.location)}",
+        f"[bold]session {_n(session.id)}[/] · {len(events)} events · "
+        f"{turns} turns · {_n(session.location)}",
     )
     if rows and isinstance(rows[0], view.ForkRow):
         yield "", _forked_line(rows[0], rows)
     for row in rows:
         seq = f"{row.seq:>5}"
         indent = "│ " * row.depth
-        who = f" [dim]({_e(row.agent)})[/]" if row.agent else ""
+        who = f" [dim]({_n(row.agent)})[/]" if row.agent else ""
         if isinstance(row, view.TurnStartRow):
-            user = f" · user {_e(row.user)}" if row.user else ""
+            user = f" · user {_n(row.user)}" if row.user else ""
             yield "", ""
             yield seq, f"[bold cyan]┌─ turn[/]{who}{user} · {_when(row.time)}"
         elif isinstance(row, view.TurnEndRow):
@@ -1349,7 +1358,7 @@ def _transcript(
             summary = _short(row.summary, limit) if row.summary else "(prune, no summary)"
             yield (
                 seq,
-                f"[bold black on yellow] COMPACTION [/] {_e(row.compaction_kind)}: history "
+                f"[bold black on yellow] COMPACTION [/] {_n(row.compaction_kind)}: history "
                 f"before seq {row.first_kept_seq} replaced; {row.kept_messages} messages kept"
                 f" · {_e(summary)}",
             )
