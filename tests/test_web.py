@@ -905,6 +905,151 @@ def test_the_live_tail_streams_what_another_process_appends(
         assert resumed[0]["depth"] == 1  # nested in the turn begun before the resume point
 
 
+def say(store: ags.BaseStore, session_id: str, texts: list[str]) -> None:
+    """One turn with a user message for each of ``texts`` (three events each)."""
+    session = store.get(session_id)
+    for text in texts:
+        with session.turn(agent="coder") as turn:
+            turn.user(text)
+
+
+def create_again_from_another_process(store_url: str, session_id: str, texts: list[str]) -> None:
+    """Delete the session and create it again with a turn for each of ``texts``, in another
+    process."""
+    code = textwrap.dedent(
+        f"""
+        import agentsession as ags
+        store = ags.open_store({store_url!r})
+        store.delete({session_id!r})
+        session = store.get({session_id!r})
+        for text in {texts!r}:
+            with session.turn(agent="other") as turn:
+                turn.user(text)
+        store.close()
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=str(ROOT))
+
+
+def read_events(
+    lines: Iterator[str], until: Any, timeout: float = 20
+) -> list[tuple[str, str, Any]]:
+    """The ``(event, id, data)`` of an event stream (``response.iter_lines()``, which can be
+    iterated once) until ``until(events so far)`` holds."""
+    got: list[tuple[str, str, Any]] = []
+    deadline = time.monotonic() + timeout
+    event = ident = ""
+    for line in lines:
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("id: "):
+            ident = line[4:]
+        elif line.startswith("data: "):
+            got.append((event, ident, json.loads(line[6:])))
+            if until(got):
+                return got
+        assert time.monotonic() < deadline, got
+    return got
+
+
+def since_last_reset(got: list[tuple[str, str, Any]]) -> tuple[int, list[dict[str, Any]]]:
+    """The latest seq the last ``reset`` announced, and the rows streamed after it."""
+    at = max(i for i, (event, _, _) in enumerate(got) if event == "reset")
+    rows = [row for event, _, data in got[at + 1 :] if event == "rows" for row in data["rows"]]
+    return got[at][2]["latest_seq"], rows
+
+
+def test_the_row_tail_starts_over_on_a_new_life(store: ags.BaseStore, store_url: str) -> None:
+    say(store, "life:1", ["old a", "old b"])
+    session = store.open("life:1")
+    tail = web_data.RowTail(session, session.latest_seq)
+    old_mark = tail.mark
+    assert tail.poll() == [] and tail.restarts == 0
+    say(store, "life:1", ["old c"])
+    assert [r["text"] for r in tail.poll() if r["kind"] == "user_message"] == ["old c"]
+    assert tail.restarts == 0 and tail.after == 9
+    # Created again in another process, longer than what the tail had seen: the tail must not
+    # take the new life's events after seq 9 for the continuation of the old one.
+    create_again_from_another_process(store_url, "life:1", [f"new {n}" for n in range(4)])
+    assert tail.poll() == []
+    assert tail.restarts == 1 and tail.restarted_at == tail.after == 12
+    say(store, "life:1", ["new 4"])
+    assert [r["text"] for r in tail.poll() if r["kind"] == "user_message"] == ["new 4"]
+    # Deleted: the tail starts over at 0, and streams the next life from its first event.
+    store.delete("life:1")
+    assert tail.poll() == [] and tail.restarts == 2 and tail.after == 0
+    say(store, "life:1", ["third life"])
+    assert [r["seq"] for r in tail.poll()] == [1, 2, 3]
+    # A reader who saw another life (its mark) is started over at once; one who saw this one
+    # is not.
+    latest = store.open("life:1").latest_seq
+    assert web_data.RowTail(store.open("life:1"), 3, old_mark).restarts == 1
+    assert web_data.RowTail(store.open("life:1"), 99).restarts == 1
+    same = web_data.RowTail(store.open("life:1"), latest, tail.mark)
+    assert same.restarts == 0 and same.after == latest
+
+
+@pytest.mark.parametrize("turns", [1, 5])
+def test_the_live_tail_shows_a_session_created_again_from_its_first_event(
+    store: ags.BaseStore, store_url: str, turns: int
+) -> None:
+    sid = "live:again"
+    say(store, sid, ["old 1", "old 2"])
+    app = create_app(store, poll_interval=0.05)
+    with Server(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        summary = http.get("/api/session", params={"id": sid}).json()
+        old = {"id": sid, "after": summary["latest_seq"], "mark": summary["latest_mark"]}
+        with http.stream("GET", "/api/session/stream", params=old) as response:
+            deadline = time.monotonic() + 10
+            while app.state.active_streams != 1:
+                assert time.monotonic() < deadline, app.state.active_streams
+                time.sleep(0.02)
+            texts = [f"new {n}" for n in range(turns)]
+            create_again_from_another_process(store_url, sid, texts)
+            lines = response.iter_lines()
+            got = read_events(lines, lambda got: any(e == "reset" for e, _, _ in got))
+            append_from_another_process(store_url, sid, "after the reset")
+
+            def whole_turn(more: list[tuple[str, str, Any]]) -> bool:
+                rows = [r for e, _, d in more if e == "rows" for r in d["rows"]]
+                texts = [r.get("text") for r in rows]
+                return "after the reset" in texts and rows[-1]["kind"] == "turn_end"
+
+            got += read_events(lines, whole_turn)
+        latest, streamed = since_last_reset(got)
+        assert next(e for e, _, _ in got) == "reset"  # no row of the new life came before it
+        # What the page does on "reset": load the new life's rows up to latest_seq, then take
+        # the stream's.
+        first = http.get("/api/session/rows",
+                         params={"id": sid, "after": 0, "limit": max(latest, 1)}).json()
+        loaded = first["rows"] if latest else []
+        assert all(r["seq"] <= latest for r in loaded)
+        shown = strip_html(loaded + streamed)
+        assert shown == stored_rows(store, sid)
+        assert [r["text"] for r in shown if r["kind"] == "user_message"] == [
+            *texts, "after the reset"
+        ]
+        assert shown[0]["seq"] == 1
+        # A reader that comes back with the old life's position is started over at once,
+        # whether it gives the mark in the address or as the EventSource's Last-Event-ID.
+        for params, headers in ((old, {}), ({"id": sid}, {
+                "Last-Event-ID": f"{old['mark']}"})):
+            with http.stream("GET", "/api/session/stream", params=params,
+                             headers=headers) as response:
+                again = read_events(response.iter_lines(), lambda got: len(got) >= 1)
+            assert again[0][0] == "reset", again
+            assert again[0][2]["latest_seq"] == store.open(sid).latest_seq
+        # The rows' ids are the marks a reconnecting EventSource sends back: no reset then.
+        mark = got[-1][1]
+        assert mark == web_data.event_mark(store.open(sid).read()[-1])
+        with http.stream("GET", "/api/session/stream", params={"id": sid},
+                         headers={"Last-Event-ID": mark}) as response:
+            append_from_another_process(store_url, sid, "once more")
+            resumed = read_events(response.iter_lines(),
+                                  lambda got: any(e == "rows" for e, _, _ in got))
+        assert [e for e, _, _ in resumed] == ["rows"]
+
+
 def test_the_live_tail_needs_the_token_too(store: ags.BaseStore) -> None:
     token = "stream-token-" + "z" * 20
     app = create_app(store, token=token, poll_interval=0.05)

@@ -323,9 +323,16 @@ def _routes(
 
     async def stream(request: Request) -> Response:
         sid = _session_id(request)
+        # A reconnecting EventSource sends the last id it saw: "SEQ:HASH", the seq and the
+        # mark of the event it ends at (data.event_mark), or "0".
         resume = request.headers.get("last-event-id", "")
-        after = int(resume) if resume.isdigit() else _int(request, "after", 0, 0, 2**62)
-        tail = await run_in_threadpool(lambda: data.RowTail(store.open(sid), after))
+        seq, marked, _ = resume.partition(":")
+        if seq.isdigit() and len(seq) < 19:
+            after, mark = int(seq), (resume if marked else None)
+        else:
+            after = _int(request, "after", 0, 0, 2**62)
+            mark = request.query_params.get("mark") or None
+        tail = await run_in_threadpool(lambda: data.RowTail(store.open(sid), after, mark))
         state = request.app.state
 
         async def events() -> AsyncIterator[bytes]:
@@ -333,12 +340,21 @@ def _routes(
             try:
                 yield b"retry: 1000\n\n"
                 quiet = 0.0
+                restarts = 0
                 while True:
-                    batch = await run_in_threadpool(tail.poll)
+                    batch = await run_in_threadpool(tail.poll) if restarts == tail.restarts else []
+                    if restarts != tail.restarts:
+                        # Deleted, or created again: the reader starts over (the new life's
+                        # rows up to latest_seq come from the rows endpoint; later ones here).
+                        restarts = tail.restarts
+                        body = encode({"latest_seq": tail.restarted_at})
+                        yield b"id: 0\nevent: reset\ndata: %s\n\n" % body
+                        continue
                     if batch:
                         quiet = 0.0
                         body = encode({"rows": batch, "next_after": tail.after})
-                        yield b"id: %d\nevent: rows\ndata: %s\n\n" % (tail.after, body)
+                        mark = tail.mark.encode()
+                        yield b"id: %s\nevent: rows\ndata: %s\n\n" % (mark, body)
                         continue
                     quiet += poll_interval
                     if quiet >= _PING_SECONDS:

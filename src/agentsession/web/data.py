@@ -17,6 +17,7 @@ Costs, which decide what the pages may ask for:
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -59,6 +60,7 @@ __all__ = [
     "ToolDuration",
     "TurnTokens",
     "badges_of",
+    "event_mark",
     "list_sessions",
     "message_views",
     "raw_event",
@@ -330,6 +332,9 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     """The session id."""
     latest_seq: int
     """Its highest seq (its number of events)."""
+    latest_mark: str
+    """The :func:`event_mark` of its latest event: given to the live tail with
+    ``after=latest_seq``, it tells the tail whether the session was created again since."""
     location: str
     """Where it is stored."""
     encrypted: bool
@@ -356,9 +361,11 @@ def session_summary(store: BaseStore, session_id: str) -> SessionSummary:
     :class:`~agentsession.errors.SessionNotFound` when it has no events."""
     session = store.open(session_id)
     record = session.info()
+    latest = session.latest_seq
     return SessionSummary(
         id=session.id,
-        latest_seq=session.latest_seq,
+        latest_seq=latest,
+        latest_mark=event_mark(_event_at(session, latest)),
         location=session.location,
         encrypted=store.encrypted,
         parent=record.parent,
@@ -435,23 +442,79 @@ def rows_page(session: BaseSession, after: int = 0, limit: int = 200) -> dict[st
     }
 
 
+def event_mark(event: Event | None) -> str:
+    """What tells one event at a seq from another at the same seq (of another life of the
+    session, deleted and created again): ``"SEQ:HASH"``, the hash of its id (of its type and
+    time for an event written before ids); ``"0"`` for no event. Short, and safe in a URL and
+    an SSE ``id:`` line."""
+    if event is None:
+        return "0"
+    what = event.id or f"{event.type} {event.time.isoformat() if event.time else ''}"
+    return f"{event.seq}:{hashlib.blake2b(what.encode(), digest_size=8).hexdigest()}"
+
+
+def _event_at(session: BaseSession, seq: int) -> Event | None:
+    """The event with ``seq`` (None for 0 or when the log has none)."""
+    found = session.read(after=seq - 1, limit=1) if seq > 0 else []
+    return found[0] if found and found[0].seq == seq else None
+
+
 class RowTail:
     """Rows of the events a session gets after a seq, as they arrive (the live tail).
 
     Keeps the events since the latest ``turn/start`` (the context of new rows), so each new
-    batch costs its own events, not a look back."""
+    batch costs its own events, not a look back. Follows the session across a delete and a
+    create again: the event at :attr:`after` is checked on every poll (it is in memory: the
+    session's tail), and when it is gone or another one (see :func:`event_mark`), the tail
+    starts over at the new life's latest seq and counts a restart (:attr:`restarts`); what
+    the new life holds up to there is for the reader to load (the rows endpoint)."""
 
-    def __init__(self, session: BaseSession, after: int) -> None:
+    def __init__(self, session: BaseSession, after: int, mark: str | None = None) -> None:
+        """Follow ``session`` after seq ``after``; ``mark``, when given, is the
+        :func:`event_mark` of the event at ``after`` as the reader saw it: another event
+        there (or none) means the reader saw another life, and the tail starts over at
+        once."""
         self.session = session
         """The session followed."""
         self.after = after
         """The seq of the last event turned into rows."""
+        self.restarts = 0
+        """How many times the tail found the session deleted or created again, and started
+        over."""
+        self.restarted_at = 0
+        """The latest seq of the new life when the tail last started over (its rows up to
+        there were not streamed)."""
+        self._last = _event_at(session, after)
         self._context = _context_before(session, after)
+        if after > 0 and (self._last is None or mark not in (None, event_mark(self._last))):
+            self._restart()
+
+    @property
+    def mark(self) -> str:
+        """The :func:`event_mark` of the event at :attr:`after`."""
+        return event_mark(self._last) if self.after else "0"
+
+    def _restart(self) -> None:
+        latest = self.session.latest_seq
+        self._last = _event_at(self.session, latest)
+        self.after = latest if self._last is not None else 0
+        self._context = _context_before(self.session, self.after)
+        self.restarts += 1
+        self.restarted_at = self.after
 
     def poll(self, limit: int = 500) -> list[dict[str, Any]]:
         """The rows of up to ``limit`` events after :attr:`after` ([] when there is none
-        yet), as :func:`row_dicts`; advances :attr:`after`."""
-        events = self.session.read(after=self.after, limit=limit)
+        yet, and when the tail has just started over on a new life), as :func:`row_dicts`;
+        advances :attr:`after`."""
+        last = self._last
+        if last is None:
+            events = self.session.read(after=self.after, limit=limit)
+        else:
+            events = self.session.read(after=self.after - 1, limit=limit + 1)
+            if not events or event_mark(events[0]) != event_mark(last):
+                self._restart()  # deleted, and perhaps created again: another life
+                return []
+            events = events[1:]
         if not events:
             return []
         combined = [*self._context, *events]
@@ -459,16 +522,15 @@ class RowTail:
         start = _last_turn_start(combined)
         self._context = combined if start is None else combined[start:]
         self.after = events[-1].seq
+        self._last = events[-1]
         return row_dicts(rows)
 
 
 def raw_event(session: BaseSession, seq: int) -> bytes | None:
     """The stored JSON line of the event with ``seq`` (``docs/format.md``), pretty-printed;
     None when there is no such event."""
-    found = session.read(after=seq - 1, limit=1) if seq > 0 else []
-    if not found or found[0].seq != seq:
-        return None
-    return pretty(encode_event(found[0]))
+    found = _event_at(session, seq)
+    return None if found is None else pretty(encode_event(found))
 
 
 # ---------------------------------------------------------------------------------------------
