@@ -31,7 +31,15 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 import agentsession as ags  # noqa: E402
 from agentsession.demo import run_demo  # noqa: E402
 
-from .test_web import PAYLOADS, XSS, XSS_ID, append_from_another_process, run_serve, stop  # noqa: E402
+from .test_web import (  # noqa: E402
+    PAYLOADS,
+    XSS,
+    XSS_ID,
+    append_from_another_process,
+    create_again_from_another_process,
+    run_serve,
+    stop,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -248,3 +256,48 @@ def test_xss_payloads_are_inert(browser: WebDriver, base_url: str) -> None:
     assert PAYLOADS[0] in browser.find_element(By.ID, "messages").text
     assert_nothing_ran(browser)
     shot(browser, "xss-inert")
+
+
+def rows_text(driver: WebDriver) -> str:
+    return str(driver.find_element(By.ID, "rows").text)
+
+
+def test_the_live_tail_shows_a_session_deleted_and_created_again(
+    browser: WebDriver, base_url: str, store_dir: Path
+) -> None:
+    sid = "live:again"
+    store = ags.open_store(store_dir, create=False)
+    try:
+        with store.get(sid).turn(agent="coder") as turn:
+            turn.user("old life one")
+        with store.get(sid).turn(agent="coder") as turn:
+            turn.user("old life two")
+        browser.get(base_url + "session?id=live%3Aagain")
+        wait(browser, lambda d: loaded(d) and "● live" in d.find_element(By.ID, "live").text)
+        assert "old life two" in rows_text(browser)
+        # Created again by another process, longer than the life the page shows: the page
+        # shows the new life from its first event, and nothing of the old one.
+        new = ["new life first", "new life second", "new life third"]
+        create_again_from_another_process(str(store_dir), sid, new)
+        wait(browser, lambda d: all(text in rows_text(d) for text in new))
+        assert "old life" not in rows_text(browser)
+        wait(browser, lambda d: d.find_element(By.ID, "progress").text == "9 of 9 events shown")
+        assert len(browser.find_elements(By.CSS_SELECTOR, "details.turn")) == 3
+        # The live tail goes on in the new life.
+        wait(browser, lambda d: "● live" in d.find_element(By.ID, "live").text)
+        append_from_another_process(str(store_dir), sid, "appended to the new life")
+        wait(browser, lambda d: "appended to the new life" in rows_text(d))
+        wait(browser, lambda d: d.find_element(By.ID, "progress").text == "12 of 12 events shown")
+        shot(browser, "live-tail-created-again")
+        # Deleted: the page says it waits; created again later: the page shows it.
+        store.delete(sid)
+        wait(browser, lambda d: "waiting" in d.find_element(By.ID, "live").text)
+        create_again_from_another_process(str(store_dir), sid, ["third life"])
+        wait(browser, lambda d: "third life" in rows_text(d))
+        assert "new life" not in rows_text(browser)
+        wait(browser, lambda d: d.find_element(By.ID, "progress").text == "3 of 3 events shown")
+        wait(browser, lambda d: "● live" in d.find_element(By.ID, "live").text)
+        assert not browser.find_element(By.ID, "error").is_displayed()
+    finally:
+        store.delete(sid)
+        store.close()

@@ -299,6 +299,11 @@
     const started = new Map();    // call id -> time of its tool/call event
     let view = "stored";
     let targetShown = false;
+    // Each life of the session shown counts one: deleted and created again, the session is
+    // shown anew, and what the requests of the life before bring back is dropped.
+    let life = 0;
+    let source = null;      // the live tail's EventSource
+    let retryTimer = 0;
 
     function containerFor(row) {
       if (row.depth === 0) {
@@ -596,10 +601,12 @@
 
     async function loadMore() {
       if (pager.loading || pager.done) return;
+      const mine = life;
       pager.loading = true;
       let progressed = false;
       try {
         const page = await getJSON("api/session/rows?id=" + enc + "&after=" + pager.after);
+        if (mine !== life) return;
         for (const row of page.rows) if (row.seq > pager.after) addRow(row);
         progressed = page.next_after > pager.after || page.rows.length > 0;
         pager.after = Math.max(pager.after, page.next_after);
@@ -608,13 +615,15 @@
         pager.done = page.done && !(progressed && pager.latest > pager.after);
         rowsBox.dataset.loaded = String(pager.after);
       } catch (error) {
-        showError(error);
+        if (mine === life) showError(error);
       } finally {
-        pager.loading = false;
-        updateProgress();
-        revealTarget();
+        if (mine === life) {
+          pager.loading = false;
+          updateProgress();
+          revealTarget();
+        }
       }
-      if (!progressed || pager.done || view !== "stored") return;
+      if (mine !== life || !progressed || pager.done || view !== "stored") return;
       const wanted = !targetShown && location.hash.startsWith("#seq-") &&
         Number(location.hash.slice(5)) > pager.after;
       if (wanted || nearViewport(more)) loadMore();
@@ -630,8 +639,11 @@
 
     // -- the header, the charts --------------------------------------------------------------
 
+    // The header; null when the session was shown anew meanwhile.
     async function loadSummary() {
+      const mine = life;
       const s = await getJSON("api/session?id=" + enc);
+      if (mine !== life) return null;
       pager.latest = Math.max(pager.latest, s.latest_seq);
       const meta = document.getElementById("meta");
       meta.textContent = plural(s.latest_seq, "event") + " · " + s.location +
@@ -706,8 +718,9 @@
 
     let statsTimer = 0;
     async function loadStats() {
+      const mine = life;
       const stats = await getJSONOrShow("api/session/stats?id=" + enc);
-      if (!stats) return;
+      if (!stats || mine !== life) return;
       const turns = stats.turns.map((t, i) => ({
         title: "turn " + (i + 1) + " (seq " + t.seq + "): " + fmtNum(t.input) + " in, " +
           fmtNum(t.output) + " out, " + fmtNum(t.cache_read) + " cache read, " +
@@ -769,9 +782,11 @@
         messagesState.offset = 0;
       }
       const agent = document.getElementById("agent").value;
+      const mine = life;
       try {
         const page = await getJSON("api/session/messages?id=" + enc + "&agent=" +
           encodeURIComponent(agent) + "&offset=" + messagesState.offset);
+        if (mine !== life) return;
         if (!page.total) messagesBox.appendChild(el("p", "empty", "No messages: the model would see an empty history."));
         for (const m of page.messages) messagesBox.appendChild(messageBox(m));
         messagesState.offset += page.messages.length;
@@ -810,17 +825,33 @@
 
     // -- the live tail ----------------------------------------------------------------------
 
-    function follow(after) {
-      const source = new EventSource("api/session/stream?id=" + enc + "&after=" + after);
-      source.addEventListener("open", () => {
+    // The stream after seq `after`, whose event the page saw as `mark`: the server checks it
+    // is still that event, and sends "reset" when the session was deleted or created again.
+    function follow(after, mark) {
+      const mine = life;
+      const current = new EventSource("api/session/stream?id=" + enc + "&after=" + after +
+        "&mark=" + encodeURIComponent(mark));
+      source = current;
+      current.addEventListener("open", () => {
+        if (mine !== life) return;
         live.textContent = "● live";
         live.classList.add("on");
       });
-      source.addEventListener("error", () => {
+      current.addEventListener("error", () => {
+        if (mine !== life) return;
         live.textContent = "○ reconnecting";
         live.classList.remove("on");
+        // Refused for good (the session is gone, say): show it anew in a moment.
+        if (current.readyState === EventSource.CLOSED) {
+          clearTimeout(retryTimer);
+          retryTimer = setTimeout(begin, 2000);
+        }
       });
-      source.addEventListener("rows", (message) => {
+      current.addEventListener("reset", () => {
+        if (mine === life) begin();
+      });
+      current.addEventListener("rows", (message) => {
+        if (mine !== life) return;
         const batch = JSON.parse(message.data);
         pager.latest = Math.max(pager.latest, batch.next_after);
         if (pager.done && !pager.loading) {
@@ -846,19 +877,62 @@
       });
     }
 
-    (async function start() {
+    // Forget everything shown: the page starts a new life of the session.
+    function forget() {
+      life += 1;
+      clearTimeout(retryTimer);
+      clearTimeout(statsTimer);
+      if (source) source.close();
+      source = null;
+      Object.assign(pager, { after: 0, done: false, loading: false, latest: 0 });
+      openTurn = null;
+      openStep = null;
+      calls.clear();
+      started.clear();
+      rowsBox.replaceChildren();
+      delete rowsBox.dataset.loaded;
+      messagesBox.replaceChildren();
+      messagesState.offset = 0;
+      for (const id of ["meta", "badges", "parent", "children"]) {
+        document.getElementById(id).replaceChildren();
+      }
+      document.getElementById("parent").hidden = true;
+      document.getElementById("children").hidden = true;
+      document.getElementById("error").hidden = true;
+    }
+
+    // Show the session: its header, its first page of rows, then its live tail and charts.
+    // Run again, from nothing, when the live tail reports that the session was deleted or
+    // created again.
+    async function begin() {
+      const again = life > 0;
+      forget();
+      const mine = life;
       let summary;
       try {
         summary = await loadSummary();
       } catch (error) {
+        if (mine !== life) return;
         showError(error);
-        live.textContent = "";
+        if (again) {
+          // Deleted and not created again yet: look again in a moment.
+          live.textContent = "○ waiting for the session";
+          live.classList.remove("on");
+          retryTimer = setTimeout(begin, 2000);
+        } else {
+          live.textContent = "";
+        }
         return;
       }
+      if (!summary || mine !== life) return;
       await loadMore();
-      follow(summary.latest_seq);
+      if (mine !== life) return;
+      follow(summary.latest_seq, summary.latest_mark);
       loadStats();
-    })();
+      if (view === "model") loadMessages(true);
+    }
+
+    begin();
   }
 
   if (document.body.dataset.page === "sessions") sessionsPage();
