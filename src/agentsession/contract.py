@@ -217,7 +217,7 @@ turns were closed. ``pending`` (only with ``dry_run=True``, which writes nothing
 incomplete turn and its turn lock is free, so a repair would close it. ``live``: it has an
 incomplete turn but its turn lock is held, so the turn may still be running; it was left alone.
 ``expired``: the store's TTL has run out for it, so it can be neither read nor repaired
-(reported only when asked for by id). ``shredded`` (since 0.4): the session was shredded
+(reported only when asked for by id). ``shredded`` (since revision 4): the session was shredded
 (``store.shred``), so it can be neither read nor repaired (reported only when asked for by id).
 ``damaged``: the session could not be read or repaired (a corrupt log, an unreadable file, a
 database error, a sealed event that does not open); ``error`` says why, and the pass went on

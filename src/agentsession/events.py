@@ -325,7 +325,7 @@ class Usage(_Payload, frozen=True):
     """Prompt tokens written to the provider's cache."""
     reasoning_tokens: int = 0
     """Output tokens spent on reasoning, when the provider reports them (part of
-    ``output_tokens``); since 0.3."""
+    ``output_tokens``); since revision 3."""
 
 
 class Todo(_Payload, frozen=True, omit_defaults=False):
@@ -649,11 +649,11 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
     meta: dict[str, Any] = {}
     """Small annotations: ``logical_chars``, platform metadata."""
     id: str = ""
-    """The event's id (since 0.4): :meth:`new` makes one (:func:`new_event_id`), an append
+    """The event's id (since revision 4): :meth:`new` makes one (:func:`new_event_id`), an append
     gives one to an event that has none. Appending an event whose id the session already
     holds stores nothing and returns the stored event's seq, so a retried append is never
     stored twice (see ``docs/reliability.md`` for how far back each backend looks). Events
-    written before 0.4 read back with ``""``."""
+    written before revision 4 read back with ``""``."""
 
     @classmethod
     def new(

@@ -41,7 +41,7 @@ class TextPart(msgspec.Struct, frozen=True, tag="text", tag_field="type", omit_d
     """The text."""
     annotations: list[dict[str, Any]] = []
     """Citations and annotations a provider attached to the text (its own JSON objects, kept
-    as they came: OpenAI's ``annotations``, Anthropic's ``citations``); since 0.3."""
+    as they came: OpenAI's ``annotations``, Anthropic's ``citations``); since revision 3."""
 
 
 class ThinkingPart(
@@ -58,16 +58,16 @@ class ThinkingPart(
     provider: str = ""
     """The API that produced it (``anthropic``, ``openai``, ``gemini``; "" when unknown): a
     signature only means something to its own provider, so the other formats drop the block;
-    since 0.3."""
+    since revision 3."""
     redacted: bool = False
     """An Anthropic ``redacted_thinking`` block (no text; its data is in ``signature``);
-    since 0.3."""
+    since revision 3."""
     id: str = ""
-    """The provider's id of the reasoning item (OpenAI Responses); since 0.3."""
+    """The provider's id of the reasoning item (OpenAI Responses); since revision 3."""
 
 
 class RefusalPart(msgspec.Struct, frozen=True, tag="refusal", tag_field="type"):
-    """The model declined to answer (OpenAI's ``refusal``); since 0.3."""
+    """The model declined to answer (OpenAI's ``refusal``); since revision 3."""
 
     text: str
     """What the model said instead."""
@@ -151,7 +151,7 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True):
     :class:`~agentsession.errors.UsageError`."""
     signature: str = ""
     """Opaque provider data attached to the call that must be sent back unchanged (Gemini's
-    ``thought_signature``, base64); since 0.3."""
+    ``thought_signature``, base64); since revision 3."""
 
     def __post_init__(self) -> None:
         if type(self.id) is not str or type(self.name) is not str:
@@ -198,7 +198,7 @@ class ToolResult(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
     """Runtime annotations (for example ``{"decision": "interrupted"}``); not sent to models."""
     parts: list[Part] = []
     """Content beyond ``content``'s text that the tool returned, such as images (Anthropic
-    and Gemini accept them in tool results); since 0.3."""
+    and Gemini accept them in tool results); since revision 3."""
 
     def __post_init__(self) -> None:
         if type(self.call_id) is not str or type(self.name) is not str:

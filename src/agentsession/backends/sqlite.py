@@ -149,7 +149,7 @@ def _create_v1(conn: sqlite3.Connection) -> None:
 
 
 def _add_event_ids(conn: sqlite3.Connection) -> None:
-    """Version 2 (0.4): ``events.eid``, the event's id (NULL for events stored before)."""
+    """Version 2 (revision 4): ``events.eid``, the event's id (NULL for events stored before)."""
     conn.execute("ALTER TABLE events ADD COLUMN eid TEXT")
 
 

@@ -219,7 +219,7 @@ EVENT_KEYS: Final[Mapping[str, str]] = {
 }
 """agentkit's ``SessionEvent`` keys, in the order Go writes them, and the :class:`Event` field
 each becomes (``""``: not kept; ``SessionID`` is the file). agentkit itself never sets ``ID``
-(its lines carry ``""``); agentsession writes the event's id there (since 0.4)."""
+(its lines carry ``""``); agentsession writes the event's id there (since revision 4)."""
 
 EVENT_TYPE_TABLE: Final[tuple[tuple[str, str, str], ...]] = (
     ("EventTurnStart", "turn/start", TURN_START),
