@@ -71,7 +71,7 @@ from .media import StoragePolicy
 from .messages import Message
 from .recorder import Turn
 
-__all__ = ["BaseSession", "SessionHost"]
+__all__ = ["BaseSession", "SessionHost", "check_event"]
 
 Clock = Callable[[], _dt.datetime]
 
@@ -163,6 +163,77 @@ def _shown(value: object) -> str:
         return f"a {type(value).__name__}"
     return repr(value) if len(value) <= 40 else f"{value[:37]!r}... ({len(value)} characters)"
 _PAYLOAD_DECODERS = {kind: msgspec.json.Decoder(struct) for kind, struct in PAYLOAD_TYPES.items()}
+
+
+def check_event(event: object, session_id: str) -> Event:
+    """``event`` when an append may store it, with its payload in the form stored; raises
+    :class:`~agentsession.errors.UsageError` naming the problem (and ``session_id``) otherwise.
+
+    What is acknowledged must always read back, and read back as what it claims to be, so
+    the fields are checked here, once for every backend and for every caller that must know
+    beforehand whether an append will take an event (an importer's scan): a non-blank string
+    type (known, in the core namespaces: see :data:`~agentsession.events.CORE_NAMESPACES`;
+    not the shred notice, which only ``store.shred()`` writes), string agent and user, a
+    timezone-aware time, a payload (and meta) that is exactly one JSON value nested at most
+    :data:`~agentsession.codec.MAX_JSON_DEPTH` deep and, for a known type, valid for its
+    payload struct, and an id of at most :data:`~agentsession.events.MAX_EVENT_ID_CHARS`
+    printable characters (empty: one is given on append). Nothing is stamped: seq, time and
+    an empty id are left as they are.
+    """
+    if type(event) is not Event and not isinstance(event, Event):
+        raise UsageError(
+            f"session {session_id!r}: can only append Event objects, not {type(event).__name__}"
+        )
+    kind = event.type
+    decoder = _PAYLOAD_DECODERS.get(kind)  # None for types agentsession does not know
+    if decoder is None:
+        if type(kind) is not str or not kind.strip():
+            raise UsageError(f"session {session_id!r}: an event needs a type (a non-blank string)")
+        problem = check_event_type(kind)
+        if problem is not None:
+            raise UsageError(f"session {session_id!r}: {problem}")
+        if kind == SHRED_NOTICE:
+            raise UsageError(
+                f"session {session_id!r}: {SHRED_NOTICE!r} events are written by store.shred() only"
+            )
+    if type(event.agent) is not str or type(event.user) is not str:
+        raise UsageError(f"session {session_id!r}: an event's agent and user must be strings")
+    time = event.time
+    if time is not None and (not isinstance(time, _dt.datetime) or time.tzinfo is None):
+        raise UsageError(
+            f"session {session_id!r}: an event's time must be a timezone-aware datetime "
+            f"(got {time!r}); use datetime.now(timezone.utc)"
+        )
+    data = event.data
+    if type(data) is not msgspec.Raw:
+        raise UsageError(
+            f"session {session_id!r}: an event's data must be msgspec.Raw JSON; build events "
+            "with Event.new(type, payload)"
+        )
+    meta = event.meta
+    raw = bytes(data)
+    try:
+        checked = check_json(raw, "payload", decoder)
+        if meta:
+            if type(meta) is not dict:
+                raise UsageError("meta must be a dict")
+            # A flat map of strings and integers (the recorder's turn id, logical_chars,
+            # platform ids) is always one valid JSON value: only anything else is checked.
+            if not all(type(k) is str and type(v) in _FLAT for k, v in meta.items()):
+                check_json(encode(meta), "meta")
+    except UsageError as exc:
+        raise UsageError(f"session {session_id!r}: the {kind} event's {exc}") from None
+    if type(meta) is not dict:
+        raise UsageError(f"session {session_id!r}: the {kind} event's meta must be a dict")
+    eid = event.id
+    if type(eid) is not str or (eid and (len(eid) > MAX_EVENT_ID_CHARS or not eid.isprintable())):
+        raise UsageError(
+            f"session {session_id!r}: an event's id must be a string of 1 to "
+            f"{MAX_EVENT_ID_CHARS} printable characters (got {_shown(eid)})"
+        )
+    if checked is not raw:
+        event = _replace(event, data=msgspec.Raw(checked))
+    return event
 
 
 class BaseSession:
@@ -430,79 +501,13 @@ class BaseSession:
     # -- the append pipeline --------------------------------------------------------------
 
     def _prepare(self, event: object, now: _dt.datetime | None) -> Event:
-        """Check one event and stamp it for storage (seq cleared, time set when unset, from
-        ``now`` or the store's clock).
-
-        What is acknowledged must always read back, and read back as what it claims to be, so
-        the fields are checked here, once for every backend: a non-blank string type (known,
-        in the core namespaces: see :data:`~agentsession.events.CORE_NAMESPACES`), string
-        agent and user, a timezone-aware time, a payload (and meta) that is exactly one JSON
-        value nested at most :data:`~agentsession.codec.MAX_JSON_DEPTH` deep and, for a known
-        type, valid for its payload struct. Raises :class:`~agentsession.errors.UsageError`
-        naming the problem.
-        """
-        if type(event) is not Event and not isinstance(event, Event):
-            raise UsageError(
-                f"session {self._id!r}: can only append Event objects, not {type(event).__name__}"
-            )
-        kind = event.type
-        decoder = _PAYLOAD_DECODERS.get(kind)  # None for types agentsession does not know
-        if decoder is None:
-            if type(kind) is not str or not kind.strip():
-                raise UsageError(
-                    f"session {self._id!r}: an event needs a type (a non-blank string)"
-                )
-            problem = check_event_type(kind)
-            if problem is not None:
-                raise UsageError(f"session {self._id!r}: {problem}")
-            if kind == SHRED_NOTICE:
-                raise UsageError(
-                    f"session {self._id!r}: {SHRED_NOTICE!r} events are written by "
-                    "store.shred() only"
-                )
-        if type(event.agent) is not str or type(event.user) is not str:
-            raise UsageError(f"session {self._id!r}: an event's agent and user must be strings")
-        time = event.time
-        if time is not None and (not isinstance(time, _dt.datetime) or time.tzinfo is None):
-            raise UsageError(
-                f"session {self._id!r}: an event's time must be a timezone-aware datetime "
-                f"(got {time!r}); use datetime.now(timezone.utc)"
-            )
-        data = event.data
-        if type(data) is not msgspec.Raw:
-            raise UsageError(
-                f"session {self._id!r}: an event's data must be msgspec.Raw JSON; build events "
-                "with Event.new(type, payload)"
-            )
-        meta = event.meta
-        raw = bytes(data)
-        try:
-            checked = check_json(raw, "payload", decoder)
-            if meta:
-                if type(meta) is not dict:
-                    raise UsageError("meta must be a dict")
-                # A flat map of strings and integers (the recorder's turn id, logical_chars,
-                # platform ids) is always one valid JSON value: only anything else is checked.
-                if not all(type(k) is str and type(v) in _FLAT for k, v in meta.items()):
-                    check_json(encode(meta), "meta")
-        except UsageError as exc:
-            raise UsageError(f"session {self._id!r}: the {kind} event's {exc}") from None
-        if type(meta) is not dict:
-            raise UsageError(f"session {self._id!r}: the {kind} event's meta must be a dict")
-        eid = event.id
-        if type(eid) is not str or (
-            eid and (len(eid) > MAX_EVENT_ID_CHARS or not eid.isprintable())
-        ):
-            raise UsageError(
-                f"session {self._id!r}: an event's id must be a string of 1 to "
-                f"{MAX_EVENT_ID_CHARS} printable characters (got {_shown(eid)})"
-            )
-        if checked is not raw:
-            event = _replace(event, data=msgspec.Raw(checked))
-        if not eid:
+        """Check one event (:func:`check_event`) and stamp it for storage (seq cleared, time
+        set when unset, from ``now`` or the store's clock, an id when it has none)."""
+        event = check_event(event, self._id)
+        if not event.id:
             event = _replace(event, id=new_event_id())
-        if time is None or event.seq:
-            return _replace(event, seq=0, time=time or now or self._store.clock())
+        if event.time is None or event.seq:
+            return _replace(event, seq=0, time=event.time or now or self._store.clock())
         return event
 
     def append(self, event: Event) -> int:
