@@ -6,8 +6,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import random
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -530,3 +536,435 @@ def test_missing_sources_exit_4(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     code, _, err = invoke("import", "agentkit", str(tmp_path / "file"))
     assert code == 2 and "is not a directory" in err
+
+
+# -- a source is imported whole or not at all ---------------------------------------------------
+
+
+def agentkit_line(seq: int, event_id: str = "", **fields: object) -> str:
+    """One agentkit line: a user message by default."""
+    line: dict[str, object] = {
+        "ID": event_id,
+        "Seq": seq,
+        "SessionID": "",
+        "AgentID": "coder",
+        "Type": "user/message",
+        "Data": {
+            "Role": "user",
+            "Content": [{"type": "text", "text": f"message {seq}"}],
+            "ToolCalls": None,
+            "ToolResults": None,
+        },
+        "CreatedAt": "0001-01-01T00:00:00Z",
+        "UserID": "",
+    }
+    line.update(fields)
+    return json.dumps(line)
+
+
+def two_logs(tmp_path: Path, bad_line: str) -> Path:
+    """An agentkit directory whose first log is good and whose second holds ``bad_line`` as
+    its second line."""
+    src = tmp_path / "sessions"
+    src.mkdir()
+    good = [agentkit_line(n, f"e{n}") for n in (1, 2, 3)]
+    (src / "a_good.jsonl").write_text("\n".join(good) + "\n")
+    bad = [agentkit_line(1, "b1"), bad_line, agentkit_line(3, "b3")]
+    (src / "b_bad.jsonl").write_text("\n".join(bad) + "\n")
+    return src
+
+
+def assert_nothing_imported(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    if store_dir.exists():
+        with ags.open_store(store_dir) as store:
+            assert store.list() == []
+
+
+def test_agentkit_log_repeating_an_event_id_imports_nothing(tmp_path: Path) -> None:
+    src = two_logs(tmp_path, agentkit_line(2, "b1"))
+    with pytest.raises(ags.UsageError) as caught:
+        im.scan_agentkit_dir(src)
+    assert str(caught.value) == (
+        f"{src / 'b_bad.jsonl'}:2: event id 'b1' is also the id of line 1; a session holds "
+        "each event id once, so this log cannot be imported"
+    )
+    code, out, err = invoke("import", "agentkit", str(src), "--store", str(tmp_path / "store"))
+    assert code == 2 and out == ""
+    assert "b_bad.jsonl:2: event id 'b1' is also the id of line 1" in err
+    assert_nothing_imported(tmp_path)
+
+
+BAD_AGENTKIT_LINES = {
+    "id of 200 characters": (
+        agentkit_line(2, "x" * 200),
+        "an event's id must be a string of 1 to 128 printable characters",
+    ),
+    "id with a newline": (
+        agentkit_line(2, "b\n2"),
+        "an event's id must be a string of 1 to 128 printable characters",
+    ),
+    "payload nested 300 deep": (
+        agentkit_line(2, "b2", Type="custom/deep", Data=json.loads("[" * 300 + "]" * 300)),
+        "the custom/deep event's payload",
+    ),
+    "reserved type": (
+        agentkit_line(2, "b2", Type="agentsession/shred", Data={}),
+        "'agentsession/shred' events are written by store.shred() only",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_AGENTKIT_LINES))
+def test_agentkit_event_an_append_refuses_fails_the_scan_and_imports_nothing(
+    tmp_path: Path, case: str
+) -> None:
+    line, reason = BAD_AGENTKIT_LINES[case]
+    src = two_logs(tmp_path, line)
+    with pytest.raises(ags.UsageError) as caught:
+        im.scan_agentkit_dir(src)
+    assert str(caught.value).startswith(f"{src / 'b_bad.jsonl'}:2: session 'b:bad': ")
+    assert reason in str(caught.value)
+    code, out, err = invoke("import", "agentkit", str(src), "--store", str(tmp_path / "store"))
+    assert code == 2 and out == "" and reason in err
+    assert_nothing_imported(tmp_path)
+
+
+def test_lango_message_an_append_refuses_fails_the_scan_and_imports_nothing(
+    lango_db: Path, tmp_path: Path
+) -> None:
+    conn = sqlite3.connect(lango_db)
+    when = mattn("2026-04-13 10:00:00")
+    conn.execute(
+        "INSERT INTO sessions (id, key, created_at, updated_at) VALUES (5, 'zz:deep', ?, ?)",
+        (when, when),
+    )
+    nested = json.loads("[" * 300 + "]" * 300)
+    deep = [{"id": "call_9", "name": "t", "input": json.dumps({"a": nested})}]
+    conn.execute(
+        "INSERT INTO messages (id, role, content, timestamp, tool_calls, author,"
+        " session_messages) VALUES (20, 'assistant', '', ?, ?, '', 5)",
+        (when, json.dumps(deep)),
+    )
+    conn.commit()
+    conn.close()
+    with pytest.raises(ags.UsageError) as caught:
+        im.scan_lango_db(lango_db)
+    assert str(caught.value).startswith(
+        f"{lango_db}: messages row 20: session 'zz:deep': the assistant/message event's payload"
+    )
+    code, out, err = invoke("import", "lango", str(lango_db), "--store", str(tmp_path / "store"))
+    assert code == 2 and out == "" and "messages row 20" in err
+    assert_nothing_imported(tmp_path)
+
+
+# -- symbolic links out of an agentkit directory ------------------------------------------------
+
+
+@pytest.mark.parametrize("sidecar", ["slack_C001/runtime.json", "slack_C001_u_U111/current.json"])
+def test_agentkit_symlinked_sidecar_file_is_refused(
+    agentkit_dir: Path, tmp_path: Path, sidecar: str
+) -> None:
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"agentId": "intruder", "sessionId": "slack:C001"}')
+    (agentkit_dir / sidecar).unlink()
+    os.symlink(outside, agentkit_dir / sidecar)
+    with pytest.raises(ags.UsageError) as caught:
+        im.scan_agentkit_dir(agentkit_dir)
+    assert str(caught.value).startswith(f"{agentkit_dir / sidecar} is a symbolic link; refusing")
+    code, out, err = invoke(
+        "import", "agentkit", str(agentkit_dir), "--store", str(tmp_path / "store")
+    )
+    assert code == 2 and out == "" and "is a symbolic link" in err
+    assert_nothing_imported(tmp_path)
+
+
+def test_agentkit_symlinked_sidecar_directory_is_refused(
+    agentkit_dir: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "runtime.json").write_text('{"agentId": "intruder"}')
+    os.symlink(outside, agentkit_dir / "cli_default")
+    with pytest.raises(ags.UsageError, match="is a symbolic link to a directory; refusing"):
+        im.scan_agentkit_dir(agentkit_dir)
+
+
+# -- a lango database is read without changing it or its directory ------------------------------
+
+SRC_DIR = Path(ags.__file__).resolve().parent.parent  # the sources under test
+UNPRIVILEGED = 65534  # nobody
+
+
+def test_lango_wal_database_leaves_no_files_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "lango").mkdir()
+    lango_db = make_lango_db(tmp_path / "lango" / "lango.db")
+    conn = sqlite3.connect(lango_db)
+    assert conn.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    conn.close()
+    before = _snapshot(lango_db.parent)
+    for extra in ("--dry-run", "--json"):
+        code, _, err = invoke(
+            "import", "lango", str(lango_db), "--store", str(tmp_path / "s"), extra
+        )
+        assert code == 0, err
+        assert _snapshot(lango_db.parent) == before
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def _run_as_nobody(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m agentsession ARGS`` as an unprivileged user (setpriv), for whom a directory's
+    mode binds (root ignores it)."""
+    return subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={UNPRIVILEGED}",
+            f"--regid={UNPRIVILEGED}",
+            "--clear-groups",
+            "--",
+            sys.executable,
+            "-m",
+            "agentsession",
+            *args,
+        ],
+        env={"PYTHONPATH": str(SRC_DIR), "HOME": str(home), "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A directory the unprivileged user can reach (pytest's tmp_path is root's alone)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the import as an unprivileged user")
+    base = Path(tempfile.mkdtemp(prefix="agentsession-import-ro-"))
+    base.chmod(0o755)
+    try:
+        yield base
+    finally:
+        for path in [base, *base.rglob("*")]:
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o755)
+        shutil.rmtree(base)
+
+
+@pytest.mark.parametrize("pending_wal", [False, True], ids=["checkpointed", "pending-wal"])
+def test_lango_wal_database_in_a_read_only_directory_is_left_byte_identical(
+    shared_tmp: Path, pending_wal: bool
+) -> None:
+    source = shared_tmp / "lango"
+    source.mkdir()
+    db = make_lango_db(source / "lango.db")
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    conn.close()  # the last connection checkpoints and removes the -wal file
+    if pending_wal:
+        # A session written after the last checkpoint lives only in lango.db-wal: copy the
+        # database and its log while the writer holds them open (as after a crash of lango).
+        live = shared_tmp / "live"
+        live.mkdir()
+        shutil.copy(db, live / "lango.db")
+        writer = sqlite3.connect(live / "lango.db")
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        when = mattn("2026-04-14 08:00:00")
+        writer.execute(
+            "INSERT INTO sessions (id, key, created_at, updated_at) VALUES (6, 'wal:only', ?, ?)",
+            (when, when),
+        )
+        writer.execute(
+            "INSERT INTO messages (id, role, content, timestamp, tool_calls, author,"
+            " session_messages) VALUES (30, 'user', 'from the log', ?, NULL, '', 6)",
+            (when,),
+        )
+        writer.commit()
+        shutil.copy(live / "lango.db-wal", source / "lango.db-wal")
+        writer.close()
+        assert (source / "lango.db-wal").stat().st_size > 0
+    store_dir = shared_tmp / "store"
+    store_dir.mkdir()
+    os.chown(store_dir, UNPRIVILEGED, UNPRIVILEGED)
+    source.chmod(0o555)
+    before = _snapshot(source)
+
+    dry = _run_as_nobody(
+        "import", "lango", str(db), "--store", str(store_dir), "--dry-run", "--json", home=store_dir
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert _snapshot(source) == before
+    run = _run_as_nobody(
+        "import", "lango", str(db), "--store", str(store_dir), "--json", home=store_dir
+    )
+    assert run.returncode == 0, run.stderr
+    assert _snapshot(source) == before
+
+    report = json.loads(run.stdout)
+    expected = ["telegram:42", "slack:C9", "slack:C10", "discord:7"]
+    if pending_wal:
+        expected.append("wal:only")
+    assert [s["session_id"] for s in report["sessions"]] == expected
+    assert json.loads(dry.stdout)["sessions_found"] == len(expected)
+    with ags.open_store(store_dir) as store:
+        assert sorted(s.id for s in store.list()) == sorted(expected)
+        if pending_wal:
+            assert [m.text for m in store.get("wal:only").messages()] == ["from the log"]
+
+
+# -- an interrupted import, run again, imports exactly what is missing ---------------------------
+
+KILL_SESSIONS = 30
+
+
+def many_sessions(root: Path) -> Path:
+    """An agentkit directory of KILL_SESSIONS sessions, each bound to an agent, with
+    active-session mappings, a model binding (a note) and the CLI pointer."""
+    src = root / "many"
+    src.mkdir()
+    for i in range(KILL_SESSIONS):
+        lines = [agentkit_line(n, f"s{i}-e{n}") for n in range(1, 4)]
+        (src / f"chat_s{i:03}.jsonl").write_text("\n".join(lines) + "\n")
+        (src / f"chat_s{i:03}").mkdir()
+        (src / f"chat_s{i:03}" / "runtime.json").write_text(
+            json.dumps({"agentId": f"agent-{i}", "model": "m" if i == 0 else ""})
+        )
+    for key in range(5):
+        (src / f"chat_k{key}").mkdir()
+        (src / f"chat_k{key}" / "current.json").write_text(
+            json.dumps({"sessionId": f"chat:s00{key}"})
+        )
+    (src / "cli_default.jsonl").write_text(agentkit_line(1, "cli-1") + "\n")
+    os.symlink("cli_default.jsonl", src / "cli_current.jsonl")
+    return src
+
+
+def imported_state(store: ags.Store, source: im.ImportSource) -> dict[str, object]:
+    """Everything an agentkit import writes: each session's events (times aside: agentkit's
+    zero times are stamped at import) and every identity mapping the source holds."""
+    sessions = {
+        info.id: [
+            (e.seq, e.id, e.type, e.agent, e.user, bytes(e.data), e.meta)
+            for e in store.get(info.id).read()
+        ]
+        for info in store.list()
+    }
+    mappings = {
+        (entry.kind, entry.key): store.meta_get(
+            entry.kind, "current" if entry.kind == "cli" else entry.key
+        )
+        for entry in source.identity
+    }
+    return {"sessions": sessions, "mappings": mappings}
+
+
+def test_rerun_of_an_import_stopped_before_its_bindings_writes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = many_sessions(tmp_path)
+    source = im.scan_agentkit_dir(src)
+    with ags.open_store(tmp_path / "reference") as reference:
+        im.import_source(source, reference)
+        want = imported_state(reference, source)
+    assert len(want["mappings"]) == KILL_SESSIONS + 5 + 1  # type: ignore[arg-type]
+
+    store = ags.open_store(tmp_path / "store")
+
+    def stopped(*_args: object) -> im.IdentityOutcome:
+        raise KeyboardInterrupt  # the process stops after the sessions, before any mapping
+
+    monkeypatch.setattr(im, "_apply_identity", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        im.import_source(source, store)
+    monkeypatch.undo()
+    assert agent_binding(store, "chat:s001") == ""
+
+    dry = im.import_source(source, store, dry_run=True)
+    assert {i.status for i in dry.identity} == {"would_write"}
+    report = im.import_source(source, store)
+    assert (report.imported, report.skipped) == (0, KILL_SESSIONS + 1)
+    assert {i.status for i in report.identity} == {"written"}
+    assert any("hold exactly the source's events" in note for note in report.notes)
+    assert imported_state(store, source) == want
+
+    # A session the store had before, with other events, still keeps its missing binding.
+    store.delete("chat:s002")
+    store.create("chat:s002", [ev_user("mine")])
+    ags.chat.bind_agent(store, "chat:s002", "")
+    report = im.import_source(source, store)
+    bind = next(i for i in report.identity if (i.kind, i.key) == ("bind", "chat:s002"))
+    assert bind.status == "skipped" and agent_binding(store, "chat:s002") == ""
+    store.close()
+
+
+_CHILD = """
+import sys
+from agentsession import open_store
+from agentsession.interop.importers import import_source, scan_agentkit_dir
+
+def say(what):
+    sys.stdout.write(what + "\\n")
+    sys.stdout.flush()
+
+store = open_store(sys.argv[2])
+meta_set = store.meta_set
+
+def announced(namespace, key, value):
+    say(f"meta {namespace} {key}")
+    meta_set(namespace, key, value)
+
+store.meta_set = announced
+source = scan_agentkit_dir(sys.argv[1])
+say("scanned")
+import_source(source, store, progress=lambda outcome: say(f"session {outcome.session_id}"))
+say("done")
+"""
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_import_killed_at_random_points_then_run_again_equals_an_uninterrupted_one(
+    tmp_path: Path, kind: str
+) -> None:
+    src = many_sessions(tmp_path)
+    source = im.scan_agentkit_dir(src)
+    (tmp_path / "reference").mkdir()
+    with ags.open_store(store_url(tmp_path / "reference", kind)) as reference:
+        im.import_source(source, reference)
+        want = imported_state(reference, source)
+    child = tmp_path / "child.py"
+    child.write_text(_CHILD)
+    # Lines the child prints: scanned, one per session (after its create), one before each
+    # identity write, done.
+    sessions_end = 1 + len(source.sessions)
+    total = sessions_end + len(source.identity) + 1
+    rng = random.Random(1402)
+    # The first kill comes right after the last session is written, before its bindings; the
+    # others anywhere.
+    kill_after = [sessions_end, *(rng.randrange(1, total) for _ in range(7))]
+    for round_number, lines_before_kill in enumerate(kill_after):
+        root = tmp_path / f"round{round_number}"
+        root.mkdir()
+        url = store_url(root, kind)
+        proc = subprocess.Popen(
+            [sys.executable, str(child), str(src), url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(SRC_DIR)},
+        )
+        try:
+            assert proc.stdout is not None
+            seen = [proc.stdout.readline() for _ in range(lines_before_kill)]
+            proc.kill()
+        finally:
+            proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        assert all(seen), f"round {round_number}: the import ended before line {len(seen)}"
+        assert proc.returncode == -signal.SIGKILL
+        with ags.open_store(url) as store:
+            report = im.import_source(im.scan_agentkit_dir(src), store)
+            assert report.verified
+            assert imported_state(store, source) == want, (round_number, lines_before_kill)

@@ -2224,6 +2224,7 @@ def _run_import(
             )
             _echo(clean(f"{counts} into {destination}; {checked} verified"))
     finally:
+        source.close()
         if store is not None:
             store.close()
 

@@ -52,10 +52,14 @@ from __future__ import annotations
 
 import abc
 import datetime as _dt
+import errno
 import json
 import os
 import re
+import shutil
 import sqlite3
+import stat
+import tempfile
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,7 +68,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from ..chat.identity import bind_agent, set_active_session, set_cli_current
-from ..contract import Store
+from ..contract import Store, check_session_id
 from ..errors import DuplicateSession, SessionError, StoreUnavailable, UsageError
 from ..events import (
     ASSISTANT_MESSAGE,
@@ -75,6 +79,7 @@ from ..events import (
     Event,
 )
 from ..messages import Message, Part, TextPart, ToolCall, ToolResult
+from ..session import check_event
 from .agentkit import AgentkitLineError, decode_agentkit_line
 
 __all__ = [
@@ -262,6 +267,11 @@ class ImportSource(abc.ABC):
         for session in self.sessions:
             yield session, self.read_events(session)
 
+    def close(self) -> None:
+        """Release what reading the source holds (a lango source's private copy of a database
+        with a pending write-ahead log); the source cannot be read afterwards."""
+        return None  # an agentkit source holds nothing open
+
 
 # ---------------------------------------------------------------------------------------------
 # agentkit.
@@ -297,15 +307,47 @@ class _Head(msgspec.Struct):
 _head_decoder = msgspec.json.Decoder(_Head)
 
 
-def _read_json_object(path: str) -> dict[str, Any]:
+_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+
+def _read_regular(name: str, where: str, *, dir_fd: int | None = None) -> bytes | None:
+    """The bytes of the regular file ``name`` (in ``dir_fd`` when given), never through a
+    symbolic link: a link could lead the read out of the source directory, so it is refused
+    (as the JSONL store's agentkit dialect refuses it). None when the file does not exist."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(
+                f"{where} is a symbolic link; refusing to follow it out of the agentkit "
+                "directory (replace it with the file itself)"
+            ) from None
+        raise UsageError(f"cannot read {where}: {exc.strerror or exc}") from None
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise UsageError(f"{where} is not a regular file; refusing to read it")
+        try:
+            return f.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read {where}: {exc.strerror or exc}") from None
+
+
+def _read_sidecar(dir_fd: int, name: str, where: str) -> dict[str, Any] | None:
+    """The JSON object of a sidecar file, None when there is none."""
+    raw = _read_regular(name, where, dir_fd=dir_fd)
+    if raw is None:
+        return None
+    try:
         value = json.loads(raw)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read agentkit sidecar {path}: {exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"cannot read agentkit sidecar {where}: {exc}") from None
     if not isinstance(value, dict):
-        raise UsageError(f"agentkit sidecar {path} is not a JSON object")
+        raise UsageError(f"agentkit sidecar {where} is not a JSON object")
     return value
 
 
@@ -318,16 +360,19 @@ def _string_field(obj: Mapping[str, Any], key: str, path: str) -> str:
     return value.strip()
 
 
-def _agentkit_lines(path: str) -> tuple[list[Event], list[str]]:
-    """Decode an agentkit log. A last line without its newline that does not decode is a torn
-    write: it is left out with a note. Every other bad line raises."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
+def _agentkit_lines(path: str, session_id: str) -> tuple[list[Event], list[str]]:
+    """Decode an agentkit log into the events ``store.create`` will take, each checked by the
+    append pipeline's own :func:`~agentsession.session.check_event`. A last line without its
+    newline that does not decode is a torn write: it is left out with a note. Every other bad
+    line (one that does not decode, an event an append would refuse, an event id a line
+    before already has) raises :class:`~agentsession.errors.UsageError` naming the file and
+    line."""
+    data = _read_regular(path, path)
+    if data is None:
+        raise UsageError(f"cannot read {path}: it no longer exists")
     events: list[Event] = []
     notes: list[str] = []
+    first_line_of: dict[str, int] = {}
     lines = data.split(b"\n")
     torn_candidate = not data.endswith(b"\n")
     for number, line in enumerate(lines, start=1):
@@ -343,6 +388,17 @@ def _agentkit_lines(path: str) -> tuple[list[Event], list[str]]:
                 )
                 continue
             raise UsageError(f"{path}:{number}: not an agentkit event line: {exc}") from None
+        try:
+            event = check_event(event, session_id)
+        except UsageError as exc:
+            raise UsageError(f"{path}:{number}: {exc}") from None
+        if event.id:
+            earlier = first_line_of.setdefault(event.id, number)
+            if earlier != number:
+                raise UsageError(
+                    f"{path}:{number}: event id {event.id!r} is also the id of line {earlier}; "
+                    "a session holds each event id once, so this log cannot be imported"
+                )
         events.append(event)
     for expected, event in enumerate(events, start=1):
         if event.seq != expected:
@@ -356,10 +412,11 @@ def _agentkit_lines(path: str) -> tuple[list[Event], list[str]]:
 
 def _first_line_session_id(path: str) -> str:
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+        with open(fd, "rb") as f:
             first = f.readline()
     except OSError:
-        return ""
+        return ""  # reading the log itself says why
     if not first.strip():
         return ""
     try:
@@ -386,7 +443,7 @@ class AgentkitSource(ImportSource):
 
     def read_events(self, session: SourceSession) -> list[Event]:
         """The events of the session's log (agentkit's seqs kept)."""
-        events, _ = _agentkit_lines(session.source)
+        events, _ = _agentkit_lines(session.source, session.session_id)
         if [e.seq for e in events] != self._seqs.get(session.session_id):
             raise SessionError(f"{session.source} changed while it was being imported")
         return events
@@ -434,6 +491,11 @@ def scan_agentkit_dir(
                     cli_link = os.readlink(entry.path)
                 except OSError as exc:
                     raise UsageError(f"cannot read the link {entry.path}: {exc}") from None
+            elif entry.is_dir():
+                raise UsageError(
+                    f"{entry.path} is a symbolic link to a directory; refusing to follow it out "
+                    "of the agentkit directory (a sidecar directory must be a directory)"
+                )
             continue
         if entry.is_file() and entry.name.endswith(".jsonl"):
             logs.append(entry)
@@ -447,24 +509,32 @@ def scan_agentkit_dir(
     active: list[tuple[str, str, str]] = []  # (sidecar dir name, session id, file)
     runtime: list[tuple[str, str, str, str]] = []  # (dir name, agent, model, file)
     for entry in sidecars:
-        current = os.path.join(entry.path, AGENTKIT_ACTIVE_FILE)
-        if os.path.isfile(current):
-            sid = _string_field(_read_json_object(current), "sessionId", current)
-            if sid:
-                active.append((entry.name, sid, current))
-        for name in (AGENTKIT_RUNTIME_FILE, AGENTKIT_AGENT_FILE):
-            file = os.path.join(entry.path, name)
-            if os.path.isfile(file):
-                obj = _read_json_object(file)
-                runtime.append(
-                    (
-                        entry.name,
-                        _string_field(obj, "agentId", file),
-                        _string_field(obj, "model", file),
-                        file,
+        try:
+            dir_fd = os.open(entry.path, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC)
+        except OSError as exc:
+            raise UsageError(f"cannot open {entry.path}: {exc.strerror or exc}") from None
+        try:
+            current = os.path.join(entry.path, AGENTKIT_ACTIVE_FILE)
+            obj = _read_sidecar(dir_fd, AGENTKIT_ACTIVE_FILE, current)
+            if obj is not None:
+                sid = _string_field(obj, "sessionId", current)
+                if sid:
+                    active.append((entry.name, sid, current))
+            for name in (AGENTKIT_RUNTIME_FILE, AGENTKIT_AGENT_FILE):
+                file = os.path.join(entry.path, name)
+                obj = _read_sidecar(dir_fd, name, file)
+                if obj is not None:
+                    runtime.append(
+                        (
+                            entry.name,
+                            _string_field(obj, "agentId", file),
+                            _string_field(obj, "model", file),
+                            file,
+                        )
                     )
-                )
-                break  # runtime.json supersedes agent.json
+                    break  # runtime.json supersedes agent.json
+        finally:
+            os.close(dir_fd)
     cli_id = agentkit_cli_session_id(os.path.basename(cli_link)) if cli_link else None
     known = {sid for _, sid, _ in active} | {AGENTKIT_DEFAULT_CLI_SESSION}
     if cli_id:
@@ -492,7 +562,8 @@ def scan_agentkit_dir(
                 raise UsageError(f"the id map gives {entry.name} an empty session id")
         else:
             sid, guessed = resolve(stem, _first_line_session_id(entry.path))
-        events, file_notes = _agentkit_lines(entry.path)
+        check_session_id(sid)
+        events, file_notes = _agentkit_lines(entry.path, sid)
         notes.extend(file_notes)
         if not events:
             notes.append(f"{entry.name}: no events, nothing to import")
@@ -592,14 +663,60 @@ def _check_sqlite_file(path: str) -> None:
         )
 
 
-def _connect_read_only(path: str) -> sqlite3.Connection:
-    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True)
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise UsageError(f"cannot open {path} as a SQLite database: {exc}") from None
-    return conn
+class _LangoReader:
+    """Opens a lango database so that neither the file nor its directory changes.
+
+    A database with nothing pending beside it is opened immutable (``mode=ro&immutable=1``):
+    SQLite then takes no lock and creates no ``-wal``, ``-shm`` or ``-journal`` file, so the
+    import works in a read-only directory, also for a database in WAL mode. A database with a
+    non-empty ``-wal`` (changes not yet checkpointed into the file) or ``-journal`` (a write a
+    crash interrupted) holds more than its file: reading it in place would write (SQLite
+    builds a ``-shm`` index, rolls a journal back), so the file and that companion are copied
+    (only read) into a private temporary directory and the copy is read, where SQLite applies
+    them; the copy is deleted with the reader."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.note = ""
+        self._snapshot: tempfile.TemporaryDirectory[str] | None = None
+        pending = [
+            suffix
+            for suffix in ("-wal", "-journal")
+            if os.path.isfile(path + suffix) and os.path.getsize(path + suffix) > 0
+        ]
+        if not pending:
+            self._uri = "file:" + urllib.parse.quote(os.path.abspath(path))
+            self._uri += "?mode=ro&immutable=1"
+            return
+        self._snapshot = tempfile.TemporaryDirectory(prefix="agentsession-import-")
+        copy = os.path.join(self._snapshot.name, "lango.db")
+        try:
+            for suffix in ("", pending[0]):
+                shutil.copyfile(path + suffix, copy + suffix)
+        except OSError as exc:
+            self.close()
+            raise UsageError(f"cannot read {path}{suffix}: {exc.strerror or exc}") from None
+        self._uri = "file:" + urllib.parse.quote(copy)
+        self.note = (
+            f"{os.path.basename(path)}{pending[0]} holds changes not yet in the database file; "
+            "they were read from a private copy (the source was not changed)"
+        )
+
+    def connect(self) -> sqlite3.Connection:
+        """A connection that only reads."""
+        try:
+            conn = sqlite3.connect(self._uri, uri=True)
+            conn.execute("PRAGMA query_only = ON")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise UsageError(f"cannot open {self.path} as a SQLite database: {exc}") from None
+        return conn
+
+    def close(self) -> None:
+        """Delete the private copy, if one was made."""
+        if self._snapshot is not None:
+            self._snapshot.cleanup()
+            self._snapshot = None
 
 
 _SESSION_COLUMNS: Final = ("id", "key")
@@ -653,20 +770,25 @@ class LangoSource(ImportSource):
         notes: Sequence[str],
         rows: Mapping[str, _LangoSession],
         columns: set[str],
+        reader: _LangoReader | None = None,
     ) -> None:
         super().__init__(location, sessions, identity, notes)
         self._rows = dict(rows)
         self._columns = columns
+        self._reader = reader or _LangoReader(location)
 
     def read_events(self, session: SourceSession) -> list[Event]:
-        """The ``lango/session`` event and the events of the session's messages."""
-        conn = _connect_read_only(self.location)
+        """The ``lango/session`` event and the events of the session's messages, each checked
+        as an append checks it."""
+        conn = self._reader.connect()
         try:
-            return _number(
-                _lango_session_events(conn, self._rows[session.session_id], self._columns)
-            )
+            return _lango_session_events(conn, self._rows[session.session_id], self._columns)
         finally:
             conn.close()
+
+    def close(self) -> None:
+        """Delete the private copy of the database, if the scan made one."""
+        self._reader.close()
 
 
 def _message_rows(
@@ -689,6 +811,9 @@ def _message_rows(
 def _lango_session_events(
     conn: sqlite3.Connection, session: _LangoSession, columns: set[str]
 ) -> list[Event]:
+    """The events a session becomes, numbered (:func:`_number`) and each checked by the append
+    pipeline's own :func:`~agentsession.session.check_event`, so that a session a scan accepts
+    is one ``store.create`` takes."""
     created = parse_lango_time(session.record.get("createdAt"))
     out = [Event.new(LANGO_SESSION_TYPE, session.record, time=created)]
     seen_messages = False
@@ -697,7 +822,17 @@ def _lango_session_events(
             out.append(event)
             if event.type in (USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT, COMPACTION):
                 seen_messages = True
-    return out
+    checked: list[Event] = []
+    for event in _number(out):
+        try:
+            checked.append(check_event(event, session.key))
+        except UsageError as exc:
+            row_id = event.meta.get("lango_id")
+            where = "sessions row" if row_id is None else "messages row"
+            raise UsageError(
+                f"{where} {session.row_id if row_id is None else row_id}: {exc}"
+            ) from None
+    return checked
 
 
 def _tool_call_list(raw: Any, row_id: object) -> list[dict[str, Any]]:
@@ -868,7 +1003,16 @@ def scan_lango_db(path: str | os.PathLike[str]) -> LangoSource:
     written."""
     location = os.fspath(path)
     _check_sqlite_file(location)
-    conn = _connect_read_only(location)
+    reader = _LangoReader(location)
+    try:
+        return _scan_lango(location, reader)
+    except BaseException:
+        reader.close()
+        raise
+
+
+def _scan_lango(location: str, reader: _LangoReader) -> LangoSource:
+    conn = reader.connect()
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         missing = [t for t in ("sessions", "messages") if t not in tables]
@@ -946,9 +1090,13 @@ def scan_lango_db(path: str | os.PathLike[str]) -> LangoSource:
                 identity.append(IdentityEntry("bind", key, agent))
         sessions: list[SourceSession] = []
         for key, session in records.items():
-            events = _number(_lango_session_events(conn, session, message_columns))
+            check_session_id(key)
+            try:
+                events = _lango_session_events(conn, session, message_columns)
+            except UsageError as exc:
+                raise UsageError(f"{location}: {exc}") from None
             sessions.append(SourceSession(key, f"{location}#{key}", len(events)))
-        notes: list[str] = []
+        notes: list[str] = [reader.note] if reader.note else []
         (orphans,) = conn.execute(
             "SELECT count(*) FROM messages WHERE session_messages IS NULL OR session_messages "
             "NOT IN (SELECT id FROM sessions)"
@@ -960,7 +1108,7 @@ def scan_lango_db(path: str | os.PathLike[str]) -> LangoSource:
             )
     finally:
         conn.close()
-    return LangoSource(location, sessions, identity, notes, records, message_columns)
+    return LangoSource(location, sessions, identity, notes, records, message_columns, reader)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -977,7 +1125,11 @@ def import_source(
     """Import every session of ``source`` into ``store`` and write its identity mappings.
 
     A session the store already has is skipped (left unchanged), and so are a mapping whose key
-    the store already maps and the binding of a skipped session. With ``dry_run`` nothing is
+    the store already maps and the binding of a skipped session, unless the store's session
+    holds exactly the events the source gives it: then an earlier import of this source wrote
+    it and was stopped before its mappings, and its binding is written like that of an
+    imported session (when the store has none), so that running an interrupted import again
+    completes it. With ``dry_run`` nothing is
     written: the report says what would be (``store`` may then be None, for a store that does
     not exist yet). At the end every imported session is read back; a session whose event count
     (or, for agentkit, whose seqs) differ raises :class:`~agentsession.errors.SessionError`.
@@ -988,10 +1140,12 @@ def import_source(
     report = ImportReport(source.kind, source.location, destination, dry_run)
     report.notes.extend(source.notes)
     skipped_ids: set[str] = set()
+    resumed = 0
     imported: list[SourceSession] = []
     for session in source.sessions:
         exists = store is not None and store.exists(session.session_id)
         status: Literal["imported", "skipped", "would_import", "would_skip"]
+        events: list[Event] | None = None
         if dry_run:
             status = "would_skip" if exists else "would_import"
         elif exists:
@@ -1005,7 +1159,13 @@ def import_source(
             except DuplicateSession:
                 status = "skipped"  # another process created it in between
         if status in ("skipped", "would_skip"):
-            skipped_ids.add(session.session_id)
+            assert store is not None
+            if events is None:
+                events = source.read_events(session)
+            if _holds_source_events(store, session, events, source.expected_seqs(session)):
+                resumed += 1  # imported by an earlier run: its mappings are still due
+            else:
+                skipped_ids.add(session.session_id)
         elif status == "imported":
             imported.append(session)
         outcome = SessionOutcome(
@@ -1015,6 +1175,12 @@ def import_source(
         if progress is not None:
             progress(outcome)
 
+    if resumed:
+        report.notes.append(
+            f"{resumed} session(s) the store already has hold exactly the source's events (an "
+            "earlier import of this source wrote them); their identity mappings are "
+            f"{'checked' if dry_run else 'completed'} as for imported sessions"
+        )
     for entry in source.identity:
         report.identity.append(_apply_identity(entry, store, dry_run, skipped_ids))
 
@@ -1031,6 +1197,30 @@ def import_source(
                 )
         report.verified = True
     return report
+
+
+def _holds_source_events(
+    store: Store, session: SourceSession, events: Sequence[Event], seqs: Sequence[int] | None
+) -> bool:
+    """Whether the store's session is exactly what importing ``events`` writes: the same
+    seqs, types, agents, users, payloads and meta, and the same ids and times where the source
+    gives them (an import stamps the others)."""
+    got = store.get(session.session_id).read()
+    expected = list(seqs) if seqs is not None else list(range(1, len(events) + 1))
+    if len(got) != len(events) or [e.seq for e in got] != expected:
+        return False
+    for stored, given in zip(got, events, strict=True):
+        if (
+            stored.type != given.type
+            or stored.agent != given.agent
+            or stored.user != given.user
+            or stored.meta != given.meta
+            or (given.id and stored.id != given.id)
+            or (given.time is not None and stored.time != given.time)
+            or msgspec.json.decode(bytes(stored.data)) != msgspec.json.decode(bytes(given.data))
+        ):
+            return False
+    return True
 
 
 def _apply_identity(
