@@ -15,11 +15,17 @@ Two sources are read, each without changing it:
 
 A scan reads and checks everything before anything is written: a source that cannot be read
 whole raises :class:`~agentsession.errors.UsageError` (a malformed line, a gap in agentkit's seqs,
-an encrypted lango database or payload) or :class:`SourceNotFound`, and nothing is imported.
+an event id repeated in a session, a symlinked agentkit sidecar, an encrypted lango database or
+payload, an event that ``store.create`` would refuse: every event goes through the append
+pipeline's own :func:`~agentsession.session.check_event`) or :class:`SourceNotFound`, and nothing
+is imported. Neither source is changed, nor is anything created beside it (a lango database is
+opened immutable; see :class:`_LangoReader`).
 :func:`import_source` then writes each session with ``store.create(session_id, events)`` (atomic;
 a session the store already has is skipped and reported, never changed), writes the identity
 mappings the source holds (the active-session map, agent bindings and the CLI pointer of
-:mod:`agentsession.chat.identity`; a mapping the store already has is left alone), and reads
+:mod:`agentsession.chat.identity`; a mapping the store already has is left alone, and so is the
+binding of a skipped session unless the store's session is exactly what the source gives, which
+an earlier run of the same import wrote before it was stopped), and reads
 every imported session back to check that it holds as many events as the source (and, for
 agentkit, the same seqs). ``docs/import.md`` describes both mappings.
 
