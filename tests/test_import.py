@@ -964,7 +964,64 @@ def test_import_killed_at_random_points_then_run_again_equals_an_uninterrupted_o
                 proc.stdout.close()
         assert all(seen), f"round {round_number}: the import ended before line {len(seen)}"
         assert proc.returncode == -signal.SIGKILL
+        code, out, err = invoke("import", "agentkit", str(src), "--store", url, "--json")
+        assert code == 0, err
+        assert json.loads(out)["verified"] is True
         with ags.open_store(url) as store:
-            report = im.import_source(im.scan_agentkit_dir(src), store)
-            assert report.verified
             assert imported_state(store, source) == want, (round_number, lines_before_kill)
+
+
+_HALF_WRITE = """
+import os, signal, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1])
+conn.execute("PRAGMA cache_size=1")  # spill the transaction into the database file
+conn.execute("BEGIN")
+conn.execute(
+    "INSERT INTO sessions (id, key, created_at, updated_at) VALUES (50, 'half:written', '', '')"
+)
+conn.executemany(
+    "INSERT INTO messages (id, role, content, timestamp, author, session_messages)"
+    " VALUES (?, 'user', ?, '', '', 50)",
+    [(100 + n, "x" * 2000) for n in range(300)],
+)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_lango_database_with_an_interrupted_write_is_read_rolled_back_and_left_alone(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "lango").mkdir()
+    db = make_lango_db(tmp_path / "lango" / "lango.db")
+    writer = subprocess.run([sys.executable, "-c", _HALF_WRITE, str(db)], timeout=60)
+    assert writer.returncode == -signal.SIGKILL
+    assert (tmp_path / "lango" / "lango.db-journal").stat().st_size > 0
+    before = _snapshot(db.parent)
+    source = im.scan_lango_db(db)
+    assert [s.session_id for s in source.sessions] == [
+        "telegram:42",
+        "slack:C9",
+        "slack:C10",
+        "discord:7",
+    ]
+    assert any("lango.db-journal holds a write a crash interrupted" in n for n in source.notes)
+    source.close()
+    code, _, err = invoke("import", "lango", str(db), "--store", str(tmp_path / "store"))
+    assert code == 0, err
+    assert _snapshot(db.parent) == before
+
+
+def test_rerun_of_a_lango_import_stopped_before_its_bindings_writes_them(
+    lango_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = im.scan_lango_db(lango_db)
+    store = ags.open_store(tmp_path / "store")
+    monkeypatch.setattr(im, "_apply_identity", lambda *_args: (_ for _ in ()).throw(SystemExit))
+    with pytest.raises(SystemExit):
+        im.import_source(source, store)
+    monkeypatch.undo()
+    assert agent_binding(store, "telegram:42") == ""
+    report = im.import_source(source, store)
+    assert report.skipped == 4 and [i.status for i in report.identity] == ["written"]
+    assert agent_binding(store, "telegram:42") == "operator"
+    store.close()

@@ -243,6 +243,9 @@ class ImportSource(abc.ABC):
 
     kind: str = ""
     """``agentkit`` or ``lango``."""
+    keeps_event_ids: bool = False
+    """Whether event ids come from the source (agentkit's ``ID``), rather than being made anew
+    each time the source is read (lango rows have none)."""
 
     def __init__(
         self,
@@ -435,6 +438,7 @@ class AgentkitSource(ImportSource):
     """An agentkit sessions directory, as :func:`scan_agentkit_dir` found it."""
 
     kind = "agentkit"
+    keeps_event_ids = True
 
     def __init__(
         self,
@@ -703,9 +707,14 @@ class _LangoReader:
             self.close()
             raise UsageError(f"cannot read {path}{suffix}: {exc.strerror or exc}") from None
         self._uri = "file:" + urllib.parse.quote(copy)
+        what = (
+            "holds changes not yet checkpointed into the database file"
+            if pending[0] == "-wal"
+            else "holds a write a crash interrupted, which SQLite rolls back"
+        )
         self.note = (
-            f"{os.path.basename(path)}{pending[0]} holds changes not yet in the database file; "
-            "they were read from a private copy (the source was not changed)"
+            f"{os.path.basename(path)}{pending[0]} {what}: the database was read from a private "
+            "copy, and the source was not changed"
         )
 
     def connect(self) -> sqlite3.Connection:
@@ -1168,7 +1177,7 @@ def import_source(
             assert store is not None
             if events is None:
                 events = source.read_events(session)
-            if _holds_source_events(store, session, events, source.expected_seqs(session)):
+            if _holds_source_events(store, source, session, events):
                 resumed += 1  # imported by an earlier run: its mappings are still due
             else:
                 skipped_ids.add(session.session_id)
@@ -1206,13 +1215,15 @@ def import_source(
 
 
 def _holds_source_events(
-    store: Store, session: SourceSession, events: Sequence[Event], seqs: Sequence[int] | None
+    store: Store, source: ImportSource, session: SourceSession, events: Sequence[Event]
 ) -> bool:
     """Whether the store's session is exactly what importing ``events`` writes: the same
     seqs, types, agents, users, payloads and meta, and the same ids and times where the source
     gives them (an import stamps the others)."""
     got = store.get(session.session_id).read()
+    seqs = source.expected_seqs(session)
     expected = list(seqs) if seqs is not None else list(range(1, len(events) + 1))
+    same_ids = source.keeps_event_ids
     if len(got) != len(events) or [e.seq for e in got] != expected:
         return False
     for stored, given in zip(got, events, strict=True):
@@ -1221,7 +1232,7 @@ def _holds_source_events(
             or stored.agent != given.agent
             or stored.user != given.user
             or stored.meta != given.meta
-            or (given.id and stored.id != given.id)
+            or (same_ids and given.id and stored.id != given.id)
             or (given.time is not None and stored.time != given.time)
             or msgspec.json.decode(bytes(stored.data)) != msgspec.json.decode(bytes(given.data))
         ):
