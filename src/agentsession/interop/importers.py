@@ -705,7 +705,10 @@ class _LangoReader:
                 shutil.copyfile(path + suffix, copy + suffix)
         except OSError as exc:
             self.close()
-            raise UsageError(f"cannot read {path}{suffix}: {exc.strerror or exc}") from None
+            raise UsageError(
+                f"cannot copy {path}{suffix} into a private temporary directory to read it "
+                f"without changing it: {exc.strerror or exc}"
+            ) from None
         self._uri = "file:" + urllib.parse.quote(copy)
         what = (
             "holds changes not yet checkpointed into the database file"
