@@ -40,12 +40,13 @@ import msgspec
 
 from .codec import encode
 from .contract import check_session_id
-from .crypto import KeyRing
+from .crypto import SESSION_KIND, SHREDDED, KeyRing
 from .derive import IndexedMessage
 from .errors import (
     ChildStateError,
     DuplicateSession,
     SessionNotFound,
+    SessionShredded,
     UsageError,
 )
 from .events import (
@@ -117,6 +118,10 @@ class ChildInfo(msgspec.Struct, frozen=True, kw_only=True):
     """``active``, ``merged`` or ``discarded``."""
     created_at: _dt.datetime | None = None
     """When the child was forked (UTC)."""
+    shredded: bool = False
+    """The child was shredded (``store.shred``): its log cannot be read, so ``state`` is
+    what its parent's index last said (``active`` when the parent was shredded too, and its
+    index keeps only the child's id)."""
 
 
 class LifecycleEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -279,9 +284,38 @@ def _update_value(
 
 _index_decoder = msgspec.json.Decoder(builtins.list[_IndexEntry])
 
+_SHREDDED_HEAD = '{"shredded":1,'
+"""How the children index of a shredded parent starts (see :func:`keep_ids_of_children`)."""
+
+
+class _ShreddedIndex(msgspec.Struct, frozen=True, kw_only=True):
+    """The children index of a shredded parent: only its children's ids and fork ids (the ids
+    are stored in clear anyway, as the children's own session ids), so that deleting the
+    parent recursively, ``rm -r`` and ``ls --tree`` still find them once the parent's key,
+    which sealed the full index, is destroyed."""
+
+    shredded: int
+    children: builtins.list[_IndexEntry]
+
+
+_shredded_decoder = msgspec.json.Decoder(_ShreddedIndex)
+
 
 def _index(store: ChildHost, parent_id: str) -> builtins.list[_IndexEntry]:
-    return _decode_index(_read_value(store, CHILDREN_KIND, parent_id))
+    raw = store._meta_get(CHILDREN_KIND, parent_id)
+    if raw is None:
+        return []
+    if raw.startswith(_SHREDDED_HEAD):
+        return _shredded_decoder.decode(raw.encode()).children
+    ring = store._keyring
+    if ring is not None:
+        try:
+            raw = ring.cipher(parent_id).open_value(CHILDREN_KIND, raw)
+        except SessionShredded:
+            # Shredded by a version that did not keep the ids: the children are unknown
+            # from here (they stay sessions of their own).
+            return []
+    return _decode_index(raw)
 
 
 def _decode_index(raw: str | None) -> builtins.list[_IndexEntry]:
@@ -315,35 +349,89 @@ def _index_change(
 ) -> None:
     """Set a child's state in its parent's index (None: remove it)."""
 
-    def change(raw: str | None) -> str | None:
+    def changed(entries: builtins.list[_IndexEntry]) -> builtins.list[_IndexEntry]:
         out = []
-        for e in _decode_index(raw):
+        for e in entries:
             if e.id == child_id and e.fork_id == fork_id:
                 if state is None:
                     continue
                 e = msgspec.structs.replace(e, state=state)
             out.append(e)
-        return _encode_index(out)
+        return out
+
+    raw = store._meta_get(CHILDREN_KIND, parent_id)
+    if raw is not None and raw.startswith(_SHREDDED_HEAD):
+        # A shredded parent's index (only ids, in clear): a deleted child leaves it.
+        def shredded(raw: str | None) -> str | None:
+            if raw is None or not raw.startswith(_SHREDDED_HEAD):
+                return raw
+            kept = changed(_shredded_decoder.decode(raw.encode()).children)
+            return _encode_shredded(kept)
+
+        store._meta_update(CHILDREN_KIND, parent_id, shredded)
+        return
+
+    def change(raw: str | None) -> str | None:
+        return _encode_index(changed(_decode_index(raw)))
 
     _update_value(store, CHILDREN_KIND, parent_id, change)
+
+
+def _encode_shredded(entries: builtins.list[_IndexEntry]) -> str | None:
+    if not entries:
+        return None
+    ids = [_IndexEntry(id=e.id, fork_id=e.fork_id) for e in entries]
+    return encode(_ShreddedIndex(shredded=1, children=ids)).decode()
+
+
+def keep_ids_of_children(store: ChildHost, parent_id: str) -> None:
+    """Before a parent's key is destroyed: replace its sealed children index by the ids of
+    its children alone (:class:`_ShreddedIndex`), so that its children can still be found,
+    shredded and deleted with it. Nothing when the index is gone already or cannot be opened
+    (shredded by an earlier version)."""
+
+    def change(raw: str | None) -> str | None:
+        if raw is None or raw.startswith(_SHREDDED_HEAD):
+            return raw
+        ring = store._keyring
+        try:
+            plain = raw if ring is None else ring.cipher(parent_id).open_value(
+                CHILDREN_KIND, raw
+            )
+        except SessionShredded:
+            return raw
+        return _encode_shredded(_decode_index(plain))
+
+    store._meta_update(CHILDREN_KIND, parent_id, change)
+
+
+def is_shredded(store: ChildHost, session_id: str) -> bool:
+    """Whether the session's key was destroyed (``store.shred``; False in a plain store)."""
+    return store._keyring is not None and store._meta_get(SESSION_KIND, session_id) == SHREDDED
 
 
 def children_of(store: ChildHost, parent_id: str) -> builtins.list[ChildInfo]:
     """The children of ``parent_id`` in fork order (empty for an unknown parent). A child
     that was deleted (or whose fork never completed) is left out; an active one is checked
     against its log, so a crash between a merge's mark and the index update still reports
-    the truth."""
+    the truth. A shredded child is reported with ``shredded=True`` and the state the index
+    holds (its log cannot be read); the children of a shredded parent are found from the ids
+    its index keeps (see :func:`keep_ids_of_children`)."""
     out = []
     for entry in _index(store, parent_id):
         state: ChildState = entry.state
         if not store.exists(entry.id):
             continue  # deleted by a process killed before it cleaned the index, or not made yet
-        if state == "active":
-            child = store.get(entry.id)
-            fork = fork_of(child)
-            if fork is None or fork.fork_id != entry.fork_id:
-                continue  # the id was deleted and reused for another session
-            state = _tail_state(child)
+        shredded = is_shredded(store, entry.id)
+        if state == "active" and not shredded:
+            try:
+                child = store.get(entry.id)
+                fork = fork_of(child)
+                if fork is None or fork.fork_id != entry.fork_id:
+                    continue  # the id was deleted and reused for another session
+                state = _tail_state(child)
+            except SessionShredded:
+                shredded = True  # a shred that stopped before the key was destroyed
         out.append(
             ChildInfo(
                 id=entry.id,
@@ -354,9 +442,27 @@ def children_of(store: ChildHost, parent_id: str) -> builtins.list[ChildInfo]:
                 fork_id=entry.fork_id,
                 state=state,
                 created_at=entry.created_at,
+                shredded=shredded,
             )
         )
     return out
+
+
+def descendants(store: ChildHost, session_id: str) -> dict[str, str]:
+    """The child sessions of ``session_id``, and theirs, that still exist, each with its
+    parent, in fork order, depth first (one children index read per session of the
+    subtree)."""
+    found: dict[str, str] = {}
+
+    def walk(parent: str) -> None:
+        for child in children_of(store, parent):
+            # The index may keep an ended child that was deleted alone: only what exists.
+            if child.id not in found and child.id != session_id:
+                found[child.id] = parent
+                walk(child.id)
+
+    walk(session_id)
+    return found
 
 
 # ---------------------------------------------------------------------------------------------

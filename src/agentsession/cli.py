@@ -59,7 +59,7 @@ from rich.text import Text
 from . import events as ev
 from . import view
 from ._names import unsafe_name
-from .children import ChildInfo
+from .children import ChildInfo, descendants
 from .codec import pretty
 from .contract import SessionInfo, StoreRecoveryReport
 from .crypto import EncryptionError
@@ -726,6 +726,8 @@ class _TreeRow(msgspec.Struct):
     """``active``, ``merged`` or ``discarded``."""
     fork_seq: int | None = None
     """The parent's seq it was forked at."""
+    shredded: bool = False
+    """Its key was destroyed (``shred``): its log cannot be read."""
     children: list[_TreeRow] = []
     """Its child sessions, in fork order."""
 
@@ -760,6 +762,7 @@ def _session_tree(store: BaseStore, infos: Sequence[SessionInfo]) -> list[_TreeR
             agent=fork.agent if fork is not None else None,
             state=fork.state if fork is not None else None,
             fork_seq=fork.fork_seq if fork is not None else None,
+            shredded=fork.shredded if fork is not None else store.is_shredded(sid),
             children=below,
         )
 
@@ -767,6 +770,15 @@ def _session_tree(store: BaseStore, infos: Sequence[SessionInfo]) -> list[_TreeR
     # Listed sessions no top session reached (only possible through a cycle) go at the top.
     trees += [node(info.id, None) for info in infos if info.id not in placed]
     return trees
+
+
+def _tree_state(row: _TreeRow) -> str:
+    """The state cell of ``ls --tree``: the child's state, and ``shredded`` for a session
+    whose key was destroyed."""
+    shown = [clean(row.state)] if row.state else []
+    if row.shredded:
+        shown.append("shredded")
+    return ", ".join(shown) or "-"
 
 
 def _tree_lines(trees: Sequence[_TreeRow]) -> list[list[str]]:
@@ -782,7 +794,7 @@ def _tree_lines(trees: Sequence[_TreeRow]) -> list[list[str]]:
                 _when(row.last_activity),
                 _size(row.size),
                 clean(row.agent) if row.agent else "-",
-                clean(row.state) if row.state else "-",
+                _tree_state(row),
             ]
         )
         for child in row.children:
@@ -1061,19 +1073,9 @@ def rm_command(
 
 def _descendants(store: BaseStore, session_id: str) -> dict[str, str]:
     """The child sessions of ``session_id``, and theirs, that still exist, each with its
-    parent (in fork order, depth first: the order ``rm`` reports them in). One children
-    index read per session of the subtree."""
-    found: dict[str, str] = {}
-
-    def walk(parent: str) -> None:
-        for child in store.children_of(parent):
-            # The index may keep an ended child that was deleted alone: only what exists.
-            if child.id not in found and child.id != session_id and store.exists(child.id):
-                found[child.id] = parent
-                walk(child.id)
-
-    walk(session_id)
-    return found
+    parent (in fork order, depth first: the order ``rm`` and ``shred -r`` report them in).
+    One children index read per session of the subtree; shredded children are found too."""
+    return descendants(store, session_id)
 
 
 # -- rekey, shred ----------------------------------------------------------------------------
@@ -1150,22 +1152,48 @@ def rekey_command(state: State, new_key_file: str | None, as_json: bool) -> None
     epilog=_examples(
         "agentsession --key-file store.key shred slack:C002        # asks first on a terminal",
         "agentsession --key-file store.key shred -y --json slack:C002 cli:demo",
+        "agentsession --key-file store.key shred -r -y slack:C002  # and its child sessions",
         "agentsession ls | awk 'NR>1 && /^tmp:/ {print $1}' | agentsession shred -y -",
     ),
 )
 @click.argument("session_ids", nargs=-1, required=True)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "-r",
+    "--recursive",
+    is_flag=True,
+    help="Also shred the sessions' child sessions (forked for subagents, holding copies of "
+    "their parent's history), and theirs.",
+)
+@click.option(
+    "--keep-children",
+    is_flag=True,
+    help="Shred a session that has child sessions alone: its children keep their copies of "
+    "its history (a warning names them).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
 @pass_state
-def shred_command(state: State, session_ids: tuple[str, ...], yes: bool, as_json: bool) -> None:
+def shred_command(
+    state: State,
+    session_ids: tuple[str, ...],
+    yes: bool,
+    recursive: bool,
+    keep_children: bool,
+    as_json: bool,
+) -> None:
     """Destroy the keys of sessions of an encrypted store, so their events can never be read
     again, here or in any copy of the logs (crypto-shredding; docs/security.md says what stays
     visible and what a backup of the key records taken before can still open).
 
     The logs stay (delete them with rm); reading or appending to a shredded session fails.
+    A child session (forked for a subagent) holds a copy of its parent's history: a session
+    with children not shredded yet is shredded only with -r/--recursive (its whole subtree)
+    or --keep-children (it alone; a warning names the children that keep copies).
     SESSION_IDS may be '-' to read ids from stdin, one per line. On a terminal shred asks
     first; elsewhere it shreds only with -y/--yes. Nothing is shredded when one of the ids
-    does not exist."""
+    does not exist, nor when one has children and neither option is given."""
+    if recursive and keep_children:
+        raise UsageError("give -r/--recursive or --keep-children, not both")
     ids, from_stdin = _ids_from(session_ids)
     if not ids:
         raise UsageError("no session ids given (stdin was empty)")
@@ -1173,27 +1201,64 @@ def shred_command(state: State, session_ids: tuple[str, ...], yes: bool, as_json
     missing = [sid for sid in ids if not store.exists(sid)]
     if missing:
         raise _not_found(store, missing[0], more=len(missing) - 1)
+    subtrees = {sid: _descendants(store, sid) for sid in ids}
+    # The children that hold copies still readable (a shredded child holds none).
+    keeping = {
+        sid: [c for c, p in subtrees[sid].items() if p == sid and not store.is_shredded(c)]
+        for sid in ids
+    }
+    if not recursive:
+        parents = [sid for sid in ids if keeping[sid]]
+        if parents and not keep_children:
+            first = parents[0]
+            others = len(parents) - 1
+            verb = "has" if others == 1 else "have"
+            more = f"; {others} more of the ids given {verb} children too" if others else ""
+            _fail(
+                f"session {clean(first)!r} has {len(keeping[first])} child session(s) holding "
+                f"copies of its history ({_listing(keeping[first], 5)}){more}: pass "
+                "-r/--recursive to shred them too, or --keep-children to shred it alone; "
+                "nothing shredded"
+            )
+        subtrees = {sid: {} for sid in ids}
+    # An id inside the subtree of another id given goes with that one.
+    inside = {child for sid in ids for child in subtrees[sid]}
+    ids = [sid for sid in ids if sid not in inside]
+    parent_of = {child: parent for sid in ids for child, parent in subtrees[sid].items()}
+    everything = [item for sid in ids for item in (sid, *subtrees[sid])]
     if not yes:
         if from_stdin or not _is_terminal(sys.stdin):
             why = "the ids came from stdin" if from_stdin else "stdin is not a terminal"
             raise UsageError(
                 f"shred destroys keys for good and asks first, but {why}: pass -y/--yes to "
-                f"shred {len(ids)} session(s) without asking"
+                f"shred {len(everything)} session(s) without asking"
             )
         question = (
-            f"Shred {len(ids)} session(s) for good (their events can never be read again): "
-            f"{_listing(ids)}?"
+            f"Shred {len(everything)} session(s) for good (their events can never be read "
+            f"again): {_listing(everything)}?"
         )
         if not click.confirm(question, default=False, err=True):
             click.echo("nothing shredded", err=True)
             raise click.exceptions.Exit(EXIT_ERROR)
     with _progress(len(ids), "shredding") as advance:
         for sid in ids:
-            store.shred(sid)
-            if as_json:
-                _json_line({"session_id": sid, "shredded": True})
-            else:
-                _echo(f"shredded {clean(sid)}")
+            done = store.shred(sid, recursive=recursive, keep_children=keep_children)
+            for gone in done:
+                parent = parent_of.get(gone)
+                if as_json:
+                    line: dict[str, Any] = {"session_id": gone, "shredded": True}
+                    if parent is not None:
+                        line["parent"] = parent
+                    _json_line(line)
+                else:
+                    below = f" (child of {clean(parent)})" if parent is not None else ""
+                    _echo(f"shredded {clean(gone)}{below}")
+            if keep_children and keeping[sid]:
+                click.echo(
+                    f"warning: the child sessions of {clean(sid)} keep copies of its history: "
+                    f"{_listing(keeping[sid])} (shred them too, or rm them)",
+                    err=True,
+                )
             advance()
 
 

@@ -64,11 +64,16 @@ SESSION_META_KINDS: tuple[str, ...] = (
     ACTIVE_KIND,
     children.RECORD_KIND,
     children.CHILDREN_KIND,
+    "adk-snapshot",
 )
 """Meta namespaces keyed by session id, whose entries are deleted with their session (the chat
 layer's agent binding lives in ``bind``; an encrypted store's session keys in
 ``crypto-session`` and ``crypto-active``, so deleting a session also destroys its key; the
-session record in ``record``; a parent's children index in ``children``)."""
+session record in ``record``; a parent's children index in ``children``; the ADK
+integration's session-state snapshot in ``adk-snapshot``). Shredding a session removes them
+too, except its key's tombstone (``crypto-session``) and the ids its children index keeps."""
+
+_KEPT_BY_SHRED = frozenset({SESSION_KIND, children.CHILDREN_KIND})
 
 
 _live_stores: weakref.WeakSet[BaseStore] = weakref.WeakSet()
@@ -340,17 +345,53 @@ class BaseStore:
         Processes that have the store open keep working."""
         self._ring().change_passphrase(old, new, old_key=old_key, new_key=new_key)
 
-    def shred(self, session_id: str) -> None:
+    def shred(
+        self, session_id: str, *, recursive: bool = False, keep_children: bool = False
+    ) -> builtins.list[str]:
         """Destroy the session's key, so its events can never be read again, from this store
-        or from any copy of its log (see ``docs/security.md`` for what stays visible). The
-        log stays; reading it raises :class:`~agentsession.errors.SessionShredded` (an
+        or from any copy of its log (see ``docs/security.md`` for what stays visible); returns
+        the ids shredded, children first. The log stays; reading it raises
+        :class:`~agentsession.errors.SessionShredded` (an
         :class:`~agentsession.errors.EncryptionError`), and so does appending until the
         session is deleted, also from session objects that held the
         key before (in this process or another: a
         :data:`~agentsession.crypto.SHRED_NOTICE` appended to the log just before the key is
-        destroyed tells them). When shredding is interrupted (a crash between the notice and
-        the key), the session already refuses; shred it again to destroy the key."""
+        destroyed tells them). What is kept beside the log under the session's id goes too
+        (its record, agent binding, integration state); its children index keeps only its
+        children's ids, so they can still be found. When shredding is interrupted (a crash
+        between the notice and the key), the session already refuses; shred it again to
+        destroy the key.
+
+        Child sessions (forked for subagents) hold copies of what their parent's history held
+        when they were forked. With ``recursive``, the session's children, and theirs, are
+        shredded too (each before its parent). Without it, a session that has children not
+        shredded yet is refused (:class:`~agentsession.errors.UsageError` naming them, nothing
+        shredded) unless ``keep_children`` says to shred it alone, the children keeping their
+        copies.
+        """
         sid = check_session_id(session_id)
+        self._ring()
+        below = children.descendants(self, sid)
+        if recursive:
+            # Deepest first: an interrupted run leaves every parent whose children are not all
+            # shredded unshredded (and findable), and shredding again finishes the job.
+            order = [*reversed(below), sid]
+        else:
+            keeping = [c for c in below if below[c] == sid and not children.is_shredded(self, c)]
+            if keeping and not keep_children:
+                shown = ", ".join(repr(c) for c in keeping[:5])
+                more = f" and {len(keeping) - 5} more" if len(keeping) > 5 else ""
+                raise UsageError(
+                    f"session {sid!r} has {len(keeping)} child session(s) holding copies of "
+                    f"its history ({shown}{more}): shred(recursive=True) shreds them too, "
+                    "keep_children=True shreds it alone; nothing shredded"
+                )
+            order = [sid]
+        for target in order:
+            self._shred_one(target)
+        return order
+
+    def _shred_one(self, sid: str) -> None:
         ring = self._ring()
         with self._cache_lock:
             entry = self._cache.pop(self._cache_key(sid), None)
@@ -358,8 +399,8 @@ class BaseStore:
             entry.session.close()
         # First a notice in the log (its type is clear): a session object elsewhere that still
         # holds the key meets it when it next catches up, before it appends, and refuses from
-        # then on. Then the key is destroyed. Shredding again after a crash in between
-        # finishes the job.
+        # then on. Then what is kept beside the log goes, and the key is destroyed. Shredding
+        # again after a crash in between finishes the job.
         record = self.meta_get(SESSION_KIND, sid)
         if record is not None and record != SHREDDED:
             event = Event.new(SHRED_NOTICE, {}, time=self.clock())
@@ -371,7 +412,17 @@ class BaseStore:
                     notice.close()
             except EncryptionError:
                 pass  # it refuses already: a notice is in the log (an interrupted shred)
+        if record != SHREDDED:
+            children.keep_ids_of_children(self, sid)
+        for kind in SESSION_META_KINDS:
+            if kind not in _KEPT_BY_SHRED:
+                self._meta_set(kind, sid, None)
         ring.shred(sid)
+
+    def is_shredded(self, session_id: str) -> bool:
+        """Whether the session was shredded (its key is destroyed; False in a plain store)."""
+        self._check_open()
+        return children.is_shredded(self, check_session_id(session_id))
 
     def rotate_key(self, session_id: str) -> str:
         """Seal the session's new events under a new data key; returns its key id. Events
@@ -537,6 +588,7 @@ class BaseStore:
         self._check_open()
         sid = check_session_id(session_id)
         if recursive:
+            # Shredded children too: a shredded parent's index keeps its children's ids.
             for child in children.children_of(self, sid):
                 self.delete(child.id, recursive=True)
         if self._exists(sid):

@@ -412,9 +412,21 @@ class AsyncStore:
         )
         await self._call("store.change_passphrase", fn)
 
-    async def shred(self, session_id: str) -> None:
-        """Destroy the session's key (:meth:`agentsession.BaseStore.shred`)."""
-        await self._call("store.shred", functools.partial(self._sync.shred, session_id))
+    async def shred(
+        self, session_id: str, *, recursive: bool = False, keep_children: bool = False
+    ) -> builtins.list[str]:
+        """Destroy the session's key, and with ``recursive`` its children's; returns the ids
+        shredded (:meth:`agentsession.BaseStore.shred`)."""
+        fn = functools.partial(
+            self._sync.shred, session_id, recursive=recursive, keep_children=keep_children
+        )
+        return await self._call("store.shred", fn)
+
+    async def is_shredded(self, session_id: str) -> bool:
+        """Whether the session was shredded (:meth:`agentsession.BaseStore.is_shredded`)."""
+        return await self._call(
+            "store.is_shredded", functools.partial(self._sync.is_shredded, session_id)
+        )
 
     async def rotate_key(self, session_id: str) -> str:
         """Seal the session's new events under a new data key; returns its key id."""
