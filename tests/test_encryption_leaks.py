@@ -3,7 +3,10 @@ or plaintext reaches an error, a log record or a repr.
 
 A marker string goes into every text field an agent writes (user text, tool arguments, tool
 output, thinking, a compaction summary, event meta and the event's user id) through the
-recorder and compaction; then every byte each backend keeps is searched for it: every file
+recorder and compaction, into the session record and the children index, and through every
+integration (ADK's events and its ``app:``, ``user:`` and session state with its snapshot,
+OpenAI Agents items, LangChain messages); then every byte each backend keeps is searched for
+it: every file
 of a JSONL store, SQLite's database, ``-wal`` and ``-shm`` files (before and after a
 checkpoint), and PostgreSQL's table, index and TOAST files after a ``CHECKPOINT`` (read with
 ``pg_read_binary_file``) and a ``pg_dump`` of the schema. The same run without encryption must
@@ -12,6 +15,7 @@ find the marker, so that the search can fail.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -60,6 +64,86 @@ def write_marked(store: ags.BaseStore, session_id: str = "leak:1") -> None:
     child.update(model=f"model {MARK}")
     child.merge(f"merged summary {MARK}")
     session.update(channel_id=f"channel {MARK}", metadata={"k": f"record {MARK}"})
+    write_marked_integrations(store)
+
+
+ADK_STATE_EVENTS = 70
+"""ADK events appended with a marked state delta: past a snapshot (one per 64 seqs)."""
+
+
+def write_marked_integrations(store: ags.BaseStore) -> None:
+    """The marker through every integration, into everything each keeps beside its log."""
+    from google.adk.events.event import Event as AdkEvent
+    from google.adk.events.event_actions import EventActions
+    from google.genai import types
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from agentsession.integrations.adk import AgentSessionService
+    from agentsession.integrations.langchain import AgentSessionChatHistory
+    from agentsession.integrations.openai_agents import OpenAIAgentsSession
+
+    async def adk() -> None:
+        service = AgentSessionService(store)
+        try:
+            state = {"app:a": f"app {MARK}", "user:u": f"user {MARK}", "s": f"session {MARK}"}
+            session = await service.create_session(
+                app_name="app", user_id="u1", session_id="marked", state=state
+            )
+            for n in range(ADK_STATE_EVENTS):
+                delta = {
+                    "s": f"session {n} {MARK}",
+                    "user:u": f"user {n} {MARK}",
+                    "app:a": f"app {n} {MARK}",
+                }
+                content = types.Content(role="user", parts=[types.Part(text=f"adk {n} {MARK}")])
+                event = AdkEvent(
+                    author="user",
+                    invocation_id=f"i{n}",
+                    content=content,
+                    actions=EventActions(state_delta=delta),
+                )
+                await service.append_event(session, event)
+        finally:
+            await service.close()
+
+    async def openai_agents() -> None:
+        items = OpenAIAgentsSession("marked-oa", store=store)
+        await items.add_items([{"role": "user", "content": f"openai item {MARK}"}])
+
+    asyncio.run(adk())
+    asyncio.run(openai_agents())
+    history = AgentSessionChatHistory("marked-lc", store=store, agent="coder", user="u")
+    history.add_messages([HumanMessage(f"langchain {MARK}"), AIMessage(f"reply {MARK}")])
+
+
+def check_marked_integrations(store: ags.BaseStore) -> None:
+    """What the integrations wrote reads back with the marker (it was really written)."""
+    from agentsession.integrations.adk import SNAPSHOT_KIND, AgentSessionService, session_key
+
+    last = ADK_STATE_EVENTS - 1
+
+    async def adk() -> None:
+        service = AgentSessionService(store)
+        try:
+            session = await service.get_session(app_name="app", user_id="u1", session_id="marked")
+            assert session is not None
+            assert session.state == {
+                "s": f"session {last} {MARK}",
+                "app:a": f"app {last} {MARK}",
+                "user:u": f"user {last} {MARK}",
+            }
+            assert await service.get_user_state(app_name="app", user_id="u1") == {
+                "u": f"user {last} {MARK}"
+            }
+        finally:
+            await service.close()
+
+    asyncio.run(adk())
+    assert store.meta_get(SNAPSHOT_KIND, session_key("app", "u1", "marked")) is not None
+    texts = b"".join(e.raw for e in store.get("marked-oa").read())
+    texts += b"".join(e.raw for e in store.get("marked-lc").read())
+    assert f"openai item {MARK}".encode() in texts
+    assert f"langchain {MARK}".encode() in texts
 
 
 def check_marked(store: ags.BaseStore, session_id: str = "leak:1") -> None:
@@ -78,6 +162,7 @@ def check_marked(store: ags.BaseStore, session_id: str = "leak:1") -> None:
     kid = store.get(child.id).info()
     assert (kid.model, kid.metadata) == (f"model {MARK}", {"m": f"fork meta {MARK}"})
     assert store.get(session_id).messages()[-1].text == f"merged summary {MARK}"
+    check_marked_integrations(store)
 
 
 def hits(blobs: dict[str, bytes]) -> dict[str, int]:
@@ -106,7 +191,11 @@ def test_jsonl_files_hold_no_text_of_an_encrypted_store(tmp_path: Path, encrypte
         assert hits(files) == {}
         assert any("/.meta/crypto/" in name for name in files)
     else:
-        assert hits(files), "the control run must find the marker"
+        found = hits(files)
+        # The control run finds the marker in every kind of meta entry that the encrypted
+        # run seals, so the search covers them.
+        for kind in ("record", "children", "adk-app-state", "adk-user-state", "adk-snapshot"):
+            assert any(f"/.meta/{kind}/" in name for name in found), (kind, found)
 
 
 # -- SQLite -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import functools
 import importlib.util
+import json
 import multiprocessing
 import os
 import time
@@ -40,9 +41,14 @@ from google.genai import types
 
 from agentsession import open_store
 from agentsession.aio import AsyncStore
+from agentsession.children import read_session_value
+from agentsession.errors import EncryptionError
 from agentsession.integrations.adk import (
     ADK_EVENT,
     ADK_SESSION,
+    APP_STATE_KIND,
+    SNAPSHOT_KIND,
+    USER_STATE_KIND,
     AgentSessionService,
     session_key,
 )
@@ -1078,6 +1084,135 @@ async def test_store_objects_are_used_and_left_open(tmp_path: Path) -> None:
     assert (await async_store.get(session_key("a", "u", "s"))).sync.latest_seq == 3
     sync.close()
     await async_store.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Encrypted stores: the state kept beside the log is sealed, and goes with its session.
+
+SECRET = "zq7AdkSecret0x"
+"""In every state value written; never in a stored meta value of an encrypted store."""
+
+
+async def _marked_session(service: AgentSessionService, session_id: str, events: int) -> Session:
+    state = {"app:a": f"app {SECRET}", "user:u": f"user {SECRET}", "s": f"session {SECRET}"}
+    session = await service.create_session(
+        app_name="my_app", user_id="u1", session_id=session_id, state=state
+    )
+    for i in range(events):
+        delta = {"s": f"s{i} {SECRET}", "user:u": f"u{i} {SECRET}", "app:a": f"a{i} {SECRET}"}
+        await service.append_event(
+            session, Event(author="user", actions=EventActions(state_delta=delta))
+        )
+    return session
+
+
+def _stored(service: AgentSessionService, session_id: str = "s") -> dict[str, str | None]:
+    """The raw stored values of the app, user and snapshot entries."""
+    sync = service.store.sync
+    return {
+        APP_STATE_KIND: sync._meta_get(APP_STATE_KIND, "app:my_app"),
+        USER_STATE_KIND: sync._meta_get(USER_STATE_KIND, "my_app:u1"),
+        SNAPSHOT_KIND: sync._meta_get(SNAPSHOT_KIND, session_key("my_app", "u1", session_id)),
+    }
+
+
+@asynctest
+async def test_state_beside_the_log_is_sealed_in_an_encrypted_store(shared_url: str) -> None:
+    async with AgentSessionService(shared_url, passphrase="pw") as service:
+        await _marked_session(service, "s", 70)
+        stored = _stored(service)
+        for kind, raw in stored.items():
+            assert raw is not None and raw.startswith('{"sealed":1,'), kind
+            assert SECRET not in raw, kind
+        got = await service.get_session(
+            app_name="my_app", user_id="u1", session_id="s", config=GetSessionConfig()
+        )
+        assert got is not None
+        want = {"s": f"s69 {SECRET}", "app:a": f"a69 {SECRET}", "user:u": f"u69 {SECRET}"}
+        assert got.state == want
+        [listed] = (await service.list_sessions(app_name="my_app")).sessions
+        assert listed.state == want
+        assert await service.get_user_state(app_name="my_app", user_id="u1") == {
+            "u": f"u69 {SECRET}"
+        }
+    # Another process (a new store object) opens them with the passphrase.
+    async with AgentSessionService(shared_url, passphrase="pw") as again:
+        got = await again.get_session(app_name="my_app", user_id="u1", session_id="s")
+        assert got is not None and got.state == want
+
+
+@asynctest
+async def test_shred_and_delete_take_the_session_state_snapshot_with_the_session(
+    shared_url: str,
+) -> None:
+    async with AgentSessionService(shared_url, passphrase="pw") as service:
+        await _marked_session(service, "gone", 70)
+        await _marked_session(service, "shredded", 70)
+        sync = service.store.sync
+        assert _stored(service, "gone")[SNAPSHOT_KIND] is not None
+        assert _stored(service, "shredded")[SNAPSHOT_KIND] is not None
+        sync.delete(session_key("my_app", "u1", "gone"))  # agentsession rm: not the service
+        assert _stored(service, "gone")[SNAPSHOT_KIND] is None
+        assert sync.shred(session_key("my_app", "u1", "shredded")) == [
+            session_key("my_app", "u1", "shredded")
+        ]
+        assert _stored(service, "shredded")[SNAPSHOT_KIND] is None
+        # The shared state is the app's and the user's, not the session's: it stays, sealed
+        # under the store key (docs/security.md says why).
+        assert await service.get_user_state(app_name="my_app", user_id="u1") == {
+            "u": f"u69 {SECRET}"
+        }
+
+
+@asynctest
+async def test_plaintext_state_written_before_sealing_still_loads(shared_url: str) -> None:
+    async with AgentSessionService(shared_url, passphrase="pw") as service:
+        await _marked_session(service, "s", 70)
+        sync = service.store.sync
+        key = session_key("my_app", "u1", "s")
+        snapshot = json.loads(read_session_value(sync, SNAPSHOT_KIND, key) or "")
+        snapshot["state"] = {"from": "the old snapshot"}
+        # What the service wrote before it sealed them: plain JSON objects.
+        sync._meta_set(APP_STATE_KIND, "app:my_app", '{"a":"old app"}')
+        sync._meta_set(USER_STATE_KIND, "my_app:u1", '{"u":"old user","sealed":1}')
+        sync._meta_set(SNAPSHOT_KIND, key, json.dumps(snapshot))
+    async with AgentSessionService(shared_url, passphrase="pw") as service:
+        got = await service.get_session(
+            app_name="my_app",
+            user_id="u1",
+            session_id="s",
+            config=GetSessionConfig(num_recent_events=1),
+        )
+        assert got is not None
+        # The snapshot's state, then the deltas of the events after it (seq 64 on).
+        old = {"from": "the old snapshot", "app:a": "old app", "user:u": "old user"}
+        assert got.state == {**old, "s": f"s69 {SECRET}", "user:sealed": 1}
+        assert await service.get_user_state(app_name="my_app", user_id="u1") == {
+            "u": "old user",
+            "sealed": 1,
+        }
+        # The next change writes the entry sealed, the old keys kept.
+        await service.append_event(
+            got, Event(author="user", actions=EventActions(state_delta={"user:v": "new"}))
+        )
+        raw = service.store.sync._meta_get(USER_STATE_KIND, "my_app:u1")
+        assert raw is not None and raw.startswith('{"sealed":1,"box":') and "old" not in raw
+        assert await service.get_user_state(app_name="my_app", user_id="u1") == {
+            "u": "old user",
+            "sealed": 1,
+            "v": "new",
+        }
+
+
+@asynctest
+async def test_sealed_shared_state_moved_to_another_user_does_not_open(shared_url: str) -> None:
+    async with AgentSessionService(shared_url, passphrase="pw") as service:
+        await _marked_session(service, "s", 1)
+        sync = service.store.sync
+        sync._meta_set(USER_STATE_KIND, "my_app:u2", sync._meta_get(USER_STATE_KIND, "my_app:u1"))
+        with pytest.raises(EncryptionError, match="does not open") as caught:
+            await service.get_user_state(app_name="my_app", user_id="u2")
+        assert SECRET not in str(caught.value) and "pw" not in str(caught.value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,11 +40,12 @@ import msgspec
 
 from .codec import encode
 from .contract import check_session_id
-from .crypto import SESSION_KIND, SHREDDED, KeyRing
+from .crypto import SESSION_KIND, SHREDDED, KeyRing, _b64, _open, _seal, _unb64
 from .derive import IndexedMessage
 from .errors import (
     ChildStateError,
     DuplicateSession,
+    EncryptionError,
     SessionNotFound,
     SessionShredded,
     UsageError,
@@ -247,10 +248,16 @@ class ChildHost(Protocol):
 
 
 # ---------------------------------------------------------------------------------------------
-# Meta values, sealed under the session's key in an encrypted store.
+# Meta values, sealed in an encrypted store: under the session's key (the record, the children
+# index, an integration's per-session state) or under the store key (state shared by sessions).
 
 
-def _read_value(store: ChildHost, kind: str, session_id: str) -> str | None:
+def read_session_value(store: ChildHost, kind: str, session_id: str) -> str | None:
+    """The plaintext of the session's ``kind`` entry (None when unset): opened with the
+    session's key in an encrypted store, where a value written before the store sealed it
+    is returned as it is. Raises :class:`~agentsession.errors.SessionShredded` for a shredded
+    session's value, :class:`~agentsession.errors.EncryptionError` for one that does not
+    open."""
     raw = store._meta_get(kind, session_id)
     ring = store._keyring
     if raw is None or ring is None:
@@ -258,11 +265,12 @@ def _read_value(store: ChildHost, kind: str, session_id: str) -> str | None:
     return ring.cipher(session_id).open_value(kind, raw)
 
 
-def _update_value(
+def update_session_value(
     store: ChildHost, kind: str, session_id: str, change: Callable[[str | None], str | None]
 ) -> None:
-    """``store._meta_update`` of a value kept in plaintext, or sealed when the store is
-    encrypted (a sealed value is only rewritten when its plaintext changes)."""
+    """``store._meta_update`` of a value kept in plaintext, or sealed under the session's key
+    when the store is encrypted (a sealed value is only rewritten when its plaintext
+    changes). ``change`` gets and returns plaintext."""
     ring = store._keyring
     if ring is None:
         store._meta_update(kind, session_id, change)
@@ -277,6 +285,75 @@ def _update_value(
         return None if wanted is None else cipher.seal_value(kind, wanted)
 
     store._meta_update(kind, session_id, sealed)
+
+
+class _StoreBox(msgspec.Struct, forbid_unknown_fields=True):
+    """A meta value sealed under the store key: ``{"sealed":1,"box":"<base64 of nonce,
+    ciphertext and tag>"}``, bound to its namespace and key."""
+
+    sealed: int
+    box: str
+
+
+_store_box_decoder = msgspec.json.Decoder(_StoreBox)
+
+
+def _store_value_aad(kind: str, key: str) -> bytes:
+    return b"agentsession/store-meta/v1\x00%s\x00%s" % (
+        kind.encode("utf-8", "surrogatepass"),
+        key.encode("utf-8", "surrogatepass"),
+    )
+
+
+def read_store_value(store: ChildHost, kind: str, key: str) -> str | None:
+    """The plaintext of a meta entry shared by sessions (None when unset): opened with the
+    store key in an encrypted store, where a value written before it was sealed (plaintext)
+    is returned as it is. Raises :class:`~agentsession.errors.EncryptionError` when a sealed
+    value does not open (tampered, or moved to another namespace or key)."""
+    raw = store._meta_get(kind, key)
+    ring = store._keyring
+    if raw is None or ring is None:
+        return raw
+    return _open_store_value(ring, kind, key, raw)
+
+
+def _open_store_value(ring: KeyRing, kind: str, key: str, raw: str) -> str:
+    if not raw.startswith('{"sealed":1,'):
+        return raw  # written in plaintext, before the store sealed this kind
+    try:
+        envelope = _store_box_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return raw  # plaintext that happens to start like a box
+    where = f"the {kind} entry {key!r} in {ring._where}"
+    plain = _open(ring._store_key, _unb64(envelope.box, where), _store_value_aad(kind, key))
+    if plain is None:
+        raise EncryptionError(f"{where} does not open (tampered or moved)")
+    return plain.decode("utf-8", "surrogatepass")
+
+
+def update_store_value(
+    store: ChildHost, kind: str, key: str, change: Callable[[str | None], str | None]
+) -> None:
+    """``store._meta_update`` of an entry shared by sessions, kept in plaintext, or sealed
+    under the store key when the store is encrypted (``change`` gets and returns
+    plaintext; a sealed value is only rewritten when its plaintext changes)."""
+    ring = store._keyring
+    if ring is None:
+        store._meta_update(kind, key, change)
+        return
+
+    def sealed(raw: str | None) -> str | None:
+        plain = None if raw is None else _open_store_value(ring, kind, key, raw)
+        wanted = change(plain)
+        if wanted == plain and raw is not None and raw.startswith('{"sealed":1,"box":'):
+            return raw
+        if wanted is None:
+            return None
+        box = _seal(ring._store_key, wanted.encode("utf-8", "surrogatepass"),
+                    _store_value_aad(kind, key))
+        return encode(_StoreBox(sealed=1, box=_b64(box))).decode()
+
+    store._meta_update(kind, key, sealed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,7 +414,7 @@ def _index_add(store: ChildHost, parent_id: str, entry: _IndexEntry) -> None:
             )
         return _encode_index([*entries, entry])
 
-    _update_value(store, CHILDREN_KIND, parent_id, change)
+    update_session_value(store, CHILDREN_KIND, parent_id, change)
 
 
 def _index_change(
@@ -374,7 +451,7 @@ def _index_change(
     def change(raw: str | None) -> str | None:
         return _encode_index(changed(_decode_index(raw)))
 
-    _update_value(store, CHILDREN_KIND, parent_id, change)
+    update_session_value(store, CHILDREN_KIND, parent_id, change)
 
 
 def _encode_shredded(entries: builtins.list[_IndexEntry]) -> str | None:
@@ -830,7 +907,7 @@ _record_decoder = msgspec.json.Decoder(_StoredRecord)
 
 
 def _stored_record(store: ChildHost, session_id: str) -> _StoredRecord:
-    raw = _read_value(store, RECORD_KIND, session_id)
+    raw = read_session_value(store, RECORD_KIND, session_id)
     return _StoredRecord() if raw is None else _record_decoder.decode(raw.encode())
 
 
@@ -895,6 +972,6 @@ def update_record(
         new = msgspec.structs.replace(current, **fields, updated_at=store.clock())
         return encode(new).decode()
 
-    _update_value(store, RECORD_KIND, session.id, change)
+    update_session_value(store, RECORD_KIND, session.id, change)
     return record_of(store, session)
 

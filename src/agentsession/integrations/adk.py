@@ -113,6 +113,12 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..aio import AsyncSession, AsyncStore
 from ..aio._backend import default_max_threads
+from ..children import (
+    read_session_value,
+    read_store_value,
+    update_session_value,
+    update_store_value,
+)
 from ..codec import decode, encode
 from ..errors import DuplicateSession, UsageError
 from ..events import ASSISTANT_MESSAGE, TOOL_RESULT, USAGE, USER_MESSAGE, Event
@@ -545,24 +551,37 @@ class AgentSessionService(BaseSessionService):
             self._sessions.pop(key, None)
 
     def _merge_shared(self, kind: str, key: str, delta: Mapping[str, Any]) -> None:
-        """Apply ``delta`` to a shared state entry (``dict.update``), atomically."""
+        """Apply ``delta`` to a shared state entry (``dict.update``), atomically (sealed under
+        the store key in an encrypted store)."""
 
         def change(current: str | None) -> str:
             state = _state_of(current)
             state.update(delta)
             return encode(state).decode()
 
-        self._sync._meta_update(kind, key, change)
+        self._sync._check_open()
+        update_store_value(self._sync, kind, key, change)
+
+    def _shared_state(self, kind: str, key: str) -> dict[str, Any]:
+        """A shared state entry (``{}`` when none), opened in an encrypted store."""
+        self._sync._check_open()
+        return _state_of(read_store_value(self._sync, kind, key))
 
     def _shared(self, app_name: str, user_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        app = _state_of(self._sync.meta_get(APP_STATE_KIND, _app_key(app_name)))
-        user = _state_of(self._sync.meta_get(USER_STATE_KIND, _user_key(app_name, user_id)))
+        app = self._shared_state(APP_STATE_KIND, _app_key(app_name))
+        user = self._shared_state(USER_STATE_KIND, _user_key(app_name, user_id))
         return app, user
+
+    def _snapshot_text(self, key: str) -> str | None:
+        """The stored snapshot's JSON (opened with the session's key in an encrypted store),
+        or None."""
+        self._sync._check_open()
+        return read_session_value(self._sync, SNAPSHOT_KIND, key)
 
     def _fold(self, key: str, session: BaseSession) -> _Folded | None:
         """The session state at the log's end, from the snapshot when it matches the log
         (reading the events after it), else from the whole log; None for no session."""
-        raw = self._sync.meta_get(SNAPSHOT_KIND, key)
+        raw = self._snapshot_text(key)
         snapshot = _snapshot_of(raw)
         if snapshot is not None and snapshot.seq > 0:
             events = session.read(snapshot.seq - 1)
@@ -591,7 +610,8 @@ class AgentSessionService(BaseSessionService):
             stored = None if current == stale else _snapshot_of(current)
             return current if stored is not None and stored.seq >= fold.seq else new
 
-        self._sync._meta_update(SNAPSHOT_KIND, key, change)
+        self._sync._check_open()
+        update_session_value(self._sync, SNAPSHOT_KIND, key, change)
 
     def _keep_snapshot(self, key: str, folded: _Folded) -> None:
         """Write a snapshot when the fold read more than :data:`SNAPSHOT_EVERY` events past
@@ -720,7 +740,7 @@ class AgentSessionService(BaseSessionService):
     ) -> None:
         """After reading a whole long log: write a snapshot when the stored one lags (or does
         not match the log)."""
-        stale = self._sync.meta_get(SNAPSHOT_KIND, key)
+        stale = self._snapshot_text(key)
         snapshot = _snapshot_of(stale)
         if (
             snapshot is not None
@@ -746,7 +766,7 @@ class AgentSessionService(BaseSessionService):
         prefix = f"{ID_PREFIX}{_quote(app_name)}:"
         if user_id is not None:
             prefix += f"{_quote(user_id)}:"
-        app = _state_of(self._sync.meta_get(APP_STATE_KIND, _app_key(app_name)))
+        app = self._shared_state(APP_STATE_KIND, _app_key(app_name))
         users: dict[str, dict[str, Any]] = {}
         out: list[AdkSession] = []
         for info in self._sync.list(prefix=prefix):
@@ -760,8 +780,8 @@ class AgentSessionService(BaseSessionService):
             self._keep_snapshot(info.id, folded)
             user = users.get(owner)
             if user is None:
-                user = users[owner] = _state_of(
-                    self._sync.meta_get(USER_STATE_KIND, _user_key(app_name, owner))
+                user = users[owner] = self._shared_state(
+                    USER_STATE_KIND, _user_key(app_name, owner)
                 )
             session = AdkSession(
                 id=sid,
@@ -792,8 +812,8 @@ class AgentSessionService(BaseSessionService):
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The ``user:`` state of the app's user, keys without the prefix (``{}`` when
         none)."""
-        raw = await self._astore.meta_get(USER_STATE_KIND, _user_key(app_name, user_id))
-        return _state_of(raw)
+        fn = functools.partial(self._shared_state, USER_STATE_KIND, _user_key(app_name, user_id))
+        return await self._run("adk.get_user_state", fn)
 
     # -- appending ------------------------------------------------------------------------------
 
