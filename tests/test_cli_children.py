@@ -6,6 +6,7 @@ import ast
 import datetime as dt
 import itertools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -18,6 +19,7 @@ import agentsession.view as view
 from agentsession import events as ev
 from agentsession.children import ChildInfo
 from agentsession.cli import cli
+from agentsession.errors import SessionShredded
 from agentsession.events import Event
 from agentsession.messages import Message
 from agentsession.view import (
@@ -446,8 +448,10 @@ def test_ls_tree_json_gives_one_nested_object_per_top_session(family: str) -> No
         ("main:critic", "critic", "discarded", 5, []),
     ]
     assert set(main) == {
-        "id", "events", "last_activity", "size", "agent", "state", "fork_seq", "children"
+        "id", "events", "last_activity", "size", "agent", "state", "fork_seq", "shredded",
+        "children",
     }
+    assert main["shredded"] is False
     assert tops[0]["children"] == []
 
 
@@ -598,3 +602,198 @@ def test_show_of_a_summary_merge_shows_the_summary_escaped(tmp_path: Path) -> No
     )
     out = invoke(str(tmp_path / "s"), "show", "lead:scout")[1]
     assert body(out)[-1] == "2  MERGED  into session lead: a summary, ending at its seq 6"
+
+
+# -- shredding a parent with children -------------------------------------------------------
+
+PASSPHRASE = "family-passphrase"
+COPIED = "zq7InheritedCopy0x"
+"""In the parent's history, so in every child's inherited copy of it."""
+
+
+@pytest.fixture(params=["jsonl", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def sealed_family(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An encrypted store shaped like ``family``: ``main`` with ``main:research`` (merged,
+    with ``main:research:helper``, active) and ``main:critic`` (discarded), each child holding
+    a copy of ``main``'s history; and ``other``. Returns its URL."""
+    from .test_conformance_postgres import DSN, drop_schemas, new_schema_name, url_with_schema
+
+    schemas: list[str] = []
+    if request.param == "jsonl":
+        url = str(tmp_path / "s")
+    elif request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 's.db'}"
+    else:
+        if not DSN:
+            pytest.skip("set AGENTSESSION_TEST_POSTGRES_DSN to run the PostgreSQL tests")
+        schemas.append(new_schema_name())
+        url = url_with_schema(schemas[0])
+    try:
+        with ags.open_store(url, passphrase=PASSPHRASE) as store:
+            main = store.get("main")
+            with main.turn(agent="lead") as turn:
+                turn.user(f"plan the trip {COPIED}")
+                turn.assistant("delegating")
+            research = main.fork("researcher", inherit="all", child_id="main:research")
+            research.fork("helper", inherit="all", child_id="main:research:helper")
+            critic = main.fork("critic", inherit="all", child_id="main:critic")
+            research.merge("found it")
+            critic.discard("not needed")
+            with store.get("other").turn(agent="x") as turn:
+                turn.user("hi")
+        yield url
+    finally:
+        drop_schemas(schemas)
+
+
+def invoke_sealed(store: str, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(
+        cli,
+        ["--store", store, *args],
+        env={"COLUMNS": "200", "AGENTSESSION_PASSPHRASE": PASSPHRASE},
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+CHILDREN = ["main:research", "main:research:helper", "main:critic"]
+
+
+def shredded_ids(url: str) -> list[str]:
+    with ags.open_store(url, create=False, passphrase=PASSPHRASE) as store:
+        return sorted(info.id for info in store.list() if store.is_shredded(info.id))
+
+
+def inherited_copy(url: str, session_id: str) -> str:
+    """The first message of a child's history: its copy of the parent's."""
+    with ags.open_store(url, create=False, passphrase=PASSPHRASE) as store:
+        return store.get(session_id).messages()[0].text
+
+
+def test_shred_refuses_a_parent_whose_children_hold_copies_and_shreds_nothing(
+    sealed_family: str,
+) -> None:
+    code, out, err = invoke_sealed(sealed_family, "shred", "-y", "main")
+    assert code == 1 and out == ""
+    assert err == (
+        "Error: session 'main' has 2 child session(s) holding copies of its history "
+        "(main:research, main:critic): pass -r/--recursive to shred them too, or "
+        "--keep-children to shred it alone; nothing shredded\n"
+    )
+    with (
+        ags.open_store(sealed_family, create=False, passphrase=PASSPHRASE) as store,
+        pytest.raises(ags.UsageError, match=r"'main' has 2 child session\(s\) holding"),
+    ):
+        store.shred("main")
+    assert shredded_ids(sealed_family) == []
+    assert inherited_copy(sealed_family, "main:research:helper") == f"plan the trip {COPIED}"
+
+
+def test_shred_recursive_shreds_every_inherited_copy_children_first(sealed_family: str) -> None:
+    code, out, _ = invoke_sealed(sealed_family, "shred", "-r", "-y", "--json", "main")
+    assert code == 0
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {"session_id": "main:critic", "shredded": True, "parent": "main"},
+        {"session_id": "main:research:helper", "shredded": True, "parent": "main:research"},
+        {"session_id": "main:research", "shredded": True, "parent": "main"},
+        {"session_id": "main", "shredded": True},
+    ]
+    assert shredded_ids(sealed_family) == sorted(["main", *CHILDREN])
+    for child in CHILDREN:
+        with pytest.raises(SessionShredded):
+            inherited_copy(sealed_family, child)
+    with ags.open_store(sealed_family, create=False, passphrase=PASSPHRASE) as store:
+        assert [m.text for m in store.get("other").messages()] == ["hi"]
+        # The children are still found from the ids the shredded index keeps.
+        kids = store.children_of("main")
+        assert [(c.id, c.shredded) for c in kids] == [
+            ("main:research", True),
+            ("main:critic", True),
+        ]
+        assert [c.state for c in kids] == ["active", "active"]  # the index kept only ids
+
+
+def test_shred_keep_children_warns_naming_the_children_that_keep_copies(
+    sealed_family: str,
+) -> None:
+    code, out, err = invoke_sealed(sealed_family, "shred", "-y", "--keep-children", "main")
+    assert (code, out) == (0, "shredded main\n")
+    assert err == (
+        "warning: the child sessions of main keep copies of its history: main:research, "
+        "main:critic (shred them too, or rm them)\n"
+    )
+    assert shredded_ids(sealed_family) == ["main"]
+    assert inherited_copy(sealed_family, "main:research") == f"plan the trip {COPIED}"
+    with ags.open_store(sealed_family, create=False, passphrase=PASSPHRASE) as store:
+        # States come from the children's own logs (the shredded index keeps only ids).
+        assert [(c.id, c.state, c.shredded) for c in store.children_of("main")] == [
+            ("main:research", "merged", False),
+            ("main:critic", "discarded", False),
+        ]
+        assert store.shred("main:research", recursive=True) == [
+            "main:research:helper",
+            "main:research",
+        ]
+    code, _, err = invoke_sealed(sealed_family, "shred", "-r", "--keep-children", "-y", "main")
+    assert code == 2 and "not both" in err
+
+
+@pytest.mark.parametrize("how", [["-r"], ["--keep-children"]])
+def test_ls_tree_rm_and_delete_of_a_shredded_parent_work(
+    sealed_family: str, how: list[str]
+) -> None:
+    assert invoke_sealed(sealed_family, "shred", "-y", *how, "main")[0] == 0
+    code, out, _ = invoke_sealed(sealed_family, "ls", "--tree")
+    assert code == 0
+    states = {line.split()[0]: line.split(None, 5)[-1] for line in out.splitlines()[1:]}
+    assert states["main"].endswith("shredded")
+    assert states["other"].endswith("-")
+    recursive = how == ["-r"]
+    assert states["main:research:helper"].endswith("shredded" if recursive else "active")
+    code, out, _ = invoke_sealed(sealed_family, "ls", "--tree", "--json")
+    assert code == 0
+    tree = {row["id"]: row for row in map(json.loads, out.splitlines())}
+    assert tree["main"]["shredded"] is True
+    assert [c["id"] for c in tree["main"]["children"]] == ["main:research", "main:critic"]
+    # rm keeps refusing a session with children, and -r deletes the whole (shredded) tree.
+    code, _, err = invoke_sealed(sealed_family, "rm", "-y", "main")
+    assert code == 1 and "has 2 child session(s)" in err
+    code, out, _ = invoke_sealed(sealed_family, "rm", "-r", "-y", "main")
+    assert code == 0 and out.splitlines()[0] == "deleted main"
+    assert existing_sealed(sealed_family) == ["other"]
+
+
+def existing_sealed(url: str) -> list[str]:
+    with ags.open_store(url, create=False, passphrase=PASSPHRASE) as store:
+        return sorted(info.id for info in store.list())
+
+
+def test_delete_recursive_of_a_shredded_parent_deletes_its_shredded_children(
+    sealed_family: str,
+) -> None:
+    with ags.open_store(sealed_family, create=False, passphrase=PASSPHRASE) as store:
+        store.shred("main", recursive=True)
+        assert store.delete("main", recursive=True)
+        assert sorted(info.id for info in store.list()) == ["other"]
+        # Every trace of them went: keys, records, indexes.
+        for sid in ["main", *CHILDREN]:
+            for kind in ags.store.SESSION_META_KINDS:
+                assert store._meta_get(kind, sid) is None, (kind, sid)
+
+
+def test_a_parent_shredded_without_its_index_kept_still_lists_and_deletes(
+    sealed_family: str,
+) -> None:
+    """A parent shredded by an earlier version: its children index is sealed under the
+    destroyed key, so its children are unknown from it (they stay sessions of their own)."""
+    with ags.open_store(sealed_family, create=False, passphrase=PASSPHRASE) as store:
+        ring = store._keyring
+        assert ring is not None
+        ring.shred("main")  # the key alone, as shred did before it kept the children's ids
+        assert store.children_of("main") == []
+    code, out, _ = invoke_sealed(sealed_family, "ls", "--tree")
+    assert code == 0
+    tops = [line.split()[0] for line in out.splitlines()[1:] if not line.startswith(" ")]
+    assert sorted(tops) == ["main", "main:critic", "main:research", "other"]
+    code, out, _ = invoke_sealed(sealed_family, "rm", "-r", "-y", "main")
+    assert (code, out) == (0, "deleted main\n")
+    assert existing_sealed(sealed_family) == sorted([*CHILDREN, "other"])
