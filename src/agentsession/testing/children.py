@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from ..children import LifecycleEvent
-from ..errors import ChildStateError, DuplicateSession, SessionNotFound, UsageError
+from ..errors import (
+    ChildStateError,
+    DuplicateSession,
+    SessionNotFound,
+    SessionShredded,
+    UsageError,
+)
 from ..events import SESSION_FORK, SESSION_MERGE, SUBAGENT_END, SUBAGENT_START
 from ..messages import Message, ToolCall
 from ..session import BaseSession
@@ -328,6 +334,52 @@ class ChildSessionConformance:
         assert store.delete("parent", recursive=True)
         assert not store.exists(child.id) and not store.exists(grandchild.id)
         assert store.children_of("parent") == []
+
+    # -- shredding (encrypted stores) -----------------------------------------------------
+
+    def test_shredding_a_parent_with_children_needs_recursive_or_keep_children(
+        self, store: BaseStore
+    ) -> None:
+        if not store.encrypted:
+            pytest.skip("shredding needs an encrypted store")
+        parent = self._parent(store)
+        child = parent.fork("a", inherit="all")
+        grandchild = child.fork("b", inherit="all")
+        assert grandchild.messages()[0].text == "plan the trip"  # a copy of the parent's
+        with pytest.raises(UsageError, match=r"child session\(s\) holding copies"):
+            store.shred("parent")
+        assert not store.is_shredded("parent")
+        assert store.shred("parent", recursive=True) == [grandchild.id, child.id, "parent"]
+        for sid in ("parent", child.id, grandchild.id):
+            assert store.is_shredded(sid)
+            with pytest.raises(SessionShredded):
+                store.get(sid).read()
+        assert [(c.id, c.shredded) for c in store.children_of("parent")] == [(child.id, True)]
+        assert store.delete("parent", recursive=True)
+        assert not store.exists(child.id) and not store.exists(grandchild.id)
+        assert store.children_of("parent") == []
+
+    def test_a_parent_shredded_alone_keeps_its_children_listed_and_deletable(
+        self, store: BaseStore
+    ) -> None:
+        if not store.encrypted:
+            pytest.skip("shredding needs an encrypted store")
+        parent = self._parent(store)
+        merged, active = parent.fork("a", inherit="all"), parent.fork("b", inherit="all")
+        merged.merge("done")
+        assert store.shred("parent", keep_children=True) == ["parent"]
+        assert [(c.id, c.state, c.shredded) for c in store.children_of("parent")] == [
+            (merged.id, "merged", False),
+            (active.id, "active", False),
+        ]
+        # The children keep their copies: that is what keep_children chose.
+        assert store.get(active.id).messages()[0].text == "plan the trip"
+        assert store.shred(active.id) == [active.id]
+        assert [c.shredded for c in store.children_of("parent")] == [False, True]
+        assert store.delete(active.id)
+        assert [c.id for c in store.children_of("parent")] == [merged.id]
+        assert store.delete("parent")
+        assert store.exists(merged.id)
 
     def test_lifecycle_hooks_run_after_the_write_and_cannot_undo_it(
         self, store: BaseStore, caplog: pytest.LogCaptureFixture
