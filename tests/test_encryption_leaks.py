@@ -325,6 +325,47 @@ def test_postgres_relations_and_dump_hold_no_text_of_an_encrypted_store(
             assert "pg_dump" in found
 
 
+# -- every meta kind --------------------------------------------------------------------------
+
+VISIBLE_META = ("crypto", "crypto-session", "crypto-active", "bind", "active", "cli")
+"""The meta namespaces an encrypted store keeps in clear (docs/security.md says why): key
+records, agent bindings (agent names, which every event stores in clear too), the
+active-session map and the CLI pointer (session ids and entry keys)."""
+
+
+def test_every_meta_entry_of_an_encrypted_store_is_sealed_or_documented_visible(
+    tmp_path: Path,
+) -> None:
+    from agentsession.chat import identity
+
+    with ags.open_store(tmp_path / "s", passphrase=PASSPHRASE) as store:
+        write_marked(store)
+        identity.bind_agent(store, "leak:1", "coder")
+        identity.set_active_session(store, "slack:C1", "leak:1")
+        identity.set_cli_current(store, "leak:1")
+        store.rotate_key("leak:1")
+        [child] = store.children_of("leak:1")
+        grandchild = store.get(child.id).fork("deeper", task=f"task {MARK}")
+        store.shred(child.id, keep_children=True)  # its index keeps only ids now
+        assert store.children_of(child.id)[0].id == grandchild.id
+    kinds: dict[str, list[str]] = {}
+    for path in sorted((tmp_path / "s" / ".meta").rglob("*.json")):
+        value = json.loads(path.read_bytes())["value"]
+        kinds.setdefault(path.parent.name, []).append(value)
+    assert set(VISIBLE_META) | {"record", "children", "adk-snapshot"} <= set(kinds)
+    assert {"adk-app-state", "adk-user-state"} <= set(kinds)
+    for kind, values in kinds.items():
+        if kind in VISIBLE_META:
+            continue
+        for value in values:
+            sealed = value.startswith('{"sealed":1,')
+            ids_only = kind == "children" and value.startswith('{"shredded":1,')
+            assert sealed or ids_only, (kind, value[:80])
+    security = (Path(__file__).parent.parent / "docs" / "security.md").read_text()
+    for kind in VISIBLE_META:
+        assert f"`{kind}`" in security, kind
+
+
 # -- tampering --------------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -1202,6 +1203,56 @@ async def test_plaintext_state_written_before_sealing_still_loads(shared_url: st
             "sealed": 1,
             "v": "new",
         }
+
+
+GOLDEN = Path(__file__).parent / "golden" / "adk_encrypted"
+
+
+@asynctest
+async def test_the_golden_store_with_plaintext_adk_state_still_loads(tmp_path: Path) -> None:
+    """An encrypted store whose ADK state an earlier version kept in plaintext
+    (tests/golden/adk_encrypted/make.py): it reads, and each entry is sealed when it next
+    changes."""
+    directory = tmp_path / "store"
+    shutil.copytree(GOLDEN / "jsonl", directory)
+    key = bytes(range(32))
+    want = {
+        "topic": "golden",
+        "n": 69,
+        "app:tier": "gold",
+        "app:last": 69,
+        "user:lang": "en",
+        "user:seen": 69,
+    }
+    async with AgentSessionService(str(directory), key=key) as service:
+        for config in (None, GetSessionConfig(num_recent_events=2)):
+            got = await service.get_session(
+                app_name="golden_app", user_id="ada", session_id="s1", config=config
+            )
+            assert got is not None and got.state == want
+        [listed] = (await service.list_sessions(app_name="golden_app")).sessions
+        assert listed.state == want
+        assert await service.get_user_state(app_name="golden_app", user_id="ada") == {
+            "lang": "en",
+            "seen": 69,
+        }
+        sync = service.store.sync
+        assert sync._meta_get(USER_STATE_KIND, "golden_app:ada") == '{"lang":"en","seen":69}'
+        delta = {"user:seen": 70, "app:last": 70}
+        event = Event(author="user", actions=EventActions(state_delta=delta))
+        await service.append_event(got, event)
+        shared = ((USER_STATE_KIND, "golden_app:ada"), (APP_STATE_KIND, "app:golden_app"))
+        for kind, entry in shared:
+            raw = sync._meta_get(kind, entry)
+            assert raw is not None and raw.startswith('{"sealed":1,"box":"'), kind
+        got = await service.get_session(app_name="golden_app", user_id="ada", session_id="s1")
+        assert got is not None
+        assert got.state == {**want, "app:last": 70, "user:seen": 70}
+        # The plaintext snapshot goes with a shred of its session.
+        sid = session_key("golden_app", "ada", "s1")
+        assert sync._meta_get(SNAPSHOT_KIND, sid) is not None
+        sync.shred(sid)
+        assert sync._meta_get(SNAPSHOT_KIND, sid) is None
 
 
 @asynctest
