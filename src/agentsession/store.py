@@ -583,7 +583,8 @@ class BaseStore:
         stay, as sessions of their own: a child whose parent is gone can no longer be merged
         or discarded (:class:`~agentsession.errors.ChildStateError`), even when a new session
         takes the parent's id. A session object still held elsewhere starts over from seq 1
-        when appended to again.
+        when appended to again. A shredded session is deleted like any other (its children
+        are found from the ids its index keeps, shredded children too).
         """
         self._check_open()
         sid = check_session_id(session_id)
