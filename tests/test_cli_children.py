@@ -797,3 +797,44 @@ def test_a_parent_shredded_without_its_index_kept_still_lists_and_deletes(
     code, out, _ = invoke_sealed(sealed_family, "rm", "-r", "-y", "main")
     assert (code, out) == (0, "deleted main\n")
     assert existing_sealed(sealed_family) == sorted([*CHILDREN, "other"])
+
+
+_KILLED_SHREDDER = """
+import os, signal, sys
+import agentsession as ags
+from agentsession.store import BaseStore
+done = []
+original = BaseStore._shred_one
+def shred_one(self, sid):
+    if len(done) == int(sys.argv[2]):
+        os.kill(os.getpid(), signal.SIGKILL)  # killed before this session's shred
+    original(self, sid)
+    done.append(sid)
+BaseStore._shred_one = shred_one
+ags.open_store(sys.argv[1], create=False, passphrase=sys.argv[3]).shred("main", recursive=True)
+"""
+
+
+@pytest.mark.parametrize("survivors", [1, 2, 3])
+def test_a_recursive_shred_killed_midway_leaves_the_parent_and_is_finished_by_a_rerun(
+    sealed_family: str, survivors: int
+) -> None:
+    """A process killed with SIGKILL after shredding ``survivors`` sessions of the subtree
+    (children first): the parent is not shredded yet, every store-wide tool still works, and
+    ``shred -r`` run again shreds the rest."""
+    import subprocess
+    import sys
+
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_SHREDDER, sealed_family, str(survivors), PASSPHRASE],
+        capture_output=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr
+    done = shredded_ids(sealed_family)
+    assert len(done) == survivors and "main" not in done
+    assert invoke_sealed(sealed_family, "ls", "--tree")[0] == 0
+    assert inherited_copy(sealed_family, "main") == f"plan the trip {COPIED}"
+    code, out, _ = invoke_sealed(sealed_family, "shred", "-r", "-y", "main")
+    assert code == 0 and out.splitlines()[-1] == "shredded main"
+    assert shredded_ids(sealed_family) == sorted(["main", *CHILDREN])
