@@ -868,15 +868,17 @@ def test_json_output_keeps_control_characters_exactly(evil_store: Path) -> None:
 
 def test_a_library_warning_is_one_clean_line_on_stderr(store_dir: Path) -> None:
     with open(store_dir / "slack_C002.jsonl", "ab") as f:
-        f.write(b'{"seq":5,"type":"us')  # a torn last write: moved aside when opened
-    proc = run_cli("--store", str(store_dir), "show", "slack:C002")
+        f.write(b'{"seq":5,"type":"us')  # a torn last write: moved aside by the next writer
+    shown = run_cli("--store", str(store_dir), "show", "slack:C002")
+    assert shown.returncode == 0 and shown.stderr == ""  # reading moves nothing
+    assert "4 │ │ assistant (coder)" in shown.stdout
+    proc = run_cli("--store", str(store_dir), "repair", "slack:C002")  # a writer
     assert proc.returncode == 0
     assert re.fullmatch(
         r"warning: session 'slack:C002': moved 19 bytes at offset \d+ of \S+slack_C002\.jsonl to "
         r"\S+slack_C002\.jsonl\.quarantine \(torn write at the end of the log\)\n",
         proc.stderr,
     ), proc.stderr
-    assert "4 │ │ assistant (coder)" in proc.stdout
 
 
 def test_other_loggers_and_debug_records_show_only_with_debug(

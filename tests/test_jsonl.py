@@ -37,14 +37,19 @@ def texts(session: ags.BaseSession) -> list[str]:
 # -- torn writes and corruption ---------------------------------------------------------------
 
 
-def test_torn_last_line_is_moved_aside_and_session_opens(tmp_path: Path) -> None:
+def test_torn_last_line_is_absent_to_readers_and_moved_aside_by_the_next_append(
+    tmp_path: Path,
+) -> None:
     torn = b'{"seq":3,"type":"user/mess'
     path = write_log(tmp_path, "s", line(1, "one"), line(2, "two"), torn)
     session = ags.open_store(tmp_path).get("s")
     assert texts(session) == ["one", "two"]
-    assert path.read_bytes() == line(1, "one") + line(2, "two")
-    assert (tmp_path / "s.jsonl.quarantine").read_bytes() == torn + b"\n"
+    assert [e.seq for e in session.read()] == [1, 2]
+    assert path.read_bytes() == line(1, "one") + line(2, "two") + torn  # reading wrote nothing
+    assert not (tmp_path / "s.jsonl.quarantine").exists()
     assert session.append(Event.new("user/message", Message.user("three"))) == 3
+    assert (tmp_path / "s.jsonl.quarantine").read_bytes() == torn + b"\n"
+    assert path.read_bytes().startswith(line(1, "one") + line(2, "two") + b'{"seq":3,')
     assert texts(ags.open_store(tmp_path).get("s")) == ["one", "two", "three"]
 
 
@@ -53,7 +58,9 @@ def test_unparsable_last_line_with_newline_is_moved_aside(tmp_path: Path) -> Non
     path = write_log(tmp_path, "s", line(1, "one"), line(2, "two"), garbage)
     session = ags.open_store(tmp_path).get("s")
     assert session.latest_seq == 2
-    assert path.read_bytes() == line(1, "one") + line(2, "two")
+    assert path.read_bytes() == line(1, "one") + line(2, "two") + garbage
+    assert session.append(Event.new("test/n")) == 3
+    assert path.read_bytes().startswith(line(1, "one") + line(2, "two") + b'{"seq":3,')
     assert (tmp_path / "s.jsonl.quarantine").read_bytes() == garbage + b"\n"
 
 
@@ -62,9 +69,11 @@ def test_batch_cut_short_by_a_crash_is_moved_aside_whole(tmp_path: Path) -> None
     path = write_log(tmp_path, "s", line(1, "one"), partial)
     session = ags.open_store(tmp_path).get("s")
     assert texts(session) == ["one"]
-    assert path.read_bytes() == line(1, "one")
-    assert (tmp_path / "s.jsonl.quarantine").read_bytes() == partial + b"\n"
+    assert [e.seq for e in session.read()] == [1]
+    assert path.read_bytes() == line(1, "one") + partial
     assert session.append_many([Event.new("test/n"), Event.new("test/n")]) == [2, 3]
+    assert (tmp_path / "s.jsonl.quarantine").read_bytes() == partial + b"\n"
+    assert [e.seq for e in ags.open_store(tmp_path).get("s").read()] == [1, 2, 3]
 
 
 def test_batch_whose_last_line_is_missing_is_moved_aside_whole(tmp_path: Path) -> None:
@@ -72,6 +81,8 @@ def test_batch_whose_last_line_is_missing_is_moved_aside_whole(tmp_path: Path) -
     write_log(tmp_path, "s", line(1, "one"), partial)
     session = ags.open_store(tmp_path).get("s")
     assert session.latest_seq == 1
+    assert not (tmp_path / "s.jsonl.quarantine").exists()
+    assert session.append(Event.new("test/n")) == 2
     assert (tmp_path / "s.jsonl.quarantine").read_bytes() == partial + b"\n"
 
 
@@ -182,7 +193,7 @@ def test_quarantine_sidecar_is_owner_only(tmp_path: Path) -> None:
     write_log(tmp_path, "s", line(1, "one"), b"torn")
     old = os.umask(0)
     try:
-        ags.open_store(tmp_path).get("s")
+        ags.open_store(tmp_path).get("s").append(Event.new("test/n"))
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "s.jsonl.quarantine").st_mode) == 0o600
@@ -329,8 +340,10 @@ def test_a_symlinked_quarantine_sidecar_is_never_written_through(tmp_path: Path)
     write_log(store_dir, "torn", line(1, "kept"), b'{"seq":2,"ty')
     (store_dir / "torn.jsonl.quarantine").symlink_to(victim)
     before = victim.read_bytes()
+    session = ags.open_store(store_dir).get("torn")  # reading does not move it aside
+    assert session.latest_seq == 1
     with pytest.raises(ags.StorageError):  # the torn tail cannot be moved aside: nothing lost
-        ags.open_store(store_dir).get("torn")
+        session.append(Event.new("test/n"))
     assert victim.read_bytes() == before
     assert (store_dir / "torn.jsonl").read_bytes().endswith(b'{"seq":2,"ty')
 
@@ -552,7 +565,9 @@ def test_a_corrupt_line_far_behind_the_tail_does_not_stop_opening_or_recent_read
     assert info.value.line == 11
 
 
-def test_opening_a_big_log_with_a_torn_tail_moves_only_the_tail_aside(tmp_path: Path) -> None:
+def test_a_big_log_with_a_torn_tail_opens_and_only_the_tail_is_moved_aside(
+    tmp_path: Path,
+) -> None:
     torn = b'{"seq":1501,"type":"user/mess'
     seqs = big_log(tmp_path, 1500)
     path = tmp_path / "big.jsonl"
@@ -561,9 +576,10 @@ def test_opening_a_big_log_with_a_torn_tail_moves_only_the_tail_aside(tmp_path: 
         f.write(torn)
     session = ags.open_store(tmp_path).get("big")
     assert session.latest_seq == seqs[-1]
-    assert path.read_bytes() == intact
-    assert (tmp_path / "big.jsonl.quarantine").read_bytes() == torn + b"\n"
+    assert path.read_bytes() == intact + torn
     assert session.append(Event.new("user/message", Message.user("next"))) == 1501
+    assert path.read_bytes().startswith(intact + b'{"seq":1501,')
+    assert (tmp_path / "big.jsonl.quarantine").read_bytes() == torn + b"\n"
     assert [e.seq for e in session.read(after=1499)] == [1500, 1501]
 
 

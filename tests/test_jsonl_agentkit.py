@@ -83,14 +83,16 @@ def test_recovery_repairs_an_agentkit_turn_in_agentkit_lines(logs: Path) -> None
     assert provider_errors(Deriver.from_events(events, None).messages()) == []
 
 
-def test_a_torn_agentkit_tail_is_moved_aside(logs: Path) -> None:
+def test_a_torn_agentkit_tail_is_absent_and_moved_aside_by_the_next_append(logs: Path) -> None:
     path = logs / "tools.jsonl"
     intact = path.read_bytes()
     torn = b'{"ID":"","Seq":26,"SessionID":"","AgentID":"coder","Type":"user/mes'
     path.write_bytes(intact + torn)
     session = ags.open_store(logs).get("tools")
     assert session.latest_seq == 25
-    assert path.read_bytes() == intact
+    assert path.read_bytes() == intact + torn  # reading writes nothing
+    assert session.append(ags.Event.new("test/n")) == 26
+    assert path.read_bytes().startswith(intact + b'{"ID":')
     assert (logs / "tools.jsonl.quarantine").read_bytes() == torn + b"\n"
 
 

@@ -9,8 +9,11 @@ The line format is documented in ``docs/format.md``. How writing stays safe:
 * Every line of a multi-event batch but the last carries ``"more":true``; a log that ends in such
   a line ends in a batch a crash cut short, and the batch is moved aside whole.
 * A torn tail (bytes after the last newline, an unparsable last line, or an unfinished batch) is
-  moved, bytes intact, to the sidecar ``<name>.jsonl.quarantine`` and the log is truncated to
-  its last complete line, under the lock. A bad line elsewhere raises
+  absent to readers: opening, reading and catching up stop before it and write nothing. The
+  next writer (an append, ``recover``) moves it, bytes intact, to the sidecar
+  ``<name>.jsonl.quarantine`` and truncates the log to its last complete line, under the lock.
+  A log (or store directory) the process may only read opens read-only. A bad line elsewhere
+  raises
   :class:`~agentsession.errors.CorruptLogError`, or with ``on_corrupt="quarantine"`` is copied to
   the sidecar and blanked in place (readers skip blank lines). Nothing is silently dropped.
 * Opening reads from the latest compaction marker to the end, found by scanning backwards.
@@ -185,6 +188,8 @@ _SEARCH_SPAN = 64 << 10  # below this many bytes, reading beats seeking
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO in place of a log must not block open()
+# Why opening a log to write can fail where opening it to read would not.
+_READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 _flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN
 _lseek, _write, _SEEK_END = os.lseek, os.write, os.SEEK_END
@@ -267,6 +272,7 @@ class JsonlSession(BaseSession):
         self._reload = False  # set in a forked child: load the tail afresh before use
         self._agentkit = store.dialect == "agentkit"  # the file's line dialect (_detect)
         self._claimed = False  # whether this id is recorded beside an agentkit-named file
+        self._writable = False  # whether the open descriptor may write (else opened read-only)
         with self._lock:
             self._load()
 
@@ -297,11 +303,22 @@ class JsonlSession(BaseSession):
         ever applied to the new file.
         """
         if self._fd >= 0:
-            return True
+            if self._writable or not create:
+                return True
+            self._storage_close()  # opened read-only: reopen to write (or say why it cannot)
         self._store._check_open()  # a session of a closed store is not used again
         flags = os.O_RDWR | os.O_APPEND | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK
+        writable = True
         try:
-            fd = os.open(self._path, flags | (os.O_CREAT if create else 0), 0o600)
+            try:
+                fd = os.open(self._path, flags | (os.O_CREAT if create else 0), 0o600)
+            except OSError as exc:
+                if create or exc.errno not in _READ_ONLY_ERRNOS:
+                    raise
+                # A log on a read-only mount, or one this process may only read: reading
+                # needs no more (a writer reopens it, and then fails with this error).
+                fd = os.open(self._path, flags & ~(os.O_RDWR | os.O_APPEND))
+                writable = False
         except FileNotFoundError:
             if not create:
                 return False
@@ -331,8 +348,9 @@ class JsonlSession(BaseSession):
             self._reset()  # another file than the one read before: nothing cached applies
         self._ident = ident
         self._detect(ident[2])
-        self._file = io.FileIO(fd, "r+", closefd=True)
+        self._file = io.FileIO(fd, "r+" if writable else "r", closefd=True)
         self._fd = fd
+        self._writable = writable
         self._store._track_open(self)
         if create:
             self._store._write_id_sidecar(self._id, self._path)
@@ -361,6 +379,7 @@ class JsonlSession(BaseSession):
             self._store._untrack_open(self)
         self._file = None
         self._fd = -1
+        self._writable = False
 
     def _close_if_idle(self) -> None:
         """Close the descriptor unless the session is in use right now (it reopens on use)."""
@@ -379,6 +398,7 @@ class JsonlSession(BaseSession):
                 self._file.close()
         self._file = None
         self._fd = -1
+        self._writable = False
         self._locked = False
         self._reload = True
 
@@ -417,19 +437,21 @@ class JsonlSession(BaseSession):
         except OSError as exc:
             raise self._error("reading", exc) from exc
 
-    def _load_tail(self, locked: bool, window: bool = True) -> tuple[list[Event], bool]:
+    def _load_tail(
+        self, locked: bool, window: bool = True, end: int | None = None
+    ) -> tuple[list[Event], bool]:
         """The events from the latest compaction marker on (``window``), or only the last
-        :data:`_TAIL_BYTES` or so of whole lines; a torn tail is moved aside first, under the
-        lock. Sets :attr:`_size` to the end of the last complete line."""
+        :data:`_TAIL_BYTES` or so of whole lines, of the log up to ``end`` (default: its size).
+        A torn tail is absent: with ``locked`` (a writer) it is moved aside first; without,
+        nothing is written and the events end before it. Sets :attr:`_size` to the end of the
+        last complete line, so that the next writer's catch-up finds the torn tail."""
         fd = self._fd
-        size = os.fstat(fd).st_size
+        size = os.fstat(fd).st_size if end is None else end
         if size == 0:
             self._size = 0
             return [], True
         if os.pread(fd, 1, size - 1) != b"\n" or self._ends_in_open_batch(size):
-            if not locked:
-                return self._with_lock(self._load_tail, True, window)
-            size = self._cut_torn_tail(size)
+            size = self._cut_torn_tail(size) if locked else self._complete_end(size)
             if size == 0:
                 self._size = 0
                 return [], True
@@ -447,7 +469,7 @@ class JsonlSession(BaseSession):
                 events = self._decode_region(begin, size, tail=True)
         except _BadLine as bad:
             if not locked:
-                return self._with_lock(self._load_tail, True, window)
+                return self._load_tail(False, window, bad.offset)  # read as if it were cut
             self._quarantine_tail(bad.offset, size, f"unparsable last line: {bad.reason}")
             return self._load_tail(True, window)
         self._size = size
@@ -469,8 +491,9 @@ class JsonlSession(BaseSession):
             pos = begin
         return 0
 
-    def _cut_torn_tail(self, size: int) -> int:
-        """With the lock held: move an unterminated last line and any unfinished batch aside."""
+    def _complete_end(self, size: int) -> int:
+        """The end of the log's first ``size`` bytes without an unterminated last line or an
+        unfinished batch: where a torn tail starts (``size`` when there is none)."""
         end = size
         if os.pread(self._fd, 1, size - 1) != b"\n":
             end = self._line_start_before(size)
@@ -479,6 +502,11 @@ class JsonlSession(BaseSession):
             if not _HAS_MORE.match(os.pread(self._fd, 32, start)):
                 break
             end = start
+        return end
+
+    def _cut_torn_tail(self, size: int) -> int:
+        """With the lock held: move an unterminated last line and any unfinished batch aside."""
+        end = self._complete_end(size)
         self._quarantine_tail(end, size, "torn write at the end of the log")
         return end
 
@@ -665,11 +693,13 @@ class JsonlSession(BaseSession):
             return []
         try:
             events = self._decode_chunk(
-                data[:end], self._size, self._size + end, tail=locked, prev=self._latest_seq
+                data[:end], self._size, self._size + end, tail=True, prev=self._latest_seq
             )
         except _BadLine as bad:
-            reason = f"unparsable last line: {bad.reason}"
-            self._quarantine_tail(bad.offset, self._size + end, reason)
+            if locked:
+                reason = f"unparsable last line: {bad.reason}"
+                self._quarantine_tail(bad.offset, self._size + end, reason)
+            # Unlocked, a torn last line is absent (only a writer moves it aside).
             end = bad.offset - self._size
             events = bad.parsed
         self._size += end
@@ -724,7 +754,7 @@ class JsonlSession(BaseSession):
         up on). It is the hot path of an agent loop, hence the local names for every call."""
         fd = self._fd
         size = self._size
-        if fd < 0 or not size or self._agentkit:
+        if fd < 0 or not size or self._agentkit or not self._writable:
             return None
         try:
             _flock(fd, _LOCK_EX)
@@ -964,17 +994,27 @@ class JsonlStore(BaseStore):
         self._open_files: OrderedDict[int, weakref.ref[JsonlSession]] = OrderedDict()
         self._open_files_lock = threading.Lock()
         root = os.path.abspath(os.fspath(directory))
-        if not create and not os.path.isdir(root):
-            what = "it is not a directory" if os.path.exists(root) else "no such directory"
-            raise StoreUnavailable(f"no store at {root} ({what})")
-        try:
-            os.makedirs(root, mode=0o700, exist_ok=True)
-        except FileExistsError:
-            raise StoreUnavailable(f"{root} exists and is not a directory") from None
-        except OSError as exc:
-            raise StoreUnavailable(f"cannot create the store directory {root}: {exc}") from exc
-        if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
-            raise StoreUnavailable(f"the store directory {root} is not readable and writable")
+        if not create:
+            # Opening an existing store creates nothing, and reading needs no write access
+            # (a read-only mount, a directory of another user): writes fail when they come.
+            if not os.path.isdir(root):
+                what = "it is not a directory" if os.path.exists(root) else "no such directory"
+                raise StoreUnavailable(f"no store at {root} ({what})")
+            if not os.access(root, os.R_OK | os.X_OK):
+                raise StoreUnavailable(f"the store directory {root} is not readable")
+        else:
+            try:
+                os.makedirs(root, mode=0o700, exist_ok=True)
+            except FileExistsError:
+                raise StoreUnavailable(f"{root} exists and is not a directory") from None
+            except OSError as exc:
+                raise StoreUnavailable(
+                    f"cannot create the store directory {root}: {exc}"
+                ) from exc
+            if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
+                raise StoreUnavailable(
+                    f"the store directory {root} is not readable and writable"
+                )
         self._root = os.path.realpath(root)
 
     @property
@@ -1495,7 +1535,7 @@ class JsonlStore(BaseStore):
             return _decode_line(line).time
         except msgspec.DecodeError:
             pass
-        session = self._open_session(session_id)  # moves a torn tail aside
+        session = self._open_session(session_id)  # reads up to a torn tail, writing nothing
         try:
             events = session.read(after=max(0, session.latest_seq - 1))
             return events[-1].time if events else None
