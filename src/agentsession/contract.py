@@ -141,6 +141,9 @@ class Store(Protocol):
     def lock(self, session_id: str, timeout: float | None = None) -> TurnLock:
         """Take the session's turn lock (a context manager)."""
 
+    def is_locked(self, session_id: str) -> bool:
+        """Whether some thread or process holds the session's turn lock now."""
+
     def recover(
         self,
         session_ids: Sequence[str] | None = None,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import sys
 import threading
@@ -323,7 +324,14 @@ class FileLocker:
             except OSError as exc:
                 raise _lock_error("create the directory of", path, session_id, exc) from exc
         try:
-            return os.open(path, flags, 0o600)
+            try:
+                return os.open(path, flags, 0o600)
+            except OSError as exc:
+                if create or exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
+                # Testing a lock only reads (flock needs no write access): a store on a
+                # read-only mount, or another user's, can still be asked.
+                return os.open(path, flags & ~os.O_RDWR | os.O_RDONLY)
         except FileNotFoundError as exc:
             if create:
                 raise _lock_error("create", path, session_id, exc) from exc

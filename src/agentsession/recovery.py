@@ -23,6 +23,7 @@ repair), and only through the Session and Store API.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -291,8 +292,9 @@ def recover_store(
     is reported ``live`` and left alone. Otherwise, under the lock, the session is read again
     and every incomplete turn is repaired with :func:`repair_incomplete`, earliest first.
 
-    With ``dry_run`` nothing is written: the sessions are scanned the same way and the turn
-    lock is only tried (for ``lock_timeout``) and released at once. A session whose lock is
+    With ``dry_run`` nothing is written (no lock file either, so a read-only store can be
+    checked): the sessions are scanned the same way and the turn lock is only tested
+    (``is_locked``, for up to ``lock_timeout``), never taken. A session whose lock is
     free is reported ``pending`` instead of being repaired, its ``turns`` saying what a repair
     would write (``repaired`` False, ``recovery_seq`` 0); one whose lock is held is ``live``
     as without ``dry_run``. What it reports may be out of date as soon as it returns.
@@ -306,8 +308,8 @@ def recover_store(
     logged at WARNING, and the pass goes on with the other sessions; a shredded one is skipped
     in the store-wide pass and reported ``shredded`` when asked for by id. Repairs are
     logged at WARNING too. The calling thread must not hold the turn lock of a session it
-    recovers (the lock is not reentrant: :class:`~agentsession.errors.UsageError`), not even with
-    ``dry_run``; use :func:`repair_all_incomplete` under a lock you hold.
+    recovers (the lock is not reentrant: :class:`~agentsession.errors.UsageError`; a dry run
+    reports such a session ``live``); use :func:`repair_all_incomplete` under a lock you hold.
     """
     if lock_timeout < 0:
         raise UsageError(f"lock_timeout must be >= 0, not {lock_timeout}")
@@ -354,19 +356,33 @@ def _recover_session(
         found = scan_all_incomplete(read_all_events(session))
         if not found:
             return StoreRecoveryReport(session_id=session_id, status="clean")
+        if dry_run:
+            # Only tested, never taken: taking it would create the lock file, and a dry run
+            # writes nothing (it works on a read-only store too).
+            live = _held_for(store, session_id, lock_timeout)
+            turns = [_report(session_id, turn) for turn in found]
+            status: RecoveryStatus = "live" if live else "pending"
+            return StoreRecoveryReport(session_id=session_id, status=status, turns=turns)
         try:
             lock = store.lock(session_id, timeout=lock_timeout)
         except LockTimeout:
             turns = [_report(session_id, turn) for turn in found]
             return StoreRecoveryReport(session_id=session_id, status="live", turns=turns)
-        if dry_run:
-            lock.release()
-            turns = [_report(session_id, turn) for turn in found]
-            return StoreRecoveryReport(session_id=session_id, status="pending", turns=turns)
         with lock:
             repaired = repair_all_incomplete(session)
     except SessionExpired:
         return StoreRecoveryReport(session_id=session_id, status="expired")
     # Someone may have closed the turns between the first scan and taking the lock.
-    status: RecoveryStatus = "repaired" if repaired else "clean"
-    return StoreRecoveryReport(session_id=session_id, status=status, turns=repaired)
+    return StoreRecoveryReport(
+        session_id=session_id, status="repaired" if repaired else "clean", turns=repaired
+    )
+
+
+def _held_for(store: Store, session_id: str, timeout: float) -> bool:
+    """Whether the session's turn lock stays held for ``timeout`` seconds (0: tested once)."""
+    deadline = time.monotonic() + timeout
+    while store.is_locked(session_id):
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+    return False
