@@ -7,8 +7,11 @@ import logging
 import os
 import re
 import select
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +29,8 @@ from agentsession.backends.memory import MemoryStore
 from agentsession.cli import cli
 from agentsession.testing.conformance import start_lock_holder
 from agentsession.validation import provider_errors
+
+SRC = Path(agentsession.__file__).resolve().parent.parent
 
 
 def invoke(store: Path | str, *args: str, input: str | None = None) -> tuple[int, str, str]:
@@ -1203,3 +1208,219 @@ def test_messages_for_an_agent_the_session_never_saw_says_so(tmp_path: Path) -> 
         cli, ["--store", str(tmp_path / "s"), "messages", "agents", "--agent", "coder"]
     )
     assert result.exit_code == 0 and "note:" not in result.stderr and "hello" in result.stdout
+
+
+# -- read-only commands write nothing ---------------------------------------------------------
+
+READ_COMMANDS = [
+    ("ls",),
+    ("ls", "--tree", "--json"),
+    ("stats",),
+    ("stats", "slack:C002"),
+    ("show", "slack:C002"),
+    ("show", "slack:C002", "--json"),
+    ("show", "slack:C002", "--json", "--rows"),
+    ("messages", "slack:C002"),
+    ("tail", "slack:C002"),
+    ("repair", "--all", "--dry-run"),
+    ("repair", "slack:C002", "--dry-run"),
+]
+TORN = b'{"seq":5,"type":"user/message","da'
+
+
+def tree_snapshot(root: Path) -> dict[str, tuple[str, int, bytes]]:
+    """Every path under ``root`` (itself included): its mode and, for a file, its bytes (a
+    symbolic link: its target)."""
+    out: dict[str, tuple[str, int, bytes]] = {}
+    for here, dirs, files in os.walk(root):
+        for name in [".", *dirs, *files]:
+            path = os.path.join(here, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as f:
+                    body = f.read()
+            elif stat.S_ISLNK(st.st_mode):
+                body = os.readlink(path).encode()
+            else:
+                body = b""
+            out[os.path.relpath(path, root)] = (stat.filemode(st.st_mode), st.st_size, body)
+    return out
+
+
+def tear(store_dir: Path) -> None:
+    """Cut slack:C002's log as a crashed writer would: a last line without its end."""
+    with open(store_dir / "slack_C002.jsonl", "ab") as f:
+        f.write(TORN)
+
+
+@pytest.mark.parametrize("args", READ_COMMANDS, ids=" ".join)
+def test_a_read_command_leaves_a_torn_store_byte_identical(
+    store_dir: Path, args: tuple[str, ...]
+) -> None:
+    tear(store_dir)
+    before = tree_snapshot(store_dir)
+    code, out, err = invoke(store_dir, *args)
+    assert code == 0, err
+    assert tree_snapshot(store_dir) == before
+    if args[0] in ("show", "tail") and "--rows" not in args:
+        assert "deploy" in out  # the events before the torn line are read
+
+
+def test_the_torn_tail_is_absent_to_readers_and_repaired_by_the_next_writer(
+    store_dir: Path,
+) -> None:
+    tear(store_dir)
+    shown = invoke(store_dir, "show", "slack:C002", "--json")[1]
+    assert [json.loads(line)["seq"] for line in shown.splitlines()] == [1, 2, 3, 4]
+    assert not (store_dir / "slack_C002.jsonl.quarantine").exists()
+    code, out, _ = invoke(store_dir, "repair", "slack:C002")
+    assert code == 0 and "repaired 1 turn(s)" in out
+    assert (store_dir / "slack_C002.jsonl.quarantine").read_bytes() == TORN + b"\n"
+    shown = invoke(store_dir, "show", "slack:C002", "--json")[1]
+    seqs = [json.loads(line)["seq"] for line in shown.splitlines()]
+    assert seqs[:5] == [1, 2, 3, 4, 5] and seqs == list(range(1, len(seqs) + 1))
+
+
+def test_a_reader_beside_a_writer_mid_line_neither_waits_nor_misreports(store_dir: Path) -> None:
+    # Another process holds the log's write lock and has written half a line: a reader reads
+    # the complete lines without waiting for the lock, and then the whole line once it ends.
+    path = store_dir / "slack_C002.jsonl"
+    half = b'{"seq":5,"type":"user/message","time":"2026-01-01T00:00:00Z",'
+    rest = b'"data":{"role":"user","parts":[{"type":"text","text":"later"}]}}\n'
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys\n"
+            f"fd = os.open({str(path)!r}, os.O_WRONLY | os.O_APPEND)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            f"os.write(fd, {half!r})\n"
+            "print('half', flush=True)\n"
+            "sys.stdin.readline()\n"
+            f"os.write(fd, {rest!r})\n"
+            "fcntl.flock(fd, fcntl.LOCK_UN)\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "half\n"
+        before = tree_snapshot(store_dir)
+        proc = run_cli("--store", str(store_dir), "tail", "slack:C002", "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert [json.loads(line)["seq"] for line in proc.stdout.splitlines()] == [1, 2, 3, 4]
+        assert tree_snapshot(store_dir) == before
+        assert writer.stdin is not None
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        assert writer.wait(timeout=30) == 0
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    proc = run_cli("--store", str(store_dir), "tail", "slack:C002", "--json", "-n", "1")
+    assert [json.loads(line)["seq"] for line in proc.stdout.splitlines()] == [5]
+    assert not (store_dir / "slack_C002.jsonl.quarantine").exists()
+
+
+# -- a store this process may only read -------------------------------------------------------
+
+
+def _read_only_runner(how: str, store_dir: Path) -> list[str]:
+    """The command prefix that runs a process seeing ``store_dir`` read-only: ``mount``, in a
+    mount namespace of its own where the directory is bind-mounted read-only (a real EROFS,
+    even for root); ``user``, as the unprivileged user nobody, the store being nobody's with
+    every write permission removed (EACCES)."""
+    if how == "mount":
+        if shutil.which("unshare") is None or shutil.which("mount") is None:
+            pytest.skip("needs unshare(1) and mount(8) for a read-only bind mount")
+        probe = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+             'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0"', str(store_dir)],
+            capture_output=True, timeout=30,
+        )
+        if probe.returncode != 0:
+            pytest.skip(f"no read-only bind mount here: {probe.stderr.decode().strip()}")
+        script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && shift && exec "$@"'
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                str(store_dir), "--"]
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv(1) to run a command as another user")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory that the user nobody can reach (pytest's tmp_path is root's alone)."""
+    base = Path(tempfile.mkdtemp(prefix="agentsession-ro-"))
+    try:
+        base.chmod(0o755)
+        yield base
+    finally:
+        for here, dirs, _ in os.walk(base):
+            for name in dirs:
+                os.chmod(os.path.join(here, name), 0o700)
+        shutil.rmtree(base)
+
+
+def make_read_only(how: str, store_dir: Path) -> None:
+    """Prepare ``store_dir`` for :func:`_read_only_runner` (``user``: nobody's, no write bit)."""
+    if how != "user":
+        return
+    for here, dirs, files in os.walk(store_dir, topdown=False):
+        for name in files:
+            os.chown(os.path.join(here, name), 65534, 65534)
+            os.chmod(os.path.join(here, name), 0o400)
+        for name in dirs:
+            os.chown(os.path.join(here, name), 65534, 65534)
+            os.chmod(os.path.join(here, name), 0o500)
+    os.chown(store_dir, 65534, 65534)
+    os.chmod(store_dir, 0o500)
+
+
+@pytest.mark.parametrize("how", ["mount", "user"])
+@pytest.mark.parametrize("args", READ_COMMANDS, ids=" ".join)
+def test_every_read_command_works_on_a_read_only_store(
+    shared_dir: Path, how: str, args: tuple[str, ...]
+) -> None:
+    store_dir = shared_dir / "store"
+    fill(store_dir).close()
+    tear(store_dir)
+    make_read_only(how, store_dir)
+    before = tree_snapshot(store_dir)
+    proc = subprocess.run(
+        [*_read_only_runner(how, store_dir), sys.executable, "-m", "agentsession",
+         "--store", str(store_dir), *args],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(SRC)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert tree_snapshot(store_dir) == before
+    if args[0] == "ls":
+        assert "slack:C002" in proc.stdout
+    if args[:2] == ("show", "slack:C002") and len(args) == 2:
+        assert "deploy" in proc.stdout
+
+
+@pytest.mark.parametrize("how", ["mount", "user"])
+def test_a_write_to_a_read_only_store_fails_with_one_clear_line(
+    shared_dir: Path, how: str
+) -> None:
+    store_dir = shared_dir / "store"
+    fill(store_dir).close()
+    make_read_only(how, store_dir)
+    before = tree_snapshot(store_dir)
+    proc = subprocess.run(
+        [*_read_only_runner(how, store_dir), sys.executable, "-m", "agentsession",
+         "--store", str(store_dir), "repair", "slack:C002"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr == "Error: 1 session(s) could not be read or repaired: slack:C002\n"
+    reason = "Read-only file system" if how == "mount" else "Permission denied"
+    assert proc.stdout.startswith("slack:C002: damaged, left alone: ") and reason in proc.stdout
+    assert tree_snapshot(store_dir) == before
