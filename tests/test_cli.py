@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -1327,7 +1328,7 @@ def test_a_reader_beside_a_writer_mid_line_neither_waits_nor_misreports(store_di
 # -- a store this process may only read -------------------------------------------------------
 
 
-def _read_only_runner(how: str, store_dir: Path) -> list[str]:
+def read_only_runner(how: str, store_dir: Path) -> list[str]:
     """The command prefix that runs a process seeing ``store_dir`` read-only: ``mount``, in a
     mount namespace of its own where the directory is bind-mounted read-only (a real EROFS,
     even for root); ``user``, as the unprivileged user nobody, the store being nobody's with
@@ -1350,9 +1351,10 @@ def _read_only_runner(how: str, store_dir: Path) -> list[str]:
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory that the user nobody can reach (pytest's tmp_path is root's alone)."""
+@contextlib.contextmanager
+def shared_tmp() -> Iterator[Path]:
+    """A directory that the user nobody can reach (pytest's tmp_path is root's alone),
+    removed afterwards."""
     base = Path(tempfile.mkdtemp(prefix="agentsession-ro-"))
     try:
         base.chmod(0o755)
@@ -1364,8 +1366,15 @@ def shared_dir() -> Iterator[Path]:
         shutil.rmtree(base)
 
 
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """:func:`shared_tmp` as a fixture."""
+    with shared_tmp() as base:
+        yield base
+
+
 def make_read_only(how: str, store_dir: Path) -> None:
-    """Prepare ``store_dir`` for :func:`_read_only_runner` (``user``: nobody's, no write bit)."""
+    """Prepare ``store_dir`` for :func:`read_only_runner` (``user``: nobody's, no write bit)."""
     if how != "user":
         return
     for here, dirs, files in os.walk(store_dir, topdown=False):
@@ -1390,7 +1399,7 @@ def test_every_read_command_works_on_a_read_only_store(
     make_read_only(how, store_dir)
     before = tree_snapshot(store_dir)
     proc = subprocess.run(
-        [*_read_only_runner(how, store_dir), sys.executable, "-m", "agentsession",
+        [*read_only_runner(how, store_dir), sys.executable, "-m", "agentsession",
          "--store", str(store_dir), *args],
         capture_output=True, text=True, timeout=60,
         env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(SRC)},
@@ -1413,7 +1422,7 @@ def test_a_write_to_a_read_only_store_fails_with_one_clear_line(
     make_read_only(how, store_dir)
     before = tree_snapshot(store_dir)
     proc = subprocess.run(
-        [*_read_only_runner(how, store_dir), sys.executable, "-m", "agentsession",
+        [*read_only_runner(how, store_dir), sys.executable, "-m", "agentsession",
          "--store", str(store_dir), "repair", "slack:C002"],
         capture_output=True, text=True, timeout=60,
         env={**os.environ, "PYTHONPATH": str(SRC)},

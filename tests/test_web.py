@@ -11,6 +11,7 @@ from __future__ import annotations
 import html.parser
 import json
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -42,6 +43,7 @@ from agentsession.web import data as web_data
 from agentsession.web.app import DEFAULT_PAGE_ROWS, token_cookie_name
 from agentsession.web.server import RedactToken, bind, is_loopback, url_of
 
+from .test_cli import SRC, make_read_only, read_only_runner, shared_tmp, tree_snapshot
 from .test_conformance_postgres import (
     DSN,
     SKIP_REASON,
@@ -1090,3 +1092,77 @@ def test_the_wheel_ships_the_static_files_and_the_web_extra(tmp_path: Path) -> N
             for line in meta.splitlines()
         ), requirement
 
+
+
+# -- reading writes nothing -------------------------------------------------------------------
+
+READ_ENDPOINTS = [
+    ("/api/sessions", {}),
+    ("/api/badges", {"id": "chat:open"}),
+    ("/api/session", {"id": "chat:open"}),
+    ("/api/session/rows", {"id": "chat:open"}),
+    ("/api/session/messages", {"id": "chat:open"}),
+    ("/api/session/event", {"id": "chat:open", "seq": "1"}),
+    ("/api/session/stats", {"id": "chat:open"}),
+]
+TORN = b'{"seq":99,"type":"user/message","da'
+
+
+@pytest.mark.parametrize(("path", "params"), READ_ENDPOINTS, ids=[p for p, _ in READ_ENDPOINTS])
+def test_a_read_endpoint_leaves_a_torn_jsonl_store_byte_identical(
+    tmp_path: Path, path: str, params: dict[str, str]
+) -> None:
+    url = str(tmp_path / "store")
+    filled = ags.open_store(url)
+    populate(filled)
+    latest = filled.open("chat:open").latest_seq
+    log = Path(filled.open("chat:open").location)
+    filled.close()
+    with log.open("ab") as f:
+        f.write(TORN)
+    store = ags.open_store(url, create=False)  # as serve opens it
+    try:
+        before = tree_snapshot(tmp_path / "store")
+        with TestClient(create_app(store, allowed_hosts=["testserver"], listing_ttl=0)) as c:
+            found = get_json(c, path, **params)
+        assert tree_snapshot(tmp_path / "store") == before
+    finally:
+        store.close()
+    if path == "/api/session":
+        assert found["latest_seq"] == latest  # the torn line is not an event
+    if path == "/api/badges":
+        assert found["chat:open"]["events"] == latest
+
+
+@pytest.mark.parametrize("how", ["mount", "user"])
+def test_the_viewer_serves_a_read_only_store(how: str) -> None:
+    with shared_tmp() as base:
+        store_dir = base / "store"
+        filled = ags.open_store(str(store_dir))
+        populate(filled)
+        log = Path(filled.open("chat:open").location)
+        filled.close()
+        with log.open("ab") as f:
+            f.write(TORN)
+        make_read_only(how, store_dir)
+        before = tree_snapshot(store_dir)
+        process = subprocess.Popen(
+            [*read_only_runner(how, store_dir), sys.executable, "-m", "agentsession",
+             "serve", "--store", str(store_dir), "--json", "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": str(SRC)},
+        )
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            assert line, process.communicate(timeout=15)[1]
+            base_url = f"http://127.0.0.1:{json.loads(line)['port']}"
+            for path, params in READ_ENDPOINTS:
+                response = httpx.get(base_url + path, params=params, timeout=30)
+                assert response.status_code == 200, (path, response.text)
+            listed = httpx.get(base_url + "/api/sessions", timeout=30).json()["sessions"]
+            assert "chat:open" in {row["id"] for row in listed}
+        finally:
+            log_text = stop(process)
+        assert "Traceback" not in log_text, log_text
+        assert tree_snapshot(store_dir) == before
