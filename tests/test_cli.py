@@ -1433,3 +1433,64 @@ def test_a_write_to_a_read_only_store_fails_with_one_clear_line(
     reason = "Read-only file system" if how == "mount" else "Permission denied"
     assert proc.stdout.startswith("slack:C002: damaged, left alone: ") and reason in proc.stdout
     assert tree_snapshot(store_dir) == before
+
+
+SQLITE_READ_COMMANDS = [
+    ("ls",),
+    ("stats",),
+    ("show", "slack:C002"),
+    ("messages", "slack:C002"),
+    ("tail", "slack:C002"),
+    ("repair", "--all", "--dry-run"),
+]
+
+
+def test_read_commands_leave_a_sqlite_store_byte_identical(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store' / 's.db'}"
+    store = ags.open_store(url)
+    populate_sqlite(store)
+    store.close()
+    before = tree_snapshot(tmp_path / "store")
+    for args in SQLITE_READ_COMMANDS:
+        code, _, err = invoke(url, *args)
+        assert code == 0, (args, err)
+        assert tree_snapshot(tmp_path / "store") == before, args  # no -wal, -shm or lock file
+
+
+@pytest.mark.parametrize("how", ["mount", "user"])
+def test_read_commands_work_on_a_read_only_sqlite_store(shared_dir: Path, how: str) -> None:
+    store_dir = shared_dir / "store"
+    url = f"sqlite:///{store_dir / 's.db'}"
+    store = ags.open_store(url)
+    populate_sqlite(store)
+    store.close()
+    make_read_only(how, store_dir)
+    before = tree_snapshot(store_dir)
+    runner = read_only_runner(how, store_dir)
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(SRC)}
+    for args in SQLITE_READ_COMMANDS:
+        proc = subprocess.run(
+            [*runner, sys.executable, "-m", "agentsession", "--store", url, *args],
+            capture_output=True, text=True, timeout=60, env=env,
+        )
+        assert proc.returncode == 0 and proc.stderr == "", (args, proc.stderr)
+        if args[0] in ("show", "messages", "tail"):
+            assert "deploy" in proc.stdout, (args, proc.stdout)
+    proc = subprocess.run(
+        [*runner, sys.executable, "-m", "agentsession", "--store", url, "rm", "slack:C002",
+         "--yes"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("Error: ") and "readonly database" in proc.stderr
+    assert tree_snapshot(store_dir) == before
+
+
+def populate_sqlite(store: ags.BaseStore) -> None:
+    """The crashed conversation of :func:`fill`, without a turn lock (so no lock file)."""
+    store.get("slack:C002").append_many(
+        [
+            ags.Event.new("turn/start", ags.events.TurnStart(), agent="coder"),
+            ags.Event.new("user/message", ags.Message.user("deploy"), agent="coder"),
+        ]
+    )

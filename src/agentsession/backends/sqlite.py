@@ -34,6 +34,11 @@ Standard library ``sqlite3`` only. How it stays safe and fast:
 * **Files.** The database is created ``0600`` (SQLite gives its ``-wal`` and ``-shm`` files the
   database's mode), a missing directory ``0700``; turn locks are ``flock`` files in
   ``<database>.locks/``.
+* **Read-only.** ``create=False`` on a database this process may not write (a read-only
+  mount, another user's file or directory) opens it read-only (``mode=ro``; ``immutable=1``
+  when the directory cannot hold the ``-wal`` and ``-shm`` files and they are not there), and
+  never switches the journal mode or migrates: reads work, a write raises ``StorageError``, an
+  out-of-date schema raises ``StoreUnavailable`` saying to migrate it with write access.
 * **Schema versions** live in ``PRAGMA user_version`` (``PRAGMA application_id`` marks the file
   as ours); ``_MIGRATIONS[n]`` upgrades version ``n`` to ``n + 1`` inside one transaction.
 * **Text.** ``data`` and ``meta`` are TEXT columns holding the codec's UTF-8 JSON bytes as they
@@ -700,6 +705,7 @@ class SqliteStore(BaseStore):
         self._connections_lock = threading.Lock()
         self._close_connections = weakref.finalize(self, _close_all, self._connections, os.getpid())
         self._write_lock = _write_lock_for(self._path)
+        self._uri: str | None = None  # a read-only connection's URI (None: read and write)
         if create:
             self._create_file()
         else:
@@ -711,6 +717,7 @@ class SqliteStore(BaseStore):
                 raise StoreUnavailable(f"cannot open the database {self._path}: {exc}") from exc
             if size == 0:
                 raise StoreUnavailable(f"no store at {self._path} (the file is empty)")
+            self._uri = _read_only_uri(self._path)
         _live_stores.add(self)
         try:
             self._prepare_schema(self._connection())
@@ -761,10 +768,11 @@ class SqliteStore(BaseStore):
                 raise UsageError(f"store {self._path} is closed")
             try:
                 conn = sqlite3.connect(
-                    self._path,
+                    self._path if self._uri is None else self._uri,
                     timeout=self.busy_timeout,
                     isolation_level=None,  # transactions are explicit
                     check_same_thread=False,  # so that close() can close every thread's
+                    uri=self._uri is not None,
                 )
             except sqlite3.Error as exc:
                 raise _storage_error(exc, "opening", self._path) from exc
@@ -797,12 +805,24 @@ class SqliteStore(BaseStore):
     """Schema versions this store object applied when it opened the file (usually none)."""
 
     def _prepare_schema(self, conn: sqlite3.Connection) -> None:
-        """Switch to WAL and create or migrate the schema; refuse files that are not ours."""
+        """Switch to WAL and create or migrate the schema; refuse files that are not ours.
+        Read-only, nothing is switched or migrated: the schema must be current."""
         try:
+            target = len(_MIGRATIONS)
+            if self._uri is not None:
+                version, app = self._schema_state(conn)
+                if app != APPLICATION_ID:
+                    raise StoreUnavailable(f"{self._path} is not an agentsession database")
+                if version != target:
+                    raise StoreUnavailable(
+                        f"{self._path} has schema version {version} and this agentsession "
+                        f"reads version {target}; it is opened read-only, so it cannot be "
+                        "migrated here: run agentsession migrate with write access"
+                    )
+                return
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreUnavailable(f"{self._path} cannot use WAL mode (journal mode {mode})")
-            target = len(_MIGRATIONS)
             if self._schema_state(conn) == (target, APPLICATION_ID):
                 return
             with self._write_lock:
@@ -1006,6 +1026,23 @@ class SqliteStore(BaseStore):
                 return conn.execute(statement, params).rowcount == 1
         except sqlite3.Error as exc:
             raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
+
+
+def _read_only_uri(path: str) -> str | None:
+    """The URI that opens an existing database read-only when this process may not write it
+    or its directory (which holds the ``-wal`` and ``-shm`` files); None when it may."""
+    directory = os.path.dirname(path)
+    dir_writable = os.access(directory, os.W_OK | os.X_OK)
+    if os.access(path, os.W_OK) and dir_writable:
+        return None
+    uri = f"file:{quote(path)}?mode=ro"
+    if not dir_writable and not (
+        os.path.exists(path + "-wal") and os.path.exists(path + "-shm")
+    ):
+        # WAL needs the -shm file to read; when it cannot be created, the file is read as it
+        # stands (as immutable), which is all of it: a clean close checkpoints the log.
+        uri += "&immutable=1"
+    return uri
 
 
 def migrate(url: str, **options: Any) -> builtins.list[int]:
