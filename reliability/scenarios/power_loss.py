@@ -16,8 +16,8 @@ How it works:
   offsets, or that write's blocks left as zeros (the file's size reached the disk, its data did
   not). Every other file is as the run left it at the crash time. A state ``(j, cut)`` is
   reachable at any time up to the log's next sync after write ``j + 1``.
-* **Checks.** The store opens and the session reads (a torn tail is moved to the quarantine
-  sidecar, bytes intact); what reads back is a prefix of the recorded events, byte for byte,
+* **Checks.** The store opens and the session reads without changing the log (a torn tail is
+  absent to readers); what reads back is a prefix of the recorded events, byte for byte,
   ending on a batch boundary (a batch is all or nothing); what was acknowledged is there:
 
   - ``durability="fsync"``: everything acknowledged before the latest moment the state can
@@ -26,7 +26,8 @@ How it works:
     process crash: "survives the process crashing or being killed"). A power cut may lose any
     unsynced suffix, which the README allows; the row's notes say how much it lost at most.
 
-  Then a new append gets the next seq, and the derived history is provider-valid.
+  Then a new append gets the next seq and moves the torn tail to the quarantine sidecar, bytes
+  intact, and the derived history is provider-valid.
 * **Directory entries.** A new log's name is durable only once its directory is synced
   (POSIX; ext4, XFS and btrfs usually commit it with the file's own sync, other file systems
   need not). The row ``jsonl-fsync/dir-entry`` replays the states where directory changes not
@@ -542,18 +543,22 @@ def _check(rec: Recording, state: State, root: Path, durability: str, result: Re
                 violation(result, f"{where}: read back is not a prefix of what was written")
             elif m not in rec.batch_ends[state.sid]:
                 violation(result, f"{where}: a partial batch is visible (ends at seq {m})")
-            after = path.read_bytes() if path.exists() else b""
-            if after != before:
-                quarantine = Path(str(path) + ".quarantine")
-                moved = before[len(after):]
-                kept = quarantine.read_bytes() if quarantine.exists() else b""
-                if not before.startswith(after) or not kept.endswith(moved + b"\n"):
-                    violation(result, f"{where}: torn bytes were not kept in the quarantine")
+            if (path.read_bytes() if path.exists() else b"") != before:
+                violation(result, f"{where}: reading changed the log")
             check_history(session, result)
             seq = session.append(ags.Event.new("myapp/after-crash", {"ok": True}))
             latest = events[-1].seq if events else 0
             if seq != latest + 1:
                 violation(result, f"{where}: the next append got seq {seq}, not {latest + 1}")
+            # The append moved the torn tail aside: the log is what was kept, then its line.
+            after = path.read_bytes()
+            kept_end = after.rfind(b"\n", 0, len(after) - 1) + 1
+            moved = before[kept_end:]
+            if moved:
+                quarantine = Path(str(path) + ".quarantine")
+                kept = quarantine.read_bytes() if quarantine.exists() else b""
+                if not before.startswith(after[:kept_end]) or not kept.endswith(moved + b"\n"):
+                    violation(result, f"{where}: torn bytes were not kept in the quarantine")
             return max(0, len(expected) - m) if durability == "flush" else 0
     except Hang as exc:
         result.uncaught += 1
