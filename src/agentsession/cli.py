@@ -22,6 +22,10 @@ Conventions every command follows:
 * **Stores are created only by writes**: ``copy``'s destination, ``demo`` and ``migrate``.
   Every other command opens the store with ``create=False`` and fails with "no store at ..."
   (exit 4) rather than create one.
+* **Reading writes nothing**: ``ls``, ``stats``, ``show``, ``messages``, ``tail``, ``repair
+  --dry-run`` and ``serve`` change no byte of the store (a torn JSONL tail is read up to, and
+  left for the next writer) and work on a store the process may only read; a write to such a
+  store fails with one line saying why (``docs/safety.md``).
 * **Encrypted stores** (``docs/security.md``): the key comes from ``--key-file PATH`` or the
   environment variable ``AGENTSESSION_PASSPHRASE``, never from the command line's arguments.
   A key file holds the passphrase as UTF-8 text (one trailing newline is dropped), or exactly
