@@ -6,6 +6,9 @@ import datetime as dt
 import json
 import os
 import stat
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -720,3 +723,42 @@ def test_a_duplicate_after_the_marker_a_session_opens_at_leaves_the_marker_in_pl
     assert [e.seq for e in reopened.read()] == list(range(1, marker + 2))
     assert reopened.messages()[0].text == "summary"
     assert reopened.append(ags.Event.new("test/n", {"n": 2})) == marker + 2
+
+
+def test_a_session_opened_read_only_reopens_to_append_and_repairs_the_torn_tail() -> None:
+    # As the user nobody, whose log is read-only (0400): the session opens the file read-only
+    # and reads up to the torn line; an append is refused with the OS reason and writes
+    # nothing; once the file may be written, the same session object reopens it, moves the
+    # torn tail aside and appends at the next seq.
+    from .test_cli import SRC, read_only_runner, shared_tmp
+
+    script = textwrap.dedent(
+        """
+        import os, sys
+        import agentsession as ags
+        root = sys.argv[1]
+        session = ags.open_store(root, create=False).get("s")
+        print(session.latest_seq, [e.seq for e in session.read()])
+        try:
+            session.append(ags.Event.new("test/n"))
+        except ags.StorageError as exc:
+            print("refused:", "Permission denied" in str(exc))
+        os.chmod(os.path.join(root, "s.jsonl"), 0o600)
+        print(session.append(ags.Event.new("test/n")))
+        """
+    )
+    torn = b'{"seq":3,"type":"user/mess'
+    with shared_tmp() as base:
+        root = base / "store"
+        path = write_log(root, "s", line(1, "one"), line(2, "two"), torn)
+        os.chown(root, 65534, 65534)
+        os.chown(path, 65534, 65534)
+        path.chmod(0o400)
+        proc = subprocess.run(
+            [*read_only_runner("user", root), sys.executable, "-c", script, str(root)],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(SRC)},
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines() == ["2 [1, 2]", "refused: True", "3"]
+        assert (root / "s.jsonl.quarantine").read_bytes() == torn + b"\n"
+        assert [e.seq for e in ags.open_store(root).get("s").read()] == [1, 2, 3]
