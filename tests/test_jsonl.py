@@ -89,6 +89,24 @@ def test_batch_whose_last_line_is_missing_is_moved_aside_whole(tmp_path: Path) -
     assert (tmp_path / "s.jsonl.quarantine").read_bytes() == partial + b"\n"
 
 
+@pytest.mark.parametrize(
+    "tail",
+    [
+        line(2, "batch a", more=True) + line(3, "batch b", more=True),
+        line(2, "batch a", more=True) + b'{"seq":3,"ty',
+        b'{"seq":2,"ty',
+    ],
+    ids=["unfinished-batch", "batch-cut-short", "torn-line"],
+)
+def test_list_counts_what_readers_read_of_a_log_with_a_torn_tail(
+    tmp_path: Path, tail: bytes
+) -> None:
+    write_log(tmp_path, "s", line(1, "one"), tail)
+    store = ags.open_store(tmp_path)
+    [info] = store.list()
+    assert info.last_seq == store.get("s").latest_seq == 1
+
+
 def test_writer_repairs_a_torn_tail_left_by_another_crashed_writer(tmp_path: Path) -> None:
     store = ags.open_store(tmp_path)
     session = store.get("s")

@@ -1672,8 +1672,9 @@ def _atomic_write_at(dirfd: int, name: str, data: bytes) -> None:
 
 
 def _last_seq(fd: int, size: int) -> int:
-    """The seq of the last complete (newline-terminated) event line, reading only the heads of
-    the last lines; -1 when none is found (an empty file, or only blank or foreign lines)."""
+    """The seq of the last complete (newline-terminated) event line that ends a batch, reading
+    only the heads of the last lines (the lines of an unfinished batch are stepped over, as
+    readers do); -1 when none is found (an empty file, or only blank or foreign lines)."""
     end = size
     while end > 0:
         if os.pread(fd, 1, end - 1) != b"\n":  # a torn tail: step back to its line start
@@ -1689,8 +1690,9 @@ def _last_seq(fd: int, size: int) -> int:
             pos = begin
         start = max(start, 0)
         if os.pread(fd, 1, end - 1) == b"\n":
-            match = _SEQ_HEAD.match(os.pread(fd, _HEAD_BYTES, start))
-            if match:
+            head = os.pread(fd, _HEAD_BYTES, start)
+            match = _SEQ_HEAD.match(head)
+            if match and not _HAS_MORE.match(head):
                 return _head_seq(match)
         end = start
     return -1
