@@ -1414,6 +1414,34 @@ def test_every_read_command_works_on_a_read_only_store(
 
 
 @pytest.mark.parametrize("how", ["mount", "user"])
+def test_a_dry_run_on_a_read_only_store_tells_live_turns_from_pending_ones(
+    shared_dir: Path, how: str
+) -> None:
+    store_dir = shared_dir / "store"
+    store = fill(store_dir)
+    store.lock("slack:C002", timeout=0).release()  # its lock file exists, and is free
+    store.close()
+    holder = start_lock_holder(str(store_dir), "slack:live")
+    try:
+        make_read_only(how, store_dir)
+        before = tree_snapshot(store_dir)
+        proc = subprocess.run(
+            [*read_only_runner(how, store_dir), sys.executable, "-m", "agentsession",
+             "--store", str(store_dir), "repair", "--dry-run", "slack:live", "slack:C002"],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": str(SRC)},
+        )
+        assert tree_snapshot(store_dir) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("slack:live: live (turn lock held), would repair turn at seq")
+    assert lines[1] == "slack:C002: would repair turn at seq 1 (1 unanswered calls)"
+
+
+@pytest.mark.parametrize("how", ["mount", "user"])
 def test_a_write_to_a_read_only_store_fails_with_one_clear_line(
     shared_dir: Path, how: str
 ) -> None:
