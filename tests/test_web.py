@@ -1134,21 +1134,24 @@ def test_a_read_endpoint_leaves_a_torn_jsonl_store_byte_identical(
         assert found["chat:open"]["events"] == latest
 
 
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 @pytest.mark.parametrize("how", ["mount", "user"])
-def test_the_viewer_serves_a_read_only_store(how: str) -> None:
+def test_the_viewer_serves_a_read_only_store(how: str, backend: str) -> None:
     with shared_tmp() as base:
         store_dir = base / "store"
-        filled = ags.open_store(str(store_dir))
+        url = str(store_dir) if backend == "jsonl" else f"sqlite:///{store_dir / 's.db'}"
+        filled = ags.open_store(url)
         populate(filled)
         log = Path(filled.open("chat:open").location)
         filled.close()
-        with log.open("ab") as f:
-            f.write(TORN)
+        if backend == "jsonl":
+            with log.open("ab") as f:
+                f.write(TORN)
         make_read_only(how, store_dir)
         before = tree_snapshot(store_dir)
         process = subprocess.Popen(
             [*read_only_runner(how, store_dir), sys.executable, "-m", "agentsession",
-             "serve", "--store", str(store_dir), "--json", "--port", "0"],
+             "serve", "--store", url, "--json", "--port", "0"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(SRC)},
         )
