@@ -12,10 +12,10 @@ The line format is documented in ``docs/format.md``. How writing stays safe:
   absent to readers: opening, reading and catching up stop before it and write nothing. The
   next writer (an append, ``recover``) moves it, bytes intact, to the sidecar
   ``<name>.jsonl.quarantine`` and truncates the log to its last complete line, under the lock.
-  A log (or store directory) the process may only read opens read-only. A bad line elsewhere
-  raises
-  :class:`~agentsession.errors.CorruptLogError`, or with ``on_corrupt="quarantine"`` is copied to
-  the sidecar and blanked in place (readers skip blank lines). Nothing is silently dropped.
+  A log (or store directory) the process may only read opens read-only.
+* A bad line elsewhere raises :class:`~agentsession.errors.CorruptLogError`, or with
+  ``on_corrupt="quarantine"`` is copied to the sidecar and blanked in place (readers skip blank
+  lines). Nothing is silently dropped.
 * Opening reads from the latest compaction marker to the end, found by scanning backwards.
 """
 
