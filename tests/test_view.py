@@ -409,3 +409,78 @@ def test_a_refusal_shows_in_the_assistant_row() -> None:
     [row] = transcript_rows([event])
     assert isinstance(row, AssistantMessageRow)
     assert row.text == "Sorry. [refused] no bookings"
+
+
+def test_an_assistant_row_names_the_author_and_every_renderer_labels_it_so() -> None:
+    """A merge writes the child's summary into the parent as a message whose author is the
+    subagent and whose event names no agent: `messages`, `show` and the viewer (through
+    ``speaker``) all label it with the author."""
+    by_author = Message(role="assistant", parts=Message.assistant("x").parts, author="researcher")
+    by_name = Message(role="assistant", parts=Message.assistant("y").parts, name="helper")
+    rows = transcript_rows(
+        numbered(
+            Event.new(ev.ASSISTANT_MESSAGE, by_author),
+            Event.new(ev.ASSISTANT_MESSAGE, by_author, agent="coder"),
+            Event.new(ev.ASSISTANT_MESSAGE, by_name),
+            Event.new(ev.ASSISTANT_MESSAGE, Message.assistant("z"), agent="coder"),
+            Event.new(ev.USER_MESSAGE, Message.user("q"), agent="coder"),
+        )
+    )
+    assert [getattr(r, "author", None) for r in rows] == [
+        "researcher", "researcher", "helper", "", None
+    ]
+    assert [view.speaker(r) for r in rows] == ["researcher", "researcher", "helper", "coder",
+                                               "coder"]
+
+
+def test_show_labels_a_merged_summary_with_its_author(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    import agentsession as ags
+    from agentsession.cli import cli
+
+    store = ags.open_store(tmp_path / "store")
+    parent = store.get("p")
+    with parent.turn(agent="coder") as turn:
+        turn.user("find it")
+        turn.assistant("asking")
+    child = parent.fork("researcher", task="look")
+    with child.turn(agent="researcher") as turn:
+        turn.assistant("found")
+    child.merge("Research: found.")
+    store.close()
+    shown = CliRunner().invoke(cli, ["--store", str(tmp_path / "store"), "show", "p"])
+    assert shown.exit_code == 0, shown.output
+    [line] = [line for line in shown.output.splitlines() if "Research: found." in line
+              and "subagent" not in line]
+    assert "assistant (researcher): Research: found." in line
+    listed = CliRunner().invoke(cli, ["--store", str(tmp_path / "store"), "messages", "p"])
+    assert "assistant (researcher):" in listed.output
+
+
+@pytest.mark.parametrize(
+    ("kind", "integration"),
+    [
+        ("adk/event", True),
+        ("adk/session", True),
+        ("langchain/message", True),
+        ("openai_agents/item", True),
+        ("openai_agents/pop", True),
+        ("openai_agents/clear", True),
+        ("custom/thing", False),
+        ("adkx/event", False),
+        ("adk", False),
+    ],
+)
+def test_an_integration_record_is_marked(kind: str, integration: bool) -> None:
+    [row] = transcript_rows(numbered(Event.new(kind, {"x": 1})))
+    assert isinstance(row, EventRow) and row.integration is integration
+
+
+def test_every_integration_event_type_is_in_an_integration_namespace() -> None:
+    from agentsession.integrations import adk, langchain, openai_agents
+
+    types = [adk.ADK_EVENT, adk.ADK_SESSION, langchain.LANGCHAIN_MESSAGE, openai_agents.ITEM,
+             openai_agents.POP, openai_agents.CLEAR]
+    assert all(t.startswith(view.INTEGRATION_NAMESPACES) for t in types)
+    assert not any(t.startswith(view.INTEGRATION_NAMESPACES) for t in ev.EVENT_TYPES)

@@ -1283,7 +1283,8 @@ def _n(name: str) -> str:
 
 def _row_markup(row: view.Row, limit: int) -> str:
     """The Rich markup of one transcript row after its seq and indent (every value escaped)."""
-    who = f" [dim]({_n(row.agent)})[/]" if row.agent else ""
+    name = view.speaker(row)
+    who = f" [dim]({_n(name)})[/]" if name else ""
     if isinstance(row, view.UserMessageRow):
         user = f" {_n(row.user)}" if row.user else ""
         return f"[bold green]user{user}:[/] {_e(_calls_line(row.text, [], limit))}"

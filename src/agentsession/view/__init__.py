@@ -7,6 +7,7 @@ that the command line renders with Rich and a web page could render as HTML.
 from __future__ import annotations
 
 from .transcript import (
+    INTEGRATION_NAMESPACES,
     PREVIEW_CHARS,
     AnyRow,
     AssistantMessageRow,
@@ -32,10 +33,12 @@ from .transcript import (
     TurnStartRow,
     UsageRow,
     UserMessageRow,
+    speaker,
     transcript_rows,
 )
 
 __all__ = [
+    "INTEGRATION_NAMESPACES",
     "PREVIEW_CHARS",
     "AnyRow",
     "AssistantMessageRow",
@@ -61,5 +64,6 @@ __all__ = [
     "TurnStartRow",
     "UsageRow",
     "UserMessageRow",
+    "speaker",
     "transcript_rows",
 ]

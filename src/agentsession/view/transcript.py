@@ -26,6 +26,7 @@ from ..events import Event
 from ..messages import Message, RefusalPart, ThinkingPart, ToolCall, ToolResult
 
 __all__ = [
+    "INTEGRATION_NAMESPACES",
     "PREVIEW_CHARS",
     "AnyRow",
     "AssistantMessageRow",
@@ -51,12 +52,22 @@ __all__ = [
     "TurnStartRow",
     "UsageRow",
     "UserMessageRow",
+    "speaker",
     "transcript_rows",
 ]
 
 PREVIEW_CHARS: Final = 160
 """Longest text a row carries unless ``full``: longer ones keep their first
 ``PREVIEW_CHARS - 1`` characters and end in ``…``."""
+
+INTEGRATION_NAMESPACES: Final = ("adk/", "langchain/", "openai_agents/")
+"""Event-type prefixes of the framework integrations' own records (``adk/event``,
+``adk/session``, ``langchain/message``, ``openai_agents/item``, ``openai_agents/pop``,
+``openai_agents/clear``): the framework's objects as it hands them over, kept so that it gets
+them back exactly. The integrations also write the same conversation as typed events
+(``user/message``, ``assistant/message``, ``tool/result``, ``usage``), so a reader who has
+those rows sees each message twice; :attr:`EventRow.integration` marks these rows so that a
+renderer can hide them when the session has typed rows."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,6 +166,11 @@ class AssistantMessageRow(Row, frozen=True, kw_only=True, tag="assistant_message
     ``(thinking: 1234 chars)``; "" when the message has no thinking."""
     thinking_chars: int = 0
     """Length of the whole thinking text (0 when none)."""
+    author: str = ""
+    """Who wrote it when the message names someone (its ``author``, else its ``name``): for
+    example the subagent whose summary a merge wrote into the parent, whose event names no
+    agent. "" when the message names no one. Renderers label the row with
+    :func:`speaker`."""
 
 
 class ToolCallRow(Row, frozen=True, kw_only=True, tag="tool_call"):
@@ -382,6 +398,9 @@ class EventRow(Row, frozen=True, kw_only=True, tag="event"):
     """The event type, as stored."""
     data: str = ""
     """The payload's JSON text (a preview unless ``full``)."""
+    integration: bool = False
+    """True when the type is in one of :data:`INTEGRATION_NAMESPACES`: a framework
+    integration's own record of what it also wrote as typed events."""
 
 
 AnyRow: TypeAlias = (
@@ -412,6 +431,15 @@ AnyRow: TypeAlias = (
 
 # ---------------------------------------------------------------------------------------------
 # Building them.
+
+
+def speaker(row: Row) -> str:
+    """Whom a renderer names beside a row: an assistant message's
+    :attr:`~AssistantMessageRow.author` when it names one (as ``agentsession messages`` does),
+    else the event's agent; "" for no one. The terminal and the web page label rows with it,
+    so that they agree."""
+    author = row.author if isinstance(row, AssistantMessageRow) else ""
+    return author or row.agent
 
 
 def _preview(text: str, full: bool) -> str:
@@ -508,6 +536,7 @@ def _row(event: Event, nest: _Nesting, full: bool) -> Row:
             tool_calls=[_call_view(call, full) for call in message.tool_calls],
             thinking=thinking,
             thinking_chars=thinking_chars,
+            author=message.author or message.name or "",
             **base,
         )
     if kind == ev.TOOL_CALL:
@@ -652,6 +681,7 @@ def _event_row(event: Event, depth: int, full: bool) -> EventRow:
         time=event.time,
         type=event.type,
         data=_preview(event.raw.decode("utf-8", "replace"), full),
+        integration=event.type.startswith(INTEGRATION_NAMESPACES),
     )
 
 
