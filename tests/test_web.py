@@ -423,7 +423,49 @@ def test_the_list_reads_no_event(store: ags.BaseStore, monkeypatch: pytest.Monke
     monkeypatch.setattr(ags.BaseSession, "read", no)
     page = web_data.list_sessions(store, limit=3)
     assert len(page.sessions) == 3 and page.total == 6
-    assert web_data.list_sessions(store, agent="odd-agent").sessions[0].id == ODD_ID
+
+
+def test_the_agent_filter_matches_the_agents_of_the_events(
+    client: TestClient, store: ags.BaseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No record of chat:main, chat:crashed and chat:open names an agent, but their events
+    name "coder" (the forked child's record names "researcher"): the filter finds them
+    from each session's first and last events, never reading a whole log."""
+    for sid in ("chat:main", "chat:crashed", "chat:open"):
+        assert web_data._record_agent(store, sid) == ""
+    ids = [info.id for info in store.list()]
+    coder = [s["id"] for s in get_json(client, "/api/sessions", agent="coder")["sessions"]]
+    assert coder == [i for i in ids if i in ("chat:main", "chat:crashed", "chat:open")]
+    researcher = get_json(client, "/api/sessions", agent="researcher")["sessions"]
+    assert [s["id"] for s in researcher] == [i for i in ids if i.startswith("chat:main:")]
+    assert [s["id"] for s in get_json(client, "/api/sessions", agent="odd-agent")["sessions"]] \
+        == [ODD_ID]
+    assert get_json(client, "/api/sessions", agent="nobody")["sessions"] == []
+    # An agent that wrote only the middle of a long log is not looked for there.
+    middle = store.get("chat:middle")
+    middle.append(ags.Event.new("user/message", ags.Message.user("start"), agent="first"))
+    middle.append(ags.Event.new("user/message", ags.Message.user("mid"), agent="middle"))
+    for n in range(web_data.AGENT_TAIL):
+        middle.append(ags.Event.new("user/message", ags.Message.user(f"{n}"), agent="last"))
+    for name, found in (("first", True), ("last", True), ("middle", False)):
+        page = web_data.list_sessions(store, agent=name)
+        assert ("chat:middle" in [s.id for s in page.sessions]) is found, name
+    reads: list[int | None] = []
+    real_read = ags.BaseSession.read
+
+    def counted(self: ags.BaseSession, *args: Any, **kwargs: Any) -> Any:
+        reads.append(kwargs.get("limit"))
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(ags.BaseSession, "read", counted)
+    web_data.list_sessions(store, agent="nobody")
+    assert reads and all(limit is not None and limit <= web_data.AGENT_TAIL for limit in reads)
+    # The listing keeps each session's agents as long as it keeps the listing.
+    listing = web_data.ListingCache(store, ttl=60)
+    web_data.list_sessions(store, agent="nobody", listing=listing)
+    reads.clear()
+    web_data.list_sessions(store, agent="coder", listing=listing)
+    assert reads == []
 
 
 def test_a_listing_is_reused_for_its_ttl(store: ags.BaseStore) -> None:

@@ -5,7 +5,8 @@ Costs, which decide what the pages may ask for:
 
 * :func:`list_sessions` reads ``store.list()`` only (no event; see
   ``docs/architecture.md`` for what each backend reads for it), plus, with an agent filter,
-  each candidate's session record (one meta entry), in list order until the page is full.
+  each candidate's session record (one meta entry), first event and last few events, in list
+  order until the page is full.
 * :func:`session_badges` reads one whole session (what it needs cannot be known otherwise):
   the sessions page asks for it only for the sessions it shows.
 * :func:`rows_page` reads ``limit`` events, plus the events since the latest ``turn/start``
@@ -47,6 +48,7 @@ from ..view import transcript_rows
 from .markdown import render_markdown
 
 __all__ = [
+    "AGENT_TAIL",
     "CONTEXT_CHUNK",
     "BadgeCache",
     "Badges",
@@ -66,6 +68,7 @@ __all__ = [
     "raw_event",
     "row_dicts",
     "rows_page",
+    "session_agents",
     "session_badges",
     "session_stats",
     "session_summary",
@@ -132,6 +135,7 @@ class ListingCache:
         self._lock = threading.Lock()
         self._at = -float("inf")
         self._infos: list[SessionInfo] = []
+        self._agents: dict[str, frozenset[str]] = {}
 
     def get(self) -> list[SessionInfo]:
         """Every session, newest first, as listed at most ``ttl`` seconds ago."""
@@ -140,7 +144,27 @@ class ListingCache:
             if now - self._at >= self.ttl:
                 self._infos = self.store.list()
                 self._at = now
+                self._agents = {}
             return self._infos
+
+    def agents(
+        self, info: SessionInfo, compute: Callable[[str], frozenset[str]]
+    ) -> frozenset[str]:
+        """The agents of a listed session, ``compute(session_id)``, kept as long as the
+        listing is (``ttl``), so that typing an agent filter and paging do not read the same
+        sessions again."""
+        with self._lock:
+            kept = self._agents.get(info.id)
+        if kept is not None:
+            return kept
+        found = compute(info.id)
+        with self._lock:
+            self._agents[info.id] = found
+        return found
+
+
+AGENT_TAIL: Final = 8
+"""Events at the end of a session whose agents the sessions list's agent filter matches."""
 
 
 def _record_agent(store: BaseStore, session_id: str) -> str:
@@ -148,6 +172,23 @@ def _record_agent(store: BaseStore, session_id: str) -> str:
     (``children._stored_record`` is the one reader of the record's meta entry that opens it in
     an encrypted store too; ``session.info()`` would read the session's first event.)"""
     return children._stored_record(store, session_id).agent_id
+
+
+def session_agents(store: BaseStore, session_id: str) -> frozenset[str]:
+    """The agents the sessions list's agent filter matches a session by: its record's agent
+    id, and the agents of its first event and of its last :data:`AGENT_TAIL` events (the
+    session's head and tail, which opening it reads anyway on JSONL; one indexed read each on
+    SQLite and PostgreSQL), never its whole log. Empty names are left out; a session with no
+    events has none."""
+    found = {_record_agent(store, session_id)}
+    session = store.open(session_id)
+    latest = session.latest_seq
+    if latest > 0:
+        head = session.read(after=0, limit=1)
+        tail = session.read(after=max(0, latest - AGENT_TAIL), limit=AGENT_TAIL)
+        found.update(event.agent for event in (*head, *tail))
+    found.discard("")
+    return frozenset(found)
 
 
 def list_sessions(
@@ -160,10 +201,13 @@ def list_sessions(
     listing: ListingCache | None = None,
 ) -> SessionsPage:
     """A page of the store's sessions, newest first: those whose id contains ``query`` and,
-    when ``agent`` is given, whose session record names that agent.
+    when ``agent`` is given, that name that agent in their record or in their first or last
+    events (:func:`session_agents`).
 
-    Reads ``store.list()`` (or ``listing``'s copy of it) and never an event; an agent filter
-    reads the records of the candidates in list order, only until the page is full."""
+    Reads ``store.list()`` (or ``listing``'s copy of it) and, without an agent filter, never
+    an event; an agent filter reads the record, the first event and the last
+    :data:`AGENT_TAIL` events of the candidates in list order, only until the page is full
+    (``listing`` keeps each session's agents as long as it keeps the listing)."""
     infos = listing.get() if listing is not None else store.list()
     if query:
         infos = [info for info in infos if query in info.id]
@@ -173,7 +217,11 @@ def list_sessions(
         picked, skipped = [], 0
         more = False
         for info in infos:
-            if _record_agent(store, info.id) != agent:
+            if listing is not None:
+                agents = listing.agents(info, lambda sid: session_agents(store, sid))
+            else:
+                agents = session_agents(store, info.id)
+            if agent not in agents:
                 continue
             if skipped < offset:
                 skipped += 1
