@@ -598,6 +598,97 @@ def test_stats_chart_tokens_per_turn_and_tool_durations(client: TestClient) -> N
     assert [t["call_id"] for t in stats["tools"]] == ["c0", "c1", "c2"]
     assert all(t["ms"] >= 0 and t["name"] == "read" for t in stats["tools"])
     assert "coder" in stats["agents"]
+    assert stats["grouped_by"] == "turn" and stats["usage"] is True
+    assert stats["interrupted"] == []
+
+
+def test_the_tokens_chart_counts_cache_reads_inside_input(
+    client: TestClient, store: ags.BaseStore
+) -> None:
+    """The converters count cached tokens inside input: 859 in (256 cached) + 80 out is a bar
+    of 939, of which 603 input not cached, not one of 1,195."""
+    with store.get("chat:cached").turn(agent="coder") as turn:
+        turn.user("hi")
+        with turn.step() as step:
+            step.assistant("hello")
+            step.usage(input_tokens=859, output_tokens=80, cache_read_tokens=256)
+    [turn_tokens] = get_json(client, "/api/session/stats", id="chat:cached")["turns"]
+    assert turn_tokens["input"] == 859 and turn_tokens["cache_read"] == 256
+    assert turn_tokens["uncached"] == 603
+    bar = sum(turn_tokens[k] for k in ("uncached", "cache_read", "cache_write", "output"))
+    assert bar == 859 + 80
+    stats = web_data.session_stats(
+        [
+            ags.Event.new("turn/start", ev.TurnStart()),
+            ags.Event.new("usage", ev.Usage(input_tokens=10, cache_read_tokens=6,
+                                            cache_write_tokens=3)),
+            ags.Event.new("usage", ev.Usage(input_tokens=1, cache_read_tokens=5)),
+        ]
+    )
+    assert stats.turns[0].uncached == 0  # never negative, whatever a provider reported
+
+
+def test_usage_without_turns_is_grouped_by_user_message(
+    client: TestClient, store: ags.BaseStore
+) -> None:
+    """Integration sessions record messages and usage without turn markers."""
+    session = store.get("adk:no-turns")
+    session.append_many(
+        [
+            ags.Event.new("usage", ev.Usage(input_tokens=5, output_tokens=1)),
+            ags.Event.new("user/message", ags.Message.user("one")),
+            ags.Event.new("assistant/message", ags.Message.assistant("a")),
+            ags.Event.new("usage", ev.Usage(input_tokens=100, output_tokens=10)),
+            ags.Event.new("usage", ev.Usage(input_tokens=120, output_tokens=12)),
+            ags.Event.new("user/message", ags.Message.user("two")),
+            ags.Event.new("usage", ev.Usage(input_tokens=300, output_tokens=30,
+                                            cache_read_tokens=200)),
+        ]
+    )
+    stats = get_json(client, "/api/session/stats", id="adk:no-turns")
+    assert stats["grouped_by"] == "message" and stats["usage"] is True
+    assert [(t["seq"], t["input"], t["output"]) for t in stats["turns"]] == [
+        (1, 5, 1), (2, 220, 22), (6, 300, 30)
+    ]
+    # A turn without usage: no usage, and so nothing to chart.
+    with store.get("chat:quiet").turn(agent="coder") as turn:
+        turn.user("hi")
+        turn.assistant("hello")
+    quiet = get_json(client, "/api/session/stats", id="chat:quiet")
+    assert quiet["grouped_by"] == "turn" and quiet["usage"] is False
+    assert get_json(client, "/api/session/stats", id="chat:open")["usage"] is False
+
+
+def test_an_interrupted_call_is_not_timed(client: TestClient) -> None:
+    """A crash repair answers the cut-off call at the repair's time: no duration."""
+    stats = get_json(client, "/api/session/stats", id="chat:crashed")
+    assert stats["tools"] == []
+    assert [(c["name"], c["call_id"]) for c in stats["interrupted"]] == [("deploy", "d1")]
+    [result] = [r for r in get_json(client, "/api/session/rows", id="chat:crashed")["rows"]
+                if r["kind"] == "tool_result"]
+    assert result["interrupted"] is True
+
+
+def test_rows_name_the_author_of_a_merged_summary(client: TestClient) -> None:
+    """The child's summary that a merge wrote into its parent is the researcher's."""
+    rows = get_json(client, "/api/session/rows", id="chat:main")["rows"]
+    [summary] = [r for r in rows if r["kind"] == "assistant_message"
+                 and r["text"].startswith("Research:")]
+    assert summary["author"] == "researcher"
+
+
+def test_integration_records_are_marked(client: TestClient, store: ags.BaseStore) -> None:
+    store.get("oa:s").append_many(
+        [
+            ags.Event.new("openai_agents/item", {"role": "user", "content": "Q"}),
+            ags.Event.new("user/message", ags.Message.user("Q")),
+            ags.Event.new("myapp/deploy", {"target": "prod"}),
+        ]
+    )
+    rows = get_json(client, "/api/session/rows", id="oa:s")["rows"]
+    assert [(r["kind"], r.get("integration")) for r in rows] == [
+        ("event", True), ("user_message", None), ("event", False)
+    ]
 
 
 def test_text_with_a_lone_surrogate_is_served(client: TestClient, store: ags.BaseStore) -> None:

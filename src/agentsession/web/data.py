@@ -53,6 +53,7 @@ __all__ = [
     "BadgeCache",
     "Badges",
     "ChildLink",
+    "InterruptedCall",
     "ListedSession",
     "ListingCache",
     "RowTail",
@@ -650,18 +651,26 @@ def message_views(messages: Sequence[Message], start: int = 0) -> list[dict[str,
 
 
 class TurnTokens(msgspec.Struct, frozen=True, kw_only=True):
-    """The tokens of one turn (the sum of its ``usage`` events)."""
+    """The tokens of one group of model calls (the sum of their ``usage`` events): a turn,
+    or, in a log without turn markers, what followed one user message (see
+    :attr:`Stats.grouped_by`)."""
 
     seq: int
-    """Seq of its ``turn/start``."""
+    """Seq of the group's first event: its ``turn/start`` (its ``user/message`` when grouped
+    by message, or its first ``usage`` event before any user message)."""
     input: int
-    """Input tokens."""
+    """Input tokens: the whole prompt, cache reads and writes included (as the converters
+    count them)."""
     output: int
     """Output tokens."""
     cache_read: int
-    """Input tokens read from the provider's cache."""
+    """Input tokens read from the provider's cache (part of ``input``)."""
     cache_write: int
-    """Input tokens written to the provider's cache."""
+    """Input tokens written to the provider's cache (part of ``input``)."""
+    uncached: int
+    """Input tokens neither read from nor written to the cache: ``input - cache_read -
+    cache_write``, at least 0. The chart stacks ``uncached``, ``cache_read``,
+    ``cache_write`` and ``output``, so a bar is as tall as ``input + output``."""
 
 
 class ToolDuration(msgspec.Struct, frozen=True, kw_only=True):
@@ -678,39 +687,66 @@ class ToolDuration(msgspec.Struct, frozen=True, kw_only=True):
     made the call) to its ``tool/result``."""
 
 
+class InterruptedCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call a crash cut off: its result is the stand-in a repair wrote (audit decision
+    ``interrupted``), so the time to it is the time to the repair, not the call's."""
+
+    seq: int
+    """Seq of its stand-in result."""
+    name: str
+    """Tool name."""
+    call_id: str
+    """The call id."""
+
+
 class Stats(msgspec.Struct, frozen=True, kw_only=True):
     """What the transcript page charts, and the agents for its "what the model sees" view."""
 
     turns: list[TurnTokens]
-    """Tokens per turn, in order."""
+    """Tokens per group of model calls, in order (see :attr:`grouped_by`)."""
+    grouped_by: str
+    """``"turn"`` when the log has turn markers (a group per turn; ``usage`` outside any turn
+    is not counted), ``"message"`` when it has none (sessions of the integrations, which
+    record messages and usage without turns): a group per ``user/message``, holding the
+    ``usage`` events after it."""
+    usage: bool
+    """Whether any ``usage`` event reported a token: when not, the page says "no usage"
+    rather than drawing empty bars."""
     tools: list[ToolDuration]
-    """Tool-call durations, where both ends have a time, in order."""
+    """Tool-call durations, where both ends have a time, in order; an interrupted call is not
+    among them (see :attr:`interrupted`)."""
+    interrupted: list[InterruptedCall]
+    """Tool calls a crash cut off, in order: never timed."""
     agents: list[str]
     """Agents of the session's events, sorted."""
 
 
+def _tokens(seq: int, sums: list[int]) -> TurnTokens:
+    given, output, read, write = sums
+    return TurnTokens(
+        seq=seq,
+        input=given,
+        output=output,
+        cache_read=read,
+        cache_write=write,
+        uncached=max(0, given - read - write),
+    )
+
+
 def session_stats(events: Sequence[Event]) -> Stats:
-    """Tokens per turn, tool-call durations and agents of a whole log (``events`` in seq
-    order). A payload that does not decode is skipped."""
-    turns: list[TurnTokens] = []
+    """Tokens per turn (per user message in a log without turns), tool-call durations,
+    interrupted calls and agents of a whole log (``events`` in seq order). A payload that does
+    not decode is skipped."""
+    by_turn: list[tuple[int, list[int]]] = []
+    by_message: list[tuple[int, list[int]]] = []
     tools: list[ToolDuration] = []
+    interrupted: list[InterruptedCall] = []
     agents: set[str] = set()
     current: list[int] | None = None
-    turn_seq = 0
+    message: list[int] | None = None
+    reported = False
     started: dict[str, _dt.datetime] = {}
     asked: dict[str, _dt.datetime] = {}
-
-    def close_turn() -> None:
-        if current is not None:
-            turns.append(
-                TurnTokens(
-                    seq=turn_seq,
-                    input=current[0],
-                    output=current[1],
-                    cache_read=current[2],
-                    cache_write=current[3],
-                )
-            )
 
     for event in events:
         if event.agent:
@@ -718,27 +754,43 @@ def session_stats(events: Sequence[Event]) -> Stats:
         kind = event.type
         try:
             if kind == ev.TURN_START:
-                close_turn()
-                current, turn_seq = [0, 0, 0, 0], event.seq
+                current = [0, 0, 0, 0]
+                by_turn.append((event.seq, current))
             elif kind == ev.TURN_END:
-                close_turn()
                 current = None
-            elif kind == ev.USAGE and current is not None:
+            elif kind == ev.USER_MESSAGE:
+                message = [0, 0, 0, 0]
+                by_message.append((event.seq, message))
+            elif kind == ev.USAGE:
                 usage = event.decode(ev.Usage)
-                current[0] += usage.input_tokens
-                current[1] += usage.output_tokens
-                current[2] += usage.cache_read_tokens
-                current[3] += usage.cache_write_tokens
+                counts = (
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_tokens,
+                    usage.cache_write_tokens,
+                )
+                reported = reported or any(counts)
+                if message is None:
+                    message = [0, 0, 0, 0]
+                    by_message.append((event.seq, message))
+                for sums in (current, message):
+                    if sums is not None:
+                        for index, count in enumerate(counts):
+                            sums[index] += count
             elif kind == ev.ASSISTANT_MESSAGE and event.time is not None:
                 for call in event.decode(Message).tool_calls:
                     asked[call.id] = event.time
             elif kind == ev.TOOL_CALL and event.time is not None:
                 started[event.decode(ToolCall).id] = event.time
-            elif kind == ev.TOOL_RESULT and event.time is not None:
+            elif kind == ev.TOOL_RESULT:
                 result = event.decode(ToolResult)
                 begin = started.pop(result.call_id, None) or asked.get(result.call_id)
                 asked.pop(result.call_id, None)
-                if begin is not None:
+                if result.audit.get("decision") == "interrupted":
+                    interrupted.append(
+                        InterruptedCall(seq=event.seq, name=result.name, call_id=result.call_id)
+                    )
+                elif begin is not None and event.time is not None:
                     ms = (event.time - begin).total_seconds() * 1000
                     tools.append(
                         ToolDuration(
@@ -747,5 +799,13 @@ def session_stats(events: Sequence[Event]) -> Stats:
                     )
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
-    close_turn()
-    return Stats(turns=turns, tools=tools, agents=sorted(agents))
+    grouped_by = "turn" if by_turn else "message"
+    groups = by_turn if by_turn else by_message
+    return Stats(
+        turns=[_tokens(seq, sums) for seq, sums in groups],
+        grouped_by=grouped_by,
+        usage=reported,
+        tools=tools,
+        interrupted=interrupted,
+        agents=sorted(agents),
+    )

@@ -317,6 +317,7 @@
 
     function rowBox(row, content, extraClass) {
       const box = el("div", "row " + row.kind + (extraClass ? " " + extraClass : ""));
+      if (row.integration) box.classList.add("integration");
       box.id = "seq-" + row.seq;
       box.dataset.kind = row.kind;
       const seq = el("button", "seq", String(row.seq));
@@ -343,8 +344,11 @@
       }
     }
 
+    // Whom a row names: an assistant message's author, else the event's agent (the rule of
+    // agentsession.view.speaker, which `agentsession show` uses too).
     function who(row) {
-      return row.agent ? el("span", "agent", "(" + row.agent + ")") : null;
+      const name = row.author || row.agent;
+      return name ? el("span", "agent", "(" + name + ")") : null;
     }
 
     function stepHint(step, text) {
@@ -397,11 +401,13 @@
           c.appendChild(el("span", "dim", "tool call started: " + row.name + " [" + row.call_id + "]"));
           return c;
         case "usage": {
-          let text = "usage: " + fmtNum(row.input_tokens) + " in / " + fmtNum(row.output_tokens) + " out";
+          // Input counts the cached tokens: the cache figures are a part of it.
+          let text = "usage: " + fmtNum(row.input_tokens) + " in";
           if (row.cache_read_tokens || row.cache_write_tokens) {
-            text += " · cache " + fmtNum(row.cache_read_tokens) + " read / " +
-              fmtNum(row.cache_write_tokens) + " written";
+            text += " (of which " + fmtNum(row.cache_read_tokens) + " cache read, " +
+              fmtNum(row.cache_write_tokens) + " cache write)";
           }
+          text += " / " + fmtNum(row.output_tokens) + " out";
           c.appendChild(el("span", "dim", text));
           return c;
         }
@@ -481,7 +487,17 @@
           return c;
         case "event":
           append(c, el("span", "dim mono", row.type), who(row));
-          c.appendChild(folded(prettyJSON(row.data || ""), "payload"));
+          if (row.integration) {
+            // An integration's own record of an item (a question or an answer alike): folded,
+            // whatever its length, as the typed rows beside it show what it says.
+            const details = el("details", "fold");
+            const data = row.data || "";
+            append(details, el("summary", null, "item · " + fmtNum(data.length) + " chars · " +
+              (data.length > 90 ? data.slice(0, 89) + "…" : data)), el("pre", "text", prettyJSON(data)));
+            c.appendChild(details);
+          } else {
+            c.appendChild(folded(prettyJSON(row.data || ""), "payload"));
+          }
           return c;
         default:
           c.appendChild(el("span", "dim", row.kind));
@@ -489,8 +505,30 @@
       }
     }
 
+    // Integration records (adk/..., langchain/..., openai_agents/...) repeat what the typed rows
+    // beside them say: once the session shows a typed message, they are hidden unless asked for.
+    const TYPED = new Set(["user_message", "assistant_message", "tool_result"]);
+    let integrationRows = 0;
+
+    function noteRow(row) {
+      if (TYPED.has(row.kind)) rowsBox.classList.add("typed");
+      if (row.integration) integrationRows += 1;
+      updateIntegrationToggle();
+    }
+
+    function updateIntegrationToggle() {
+      const button = document.getElementById("integration");
+      const showing = rowsBox.classList.contains("show-integration");
+      button.hidden = view !== "stored" || integrationRows === 0 ||
+        !rowsBox.classList.contains("typed");
+      button.textContent = (showing ? "hide " : "show ") +
+        plural(integrationRows, "integration record");
+      button.setAttribute("aria-pressed", String(showing));
+    }
+
     function addRow(row) {
       pager.after = Math.max(pager.after, row.seq);
+      noteRow(row);
       if (row.kind === "turn_start") {
         openStep = null;
         const details = el("details", "turn");
@@ -556,7 +594,13 @@
         calls.delete(row.call_id);
         const begin = started.get(row.call_id) || call.time;
         started.delete(row.call_id);
-        if (begin && row.time) {
+        if (row.interrupted) {
+          // A crash cut it off: its result is the repair's stand-in, written at the repair.
+          call.took.textContent = "interrupted";
+          call.took.classList.add("interrupted");
+          call.took.title = "cut off by a crash: the result is the stand-in a repair wrote, " +
+            "so the call has no duration";
+        } else if (begin && row.time) {
           const ms = new Date(row.time) - new Date(begin);
           if (ms >= 0) call.took.textContent = "took " + fmtMs(ms);
         }
@@ -721,24 +765,33 @@
       const mine = life;
       const stats = await getJSONOrShow("api/session/stats?id=" + enc);
       if (!stats || mine !== life) return;
+      // Input counts the cached tokens (as the converters report it): a bar stacks the input
+      // not cached, the cache read and the cache write (together the input), then the output.
+      const group = stats.grouped_by === "message" ? "message" : "turn";
       const turns = stats.turns.map((t, i) => ({
-        title: "turn " + (i + 1) + " (seq " + t.seq + "): " + fmtNum(t.input) + " in, " +
-          fmtNum(t.output) + " out, " + fmtNum(t.cache_read) + " cache read, " +
-          fmtNum(t.cache_write) + " cache write",
+        title: group + " " + (i + 1) + " (seq " + t.seq + "): " + fmtNum(t.input) + " in (" +
+          fmtNum(t.cache_read) + " cache read, " + fmtNum(t.cache_write) + " cache write), " +
+          fmtNum(t.output) + " out",
         segments: [
-          { value: t.input, cls: "b-input" }, { value: t.cache_read, cls: "b-cache-read" },
+          { value: t.uncached, cls: "b-input" }, { value: t.cache_read, cls: "b-cache-read" },
           { value: t.cache_write, cls: "b-cache-write" }, { value: t.output, cls: "b-output" },
         ],
       }));
-      drawBars(document.getElementById("tokens-chart"), turns, {
-        label: "tokens per turn", empty: "no usage recorded", format: fmtNum,
-        legend: [["input", "input"], ["cache-read", "cache read"], ["cache-write", "cache write"],
-          ["output", "output"]],
-        note: plural(stats.turns.length, "turn"),
+      const tokensChart = document.getElementById("tokens-chart");
+      tokensChart.querySelector("figcaption").textContent = "tokens per " + group;
+      drawBars(tokensChart, stats.usage ? turns : [], {
+        label: "tokens per " + group, empty: "no usage recorded", format: fmtNum,
+        legend: [["input", "input, not cached"], ["cache-read", "cache read"],
+          ["cache-write", "cache write"], ["output", "output"]],
+        note: plural(stats.turns.length, group) +
+          (group === "message" ? " (no turn markers: grouped by user message)" : ""),
       });
       const limit = 300;
       let tools = stats.tools;
       let note = plural(tools.length, "call");
+      if (stats.interrupted.length) {
+        note += " · " + fmtNum(stats.interrupted.length) + " interrupted, not timed";
+      }
       if (tools.length > limit) {
         const keep = new Set([...tools].sort((a, b) => b.ms - a.ms).slice(0, limit));
         tools = tools.filter((t) => keep.has(t));
@@ -809,6 +862,7 @@
       document.getElementById("agent-pick").hidden = stored;
       document.getElementById("expand").hidden = !stored;
       document.getElementById("collapse").hidden = !stored;
+      updateIntegrationToggle();
       rowsBox.hidden = !stored;
       messagesBox.hidden = stored;
       if (stored) updateProgress();
@@ -820,6 +874,10 @@
     document.getElementById("agent").addEventListener("change", () => loadMessages(true));
     document.getElementById("expand").addEventListener("click", () =>
       rowsBox.querySelectorAll("details.step").forEach((d) => { d.open = true; }));
+    document.getElementById("integration").addEventListener("click", () => {
+      rowsBox.classList.toggle("show-integration");
+      updateIntegrationToggle();
+    });
     document.getElementById("collapse").addEventListener("click", () =>
       rowsBox.querySelectorAll("details.step").forEach((d) => { d.open = false; }));
 
@@ -890,6 +948,9 @@
       calls.clear();
       started.clear();
       rowsBox.replaceChildren();
+      rowsBox.classList.remove("typed");
+      integrationRows = 0;
+      updateIntegrationToggle();
       delete rowsBox.dataset.loaded;
       messagesBox.replaceChildren();
       messagesState.offset = 0;
