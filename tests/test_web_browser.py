@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -77,12 +78,35 @@ def add_xss_session(store: ags.BaseStore) -> None:
         turn.assistant(f"see {PAYLOADS[2]}")
 
 
+INTEGRATION_ID = "oa:helper"
+"""A session as the OpenAI Agents SDK integration writes it: each item as an
+``openai_agents/item`` event, followed by its typed mirror, and usage without turn markers."""
+
+
+def add_integration_session(store: ags.BaseStore) -> None:
+    answer = {"type": "message", "role": "assistant", "id": "m1", "status": "completed",
+              "content": [{"type": "output_text", "text": "4", "annotations": []}]}
+    store.get(INTEGRATION_ID).append_many(
+        [
+            ags.Event.new("openai_agents/item", {"role": "user", "content": "What is 2+2?"}),
+            ags.Event.new("user/message", ags.Message.user("What is 2+2?")),
+            ags.Event.new("openai_agents/item", answer),
+            ags.Event.new("assistant/message", ags.Message.assistant("4")),
+            ags.Event.new("usage", ags.events.Usage(input_tokens=859, output_tokens=80,
+                                                    cache_read_tokens=256)),
+            ags.Event.new("openai_agents/item", {"role": "user", "content": "Thanks"}),
+            ags.Event.new("user/message", ags.Message.user("Thanks")),
+        ]
+    )
+
+
 @pytest.fixture(scope="module")
 def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("web") / "agentsession-demo"
     run_demo(directory, Console(quiet=True))
     store = ags.open_store(directory)
     add_xss_session(store)
+    add_integration_session(store)
     store.close()
     return directory
 
@@ -151,7 +175,7 @@ def assert_nothing_ran(driver: WebDriver) -> None:
 
 def test_the_sessions_list(browser: WebDriver, base_url: str) -> None:
     browser.get(base_url)
-    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#session-rows tr")) == 5)
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#session-rows tr")) == 6)
     wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, "#session-rows .pending"))
     assert "recovered" in session_row(browser, "slack:C002").text
     assert "compacted" in session_row(browser, "slack:C001:t:1712345678.9").text
@@ -301,3 +325,119 @@ def test_the_live_tail_shows_a_session_deleted_and_created_again(
     finally:
         store.delete(sid)
         store.close()
+
+
+def listed(driver: WebDriver) -> list[str]:
+    """The ids the sessions page lists (read at once: the page redraws as the filter changes)."""
+    ids: list[str] = driver.execute_script(
+        "return [...document.querySelectorAll('#session-rows tr')].map(r => r.dataset.sessionId)")
+    return ids
+
+
+def test_the_agent_filter_finds_the_agents_named_in_events(
+    browser: WebDriver, base_url: str
+) -> None:
+    """No demo session's record names an agent; their events name demo-coder."""
+    browser.get(base_url)
+    wait(browser, lambda d: len(listed(d)) == 6)
+    box = browser.find_element(By.ID, "agent")
+    box.send_keys("demo-coder")
+    wait(browser, lambda d: sorted(listed(d)) == ["cli:demo", "slack:C001:t:1712345678.9",
+                                                  "slack:C002"])
+    box.clear()
+    box.send_keys("researcher")
+    wait(browser, lambda d: listed(d) == ["cli:demo:child:researcher"])
+
+
+def chart_bars(driver: WebDriver) -> list[dict[str, Any]]:
+    """Each bar of the tokens chart: its hover text and the heights of its segments."""
+    bars: list[dict[str, Any]] = driver.execute_script(
+        "return [...document.querySelectorAll('#tokens-chart g.bar')].map(g => ({"
+        "title: g.querySelector('title').textContent,"
+        "heights: [...g.querySelectorAll('rect')].map(r => Number(r.getAttribute('height')))}))"
+    )
+    return bars
+
+
+def test_the_tokens_chart_counts_cache_reads_inside_input_and_groups_by_message(
+    browser: WebDriver, base_url: str
+) -> None:
+    """859 in (256 of them cached) + 80 out is a bar of 939 tokens, not 1,195; a session
+    without turn markers has its usage grouped by user message."""
+    browser.get(base_url + "session?id=oa%3Ahelper")
+    wait(browser, lambda d: loaded(d) and chart_bars(d))
+    chart = browser.find_element(By.ID, "tokens-chart")
+    assert chart.find_element(By.TAG_NAME, "figcaption").text == "tokens per message"
+    top = browser.execute_script(
+        "return document.querySelector('#tokens-chart svg text').textContent")
+    assert top == "939"
+    first, second = chart_bars(browser)
+    assert first["title"].startswith("message 1 (seq 2): 859 in (256 cache read")
+    assert "80 out" in first["title"]
+    # The tallest bar fills the plot (118 px): uncached 603, cache read 256 and output 80.
+    assert abs(sum(first["heights"]) - 118) < 1.5
+    assert [round(h) for h in first["heights"]] == [round(118 * n / 939) for n in (603, 256, 80)]
+    assert second["heights"] == []  # the second message had no usage
+    assert "2 messages" in chart.find_element(By.CSS_SELECTOR, ".legend").text
+    shot(browser, "tokens-by-message")
+
+
+def test_a_session_without_usage_says_so(browser: WebDriver, base_url: str) -> None:
+    browser.get(base_url + "session?id=" + quote(XSS_ID, safe=""))
+    wait(browser, lambda d: loaded(d) and d.find_elements(By.CSS_SELECTOR, "#tokens-chart .none"))
+    chart = browser.find_element(By.ID, "tokens-chart")
+    assert chart.find_element(By.CSS_SELECTOR, ".none").text == "no usage recorded"
+    assert not chart.find_elements(By.TAG_NAME, "svg")
+
+
+def test_an_interrupted_call_is_marked_not_timed(browser: WebDriver, base_url: str) -> None:
+    browser.get(base_url + "session?id=slack%3AC002")
+    wait(browser, lambda d: loaded(d) and d.find_elements(By.CSS_SELECTOR, "#tools-chart svg"))
+    took = browser.execute_script(
+        "return [...document.querySelectorAll('.call .took')].map(t => t.textContent)")
+    assert took[0] == "interrupted"  # call_001, cut off by the crash
+    assert took[1].startswith("took ")  # call_008, run again after the repair
+    assert browser.find_element(By.CSS_SELECTOR, ".call[data-call-id='call_001'] .took"
+                                ).get_attribute("class") == "took interrupted"
+    tools = browser.find_element(By.ID, "tools-chart")
+    assert "1 call · 1 interrupted, not timed" in tools.find_element(By.CSS_SELECTOR,
+                                                                     ".legend").text
+    assert len(tools.find_elements(By.CSS_SELECTOR, "g.bar")) == 1
+
+
+def test_a_merged_summary_is_labelled_with_its_author(browser: WebDriver, base_url: str) -> None:
+    browser.get(base_url + "session?id=cli%3Ademo")
+    wait(browser, loaded)
+    row = browser.find_element(By.ID, "seq-9")
+    assert row.find_element(By.CSS_SELECTOR, ".label").text == "assistant"
+    assert row.find_element(By.CSS_SELECTOR, ".agent").text == "(researcher)"
+
+
+def test_integration_records_are_hidden_behind_a_toggle(
+    browser: WebDriver, base_url: str
+) -> None:
+    browser.get(base_url + "session?id=oa%3Ahelper")
+    wait(browser, loaded)
+    items = browser.find_elements(By.CSS_SELECTOR, ".row.integration")
+    assert [i.get_attribute("id") for i in items] == ["seq-1", "seq-3", "seq-6"]
+    assert not any(i.is_displayed() for i in items)
+    typed = [r.text for r in browser.find_elements(By.CSS_SELECTOR, ".row.user_message, "
+                                                   ".row.assistant_message")]
+    assert [t.split("\n")[-1] for t in typed] == ["What is 2+2?", "4", "Thanks"]
+    toggle = browser.find_element(By.ID, "integration")
+    assert toggle.is_displayed() and toggle.text == "show 3 integration records"
+    toggle.click()
+    wait(browser, lambda d: all(i.is_displayed() for i in items))
+    assert toggle.text == "hide 3 integration records"
+    # A question's record and an answer's are folded alike.
+    for item in items:
+        fold = item.find_element(By.CSS_SELECTOR, "details.fold")
+        assert fold.get_attribute("open") is None
+        assert "openai_agents/item" in item.text
+    shot(browser, "integration-records")
+    toggle.click()
+    wait(browser, lambda d: not any(i.is_displayed() for i in items))
+    # A session without integration records has no toggle.
+    browser.get(base_url + "session?id=cli%3Ademo")
+    wait(browser, loaded)
+    assert not browser.find_element(By.ID, "integration").is_displayed()
