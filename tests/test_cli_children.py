@@ -284,8 +284,8 @@ def test_show_of_a_parent_names_each_child_session_at_its_fork_and_its_end(famil
     assert lines[4:] == [
         "5 subagent researcher started in session main:research: find \\x1b[31mflights",
         "6 subagent critic started in session main:critic: judge",
-        "7 user: look",
-        "8 assistant: found 3 flights",
+        "7 user (researcher): look",
+        "8 assistant (researcher): found 3 flights",
         "9 subagent researcher merged from session main:research: 2 message(s) written here",
         "10 subagent critic discarded (session main:critic, nothing of it written here): "
         "not needed\\x07",

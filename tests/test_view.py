@@ -412,9 +412,9 @@ def test_a_refusal_shows_in_the_assistant_row() -> None:
 
 
 def test_an_assistant_row_names_the_author_and_every_renderer_labels_it_so() -> None:
-    """A merge writes the child's summary into the parent as a message whose author is the
-    subagent and whose event names no agent: `messages`, `show` and the viewer (through
-    ``speaker``) all label it with the author."""
+    """A merge writes the child's summary (or its messages) into the parent as messages whose
+    author is the subagent and whose events name no agent: `messages`, `show` and the viewer
+    (through ``speaker``) all label them with the author."""
     by_author = Message(role="assistant", parts=Message.assistant("x").parts, author="researcher")
     by_name = Message(role="assistant", parts=Message.assistant("y").parts, name="helper")
     rows = transcript_rows(
@@ -424,13 +424,17 @@ def test_an_assistant_row_names_the_author_and_every_renderer_labels_it_so() -> 
             Event.new(ev.ASSISTANT_MESSAGE, by_name),
             Event.new(ev.ASSISTANT_MESSAGE, Message.assistant("z"), agent="coder"),
             Event.new(ev.USER_MESSAGE, Message.user("q"), agent="coder"),
+            Event.new(ev.USER_MESSAGE, Message(role="user", parts=Message.user("r").parts,
+                                               author="researcher"), agent="coder"),
+            Event.new(ev.SKILL_LOAD, ev.SkillLoad(name="pdf"), agent="coder"),
         )
     )
-    assert [getattr(r, "author", None) for r in rows] == [
-        "researcher", "researcher", "helper", "", None
+    assert [r.author for r in rows if isinstance(r, AssistantMessageRow | UserMessageRow)] == [
+        "researcher", "researcher", "helper", "", "", "researcher"
     ]
+    # A user message is labelled with its author only: the agent recorded it, the user said it.
     assert [view.speaker(r) for r in rows] == ["researcher", "researcher", "helper", "coder",
-                                               "coder"]
+                                               "", "researcher", "coder"]
 
 
 def test_show_labels_a_merged_summary_with_its_author(tmp_path: Any) -> None:

@@ -1287,7 +1287,7 @@ def _row_markup(row: view.Row, limit: int) -> str:
     who = f" [dim]({_n(name)})[/]" if name else ""
     if isinstance(row, view.UserMessageRow):
         user = f" {_n(row.user)}" if row.user else ""
-        return f"[bold green]user{user}:[/] {_e(_calls_line(row.text, [], limit))}"
+        return f"[bold green]user{user}{who}:[/] {_e(_calls_line(row.text, [], limit))}"
     if isinstance(row, view.AssistantMessageRow):
         line = _e(_calls_line(row.text, row.tool_calls, limit))
         return f"[bold magenta]assistant{who}:[/] {line}"

@@ -140,6 +140,10 @@ class UserMessageRow(Row, frozen=True, kw_only=True, tag="user_message"):
     """The end user's id, when known."""
     text: str = ""
     """The message's text (a preview unless ``full``)."""
+    author: str = ""
+    """Who wrote it when the message names someone (its ``author``, else its ``name``): for
+    example the subagent whose messages a merge wrote into the parent. "" when the message
+    names no one."""
 
 
 class ToolCallView(msgspec.Struct, frozen=True, kw_only=True):
@@ -434,12 +438,15 @@ AnyRow: TypeAlias = (
 
 
 def speaker(row: Row) -> str:
-    """Whom a renderer names beside a row: an assistant message's
-    :attr:`~AssistantMessageRow.author` when it names one (as ``agentsession messages`` does),
-    else the event's agent; "" for no one. The terminal and the web page label rows with it,
-    so that they agree."""
-    author = row.author if isinstance(row, AssistantMessageRow) else ""
-    return author or row.agent
+    """Whom a renderer names beside a row: a message's ``author`` when it names one (as
+    ``agentsession messages`` does); otherwise the event's agent, except for a user message
+    (the agent that recorded a user's words did not say them); "" for no one. The terminal
+    and the web page label rows with it, so that they agree."""
+    if isinstance(row, UserMessageRow):
+        return row.author
+    if isinstance(row, AssistantMessageRow):
+        return row.author or row.agent
+    return row.agent
 
 
 def _preview(text: str, full: bool) -> str:
@@ -523,7 +530,11 @@ def _row(event: Event, nest: _Nesting, full: bool) -> Row:
     if kind == ev.USER_MESSAGE:
         message = event.decode(Message)
         return UserMessageRow(
-            depth=depth, user=event.user, text=_preview(message.text, full), **base
+            depth=depth,
+            user=event.user,
+            text=_preview(message.text, full),
+            author=message.author or message.name or "",
+            **base,
         )
     if kind == ev.ASSISTANT_MESSAGE:
         message = event.decode(Message)

@@ -344,10 +344,10 @@
       }
     }
 
-    // Whom a row names: an assistant message's author, else the event's agent (the rule of
-    // agentsession.view.speaker, which `agentsession show` uses too).
+    // Whom a row names (the rule of agentsession.view.speaker, which `agentsession show` uses
+    // too): a message's author; else the event's agent, except for a user message.
     function who(row) {
-      const name = row.author || row.agent;
+      const name = row.kind === "user_message" ? row.author : row.author || row.agent;
       return name ? el("span", "agent", "(" + name + ")") : null;
     }
 
@@ -383,7 +383,7 @@
       const c = el("div");
       switch (row.kind) {
         case "user_message":
-          append(c, el("span", "label user", "user" + (row.user ? " " + row.user : "")),
+          append(c, el("span", "label user", "user" + (row.user ? " " + row.user : "")), who(row),
             markdown(row.html, row.text));
           return c;
         case "assistant_message": {
