@@ -853,3 +853,59 @@ def test_compaction_records_and_encryption_as_coroutines(tmp_path: Path) -> None
             assert await again.list() == []
 
     run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes that would land outside any turn, and results no call asked for (as the sync recorder).
+
+
+def test_async_helpers_of_a_turn_or_step_not_open_raise() -> None:
+    async def main() -> None:
+        async with open_async_store("memory:") as store:
+            session = await store.get("s")
+            never = session.turn()
+            with pytest.raises(UsageError, match="not entered"):
+                await never.user("hi")
+            async with session.turn() as turn:
+                unentered = turn.step()
+                with pytest.raises(UsageError, match=r"step 0 .* is not entered"):
+                    await unentered.assistant("lost")
+                async with turn.step() as step:
+                    await step.assistant("kept")
+                with pytest.raises(UsageError, match=r"step 0 .* is closed"):
+                    await step.usage(input_tokens=5)
+            with pytest.raises(UsageError, match="turn of session 's' is closed"):
+                await turn.assistant("after the end")
+            events = await session.read()
+            assert events[-1].type == TURN_END
+            assert [e.type for e in events].count("assistant/message") == 1
+
+    run(main())
+
+
+def test_an_async_tool_result_for_a_call_never_made_raises_and_names_the_open_calls() -> None:
+    async def main() -> None:
+        async with open_async_store("memory:") as store:
+            session = await store.get("s")
+            async with session.turn() as turn, turn.step() as step:
+                await step.assistant(tool_calls=[ToolCall("c1", "read")])
+                with pytest.raises(UsageError, match=r"'c9' answers no open .*open calls: 'c1'"):
+                    await step.tool_result("c9", "read", "made up")
+                await step.tool_result("c1", "read", "ok")
+            results = [e for e in await session.read() if e.type == "tool/result"]
+            assert [e.payload().call_id for e in results] == ["c1"]
+
+    run(main())
+
+
+def test_async_tool_calls_given_as_dicts_are_refused_naming_tool_call() -> None:
+    async def main() -> None:
+        async with open_async_store("memory:") as store:
+            session = await store.get("s")
+            call: Any = {"id": "c1", "name": "read"}
+            async with session.turn() as turn, turn.step() as step:
+                with pytest.raises(UsageError, match=r"tool_calls\[0\] must be a ToolCall"):
+                    await step.assistant("Looking.", tool_calls=[call])
+            assert [m.role for m in await session.messages()] == []
+
+    run(main())

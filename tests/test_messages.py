@@ -65,3 +65,17 @@ def test_typos_in_core_namespaces_are_refused_with_a_suggestion() -> None:
     with pytest.raises(ags.UsageError, match="Did you mean 'user/message'"):
         session.append(ags.Event.new("user/mesage", ags.Message.user("hi")))
     assert session.append(ags.Event.new("myapp/deploy", {"target": "prod"})) == 1
+
+
+def test_tool_calls_and_results_of_the_wrong_type_are_refused_naming_the_struct() -> None:
+    as_dict: Any = {"id": "c1", "name": "read"}
+    with pytest.raises(ags.UsageError, match=r"tool_calls\[0\] must be a ToolCall, not dict"):
+        ags.Message.assistant("x", tool_calls=[as_dict])
+    with pytest.raises(ags.UsageError, match=r"tool_calls\[1\] must be a ToolCall, not str"):
+        ags.Message(role="assistant", tool_calls=[ags.ToolCall("c1", "read"), "c2"])  # type: ignore[list-item]
+    with pytest.raises(ags.UsageError, match="tool_calls must be a list of ToolCall, not dict"):
+        ags.Message(role="assistant", tool_calls=as_dict)
+    with pytest.raises(ags.UsageError, match=r"tool_results\[0\] must be a ToolResult, not dict"):
+        ags.Message.tool({"call_id": "c1"})  # type: ignore[arg-type]
+    kept = ags.Message(role="assistant", tool_calls=(ags.ToolCall("c1", "read"),))  # type: ignore[arg-type]
+    assert kept.tool_calls == [ags.ToolCall("c1", "read")]

@@ -252,3 +252,85 @@ def test_two_store_objects_on_one_jsonl_log_share_the_open_turn(tmp_path: Path) 
     first, second = ags.open_store(tmp_path), ags.open_store(tmp_path)
     with first.get("s").turn(), pytest.raises(ags.UsageError, match="already has an open turn"):
         second.get("s").turn().__enter__()
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes that would land outside any turn, and results no call asked for.
+
+
+def test_helpers_of_a_turn_or_step_never_entered_or_already_closed_raise(
+    session: ags.BaseSession,
+) -> None:
+    never = session.turn()
+    with pytest.raises(ags.UsageError, match="not entered"):
+        never.user("hi")
+    with session.turn() as turn:
+        turn.user("hi")
+        unentered = turn.step()
+        with pytest.raises(ags.UsageError, match=r"step 0 .* is not entered"):
+            unentered.assistant("lost")
+        with turn.step() as step:
+            step.assistant("kept")
+        with pytest.raises(ags.UsageError, match=r"step 0 .* is closed"):
+            step.usage(input_tokens=5)
+        with pytest.raises(ags.UsageError, match="entered already"):
+            step.__enter__()
+    with pytest.raises(ags.UsageError, match="turn of session 'rec' is closed"):
+        turn.assistant("after the end")
+    with pytest.raises(ags.UsageError, match="step 0 of session 'rec' is closed"):
+        step.tool_result("c1", "read", "x")
+    with pytest.raises(ags.UsageError, match="closed"):
+        unentered.__enter__()
+    assert kinds(session)[-1] == "turn/end"
+    assert [e.type for e in session.read()].count("assistant/message") == 1
+
+
+def test_a_tool_result_for_a_call_never_made_raises_and_names_the_open_calls(
+    session: ags.BaseSession,
+) -> None:
+    with session.turn() as turn, turn.step() as step:
+        step.assistant(tool_calls=[ags.ToolCall("c1", "read"), ags.ToolCall("c2", "grep")])
+        with pytest.raises(ags.UsageError, match=r"'c9' answers no open tool call.*'c1', 'c2'"):
+            step.tool_result("c9", "read", "made up")
+        step.tool_result("c1", "read", "one")
+        with pytest.raises(ags.UsageError, match=r"'c1' answers no open .*open calls: 'c2'\)"):
+            step.tool_result("c1", "read", "twice")  # already answered
+        step.tool_result(ags.ToolResult("c2", "grep", "two"))
+        with pytest.raises(ags.UsageError, match="open calls: none"):
+            step.tool_result(ags.ToolResult("c3", "grep", "none open"))
+    results = [e.payload().call_id for e in session.read() if e.type == "tool/result"]
+    assert results == ["c1", "c2"]
+    assert provider_errors(session.messages()) == []
+
+
+def test_a_late_result_for_a_call_an_earlier_turn_left_open_is_recorded(
+    session: ags.BaseSession,
+) -> None:
+    with session.turn(agent="coder") as turn:
+        turn.user("deploy")
+        turn.assistant(tool_calls=[ags.ToolCall("approve-1", "deploy")])  # awaits approval
+    with session.turn(agent="coder") as turn:
+        turn.user("approved")
+        turn.tool_result("approve-1", "deploy", "deployed")
+    tool = [m for m in session.messages() if m.role == "tool"]
+    assert [r.content for m in tool for r in m.tool_results] == ["deployed"]
+
+
+def test_a_result_for_a_call_appended_around_the_recorder_is_recorded(
+    session: ags.BaseSession,
+) -> None:
+    with session.turn() as turn:
+        call = ags.ToolCall("side", "read")
+        session.append(ags.Event.new("assistant/message", ags.Message.assistant(tool_calls=[call])))
+        turn.tool_result("side", "read", "ok")
+    assert [m.role for m in session.messages()] == ["assistant", "tool"]
+
+
+def test_tool_calls_given_as_dicts_are_refused_naming_tool_call(session: ags.BaseSession) -> None:
+    call = {"id": "c1", "name": "read", "arguments": {}}
+    with session.turn() as turn, turn.step() as step:
+        with pytest.raises(ags.UsageError, match=r"tool_calls\[0\] must be a ToolCall, not dict"):
+            step.assistant("Looking.", tool_calls=[call])  # type: ignore[list-item]
+        step.assistant("Looking.", tool_calls=[ags.ToolCall(**call)])
+        step.tool_result("c1", "read", "ok")
+    assert provider_errors(session.messages()) == []

@@ -260,6 +260,31 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     author: str = ""
     """Optional author: the agent that produced the message, in multi-agent runs."""
 
+    def __post_init__(self) -> None:
+        # A dict in place of a ToolCall would pass here and fail far away (the recorder reads
+        # call.id), so the types are checked where the message is built.
+        for field, kind, shape in (
+            ("tool_calls", ToolCall, "ToolCall(id, name, arguments)"),
+            ("tool_results", ToolResult, "ToolResult(call_id, name, content)"),
+        ):
+            items = getattr(self, field)
+            if type(items) is not list:
+                if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+                    raise UsageError(
+                        f"Message {field} must be a list of {kind.__name__}, "
+                        f"not {type(items).__name__}"
+                    )
+                items = list(items)
+                msgspec.structs.force_setattr(self, field, items)
+            for i, item in enumerate(items):
+                if not isinstance(item, kind):
+                    hint = " (a provider's reply converts with agentsession.providers)"
+                    raise UsageError(
+                        f"Message {field}[{i}] must be a {kind.__name__}, not "
+                        f"{type(item).__name__}: build it as {shape}"
+                        + (hint if isinstance(item, Mapping) else "")
+                    )
+
     @classmethod
     def user(
         cls, content: str | Part | Sequence[Part], *, name: str = "", author: str = ""

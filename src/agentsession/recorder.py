@@ -16,6 +16,13 @@ an error result, closes the open step and the turn (``turn/end`` carries the exc
 and message) and lets the exception propagate. A process that dies outright leaves the turn
 open; :mod:`agentsession.recovery` repairs it.
 
+**What is refused.** A helper of a turn or step that is not open (never entered, or closed
+already) raises :class:`~agentsession.errors.UsageError`: what it recorded would land outside
+any turn or step. So does a tool result whose call id names no tool call awaiting a result (one
+of the turn's calls not yet answered, or one an earlier turn left open, whose late result
+replaces the interrupted stand-in): ``messages()`` would leave it out. The message lists the
+open call ids.
+
 **Batched steps.** ``session.turn(..., batch_steps=True)`` buffers everything recorded while a
 step is open (its ``step/start``, every helper called on the step or on the turn, the error
 results written when an exception escapes, its ``step/end``) and writes it with one
@@ -246,9 +253,15 @@ class _Recording:
 
     _turn: Turn
 
+    def _live(self) -> Turn:
+        """The turn to record into; raises :class:`~agentsession.errors.UsageError` when this
+        turn or step is not open (never entered, or closed already): what is recorded then
+        would land outside any turn or step."""
+        raise NotImplementedError
+
     def user(self, content: str | Part | Sequence[Part] | Message, *, name: str = "") -> int:
         """Record a user message (sanitised; attributed to the turn's user)."""
-        turn = self._turn
+        turn = self._live()
         msg = content if isinstance(content, Message) else Message.user(content, name=name)
         if msg.role != "user":
             raise UsageError(f"turn.user() needs a user message, not role {msg.role!r}")
@@ -264,7 +277,7 @@ class _Recording:
         signature: str = "",
     ) -> int:
         """Record an assistant message; its tool calls await results."""
-        turn = self._turn
+        turn = self._live()
         if isinstance(content, Message):
             msg = content
         else:
@@ -280,7 +293,7 @@ class _Recording:
 
     def tool_call(self, call: ToolCall) -> int:
         """Record that the runtime started a tool call (``tool/call``)."""
-        return self._turn._record(TOOL_CALL, call)
+        return self._live()._record(TOOL_CALL, call)
 
     def tool_result(
         self,
@@ -292,11 +305,12 @@ class _Recording:
         audit: Mapping[str, str] | None = None,
     ) -> int:
         """Record a tool's result (pass a :class:`ToolResult` or its fields)."""
-        turn = self._turn
+        turn = self._live()
         if isinstance(call_id, ToolResult):
             result = call_id
         else:
             result = ToolResult(call_id, name, content, is_error, dict(audit or {}))
+        turn._check_answers(result.call_id)
         seq = turn._record(TOOL_RESULT, result)
         turn._answer(result.call_id)
         return seq
@@ -322,57 +336,57 @@ class _Recording:
             cache_write_tokens,
             reasoning_tokens,
         )
-        return self._turn._record(USAGE, usage)
+        return self._live()._record(USAGE, usage)
 
     def todos(self, items: Sequence[Todo]) -> int:
         """Record the whole todo list as it is now."""
-        return self._turn._record(TODO_UPDATE, TodoUpdate(items=list(items)))
+        return self._live()._record(TODO_UPDATE, TodoUpdate(items=list(items)))
 
     def finish(self, status: str = "completed", summary: str = "") -> int:
         """Record that the agent declared the run finished (``completed`` or ``blocked``)."""
         if status not in ("completed", "blocked"):
             raise UsageError(f"finish status must be 'completed' or 'blocked', not {status!r}")
-        return self._turn._record(RUN_FINISH, RunFinish(status, summary))
+        return self._live()._record(RUN_FINISH, RunFinish(status, summary))
 
     def retry_start(
         self, attempt: int, max_attempts: int, delay_ms: int = 0, error_message: str = ""
     ) -> int:
         """Record that a failed model call is retried."""
         data = RetryStart(attempt, max_attempts, delay_ms, error_message)
-        return self._turn._record(RETRY_START, data)
+        return self._live()._record(RETRY_START, data)
 
     def retry_end(self, success: bool, attempt: int, final_error: str = "") -> int:
         """Record the end of retrying."""
         data = RetryEnd(success, attempt, final_error)
-        return self._turn._record(RETRY_END, data)
+        return self._live()._record(RETRY_END, data)
 
     def summarization_retry_start(
         self, attempt: int, max_attempts: int, delay_ms: int = 0, error_message: str = ""
     ) -> int:
         """Record that a failed summarisation call is retried."""
         data = SummarizationRetryStart(attempt, max_attempts, delay_ms, error_message)
-        return self._turn._record(SUMMARIZATION_RETRY_START, data)
+        return self._live()._record(SUMMARIZATION_RETRY_START, data)
 
     def summarization_retry_end(self, success: bool, attempt: int, final_error: str = "") -> int:
         """Record the end of summarisation retrying."""
         data = SummarizationRetryEnd(success, attempt, final_error)
-        return self._turn._record(SUMMARIZATION_RETRY_END, data)
+        return self._live()._record(SUMMARIZATION_RETRY_END, data)
 
     def overflow_recovery(self, applied: int, reason: str = "", error: str = "") -> int:
         """Record that the context overflowed and was shrunk."""
         data = OverflowRecovery(applied, reason, error)
-        return self._turn._record(OVERFLOW_RECOVERY, data)
+        return self._live()._record(OVERFLOW_RECOVERY, data)
 
     def skill_load(
         self, name: str, body: str, *, description: str = "", resource_base: str = ""
     ) -> int:
         """Record that a skill was loaded (model-visible after the tool result that loaded it)."""
         data = SkillLoad(name, description, body, resource_base)
-        return self._turn._record(SKILL_LOAD, data)
+        return self._live()._record(SKILL_LOAD, data)
 
     def continue_turn(self, segment: int, reason: str, *, messages: Sequence[Message] = ()) -> int:
         """Record that the turn continues in a new segment; ``messages`` are model-visible."""
-        turn = self._turn
+        turn = self._live()
         data = TurnContinue(segment, reason, turn.steps, list(messages))
         return turn._record(TURN_CONTINUE, data)
 
@@ -381,7 +395,7 @@ class _Recording:
     ) -> int:
         """Record that work was delegated to a subagent running in ``session``."""
         data = SubagentStart(agent, session, task, async_, job_id)
-        return self._turn._record(SUBAGENT_START, data)
+        return self._live()._record(SUBAGENT_START, data)
 
     def subagent_end(
         self,
@@ -396,7 +410,7 @@ class _Recording:
     ) -> int:
         """Record that a subagent finished."""
         data = SubagentEnd(agent, session, status, summary, steps, error, job_id)
-        return self._turn._record(SUBAGENT_END, data)
+        return self._live()._record(SUBAGENT_END, data)
 
 
 _open_turns: dict[tuple[str, ...], Turn] = {}
@@ -423,13 +437,28 @@ class Step(_Recording):
         in order. Without batching they are added as the events are appended; with
         ``batch_steps`` the list stays empty until the step is written when it closes."""
         self._open = False
+        self._entered = False
         self._calls_before: list[ToolCall] = []
+
+    def _live(self) -> Turn:
+        if not self._open:
+            state = "closed" if self._entered else "not entered"
+            raise UsageError(
+                f"step {self.number} of session {self._turn.session.id!r} is {state}: record "
+                "inside 'with turn.step() as step:' (what a closed step records would land "
+                "outside it)"
+            )
+        return self._turn
 
     def __enter__(self) -> Step:
         turn = self._turn
         if turn._step is not None:
             raise UsageError(f"step {turn._step.number} is still open; steps do not nest")
-        self._open = True
+        if self._entered:
+            raise UsageError(f"step {self.number} was entered already; open a new turn.step()")
+        if not turn._open:
+            raise UsageError(f"the turn of step {self.number} is closed; open a new turn")
+        self._open = self._entered = True
         turn._step = self
         if turn.batch_steps:
             self._calls_before = list(turn._calls)
@@ -578,6 +607,7 @@ class Turn(_Recording):
         self._step: Step | None = None
         self._calls: list[ToolCall] = []
         self._open = False
+        self._entered = False
         self._buffer: list[Event] | None = None  # the open step's events, when batching
         # The session's own check and stamp of an event (BaseSession._prepare), so that a
         # buffered event fails at the helper call, not when its step is written.
@@ -625,7 +655,7 @@ class Turn(_Recording):
             with _open_turns_lock:
                 _open_turns.pop(key, None)
             raise
-        self._open = True
+        self._open = self._entered = True
         self._context = with_turn_id(self.turn_id)
         return self
 
@@ -646,6 +676,38 @@ class Turn(_Recording):
         if not self._open:
             raise UsageError("open the turn (with session.turn(...)) before its steps")
         return Step(self, self.steps)
+
+    def _live(self) -> Turn:
+        if not self._open:
+            state = "closed" if self._entered else "not entered"
+            raise UsageError(
+                f"the turn of session {self.session.id!r} is {state}: record inside "
+                "'with session.turn(...) as turn:' (what a closed turn records would land "
+                "outside any turn)"
+            )
+        return self
+
+    def _check_answers(self, call_id: str) -> None:
+        """Raise :class:`~agentsession.errors.UsageError` unless ``call_id`` names a tool call
+        awaiting its result: one of this turn's, or one an earlier turn left unanswered (a late
+        result replaces the interrupted stand-in). A result for any other id would be stored
+        and then left out of ``messages()``."""
+        if any(call.id == call_id for call in self._calls):
+            return
+        # Not a call of this turn: an assistant message appended around the recorder, or a
+        # call an earlier turn left open. Ask derive, whose pairing rule messages() follows.
+        from .derive import Deriver
+
+        waiting = Deriver.from_events(self.session.read(), self.agent or None).unanswered_calls()
+        if any(call.id == call_id for call in waiting):
+            return
+        open_ids = list(dict.fromkeys([c.id for c in self._calls] + [c.id for c in waiting]))
+        listed = ", ".join(repr(i) for i in open_ids) if open_ids else "none"
+        raise UsageError(
+            f"tool result for call {call_id!r} answers no open tool call of session "
+            f"{self.session.id!r} (open calls: {listed}); record the assistant message that "
+            "makes the call first (messages() would leave this result out)"
+        )
 
     def _answer(self, call_id: str) -> None:
         for i, call in enumerate(self._calls):

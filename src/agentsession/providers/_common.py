@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import mimetypes
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +32,11 @@ from ..messages import (
     ThinkingPart,
     ToolCall,
 )
+from ..recorder import Step, Turn
 from ..validation import provider_errors
 
 if TYPE_CHECKING:
-    from ..recorder import Step
+    from ..aio import AsyncStep, AsyncTurn
 
 __all__ = [
     "OPENAI_IMAGE_DETAILS",
@@ -94,21 +96,62 @@ class ProviderReply(msgspec.Struct, frozen=True, kw_only=True):
             author=assistant[0].author,
         )
 
-    def record(self, step: Step) -> int:
-        """Record the answer on a recorder step: ``step.assistant(message)``, then
-        ``step.usage(...)`` when usage was reported; returns the assistant message's seq."""
+    def record(self, step: Step | Turn) -> int:
+        """Record the answer on a recorder step (or turn): ``step.assistant(message)``, then
+        ``step.usage(...)`` when usage was reported; returns the assistant message's seq.
+
+        Raises ``TypeError`` for a step of :mod:`agentsession.aio`, whose helpers are
+        coroutines that would never run here: ``await reply.arecord(step)`` records on those.
+        """
+        if not isinstance(step, (Step, Turn)):
+            raise TypeError(_wrong_step("record", step, "await reply.arecord(step)"))
         seq = step.assistant(self.message)
         usage = self.usage
         if usage is not None:
-            step.usage(
-                usage.input_tokens,
-                usage.output_tokens,
-                usage.total_tokens,
-                cache_read_tokens=usage.cache_read_tokens,
-                cache_write_tokens=usage.cache_write_tokens,
-                reasoning_tokens=usage.reasoning_tokens,
-            )
+            step.usage(*_usage_args(usage), **_usage_kwargs(usage))
         return seq
+
+    async def arecord(self, step: AsyncStep | AsyncTurn) -> int:
+        """:meth:`record` for a step (or turn) of :mod:`agentsession.aio`:
+        ``await reply.arecord(step)`` records the assistant message, then the usage, each
+        awaited; returns the assistant message's seq.
+
+        Raises ``TypeError`` for a sync :class:`~agentsession.Step`: use :meth:`record`."""
+        from ..aio import AsyncStep, AsyncTurn
+
+        if not isinstance(step, (AsyncStep, AsyncTurn)):
+            raise TypeError(_wrong_step("arecord", step, "reply.record(step)"))
+        seq = await step.assistant(self.message)
+        usage = self.usage
+        if usage is not None:
+            await step.usage(*_usage_args(usage), **_usage_kwargs(usage))
+        return seq
+
+
+def _wrong_step(method: str, step: object, instead: str) -> str:
+    """The message of the ``TypeError`` :meth:`ProviderReply.record` and
+    :meth:`ProviderReply.arecord` raise for a step of the other API (or no step at all)."""
+    kind = type(step).__name__
+    aio = sys.modules.get("agentsession.aio")
+    is_async = aio is not None and isinstance(step, (aio.AsyncStep, aio.AsyncTurn))
+    if method == "record" and is_async:
+        return f"ProviderReply.record() takes a sync Step or Turn, not {kind}: use {instead}"
+    if method == "arecord" and isinstance(step, (Step, Turn)):
+        return f"ProviderReply.arecord() takes an AsyncStep or AsyncTurn, not {kind}: use {instead}"
+    wanted = "a Step or Turn" if method == "record" else "an AsyncStep or AsyncTurn"
+    return f"ProviderReply.{method}() takes {wanted} of the recorder, not {kind}"
+
+
+def _usage_args(usage: Usage) -> tuple[int, int, int]:
+    return usage.input_tokens, usage.output_tokens, usage.total_tokens
+
+
+def _usage_kwargs(usage: Usage) -> dict[str, int]:
+    return {
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+    }
 
 
 def as_plain(value: Any) -> Any:
