@@ -19,7 +19,10 @@ hold, so that each provider format meets what it must drop as well as what it mu
 * system messages at the start and, now and then, between turns; two assistant messages in a
   row, and histories that end with a user message, an assistant message or tool results.
 
-Tool call ids are unique within a history (as the providers make them).
+Tool call ids are unique within a history (as the providers make them);
+:func:`histories_with_reused_ids` draws the same histories with ids reused (a model server that
+answers ``call_0`` every time), also within one message, empty, and clashing with the forms the
+converters give repeated or illegal ids.
 
 It also holds the few helpers the provider tests share: :func:`merged_assistant_turns` (what
 comes back from an API that merges messages of one role) and :func:`run_doc_section` (the
@@ -34,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from hypothesis import strategies as st
 
 from agentsession.messages import (
@@ -52,6 +56,7 @@ __all__ = [
     "annotations",
     "assistant_parts",
     "files",
+    "histories_with_reused_ids",
     "images",
     "json_objects",
     "merged_assistant_turns",
@@ -274,6 +279,26 @@ def provider_valid_histories(draw: st.DrawFn) -> list[Message]:
             if parts:
                 history.append(Message(role="assistant", parts=parts))
     return history
+
+
+_REUSED_IDS = ("call_0", "call_0", "call_0", "call_1", "call_0_2", "call 0", "", "toolu_1")
+"""What reused ids are drawn from: repeats, an id with a space (Anthropic refuses it), an empty
+one, and one of the form a repeated ``call_0`` may be renamed to."""
+
+
+def _renamed(msg: Message, ids: dict[str, str]) -> Message:
+    calls = [msgspec.structs.replace(c, id=ids[c.id]) for c in msg.tool_calls]
+    results = [msgspec.structs.replace(r, call_id=ids[r.call_id]) for r in msg.tool_results]
+    return msgspec.structs.replace(msg, tool_calls=calls, tool_results=results)
+
+
+@st.composite
+def histories_with_reused_ids(draw: st.DrawFn) -> list[Message]:
+    """A :func:`provider_valid_histories` history whose call ids are renamed to a few reused
+    ones: still provider-valid, as ``session.messages()`` is for such a model server."""
+    history = draw(provider_valid_histories())
+    ids = {c.id: draw(st.sampled_from(_REUSED_IDS)) for m in history for c in m.tool_calls}
+    return [_renamed(msg, ids) for msg in history]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,6 +3,14 @@
 The rule every provider enforces, in its strictest common form: each tool call of an assistant
 message is answered, before the next user, system or assistant message, by exactly one tool
 result with its id; and no tool result appears without a call before it.
+
+An id may be used again once its call is answered (a model server that names every call
+``call_0``), and two calls of one message may share one: results pair with calls by id, first
+come first served, as ``messages()`` pairs them (the converters tell two calls of one id
+apart by tool name). The APIs that want each id once per request
+get a fresh id for each later use from the converters of :mod:`agentsession.providers`, so a
+history valid here converts to a request each provider's own check (``anthropic_errors``,
+``openai_chat_errors``...) accepts.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from ..messages import (
     TextPart,
     ThinkingPart,
     ToolCall,
+    ToolResult,
 )
 from ..recorder import Step, Turn
 from ..validation import provider_errors
@@ -40,8 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OPENAI_IMAGE_DETAILS",
+    "CallIds",
     "OpenCalls",
     "ProviderReply",
+    "answered_call",
     "as_mapping",
     "as_plain",
     "check_history",
@@ -51,6 +54,7 @@ __all__ = [
     "is_inline",
     "openai_arguments",
     "openai_base64",
+    "openai_call_id",
     "openai_filename",
     "openai_usage",
     "parse_data_url",
@@ -235,6 +239,58 @@ def check_history(messages: Sequence[Message], api: str) -> None:
                 f"({ref.source or ref.url or 'no source'}); hydrate the attachments before the "
                 "model call (agentsession.media.hydrate_local_attachments) or leave them out"
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# Call ids in a request.
+
+
+class CallIds:
+    """The id each tool call and its result are sent with, unique in the request.
+
+    A history may reuse a call id once its call is answered (a model server that names every
+    call ``call_0``), or within one message; derive pairs results with calls by id, first come
+    first served. The APIs that pair by id want each id once per request, so the first use of
+    an id keeps it and every later use gets ``<id>_<n>``, the smallest ``n`` from 2 not taken
+    yet; a result gets the id of the earliest unanswered call with its id and its tool name
+    (:func:`answered_call`). The ids depend only on the messages before, so a request for a
+    longer history starts with the request for a shorter one.
+
+    ``legal`` turns an id the API would refuse into one it takes (empty, or with characters it
+    does not allow), deterministically; it is applied before the check for reuse."""
+
+    def __init__(self, legal: Callable[[str], str]) -> None:
+        self._legal = legal
+        self._used: set[str] = set()
+        self._open: list[tuple[ToolCall, str]] = []  # unanswered calls and their sent ids
+
+    def call(self, call: ToolCall) -> str:
+        """The id ``call`` is sent with (give the calls in message order)."""
+        base = wire = self._legal(call.id)
+        n = 1
+        while wire in self._used:
+            n += 1
+            wire = f"{base}_{n}"
+        self._used.add(wire)
+        self._open.append((call, wire))
+        return wire
+
+    def result(self, result: ToolResult) -> str:
+        """The id ``result`` is sent with: its call's."""
+        at = answered_call([call for call, _ in self._open], result)
+        if at is None:  # no call before it: check_history refused such a history already
+            return self._legal(result.call_id)
+        return self._open.pop(at)[1]
+
+
+def answered_call(calls: Sequence[ToolCall], result: ToolResult) -> int | None:
+    """The index in ``calls`` (unanswered calls, in order) of the call ``result`` answers: the
+    first with its id and its tool name, else the first with its id (two calls of one message
+    may share an id; their names tell their results apart); None when no call has its id."""
+    same_id = [n for n, call in enumerate(calls) if call.id == result.call_id]
+    named = [n for n in same_id if calls[n].name == result.name]
+    found = named or same_id
+    return found[0] if found else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,6 +537,11 @@ def openai_filename(part: FilePart, mime: str) -> str:
         return part.name
     mime = mime.lower()
     return "file" + (_EXTENSIONS.get(mime) or _BUILTIN_TYPES.guess_extension(mime) or "")
+
+
+def openai_call_id(call_id: str) -> str:
+    """A call id as OpenAI's APIs take it: not empty (an empty one is sent as ``call``)."""
+    return call_id or "call"
 
 
 def openai_arguments(call: ToolCall) -> str:

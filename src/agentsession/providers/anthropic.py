@@ -45,7 +45,9 @@ What is dropped or changed, because the API cannot take it (the lossy rules):
 * **Tool call order.** A message's tool calls follow its parts; a response that interleaved
   them is sent back with its ``tool_use`` blocks last.
 * **Tool call ids** the API would refuse (outside ``[A-Za-z0-9_-]``, or empty) are sent as a
-  sanitised id with a hash suffix, the same one in the ``tool_use`` and its ``tool_result``.
+  sanitised id with a hash suffix, the same one in the ``tool_use`` and its ``tool_result``;
+  an id used before in the history (a model server that names every call ``call_0``) is sent
+  as ``<id>_<n>`` from its second use on (:class:`~agentsession.providers._common.CallIds`).
 * **Never sent:** ``Message.name`` and ``author``, ``ToolResult.name`` and ``audit``, the
   ``source`` of media. An :class:`~agentsession.messages.AttachmentRef` still in the history
   raises :class:`~agentsession.errors.UsageError`: hydrate it first
@@ -84,6 +86,7 @@ from ..messages import (
     ToolResult,
 )
 from ._common import (
+    CallIds,
     ProviderReply,
     as_plain,
     check_history,
@@ -153,12 +156,13 @@ def to_anthropic(messages: Sequence[Message]) -> dict[str, Any]:
     pairing rule or still holds an attachment reference."""
     check_history(messages, "Anthropic")
     system, rest = split_system(messages)
+    ids = CallIds(_tool_id)
     turns: list[dict[str, Any]] = []
     for msg in rest:
         if msg.role == "tool":
-            role, blocks = "user", [_tool_result_block(r) for r in msg.tool_results]
+            role, blocks = "user", [_tool_result_block(r, ids) for r in msg.tool_results]
         elif msg.role == "assistant":
-            role, blocks = "assistant", _assistant_blocks(msg)
+            role, blocks = "assistant", _assistant_blocks(msg, ids)
         else:
             role, blocks = "user", _user_blocks(msg.parts)
         if not blocks:
@@ -191,7 +195,7 @@ def _user_blocks(parts: Sequence[Part]) -> list[dict[str, Any]]:
     return blocks
 
 
-def _assistant_blocks(msg: Message) -> list[dict[str, Any]]:
+def _assistant_blocks(msg: Message, ids: CallIds) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for part in msg.parts:
         block: dict[str, Any] | None = None
@@ -209,7 +213,7 @@ def _assistant_blocks(msg: Message) -> list[dict[str, Any]]:
         if block is not None:
             blocks.append(block)
     blocks.extend(
-        {"type": "tool_use", "id": _tool_id(call.id), "name": call.name, "input": call.arguments}
+        {"type": "tool_use", "id": ids.call(call), "name": call.name, "input": call.arguments}
         for call in msg.tool_calls
     )
     return blocks
@@ -248,8 +252,8 @@ def _citations(annotations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
-def _tool_result_block(result: ToolResult) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _tool_id(result.call_id)}
+def _tool_result_block(result: ToolResult, ids: CallIds) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": ids.result(result)}
     content = _user_blocks(result.parts)
     if result.content.strip():
         if content:

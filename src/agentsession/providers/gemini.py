@@ -20,7 +20,8 @@ What the request looks like, by construction:
   then one ``function_call`` part per tool call, with the call's ``thought_signature``.
 * The results of one model turn's calls go as ``function_response`` parts in one ``user``
   ``Content``, in the order of the calls (Gemini matches responses to calls by position when
-  there are no ids), at the start of that content; ``response`` is ``{"output": text}``, or
+  there are no ids; two calls of one turn with one id are told apart by their tool names), at
+  the start of that content; ``response`` is ``{"output": text}``, or
   ``{"error": text}`` when the tool failed; images and files the tool returned are the
   response's ``parts``.
 * A history that breaks the tool-call pairing rule
@@ -61,7 +62,8 @@ What is dropped or changed, because the API cannot take it (the lossy rules):
   ``display_name`` is for server-side tools only). Text parts of a tool result are appended
   to its output text.
 * **Tool call order.** A message's tool calls follow its parts.
-* **Never sent:** ``Message.name`` and ``author``, ``ToolResult.audit``, the ``source`` of
+* **Never sent:** ``Message.name`` and ``author``, ``ToolResult.audit``, ``ToolResult.name``
+  (a ``function_response`` carries its call's name, as Gemini checks), the ``source`` of
   media. An :class:`~agentsession.messages.AttachmentRef` still in the history raises
   :class:`~agentsession.errors.UsageError`: hydrate it first
   (:func:`agentsession.media.hydrate_local_attachments`).
@@ -102,6 +104,7 @@ from ..messages import (
 )
 from ._common import (
     ProviderReply,
+    answered_call,
     as_plain,
     check_history,
     inline_media,
@@ -227,10 +230,13 @@ def _sends_id(call_id: str) -> bool:
 
 def _function_responses(results: list[ToolResult], calls: list[ToolCall]) -> list[dict[str, Any]]:
     # The history is provider-valid: every result answers one of the last model turn's calls.
-    slots: dict[str, list[int]] = {}
-    for n, call in enumerate(calls):
-        slots.setdefault(call.id, []).append(n)
-    answered = sorted((slots[r.call_id].pop(0), r) for r in results)
+    waiting = list(enumerate(calls))
+    answered: list[tuple[int, ToolResult]] = []
+    for result in results:
+        at = answered_call([call for _, call in waiting], result)
+        if at is not None:
+            answered.append((waiting.pop(at)[0], result))
+    answered.sort(key=lambda pair: pair[0])
     return [_function_response(result, calls[n]) for n, result in answered]
 
 
@@ -248,7 +254,7 @@ def _function_response(result: ToolResult, call: ToolCall) -> dict[str, Any]:
             else:
                 media.append(sent)
     response: dict[str, Any] = {
-        "name": result.name or call.name,
+        "name": call.name,  # Gemini checks it against the call's
         "response": {"error" if result.is_error else "output": "\n".join(texts)},
     }
     if _sends_id(call.id):

@@ -39,6 +39,10 @@ What the API cannot express is dropped by these rules (docs/providers.md has the
   (workspace paths), ``ToolResult.is_error`` (the content says what failed),
   ``ToolResult.audit``, ``ToolResult.name``, ``ToolCall.signature`` (Gemini's),
   ``Message.author`` and a ``name`` the API would refuse;
+* a tool call id used before in the history (a model server that names every call
+  ``call_0``) is sent as ``<id>_<n>`` from its second use on, and an empty one as ``call``
+  (:class:`~agentsession.providers._common.CallIds`), on the call and on its ``tool``
+  message alike: the API wants each id once per request;
 * a system, user or assistant message left with nothing to send is left out.
 
 Two things raise :class:`~agentsession.errors.UsageError` instead: a history that is not
@@ -80,6 +84,7 @@ from ..messages import (
 )
 from ._common import (
     OPENAI_IMAGE_DETAILS,
+    CallIds,
     OpenCalls,
     ProviderReply,
     as_mapping,
@@ -87,6 +92,7 @@ from ._common import (
     data_url,
     openai_arguments,
     openai_base64,
+    openai_call_id,
     openai_filename,
     openai_usage,
 )
@@ -142,7 +148,7 @@ def _user(msg: Message) -> dict[str, Any] | None:
     return {"role": "user", "content": parts}
 
 
-def _assistant(msg: Message) -> dict[str, Any] | None:
+def _assistant(msg: Message, ids: CallIds) -> dict[str, Any] | None:
     content: list[dict[str, Any]] = []
     for part in msg.parts:
         if isinstance(part, TextPart):
@@ -157,7 +163,7 @@ def _assistant(msg: Message) -> dict[str, Any] | None:
     if msg.tool_calls:
         out["tool_calls"] = [
             {
-                "id": call.id,
+                "id": ids.call(call),
                 "type": "function",
                 "function": {"name": call.name, "arguments": openai_arguments(call)},
             }
@@ -166,14 +172,15 @@ def _assistant(msg: Message) -> dict[str, Any] | None:
     return out if len(out) > 1 else None
 
 
-def _tool(result: ToolResult) -> dict[str, Any]:
+def _tool(result: ToolResult, ids: CallIds) -> dict[str, Any]:
+    call_id = ids.result(result)
     texts = [p.text for p in result.parts if isinstance(p, TextPart)]
     if not texts:
-        return {"role": "tool", "tool_call_id": result.call_id, "content": result.content}
+        return {"role": "tool", "tool_call_id": call_id, "content": result.content}
     if result.content:
         texts.insert(0, result.content)
     content = [{"type": "text", "text": text} for text in texts]
-    return {"role": "tool", "tool_call_id": result.call_id, "content": content}
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
 def to_openai_chat(
@@ -188,10 +195,11 @@ def to_openai_chat(
     if system_role not in ("system", "developer"):
         raise UsageError(f"system_role must be 'system' or 'developer', not {system_role!r}")
     check_history(messages, "OpenAI Chat Completions")
+    ids = CallIds(openai_call_id)
     out: list[dict[str, Any]] = []
     for msg in messages:
         if msg.role == "tool":
-            out.extend(_tool(result) for result in msg.tool_results)
+            out.extend(_tool(result, ids) for result in msg.tool_results)
             continue
         if msg.role == "system":
             content = _text_content([p.text for p in msg.parts if isinstance(p, TextPart)])
@@ -199,7 +207,7 @@ def to_openai_chat(
         elif msg.role == "user":
             item = _user(msg)
         else:
-            item = _assistant(msg)
+            item = _assistant(msg, ids)
         if item is None:
             continue
         if msg.name and _NAME.fullmatch(msg.name):

@@ -48,6 +48,10 @@ What the API cannot express is dropped by these rules (docs/providers.md has the
   ``phase``, a function's ``namespace``, reasoning ``content`` and item ``status``. The API
   needs no id for a function call; an output message needs one, so an output message item is
   given a stable made-up ``msg_`` id (a hash of its place and content);
+* a tool call id used before in the history (a model server that names every call
+  ``call_0``) is sent as ``<id>_<n>`` from its second use on, and an empty one as ``call``
+  (:class:`~agentsession.providers._common.CallIds`), on the ``function_call`` and its
+  ``function_call_output`` alike: the API wants each ``call_id`` once per request;
 * a system, user or assistant message left with nothing to send is left out.
 
 Two things raise :class:`~agentsession.errors.UsageError` instead: a history that is not
@@ -93,6 +97,7 @@ from ..messages import (
 )
 from ._common import (
     OPENAI_IMAGE_DETAILS,
+    CallIds,
     OpenCalls,
     ProviderReply,
     as_mapping,
@@ -101,6 +106,7 @@ from ._common import (
     data_url,
     openai_arguments,
     openai_base64,
+    openai_call_id,
     openai_filename,
     openai_usage,
     thinking_for,
@@ -216,7 +222,7 @@ def _output_message(run: list[TextPart | RefusalPart], position: int) -> dict[st
     }
 
 
-def _assistant(msg: Message, position: int) -> list[dict[str, Any]]:
+def _assistant(msg: Message, position: int, ids: CallIds) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     texts: list[TextPart | RefusalPart] = []
     thinking: list[ThinkingPart] = []
@@ -244,7 +250,7 @@ def _assistant(msg: Message, position: int) -> list[dict[str, Any]]:
     items.extend(
         {
             "type": "function_call",
-            "call_id": call.id,
+            "call_id": ids.call(call),
             "name": call.name,
             "arguments": openai_arguments(call),
         }
@@ -255,13 +261,14 @@ def _assistant(msg: Message, position: int) -> list[dict[str, Any]]:
     return items
 
 
-def _tool(result: ToolResult) -> dict[str, Any]:
+def _tool(result: ToolResult, ids: CallIds) -> dict[str, Any]:
     extra = [p for p in (_input_part(p, detail_required=False) for p in result.parts) if p]
     output: str | list[dict[str, Any]] = result.content
     if extra:
         text = [{"type": "input_text", "text": result.content}] if result.content else []
         output = text + extra
-    return {"type": "function_call_output", "call_id": result.call_id, "output": output}
+    call_id = ids.result(result)
+    return {"type": "function_call_output", "call_id": call_id, "output": output}
 
 
 def to_openai_responses(
@@ -276,12 +283,13 @@ def to_openai_responses(
     if system_role not in ("developer", "system"):
         raise UsageError(f"system_role must be 'developer' or 'system', not {system_role!r}")
     check_history(messages, "the OpenAI Responses API")
+    ids = CallIds(openai_call_id)
     out: list[dict[str, Any]] = []
     for msg in messages:
         if msg.role == "assistant":
-            out.extend(_assistant(msg, len(out)))
+            out.extend(_assistant(msg, len(out), ids))
         elif msg.role == "tool":
-            out.extend(_tool(result) for result in msg.tool_results)
+            out.extend(_tool(result, ids) for result in msg.tool_results)
         elif msg.role == "system":
             texts = [
                 {"type": "input_text", "text": p.text} for p in msg.parts if type(p) is TextPart
