@@ -909,3 +909,19 @@ def test_async_tool_calls_given_as_dicts_are_refused_naming_tool_call() -> None:
             assert [m.role for m in await session.messages()] == []
 
     run(main())
+
+
+def test_async_compact_keeping_no_turns_inside_a_running_turn_keeps_that_turn() -> None:
+    async def main() -> None:
+        async with open_async_store("memory:") as store:
+            session = await store.get("s")
+            async with session.turn() as turn:
+                await turn.user("first")
+                await turn.assistant("one")
+            async with session.turn() as turn:
+                await turn.user("second")
+                assert await session.compact("summary of first", keep_turns=0) is not None
+                history = [m.text for m in await session.messages()]
+                assert history == ["summary of first", "second"]
+
+    run(main())

@@ -426,3 +426,65 @@ def test_a_marker_written_before_retained_agents_passes_every_filter() -> None:
     }
     session.append(ags.Event.new("session/compaction", old_marker))
     assert [m.text for m in session.messages(agent="anyone")] == ["s", "kept"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Compacting from inside a running turn keeps it.
+
+
+def test_compact_keeping_no_turns_inside_a_running_turn_keeps_that_turn(
+    store: ags.BaseStore,
+) -> None:
+    session = store.get("c")
+    run_turn(session, 0)
+    with session.turn(agent="coder") as turn:
+        turn.user("question 1")
+        with turn.step() as step:
+            step.assistant(tool_calls=[ags.ToolCall("c1", "read")])
+            step.tool_result("c1", "read", "result 1")
+        assert session.compact("summary of 0", keep_turns=0) is not None
+        assert texts(session.messages()) == ["summary of 0", "question 1", "calls", "result 1"]
+        turn.assistant("answer 1")
+    assert texts(session.messages())[-2:] == ["result 1", "answer 1"]
+    same_log = session if store.url == "memory:" else ags.open_store(store.url).get("c")
+    assert texts(same_log.messages()) == [
+        "summary of 0",
+        "question 1",
+        "calls",
+        "result 1",
+        "answer 1",
+    ]
+    # Once the turn has ended, keep_turns=0 keeps none again.
+    session.compact("summary of 0 and 1", keep_turns=0)
+    assert texts(session.messages()) == ["summary of 0 and 1"]
+    assert provider_errors(session.messages()) == []
+
+
+def test_compact_up_to_the_last_message_inside_a_running_turn_keeps_that_turn(
+    store: ags.BaseStore,
+) -> None:
+    session = store.get("c")
+    run_turn(session, 0)
+    with session.turn(agent="coder") as turn:
+        turn.user("question 1")
+        last = len(session.messages()) - 1
+        assert session.compact("summary of 0", up_to_message=last) is not None
+        assert texts(session.messages()) == ["summary of 0", "question 1"]
+
+
+def test_compact_inside_the_only_running_turn_plans_nothing(store: ags.BaseStore) -> None:
+    session = store.get("c")
+    with session.turn(agent="coder") as turn:
+        turn.user("question 0")
+        latest = session.latest_seq
+        assert session.compact("summary", keep_turns=0) is None
+        assert session.latest_seq == latest
+        assert texts(session.messages()) == ["question 0"]
+
+
+def test_compact_in_a_running_turn_with_no_message_yet_keeps_none(store: ags.BaseStore) -> None:
+    session = store.get("c")
+    run_turn(session, 0)
+    with session.turn(agent="coder"):
+        session.compact("summary", keep_turns=0)
+        assert texts(session.messages()) == ["summary"]

@@ -34,6 +34,14 @@ message ``i + 1`` does not begin a turn, the cut moves back to the latest bounda
 the rest of that turn stays verbatim (after a summary that may cover it too), and no message
 the caller did not ask to drop is ever dropped. ``i`` naming the last message replaces the
 whole history; a boundary that falls on the first message (nothing to drop) plans nothing.
+
+**The running turn is kept.** Compacting from inside a turn that has not ended (its
+``turn/start`` has no ``turn/end`` yet, as in a ``with session.turn()`` block that compacts
+before calling the model) never summarises it away: ``keep_turns=0``, and ``up_to_message``
+naming the last message, keep that turn verbatim after the summary, as ``keep_turns=1`` would,
+so the question being answered stays in the history (nothing is planned when the running turn
+is the whole history). A turn a crash left open counts as running until
+:mod:`agentsession.recovery` ends it.
 """
 
 from __future__ import annotations
@@ -186,6 +194,24 @@ def turn_cuts(events: Sequence[Event], deriver: Deriver) -> list[tuple[int, int]
     return sorted(cuts.items())
 
 
+def _open_turn_cut(events: Sequence[Event], deriver: Deriver) -> tuple[int, int] | None:
+    """The cut (see :func:`turn_cuts`) where the turn still running at the end of the log
+    begins (a ``turn/start`` with no ``turn/end`` yet); None when no turn is running or the
+    running one has no message yet."""
+    base, marker = _base_marker(events, deriver)
+    live = [e for e in events if e.seq > base and deriver.passes(e)]
+    starts, running = _scan_turns(live, _opens_inside(marker))
+    if not running:
+        return None
+    cuts = turn_cuts(events, deriver)
+    if not cuts:
+        return None
+    last = cuts[-1]
+    # A running turn begun after the marker starts at its turn/start; one that opened before
+    # the marker (a cap inside it) starts at the latest boundary.
+    return last if not starts or last[1] >= starts[-1] else None
+
+
 def history_start(events: Sequence[Event], deriver: Deriver) -> int:
     """Index in ``events`` of the first event that begins a turn under ``deriver``'s agent
     filter: a ``turn/start`` or a user message; 0 when none does.
@@ -267,7 +293,8 @@ def plan_compaction(
     when there is nothing to drop.
 
     Give one of ``keep_turns`` (how many of the latest turns stay verbatim, counting the turns
-    the current marker retained; 0 keeps none), ``first_kept_seq`` (the first event to keep; it
+    the current marker retained; 0 keeps none but a turn still running, see the module
+    docstring), ``first_kept_seq`` (the first event to keep; it
     should be a turn boundary) or ``up_to_message`` (the index, in ``deriver``'s messages, of
     the last message to replace; the cut moves back to a turn boundary, see the module
     docstring). Raises :class:`UsageError` while tool calls are unanswered, when
@@ -297,6 +324,13 @@ def plan_compaction(
         keep_turns = _keep_turns_for_message(events, deriver, up_to_message, session_id)
         if keep_turns is None:
             return None
+    if keep_turns == 0:
+        running = _open_turn_cut(events, deriver)
+        if running is not None:
+            # Compacting from inside a turn never summarises away the question it answers.
+            if running[0] == 0:
+                return None  # the running turn is the whole history: nothing to drop
+            keep_turns = 1  # the running turn is the latest cut
     if keep_turns is not None:
         if keep_turns == 0:
             return Compaction(

@@ -963,7 +963,8 @@ class BaseSession:
         or None when there was nothing to drop (see :mod:`agentsession.compaction`).
 
         Give exactly one of ``keep_turns`` (how many of the latest turns stay verbatim,
-        counting turns an earlier compaction retained), ``first_kept_seq``, or
+        counting turns an earlier compaction retained; ``0`` inside a running turn keeps that
+        turn, so the question being answered is never summarised away), ``first_kept_seq``, or
         ``up_to_message`` (lango's ``CompactMessages``): the index in ``messages(agent)`` of
         the last message to replace, inclusive, so messages ``0..up_to_message`` become the
         summary. The cut falls only on a turn boundary and never separates a tool call from
