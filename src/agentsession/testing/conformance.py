@@ -598,6 +598,31 @@ class StoreConformance(ChildSessionConformance):
         history = session.messages()
         assert history[2].tool_results[0].content == "print(1)"
 
+    def test_the_recorder_refuses_what_the_history_would_lose_and_keeps_the_running_turn(
+        self, store: BaseStore
+    ) -> None:
+        session = store.get("recorder-rules")
+        with session.turn(agent="a") as turn:
+            turn.user("deploy")
+            with turn.step() as step:
+                step.assistant(tool_calls=[ToolCall("approve", "deploy")])
+                with pytest.raises(UsageError, match=r"open calls: 'approve'"):
+                    step.tool_result("made-up", "deploy", "never called")
+        with pytest.raises(UsageError, match="closed"):
+            step.usage(1, 1)
+        with pytest.raises(UsageError, match="closed"):
+            turn.user("after the end")
+        kinds = [e.type for e in session.read()]
+        assert kinds.count("tool/result") == 0 and kinds.count("user/message") == 1
+        with session.turn(agent="a") as turn:
+            turn.user("approved")
+            turn.tool_result("approve", "deploy", "deployed")  # the call an earlier turn left
+            assert session.compact("the deploy was asked for", keep_turns=0) is not None
+            texts = [m.text for m in session.messages()]
+            assert texts == ["the deploy was asked for", "approved"]
+        history = session.messages()
+        assert [m.role for m in history] == ["user", "user"]
+
     # -- the store ------------------------------------------------------------------------
 
     def test_get_rejects_blank_ids(self, store: BaseStore) -> None:
