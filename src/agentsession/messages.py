@@ -222,6 +222,32 @@ class ToolResult(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
             raise UsageError(f"ToolResult {self.call_id!r}: audit must be a dict of strings")
 
 
+def _check_calls_and_results(msg: Message) -> None:
+    """Make ``msg``'s tool calls and results lists (from any other iterable) and raise
+    :class:`~agentsession.errors.UsageError`, naming the struct, for an item of another type."""
+    for field, kind, shape in (
+        ("tool_calls", ToolCall, "ToolCall(id, name, arguments)"),
+        ("tool_results", ToolResult, "ToolResult(call_id, name, content)"),
+    ):
+        items = getattr(msg, field)
+        if type(items) is not list:
+            if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+                raise UsageError(
+                    f"Message {field} must be a list of {kind.__name__}, "
+                    f"not {type(items).__name__}"
+                )
+            items = list(items)
+            msgspec.structs.force_setattr(msg, field, items)
+        for i, item in enumerate(items):
+            if not isinstance(item, kind):
+                hint = " (a provider's reply converts with agentsession.providers)"
+                raise UsageError(
+                    f"Message {field}[{i}] must be a {kind.__name__}, not "
+                    f"{type(item).__name__}: build it as {shape}"
+                    + (hint if isinstance(item, Mapping) else "")
+                )
+
+
 _PART_TYPES = (TextPart, ThinkingPart, RefusalPart, ImagePart, FilePart, AttachmentRef)
 
 
@@ -262,28 +288,24 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
 
     def __post_init__(self) -> None:
         # A dict in place of a ToolCall would pass here and fail far away (the recorder reads
-        # call.id), so the types are checked where the message is built.
-        for field, kind, shape in (
-            ("tool_calls", ToolCall, "ToolCall(id, name, arguments)"),
-            ("tool_results", ToolResult, "ToolResult(call_id, name, content)"),
-        ):
-            items = getattr(self, field)
-            if type(items) is not list:
-                if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
-                    raise UsageError(
-                        f"Message {field} must be a list of {kind.__name__}, "
-                        f"not {type(items).__name__}"
-                    )
-                items = list(items)
-                msgspec.structs.force_setattr(self, field, items)
-            for i, item in enumerate(items):
-                if not isinstance(item, kind):
-                    hint = " (a provider's reply converts with agentsession.providers)"
-                    raise UsageError(
-                        f"Message {field}[{i}] must be a {kind.__name__}, not "
-                        f"{type(item).__name__}: build it as {shape}"
-                        + (hint if isinstance(item, Mapping) else "")
-                    )
+        # call.id), so the types are checked where the message is built (and decoded: the
+        # common case costs a type test per call).
+        calls = self.tool_calls
+        if calls:
+            if type(calls) is not list:
+                _check_calls_and_results(self)
+            for call in calls:
+                if type(call) is not ToolCall:
+                    _check_calls_and_results(self)
+                    break
+        results = self.tool_results
+        if results:
+            if type(results) is not list:
+                _check_calls_and_results(self)
+            for result in results:
+                if type(result) is not ToolResult:
+                    _check_calls_and_results(self)
+                    break
 
     @classmethod
     def user(
