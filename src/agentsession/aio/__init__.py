@@ -36,6 +36,9 @@ with the measurements behind it.
   id. Turn locks belong to the task that took them.
 * **Sharing**: ``store.sync`` and ``session.sync`` are the sync objects; sync and async code
   may use one store together.
+* **Provider replies** are recorded with ``await reply.arecord(step)``
+  (:meth:`agentsession.providers.ProviderReply.arecord`); ``reply.record(step)`` is the sync
+  API's and raises ``TypeError`` for an async step rather than recording nothing.
 """
 
 from __future__ import annotations
