@@ -249,6 +249,15 @@ class BaseStore:
                 self._meta_set(kind, key, new)
             return True
 
+    def _meta_list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
+        """Every stored meta entry as ``(kind, key, value)``, of one ``kind`` or (None) of
+        every kind, sorted by kind and key: what a whole-store copy enumerates, so that it
+        takes kinds it does not know by name too. The key records of an encrypted store are
+        among them."""
+        raise UsageError(
+            f"the {type(self).__name__} backend cannot list its meta entries (_meta_list)"
+        )
+
     def _meta_update(
         self, kind: str, key: str, change: Callable[[str | None], str | None]
     ) -> str | None:

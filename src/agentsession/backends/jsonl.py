@@ -1155,6 +1155,93 @@ class JsonlStore(BaseStore):
         stored = self._meta_get(kind, key)
         return value if stored is None else stored
 
+    def _meta_list(self, kind: str | None = None) -> list[tuple[str, str, str]]:
+        """The entries of ``.meta/<kind>/`` (each file names its key), and in the agentkit
+        dialect agentkit's own files: the sidecars of the active-session map and the binding
+        (listed under the key recorded in them, else under their directory's name) and the CLI
+        pointer. A file whose name is not its key's (copied in by hand) is not listed, as
+        ``_meta_get`` of that key would not read it either."""
+        base = os.path.join(self._root, META_DIR)
+        try:
+            kinds = sorted(os.listdir(base)) if kind is None else [kind]
+        except FileNotFoundError:
+            kinds = []
+        except OSError as exc:
+            raise StorageError(f"cannot list {base}: {exc}") from exc
+        items: list[tuple[str, str, str]] = []
+        for name in kinds:
+            directory = os.path.join(base, name)
+            if not os.path.isdir(directory) or os.path.islink(directory):
+                continue
+            try:
+                files = sorted(os.listdir(directory))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StorageError(f"cannot list {directory}: {exc}") from exc
+            for file_name in files:
+                if not file_name.endswith(".json") or file_name.startswith("."):
+                    continue  # the lock, or a temporary file of a write in progress
+                path = os.path.join(directory, file_name)
+                try:
+                    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+                    with open(fd, "rb") as f:
+                        raw = f.read()
+                except FileNotFoundError:
+                    continue  # removed meanwhile
+                except OSError as exc:
+                    raise StorageError(f"cannot read {path}: {exc}") from exc
+                try:
+                    entry = decode(raw, _MetaEntry)
+                except msgspec.DecodeError as exc:
+                    raise CorruptLogError(
+                        f"{path} is not a valid {name} entry: {exc}", path=path
+                    ) from exc
+                if self._meta_path(name, entry.key) == path:
+                    items.append((name, entry.key, entry.value))
+        if self.dialect == "agentkit":
+            items.extend(self._ak_meta_list(kind))
+        return sorted(items)
+
+    def _ak_meta_list(self, kind: str | None) -> list[tuple[str, str, str]]:
+        items: list[tuple[str, str, str]] = []
+        if kind in (None, "cli"):
+            pointer = self._ak_cli_get()
+            if pointer is not None:
+                items.append(("cli", "current", pointer))
+        kinds = [k for k in _AK_SIDECARS if kind in (None, k)]
+        if not kinds:
+            return items
+        try:
+            names = sorted(os.listdir(self._root))
+        except OSError as exc:
+            raise StorageError(f"cannot list {self._root}: {exc}") from exc
+        for dir_name in names:
+            path = os.path.join(self._root, dir_name)
+            if dir_name.startswith(".") or os.path.islink(path) or not os.path.isdir(path):
+                continue
+            for sidecar in kinds:
+                file_name = _AK_SIDECARS[sidecar][0]
+                try:
+                    raw = _read_regular_path(os.path.join(path, file_name))
+                except StorageError:
+                    continue  # not a sidecar this store reads
+                if raw is None:
+                    continue
+                try:
+                    obj = decode(raw)
+                except ValueError:
+                    continue
+                claim = obj.get(_AK_CLAIM) if isinstance(obj, dict) else None
+                key = claim if isinstance(claim, str) else dir_name
+                try:
+                    value = self._ak_sidecar_get(sidecar, key)
+                except (UsageError, StorageError, CorruptLogError):
+                    continue
+                if value is not None:
+                    items.append((sidecar, key, value))
+        return items
+
     def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
         """Compare and set under an exclusive ``flock`` of ``.meta/<kind>/.cas.lock`` (so it is
         atomic with every other compare-and-set of the kind, in any process); the entry itself
@@ -1647,6 +1734,19 @@ def _read_regular(dirfd: int, name: str, where: str) -> bytes | None:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise StorageError(f"{where} is not a regular file; refusing to read it")
         return f.read()
+
+
+def _read_regular_path(path: str) -> bytes | None:
+    """:func:`_read_regular` of a path (its directory opened without following a link)."""
+    directory, name = os.path.split(path)
+    try:
+        dirfd = os.open(directory, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC)
+    except OSError as exc:
+        raise StorageError(f"cannot open {directory}: {exc}") from exc
+    try:
+        return _read_regular(dirfd, name, path)
+    finally:
+        os.close(dirfd)
 
 
 def _atomic_write_at(dirfd: int, name: str, data: bytes) -> None:

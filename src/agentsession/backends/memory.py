@@ -128,6 +128,11 @@ class MetaInMemory:
         with self._meta_lock:
             return self._meta.setdefault((kind, key), value)
 
+    def _meta_list(self, kind: str | None = None) -> list[tuple[str, str, str]]:
+        with self._meta_lock:
+            items = [(k, key, v) for (k, key), v in self._meta.items() if kind in (None, k)]
+        return sorted(items)
+
     def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
         with self._meta_lock:
             if self._meta.get((kind, key)) != expected:

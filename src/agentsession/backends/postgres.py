@@ -1402,6 +1402,19 @@ class PostgresStore(BaseStore):
         )
         return row[0] if row is not None else None
 
+    def _meta_list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
+        params: tuple[Any, ...] = ()
+        if kind is None:
+            statement = self._sql.meta_list
+        else:
+            self._check_text("meta kind", kind)
+            statement, params = self._sql.meta_list_kind, (kind,)
+        rows = self._run(
+            "listing the meta entries",
+            lambda conn: conn.execute(statement, params).fetchall(),
+        )
+        return sorted((str(k), str(key), str(v)) for k, key, v in rows)
+
     def _meta_set(self, kind: str, key: str, value: str | None) -> None:
         self._check_text(f"{kind} key", key)
         params: tuple[Any, ...]

@@ -416,6 +416,8 @@ class Statements:
     delete_events: bytes
     delete_meta_of: bytes
     meta_get: bytes
+    meta_list: bytes
+    meta_list_kind: bytes
     meta_set: bytes
     meta_delete: bytes
     meta_add: bytes
@@ -450,6 +452,10 @@ class Statements:
             delete_events=render("DELETE FROM {s}.events WHERE session_id = %s"),
             delete_meta_of=render("DELETE FROM {s}.meta WHERE kind = ANY(%s) AND key = %s"),
             meta_get=render("SELECT value FROM {s}.meta WHERE kind = %s AND key = %s"),
+            meta_list=render("SELECT kind, key, value FROM {s}.meta ORDER BY kind, key"),
+            meta_list_kind=render(
+                "SELECT kind, key, value FROM {s}.meta WHERE kind = %s ORDER BY key"
+            ),
             meta_set=render(
                 "INSERT INTO {s}.meta AS m (kind, key, value, updated_at) "
                 "VALUES (%s, %s, %s, %s) ON CONFLICT (kind, key) DO UPDATE "

@@ -974,6 +974,29 @@ class SqliteStore(BaseStore):
             )
         return value
 
+    def _meta_list(self, kind: str | None = None) -> list[tuple[str, str, str]]:
+        conn = self._connection()
+        where: str = ""
+        params: tuple[Any, ...] = ()
+        if kind is not None:
+            where, params = " WHERE kind = CAST(? AS TEXT)", (_text(kind),)
+        try:
+            rows = _fetchall(
+                conn,
+                "SELECT CAST(kind AS BLOB), CAST(key AS BLOB), CAST(value AS BLOB) FROM meta"
+                + where,
+                params,
+            )
+        except sqlite3.Error as exc:
+            raise self._error("listing the meta entries of", exc) from exc
+        items: list[tuple[str, str, str]] = []
+        for row in rows:
+            if not all(isinstance(column, bytes) for column in row):
+                raise CorruptLogError(f"{self._path}: a meta entry is not text", path=self._path)
+            kind_, key, value = (_surrogate_text(column) for column in row)
+            items.append((kind_, key, value))
+        return sorted(items)
+
     def _meta_set(self, kind: str, key: str, value: str | None) -> None:
         conn = self._connection()
         try:

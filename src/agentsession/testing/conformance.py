@@ -1274,6 +1274,38 @@ class StoreConformance(ChildSessionConformance):
             if other is not store:
                 other.close()
 
+    def test_meta_list_enumerates_every_entry_of_every_kind(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        mine = ("conformance-list", "conformance-list-2", "bind")
+        entries = {
+            ("conformance-list", "a"): "1",
+            ("conformance-list", "slack:C001:t:17.9"): "with: colons",
+            ("conformance-list", "ünï/cödé %2F"): "v\u00e9",
+            ("conformance-list-2", "only"): '{"json": [1, 2]}',
+        }
+        for (kind, key), value in entries.items():
+            store.meta_set(kind, key, value)
+        store.meta_set("conformance-list", "gone", "x")
+        store.meta_set("conformance-list", "gone", None)
+        store.get("listed").append(Event.new("test/n", {}))
+        store.meta_set("bind", "listed", "coder")
+        expected = sorted(
+            [(k, key, v) for (k, key), v in entries.items()] + [("bind", "listed", "coder")]
+        )
+        assert [e for e in store._meta_list() if e[0] in mine] == expected
+        of_one_kind = [e for e in expected if e[0] == "conformance-list"]
+        assert store._meta_list("conformance-list") == of_one_kind
+        assert store._meta_list("conformance-none") == []
+        other = self.reopen(store, tmp_path)
+        try:
+            assert [e for e in other._meta_list() if e[0] in mine] == expected
+        finally:
+            if other is not store:
+                other.close()
+        store.delete("listed")  # session-scoped entries go with their session
+        assert [e for e in store._meta_list() if e[0] == "bind"] == []
+
     def test_meta_update_from_many_threads_loses_no_increment(self, store: BaseStore) -> None:
         errors: list[BaseException] = []
 
