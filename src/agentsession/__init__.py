@@ -10,7 +10,8 @@ conformance suite for backends is :mod:`agentsession.testing`; the async API is
 :mod:`agentsession.aio` (``open_async_store``); conversions to and from the model APIs are
 :mod:`agentsession.providers`; child sessions and the session record are
 :mod:`agentsession.children`; the turn id and run context helpers are
-:mod:`agentsession.context`.
+:mod:`agentsession.context`. :func:`copy_store` copies sessions, and everything stored beside
+them, from one store to another.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .contract import (
     Store,
     StoreRecoveryReport,
 )
+from .copying import CopyReport, copy_store
 from .errors import (
     ConflictError,
     CorruptLogError,
@@ -65,6 +67,7 @@ __all__ = [
     "BaseSession",
     "BaseStore",
     "ConflictError",
+    "CopyReport",
     "CorruptLogError",
     "DuplicateSession",
     "Durability",
@@ -97,6 +100,7 @@ __all__ = [
     "TurnLock",
     "UsageError",
     "__version__",
+    "copy_store",
     "events",
     "load_run_state",
     "open_store",

@@ -66,14 +66,12 @@ from ._names import unsafe_name
 from .children import ChildInfo, descendants
 from .codec import pretty
 from .contract import SessionInfo, StoreRecoveryReport
+from .copying import copy_store
 from .crypto import EncryptionError
 from .errors import (
-    ConflictError,
-    DuplicateSession,
     LockTimeout,
     SessionError,
     SessionNotFound,
-    SessionShredded,
     StoreUnavailable,
     UsageError,
 )
@@ -1835,12 +1833,6 @@ def compact_command(
     )
 
 
-def _same(a: Sequence[Event], b: Sequence[Event]) -> bool:
-    if len(a) != len(b):
-        return False
-    return all(encode_event(x) == encode_event(y) for x, y in zip(a, b, strict=True))
-
-
 @cli.command(
     "copy",
     context_settings=CONTEXT,
@@ -1880,110 +1872,65 @@ def copy_command(
     skip_existing: bool,
     as_json: bool,
 ) -> None:
-    """Copy sessions from one store to another, verifying counts and last seqs.
+    """Copy sessions, and everything stored beside them, from one store to another; verify.
 
     The source must exist (nothing is created there); the destination is created when
     missing. Each session is created in the destination atomically with its first 1000
-    events, the rest follow in batches of 1000. Encryption is each store's own: the source
-    is opened with the global key (--key-file, AGENTSESSION_PASSPHRASE), the destination with
-    --dst-key-file or AGENTSESSION_DST_PASSPHRASE, so a copy encrypts a plain store, decrypts
-    an encrypted one, or changes its key. A shredded session cannot be read, so a copy of the
-    whole store leaves it out (and says so); naming it with --id is an error."""
+    events, the rest follow in batches of 1000; then its record, children index and binding,
+    and (copying the whole store) the active-session map, the CLI pointer and integration
+    state: every meta entry but the key records. Event times are kept, and so is a JSONL
+    session's last activity. The copy is read back and verified: event counts, last seqs, ids
+    and a digest of the events, and every meta entry. Encryption is each store's own: the
+    source is opened with the global key (--key-file, AGENTSESSION_PASSPHRASE), the
+    destination with --dst-key-file or AGENTSESSION_DST_PASSPHRASE, so a copy encrypts a plain
+    store, decrypts an encrypted one, or changes its key. A shredded session cannot be read,
+    so a copy of the whole store leaves it out (and says so); naming it with --id is an
+    error."""
     _check_url(destination)
     dst_secret = secret_from(dst_key_file, DST_PASSPHRASE_ENV)
     src = open_existing(source, **state.secret().options())
     dst: BaseStore | None = None
     try:
-        wanted = list(dict.fromkeys(ids)) or [info.id for info in src.list()]
-        missing = [sid for sid in wanted if not src.exists(sid)]
-        if missing:
+        missing = [sid for sid in dict.fromkeys(ids) if not src.exists(sid)]
+        if missing:  # before the destination is created
             raise _not_found(src, missing[0], more=len(missing) - 1)
         dst = _open_store(destination, dst_secret, _DST_KEY_HINT)
-        present = [sid for sid in wanted if dst.exists(sid)]
-        if present and not skip_existing:
-            which = (
-                f"session {present[0]!r} already exists"
-                if len(present) == 1
-                else f"{len(present)} sessions already exist ({_listing(present)})"
+        with contextlib.ExitStack() as bar:
+            advance: list[Callable[[], None]] = []
+
+            def progress(done: int, total: int, session_id: str) -> None:
+                if not advance:
+                    advance.append(bar.enter_context(_progress(total, "copying")))
+                advance[0]()
+
+            report = copy_store(
+                src, dst, ids=ids or None, skip_existing=skip_existing, progress=progress
             )
-            raise DuplicateSession(
-                present[0],
-                f"{which} in {dst.location}; remove them there first, or pass "
-                "--skip-existing to leave them (and complete any an interrupted copy left "
-                "half-copied)",
-            )
-        copied = events_copied = 0
-        skipped: list[str] = []
-        completed: list[str] = []
-        shredded: list[str] = []
-        with _progress(len(wanted), "copying") as advance:
-            for sid in wanted:
-                try:
-                    events = src.get(sid).read()
-                except SessionShredded:
-                    if ids:
-                        raise  # asked for by id: it cannot be copied
-                    shredded.append(sid)  # nothing of it can be read: left out, and said
-                    advance()
-                    continue
-                target = dst.get(sid)
-                have = target.read() if sid in present else []
-                if have and not _same(have, events[: len(have)]):
-                    raise ConflictError(
-                        f"session {sid!r} in {dst.location} is not a copy of the one in "
-                        f"{src.location} (its {len(have)} events differ); remove it there or "
-                        "leave it out with --id"
-                    )
-                if len(have) == len(events):
-                    skipped.append(sid)
-                    advance()
-                    continue
-                if have:
-                    completed.append(sid)
-                for start in range(len(have), len(events), 1000):
-                    batch = events[start : start + 1000]
-                    if start == 0:
-                        dst.create(sid, batch)
-                    else:
-                        target.append_many(batch, expect_seq=start)
-                got = dst.get(sid).read()
-                if len(got) != len(events) or (got and got[-1].seq != events[-1].seq):
-                    raise SessionError(
-                        f"copy of {sid!r} does not match: {len(got)} events up to seq "
-                        f"{got[-1].seq if got else 0} in {dst.location}, {len(events)} up to "
-                        f"{events[-1].seq if events else 0} in {src.location}"
-                    )
-                copied += 1
-                events_copied += len(events) - len(have)
-                advance()
-        if as_json:
-            _json_line(
-                {
-                    "source": src.location,
-                    "destination": dst.location,
-                    "sessions": copied,
-                    "events": events_copied,
-                    "completed": completed,
-                    "skipped": skipped,
-                    "shredded": shredded,
-                }
-            )
-            return
-        line = (
-            f"copied {copied} sessions ({events_copied} events) from {src.location} to "
-            f"{dst.location}; event counts and last seqs verified"
-        )
-        if completed:
-            line += f"; completed {len(completed)} that an earlier copy left half-copied"
-        if skipped:
-            line += f"; skipped {len(skipped)} already there"
-        if shredded:
-            line += f"; left out {len(shredded)} shredded ({_listing(shredded)})"
-        _echo(clean(line))
     finally:
         src.close()
         if dst is not None:
             dst.close()
+    if as_json:
+        _json_line(report)
+        return
+    line = (
+        f"copied {report.sessions} sessions ({report.events} events) and {report.meta} meta "
+        f"entries from {report.source} to {report.destination}; event counts, last seqs, ids "
+        f"and digests and {report.verified_meta} meta entries verified"
+    )
+    if report.completed:
+        line += f"; completed {len(report.completed)} that an earlier copy left half-copied"
+    if report.skipped:
+        line += f"; skipped {len(report.skipped)} already there"
+    if report.meta_kept:
+        kept = [f"{kind} {key}" for kind, key in report.meta_kept]
+        line += (
+            f"; kept {len(kept)} meta entries the destination holds with other values "
+            f"({_listing(kept)})"
+        )
+    if report.shredded:
+        line += f"; left out {len(report.shredded)} shredded ({_listing(report.shredded)})"
+    _echo(clean(line))
 
 
 @cli.command(

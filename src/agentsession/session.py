@@ -1034,10 +1034,16 @@ class BaseSession:
         event = Event.new(ASSISTANT_MESSAGE, timeout_annotation(partial), agent=agent, meta=meta)
         return self.append(event)
 
+    _replaying = False
+    """Set on a session object that writes another store's log as it is (``copy_store``):
+    no history cap applies, so no prune marker is added to the copy."""
+
     def _history_cap(self) -> int | None:
         """The history cap in force: the store's ``max_messages`` and, for a child session,
         the one it was forked with (the smaller of the two). A child's is read from its first
         event once per life of the log."""
+        if self._replaying:
+            return None
         own = self._own_cap
         if own is None or own[0] != self._generation:
             generation = self._generation

@@ -211,6 +211,11 @@ class BaseStore:
     def _close(self) -> None:
         """Release backend resources."""
 
+    def _set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
+        """Make ``when`` the session's last activity where the backend keeps it apart from its
+        last event's time (JSONL: the file's modification time); a copy keeps the source's.
+        Elsewhere the last event's time is the last activity, and there is nothing to do."""
+
     def _make_locker(self) -> Locker:
         """The backend's turn-lock implementation."""
         raise NotImplementedError

@@ -1155,6 +1155,22 @@ class JsonlStore(BaseStore):
         stored = self._meta_get(kind, key)
         return value if stored is None else stored
 
+    def _set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
+        """Set the log file's modification time (what ``list()`` reports as ``updated_at``)."""
+        session = self._open_session(session_id)
+        try:
+            path = session.path
+        finally:
+            session.close()
+        epoch = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+        ns = (when - epoch) // _dt.timedelta(microseconds=1) * 1000
+        try:
+            os.utime(path, ns=(ns, ns), follow_symlinks=False)
+        except FileNotFoundError:
+            return  # deleted meanwhile: nothing to date
+        except OSError as exc:
+            raise StorageError(f"cannot set the modification time of {path}: {exc}") from exc
+
     def _meta_list(self, kind: str | None = None) -> list[tuple[str, str, str]]:
         """The entries of ``.meta/<kind>/`` (each file names its key), and in the agentkit
         dialect agentkit's own files: the sidecars of the active-session map and the binding
