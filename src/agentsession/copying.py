@@ -203,6 +203,8 @@ class _Copier:
                 "(skip_existing; --skip-existing on the command line) to leave them and "
                 "complete any an interrupted copy left half-copied",
             )
+        for sid in present:  # before anything is written
+            self._check_is_a_copy(sid)
         shredded = {sid for sid in wanted if self._shredded(sid)}
         if shredded and not self.whole:
             sid = min(shredded)
@@ -321,6 +323,28 @@ class _Copier:
         if have == 0:
             return "copied"
         return "skipped" if have == total else "completed"
+
+    def _check_is_a_copy(self, sid: str) -> None:
+        """Raise :class:`ConflictError` unless the destination's events of ``sid`` are the
+        source's first events (a whole or an interrupted copy)."""
+        reader = self.src._open_session(sid)
+        stored = self.dst._open_session(sid)
+        try:
+            have = stored.latest_seq
+            after = 0
+            while after < have:
+                theirs = stored.read(after=after, limit=BATCH)
+                if not theirs:
+                    break
+                if not _same(theirs, reader.read(after=after, limit=len(theirs))):
+                    raise self._not_a_copy(sid, have)
+                after = theirs[-1].seq
+        except SessionShredded:
+            if not self.whole:
+                raise  # a whole copy leaves it out
+        finally:
+            reader.close()
+            stored.close()
 
     def _not_a_copy(self, sid: str, have: int) -> ConflictError:
         return ConflictError(
