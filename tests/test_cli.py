@@ -382,6 +382,49 @@ def test_copy_between_stores_verifies_counts(store_dir: Path, tmp_path: Path) ->
     assert not (tmp_path / "x").exists()
 
 
+def test_copy_keeps_records_children_bindings_the_cli_pointer_and_last_activity(
+    store_dir: Path, tmp_path: Path
+) -> None:
+    from agentsession.chat.identity import (
+        agent_binding,
+        bind_agent,
+        cli_current,
+        set_active_session,
+        set_cli_current,
+    )
+
+    with ags.open_store(store_dir) as src:
+        src.get("slack:C001").update(agent_id="coder", model="model-1", metadata={"k": "v"})
+        child = src.get("slack:C001").fork("researcher", task="look")
+        child.append(ags.Event.new("assistant/message", ags.Message.assistant("found it")))
+        bind_agent(src, "slack:C002", "reviewer")
+        set_active_session(src, "slack:C009", "slack:C002")
+        set_cli_current(src, "cli:long")
+        src.meta_set("some-integration", "k", "state")
+        child_id = child.id
+        when = {info.id: info.updated_at for info in src.list()}
+    # Two records, the children index, the binding, the map, the pointer, the integration's.
+    entries = 7
+    target = tmp_path / "copy"
+    code, out, err = invoke(store_dir, "copy", str(store_dir), str(target))
+    assert code == 0, err
+    with ags.open_store(target, create=False) as dst:
+        info = dst.get("slack:C001").info()
+        assert (info.agent_id, info.model, info.metadata) == ("coder", "model-1", {"k": "v"})
+        assert agent_binding(dst, "slack:C002") == "reviewer"
+        assert dst.meta_get("active", "slack:C009") == "slack:C002"
+        assert cli_current(dst) == "cli:long"
+        assert dst.meta_get("some-integration", "k") == "state"
+        assert {i.id: i.updated_at for i in dst.list()} == when
+        dst.get(child_id).merge()  # a live subagent of the copy merges into its parent
+    assert out.startswith("copied 4 sessions (") and f"and {entries} meta entries from" in out
+    code, out, err = invoke(store_dir, "copy", str(store_dir), str(tmp_path / "j"), "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert (report["sessions"], report["meta"], report["verified_meta"]) == (4, entries, entries)
+    assert report["meta_kept"] == [] and report["completed"] == []
+
+
 def test_migrate_on_a_store_without_schema(store_dir: Path, tmp_path: Path) -> None:
     expected = "nothing to migrate (the schema is up to date, or this store has no schema)\n"
     assert invoke(store_dir, "migrate") == (0, expected, "")
