@@ -346,15 +346,21 @@ def test_a_shredded_session_is_left_out_of_a_whole_copy_and_refused_by_id(
         ags.copy_store(src, stores.new("memory"), ids=["conv:b"])
 
 
-def test_adk_user_and_app_state_are_copied(stores: Stores) -> None:
+@pytest.mark.parametrize(
+    ("src_secret", "dst_secret"),
+    [(None, None), (PASSPHRASE, None), (None, OTHER_PASSPHRASE), (PASSPHRASE, OTHER_PASSPHRASE)],
+)
+def test_adk_user_and_app_state_are_copied(
+    stores: Stores, src_secret: str | None, dst_secret: str | None
+) -> None:
     pytest.importorskip("google.adk")
     from google.adk.events.event import Event
     from google.adk.events.event_actions import EventActions
 
     from agentsession.integrations.adk import AgentSessionService
 
-    src = stores.new("jsonl")
-    dst = stores.new("sqlite")
+    src = stores.new("jsonl", passphrase=src_secret)
+    dst = stores.new("sqlite", passphrase=dst_secret)
 
     async def write() -> None:
         service = AgentSessionService(src)
