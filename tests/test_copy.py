@@ -451,3 +451,24 @@ def test_a_copy_killed_at_a_random_point_resumes_to_an_exact_copy(
         resumed_work += report.sessions + report.meta
         assert_same(src, dst)
     assert resumed_work > 0  # the kills did interrupt copies
+
+
+def test_an_agentkit_directory_copies_its_sidecars_and_cli_pointer(stores: Stores) -> None:
+    src = stores.open(str(stores.tmp_path / "agentkit"), dialect="agentkit")
+    src.create("cli:default", [user("hi")])
+    src.create("slack:C001", [user("hello")])
+    bind_agent(src, "slack:C001", "coder")
+    set_active_session(src, "slack:C001", "cli:default")
+    set_cli_current(src, "slack:C001")
+    assert not (stores.tmp_path / "agentkit" / ".meta" / "bind").exists()
+    assert sorted(e[:2] for e in src._meta_list()) == [
+        ("active", "slack:C001"),
+        ("bind", "slack:C001"),
+        ("cli", "current"),
+    ]
+    dst = stores.new("sqlite")
+    report = ags.copy_store(src, dst)
+    assert report.meta == 3
+    assert agent_binding(dst, "slack:C001") == "coder"
+    assert active_session(dst, "slack:C001") == "cli:default"
+    assert cli_current(dst) == "slack:C001"
