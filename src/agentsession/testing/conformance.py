@@ -25,6 +25,7 @@ from ..chat.identity import (
     set_active_session,
     set_cli_current,
 )
+from ..copying import copy_store
 from ..errors import (
     ConflictError,
     DuplicateSession,
@@ -34,9 +35,9 @@ from ..errors import (
     StorageError,
     UsageError,
 )
-from ..events import Event, decode
+from ..events import Event, decode, encode_event
 from ..messages import Message, ToolCall, ToolResult
-from ..store import BaseStore
+from ..store import BaseStore, open_store
 from ._processes import OPEN as _OPEN
 from ._processes import child_env as _child_env
 from ._processes import run_released
@@ -1273,6 +1274,41 @@ class StoreConformance(ChildSessionConformance):
         finally:
             if other is not store:
                 other.close()
+
+    def test_copy_store_in_and_out_keeps_events_meta_and_a_live_child(
+        self, store: BaseStore
+    ) -> None:
+        source, back = open_store("memory:"), open_store("memory:")
+        try:
+            source.create(
+                "copy:a",
+                [Event.new("user/message", Message.user("hi")), Event.new("test/n", {"n": 1})],
+                agent_id="coder",
+                model="model-1",
+            )
+            child = source.get("copy:a").fork("helper", inherit="all", task="look")
+            child.append(Event.new("assistant/message", Message.assistant("found it")))
+            bind_agent(source, "copy:a", "coder")
+            source.meta_set("conformance-copy", "some key", "kept")
+            report = copy_store(source, store)
+            assert (report.sessions, report.shredded, report.meta_kept) == (2, [], [])
+            for sid in ("copy:a", child.id):
+                copied = [encode_event(e) for e in store.get(sid).read()]
+                assert copied == [encode_event(e) for e in source.get(sid).read()], sid
+            info = store.get("copy:a").info()
+            assert (info.agent_id, info.model) == ("coder", "model-1")
+            assert agent_binding(store, "copy:a") == "coder"
+            assert store.meta_get("conformance-copy", "some key") == "kept"
+            assert [c.id for c in store.children_of("copy:a")] == [child.id]
+            store.get(child.id).merge("done")  # the child is live in the copy
+            report = copy_store(store, back)
+            assert report.sessions == 2
+            assert [c.state for c in back.children_of("copy:a")] == ["merged"]
+            assert back.get("copy:a").read()[-1].type == "subagent/end"
+            assert back.get("copy:a").info().agent_id == "coder"
+        finally:
+            source.close()
+            back.close()
 
     def test_meta_list_enumerates_every_entry_of_every_kind(
         self, store: BaseStore, tmp_path: Path
