@@ -32,6 +32,7 @@ from agentsession.chat.identity import (
     set_active_session,
     set_cli_current,
 )
+from agentsession.children import STORE_BOX_HEAD, open_store_value
 from agentsession.copying import KEY_RECORD_KINDS
 from agentsession.crypto import SESSION_KIND
 from agentsession.errors import SessionShredded
@@ -135,7 +136,9 @@ def plain_meta(store: BaseStore) -> dict[tuple[str, str], str]:
     for kind, key, value in store._meta_list():
         if kind in KEY_RECORD_KINDS:
             continue
-        if ring is not None and value.startswith('{"sealed":1,'):
+        if ring is not None and value.startswith(STORE_BOX_HEAD):
+            value = open_store_value(ring, kind, key, value)  # a value shared by sessions
+        elif ring is not None and value.startswith('{"sealed":1,'):
             value = ring.cipher(key).open_value(kind, value)
         out[(kind, key)] = value
     return out
@@ -382,6 +385,14 @@ def test_adk_user_and_app_state_are_copied(
     asyncio.run(write())
     ags.copy_store(src, dst)
     assert_same(src, dst)
+    shared = {
+        (k, key): v
+        for k, key, v in dst._meta_list()
+        if k.startswith("adk-") and k != "adk-snapshot"
+    }
+    assert shared  # app: and user: state
+    for value in shared.values():  # sealed under the destination's store key when encrypted
+        assert value.startswith(STORE_BOX_HEAD) == (dst_secret is not None)
     state = asyncio.run(read())
     assert state == {
         "app:k1": "v1",

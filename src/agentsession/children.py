@@ -34,7 +34,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import msgspec
 
@@ -314,10 +314,18 @@ def read_store_value(store: ChildHost, kind: str, key: str) -> str | None:
     ring = store._keyring
     if raw is None or ring is None:
         return raw
-    return _open_store_value(ring, kind, key, raw)
+    return open_store_value(ring, kind, key, raw)
 
 
-def _open_store_value(ring: KeyRing, kind: str, key: str, raw: str) -> str:
+STORE_BOX_HEAD: Final = '{"sealed":1,"box":'
+"""How a meta value sealed under the store key starts (one sealed under a session's key
+starts ``{"sealed":1,"kid":``)."""
+
+
+def open_store_value(ring: KeyRing, kind: str, key: str, raw: str) -> str:
+    """The plaintext of a meta value shared by sessions: opened with the store key when it is
+    sealed, returned as it is when it was written in plaintext. Raises
+    :class:`~agentsession.errors.EncryptionError` when a sealed value does not open."""
     if not raw.startswith('{"sealed":1,'):
         return raw  # written in plaintext, before the store sealed this kind
     try:
@@ -329,6 +337,13 @@ def _open_store_value(ring: KeyRing, kind: str, key: str, raw: str) -> str:
     if plain is None:
         raise EncryptionError(f"{where} does not open (tampered or moved)")
     return plain.decode("utf-8", "surrogatepass")
+
+
+def seal_store_value(ring: KeyRing, kind: str, key: str, plain: str) -> str:
+    """``plain`` sealed under the store key, bound to its namespace and key."""
+    data = plain.encode("utf-8", "surrogatepass")
+    box = _seal(ring._store_key, data, _store_value_aad(kind, key))
+    return encode(_StoreBox(sealed=1, box=_b64(box))).decode()
 
 
 def update_store_value(
@@ -343,15 +358,13 @@ def update_store_value(
         return
 
     def sealed(raw: str | None) -> str | None:
-        plain = None if raw is None else _open_store_value(ring, kind, key, raw)
+        plain = None if raw is None else open_store_value(ring, kind, key, raw)
         wanted = change(plain)
-        if wanted == plain and raw is not None and raw.startswith('{"sealed":1,"box":'):
+        if wanted == plain and raw is not None and raw.startswith(STORE_BOX_HEAD):
             return raw
         if wanted is None:
             return None
-        box = _seal(ring._store_key, wanted.encode("utf-8", "surrogatepass"),
-                    _store_value_aad(kind, key))
-        return encode(_StoreBox(sealed=1, box=_b64(box))).decode()
+        return seal_store_value(ring, kind, key, wanted)
 
     store._meta_update(kind, key, sealed)
 

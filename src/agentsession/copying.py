@@ -35,7 +35,13 @@ from typing import Final
 
 import msgspec
 
-from .children import CHILDREN_KIND, RECORD_KIND
+from .children import (
+    CHILDREN_KIND,
+    RECORD_KIND,
+    STORE_BOX_HEAD,
+    open_store_value,
+    seal_store_value,
+)
 from .contract import SessionInfo, check_session_id
 from .crypto import ACTIVE_KIND, SESSION_KIND, SHREDDED, STORE_KIND, KeyRing
 from .errors import (
@@ -59,8 +65,13 @@ BATCH: Final = 1000
 KEY_RECORD_KINDS: Final = frozenset({STORE_KIND, SESSION_KIND, ACTIVE_KIND})
 """Meta namespaces of an encrypted store's keys: never copied (each store has its own)."""
 
-_SEALED_IN_ENCRYPTED: Final = frozenset({RECORD_KIND, CHILDREN_KIND})
-"""Session-keyed namespaces the library seals in an encrypted store whatever the source did."""
+_SEALED_IN_ENCRYPTED: Final = frozenset({RECORD_KIND, CHILDREN_KIND, "adk-snapshot"})
+"""Session-keyed namespaces the library seals in an encrypted store whatever the source did
+(the session record, the children index, the ADK integration's state snapshot)."""
+
+_STORE_SEALED_IN_ENCRYPTED: Final = frozenset({"adk-app-state", "adk-user-state"})
+"""Namespaces shared by sessions that the library seals under the store key in an encrypted
+store (the ADK integration's ``app:`` and ``user:`` state)."""
 
 _SEALED_HEAD: Final = '{"sealed":1,'
 
@@ -104,6 +115,9 @@ class _Entry(msgspec.Struct, frozen=True):
     """The plaintext value (opened when the source sealed it)."""
     sealed: bool
     """Whether the source held it sealed."""
+    store_key: bool = False
+    """Whether the source sealed it under the store key (a value shared by sessions) rather
+    than a session's key."""
 
 
 def copy_store(
@@ -376,13 +390,16 @@ class _Copier:
                 continue
             sealed = self.src_ring is not None and raw.startswith(_SEALED_HEAD)
             value = self._open(self.src, self.src_ring, kind, key, raw) if sealed else raw
-            entries.append(_Entry(kind, key, value, sealed))
+            store_key = sealed and raw.startswith(STORE_BOX_HEAD)
+            entries.append(_Entry(kind, key, value, sealed, store_key))
         return entries
 
     @staticmethod
     def _open(store: BaseStore, ring: KeyRing | None, kind: str, key: str, raw: str) -> str:
         if ring is None or not raw.startswith(_SEALED_HEAD):
             return raw
+        if raw.startswith(STORE_BOX_HEAD):
+            return open_store_value(ring, kind, key, raw)
         try:
             return ring.cipher(key).open_value(kind, raw)
         except SessionShredded:
@@ -395,7 +412,11 @@ class _Copier:
 
     def _sealed_for_dst(self, entry: _Entry) -> str:
         ring = self.dst_ring
-        if ring is None or not (entry.sealed or entry.kind in _SEALED_IN_ENCRYPTED):
+        if ring is None:
+            return entry.value
+        if entry.store_key or entry.kind in _STORE_SEALED_IN_ENCRYPTED:
+            return seal_store_value(ring, entry.kind, entry.key, entry.value)
+        if not (entry.sealed or entry.kind in _SEALED_IN_ENCRYPTED):
             return entry.value
         return ring.cipher(entry.key).seal_value(entry.kind, entry.value)
 
