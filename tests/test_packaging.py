@@ -430,6 +430,8 @@ def test_handles_never_show_a_payload_or_a_secret(recorded: agentsession.BaseSto
     assert_clean(repr(report.turns[0]))  # a RecoveryReport
     assert_clean(repr(report))  # a StoreRecoveryReport (without its IncompleteTurns)
     assert_clean(repr(agentsession.load_run_state(seen["session"]).usage))
+    with agentsession.open_store("memory:") as copy:
+        assert_clean(repr(agentsession.copy_store(recorded, copy)))  # a CopyReport
 
 
 def test_memory_and_sqlite_store_reprs_name_only_their_location(tmp_path: Path) -> None:
@@ -528,6 +530,7 @@ def test_every_public_class_is_covered_by_a_repr_check() -> None:
         "RecoveryReport",
         "StoreRecoveryReport",
         "SessionInfo",
+        "CopyReport",
         # protocols, never instantiated
         "Session",
         "Store",
