@@ -83,9 +83,10 @@ _COMPACTION_RETRIES = 8
 """How often compaction plans again when other writers keep appending while it plans."""
 
 ID_WINDOW = 65_536
-"""How many of the latest event ids a session object remembers to recognise a retried append
-(besides what its backend finds itself): ids of events older than the latest ``ID_WINDOW`` it
-has seen may be forgotten."""
+"""How far back an append looks for an event's id: an event whose id is stored among the
+latest ``ID_WINDOW`` seqs of the log (of those the session object has read, which includes
+every event other writers appended since it opened) is not written again; one stored further
+back is not looked up, and is stored again."""
 
 _ID_LIMIT = 2 * ID_WINDOW  # ids remembered before the oldest are forgotten
 
@@ -162,6 +163,18 @@ def _shown(value: object) -> str:
     if not isinstance(value, str):
         return f"a {type(value).__name__}"
     return repr(value) if len(value) <= 40 else f"{value[:37]!r}... ({len(value)} characters)"
+
+
+def _repeated_id(batch: Sequence[Event]) -> str | None:
+    """The first event id that a batch holds twice (None: every id is its own)."""
+    seen: set[str] = set()
+    for event in batch:
+        if event.id in seen:
+            return event.id
+        seen.add(event.id)
+    return None
+
+
 _PAYLOAD_DECODERS = {kind: msgspec.json.Decoder(struct) for kind, struct in PAYLOAD_TYPES.items()}
 
 
@@ -253,7 +266,7 @@ class BaseSession:
         self._generation = 0  # counts reloads and resets (a sealed append checks it)
         self._own_cap: tuple[int, int] | None = None  # (generation, a child's max_messages)
         # Ids of the events this object has seen (loaded, read while catching up, appended),
-        # to their seqs: an append of one of them stores nothing (see _known). A loaded
+        # to their seqs: an append of one of them stores nothing (see _stored_seqs). A loaded
         # window is indexed when an append first needs it (_index_window), so that reading
         # and deriving never pay for it.
         self._ids: dict[str, int] = {}
@@ -261,6 +274,7 @@ class BaseSession:
         # Ids of appends that failed: whether they were stored is checked against storage
         # before they are appended again.
         self._unsure: set[str] = set()
+        self._loaded_once = False  # whether the log was loaded once (a later _load reloads)
         _live_sessions.add(self)
 
     # -- storage primitives (backends) ----------------------------------------------------
@@ -286,10 +300,15 @@ class BaseSession:
         ``marker`` is the index in the batch of the last compaction marker that rebuilds the
         history (-1 when there is none), for backends that remember where opening starts.
         With ``expect_seq`` set, store nothing unless the stored latest seq is ``expect_seq``.
+        Under its write lock, after catching up and before allocating seqs, a backend asks
+        :meth:`_admits` whether the batch may be written (none of its ids is stored) and
+        stores nothing when it may not. A backend without a write lock of its own appends
+        only after the latest seq this session has seen (``expect_seq`` or ``latest_seq``),
+        so that the pipeline checks what another writer appended first and tries again.
 
         Returns the events other writers appended since this session last looked, then the
-        stored events with their seqs (empty when ``expect_seq`` did not match). Called with
-        the session lock held.
+        stored events with their seqs (empty when nothing was written). Called with the
+        session lock held.
         """
         raise NotImplementedError
 
@@ -338,6 +357,12 @@ class BaseSession:
         marker = _marker_index(events)
         if marker >= 0:
             self._trim_at(events[marker])
+        if self._loaded_once and not complete:
+            # A reload: another life of the log, or one this object lost track of. None of it
+            # was read since this object opened, so its ids are read back over the id window
+            # (as a catch-up would have read them), for the next append to check against.
+            self._ensure_window_from(self._latest_seq - ID_WINDOW + 1)
+        self._loaded_once = True
 
     def _load_window(self) -> None:
         """Load the full window (from the latest compaction marker), forgetting everything
@@ -534,20 +559,19 @@ class BaseSession:
                 self._index_window()
             eid = prepared.id
             ids = self._ids
-            if eid in ids:
-                return ids[eid]  # stored already: a retried append stores nothing
+            known = ids.get(eid)
+            if known is not None and known > self._latest_seq - ID_WINDOW:
+                return known  # stored already: a retried append stores nothing
             if self._unsure and eid in self._unsure:
                 return self._append_checked([prepared], marker, None, None)[0]
-            stored: Event | None
+            stored: Event | None = None
             try:
-                if self._cipher is not None:
-                    stored = self._append_sealed([prepared], marker, None)[0]
-                else:
+                if self._cipher is None:
                     stored = self._storage_append_one(prepared, marker == 0)
                 if stored is None:
-                    foreign, batch = self._storage_append([prepared], marker, None)
-                    self._ingest(foreign)
-                    stored = batch[0]
+                    # The general path: other writers' events are checked for the id under
+                    # the backend's write lock (_admits).
+                    return self._append_fresh([prepared], marker, None)[0]
             except _RETRYABLE as exc:
                 return self._append_checked([prepared], marker, None, exc)[0]
             except StorageError:
@@ -573,41 +597,59 @@ class BaseSession:
         self._index(self._window)
 
     def _index(self, events: Sequence[Event]) -> None:
-        """Remember the ids of ``events`` (stored events this object read)."""
+        """Remember the ids of ``events`` (stored events this object read); an id stored twice
+        (by a version without the check under the write lock) keeps its latest seq, so that it
+        stays known as long as a copy is within :data:`ID_WINDOW`."""
         ids = self._ids
+        get = ids.get
         for event in events:
-            if event.id:
-                ids.setdefault(event.id, event.seq)
+            eid = event.id
+            if eid and event.seq > get(eid, 0):
+                ids[eid] = event.seq
 
     def _forget_old_ids(self) -> None:
         """Keep the ids of the latest :data:`ID_WINDOW` seqs only."""
         floor = self._latest_seq - ID_WINDOW
         self._ids = {eid: seq for eid, seq in self._ids.items() if seq > floor}
 
-    def _known(self, batch: Sequence[Event]) -> list[int] | None:
-        """The seqs of ``batch`` when it is stored already (a retried append), None when none
-        of its events is. A batch of which only some events are stored is a
-        :class:`UsageError` (a batch is stored whole or not at all, so it is not a retry)."""
+    def _stored_seqs(self, batch: Sequence[Event]) -> list[int | None]:
+        """For each event of ``batch``, the seq of its stored copy when its id is stored among
+        the latest :data:`ID_WINDOW` seqs this object has read (None: not stored there)."""
         if self._ids_todo:
             self._index_window()
-        ids = self._ids
-        seqs = [ids.get(event.id) for event in batch]
+        seqs = [self._ids.get(event.id) for event in batch]
         if seqs[0] is None and all(seq is None for seq in seqs):
-            return None
-        if any(seq is None for seq in seqs):
+            return seqs
+        if None in seqs:
             # Only the end of a long batch may be among the events this object loaded.
             floor = min(seq for seq in seqs if seq is not None) - len(batch)
             if floor + 1 < self._window_start:
                 self._ensure_window_from(floor + 1)
-                seqs = [ids.get(event.id) for event in batch]
-        if any(seq is None for seq in seqs):
-            found = sum(seq is not None for seq in seqs)
-            raise UsageError(
-                f"session {self._id!r}: {found} of the batch's {len(batch)} events are stored "
-                "already (their ids are in the log) and the others are not; a retried batch "
-                "must be the same events as before"
-            )
-        return cast("list[int]", seqs)
+                seqs = [self._ids.get(event.id) for event in batch]
+        oldest = self._latest_seq - ID_WINDOW
+        return [seq if seq is not None and seq > oldest else None for seq in seqs]
+
+    def _admits(self, foreign: Sequence[Event], events: Sequence[Event]) -> bool:
+        """Whether none of ``events`` is stored: the check a backend's general append path
+        makes under its write lock, after catching up and before it allocates seqs.
+
+        ``foreign`` are the other writers' events it just read (not taken in yet; the session
+        may also have reloaded meanwhile). Any of ``events`` whose id is stored within
+        :data:`ID_WINDOW` makes it False: the backend then writes nothing and returns the
+        foreign events, and the pipeline takes them in and appends only what is not stored
+        (:meth:`_append_fresh`)."""
+        if self._ids_todo:
+            self._index_window()
+        ids = self._ids
+        # Seqs start at 1, so 0 (absent) is never above ``oldest``.
+        if not foreign:
+            oldest = max(self._latest_seq - ID_WINDOW, 0)
+            return not any(ids.get(event.id, 0) > oldest for event in events)
+        oldest = max(foreign[-1].seq - ID_WINDOW, 0)
+        new = {event.id: event.seq for event in foreign}
+        return not any(
+            max(ids.get(event.id, 0), new.get(event.id, 0)) > oldest for event in events
+        )
 
     def _append_checked(
         self,
@@ -637,15 +679,15 @@ class BaseSession:
                 time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
             try:
                 self._refresh()
-                known = self._known(batch)
-                if known is not None:
+                known = self._stored_seqs(batch)
+                if None not in known:
                     self._unsure.difference_update(ids)
-                    return known
+                    return cast("list[int]", known)
                 base = self._latest_seq
                 if expect_seq is not None and base != expect_seq:
                     self._unsure.difference_update(ids)  # checked: not stored
                     return []
-                seqs = self._append_fresh(batch, marker, base)
+                seqs = self._append_fresh(batch, marker, base, known)
             except _RETRYABLE as exc:
                 failure = exc
                 continue
@@ -699,19 +741,21 @@ class BaseSession:
             batch = [self._prepare(event, now) for event in events]
         if not batch:
             return []
+        if len(batch) > 1:
+            self._check_batch_ids(batch)
         marker = _marker_index(batch)
         with self._lock:
             if store.ttl is not None:
                 self._check_ttl_for_append()
-            known = self._known(batch)
-            if known is not None:
-                return known  # stored already: a retried append stores nothing
+            known = self._stored_seqs(batch)
+            if None not in known:
+                return cast("list[int]", known)  # stored already: a retry stores nothing
             unsure = self._unsure
             if unsure and any(event.id in unsure for event in batch):
                 seqs = self._append_checked(batch, marker, expect_seq, None)
             else:
                 try:
-                    seqs = self._append_fresh(batch, marker, expect_seq)
+                    seqs = self._append_fresh(batch, marker, expect_seq, known)
                 except _RETRYABLE as exc:
                     seqs = self._append_checked(batch, marker, expect_seq, exc)
                 except StorageError:
@@ -724,23 +768,74 @@ class BaseSession:
                 )
         return seqs
 
+    def _check_batch_ids(self, batch: Sequence[Event]) -> None:
+        """Refuse a batch that holds one event id twice (nothing is written): an id names one
+        event, stored once."""
+        repeated = _repeated_id(batch)
+        if repeated is not None:
+            raise UsageError(
+                f"session {self._id!r}: the batch holds the event id {_shown(repeated)} more "
+                "than once; give each event of a batch its own id"
+            )
+
     def _append_fresh(
-        self, batch: list[Event], marker: int, expect_seq: int | None
+        self,
+        batch: list[Event],
+        marker: int,
+        expect_seq: int | None,
+        known: list[int | None] | None = None,
     ) -> list[int]:
-        """Append a batch none of which this object has seen stored; its seqs (empty when
-        ``expect_seq`` does not match). Called with the session lock held."""
-        foreign: list[Event]
-        if self._cipher is not None:
-            foreign, stored = [], self._append_sealed(batch, marker, expect_seq)
-        else:
-            foreign, stored = self._storage_append(batch, marker, expect_seq)
-        self._ingest(foreign)
-        if not stored:
-            return []
-        self._extend(stored, marker)
-        if any(e.type == USER_MESSAGE for e in stored) and (cap := self._history_cap()):
-            self._apply_cap(cap)
-        return [event.seq for event in stored]
+        """Append the events of ``batch`` that are not stored; returns every event's seq (the
+        stored copy's for those that were), or empty when ``expect_seq`` does not match.
+
+        ``known`` is what :meth:`_stored_seqs` found for the batch (None: nothing). The backend
+        checks the other writers' events it catches up on under its write lock
+        (:meth:`_admits`) and writes nothing when some of the batch is among them; this then
+        takes them in and appends what is still missing, as one batch. A backend that appends
+        conditionally instead (PostgreSQL) writes nothing when another writer appended first,
+        and this tries again. Called with the session lock held."""
+        seqs: list[int | None] = known if known is not None else [None] * len(batch)
+        todo = batch
+        if any(seq is not None for seq in seqs):
+            todo = [event for event, seq in zip(batch, seqs, strict=True) if seq is None]
+            marker = _marker_index(todo)
+        for attempt in range(_SEALED_RETRIES):
+            if attempt >= 4:  # writers are racing for this session: let one get ahead
+                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
+            foreign: list[Event]
+            if self._cipher is not None:
+                foreign, stored = [], self._append_sealed(todo, marker, expect_seq)
+            else:
+                foreign, stored = self._storage_append(todo, marker, expect_seq)
+            self._ingest(foreign)
+            if stored:
+                self._extend(stored, marker)
+                if any(e.type == USER_MESSAGE for e in stored) and (cap := self._history_cap()):
+                    self._apply_cap(cap)
+                if todo is batch:
+                    return [event.seq for event in stored]
+                fresh = iter(stored)
+                return [next(fresh).seq if seq is None else seq for seq in seqs]
+            # Nothing written: the expected seq did not match, or other writers stored some of
+            # the batch meanwhile, or a conditional backend met another writer's events.
+            found = self._stored_seqs(todo)
+            if all(seq is None for seq in found):
+                if expect_seq is not None:
+                    return []
+                continue
+            if todo is batch:
+                seqs = found
+            else:
+                found_in_todo = iter(found)
+                seqs = [next(found_in_todo) if seq is None else seq for seq in seqs]
+            todo = [event for event, seq in zip(batch, seqs, strict=True) if seq is None]
+            if not todo:
+                return cast("list[int]", seqs)
+            marker = _marker_index(todo)
+        raise ConflictError(
+            f"session {self._id!r}: other writers kept appending while an append checked "
+            f"its event ids against theirs ({_SEALED_RETRIES} tries)"
+        )
 
     def _append_sealed(
         self, batch: list[Event], marker: int, expect_seq: int | None
@@ -772,6 +867,8 @@ class BaseSession:
                     return [_replace(batch[0], seq=one.seq)]
             foreign, stored = self._storage_append(sealed, marker, base)
             self._ingest(self._from_storage(foreign))
+            if not stored and not self._admits((), batch):
+                return []  # other writers stored some of the batch: _append_fresh sorts it
             if stored:
                 if self._generation != generation and key is not None:
                     # Written into a log that was deleted and created again while we appended:

@@ -75,7 +75,9 @@ class MemorySession(BaseSession):
             log = self._log()
             foreign = log[self._latest_seq :]
             base = len(log)
-            if expect_seq is not None and base != expect_seq:
+            if (expect_seq is not None and base != expect_seq) or not self._admits(
+                foreign, events
+            ):
                 return foreign, []
             if self._life is None:
                 log = self._life = self._store._logs.setdefault(self._id, [])

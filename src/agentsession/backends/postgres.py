@@ -681,7 +681,10 @@ class PostgresSession(BaseSession):
         store = self._store
         if self._stale:
             self._load()
-        statement, params, raw = self._append_request(events, marker, expect_seq)
+        # Only after the latest seq this object has seen: the pipeline checked the batch's ids
+        # against everything up to it, and checks what another writer appended first.
+        after = self._latest_seq if expect_seq is None else expect_seq
+        statement, params, raw = self._append_request(events, marker, after)
 
         def append(conn: _Conn) -> tuple[int, int]:
             cursor = conn.append_cursor() if raw else conn
@@ -691,7 +694,7 @@ class PostgresSession(BaseSession):
         count = len(events)
         action, unknown = self._append_messages(count)
         base, life = store._run(action, append, write=unknown)
-        if base < 0:  # expect_seq did not match: nothing was written
+        if base < 0:  # another writer appended first: nothing was written
             return self._storage_refresh(), []
         after = self._adopt_append(base, life)
         foreign: list[Event] = []

@@ -55,6 +55,7 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import random
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -137,6 +138,10 @@ class PostgresHost(Protocol):
         action: str,
     ) -> StoreUnavailable: ...
 
+
+_RACE_RETRIES = 1000
+"""How often a native append plans again when other writers keep appending first (with a
+growing random pause from the fifth try on); then it goes to a worker thread."""
 
 _APPENDS = frozenset({"append", "append_many"})
 _READS = frozenset({"read", "latest_seq", "messages", "entries"})
@@ -545,35 +550,45 @@ class PostgresAsyncBackend(AsyncBackend):
             batch = [session._prepare(event, now) for event in call.args["events"]]
             if not batch:
                 return []
+            session._check_batch_ids(batch)
         marker = _marker_index(batch)
         user_message = call.user_message
         async with self._writer(session):
-            plan = self._try_locked(
-                session,
-                lambda: self._plan(session, pg, batch, marker, expect_seq, one, user_message),
-            )
-            if isinstance(plan, list):  # stored already: a retried append stores nothing
-                return plan[0] if one else plan
-            if not isinstance(plan, _Plan):
-                return cast("int | list[int]", await super().call(_untraced(call, session)))
-            action = pg._append_messages(len(batch))[0]
-            try:
-                conn = await self._getconn(pool, action)  # cancelled while waiting: nothing done
-                write = asyncio.ensure_future(
-                    self._write(pool, conn, session, pg, batch, marker, expect_seq, plan,
-                                user_message)
+            for attempt in range(_RACE_RETRIES):
+                if attempt >= 4:  # writers are racing for this session: let one get ahead
+                    pause = random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4)))
+                    await asyncio.sleep(pause)
+                plan = self._try_locked(
+                    session,
+                    lambda: self._plan(session, pg, batch, marker, expect_seq, one, user_message),
                 )
-                seqs = await _settled(write)
-            except (OutcomeUnknown, StoreUnavailable):
-                # Lost or unreachable: the pipeline in a thread finds out whether the batch
-                # landed (by its ids) and appends it if not, within reconnect_timeout.
-                ids = [event.id for event in batch]
-                await self._locked(session, lambda: session._unsure.update(ids))
-                if session._store._reconnect_timeout <= 0:
-                    raise
-                retry = _with_batch(call, batch, expect_seq)
-                return cast("int | list[int]", await super().call(_untraced(retry, session)))
-            return seqs[0] if one else seqs
+                if isinstance(plan, list):  # stored already: a retried append stores nothing
+                    return plan[0] if one else plan
+                if not isinstance(plan, _Plan):
+                    return cast("int | list[int]", await super().call(_untraced(call, session)))
+                action = pg._append_messages(len(batch))[0]
+                try:
+                    # Cancelled while waiting for a connection: nothing done.
+                    conn = await self._getconn(pool, action)
+                    write = asyncio.ensure_future(
+                        self._write(pool, conn, session, pg, batch, marker, expect_seq, plan,
+                                    user_message)
+                    )
+                    seqs = await _settled(write)
+                except (OutcomeUnknown, StoreUnavailable):
+                    # Lost or unreachable: the pipeline in a thread finds out whether the batch
+                    # landed (by its ids) and appends it if not, within reconnect_timeout.
+                    await self._locked(
+                        session, lambda: session._unsure.update(e.id for e in batch)
+                    )
+                    if session._store._reconnect_timeout <= 0:
+                        raise
+                    retry = _with_batch(call, batch, expect_seq)
+                    return cast("int | list[int]", await super().call(_untraced(retry, session)))
+                if seqs is not None:
+                    return seqs[0] if one else seqs
+                # Another writer appended first: plan again, checking the ids against its events.
+        return cast("int | list[int]", await super().call(_untraced(call, session)))
 
     def _plan(
         self,
@@ -587,12 +602,18 @@ class PostgresAsyncBackend(AsyncBackend):
     ) -> _Plan | list[int] | None:
         """Under the session's lock: the statements of a native append; the seqs of a batch
         stored already (a retry); or None when this append goes to a worker thread (see the
-        module docstring)."""
-        known = session._known(batch)
-        if known is not None:
-            return known
+        module docstring; also a batch of which only some events are stored). Both paths
+        append only after the latest seq the session object has seen, whose events it has
+        checked the batch's ids against."""
+        known = session._stored_seqs(batch)
+        if None not in known:
+            return cast("list[int]", known)
         unsure = session._unsure
-        if pg._stale or (unsure and any(event.id in unsure for event in batch)):
+        if (
+            pg._stale
+            or any(seq is not None for seq in known)
+            or (unsure and any(event.id in unsure for event in batch))
+        ):
             return None
         if user_message and not _no_history_cap(session, pg):
             return None
@@ -602,8 +623,10 @@ class PostgresAsyncBackend(AsyncBackend):
             except SessionExpired:
                 return None  # the pipeline catches up before refusing: a thread
         fast = pg._append_next(batch[0], marker == 0) if one else None
-        general = pg._append_request(batch, marker, expect_seq) if fast is None else None
-        return _Plan(_seen(session, pg), fast, general)
+        seen = _seen(session, pg)
+        after = seen.latest if expect_seq is None else expect_seq
+        general = pg._append_request(batch, marker, after) if fast is None else None
+        return _Plan(seen, fast, general)
 
     async def _write(
         self,
@@ -616,9 +639,10 @@ class PostgresAsyncBackend(AsyncBackend):
         expect_seq: int | None,
         plan: _Plan,
         user_message: bool,
-    ) -> list[int]:
+    ) -> list[int] | None:
         """Store ``batch`` (on ``conn``, handed back here) and take it into the session object:
-        the sync backend's ``_storage_append`` and the pipeline's steps after it. Runs to its
+        the sync backend's ``_storage_append`` and the pipeline's steps after it; None when
+        another writer appended first (nothing written: caught up, to plan again). Runs to its
         end in a task of its own whatever happens to the caller."""
         action, unknown = pg._append_messages(len(batch))
         try:
@@ -634,8 +658,10 @@ class PostgresAsyncBackend(AsyncBackend):
             await self._putconn(pool, conn, shielded=True)
             raise
         await self._putconn(pool, conn)
-        if landed is None:  # expect_seq did not match: nothing was written
+        if landed is None:  # another writer appended first: nothing was written
             await self._catch_up(pool, session, pg)
+            if expect_seq is None:
+                return None
             raise ConflictError(
                 f"session {session.id!r}: expected the latest seq to be {expect_seq}, "
                 f"but it is {session._latest_seq}; nothing was appended"
@@ -812,8 +838,9 @@ def _apply_history_cap(session: BaseSession) -> None:
 async def _store_batch(
     conn: _Conn, plan: _Plan, pg: PostgresLog, batch: list[Event], marker: int
 ) -> _Landed | None:
-    """Run the planned append: the fast path when there is one, else (or when it stored
-    nothing) the general path. None: ``expect_seq`` did not match, nothing was written."""
+    """Run the planned append: the fast path when there is one, else the general path.
+    None: nothing was written (another writer appended after what the plan saw, or
+    ``expect_seq`` did not match)."""
     general = plan.general
     if plan.fast is not None:
         statement, params, seq = plan.fast
@@ -822,7 +849,7 @@ async def _store_batch(
         if cursor.rowcount == 1:
             assert plan.seen.life is not None
             return _Landed(seq - 1, plan.seen.life, fast=True)
-        general = pg._append_request(batch, marker, None)
+        return None
     assert general is not None
     statement, params, raw = general
     if raw:

@@ -589,7 +589,7 @@ class SqliteSession(BaseSession):
         conn = store._connection()
         try:
             with store._write_lock:
-                foreign, first = self._write(conn, fields, marker, expect_seq)
+                foreign, first = self._write(conn, fields, events, marker, expect_seq)
         except sqlite3.Error as exc:
             raise self._error("appending to", exc) from exc
         if first == 0:
@@ -600,12 +600,13 @@ class SqliteSession(BaseSession):
         self,
         conn: sqlite3.Connection,
         fields: list[tuple[Any, ...]],
+        events: list[Event],
         marker: int,
         expect_seq: int | None,
     ) -> tuple[list[Event], int]:
         """One transaction: allocate seqs after whatever is stored, insert, commit. Returns the
-        other writers' new events and the first seq of the batch (0 when ``expect_seq`` did not
-        match and nothing was written)."""
+        other writers' new events and the first seq of the batch (0 when nothing was written:
+        ``expect_seq`` did not match, or some of ``events`` is stored already)."""
         count = len(fields)
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -626,7 +627,9 @@ class SqliteSession(BaseSession):
                     conn.execute("BEGIN IMMEDIATE")
             if not stored:
                 foreign, first, key = self._catch_up(conn)
-                if expect_seq is not None and first - 1 != expect_seq:
+                if (expect_seq is not None and first - 1 != expect_seq) or not self._admits(
+                    foreign, events
+                ):
                     conn.execute("ROLLBACK")  # nothing written, not even a new session row
                     # A stored session has events, so first == 1 means the row was just made
                     # (and rolled back).

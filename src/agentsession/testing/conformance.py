@@ -85,6 +85,41 @@ _APPENDER = _OPEN + textwrap.dedent(
 )
 
 
+_SAME_IDS = _OPEN + textwrap.dedent(
+    """
+    import json, os, sys, time
+    import agentsession as ags
+    url, sid, go = sys.argv[1], sys.argv[2], sys.argv[5]
+    writer, count, writers = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[6])
+    store = ags.open_store(url, **_options)
+    session = store.get(sid)
+    session.latest_seq
+    # Every writer has the session open before any appends (see docs/reliability.md: a
+    # session object recognises the ids of what it read since it opened).
+    open(f"{go}.ready-{writer}", "w").close()
+    ready = [f"{go}.ready-{w}" for w in range(writers)]
+    while not os.path.exists(go) or not all(map(os.path.exists, ready)):
+        time.sleep(0.001)
+    def event(i):
+        return ags.Event.new("test/once", {"i": i, "writer": writer}, id=f"queue:msg-{i}")
+    got = {}
+    i = 0
+    # Writer 0 appends one event per call; the others in batches of 2 to 4 whose bounds
+    # differ between writers, so that their batches overlap only in part.
+    while i < count:
+        size = 1 if writer == 0 else 2 + (i // 7 + writer) % 3
+        ids = range(i, min(i + size, count))
+        if size == 1:
+            got[i] = session.append(event(i))
+        else:
+            got.update(zip(ids, session.append_many([event(n) for n in ids])))
+        i += size
+    print(json.dumps(got))
+    store.close()
+    """
+)
+
+
 def run_children(
     args: list[list[str]], go_file: Path, timeout: float = 180.0, key: bytes | None = None
 ) -> None:
@@ -996,6 +1031,135 @@ class StoreConformance(ChildSessionConformance):
         finally:
             if again is not store:
                 again.close()
+
+    # -- exactly-once appends: event ids across writers ------------------------------------
+
+    def _writers(self, store: BaseStore, tmp_path: Path, session_id: str) -> tuple[Any, Any]:
+        """Two session objects on one log, both opened before either appends: the second
+        through another store where data is durable (its store, to close, and the object)."""
+        first = store.get(session_id)
+        first.latest_seq  # noqa: B018  # opened and caught up
+        return first, self._second_writer(store, tmp_path, session_id)
+
+    def test_an_id_appended_by_two_writers_is_stored_once(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        a, (other_store, b) = self._writers(store, tmp_path, "once")
+        try:
+            b.latest_seq  # noqa: B018  # b has seen the log before a appends
+            a.append(Event.new("test/n", {"by": "a", "n": 0}))
+            seq = a.append(Event.new("test/n", {"by": "a"}, id="queue:msg-1"))
+            # b has not seen it: its append catches up under the write lock and finds it.
+            assert b.append(Event.new("test/n", {"by": "b"}, id="queue:msg-1")) == seq
+            seqs = a.append_many(
+                [Event.new("test/n", {"by": "a"}, id=f"queue:batch-{n}") for n in range(3)]
+            )
+            retry = [Event.new("test/n", {"by": "b"}, id=f"queue:batch-{n}") for n in range(3)]
+            assert b.append_many(retry) == seqs
+            assert b.latest_seq == a.latest_seq == seqs[-1] == 5
+            assert [decode(e.data)["by"] for e in b.read()] == ["a"] * 5
+            # The encrypted (sealed) and conditional paths check the ids the same way.
+            c_seq = b.append(Event.new("test/n", {"by": "b"}, id="queue:msg-2"))
+            assert a.append_many(
+                [Event.new("test/n", {"by": "a"}, id="queue:msg-2")], expect_seq=5
+            ) == [c_seq]
+            assert [e.id for e in a.read()].count("queue:msg-2") == 1
+        finally:
+            if other_store is not None:
+                other_store.close()
+
+    def test_a_batch_with_stored_and_new_ids_appends_only_the_new_ones(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        a, (other_store, b) = self._writers(store, tmp_path, "once-part")
+        try:
+            b.latest_seq  # noqa: B018
+            assert a.append_many(
+                [Event.new("test/n", {"n": n}, id=f"m-{n}") for n in (1, 3)]
+            ) == [1, 2]
+            batch = [Event.new("test/n", {"n": n}, id=f"m-{n}") for n in range(5)]
+            # m-1 and m-3 keep their seqs; m-0, m-2 and m-4 are appended, in batch order.
+            assert b.append_many(batch) == [3, 1, 4, 2, 5]
+            assert a.append_many(batch) == [3, 1, 4, 2, 5]
+            assert [(e.seq, e.id) for e in a.read()] == [
+                (1, "m-1"), (2, "m-3"), (3, "m-0"), (4, "m-2"), (5, "m-4")
+            ]
+        finally:
+            if other_store is not None:
+                other_store.close()
+
+    def test_a_batch_holding_one_id_twice_is_refused_and_writes_nothing(
+        self, store: BaseStore
+    ) -> None:
+        session = store.get("twice")
+        batch = [
+            Event.new("test/n", {"n": 1}, id="queue:dup"),
+            Event.new("test/n", {"n": 2}),
+            Event.new("test/n", {"n": 3}, id="queue:dup"),
+        ]
+        with pytest.raises(UsageError, match="'queue:dup' more than once"):
+            session.append_many(batch)
+        assert session.latest_seq == 0
+        assert not store.exists("twice")
+        session.append(Event.new("test/n", {"n": 0}))
+        with pytest.raises(UsageError, match="'queue:dup' more than once"):
+            session.append_many(batch, expect_seq=1)
+        assert [e.seq for e in session.read()] == [1]
+
+    def test_an_id_is_recognised_within_the_id_window_and_not_beyond(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        """The window is :data:`agentsession.session.ID_WINDOW` seqs: an id stored at the
+        oldest seq of the window is recognised, by the writer that stored it and by another
+        one that caught up since; one seq further back it is not looked up, and stored
+        again."""
+        from ..session import ID_WINDOW
+
+        a, (other_store, b) = self._writers(store, tmp_path, "window")
+        try:
+            b.latest_seq  # noqa: B018
+            assert a.append(Event.new("test/n", {"by": "a"}, id="queue:old")) == 1
+            chunk = 16_384
+            for start in range(2, ID_WINDOW + 1, chunk):
+                end = min(start + chunk, ID_WINDOW + 1)
+                a.append_many([Event.new("test/fill") for _ in range(start, end)])
+            assert a.latest_seq == ID_WINDOW  # seq 1 is the oldest inside the window
+            assert b.append(Event.new("test/n", {"by": "b"}, id="queue:old")) == 1
+            assert a.append(Event.new("test/n", {"by": "a"}, id="queue:old")) == 1
+            assert b.latest_seq == ID_WINDOW  # nothing written
+            a.append(Event.new("test/fill"))  # seq 1 is now beyond the window
+            assert a.append(Event.new("test/n", {"by": "a"}, id="queue:old")) == ID_WINDOW + 2
+            assert [e.seq for e in b.read(after=ID_WINDOW) if e.id == "queue:old"] == [
+                ID_WINDOW + 2
+            ]
+            # The new copy is the one within the window now.
+            assert b.append(Event.new("test/n", {"by": "b"}, id="queue:old")) == ID_WINDOW + 2
+        finally:
+            if other_store is not None:
+                other_store.close()
+
+    def test_processes_appending_the_same_ids_store_each_once(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        """Three processes append the same 2,000 ids (one by one, and in batches that overlap
+        in part): each id is stored once, and every writer got its stored seq."""
+        if not self.shared_across_processes:
+            pytest.skip("this backend's data is not shared between processes")
+        go = tmp_path / "go-same-ids"
+        outs = run_released(
+            _SAME_IDS,
+            [[store.url, "same-ids", str(w), "2000", str(go), "3"] for w in range(3)],
+            go,
+            key=self.encryption_key,
+        )
+        events = store.get("same-ids").read()
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        ids = [e.id for e in events]
+        assert len(ids) == len(set(ids)) == 2000, f"{len(ids) - len(set(ids))} duplicates"
+        stored = {e.id: e.seq for e in events}
+        for out in outs:
+            got = {f"queue:msg-{i}": seq for i, seq in msgspec.json.decode(out).items()}
+            assert got == stored
 
     # -- data safety: fork, delete and re-create, stale objects ----------------------------
 
