@@ -12,7 +12,11 @@ covers running it at scale. How it keeps the storage contract:
   path runs). The general path is an ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` that
   bumps ``sessions.last_seq`` by the batch size (creating the row on the first append), and a
   data-modifying CTE inserts the events with seqs after the returned previous value (scalar
-  parameters for one event, ``unnest`` of one array per column for a batch). The session
+  parameters for one event, ``unnest`` of one array per column for a batch), conditional on
+  the row still having the latest seq this object has seen: the append pipeline checked the
+  batch's event ids against everything up to it, and when another writer appended first,
+  nothing is written and the pipeline reads those events, checks the ids again and tries
+  again (``BaseSession._append_fresh``). The session
   row's lock serialises the writers of one session; other sessions proceed in parallel. When the
   previous ``last_seq`` is beyond what this session object has seen, the events in between
   (other writers') are read by key range right after: they were committed before this append

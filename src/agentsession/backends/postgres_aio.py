@@ -9,9 +9,11 @@ closed with the async store):
   sync session object (``_prepare``, ``_marker_index``, then ``_ingest``/``_extend`` of what was
   stored), and the SQL is the sync backend's: the same statements and parameters (the fast
   path for one event, else the general path), the same life check (``_adopt_append``) and
-  catch-up of other writers' events. The async writers of one session object queue on an
-  ``asyncio.Lock``; the session's own lock is held only around each in-memory step, never
-  across an ``await``.
+  catch-up of other writers' events. Both paths append only after the latest seq the session
+  object has checked the batch's ids against; when another writer appended first, nothing is
+  written, and the append catches up and plans again. The async writers of one session
+  object queue on an ``asyncio.Lock``; the session's own lock is held only around each
+  in-memory step, never across an ``await``.
 * ``read``, ``latest_seq``, ``messages`` and ``entries``: the catch-up (``refresh``) runs
   natively, then the sync method runs on the loop with that catch-up done
   (``_refresh_done``), when the in-memory window answers it (the rule JSONL's inline reads
