@@ -699,14 +699,29 @@ def test_an_append_whose_batch_another_thread_took_in_first_is_not_taken_in_twic
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario(session: AsyncSession, other: Any, interleave: Interleave) -> None:
-        interleave.at["before_statement"].append(lambda: other.append(said("before")))
         interleave.at["after_statement"] += [
             lambda: other.append(said("after")),
-            lambda: session.sync.latest_seq,  # takes in "before", the batch and "after"
+            lambda: session.sync.latest_seq,  # takes in the batch and "after"
         ]
-        assert await session.append_many([said("m1"), said("m2")]) == [5, 6]
+        assert await session.append_many([said("m1"), said("m2")]) == [4, 5]
         texts = [m.text for m in await session.messages()]
-        assert texts == ["1", "2", "3", "before", "m1", "m2", "after"]
+        assert texts == ["1", "2", "3", "m1", "m2", "after"]
+
+
+def test_an_append_after_another_writers_event_checks_its_ids_and_lands_after_it(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(session: AsyncSession, other: Any, interleave: Interleave) -> None:
+        # Appended between the plan and the statement: the statement writes nothing, the
+        # append catches up, finds its ids are not among the new events, and appends again.
+        interleave.at["before_statement"].append(lambda: other.append(said("before")))
+        assert await session.append_many([said("m1"), said("m2")]) == [5, 6]
+        # The same ids again, now stored by another writer first: nothing is written.
+        batch = [said("m3"), said("m4")]
+        interleave.at["before_statement"].append(lambda: other.append_many(batch))
+        assert await session.append_many(batch) == [7, 8]
+        texts = [m.text for m in await session.messages()]
+        assert texts == ["1", "2", "3", "before", "m1", "m2", "m3", "m4"]
 
     assert _interleaved(url, monkeypatch, scenario) == 0
 
