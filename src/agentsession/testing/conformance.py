@@ -1068,6 +1068,28 @@ class StoreConformance(ChildSessionConformance):
             if other_store is not None:
                 other_store.close()
 
+    def test_an_id_stored_before_another_writer_first_saw_the_session_is_recognised(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        """A session object that opened before the session existed has read nothing of it:
+        its first append reads the other writer's events (or reloads at the tail and reads the
+        ids back over the id window) before it checks, however long the log has grown."""
+        other_store, b = self._second_writer(store, tmp_path, "late")
+        try:
+            b.latest_seq  # noqa: B018  # opened: no events yet
+            a = store.get("late")
+            assert a.append(Event.new("test/n", {"by": "a"}, id="queue:first")) == 1
+            padding = "p" * 1000
+            a.append_many([Event.new("test/n", {"n": n, "pad": padding}) for n in range(300)])
+            assert b.append(Event.new("test/n", {"by": "b"}, id="queue:first")) == 1
+            assert b.append_many(
+                [Event.new("test/n", {"by": "b"}, id=i) for i in ("queue:first", "queue:new")]
+            ) == [1, 302]
+            assert [e.id for e in a.read()].count("queue:first") == 1
+        finally:
+            if other_store is not None:
+                other_store.close()
+
     def test_a_batch_with_stored_and_new_ids_appends_only_the_new_ones(
         self, store: BaseStore, tmp_path: Path
     ) -> None:
