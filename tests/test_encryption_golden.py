@@ -220,7 +220,7 @@ def test_an_encrypted_jsonl_line_names_each_key_once(tmp_path: Path) -> None:
     with ags.open_store(tmp_path / "s", key=bytes(range(32))) as store:
         session = store.get("a")
         session.append(ags.Event.new("test/one", {"n": 1}))  # the first line: the batch path
-        session.append_many([ags.Event.new("test/two", {"n": 2})] * 2)  # a batch
+        session.append_many([ags.Event.new("test/two", {"n": n}) for n in (2, 2)])  # a batch
         session.append(ags.Event.new("test/three", {"n": 3}))  # the one-write fast path
     for line in (tmp_path / "s" / "a.jsonl").read_bytes().splitlines():
 

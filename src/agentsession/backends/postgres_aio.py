@@ -664,6 +664,10 @@ class PostgresAsyncBackend(AsyncBackend):
             await self._catch_up(pool, session, pg)
             if expect_seq is None:
                 return None
+            # The other writer may have stored this very batch (a retry): its seqs.
+            known = await self._locked(session, lambda: session._stored_seqs(batch))
+            if None not in known:
+                return cast("list[int]", known)
             raise ConflictError(
                 f"session {session.id!r}: expected the latest seq to be {expect_seq}, "
                 f"but it is {session._latest_seq}; nothing was appended"
