@@ -606,6 +606,22 @@ _reseed_event_ids()
 os.register_at_fork(after_in_child=_reseed_event_ids)
 _time_ns = _time.time_ns
 
+_ID_CONSTANT_MASK: Final = (0xF << 76) | (0b11 << 62) | ((1 << 42) - 1)
+
+
+def made_here_since(event_id: str, ms: int) -> bool:
+    """Whether ``event_id`` was made by :func:`new_event_id` in this process at Unix
+    millisecond ``ms`` or later (its random bits are this process's, its time is not before
+    ``ms``). No stored event can hold such an id unless it was appended after ``ms``: the
+    pipeline uses this to skip looking up fresh ids in older parts of a log."""
+    if len(event_id) != 32:
+        return False
+    try:
+        value = int(event_id, 16)
+    except ValueError:
+        return False
+    return (value & _ID_CONSTANT_MASK) == _id_bits and (value >> 80) >= ms
+
 
 def new_event_id() -> str:
     """A new event id: 32 lowercase hex digits laid out as a UUIDv7 (RFC 9562): 48 bits of

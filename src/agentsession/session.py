@@ -65,6 +65,7 @@ from .events import (
     Event,
     check_event_type,
     compaction_of,
+    made_here_since,
     new_event_id,
 )
 from .media import StoragePolicy
@@ -275,6 +276,11 @@ class BaseSession:
         # before they are appended again.
         self._unsure: set[str] = set()
         self._loaded_once = False  # whether the log was loaded once (a later _load reloads)
+        # Every stored id from seq _ids_from on is in _ids (or beyond the id window); ids made
+        # here since _loaded_ms (Unix ms, when the log was last opened) cannot be stored
+        # before it, so only other ids make an append read older ids (_cover_ids).
+        self._ids_from = 1
+        self._loaded_ms = 0
         _live_sessions.add(self)
 
     # -- storage primitives (backends) ----------------------------------------------------
@@ -350,7 +356,9 @@ class BaseSession:
         """(Re)open the log at its tail, forgetting everything derived (the full window is
         loaded when something needs it: :meth:`_load_window`). A tail that holds a compaction
         marker rebuilding the history is the full window from that marker on."""
+        loaded_ms = time.time_ns() // 1_000_000
         events, complete = self._storage_open_tail()
+        self._loaded_ms = loaded_ms
         if self._cipher is not None:
             self._cipher._drop()  # (re)opened, perhaps a new life: read its key afresh
         self._set_window(self._from_storage(events), complete)
@@ -428,6 +436,8 @@ class BaseSession:
             self._latest_seq = 0
             self._window_start = 1
             self._full = True
+        start = self._window_start
+        self._ids_from = min(self._ids_from, start) if same_life else start
 
     def _reset(self) -> None:
         """Forget all state: the stored log was deleted or replaced underneath us."""
@@ -441,6 +451,7 @@ class BaseSession:
         self._derivers = {}
         self._ids = {}
         self._ids_todo = False
+        self._ids_from = 1
 
     def _full_window(self) -> list[Event]:
         """The window from the latest compaction marker on, loading it when only the tail
@@ -499,6 +510,7 @@ class BaseSession:
         self._window_start = first
         if older and not self._ids_todo:
             self._index(older)
+        self._ids_from = min(self._ids_from, first)
 
     def _refresh(self) -> None:
         self._ingest(self._from_storage(self._storage_refresh()))
@@ -560,6 +572,9 @@ class BaseSession:
             eid = prepared.id
             ids = self._ids
             known = ids.get(eid)
+            if known is None and self._ids_from > 1 and self._needs_cover((prepared,)):
+                self._cover_ids()
+                known = self._ids.get(eid)
             if known is not None and known > self._latest_seq - ID_WINDOW:
                 return known  # stored already: a retried append stores nothing
             if self._unsure and eid in self._unsure:
@@ -617,6 +632,8 @@ class BaseSession:
         the latest :data:`ID_WINDOW` seqs this object has read (None: not stored there)."""
         if self._ids_todo:
             self._index_window()
+        if self._ids_from > 1 and self._needs_cover(batch):
+            self._cover_ids()
         seqs = [self._ids.get(event.id) for event in batch]
         if seqs[0] is None and all(seq is None for seq in seqs):
             return seqs
@@ -628,6 +645,35 @@ class BaseSession:
                 seqs = [self._ids.get(event.id) for event in batch]
         oldest = self._latest_seq - ID_WINDOW
         return [seq if seq is not None and seq > oldest else None for seq in seqs]
+
+    def _needs_cover(self, batch: Sequence[Event]) -> bool:
+        """Whether an append of ``batch`` must first read the ids of older stored events: this
+        object knows the ids only from seq ``_ids_from`` on, short of the id window, and the
+        batch holds an id that could be stored before that (one the application chose, or one
+        made elsewhere or before the log was opened; ids made here since then cannot)."""
+        if self._ids_from <= max(1, self._latest_seq - ID_WINDOW + 1):
+            return False
+        since = self._loaded_ms
+        return not all(made_here_since(event.id, since) for event in batch)
+
+    def _cover_ids(self) -> None:
+        """Read the ids of the stored events this object has not read, back to the id window's
+        edge (their clear ``id`` only: nothing is opened or kept but the ids), so that an id
+        stored before this object opened the log is recognised. Once per session object: later
+        events reach it through its catch-ups."""
+        if self._ids_todo:
+            self._index_window()
+        floor = max(1, self._latest_seq - ID_WINDOW + 1)
+        end = self._ids_from
+        after = floor - 1
+        while after + 1 < end:
+            read = self._storage_read(after, min(4096, end - 1 - after))
+            chunk = [e for e in read if e.seq < end]
+            if not chunk:
+                break
+            self._index(chunk)
+            after = chunk[-1].seq
+        self._ids_from = floor
 
     def _admits(self, foreign: Sequence[Event], events: Sequence[Event]) -> bool:
         """Whether none of ``events`` is stored: the check a backend's general append path

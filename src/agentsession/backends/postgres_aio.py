@@ -607,6 +607,8 @@ class PostgresAsyncBackend(AsyncBackend):
         module docstring; also a batch of which only some events are stored). Both paths
         append only after the latest seq the session object has seen, whose events it has
         checked the batch's ids against."""
+        if session._ids_from > 1 and session._needs_cover(batch):
+            return None  # older ids to read first (once per session object): a thread
         known = session._stored_seqs(batch)
         if None not in known:
             return cast("list[int]", known)

@@ -37,6 +37,7 @@ from ..errors import (
 )
 from ..events import Event, decode, encode_event
 from ..messages import Message, ToolCall, ToolResult
+from ..session import BaseSession
 from ..store import BaseStore, open_store
 from ._processes import OPEN as _OPEN
 from ._processes import child_env as _child_env
@@ -64,8 +65,6 @@ class FakeClock:
     def advance(self, **delta: float) -> None:
         """Move the clock forward by ``timedelta(**delta)``."""
         self.now += dt.timedelta(**delta)
-
-
 
 
 _APPENDER = _OPEN + textwrap.dedent(
@@ -196,9 +195,7 @@ def kill_writer_mid_append(
             proc.wait()
 
 
-def start_lock_holder(
-    url: str, session_id: str, key: bytes | None = None
-) -> subprocess.Popen[str]:
+def start_lock_holder(url: str, session_id: str, key: bytes | None = None) -> subprocess.Popen[str]:
     """A child that takes the session's turn lock, opens a turn with an unanswered tool call,
     prints ``holding`` and sleeps until killed."""
     proc = subprocess.Popen(
@@ -1096,15 +1093,20 @@ class StoreConformance(ChildSessionConformance):
         a, (other_store, b) = self._writers(store, tmp_path, "once-part")
         try:
             b.latest_seq  # noqa: B018
-            assert a.append_many(
-                [Event.new("test/n", {"n": n}, id=f"m-{n}") for n in (1, 3)]
-            ) == [1, 2]
+            assert a.append_many([Event.new("test/n", {"n": n}, id=f"m-{n}") for n in (1, 3)]) == [
+                1,
+                2,
+            ]
             batch = [Event.new("test/n", {"n": n}, id=f"m-{n}") for n in range(5)]
             # m-1 and m-3 keep their seqs; m-0, m-2 and m-4 are appended, in batch order.
             assert b.append_many(batch) == [3, 1, 4, 2, 5]
             assert a.append_many(batch) == [3, 1, 4, 2, 5]
             assert [(e.seq, e.id) for e in a.read()] == [
-                (1, "m-1"), (2, "m-3"), (3, "m-0"), (4, "m-2"), (5, "m-4")
+                (1, "m-1"),
+                (2, "m-3"),
+                (3, "m-0"),
+                (4, "m-2"),
+                (5, "m-4"),
             ]
         finally:
             if other_store is not None:
@@ -1159,6 +1161,44 @@ class StoreConformance(ChildSessionConformance):
         finally:
             if other_store is not None:
                 other_store.close()
+
+    def test_an_idempotency_key_stored_before_the_opening_tail_is_recognised(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        """A session object opened long after an id was stored (its opening tail holds
+        thousands of later events) recognises the id when it appends it again, alone or in a
+        batch; it reads the older ids once, and never for ids made here since it opened."""
+        writer = store.get("late")
+        assert writer.append(Event.new("test/n", {"by": "first"}, id="queue:late")) == 1
+        filler = [Event.new("test/fill", {"pad": "x" * 200}) for _ in range(3000)]
+        writer.append_many(filler)
+        other, late = self._second_writer(store, tmp_path, "late")
+        try:
+            assert late.latest_seq == 3001
+            covers = [0]
+            if isinstance(late, BaseSession):  # (a facade of another API hides it)
+                cover = late._cover_ids
+
+                def counted() -> None:
+                    covers[0] += 1
+                    cover()
+
+                late._cover_ids = counted  # type: ignore[method-assign]
+            assert late.append(Event.new("test/n", {"by": "fresh"})) == 3002
+            fresh_reads = covers[0]  # an id made here since it opened: nothing older to read
+            assert late.append(Event.new("test/n", {"by": "again"}, id="queue:late")) == 1
+            batch = [
+                Event.new("test/n", {"by": "new"}, id="queue:new"),
+                Event.new("test/n", {"by": "again"}, id="queue:late"),
+            ]
+            assert late.append_many(batch) == [3003, 1]
+            if isinstance(late, BaseSession):
+                assert (fresh_reads, covers[0]) == (0, 1)  # read once per session object
+            assert [e.id for e in writer.read()].count("queue:late") == 1
+            assert writer.latest_seq == 3003
+        finally:
+            if other is not None:
+                other.close()
 
     def test_processes_appending_the_same_ids_store_each_once(
         self, store: BaseStore, tmp_path: Path
