@@ -9,6 +9,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+import click
 import msgspec
 import pytest
 from click.testing import CliRunner
@@ -30,6 +32,9 @@ from agentsession.backends.memory import MemoryStore
 from agentsession.cli import cli
 from agentsession.testing.conformance import start_lock_holder
 from agentsession.validation import provider_errors
+
+from .test_conformance_postgres import DSN as PG_DSN
+from .test_conformance_postgres import drop_schemas, new_schema_name, url_with_schema
 
 SRC = Path(agentsession.__file__).resolve().parent.parent
 
@@ -96,8 +101,8 @@ def test_ls_json_prefix_and_limit(store_dir: Path) -> None:
     assert code == 0
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["id"] for r in rows] == ["slack:C002"]
-    assert set(rows[0]) == {"id", "events", "last_activity", "size"}
-    assert rows[0]["events"] == 4 and rows[0]["size"] > 0
+    assert set(rows[0]) == {"id", "last_seq", "updated_at", "size"}
+    assert rows[0]["last_seq"] == 4 and rows[0]["size"] > 0
 
 
 def test_ls_of_an_empty_store_says_so(tmp_path: Path) -> None:
@@ -125,18 +130,21 @@ def test_stats_of_one_session_counts_its_turns_messages_and_incomplete_turns(
     assert code == 0
     stats = json.loads(out)
     assert stats == {
+        "session_id": "slack:C002",
         "events": 4,
         "turns": 1,
-        "messages": 2,
+        "message_events": 2,
+        "history_messages": 3,  # and the stand-in result of the call the crash cut off
         "incomplete_turns": 1,
         "bytes": (store_dir / "slack_C002.jsonl").stat().st_size,
     }
     text = invoke(store_dir, "stats", "cli:long")[1].splitlines()
-    assert text[:5] == [
+    assert text[:6] == [
         "session: cli:long",
         "events: 16",
         "turns: 4",
-        "messages: 8",
+        "message events: 8",
+        "messages in history: 8",
         "incomplete turns: 0",
     ]
     code, _, err = invoke(store_dir, "stats", "no:such")
@@ -179,7 +187,7 @@ def test_ls_and_stats_read_no_events_and_show_unknown_counts(listing_only: str) 
     assert code == 0, err
     assert [line.split()[:2] for line in out.splitlines()[1:]] == [["b", "?"], ["a", "?"]]
     rows = [json.loads(line) for line in invoke(listing_only, "ls", "--json")[1].splitlines()]
-    assert [(r["id"], r["events"]) for r in rows] == [("b", None), ("a", None)]
+    assert [(r["id"], r["last_seq"]) for r in rows] == [("b", None), ("a", None)]
     code, out, err = invoke(listing_only, "stats", "--json")
     assert code == 0, err
     assert json.loads(out) == {"sessions": 2, "events": None, "bytes": None}  # sizes unknown
@@ -429,14 +437,41 @@ def test_migrate_on_a_store_without_schema(store_dir: Path, tmp_path: Path) -> N
     expected = "nothing to migrate (the schema is up to date, or this store has no schema)\n"
     assert invoke(store_dir, "migrate") == (0, expected, "")
     assert invoke("memory:", "migrate")[0] == 2  # the command line refuses memory: stores
-    assert invoke(tmp_path / "absent", "migrate") == (0, expected, "")
-    assert not (tmp_path / "absent").exists()  # a JSONL directory is not even created
 
 
-def test_migrate_a_new_and_an_up_to_date_sqlite_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["path", "sqlite"])
+def test_migrate_of_a_path_with_no_store_says_no_store_and_creates_nothing(
+    tmp_path: Path, form: str
+) -> None:
+    missing = tmp_path / ("typo" if form == "path" else "typo.db")
+    url = str(missing) if form == "path" else f"sqlite:///{missing}"
+    code, out, err = invoke(url, "migrate")
+    assert (code, out) == (4, "")
+    assert err.startswith(f"Error: no store at {missing}")
+    assert not missing.exists()
+    code, out, _ = invoke(url, "migrate", "--json")
+    assert (code, out) == (4, "")
+
+
+def test_migrate_an_up_to_date_sqlite_store(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'm.db'}"
-    assert invoke(url, "migrate") == (0, "applied migrations 1, 2\n", "")
+    ags.open_store(url).close()  # opening a store creates it and applies the migrations
     assert invoke(url, "migrate")[1].startswith("nothing to migrate")
+    assert invoke(url, "migrate", "--json") == (0, '{"applied":[]}\n', "")
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not PG_DSN, reason="no PostgreSQL DSN")
+def test_migrate_creates_the_tables_of_a_new_postgres_schema() -> None:
+    schema = new_schema_name()
+    try:
+        url = url_with_schema(schema)
+        code, out, err = invoke(url, "migrate")
+        assert code == 0, err
+        assert out.startswith("applied migrations 1, ")
+        assert invoke(url, "migrate")[1].startswith("nothing to migrate")
+    finally:
+        drop_schemas([schema])
 
 
 # -- errors and help --------------------------------------------------------------------------
@@ -515,7 +550,7 @@ def test_show_draws_every_row_kind_and_escapes_stored_text(tmp_path: Path) -> No
     code, out, _ = invoke(tmp_path / "s", "show", "kinds")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].startswith("session kinds · 8 events · 1 turns · ")
+    assert lines[0].startswith("session kinds · 8 events · 1 turn · ")
     body = [line.strip() for line in lines[2:]]
     assert body == [
         line.strip()
@@ -1567,3 +1602,213 @@ def populate_sqlite(store: ags.BaseStore) -> None:
             ags.Event.new("user/message", ags.Message.user("deploy"), agent="coder"),
         ]
     )
+# -- global options after the command ----------------------------------------------------------
+
+
+def leaf_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    for name, command in group.commands.items():
+        yield (*prefix, name)
+        if isinstance(command, click.Group):
+            yield from leaf_commands(command, (*prefix, name))
+
+
+def command_at(path: tuple[str, ...]) -> click.Command:
+    command: click.Command = cli
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    return command
+
+
+@pytest.mark.parametrize("path", list(leaf_commands(cli)), ids=" ".join)
+def test_every_command_takes_the_global_options_after_its_name(path: tuple[str, ...]) -> None:
+    options = {opt for param in command_at(path).params for opt in param.opts}
+    assert {"--store", "--key-file", "--debug"} <= options
+
+
+AFTER_ARGS: dict[str, list[str]] = {
+    "ls": [],
+    "stats": ["slack:C001"],
+    "show": ["slack:C001"],
+    "tail": ["slack:C001", "-n", "2"],
+    "messages": ["slack:C001"],
+    "repair": ["--all", "--dry-run"],
+    "rm": ["--dry-run", "slack:C001"],
+    "migrate": [],
+}
+"""Commands that read the global store, with arguments that make them succeed on ``fill``'s."""
+
+
+@pytest.mark.parametrize("command", list(AFTER_ARGS))
+def test_store_after_the_command_is_the_store_before_it(
+    store_dir: Path, tmp_path: Path, command: str
+) -> None:
+    before = CliRunner().invoke(cli, ["--store", str(store_dir), command, *AFTER_ARGS[command]])
+    assert before.exit_code == 0, before.output
+    after = CliRunner().invoke(cli, [command, *AFTER_ARGS[command], "--store", str(store_dir)])
+    assert (after.exit_code, after.stdout) == (0, before.stdout)
+    # Given on both sides, the one after the command wins (as a later option does).
+    missing = tmp_path / "typo"
+    wins = CliRunner().invoke(
+        cli, ["--store", str(missing), command, *AFTER_ARGS[command], "--store", str(store_dir)]
+    )
+    assert (wins.exit_code, wins.stdout) == (0, before.stdout)
+    lost = CliRunner().invoke(
+        cli, ["--store", str(store_dir), command, *AFTER_ARGS[command], "--store", str(missing)]
+    )
+    assert lost.exit_code == 4 and lost.stderr.startswith(f"Error: no store at {missing}")
+
+
+def test_compact_takes_the_store_after_the_command(store_dir: Path) -> None:
+    args = ["compact", "cli:long", "--summary", "earlier", "--keep-turns", "1"]
+    result = CliRunner().invoke(cli, [*args, "--store", str(store_dir)])
+    assert result.exit_code == 0, result.output
+    assert ags.open_store(store_dir).get("cli:long").read()[-1].type == ags.events.COMPACTION
+
+
+def test_copy_and_demo_take_the_global_options_after_the_command(
+    store_dir: Path, tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(
+        cli, ["copy", str(store_dir), str(tmp_path / "copy"), "--json", "--debug"]
+    )
+    assert result.exit_code == 0, result.output
+    assert ags.open_store(tmp_path / "copy").exists("cli:long")
+    result = CliRunner().invoke(cli, ["demo", str(tmp_path / "demo"), "--json", "--debug"])
+    assert result.exit_code == 0, result.output
+
+
+def test_key_file_after_the_command_opens_an_encrypted_store(tmp_path: Path) -> None:
+    url = str(tmp_path / "sealed")
+    store = ags.open_store(url, passphrase="correct horse")
+    store.get("a").append(ags.Event.new("user/message", ags.Message.user("hi")))
+    store.get("b").append(ags.Event.new("user/message", ags.Message.user("bye")))
+    store.close()
+    key = tmp_path / "store.key"
+    key.write_text("correct horse\n", encoding="utf-8")
+    new_key = tmp_path / "new.key"
+    new_key.write_text("battery staple\n", encoding="utf-8")
+    without = CliRunner().invoke(cli, ["ls", "--store", url])
+    assert without.exit_code == 1 and "--key-file" in without.stderr
+    listed = CliRunner().invoke(cli, ["ls", "--store", url, "--key-file", str(key)])
+    assert listed.exit_code == 0 and {line.split()[0] for line in listed.stdout.splitlines()} == {
+        "id",
+        "a",
+        "b",
+    }
+    shred = CliRunner().invoke(cli, ["shred", "-y", "b", "--store", url, "--key-file", str(key)])
+    assert shred.exit_code == 0, shred.output
+    rekey = CliRunner().invoke(
+        cli, ["rekey", "--new-key-file", str(new_key), "--key-file", str(key), "--store", url]
+    )
+    assert rekey.exit_code == 0, rekey.output
+    show = CliRunner().invoke(cli, ["--store", url, "show", "a", "--key-file", str(new_key)])
+    assert show.exit_code == 0 and "hi" in show.stdout
+
+
+def test_debug_after_the_command_shows_the_traceback_and_the_debug_log(store_dir: Path) -> None:
+    plain = CliRunner().invoke(cli, ["--store", str(store_dir), "show", "no:such"])
+    assert plain.exit_code == 4 and "Traceback" not in plain.stderr
+    debug = CliRunner().invoke(cli, ["--store", str(store_dir), "show", "no:such", "--debug"])
+    assert debug.exit_code == 4
+    assert "Traceback" in debug.stderr and "SessionNotFound" in debug.stderr
+    assert debug.stderr.endswith("Error: no session 'no:such' in " f"{store_dir.resolve()}\n")
+
+
+def test_import_takes_the_global_options_after_its_commands(tmp_path: Path) -> None:
+    source = tmp_path / "agentkit"
+    source.mkdir()
+    (source / "cli_default.jsonl").write_bytes(
+        b'{"ID":"","Seq":1,"SessionID":"cli:default","AgentID":"","Type":"turn/start",'
+        b'"Data":{},"CreatedAt":"0001-01-01T00:00:00Z"}\n'
+    )
+    result = CliRunner().invoke(
+        cli, ["import", "agentkit", str(source), "--store", str(tmp_path / "s"), "--debug"]
+    )
+    assert result.exit_code == 0, result.output
+    assert ags.open_store(tmp_path / "s").exists("cli:default")
+
+
+# -- Ctrl-C, migrate, stats, messages ----------------------------------------------------------
+
+
+def interrupt(args: list[str]) -> tuple[int, str, str]:
+    """Start ``agentsession ARGS``, wait for its first line on stdout, send it SIGINT (as
+    Ctrl-C does) and return its exit status and the rest of its output."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentsession", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = readline_within(proc.stdout, 60)
+        assert first, "no output"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        return proc.returncode, out, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def test_ctrl_c_stops_serve_quietly_with_status_0(store_dir: Path) -> None:
+    pytest.importorskip("uvicorn")
+    code, out, err = interrupt(["--store", str(store_dir), "serve", "--port", "0", "--json"])
+    assert (code, out, err) == (0, "", "")
+
+
+def test_ctrl_c_stops_tail_follow_quietly_with_status_130(store_dir: Path) -> None:
+    args = ["tail", "-f", "slack:C001", "-n", "1", "--interval", "0.05", "--store", str(store_dir)]
+    assert interrupt(args) == (130, "", "")
+
+
+def test_stats_tells_message_events_from_the_messages_in_history(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path / "s")
+    session = store.get("chat")
+    for n in range(3):
+        with session.turn() as turn:
+            turn.user(f"question {n}")
+            with turn.step() as step:
+                step.assistant("", tool_calls=[ags.ToolCall(f"c{n}", "look", {})])
+                step.tool_result(f"c{n}", "look", "found")
+            turn.assistant(f"answer {n}")
+    session.compact(summary="the first two questions", keep_turns=1)
+    store.close()
+    code, out, err = invoke(tmp_path / "s", "stats", "chat", "--json")
+    assert code == 0, err
+    stats = json.loads(out)
+    assert stats["session_id"] == "chat"
+    # 9 user and assistant messages were stored; the model is sent the summary and the last
+    # turn (its user message, the call, the result and the answer).
+    assert (stats["message_events"], stats["history_messages"]) == (9, 5)
+    text = invoke(tmp_path / "s", "stats", "chat")[1].splitlines()
+    assert "message events: 9" in text and "messages in history: 5" in text
+    assert text[0] == "session: chat" and not any(line.startswith("session id") for line in text)
+
+
+def test_show_says_one_turn_not_one_turns(store_dir: Path) -> None:
+    assert " · 1 turn · " in invoke(store_dir, "show", "slack:C002")[1].splitlines()[0]
+    assert " · 4 turns · " in invoke(store_dir, "show", "cli:long")[1].splitlines()[0]
+
+
+def test_ls_json_uses_the_library_names_of_session_info(store_dir: Path) -> None:
+    rows = [json.loads(line) for line in invoke(store_dir, "ls", "--json")[1].splitlines()]
+    infos = {info.id: info for info in ags.open_store(store_dir).list()}
+    for row in rows:
+        info = infos[row["id"]]
+        assert set(row) == {"id", "last_seq", "updated_at", "size"}
+        assert row["last_seq"] == info.last_seq and row["size"] == info.size
+        assert row["updated_at"] == info.updated_at.isoformat().replace("+00:00", "Z")
+
+
+def test_a_bad_agentkit_line_is_named_once(tmp_path: Path) -> None:
+    source = tmp_path / "agentkit"
+    source.mkdir()
+    (source / "cli_default.jsonl").write_text("not json\n", encoding="utf-8")
+    code, out, err = invoke(tmp_path / "s", "import", "agentkit", str(source))
+    assert code == 2 and out == ""
+    assert err.count("not an agentkit event line") == 1
+    assert err.endswith("cli_default.jsonl:1: not an agentkit event line: JSON is malformed\n")

@@ -297,7 +297,7 @@ def test_show_of_a_child_starts_with_its_parent_and_fork_seq(family: str) -> Non
     code, out, _ = invoke(family, "show", "main:research")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].startswith("session main:research · 7 events · 1 turns · ")
+    assert lines[0].startswith("session main:research · 7 events · 1 turn · ")
     assert lines[1] == (
         "child of session main, forked at its seq 4 for subagent researcher · merged into it "
         "at its seq 9"
@@ -424,7 +424,7 @@ def test_ls_without_tree_is_unchanged_flat(family: str) -> None:
     ]
     assert all(line == line.lstrip() for line in lines)
     rows = [json.loads(line) for line in invoke(family, "ls", "--json")[1].splitlines()]
-    assert all(set(r) == {"id", "events", "last_activity", "size"} for r in rows)
+    assert all(set(r) == {"id", "last_seq", "updated_at", "size"} for r in rows)
 
 
 def test_ls_tree_json_gives_one_nested_object_per_top_session(family: str) -> None:
@@ -434,7 +434,7 @@ def test_ls_tree_json_gives_one_nested_object_per_top_session(family: str) -> No
     assert [t["id"] for t in tops] == ["other", "main"]
     main = tops[1]
     assert (main["agent"], main["state"], main["fork_seq"]) == (None, None, None)
-    assert main["events"] == 10
+    assert main["last_seq"] == 10
 
     def shape(node: dict[str, object]) -> object:
         kids = node["children"]
@@ -448,7 +448,7 @@ def test_ls_tree_json_gives_one_nested_object_per_top_session(family: str) -> No
         ("main:critic", "critic", "discarded", 5, []),
     ]
     assert set(main) == {
-        "id", "events", "last_activity", "size", "agent", "state", "fork_seq", "shredded",
+        "id", "last_seq", "updated_at", "size", "agent", "state", "fork_seq", "shredded",
         "children",
     }
     assert main["shredded"] is False
@@ -469,11 +469,11 @@ def test_ls_tree_shows_a_child_the_limit_left_out_under_its_listed_parent(family
     store.close()
     out = invoke(family, "ls", "--tree", "--json", "--prefix", "main", "--limit", "1")[1]
     [main] = [json.loads(line) for line in out.splitlines()]
-    assert main["id"] == "main" and main["events"] == 11
+    assert main["id"] == "main" and main["last_seq"] == 11
     assert [c["id"] for c in main["children"]] == ["main:research", "main:critic"]
     research = main["children"][0]
     # Not listed: what only the listing reports is unknown, what the index says is there.
-    assert (research["events"], research["size"], research["state"]) == (None, None, "merged")
+    assert (research["last_seq"], research["size"], research["state"]) == (None, None, "merged")
     helper = research["children"][0]
     assert helper["id"] == "main:research:helper" and helper["state"] == "active"
 

@@ -878,7 +878,7 @@ def test_a_non_loopback_host_gets_a_generated_token(tmp_path: Path) -> None:
     ags.open_store(url).get("chat:1").append(ags.Event.new("user/message", ags.Message.user("x")))
     process, announced = run_serve(["--host", "0.0.0.0", "--port", "0"], url)
     try:
-        assert announced["token"] is True
+        assert announced["token_required"] is True
         token = announced["url"].split("?token=", 1)[1]
         assert len(token) >= 32
         base = f"http://127.0.0.1:{announced['port']}"
@@ -895,7 +895,7 @@ def test_serve_on_loopback_needs_no_token_and_takes_one(tmp_path: Path) -> None:
     ags.open_store(url).get("chat:1").append(ags.Event.new("user/message", ags.Message.user("x")))
     process, announced = run_serve(["--port", "0"], url)
     try:
-        assert announced["token"] is False and "token" not in announced["url"]
+        assert announced["token_required"] is False and "token" not in announced["url"]
         assert httpx.get(announced["url"] + "api/sessions", timeout=10).status_code == 200
     finally:
         stop(process)

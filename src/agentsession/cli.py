@@ -7,7 +7,8 @@ Conventions every command follows:
 
 * **Exit status**: 0 success; 1 an error (and, with ``repair --exit-code``, something to
   repair); 2 a usage error (a bad option or argument, also the library's ``UsageError``);
-  4 not found (no such session, no store at the path); 141 stdout was closed early (as in
+  4 not found (no such session, no store at the path); 130 Ctrl-C ended it (quietly; for
+  ``serve``, which runs until Ctrl-C, that is 0); 141 stdout was closed early (as in
   ``agentsession ls | head -1``; the shell's status for a process killed by SIGPIPE).
 * **Errors** print one line on stderr; ``--debug`` adds the traceback and the debug log.
   Library warnings print as one ``warning: ...`` line on stderr.
@@ -84,6 +85,7 @@ __all__ = [
     "DST_PASSPHRASE_ENV",
     "EXIT_BROKEN_PIPE",
     "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_USAGE",
     "NoStore",
@@ -106,6 +108,9 @@ EXIT_USAGE = 2
 """A usage error: a bad option or argument, or the library's ``UsageError``."""
 EXIT_NOT_FOUND = 4
 """No such session, or no store at the path given."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (SIGINT) ended the command (as it ends ``tail -f``): 128 + SIGINT, quietly. ``serve``
+runs until Ctrl-C, so for it Ctrl-C is success (0)."""
 EXIT_BROKEN_PIPE = 141
 """Stdout was closed before the output was written (``| head``): 128 + SIGPIPE, the status a
 shell reports for a Unix tool killed by SIGPIPE. Nothing is printed."""
@@ -234,7 +239,7 @@ class _LogHandler(logging.Handler):
 
 
 @contextlib.contextmanager
-def _logging_to_stderr(debug: bool) -> Iterator[None]:
+def _logging_to_stderr(debug: bool) -> Iterator[_LogHandler]:
     """Route log records through :class:`_LogHandler` while a command runs; restore after."""
     root = logging.getLogger()
     handler = _LogHandler(debug)
@@ -242,7 +247,7 @@ def _logging_to_stderr(debug: bool) -> Iterator[None]:
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if debug else min(level or logging.WARNING, logging.WARNING))
     try:
-        yield
+        yield handler
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
@@ -471,6 +476,15 @@ class State:
     debug: bool
     key_file: str | None = None
     _store: BaseStore | None = field(default=None, repr=False)
+    _log: _LogHandler | None = field(default=None, repr=False)
+
+    def debug_on(self) -> None:
+        """Turn ``--debug`` on after the group started (given after the command)."""
+        self.debug = True
+        if self._log is not None:
+            self._log.debug = True
+            self._log.setLevel(logging.DEBUG)
+            logging.getLogger().setLevel(logging.DEBUG)
 
     def secret(self) -> Secret:
         """The store's passphrase or key: ``--key-file``, else ``AGENTSESSION_PASSPHRASE``."""
@@ -540,6 +554,9 @@ class _Group(click.Group):
         except BrokenPipeError:
             _silence_stdout()
             raise click.exceptions.Exit(EXIT_BROKEN_PIPE) from None
+        except KeyboardInterrupt:
+            # Ctrl-C, wherever it lands: quiet, 130 (click's own reaction is "Aborted!", 1).
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
         finally:
             state = ctx.find_object(State)
             if state is not None:
@@ -562,6 +579,7 @@ _GROUP_EPILOG = (
     "       missing key of an encrypted store, or encrypted data that does not open\n"
     "  2    usage error (a bad option, argument or store URL)\n"
     "  4    not found: no such session, or no store at the path\n"
+    "  130  interrupted by Ctrl-C (serve, which runs until then, exits 0)\n"
     "  141  stdout was closed early (| head); nothing is printed\n"
     "\n"
     "\b\n"
@@ -612,8 +630,66 @@ def cli(ctx: click.Context, url: str, key_file: str | None, debug: bool) -> None
     Start with `agentsession demo`, then explore what it wrote with `ls`, `show` and
     `messages`.
     """
-    ctx.obj = State(url=url, debug=debug, key_file=key_file)
-    ctx.with_resource(_logging_to_stderr(debug))
+    state = ctx.obj = State(url=url, debug=debug, key_file=key_file)
+    state._log = ctx.with_resource(_logging_to_stderr(debug))
+
+
+def _global_after(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Apply a global option given after the command name, as if it came before it (it wins
+    over the same option given there)."""
+    state = ctx.find_object(State)
+    if state is None or value is None or value is False:
+        return value
+    if param.name == "global_store":
+        state.close()
+        state.url = value
+    elif param.name == "global_key_file":
+        state.key_file = value
+    elif param.name == "global_debug":
+        state.debug_on()
+    return value
+
+
+def _global_options() -> list[click.Option]:
+    """``--store``, ``--key-file`` and ``--debug`` as options of a command, so that they work
+    after its name as well as before it."""
+    return [
+        click.Option(
+            ["--store", "global_store"],
+            default=None,
+            expose_value=False,
+            callback=_global_after,
+            help="As the global --store (also accepted before the command).",
+        ),
+        click.Option(
+            ["--key-file", "global_key_file"],
+            type=click.Path(dir_okay=False),
+            default=None,
+            expose_value=False,
+            callback=_global_after,
+            help="As the global --key-file (also accepted before the command).",
+        ),
+        click.Option(
+            ["--debug", "global_debug"],
+            is_flag=True,
+            expose_value=False,
+            callback=_global_after,
+            help="As the global --debug (also accepted before the command).",
+        ),
+    ]
+
+
+def _accept_global_options(group: click.Group) -> None:
+    """Give every command of ``group`` (and of its subgroups) the global options it does not
+    define itself (``serve`` and ``import``'s commands have their own ``--store``, which means
+    the same)."""
+    for command in group.commands.values():
+        taken = {opt for param in command.params for opt in param.opts}
+        command.params.extend(
+            option for option in _global_options() if not taken.intersection(option.opts)
+        )
+        if isinstance(command, click.Group):
+            _accept_global_options(command)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -701,10 +777,11 @@ class _Row(msgspec.Struct):
     """One line of ``ls``: only what ``store.list()`` reports, no event is read."""
 
     id: str
-    events: int | None
+    last_seq: int | None
     """The session's last seq, which is its number of events; None when the backend does not
     know it cheaply."""
-    last_activity: dt.datetime | None
+    updated_at: dt.datetime | None
+    """When the session was last appended to."""
     size: int | None
     """Bytes in storage; None when the backend does not keep it per session (SQLite,
     PostgreSQL)."""
@@ -719,8 +796,8 @@ class _TreeRow(msgspec.Struct):
     of it (None for a session shown at the top), and its children in fork order."""
 
     id: str
-    events: int | None
-    last_activity: dt.datetime | None
+    last_seq: int | None
+    updated_at: dt.datetime | None
     size: int | None
     agent: str | None = None
     """The subagent working in it, as its parent's index says."""
@@ -758,8 +835,8 @@ def _session_tree(store: BaseStore, infos: Sequence[SessionInfo]) -> list[_TreeR
                 below.append(node(kid.id, kid))
         return _TreeRow(
             id=sid,
-            events=info.last_seq if info is not None and info.last_seq >= 0 else None,
-            last_activity=info.updated_at if info is not None else None,
+            last_seq=info.last_seq if info is not None and info.last_seq >= 0 else None,
+            updated_at=info.updated_at if info is not None else None,
             size=(info.size or None) if info is not None else None,
             agent=fork.agent if fork is not None else None,
             state=fork.state if fork is not None else None,
@@ -792,8 +869,8 @@ def _tree_lines(trees: Sequence[_TreeRow]) -> list[list[str]]:
         table.append(
             [
                 "  " * level + clean(row.id),
-                _count(row.events),
-                _when(row.last_activity),
+                _count(row.last_seq),
+                _when(row.updated_at),
                 _size(row.size),
                 clean(row.agent) if row.agent else "-",
                 _tree_state(row),
@@ -853,8 +930,8 @@ def ls_command(
     rows = [
         _Row(
             id=info.id,
-            events=info.last_seq if info.last_seq >= 0 else None,
-            last_activity=info.updated_at,
+            last_seq=info.last_seq if info.last_seq >= 0 else None,
+            updated_at=info.updated_at,
             size=info.size or None,
         )
         for info in store.list(prefix=prefix, limit=limit)
@@ -868,7 +945,7 @@ def ls_command(
         return
     table = [["id", "events", "last activity (UTC)", "size"]]
     table += [
-        [clean(row.id), _count(row.events), _when(row.last_activity), _size(row.size)]
+        [clean(row.id), _count(row.last_seq), _when(row.updated_at), _size(row.size)]
         for row in rows
     ]
     for line in _columns(table, right=(1, 3)):
@@ -891,10 +968,15 @@ def _store_bytes(store: BaseStore, sizes: Sequence[int]) -> int | None:
     return None if sizes else 0
 
 
+_STAT_LABELS = {"message_events": "message events", "history_messages": "messages in history"}
+
+
 def _print_stats(title: str, stats: dict[str, Any]) -> None:
     _echo(clean(title))
     for key, value in stats.items():
-        label = key.replace("_", " ")
+        if key == "session_id":
+            continue  # in the title
+        label = _STAT_LABELS.get(key, key.replace("_", " "))
         shown = _size(value) if key == "bytes" else "?" if value is None else str(value)
         _echo(f"{label}: {shown}")
 
@@ -914,7 +996,8 @@ def _print_stats(title: str, stats: dict[str, Any]) -> None:
 def stats_command(state: State, session_id: str | None, as_json: bool) -> None:
     """Count the store's sessions, events and bytes (from its listing, reading no events; for
     SQLite, bytes is the database file's size); with SESSION_ID, that session's events, turns,
-    messages and incomplete turns."""
+    message events (user and assistant messages stored), messages in history (what the model
+    is sent: after compaction, with tool results) and incomplete turns."""
     from .recovery import scan_all_incomplete
 
     store = state.store()
@@ -929,12 +1012,17 @@ def stats_command(state: State, session_id: str | None, as_json: bool) -> None:
         }
         title = f"store: {store.location}"
     else:
-        events = state.existing(session_id).read()
+        session = state.existing(session_id)
+        events = session.read()
         size = next((i.size for i in store.list(prefix=session_id) if i.id == session_id), 0)
         stats = {
+            "session_id": session_id,
             "events": len(events),
             "turns": sum(1 for e in events if e.type == ev.TURN_START),
-            "messages": sum(1 for e in events if e.type in (ev.USER_MESSAGE, ev.ASSISTANT_MESSAGE)),
+            "message_events": sum(
+                1 for e in events if e.type in (ev.USER_MESSAGE, ev.ASSISTANT_MESSAGE)
+            ),
+            "history_messages": len(session.messages()),
             "incomplete_turns": len(scan_all_incomplete(events)),
             "bytes": size or None,
         }
@@ -1389,7 +1477,7 @@ def _transcript(
     yield (
         "",
         f"[bold]session {_n(session.id)}[/] · {len(events)} events · "
-        f"{turns} turns · {_n(session.location)}",
+        f"{turns} turn{'' if turns == 1 else 's'} · {_n(session.location)}",
     )
     if rows and isinstance(rows[0], view.ForkRow):
         yield "", _forked_line(rows[0], rows)
@@ -1570,7 +1658,7 @@ def tail_command(
             time.sleep(interval)
             last = emit(session.read(after=last)) or last
     except KeyboardInterrupt:
-        raise click.exceptions.Exit(130) from None  # Ctrl-C is how -f ends: 128 + SIGINT
+        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None  # Ctrl-C is how -f ends
 
 
 def _message_lines(message: Message) -> Iterator[str]:
@@ -1946,8 +2034,17 @@ def copy_command(
 def migrate_command(state: State, as_json: bool) -> None:
     """Apply pending schema migrations to a SQL store (opening a store applies them too;
     run this from a deploy step when workers open stores with auto_migrate=False). Stores
-    without a schema (JSONL) have nothing to migrate."""
+    without a schema (JSONL) have nothing to migrate.
+
+    A directory or SQLite file must hold a store already ("no store at ...", exit 4: a
+    mistyped path has nothing to migrate); on a PostgreSQL server, migrate creates the
+    store's tables in their schema when they are not there yet (the deploy step)."""
     _check_url(state.url)
+    scheme = state.url.strip().partition(":")[0].lower()
+    if _is_path(state.url) or scheme not in ("postgresql", "postgres"):
+        # An encrypted store exists as well; its schema needs no key.
+        with contextlib.suppress(EncryptionError):
+            open_existing(state.url).close()
     applied = migrate_store(state.url)
     if as_json:
         _json_line({"applied": applied})
@@ -2078,7 +2175,7 @@ def serve_command(
                     "host": serving.host,
                     "port": serving.port,
                     "store": serving.store,
-                    "token": serving.token,
+                    "token_required": serving.token,
                 }
             )
             return
@@ -2087,15 +2184,17 @@ def serve_command(
             _echo("the URL carries the access token: whoever has it can read every session")
         _echo("press Ctrl-C to stop")
 
-    serve(
-        store,
-        host=host,
-        port=port,
-        token=token,
-        open_browser=open_browser,
-        ready=ready,
-        log_level="info" if state.debug else "warning",
-    )
+    # Ctrl-C is how serve ends: uvicorn stops, then raises the interrupt again; a quiet 0.
+    with contextlib.suppress(KeyboardInterrupt):
+        serve(
+            store,
+            host=host,
+            port=port,
+            token=token,
+            open_browser=open_browser,
+            ready=ready,
+            log_level="info" if state.debug else "warning",
+        )
 
 
 def _module_missing(name: str) -> bool:
@@ -2329,6 +2428,9 @@ def import_lango_command(
     except SourceNotFound as exc:
         raise NoStore(str(exc)) from None
     _run_import(state, store_url, source, dry_run, as_json)
+
+
+_accept_global_options(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

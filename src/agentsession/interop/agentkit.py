@@ -812,22 +812,22 @@ def _decode_head(line: bytes | memoryview) -> _Line:
     try:
         return _line_decoder.decode(line)
     except msgspec.ValidationError as exc:
-        raise AgentkitLineError(f"not an agentkit event line: {exc}") from None
+        raise AgentkitLineError(str(exc)) from None
     except msgspec.DecodeError:
         pass
     # msgspec refuses JSON escapes of lone surrogates; the standard library reads them.
     try:
         obj = _json.loads(bytes(line))
     except (ValueError, RecursionError):
-        raise AgentkitLineError("not an agentkit event line: JSON is malformed") from None
+        raise AgentkitLineError("JSON is malformed") from None
     if not isinstance(obj, dict):
-        raise AgentkitLineError("not an agentkit event line: not a JSON object")
+        raise AgentkitLineError("not a JSON object")
     if "Data" in obj:
         obj["Data"] = msgspec.Raw(fallback_dumps(obj["Data"]))
     try:
         return msgspec.convert(obj, _Line)
     except msgspec.ValidationError as exc:
-        raise AgentkitLineError(f"not an agentkit event line: {exc}") from None
+        raise AgentkitLineError(str(exc)) from None
 
 
 def _type_in(kind: str) -> str:
