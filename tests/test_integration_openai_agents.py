@@ -1555,3 +1555,51 @@ def test_the_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     run(session.aclose())
     assert [cast("dict[str, Any]", i).get("type") for i in items].count("function_call") == 1
     assert contents(items)[0] == "What is the weather in Paris?"
+
+
+RUN_SYNC_SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    sys.path.insert(0, sys.argv[2])
+    from agents import Agent, Runner, set_tracing_disabled
+    from openai_agents_example import ScriptedModel, say
+
+    from agentsession.integrations.openai_agents import OpenAIAgentsSession
+
+    set_tracing_disabled(True)
+    model = ScriptedModel([[say("Hello.", "msg_1")], [say("Hello again.", "msg_2")]])
+    agent = Agent(name="greeter", instructions="Be brief.", model=model)
+    session = OpenAIAgentsSession("user-1", store=sys.argv[1])
+    print(Runner.run_sync(agent, "Hi", session=session).final_output)
+    print(Runner.run_sync(agent, "Hi again", session=session).final_output)
+    session.close()
+    """
+)
+
+
+@pytest.mark.parametrize("backend", ["jsonl", BACKENDS[3]])
+def test_run_sync_then_close_exits_cleanly(backend: str, tmp_path: Path) -> None:
+    """``Runner.run_sync`` keeps its event loop open and idle between runs, never closed:
+    ``close()`` must close the PostgreSQL async pool opened on it, or its tasks are destroyed
+    pending at exit (with "no running event loop" errors on stderr)."""
+    import subprocess
+    import sys
+
+    schema = new_schema_name()
+    target = str(tmp_path / "store") if backend == "jsonl" else url_with_schema(schema)
+    script = tmp_path / "run_sync.py"
+    script.write_text(RUN_SYNC_SCRIPT, encoding="utf-8")
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), target, str(examples)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (done.returncode, done.stderr) == (0, "")
+        assert done.stdout == "Hello.\nHello again.\n"
+    finally:
+        if backend != "jsonl":
+            drop_schemas([schema])

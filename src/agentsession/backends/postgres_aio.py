@@ -22,7 +22,9 @@ closed with the async store):
 
 The pool closes with the async store, or, left open, when its event loop shuts down (a task
 of the backend's closes it when ``asyncio.run`` cancels the tasks left: psycopg_pool's workers
-would otherwise keep ``asyncio.run`` from returning); the next loop then gets a new pool.
+would otherwise keep ``asyncio.run`` from returning); the next loop then gets a new pool. A
+store closed while the pool's loop is open but idle (the loop ``Runner.run_sync`` of the
+OpenAI Agents SDK keeps between runs) runs that loop until the pool is closed.
 
 Everything else goes to worker threads (``super().call``), and so do these operations when:
 
@@ -229,6 +231,16 @@ def _untraced(call: Call[Any], session: BaseSession) -> Call[Any]:
     return Call(call.op, call.kind, fn, session, args, user_message=call.user_message)
 
 
+def _close_on_idle_loop(loop: asyncio.AbstractEventLoop, guard: asyncio.Task[None]) -> None:
+    """Cancel ``guard`` on ``loop``, which is open but not running, and run the loop until
+    the guard has closed its pool (from a thread that runs no loop)."""
+    try:
+        guard.cancel()
+        loop.run_until_complete(asyncio.wait([guard]))
+    except RuntimeError:  # another thread started running it meanwhile: it closes it there
+        loop.call_soon_threadsafe(guard.cancel)
+
+
 class PostgresAsyncBackend(AsyncBackend):
     """The async API's backend for a PostgreSQL store: appends, reads, ``latest_seq`` and the
     catch-up of ``messages()``/``entries()`` natively on psycopg's ``AsyncConnectionPool``, the
@@ -282,8 +294,16 @@ class PostgresAsyncBackend(AsyncBackend):
         if running is loop:
             guard.cancel()
             await asyncio.wait([guard])
-        else:
+        elif loop.is_running():
             loop.call_soon_threadsafe(guard.cancel)  # it closes the pool there
+        elif running is None:
+            _close_on_idle_loop(loop, guard)
+        else:
+            # The pool's loop is open but nothing runs it (the SDK's Runner.run_sync keeps
+            # one between runs, never closed): nothing else would close the pool, and its
+            # tasks would be destroyed pending at exit. Run that loop until the pool is
+            # closed, in a worker thread, as this thread runs a loop of its own.
+            await running.run_in_executor(self.executor, _close_on_idle_loop, loop, guard)
 
     async def _guard_pool(self, pool: _Pool) -> None:
         """Wait until cancelled, then close ``pool``: when the backend closes, or when the

@@ -250,7 +250,27 @@ def _release_shared(target: str, store: AsyncStore) -> AsyncStore | None:
 def _close_shared(target: str, store: AsyncStore) -> None:
     last = _release_shared(target, store)
     if last is not None:
-        last.sync.close()
+        _close_from_sync(last)
+
+
+def _close_from_sync(store: AsyncStore) -> None:
+    """Close ``store`` from sync code. Where no event loop runs in this thread, with
+    :meth:`AsyncStore.close` on a loop of its own, which also closes what the store opened on
+    another loop (PostgreSQL's async pool, on a loop such as ``Runner.run_sync``'s that may
+    never run again, whose tasks would be destroyed pending at exit); else (and when the
+    interpreter is shutting down) the sync store only: the pool then closes with its loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(store.close())
+            return
+        except RuntimeError:
+            pass  # no worker thread can start any more (the interpreter is exiting)
+        finally:
+            loop.close()
+    store.sync.close()
 
 
 _wrappers: weakref.WeakValueDictionary[int, AsyncStore] = weakref.WeakValueDictionary()
