@@ -70,14 +70,14 @@ def command_line_transcript() -> list[tuple[str, list[str]]]:
 
 
 TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
-SIZE = re.compile(r"\b\d+(?:\.\d)? (?:B|KB|MB|GB)\b")
 
 
-def words(line: str, home: str) -> list[str]:
-    """A line's words, with times, sizes and the demo's directory made comparable (so the
-    column padding that sizes change does not matter either)."""
-    line = line.replace(home, "/home/me")
-    return SIZE.sub("<size>", TIME.sub("<time>", line)).split()
+def normalised(line: str, home: str) -> str:
+    """A line with what must vary between runs made comparable: the demo's directory and the
+    dates and times (both fixed width, so columns stay aligned). Sizes, counts and the order
+    of lines are compared as they are: the demo writes the same bytes in the same order on
+    every run, and ``ls`` breaks a tie of times by id."""
+    return TIME.sub("<time>", line.replace(home, "/home/me"))
 
 
 def test_the_readme_command_line_transcript_is_real_output(
@@ -90,7 +90,8 @@ def test_the_readme_command_line_transcript_is_real_output(
     from agentsession.demo import run_demo
 
     examples = command_line_transcript()
-    assert len(examples) >= 3
+    commands = {shlex.split(command)[3] for command, _ in examples}
+    assert {"ls", "show", "messages", "stats"} <= commands
     home = tmp_path / "me"
     home.mkdir()
     monkeypatch.chdir(home)
@@ -99,9 +100,6 @@ def test_the_readme_command_line_transcript_is_real_output(
         argv = shlex.split(command)
         assert argv[0] == "agentsession"
         result = CliRunner().invoke(cli, argv[1:], env={"COLUMNS": "80"})
-        got = [words(line, str(home.resolve())) for line in result.output.splitlines()]
-        want = [words(line, "/home/me") for line in expected]
-        if argv[-1] == "ls":
-            # Sessions written in the same clock tick may list in either order.
-            got, want = got[:1] + sorted(got[1:]), want[:1] + sorted(want[1:])
+        got = [normalised(line, str(home.resolve())) for line in result.output.splitlines()]
+        want = [normalised(line, "/home/me") for line in expected]
         assert got == want, command

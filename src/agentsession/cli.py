@@ -20,13 +20,16 @@ Conventions every command follows:
 * **JSON**: every command takes ``--json``. The objects the command line makes have snake_case
   keys; events (``show``, ``tail``) and messages (``messages``) are printed exactly as stored,
   in the format of ``docs/format.md``.
-* **Stores are created only by writes**: ``copy``'s destination, ``demo`` and ``migrate``.
+* **Stores are created only by writes**: ``copy``'s destination, ``demo`` and ``import``.
   Every other command opens the store with ``create=False`` and fails with "no store at ..."
-  (exit 4) rather than create one.
+  (exit 4) rather than create one; ``migrate`` too, but for PostgreSQL, where it creates the
+  store's tables (the deploy step).
 * **Reading writes nothing**: ``ls``, ``stats``, ``show``, ``messages``, ``tail``, ``repair
   --dry-run`` and ``serve`` change no byte of the store (a torn JSONL tail is read up to, and
   left for the next writer) and work on a store the process may only read; a write to such a
   store fails with one line saying why (``docs/safety.md``).
+* **Global options** (``--store``, ``--key-file``, ``--debug``) go before the command or after
+  it; given on both sides, the one after wins.
 * **Encrypted stores** (``docs/security.md``): the key comes from ``--key-file PATH`` or the
   environment variable ``AGENTSESSION_PASSPHRASE``, never from the command line's arguments.
   A key file holds the passphrase as UTF-8 text (one trailing newline is dropped), or exactly
@@ -585,7 +588,11 @@ _GROUP_EPILOG = (
     "\b\n"
     "JSON: every command takes --json. Objects the command line makes use snake_case keys;\n"
     "events (show, tail) and messages (messages) are printed exactly as stored\n"
-    "(docs/format.md). Only writes create a store: copy's destination, demo, migrate, import.\n"
+    "(docs/format.md). Only writes create a store: copy's destination, demo, import (and\n"
+    "migrate, on PostgreSQL only).\n"
+    "\n"
+    "\b\n"
+    "--store, --key-file and --debug go before the command or after it (the later wins).\n"
     "\n"
     "\b\n"
     "Encrypted stores (docs/security.md): the key comes from --key-file PATH or the\n"

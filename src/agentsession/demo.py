@@ -11,6 +11,7 @@ the commands to explore what it wrote.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import re
@@ -189,6 +190,25 @@ def _new_build_directory(root: Path) -> Path:
     except OSError as exc:
         raise StorageError(f"cannot prepare the demo directory beside {root}: {exc}") from exc
     return build
+
+
+class _LastTime(msgspec.Struct):
+    time: str | None = None
+
+
+def _stamp_modification_times(build: Path) -> None:
+    """Give each session log the modification time of its last event (microseconds), so that
+    ``ls`` lists the demo's sessions in the order they were last written on every run: the
+    kernel stamps files from a coarse clock, and logs written within one tick would tie (and
+    list by id)."""
+    for path in build.glob("*.jsonl"):
+        lines = path.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)
+        stamp = msgspec.json.decode(lines[-1], type=_LastTime).time
+        if stamp is None:
+            continue
+        when = msgspec.convert(stamp, dt.datetime)
+        ns = int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
+        os.utime(path, ns=(ns, ns))
 
 
 def _move_into_place(build: Path, root: Path) -> None:
@@ -407,6 +427,7 @@ def _run(root: Path, build: Path, directory: str, console: Console) -> DemoResul
     finally:
         store.close()
 
+    _stamp_modification_times(build)
     _move_into_place(build, root)
     prefix = f"{command_prefix()} --store {shlex.quote(directory)}"
     commands = [
