@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -1732,9 +1732,12 @@ def test_import_takes_the_global_options_after_its_commands(tmp_path: Path) -> N
 # -- Ctrl-C, migrate, stats, messages ----------------------------------------------------------
 
 
-def interrupt(args: list[str]) -> tuple[int, str, str]:
-    """Start ``agentsession ARGS``, wait for its first line on stdout, send it SIGINT (as
-    Ctrl-C does) and return its exit status and the rest of its output."""
+def interrupt(
+    args: list[str], ready: Callable[[str], object] = lambda first: None
+) -> tuple[int, str, str]:
+    """Start ``agentsession ARGS``, wait for its first line on stdout (and for ``ready`` to
+    return, given that line), send it SIGINT (as Ctrl-C does) and return its exit status and
+    the rest of its output."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "agentsession", *args],
         stdout=subprocess.PIPE,
@@ -1745,6 +1748,7 @@ def interrupt(args: list[str]) -> tuple[int, str, str]:
         assert proc.stdout is not None
         first = readline_within(proc.stdout, 60)
         assert first, "no output"
+        ready(first)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         return proc.returncode, out, err
@@ -1756,8 +1760,14 @@ def interrupt(args: list[str]) -> tuple[int, str, str]:
 
 def test_ctrl_c_stops_serve_quietly_with_status_0(store_dir: Path) -> None:
     pytest.importorskip("uvicorn")
-    code, out, err = interrupt(["--store", str(store_dir), "serve", "--port", "0", "--json"])
-    assert (code, out, err) == (0, "", "")
+    httpx = pytest.importorskip("httpx")
+
+    def serving(first: str) -> None:
+        # One answered request: the server runs (and handles SIGINT itself) from then on.
+        assert httpx.get(json.loads(first)["url"], timeout=60).status_code == 200
+
+    args = ["--store", str(store_dir), "serve", "--port", "0", "--json"]
+    assert interrupt(args, serving) == (0, "", "")
 
 
 def test_ctrl_c_stops_tail_follow_quietly_with_status_130(store_dir: Path) -> None:
