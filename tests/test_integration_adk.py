@@ -22,18 +22,26 @@ import multiprocessing
 import os
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+from pydantic import Field
 
 pytest.importorskip("google.adk")
 
+from google.adk.agents import LlmAgent
+from google.adk.agents.run_config import RunConfig
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.session import Session
 from google.adk.sessions.sqlite_session_service import SqliteSessionService
@@ -44,10 +52,12 @@ from agentsession import open_store
 from agentsession.aio import AsyncStore
 from agentsession.children import read_session_value
 from agentsession.errors import EncryptionError
+from agentsession.events import COMPACTION
 from agentsession.integrations.adk import (
     ADK_EVENT,
     ADK_SESSION,
     APP_STATE_KIND,
+    COMPACTION_ID_PREFIX,
     SNAPSHOT_KIND,
     USER_STATE_KIND,
     AgentSessionService,
@@ -1394,3 +1404,191 @@ def test_the_example_runs_an_adk_runner_over_a_store(
     assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"] * 2
     assert provider_errors(messages) == []
     store.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Compaction: a marker becomes ADK's own compaction event, which the runner's content builder
+# honours.
+
+
+class RecordingModel(BaseLlm):
+    """A model that records the contents of every request: asked about a city, it calls
+    ``weather``, then answers with the tool's result."""
+
+    model: str = "recording"
+    sent: list[list[types.Content]] = Field(default_factory=list)
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        self.sent.append([c.model_copy(deep=True) for c in llm_request.contents])
+        parts = llm_request.contents[-1].parts or []
+        answered = [p.function_response for p in parts if p.function_response is not None]
+        if answered:
+            reply = types.Part(text=f"The weather: {(answered[0].response or {})['result']}.")
+        else:
+            city = " ".join(p.text or "" for p in parts).rstrip("?").split()[-1]
+            call = types.FunctionCall(name="weather", args={"city": city})
+            reply = types.Part(function_call=call)
+        yield LlmResponse(content=types.Content(role="model", parts=[reply]))
+
+
+def weather(city: str) -> dict[str, str]:
+    """The weather in ``city``."""
+    return {"result": f"sunny in {city}"}
+
+
+def _texts(contents: list[types.Content]) -> list[str]:
+    """Each part of ``contents`` as ``role: what it holds`` (text, a call or a response)."""
+    out = []
+    for content in contents:
+        for part in content.parts or []:
+            if part.function_call is not None:
+                what = f"call {part.function_call.args}"
+            elif part.function_response is not None:
+                what = f"response {part.function_response.response}"
+            else:
+                what = part.text or ""
+            out.append(f"{content.role}: {what}")
+    return out
+
+
+async def _ask(
+    runner: Runner, session_id: str, question: str, config: GetSessionConfig | None = None
+) -> None:
+    """One turn of the runner (reading the session with ``config``)."""
+    message = types.Content(role="user", parts=[types.Part(text=question)])
+    async for _ in runner.run_async(
+        user_id="ada",
+        session_id=session_id,
+        new_message=message,
+        run_config=RunConfig(get_session_config=config),
+    ):
+        pass
+
+
+async def _three_weather_turns(service: AgentSessionService) -> tuple[Runner, Session]:
+    """A runner over ``service`` whose model records its requests, and a session with three
+    turns (a question, a tool call, its response, an answer: four contents each)."""
+    agent = LlmAgent(name="helper", model=RecordingModel(), tools=[weather])
+    runner = Runner(agent=agent, app_name="app", session_service=service)
+    session = await service.create_session(app_name="app", user_id="ada")
+    for city in ("Paris", "Oslo", "Rome"):
+        await _ask(runner, session.id, f"Weather in {city}?")
+    return runner, session
+
+
+def _sent(runner: Runner) -> list[list[types.Content]]:
+    model = runner.agent.model  # type: ignore[attr-defined]
+    assert isinstance(model, RecordingModel)
+    return model.sent
+
+
+@pytest.mark.parametrize("config", [None, GetSessionConfig(num_recent_events=100)])
+@asynctest
+async def test_a_compacted_session_sends_the_summary_and_the_kept_turn_to_the_model(
+    shared_url: str, config: GetSessionConfig | None
+) -> None:
+    async with AgentSessionService(shared_url) as service:
+        runner, session = await _three_weather_turns(service)
+        assert len(_sent(runner)[-1]) == 11  # 3 turns of 4 contents, less the last answer
+
+        log = storage_of(service, session)
+        assert log.compact("Ada asked about Paris and Oslo.", keep_turns=1) is not None
+        _sent(runner).clear()
+        await _ask(runner, session.id, "Weather in Bern?", config)
+        assert _texts(_sent(runner)[0]) == [
+            "model: Ada asked about Paris and Oslo.",
+            "user: Weather in Rome?",
+            "model: call {'city': 'Rome'}",
+            "user: response {'result': 'sunny in Rome'}",
+            "model: The weather: sunny in Rome.",
+            "user: Weather in Bern?",
+        ]
+        # Derived on read: the log holds no ADK compaction event.
+        stored = [e for e in storage_of(service, session).read() if e.type == ADK_EVENT]
+        assert not any(b"compaction" in bytes(e.data) for e in stored)
+        got = await service.get_session(app_name="app", user_id="ada", session_id=session.id)
+        assert got is not None
+        [derived] = [e for e in got.events if e.actions.compaction is not None]
+        assert derived.id.startswith(COMPACTION_ID_PREFIX)
+
+
+@asynctest
+async def test_a_prune_without_a_summary_leaves_the_dropped_turns_out_of_the_request(
+    store_url: str,
+) -> None:
+    async with AgentSessionService(store_url) as service:
+        runner, session = await _three_weather_turns(service)
+        assert storage_of(service, session).prune(4) is not None  # the last turn fits
+        _sent(runner).clear()
+        await _ask(runner, session.id, "Weather in Bern?")
+        # No empty summary turn: ADK would send a compaction's empty content as one.
+        assert _texts(_sent(runner)[0]) == [
+            "user: Weather in Rome?",
+            "model: call {'city': 'Rome'}",
+            "user: response {'result': 'sunny in Rome'}",
+            "model: The weather: sunny in Rome.",
+            "user: Weather in Bern?",
+        ]
+        assert all(content.parts for content in _sent(runner)[0])
+
+
+@asynctest
+async def test_a_second_compaction_replaces_the_first_summary(store_url: str) -> None:
+    async with AgentSessionService(store_url) as service:
+        runner, session = await _three_weather_turns(service)
+        log = storage_of(service, session)
+        assert log.compact("Paris.", keep_turns=2) is not None
+        await _ask(runner, session.id, "Weather in Bern?")
+        assert log.compact("Paris, Oslo and Rome.", keep_turns=1) is not None
+        _sent(runner).clear()
+        await _ask(runner, session.id, "Weather in Kyiv?")
+        assert _texts(_sent(runner)[0]) == [
+            "model: Paris, Oslo and Rome.",
+            "user: Weather in Bern?",
+            "model: call {'city': 'Bern'}",
+            "user: response {'result': 'sunny in Bern'}",
+            "model: The weather: sunny in Bern.",
+            "user: Weather in Kyiv?",
+        ]
+
+
+@asynctest
+async def test_a_compaction_of_one_agents_history_leaves_adks_request_whole(
+    store_url: str,
+) -> None:
+    async with AgentSessionService(store_url) as service:
+        runner, session = await _three_weather_turns(service)
+        log = storage_of(service, session)
+        assert log.compact("Helper's turns.", keep_turns=1, agent="helper") is not None
+        _sent(runner).clear()
+        await _ask(runner, session.id, "Weather in Bern?")
+        assert len(_sent(runner)[0]) == 13  # the three turns and the question: nothing cut
+        assert "Helper's turns." not in _texts(_sent(runner)[0])
+
+
+def test_a_summarised_range_never_hides_a_kept_event_when_the_clock_went_back() -> None:
+    from agentsession.events import Compaction
+    from agentsession.events import Event as LogEvent
+    from agentsession.integrations.adk import _with_compactions  # the pure derivation
+    from agentsession.messages import Message
+
+    marker = Compaction(summary=Message.user("Earlier."), first_kept_seq=3)
+    events = [
+        LogEvent(seq=1, type=ADK_EVENT, data=msgspec.Raw(b"{}")),
+        LogEvent(seq=2, type=ADK_EVENT, data=msgspec.Raw(b"{}")),
+        LogEvent(seq=3, type=ADK_EVENT, data=msgspec.Raw(b"{}")),
+        LogEvent(seq=4, type=COMPACTION, data=msgspec.Raw(msgspec.json.encode(marker))),
+    ]
+    # The kept event (seq 3) was stamped before the second summarised one (a clock went back).
+    parsed = {
+        1: Event(author="user", timestamp=10.0, content=text("one")),
+        2: Event(author="user", timestamp=30.0, content=text("two")),
+        3: Event(author="user", timestamp=20.0, content=text("three")),
+    }
+    out = _with_compactions(events, parsed)
+    compaction = out[-1].actions.compaction
+    assert compaction is not None
+    assert compaction.start_timestamp == 10.0
+    assert compaction.end_timestamp < 20.0  # seq 3 stays in the request; seq 2 is sent too

@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import math
 import os
 import threading
 from collections import OrderedDict
@@ -95,6 +96,7 @@ try:
     from google.adk.errors.already_exists_error import AlreadyExistsError
     from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event as AdkEvent
+    from google.adk.events.event_actions import EventActions, EventCompaction
     from google.adk.platform import time as platform_time
     from google.adk.platform import uuid as platform_uuid
     from google.adk.sessions.base_session_service import (
@@ -104,6 +106,7 @@ try:
     )
     from google.adk.sessions.session import Session as AdkSession
     from google.adk.sessions.state import State
+    from google.genai import types
     from pydantic import TypeAdapter
     from pydantic_core import to_jsonable_python
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -120,8 +123,17 @@ from ..children import (
     update_store_value,
 )
 from ..codec import decode, encode
+from ..compaction import memory_cutoff_seq
 from ..errors import DuplicateSession, UsageError
-from ..events import ASSISTANT_MESSAGE, TOOL_RESULT, USAGE, USER_MESSAGE, Event
+from ..events import (
+    ASSISTANT_MESSAGE,
+    COMPACTION,
+    TOOL_RESULT,
+    USAGE,
+    USER_MESSAGE,
+    Event,
+    compaction_of,
+)
 from ..messages import Message, Part, TextPart, ThinkingPart, ToolCall, ToolResult
 from ..providers.gemini import from_gemini
 from ..session import BaseSession
@@ -129,6 +141,7 @@ from ..store import BaseStore, open_store
 
 __all__ = [
     "ADK_EVENT",
+    "COMPACTION_ID_PREFIX",
     "ADK_SESSION",
     "AgentSessionService",
     "StoreTarget",
@@ -141,6 +154,10 @@ ADK_SESSION: Final = "adk/session"
 """Event type of an ADK session's first event: its ids, initial session state and creation
 time (``app_name``, ``user_id``, ``id``, ``state``, ``last_update_time``)."""
 
+COMPACTION_ID_PREFIX: Final = "agentsession-compaction-"
+"""What the id of an ADK compaction event derived from a ``session/compaction`` marker starts
+with (followed by the marker's seq); such events are in ``get_session``'s events, not in the
+log."""
 ID_PREFIX: Final = "adk:"
 """What every ADK session's agentsession id starts with (see :func:`session_key`)."""
 USER_STATE_KIND: Final = "adk-user-state"
@@ -454,6 +471,91 @@ def _crosses(seqs: Sequence[int]) -> bool:
     return seqs[-1] // SNAPSHOT_EVERY > (seqs[0] - 1) // SNAPSHOT_EVERY
 
 
+# -- compaction markers as ADK compaction events -------------------------------------------------
+
+
+def _summary_content(summary: Message | None) -> types.Content | None:
+    """A marker's summary as ADK's compacted content (its text, as the model's: the shape of
+    ADK's own summariser), or None when it has no text (a prune)."""
+    text = summary.text if summary is not None else ""
+    return types.Content(role="model", parts=[types.Part(text=text)]) if text else None
+
+
+def _compaction_event(
+    marker: Event, events: Sequence[AdkEvent], bounds: Sequence[int]
+) -> tuple[AdkEvent | None, list[int]]:
+    """The ADK compaction event that stands for ``marker`` (its summary in place of the ADK
+    events it summarised) and the indexes in ``events`` of those events.
+
+    ``events`` are the ADK events before the marker and ``bounds[i]`` the seq where
+    ``events[i]``'s batch (the ``adk/event`` and its typed mirror) ends, exclusive; an ADK event
+    is summarised when its whole batch lies before the marker's first kept seq. ADK's content
+    builder drops the events whose timestamps fall in ``[start, end]``, so the range ends
+    before the earliest kept event even if a clock went back: a kept event is never hidden (a
+    summarised one the range cannot exclude is sent as it was). The event is None when the
+    marker has no summary text (a prune): ADK would send its empty content as a turn.
+    """
+    data = compaction_of(marker)
+    if data is None:
+        return None, []
+    first_kept = memory_cutoff_seq(data) + 1
+    covered = [i for i, end in enumerate(bounds) if 0 < end <= first_kept]
+    content = _summary_content(data.summary)
+    if not covered or content is None:
+        return None, covered
+    start = min(events[i].timestamp for i in covered)
+    end = max(events[i].timestamp for i in covered)
+    summarised = set(covered)
+    kept = [e.timestamp for i, e in enumerate(events) if i not in summarised]
+    if kept:
+        end = min(end, math.nextafter(min(kept), -math.inf))
+    if end < start:
+        return None, []
+    name = f"{COMPACTION_ID_PREFIX}{marker.seq}"
+    compaction = EventCompaction(
+        start_timestamp=start, end_timestamp=end, compacted_content=content
+    )
+    derived = AdkEvent(
+        id=name,
+        invocation_id=name,
+        author="user",
+        timestamp=end,
+        actions=EventActions(compaction=compaction),
+    )
+    return derived, covered
+
+
+def _with_compactions(events: Sequence[Event], parsed: Mapping[int, AdkEvent]) -> list[AdkEvent]:
+    """The ADK events of ``events`` (a stretch of a log, oldest first; ``parsed`` maps the seq
+    of each ``adk/event`` to return to its ADK event) as ADK's runner should see them after
+    the ``session/compaction`` markers among them that apply to all agents: an ADK compaction
+    event in place of each marker with a summary (see :func:`_compaction_event`), and the
+    events a marker without one (a prune) dropped left out. Derived on read: nothing of it is
+    stored."""
+    out: list[AdkEvent] = []
+    before: list[AdkEvent] = []
+    bounds: list[int] = []  # 0: the batch has not ended yet
+    dropped: set[int] = set()  # ids of the ADK events a prune dropped
+    for event in events:
+        if event.type not in (ADK_EVENT, COMPACTION):
+            continue
+        if bounds and bounds[-1] == 0:
+            bounds[-1] = event.seq
+        if event.type == ADK_EVENT:
+            adk = parsed.get(event.seq)
+            if adk is not None:
+                before.append(adk)
+                bounds.append(0)
+                out.append(adk)
+        elif not event.agent:  # a marker for one agent's history leaves the others whole
+            derived, covered = _compaction_event(event, before, bounds)
+            if derived is not None:
+                out.append(derived)
+            elif covered:
+                dropped.update(id(before[i]) for i in covered)
+    return [e for e in out if id(e) not in dropped] if dropped else out
+
+
 def _backwards(session: BaseSession, events: list[Event]) -> Iterator[Event]:
     """``events`` (the end of the log) newest first, then older events, read backwards in
     doubling spans."""
@@ -701,6 +803,10 @@ class AgentSessionService(BaseSessionService):
                 fold.time = adk_event.timestamp
                 if adk_event.actions.state_delta:
                     fold.state.update(_split(adk_event.actions.state_delta)[2])
+            if any(e.type == COMPACTION for e in events):
+                parsed = _with_compactions(
+                    events, dict(zip((e.seq for e in adk), parsed, strict=True))
+                )
             if len(events) > 2 * SNAPSHOT_EVERY and adk:
                 self._refresh_after_full_read(key, events, adk[-1], fold)
             latest = events[-1].seq
@@ -710,8 +816,11 @@ class AgentSessionService(BaseSessionService):
                 return None
             fold = folded.fold
             picked: list[Event] = []
+            markers: list[Event] = []
             if recent != 0:
                 for event in _backwards(log, folded.events):
+                    if event.type == COMPACTION:
+                        markers.append(event)
                     if event.type != ADK_EVENT:
                         continue
                     if recent is not None and len(picked) >= recent:
@@ -721,6 +830,10 @@ class AgentSessionService(BaseSessionService):
                     picked.append(event)
             picked.reverse()
             parsed = _parse(picked)
+            if markers and picked:
+                by_seq = dict(zip((e.seq for e in picked), parsed, strict=True))
+                stretch = sorted(picked + markers, key=lambda e: e.seq)
+                parsed = _with_compactions(stretch, by_seq)
             self._keep_snapshot(key, folded)
             latest = folded.events[-1].seq
         app, user = self._shared(app_name, user_id)
