@@ -1467,11 +1467,16 @@ async def _ask(
         pass
 
 
+def _weather_runner(service: AgentSessionService) -> Runner:
+    """A runner of app ``app`` over ``service`` whose model records its requests."""
+    agent = LlmAgent(name="helper", model=RecordingModel(), tools=[weather])
+    return Runner(agent=agent, app_name="app", session_service=service)
+
+
 async def _three_weather_turns(service: AgentSessionService) -> tuple[Runner, Session]:
     """A runner over ``service`` whose model records its requests, and a session with three
     turns (a question, a tool call, its response, an answer: four contents each)."""
-    agent = LlmAgent(name="helper", model=RecordingModel(), tools=[weather])
-    runner = Runner(agent=agent, app_name="app", session_service=service)
+    runner = _weather_runner(service)
     session = await service.create_session(app_name="app", user_id="ada")
     for city in ("Paris", "Oslo", "Rome"):
         await _ask(runner, session.id, f"Weather in {city}?")

@@ -69,6 +69,7 @@ from . import view
 from ._names import unsafe_name
 from .children import ChildInfo, descendants
 from .codec import pretty
+from .compaction import COMPACTION_EFFECT_KIND
 from .contract import SessionInfo, StoreRecoveryReport
 from .copying import copy_store
 from .crypto import EncryptionError
@@ -1829,6 +1830,14 @@ def _echo_report(report: StoreRecoveryReport, *, dry_run: bool) -> None:
         _echo(f"{sid}: clean")
 
 
+def _compaction_effects(store: BaseStore, session: BaseSession) -> list[str]:
+    """What a compaction does not change for the event types in ``session``, as the code that
+    wrote them recorded it (meta namespace ``compaction-effect``, keyed by type namespace)."""
+    namespaces = sorted({e.type.split("/", 1)[0] for e in session.read() if "/" in e.type})
+    notes = (store.meta_get(COMPACTION_EFFECT_KIND, name) for name in namespaces)
+    return [note for note in notes if note]
+
+
 @cli.command(
     "compact",
     context_settings=CONTEXT,
@@ -1911,6 +1920,8 @@ def compact_command(
             )
         return
     marker = session.read(after=seq - 1, limit=1)[0].decode(ev.Compaction)
+    for note in _compaction_effects(store, session):
+        click.echo(f"warning: {clean(session_id)}: {clean(note)}", err=True)
     if as_json:
         _json_line(
             {

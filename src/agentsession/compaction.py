@@ -54,6 +54,7 @@ from .events import TURN_END, TURN_START, USER_MESSAGE, Compaction, Event, compa
 from .messages import Message
 
 __all__ = [
+    "COMPACTION_EFFECT_KIND",
     "history_start",
     "memory_cutoff_seq",
     "plan_compaction",
@@ -61,6 +62,13 @@ __all__ = [
     "previous_summary_text",
     "turn_cuts",
 ]
+
+COMPACTION_EFFECT_KIND = "compaction-effect"
+"""Meta namespace where code that writes its own event types into sessions says what a
+compaction does not change for them: key the types' namespace (``openai_agents`` for
+``openai_agents/item``), value one sentence. ``agentsession compact`` prints the sentence of
+every namespace among the compacted session's event types, so the core needs to know no
+integration."""
 
 
 def memory_cutoff_seq(data: Compaction) -> int:

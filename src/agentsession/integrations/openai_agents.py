@@ -59,6 +59,7 @@ import msgspec
 
 from ..aio import AsyncSession, AsyncStore
 from ..codec import decode, encode
+from ..compaction import COMPACTION_EFFECT_KIND
 from ..errors import ConflictError, UsageError
 from ..events import (
     ASSISTANT_MESSAGE,
@@ -78,7 +79,16 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import SessionSettings
 
-__all__ = ["CLEAR", "ITEM", "META_KEY", "POP", "OpenAIAgentsSession"]
+__all__ = ["CLEAR", "COMPACTION_EFFECT", "ITEM", "META_KEY", "POP", "OpenAIAgentsSession"]
+
+COMPACTION_EFFECT: Final = (
+    "the OpenAI Agents SDK sends its item list (openai_agents/item events), which a "
+    "compaction does not shorten: it shortens messages() and what agentsession shows only; "
+    "use the SDK's own compaction session to shorten what the model is sent"
+)
+"""What ``agentsession compact`` prints for a session of this integration (meta namespace
+:data:`agentsession.compaction.COMPACTION_EFFECT_KIND`, key ``openai_agents``)."""
+_EFFECT_NOTED: weakref.WeakSet[BaseStore] = weakref.WeakSet()
 
 ITEM: Final = "openai_agents/item"
 """Event type of one item added to the session; its payload is the item's JSON."""
@@ -323,6 +333,15 @@ def _decode_items(raws: Sequence[_Json]) -> list[TResponseInputItem]:
     return cast("list[TResponseInputItem]", decode(joined))
 
 
+async def _note_compaction_effect(store: AsyncStore) -> None:
+    """Record in ``store`` what a compaction does not change for these sessions (read by
+    ``agentsession compact``), unless it is there already."""
+    key = ITEM.split("/", 1)[0]
+    if await store.meta_get(COMPACTION_EFFECT_KIND, key) != COMPACTION_EFFECT:
+        await store.meta_set(COMPACTION_EFFECT_KIND, key, COMPACTION_EFFECT)
+    _EFFECT_NOTED.add(store.sync)
+
+
 class OpenAIAgentsSession:
     """The OpenAI Agents SDK's ``Session`` protocol over an agentsession store: pass it to
     ``Runner.run(..., session=...)`` as you would a ``SQLiteSession``.
@@ -416,6 +435,8 @@ class OpenAIAgentsSession:
         session = self._session
         if session is None:
             session = self._session = await self._store.get(self.session_id)
+            if self._store.sync not in _EFFECT_NOTED:  # once per store and process
+                await _note_compaction_effect(self._store)
         return session
 
     def close(self) -> None:
