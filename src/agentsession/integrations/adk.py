@@ -59,6 +59,14 @@ interrupted stand-in until its response arrives). ``mirror_messages=False`` writ
 ``get_session`` and ``list_sessions`` return the merged state (session, then ``app:``, then
 ``user:`` keys), as ADK's services do.
 
+**Compaction.** ADK's runner builds its request from the events ``get_session`` returns, not
+from ``messages()``. So each ``session/compaction`` marker that applies to all agents (from
+``session.compact()``, ``agentsession compact`` or the ``max_messages`` cap) is read as ADK's own
+compaction: an ADK event with ``actions.compaction`` (``EventCompaction``) whose timestamp range
+covers the ADK events the marker summarised and whose content is the summary's text, so ADK's
+content builder sends the summary in their place (a marker without a summary leaves those
+events out instead). Derived on read; nothing new is stored.
+
 **Concurrency.** Appends never fail because another writer came first: two processes appending
 to one session both land, in one order (the log's), and no ``StaleSessionError`` is ever
 raised. The caller's ``Session`` object is brought up to date on each append: the events other
