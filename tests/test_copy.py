@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 import agentsession as ags
@@ -483,3 +484,28 @@ def test_an_agentkit_directory_copies_its_sidecars_and_cli_pointer(stores: Store
     assert agent_binding(dst, "slack:C001") == "coder"
     assert active_session(dst, "slack:C001") == "cli:default"
     assert cli_current(dst) == "slack:C001"
+
+
+@pytest.mark.parametrize("destination", ["jsonl", "sqlite"])
+def test_events_stored_before_ids_are_copied_and_given_ids(
+    stores: Stores, destination: str
+) -> None:
+    """A log written before events had ids (read back with ``""``) copies whole: each such
+    event gets an id in the copy, the rest is the same, and a resumed copy still recognises
+    what it copied."""
+    golden = Path(__file__).parent / "golden" / "events-v1.jsonl"
+    url = stores.url("jsonl")
+    Path(url).mkdir(mode=0o700)
+    (Path(url) / "old.jsonl").write_bytes(golden.read_bytes())
+    (Path(url) / "old.jsonl").chmod(0o600)
+    src = stores.open(url)
+    events = src.get("old").read()
+    assert events and all(e.id == "" for e in events)
+    dst = stores.new(destination)
+    report = ags.copy_store(src, dst)
+    assert report.sessions == 1 and report.events == len(events)
+    copied = dst.get("old").read()
+    assert all(e.id for e in copied)
+    assert [msgspec.structs.replace(e, id="") for e in copied] == events
+    again = ags.copy_store(src, dst, skip_existing=True)
+    assert again.skipped == ["old"] and again.events == 0
