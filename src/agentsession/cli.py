@@ -399,9 +399,14 @@ def open_existing(
     passphrase: str | None = None,
     key: bytes | None = None,
     hint: str = _KEY_HINT,
+    read_only: bool = False,
 ) -> BaseStore:
     """The store at ``url``, which must exist (nothing is created): :class:`NoStore` saying
     "no store at ..." otherwise.
+
+    ``read_only`` (the commands that only read) also changes no schema: an older one is read
+    as it is where the backend can, or refused with
+    :class:`~agentsession.errors.StoreUnavailable` saying to run ``agentsession migrate``.
 
     With ``passphrase`` or ``key`` the store must be encrypted: an encrypted store is opened
     with it (:class:`~agentsession.errors.EncryptionError` when it is wrong), while a store
@@ -410,12 +415,13 @@ def open_existing(
     :class:`~agentsession.errors.EncryptionError` saying how to give the key (``hint``)."""
     _check_url(url)
     secret = Secret(passphrase=passphrase, key=key)
+    options: dict[str, Any] = {"read_only": True} if read_only else {"create": False}
     try:
-        plain = _open_store(url, Secret(), hint, create=False)
+        plain = _open_store(url, Secret(), hint, **options)
     except EncryptionError:
         if not secret:
             raise
-        return _open_store(url, secret, hint, create=False)
+        return _open_store(url, secret, hint, **options)
     except StoreUnavailable as exc:
         message = str(exc)
         if not message.startswith("no store at "):
@@ -494,11 +500,15 @@ class State:
         """The store's passphrase or key: ``--key-file``, else ``AGENTSESSION_PASSPHRASE``."""
         return secret_from(self.key_file, PASSPHRASE_ENV)
 
-    def store(self) -> BaseStore:
+    def store(self, *, read_only: bool = False) -> BaseStore:
         """The store, opened once; it must exist (no command but the writes creates one).
-        Every command that reads the global store opens it here, with its key."""
+        Every command that reads the global store opens it here, with its key; a command
+        that only reads passes ``read_only`` (no schema is migrated: see
+        :func:`open_existing`)."""
         if self._store is None:
-            self._store = open_existing(self.url, **self.secret().options())
+            self._store = open_existing(
+                self.url, **self.secret().options(), read_only=read_only
+            )
         return self._store
 
     def open_for_writing(self, url: str) -> BaseStore:
@@ -507,9 +517,10 @@ class State:
         _check_url(url)
         return _open_store(url, self.secret(), _KEY_HINT)
 
-    def existing(self, session_id: str) -> BaseSession:
-        """A session that has events, or :class:`SessionNotFound` (with a suggestion)."""
-        store = self.store()
+    def existing(self, session_id: str, *, read_only: bool = False) -> BaseSession:
+        """A session that has events, or :class:`SessionNotFound` (with a suggestion);
+        ``read_only`` as for :meth:`store`."""
+        store = self.store(read_only=read_only)
         if not store.exists(session_id):
             raise _not_found(store, session_id)
         return store.get(session_id)
@@ -922,7 +933,7 @@ def ls_command(
 
     With --tree, a session forked from another listed session is shown under it instead of
     at the top, and its children under it (also those --prefix or --limit left out)."""
-    store = state.store()
+    store = state.store(read_only=True)
     if tree:
         trees = _session_tree(store, store.list(prefix=prefix, limit=limit))
         if as_json:
@@ -1008,7 +1019,7 @@ def stats_command(state: State, session_id: str | None, as_json: bool) -> None:
     is sent: after compaction, with tool results) and incomplete turns."""
     from .recovery import scan_all_incomplete
 
-    store = state.store()
+    store = state.store(read_only=True)
     stats: dict[str, Any]
     if session_id is None:
         infos = store.list()
@@ -1020,7 +1031,7 @@ def stats_command(state: State, session_id: str | None, as_json: bool) -> None:
         }
         title = f"store: {store.location}"
     else:
-        session = state.existing(session_id)
+        session = state.existing(session_id, read_only=True)
         events = session.read()
         size = next((i.size for i in store.list(prefix=session_id) if i.id == session_id), 0)
         stats = {
@@ -1585,7 +1596,7 @@ def show_command(state: State, session_id: str, full: bool, as_json: bool, rows:
     was forked at; in a parent, the subagent lines name the child session, to show next."""
     if rows and not as_json:
         raise UsageError("--rows goes with --json (it chooses what --json prints)")
-    session = state.existing(session_id)
+    session = state.existing(session_id, read_only=True)
     events = session.read()
     if rows:
         rows_out = view.transcript_rows(events, full=full)
@@ -1636,7 +1647,7 @@ def tail_command(
 ) -> None:
     """Print a session's latest events; with -f, follow new ones (also from other processes),
     waiting for the session when it does not exist yet."""
-    store = state.store()
+    store = state.store(read_only=True)
     if not store.exists(session_id):
         if not follow:
             raise _not_found(store, session_id)
@@ -1722,7 +1733,7 @@ def _message_lines(message: Message) -> Iterator[str]:
 @pass_state
 def messages_command(state: State, session_id: str, agent: str | None, as_json: bool) -> None:
     """Print the model-visible history: what would be sent to a model next."""
-    session = state.existing(session_id)
+    session = state.existing(session_id, read_only=True)
     history = session.messages(agent=agent)
     if agent:
         agents = {event.agent for event in session.read() if event.agent}
@@ -1777,7 +1788,7 @@ def repair_command(
     every session named (or, with --all, every session) and what a repair would write."""
     if bool(session_ids) == all_sessions:
         raise UsageError("name sessions to repair, or pass --all (not both)")
-    store = state.store()
+    store = state.store(read_only=dry_run)
     for sid in session_ids:
         if not store.exists(sid):
             raise _not_found(store, sid)
@@ -1994,7 +2005,7 @@ def copy_command(
     error."""
     _check_url(destination)
     dst_secret = secret_from(dst_key_file, DST_PASSPHRASE_ENV)
-    src = open_existing(source, **state.secret().options())
+    src = open_existing(source, **state.secret().options(), read_only=True)
     dst: BaseStore | None = None
     try:
         missing = [sid for sid in dict.fromkeys(ids) if not src.exists(sid)]
@@ -2183,7 +2194,7 @@ def serve_command(
     if store_url is not None:
         state.close()
         state.url = store_url
-    store = state.store()  # with its key, for an encrypted store
+    store = state.store(read_only=True)  # with its key, for an encrypted store
 
     def ready(serving: Serving) -> None:
         if as_json:
@@ -2281,7 +2292,7 @@ def _run_import(
     store: BaseStore | None
     if dry_run:
         try:
-            store = open_existing(url, **state.secret().options())
+            store = open_existing(url, **state.secret().options(), read_only=True)
         except NoStore:
             store = None  # a dry run creates nothing; every session would be new
     else:

@@ -828,7 +828,11 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
 
     ``create=False`` opens only a store that exists (for reading: a missing directory,
     database file or schema raises :class:`~agentsession.errors.StoreUnavailable` saying there
-    is no store there, and nothing is created). ``options`` go to the backend:
+    is no store there, and nothing is created). ``read_only=True`` is ``create=False`` that
+    also changes no schema: a backend with one (SQLite, PostgreSQL) runs no DDL and migrates
+    nothing, reads an older schema as it is where it can, and otherwise raises
+    :class:`~agentsession.errors.StoreUnavailable` saying to run ``agentsession migrate``
+    (backends without a schema just get ``create=False``). ``options`` go to the backend:
     ``durability`` (``"flush"`` or ``"fsync"``), ``ttl`` (a ``timedelta``),
     ``max_cached_sessions``, ``cache_idle_ttl``, ``clock``, ``max_messages``,
     ``max_loaded_events`` (derive each session's history from at most its latest N events,
@@ -855,22 +859,36 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
         raise UsageError("open_store needs a URL or a path (got an empty string)")
     scheme = _scheme_of(target)
     if scheme is None:
-        store = _load(_BUILTIN["jsonl"], "jsonl")(target, **options)
+        factory = _load(_BUILTIN["jsonl"], "jsonl")
     else:
-        factory = _factory_for(scheme)
-        if factory is None:
+        found = _factory_for(scheme)
+        if found is None:
             raise UsageError(
                 f"unknown store URL scheme {scheme!r} in {target!r}: use a directory path, "
                 "'memory:', 'jsonl:///dir', 'sqlite:///relative.db', "
                 "'sqlite:////absolute.db' or 'postgresql://...'"
             )
-        store = factory(target, **options)
+        factory = found
+    if "read_only" in options:
+        read_only = bool(options.pop("read_only"))
+        if read_only:
+            options["create"] = False
+            if _has_schema(factory):
+                options["read_only"] = True
+    store = factory(target, **options)
     try:
         store._check_open()  # an encrypted store checks its key now, before any read
     except BaseException:
         store.close()
         raise
     return store
+
+
+def _has_schema(factory: StoreFactory) -> bool:
+    """Whether the backend of ``factory`` has a schema: its module provides ``migrate``
+    (the convention :func:`migrate_store` dispatches on)."""
+    module = getattr(factory, "__module__", None)
+    return isinstance(module, str) and callable(getattr(import_module(module), "migrate", None))
 
 
 def _scheme_of(target: str) -> str | None:

@@ -124,6 +124,7 @@ from ..session import BaseSession, reconnect_pauses
 from ..store import BaseStore
 from .postgres_schema import (
     LATEST_VERSION,
+    READABLE_AS_IT_IS,
     TAIL_EVENTS,
     Statements,
     apply_migrations,
@@ -905,6 +906,11 @@ class PostgresStore(BaseStore):
     * ``auto_migrate`` (default True): apply missing migrations on open; when False, a schema
       that is not current raises :class:`~agentsession.errors.StorageError` (run
       :func:`migrate` first).
+    * ``read_only`` (default False): open to read, running no DDL at all: nothing is created
+      or migrated (a missing schema is "no store at ..."). A version 3 schema is read as it
+      is (its events have no ids); any other older version raises
+      :class:`~agentsession.errors.StoreUnavailable` saying to run ``agentsession migrate``.
+      Writes are not meant for such a store (on an old schema they fail).
     * ``prepare_threshold`` (default 5): executions after which psycopg prepares a statement
       on the server; None disables prepared statements (PgBouncer in transaction mode before
       1.21). Turn locks need a session-level connection: never transaction pooling.
@@ -933,6 +939,7 @@ class PostgresStore(BaseStore):
         prepare_threshold: int | None = 5,
         reconnect_timeout: float = 10.0,
         create: bool = True,
+        read_only: bool = False,
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -978,7 +985,10 @@ class PostgresStore(BaseStore):
         # One connection, made directly (for the precise error when the server cannot be
         # reached), checks the schema and then becomes the pool's first connection.
         try:
-            conn = self._prepare_schema(auto_migrate, create)
+            if read_only:
+                conn = self._check_schema_for_reading()
+            else:
+                conn = self._prepare_schema(auto_migrate, create)
         except BaseException:
             self._pool.close()  # not open yet, unless something opened it early
             raise
@@ -1159,6 +1169,43 @@ class PostgresStore(BaseStore):
         except BaseException:
             conn.close()
             raise
+        return conn
+
+    def _check_schema_for_reading(self) -> _Conn:
+        """``read_only``: connect and check the schema version, creating and migrating
+        nothing. The current version is read as usual, version 3 as it is (with no event
+        ids); a missing store or any other version raises :class:`StoreUnavailable`."""
+        conn = self._connect(self._pool_kwargs())
+        try:
+            version = _current_version(conn, self._target.schema)
+        except psycopg.Error as exc:
+            conn.close()
+            raise self._failure(exc, f"reading schema {self._target.schema!r}") from None
+        except BaseException:
+            conn.close()
+            raise
+        problem = None
+        if version == 0:
+            problem = (
+                f"no store at {self._target.where}: schema {self._target.schema!r} holds no "
+                "agentsession tables"
+            )
+        elif version > LATEST_VERSION:
+            problem = (
+                f"schema {self._target.schema!r} in {self._target.where} has schema version "
+                f"{version}, newer than this agentsession supports ({LATEST_VERSION}): upgrade "
+                "agentsession"
+            )
+        elif version < READABLE_AS_IT_IS:
+            problem = (
+                f"schema {self._target.schema!r} in {self._target.where}: schema version "
+                f"{version} is older than {LATEST_VERSION}; run `agentsession migrate`"
+            )
+        if problem is not None:
+            conn.close()
+            raise StoreUnavailable(problem)
+        if version < LATEST_VERSION:
+            self._sql = Statements.for_schema(self._target.schema, event_ids=False)
         return conn
 
     def _connect(self, kwargs: dict[str, Any] | None = None) -> _Conn:

@@ -65,6 +65,7 @@ __all__ = [
     "LATEST_VERSION",
     "TAIL_EVENTS",
     "MIGRATIONS",
+    "READABLE_AS_IT_IS",
     "Migration",
     "Statements",
     "apply_migrations",
@@ -262,6 +263,13 @@ def apply_migrations(conn: psycopg.Connection[Any], schema: str) -> list[int]:
 # ``raw_event`` arrive as the stored bytes, with nothing to convert on either side.
 _EVENT_COLUMNS = 'seq, type, agent, "user", time, data, meta, raw_event, eid'
 _EVENT_COLUMNS_E = 'e.seq, e.type, e.agent, e."user", e.time, e.data, e.meta, e.raw_event, e.eid'
+_EVENT_COLUMNS_NO_ID = _EVENT_COLUMNS.replace("eid", "NULL::text")
+_EVENT_COLUMNS_E_NO_ID = _EVENT_COLUMNS_E.replace("e.eid", "NULL::text")
+
+READABLE_AS_IT_IS = 3
+"""The oldest schema version a read-only store reads without migrating it: version 3 lacks
+only ``events.eid`` (read as NULL: events stored without ids). Versions 1 and 2 store payloads
+as jsonb and version 1 has no ``sessions.life``: those must be migrated first."""
 
 TAIL_EVENTS = 64
 """How many of the latest events opening a session reads (``PostgresSession`` opens at the
@@ -426,10 +434,14 @@ class Statements:
     meta_cas_delete: bytes
 
     @classmethod
-    def for_schema(cls, schema: str) -> Statements:
-        """The statements for the tables in ``schema``."""
+    def for_schema(cls, schema: str, *, event_ids: bool = True) -> Statements:
+        """The statements for the tables in ``schema``. Without ``event_ids`` (a version 3
+        schema opened read-only, which has no ``events.eid``), reads return NULL for it."""
 
         def render(template: str) -> bytes:
+            if not event_ids:
+                template = template.replace(_EVENT_COLUMNS_E, _EVENT_COLUMNS_E_NO_ID)
+                template = template.replace(_EVENT_COLUMNS, _EVENT_COLUMNS_NO_ID)
             return _render(template, schema)
 
         return cls(

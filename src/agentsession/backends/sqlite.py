@@ -37,8 +37,11 @@ Standard library ``sqlite3`` only. How it stays safe and fast:
 * **Read-only.** ``create=False`` on a database this process may not write (a read-only
   mount, another user's file or directory) opens it read-only (``mode=ro``; ``immutable=1``
   when the directory cannot hold the ``-wal`` and ``-shm`` files and they are not there), and
-  never switches the journal mode or migrates: reads work, a write raises ``StorageError``, an
-  out-of-date schema raises ``StoreUnavailable`` saying to migrate it with write access.
+  never switches the journal mode or migrates: reads work, a write raises ``StorageError``.
+  ``read_only=True`` (what the CLI's reading commands pass) switches and migrates nothing
+  either, on a file this process could write.
+  Either way a version 1 file is read as it is (``eid`` read as NULL); another out-of-date
+  schema raises ``StoreUnavailable`` saying to run ``agentsession migrate``.
 * **Schema versions** live in ``PRAGMA user_version`` (``PRAGMA application_id`` marks the file
   as ours); ``_MIGRATIONS[n]`` upgrades version ``n`` to ``n + 1`` inside one transaction.
 * **Text.** ``data`` and ``meta`` are TEXT columns holding the codec's UTF-8 JSON bytes as they
@@ -183,11 +186,20 @@ _HEAD = (
     f"WHERE e.key > (s.key << {_SEQ_BITS}) AND e.key < ((s.key + 1) << {_SEQ_BITS})) "
     "FROM sessions AS s WHERE s.id = CAST(? AS TEXT)"
 )
-_ROWS = f"SELECT {_COLUMNS} FROM events WHERE key > ? AND key < ? ORDER BY key LIMIT ?"
-_ROWS_IF_CURRENT = (
-    f"SELECT {_COLUMNS} FROM events WHERE key > ?1 AND key < ?2 "
-    f"AND EXISTS (SELECT 1 FROM sessions WHERE key = ?1 >> {_SEQ_BITS}) ORDER BY key"
-)
+
+
+def _row_statements(columns: str) -> tuple[str, str]:
+    """The two event reads (a key range; a key range while the session's life is current)."""
+    return (
+        f"SELECT {columns} FROM events WHERE key > ? AND key < ? ORDER BY key LIMIT ?",
+        f"SELECT {columns} FROM events WHERE key > ?1 AND key < ?2 "
+        f"AND EXISTS (SELECT 1 FROM sessions WHERE key = ?1 >> {_SEQ_BITS}) ORDER BY key",
+    )
+
+
+_ROWS, _ROWS_IF_CURRENT = _row_statements(_COLUMNS)
+# A version 1 database opened read-only is read as it is: its events have no ids.
+_ROWS_V1, _ROWS_IF_CURRENT_V1 = _row_statements(_COLUMNS.replace("eid", "NULL"))
 _CREATE_SESSION = "INSERT INTO sessions (id, created_at) VALUES (CAST(? AS TEXT), ?)"
 # Every session's id, newest event's time and seq, and first event's time: two range seeks
 # per session. ``sessions.created_at`` is when the row was made (the clock of the writer that
@@ -452,7 +464,7 @@ class SqliteSession(BaseSession):
     def _range(self, conn: sqlite3.Connection, key: int, after: int) -> list[Event]:
         """Every stored event of the session's life ``key`` with ``seq > after``."""
         base = key << _SEQ_BITS
-        return self._select(conn, _ROWS, (base + after, base + _MAX_SEQ + 1, -1))
+        return self._select(conn, self._store._rows, (base + after, base + _MAX_SEQ + 1, -1))
 
     def _storage_open(self) -> tuple[list[Event], bool]:
         return self._open_range(tail=False)
@@ -508,7 +520,9 @@ class SqliteSession(BaseSession):
             if last == latest:
                 return []
             base = key << _SEQ_BITS
-            return self._select(conn, _ROWS_IF_CURRENT, (base + latest, base + _MAX_SEQ + 1))
+            return self._select(
+                conn, self._store._rows_if_current, (base + latest, base + _MAX_SEQ + 1)
+            )
         except sqlite3.Error as exc:
             raise self._error("reading", exc) from exc
 
@@ -520,7 +534,9 @@ class SqliteSession(BaseSession):
         conn = self._store._connection()
         try:
             return self._select(
-                conn, _ROWS, (base + after, base + _MAX_SEQ + 1, -1 if limit is None else limit)
+                conn,
+                self._store._rows,
+                (base + after, base + _MAX_SEQ + 1, -1 if limit is None else limit),
             )
         except sqlite3.Error as exc:
             raise self._error("reading", exc) from exc
@@ -684,7 +700,11 @@ class SqliteStore(BaseStore):
     or ``open_store("sqlite:////absolute/path.db")`` (see :func:`sqlite_path`).
 
     ``busy_timeout`` is how many seconds a writer waits for another process's write lock
-    before failing with :class:`~agentsession.errors.StorageError`. The other options are
+    before failing with :class:`~agentsession.errors.StorageError`. ``read_only=True`` opens
+    an existing database to read and changes nothing in it (no journal mode switch, no
+    migration): the current schema is read as usual, version 1 as it is (its events have no
+    ids), any other raises :class:`~agentsession.errors.StoreUnavailable`; writes are not meant
+    for such a store (on version 1 they fail). The other options are
     :class:`~agentsession.session.BaseStore`'s.
     """
 
@@ -694,6 +714,7 @@ class SqliteStore(BaseStore):
         *,
         busy_timeout: float = 30.0,
         create: bool = True,
+        read_only: bool = False,
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -709,7 +730,9 @@ class SqliteStore(BaseStore):
         self._close_connections = weakref.finalize(self, _close_all, self._connections, os.getpid())
         self._write_lock = _write_lock_for(self._path)
         self._uri: str | None = None  # a read-only connection's URI (None: read and write)
-        if create:
+        self._read_only = read_only
+        self._rows, self._rows_if_current = _ROWS, _ROWS_IF_CURRENT
+        if create and not read_only:
             self._create_file()
         else:
             try:
@@ -809,19 +832,12 @@ class SqliteStore(BaseStore):
 
     def _prepare_schema(self, conn: sqlite3.Connection) -> None:
         """Switch to WAL and create or migrate the schema; refuse files that are not ours.
-        Read-only, nothing is switched or migrated: the schema must be current."""
+        Opened for reading (``read_only``, or a file this process may not write), nothing is
+        switched or migrated: see :meth:`_check_schema_for_reading`."""
         try:
             target = len(_MIGRATIONS)
-            if self._uri is not None:
-                version, app = self._schema_state(conn)
-                if app != APPLICATION_ID:
-                    raise StoreUnavailable(f"{self._path} is not an agentsession database")
-                if version != target:
-                    raise StoreUnavailable(
-                        f"{self._path} has schema version {version} and this agentsession "
-                        f"reads version {target}; it is opened read-only, so it cannot be "
-                        "migrated here: run agentsession migrate with write access"
-                    )
+            if self._uri is not None or self._read_only:
+                self._check_schema_for_reading(conn)
                 return
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -859,6 +875,32 @@ class SqliteStore(BaseStore):
                     raise
         except sqlite3.Error as exc:
             raise _storage_error(exc, "opening", self._path) from exc
+
+    def _check_schema_for_reading(self, conn: sqlite3.Connection) -> None:
+        """Check the schema without changing the file: the current version is read as usual,
+        version 1 as it is (its events have no ids: no ``events.eid``, read as NULL); any
+        other raises :class:`StoreUnavailable`."""
+        target = len(_MIGRATIONS)
+        version, app = self._schema_state(conn)
+        if (version, app) == (0, 0) and not conn.execute(
+            "SELECT count(*) FROM sqlite_master"
+        ).fetchone()[0]:
+            raise StoreUnavailable(f"no store at {self._path} (the database has no tables)")
+        if app != APPLICATION_ID:
+            raise StoreUnavailable(f"{self._path} is not an agentsession database")
+        if version > target:
+            raise StoreUnavailable(
+                f"{self._path} has schema version {version}, newer than this agentsession "
+                f"supports ({target}): upgrade agentsession"
+            )
+        if version == 1:
+            self._rows, self._rows_if_current = _ROWS_V1, _ROWS_IF_CURRENT_V1
+        elif version != target:
+            raise StoreUnavailable(
+                f"{self._path}: schema version {version} is older than {target}; run "
+                "`agentsession migrate`"
+                + (" with write access" if self._uri is not None else "")
+            )
 
     @staticmethod
     def _schema_state(conn: sqlite3.Connection) -> tuple[int, int]:
