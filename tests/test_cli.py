@@ -10,6 +10,7 @@ import re
 import select
 import shutil
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -1822,3 +1823,112 @@ def test_a_bad_agentkit_line_is_named_once(tmp_path: Path) -> None:
     assert code == 2 and out == ""
     assert err.count("not an agentkit event line") == 1
     assert err.endswith("cli_default.jsonl:1: not an agentkit event line: JSON is malformed\n")
+
+
+# -- reading commands leave an old schema alone -----------------------------------------------
+
+
+def reading_commands(
+    session_id: str, events: int, sessions: int, text: str, tmp_path: Path
+) -> list[tuple[list[str], str]]:
+    """Every command that only reads the global store, as run against a session with
+    ``events`` events whose history holds ``text`` in a store of ``sessions`` sessions, each
+    with what its output shows of them."""
+    return [
+        (["ls"], f"{session_id} "),
+        (["ls", "--json"], f'"id":"{session_id}","events":{events}'),
+        (["show", session_id], f"session {session_id} · {events} events"),
+        (["show", session_id, "--json"], f'{{"seq":{events},'),
+        (["messages", session_id], text),
+        (["tail", session_id], f" {events} 20"),
+        (["stats"], f"sessions: {sessions}\n"),
+        (["stats", session_id], f"session: {session_id}\nevents: {events}\n"),
+        (["repair", "--all", "--dry-run"], f"{session_id}: "),
+        (["serve", "--port", "0"], session_id),
+        (
+            ["copy", "{store}", str(tmp_path / "copied"), "--id", session_id],
+            f"copied 1 sessions ({events} events)",
+        ),
+    ]
+
+
+def run_reading_command(
+    url: str, args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, str, str]:
+    """Run one of :func:`reading_commands` on the store at ``url``; ``serve`` prints the ids
+    of the sessions its viewer would list instead of serving them."""
+    import agentsession.web.server as web_server
+
+    def serve_once(store: ags.BaseStore, **_options: object) -> None:
+        print(" ".join(info.id for info in store.list()))
+
+    monkeypatch.setattr(web_server, "serve", serve_once)
+    return invoke(url, *[url if arg == "{store}" else arg for arg in args])
+
+
+def sqlite_state(path: Path) -> tuple[bytes, int, list[str]]:
+    """The bytes of the database and of its write-ahead log, its schema version and its event
+    columns (read without writing)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(events)")]
+    finally:
+        conn.close()
+    wal = Path(f"{path}-wal")
+    return path.read_bytes() + b"|" + (wal.read_bytes() if wal.exists() else b""), version, columns
+
+
+@pytest.mark.parametrize("journal", ["delete", "wal"])
+def test_reading_commands_read_a_version_1_sqlite_store_and_change_no_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, journal: str
+) -> None:
+    from .test_sqlite import build_v1
+
+    db = tmp_path / "old.db"
+    build_v1(db)
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    conn.close()
+    before = sqlite_state(db)
+    assert before[1:] == (1, ["key", "session_id", "seq", "type", "agent", "user", "time",
+                              "data", "meta"])
+    url = f"sqlite:///{db}"
+    for args, shown in reading_commands("slack:C001", 4, 1, "user: greetings", tmp_path):
+        code, out, err = run_reading_command(url, args, monkeypatch)
+        assert (code, err) == (0, ""), args
+        assert shown in out, args
+        assert sqlite_state(db) == before, args
+    # The copy read the old store and wrote the new one.
+    assert [e.seq for e in ags.open_store(tmp_path / "copied").get("slack:C001").read()] == [
+        1, 2, 3, 4
+    ]
+    # A write still migrates.
+    assert invoke(url, "migrate") == (0, "applied migrations 2\n", "")
+    assert sqlite_state(db)[1] == 2
+
+
+def test_reading_commands_refuse_a_sqlite_schema_they_cannot_read_and_change_no_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentsession.backends import sqlite as sqlite_backend
+
+    db = tmp_path / "old.db"
+    url = f"sqlite:///{db}"
+    with ags.open_store(url) as store:
+        store.get("s").append(ags.Event.new("user/message", ags.Message.user("hi")))
+
+    def to_v3(conn: sqlite3.Connection) -> None:
+        conn.execute("ALTER TABLE sessions ADD COLUMN title TEXT")
+
+    monkeypatch.setattr(sqlite_backend, "_MIGRATIONS", [*sqlite_backend._MIGRATIONS, to_v3])
+    before = sqlite_state(db)
+    assert before[1] == 2
+    for args, _ in reading_commands("s", 1, 1, "hi", tmp_path):
+        code, out, err = run_reading_command(url, args, monkeypatch)
+        assert (code, out) == (1, ""), args
+        assert err.strip().endswith(
+            "schema version 2 is older than 3; run `agentsession migrate`"
+        ), args
+        assert sqlite_state(db) == before, args
+    assert not (tmp_path / "copied").exists()
