@@ -377,6 +377,72 @@ def test_a_v1_database_built_from_the_v1_ddl_opens_and_keeps_working(db: Path) -
     assert keys == [("slack:C001", 7), ("new", 10)]  # a new session never reuses a key
 
 
+@pytest.mark.parametrize("journal", ["delete", "wal"])
+def test_read_only_reads_a_v1_database_as_it_is_and_changes_nothing(
+    db: Path, journal: str
+) -> None:
+    build_v1(db)
+    conn = raw(db)
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    conn.close()
+    before = db.read_bytes()
+    store = open_db(db, read_only=True)
+    session = store.get("slack:C001")
+    assert texts(session) == ["greetings"]
+    events = session.read()
+    assert [e.seq for e in events] == [1, 2, 3, 4] and all(e.id == "" for e in events)
+    assert [(i.id, i.last_seq) for i in store.list()] == [("slack:C001", 4)]
+    assert agent_binding(store, "slack:C001") == "coder"
+    with pytest.raises(ags.StorageError):  # not meant for writes: the schema lacks event ids
+        session.append(Event.new("test/n"))
+    store.close()
+    assert db.read_bytes() == before
+    conn = raw(db)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+        assert conn.execute("PRAGMA journal_mode").fetchone() == (journal,)
+    finally:
+        conn.close()
+
+
+def test_read_only_refuses_an_older_schema_it_cannot_read(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    open_db(db).close()
+
+    def to_v3(conn: sqlite3.Connection) -> None:
+        conn.execute("ALTER TABLE sessions ADD COLUMN title TEXT")
+
+    monkeypatch.setattr(sqlite_backend, "_MIGRATIONS", [*sqlite_backend._MIGRATIONS, to_v3])
+    before = db.read_bytes()
+    with pytest.raises(
+        StoreUnavailable, match=r"schema version 2 is older than 3; run `agentsession migrate`$"
+    ):
+        open_db(db, read_only=True)
+    assert db.read_bytes() == before
+    open_db(db).close()  # a store opened to write migrates
+    conn = raw(db)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+    finally:
+        conn.close()
+
+
+def test_read_only_on_a_missing_or_empty_file_is_no_store_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "sub" / "absent.db"
+    with pytest.raises(StoreUnavailable, match="no store at"):
+        open_db(missing, read_only=True)
+    assert not missing.parent.exists()
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    with pytest.raises(StoreUnavailable, match="no store at"):
+        open_db(empty, read_only=True)
+    assert empty.read_bytes() == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]
+
+
 def test_an_empty_file_gets_the_current_schema(db: Path) -> None:
     db.write_bytes(b"")
     open_db(db).close()
