@@ -1209,3 +1209,108 @@ def test_a_version_2_store_with_data_migrates_to_byte_exact_payloads_and_reads_b
         schema,
         "SELECT data->>'role' FROM {s}.events_json WHERE session_id = 'golden:chat' AND seq = 2",
     ) == [("user",)]
+
+
+# -- reading never migrates ---------------------------------------------------------------------
+
+
+def catalog(admin: psycopg.Connection[Any], schema: str) -> dict[str, list[Any]]:
+    """What ``schema`` holds, from ``information_schema``: whether it exists, its columns
+    (of tables and views), functions and sequences, and the migrations recorded in it."""
+    found = {
+        "schemata": "SELECT schema_name FROM information_schema.schemata WHERE schema_name = %s",
+        "columns": "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = %s ORDER BY 1, 2",
+        "routines": "SELECT routine_name FROM information_schema.routines "
+        "WHERE routine_schema = %s ORDER BY 1",
+        "sequences": "SELECT sequence_name FROM information_schema.sequences "
+        "WHERE sequence_schema = %s ORDER BY 1",
+    }
+    state = {name: admin.execute(query, (schema,)).fetchall() for name, query in found.items()}
+    state["versions"] = (
+        rows(admin, schema, "SELECT version FROM {s}.schema_migrations ORDER BY 1")
+        if ("schema_migrations", "version", "integer") in state["columns"]
+        else []
+    )
+    return state
+
+
+def load_version_3(schema: str, admin: psycopg.Connection[Any]) -> None:
+    """The golden version 2 store, migrated to version 3 as version 3 did (no ``eid``)."""
+    load_golden_v2(schema)
+    for statement in MIGRATIONS[2].statements:
+        admin.execute(sql.SQL(statement).format(s=sql.Identifier(schema)))  # type: ignore[arg-type]
+    rows(admin, schema, "INSERT INTO {s}.schema_migrations (version, name) VALUES (3, 'v3') "
+         "RETURNING 1")
+
+
+def test_reading_commands_read_a_version_3_store_as_it_is_and_migrate_nothing(
+    url: str, schema: str, admin: psycopg.Connection[Any], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from .test_cli import invoke, reading_commands, run_reading_command
+
+    load_version_3(schema, admin)
+    before = catalog(admin, schema)
+    assert [v for (v,) in before["versions"]] == [1, 2, 3]
+    assert not [c for c in before["columns"] if c[1] == "eid"]
+    commands = reading_commands("golden:chat", 38, 4, "after the compaction", tmp_path)
+    for args, shown in commands:
+        code, out, err = run_reading_command(url, args, monkeypatch)
+        assert (code, err) == (0, ""), args
+        assert shown in out, args
+        assert catalog(admin, schema) == before, args
+    with open_store(url, read_only=True) as store:
+        events = store.get("golden:odd").read()
+        assert decode(events[0].data, Message).text == "nul\x00inside"
+        assert [e.id for e in events] == ["", "", ""]
+    copied = open_store(tmp_path / "copied").get("golden:chat").read()
+    assert [e.seq for e in copied][-1] == 38
+    # A write still migrates.
+    assert invoke(url, "migrate") == (0, "applied migrations 4\n", "")
+    assert [v for (v,) in catalog(admin, schema)["versions"]] == [1, 2, 3, 4]
+
+
+def test_reading_commands_refuse_a_version_2_store_and_migrate_nothing(
+    url: str, schema: str, admin: psycopg.Connection[Any], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from .test_cli import reading_commands, run_reading_command
+
+    load_golden_v2(schema)
+    before = catalog(admin, schema)
+    assert [v for (v,) in before["versions"]] == [1, 2]
+    for args, _ in reading_commands("golden:chat", 38, 4, "", tmp_path):
+        code, out, err = run_reading_command(url, args, monkeypatch)
+        assert (code, out) == (1, ""), args
+        assert err.strip().endswith(
+            "schema version 2 is older than 4; run `agentsession migrate`"
+        ), args
+        assert catalog(admin, schema) == before, args
+    assert not (tmp_path / "copied").exists()
+    with pytest.raises(StoreUnavailable, match="older than 4"):
+        open_store(url, read_only=True)
+    assert catalog(admin, schema) == before
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_reading_commands_on_a_schema_without_a_store_say_no_store_and_create_nothing(
+    url: str, schema: str, admin: psycopg.Connection[Any], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, exists: bool,
+) -> None:
+    from .test_cli import reading_commands, run_reading_command
+
+    if exists:
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    before = catalog(admin, schema)
+    assert before["schemata"] == ([(schema,)] if exists else [])
+    assert before["columns"] == before["routines"] == before["sequences"] == []
+    for args, _ in reading_commands("golden:chat", 38, 4, "", tmp_path):
+        code, out, err = run_reading_command(url, args, monkeypatch)
+        assert (code, out) == (4, ""), args
+        assert "no store at" in err and f"schema {schema!r} holds no agentsession" in err, args
+        assert catalog(admin, schema) == before, args
+    with pytest.raises(StoreUnavailable, match="no store at"):
+        open_store(url, read_only=True)
+    assert catalog(admin, schema) == before
+    assert not (tmp_path / "copied").exists()
