@@ -1932,3 +1932,14 @@ def test_reading_commands_refuse_a_sqlite_schema_they_cannot_read_and_change_no_
         ), args
         assert sqlite_state(db) == before, args
     assert not (tmp_path / "copied").exists()
+
+
+def test_read_only_on_a_store_without_schema_is_create_false(tmp_path: Path) -> None:
+    with pytest.raises(ags.StoreUnavailable, match="no store at"):
+        ags.open_store(tmp_path / "absent", read_only=True)
+    assert not (tmp_path / "absent").exists()
+    fill(tmp_path / "s").close()
+    with ags.open_store(tmp_path / "s", read_only=True) as store:
+        assert len(store.list()) == 3
+    with ags.open_store("memory:", read_only=True) as store:
+        assert store.list() == []
