@@ -27,7 +27,9 @@ Conventions every command follows:
 * **Reading writes nothing**: ``ls``, ``stats``, ``show``, ``messages``, ``tail``, ``repair
   --dry-run`` and ``serve`` change no byte of the store (a torn JSONL tail is read up to, and
   left for the next writer) and work on a store the process may only read; a write to such a
-  store fails with one line saying why (``docs/safety.md``).
+  store fails with one line saying why (``docs/safety.md``). They (and ``copy``'s source and
+  ``import --dry-run``) open it with ``read_only=True``, so an older SQL schema is never
+  migrated: it is read as it is, or refused saying to run ``agentsession migrate``.
 * **Global options** (``--store``, ``--key-file``, ``--debug``) go before the command or after
   it; given on both sides, the one after wins.
 * **Encrypted stores** (``docs/security.md``): the key comes from ``--key-file PATH`` or the
