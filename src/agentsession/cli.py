@@ -2073,9 +2073,14 @@ def migrate_command(state: State, as_json: bool) -> None:
     _check_url(state.url)
     scheme = state.url.strip().partition(":")[0].lower()
     if _is_path(state.url) or scheme not in ("postgresql", "postgres"):
-        # An encrypted store exists as well; its schema needs no key.
-        with contextlib.suppress(EncryptionError):
-            open_existing(state.url).close()
+        # An encrypted store exists as well; its schema needs no key. Opened read-only, so
+        # that the migrations are applied (and reported) below, not by this check.
+        try:
+            open_existing(state.url, read_only=True).close()
+        except NoStore:
+            raise
+        except (EncryptionError, StoreUnavailable):
+            pass  # it exists: a schema too old to read is what migrate is for
     applied = migrate_store(state.url)
     if as_json:
         _json_line({"applied": applied})
