@@ -1,6 +1,7 @@
 """Make the encrypted golden stores in this directory (run from the repository root).
 
     python tests/golden/encrypted/make.py [--dsn postgresql://postgres@127.0.0.1:5432/test]
+        [--out DIR]
 
 Writes, with the passphrase :data:`PASSPHRASE` and a stopped clock (every event's time is
 :data:`START`, whichever backend reads the clock how often), the same two sessions into three
@@ -24,6 +25,11 @@ Deterministic enough: event times, seqs, types, agents and the plaintext are fix
 salt, the keys and every nonce are random, so each run writes different ciphertext (and
 the tests never compare it). Never edit the outputs by hand: they are what this version
 wrote, and later versions must keep reading them.
+
+``--out DIR`` writes the stores into ``DIR`` instead of this directory (which holds what the
+first version with encryption wrote): ``tests/golden/encrypted-format1/`` holds what the last
+version sealing events in format 1 wrote, ``tests/golden/encrypted-format2/`` format 2 (every
+field stored in clear bound to the box; see ``docs/format.md``).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from pathlib import Path
 import agentsession as ags
 
 HERE = Path(__file__).resolve().parent
+"""Where the stores are written (``--out``)."""
 PASSPHRASE = "golden passphrase: correct horse battery staple"
 """The passphrase every golden store here is encrypted with."""
 SCHEMA = "agentsession_golden_enc"
@@ -148,9 +155,13 @@ def make_postgres(dsn: str) -> None:
 
 def main() -> None:
     """Write the golden stores."""
+    global HERE
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dsn", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN", ""))
+    parser.add_argument("--out", type=Path, default=HERE, help="where to write the stores")
     args = parser.parse_args()
+    HERE = args.out.resolve()
+    HERE.mkdir(parents=True, exist_ok=True)
     make_jsonl()
     make_sqlite()
     if args.dsn:
