@@ -62,7 +62,7 @@ def encrypted_dir(tmp_path: Path, plain_dir: Path, key_file: Path) -> Path:
 
 def is_sealed_store(directory: Path) -> bool:
     lines = [line for p in directory.glob("*.jsonl") for line in p.read_bytes().splitlines()]
-    return bool(lines) and all(b'"data":{"sealed":1,' in line for line in lines)
+    return bool(lines) and all(b'"data":{"sealed":2,' in line for line in lines)
 
 
 # -- the key options --------------------------------------------------------------------------

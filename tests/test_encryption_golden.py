@@ -1,5 +1,8 @@
-"""Encrypted stores written by this version open with their passphrase and read back exactly
-what was written, on every backend (``tests/golden/encrypted/``, made by its ``make.py``).
+"""Encrypted stores written by this version and earlier ones open with their passphrase and read
+back exactly what was written, on every backend: ``tests/golden/encrypted/`` (the first
+version with encryption), ``encrypted-format1/`` (the last version sealing events in format 1,
+``"sealed":1``: with event ids) and ``encrypted-format2/`` (format 2, every field stored in
+clear bound to its box), each made by ``tests/golden/encrypted/make.py``.
 
 The golden stores hold ciphertext only; the expected events and messages are written out
 here literally. A wrong passphrase fails when the store is opened, before any event is read;
@@ -14,6 +17,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import agentsession as ags
@@ -22,7 +26,9 @@ from agentsession.events import encode_event
 
 from .test_conformance_postgres import DSN, drop_schemas, new_schema_name, url_with_schema
 
-GOLDEN = Path(__file__).parent / "golden" / "encrypted"
+GOLDENS = Path(__file__).parent / "golden"
+GOLDEN_SETS = {"encrypted": 1, "encrypted-format1": 1, "encrypted-format2": 2}
+"""Each golden directory, and the format its events are sealed in."""
 PASSPHRASE = "golden passphrase: correct horse battery staple"
 """The passphrase of every golden store (``make.py``'s ``PASSPHRASE``)."""
 
@@ -68,42 +74,49 @@ EXPECTED_MESSAGES = [
 # -- the golden stores, each copied (or loaded) somewhere of its own -------------------------
 
 
+@pytest.fixture(params=sorted(GOLDEN_SETS))
+def golden(request: pytest.FixtureRequest) -> Path:
+    """One golden directory."""
+    return GOLDENS / str(request.param)
+
+
 @pytest.fixture
-def jsonl_url(tmp_path: Path) -> str:
-    shutil.copytree(GOLDEN / "jsonl", tmp_path / "jsonl")
+def jsonl_url(tmp_path: Path, golden: Path) -> str:
+    shutil.copytree(golden / "jsonl", tmp_path / "jsonl")
     return str(tmp_path / "jsonl")
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    shutil.copyfile(GOLDEN / "store.sqlite3", tmp_path / "store.sqlite3")
+def sqlite_url(tmp_path: Path, golden: Path) -> str:
+    shutil.copyfile(golden / "store.sqlite3", tmp_path / "store.sqlite3")
     return f"sqlite:///{tmp_path / 'store.sqlite3'}"
 
 
-def load_postgres_golden(schema: str) -> None:
-    """Load ``golden/encrypted/postgres.sql`` into ``schema`` (which must not exist yet)."""
+def load_postgres_golden(schema: str, golden: Path = GOLDENS / "encrypted") -> None:
+    """Load ``golden``'s ``postgres.sql`` into ``schema`` (which must not exist yet)."""
     import psycopg
 
-    script = (GOLDEN / "postgres.sql").read_text(encoding="utf-8")
+    script = (golden / "postgres.sql").read_text(encoding="utf-8")
     script = script.replace("agentsession_golden_enc", schema)
     with psycopg.connect(DSN, autocommit=True) as conn:  # the dump changes search_path
         conn.execute(script.encode())
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
+def postgres_url(golden: Path) -> Iterator[str]:
     if not DSN:
         pytest.skip("set AGENTSESSION_TEST_POSTGRES_DSN to run the PostgreSQL tests")
     schema = new_schema_name()
     try:
-        load_postgres_golden(schema)
+        load_postgres_golden(schema, golden)
         yield url_with_schema(schema)
     finally:
         drop_schemas([schema])
 
 
 @pytest.fixture(params=["jsonl", "sqlite", "postgres"])
-def golden_url(request: pytest.FixtureRequest) -> str:
+def golden_url(request: pytest.FixtureRequest, golden: Path) -> str:
+    """A copy of ``golden``'s store of one backend."""
     url: str = request.getfixturevalue(f"{request.param}_url")
     return url
 
@@ -111,18 +124,29 @@ def golden_url(request: pytest.FixtureRequest) -> str:
 # -- reading them back ------------------------------------------------------------------------
 
 
-def test_a_golden_store_reads_back_exactly_what_was_written(golden_url: str) -> None:
+def without_id(event: ags.Event) -> bytes:
+    """The event as ``show --json`` prints it, without its id and turn id (random in each
+    golden set, and absent from the first)."""
+    meta = {k: v for k, v in event.meta.items() if k != "turn_id"}
+    return encode_event(msgspec.structs.replace(event, id="", meta=meta))
+
+
+def test_a_golden_store_reads_back_exactly_what_was_written(
+    golden_url: str, golden: Path
+) -> None:
+    # The first version's shred left no notice in the log; later ones append one (seq 5).
+    shredded_last = 4 if golden.name == "encrypted" else 5
     with ags.open_store(golden_url, create=False, passphrase=PASSPHRASE) as store:
         assert store.encrypted
         assert sorted((i.id, i.last_seq) for i in store.list()) == [
             ("golden:chat", 12),
-            ("golden:shredded", 4),
+            ("golden:shredded", shredded_last),
         ]
         chat = store.get("golden:chat")
-        assert [encode_event(e) for e in chat.read()] == EXPECTED_CHAT
+        assert [without_id(e) for e in chat.read()] == EXPECTED_CHAT
         assert chat.messages() == EXPECTED_MESSAGES
         # Reading from the middle opens the events sealed under the second data key too.
-        assert [encode_event(e) for e in chat.read(after=8)] == EXPECTED_CHAT[8:]
+        assert [without_id(e) for e in chat.read(after=8)] == EXPECTED_CHAT[8:]
         # The shredded session is listed, with its seqs, but can never be opened.
         with pytest.raises(EncryptionError, match=r"'golden:shredded'.*shredded"):
             store.get("golden:shredded").read()
@@ -172,11 +196,16 @@ def sealed_payloads_of_jsonl(directory: Path, name: str) -> list[dict[str, objec
     return [json.loads(line)["data"] for line in lines]
 
 
-def test_the_golden_jsonl_log_holds_sealed_payloads_and_the_meta_its_key_records() -> None:
-    payloads = sealed_payloads_of_jsonl(GOLDEN / "jsonl", "golden_chat.jsonl")
-    assert [(p["sealed"], p["kid"]) for p in payloads] == [(1, "k1")] * 8 + [(1, "k2")] * 4
+def test_the_golden_jsonl_log_holds_sealed_payloads_and_the_meta_its_key_records(
+    golden: Path,
+) -> None:
+    payloads = sealed_payloads_of_jsonl(golden / "jsonl", "golden_chat.jsonl")
+    version = GOLDEN_SETS[golden.name]
+    assert [(p["sealed"], p["kid"]) for p in payloads] == [(version, "k1")] * 8 + [
+        (version, "k2")
+    ] * 4
     assert all(set(p) == {"sealed", "kid", "box"} for p in payloads)
-    meta = GOLDEN / "jsonl" / ".meta"
+    meta = golden / "jsonl" / ".meta"
     assert sorted(str(p.relative_to(meta)) for p in meta.rglob("*.json")) == [
         "crypto-active/golden_chat.json",
         "crypto-session/golden_chat.json",
@@ -195,9 +224,9 @@ def test_the_golden_jsonl_log_holds_sealed_payloads_and_the_meta_its_key_records
     assert shredded["value"] == "shredded"
 
 
-def test_the_golden_sqlite_database_is_one_file_with_sealed_rows() -> None:
-    assert not (GOLDEN / "store.sqlite3-wal").exists()
-    conn = sqlite3.connect(f"file:{GOLDEN / 'store.sqlite3'}?mode=ro", uri=True)
+def test_the_golden_sqlite_database_is_one_file_with_sealed_rows(golden: Path) -> None:
+    assert not (golden / "store.sqlite3-wal").exists()
+    conn = sqlite3.connect(f"file:{golden / 'store.sqlite3'}?mode=ro", uri=True)
     try:
         rows = conn.execute(
             "SELECT seq, data, meta, user FROM events WHERE session_id = 'golden:chat' ORDER BY seq"
@@ -206,7 +235,8 @@ def test_the_golden_sqlite_database_is_one_file_with_sealed_rows() -> None:
     finally:
         conn.close()
     assert [r[0] for r in rows] == list(range(1, 13))
-    assert all(json.loads(r[1])["sealed"] == 1 and not r[2] and not r[3] for r in rows)
+    version = GOLDEN_SETS[golden.name]
+    assert all(json.loads(r[1])["sealed"] == version and not r[2] and not r[3] for r in rows)
     assert kinds == {"crypto": 1, "crypto-session": 2, "crypto-active": 1}
 
 
@@ -230,3 +260,24 @@ def test_an_encrypted_jsonl_line_names_each_key_once(tmp_path: Path) -> None:
             return dict(pairs)
 
         json.loads(line, object_pairs_hook=no_duplicates)
+
+
+def test_a_golden_jsonl_line_with_a_clear_field_changed_does_not_open(
+    golden: Path, tmp_path: Path
+) -> None:
+    """Format 2 binds every clear field to its box (here the agent); format 1 bound the
+    session, seq and type only, but stored user and meta empty, so a line given a user does
+    not open in either."""
+    shutil.copytree(golden / "jsonl", tmp_path / "jsonl")
+    log = tmp_path / "jsonl" / "golden_chat.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    head = b'{"seq":4,"type":"assistant/message","agent":"coder",'
+    assert lines[3].startswith(head)
+    changes = [head[:-1] + b',"user":"mallory",']
+    if GOLDEN_SETS[golden.name] >= 2:
+        changes.append(head.replace(b'"coder"', b'"other"'))
+    for changed in changes:
+        log.write_bytes(b"".join([*lines[:3], lines[3].replace(head, changed), *lines[4:]]))
+        with ags.open_store(tmp_path / "jsonl", create=False, passphrase=PASSPHRASE) as store:
+            with pytest.raises(EncryptionError, match=r"'golden:chat' seq 4 .*does not open"):
+                store.get("golden:chat").read()

@@ -21,17 +21,27 @@ The keys, from the top:
   session's active data key (``k1`` until :meth:`KeyRing.rotate` starts a new one; older ones
   stay readable, as they derive from the same session key).
 
-A sealed event keeps ``seq``, ``type``, ``agent`` and ``time`` in clear (indexing, recovery,
-listing and the TTL need them); its payload, meta and ``user`` are one AES-256-GCM box whose
-associated data is the session id, seq and type, so a record moved to another session or
-position, or given another type, does not open. The stored payload is
-``{"sealed":1,"kid":"k1","box":"<base64 of nonce, ciphertext and tag>"}``.
+A sealed event keeps ``seq``, ``type``, ``agent``, ``time`` and its ``id`` in clear (indexing,
+recovery, listing, the TTL and retries need them); its payload, meta and ``user`` are one
+AES-256-GCM box. The box's associated data is every field stored in clear: the session id,
+seq, type, agent, time, id, and the clear ``user`` and ``meta`` (empty, as sealing leaves
+them), so a record moved to another session or position, or with any clear field changed,
+does not open. The stored payload is
+``{"sealed":2,"kid":"k1","box":"<base64 of nonce, ciphertext and tag>"}``; records of the
+first format (``"sealed":1``, which earlier versions wrote; their associated data is the
+session id, seq and type only) still open.
+
+In an encrypted store every event is sealed: a store becomes encrypted only while it holds no
+sessions, so an event that is not sealed was written without the key (injected, or by a store
+object opened without it) and reading it raises :class:`EncryptionError` naming the session
+and seq.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import datetime as _dt
 import functools
 import hmac
 import os
@@ -47,6 +57,7 @@ from .events import Event
 
 __all__ = [
     "ACTIVE_KIND",
+    "SEALED_FORMAT",
     "SESSION_KIND",
     "SHREDDED",
     "SHRED_NOTICE",
@@ -56,6 +67,7 @@ __all__ = [
     "SessionCipher",
     "check_secret",
     "is_sealed",
+    "unsealed_error",
 ]
 
 STORE_KIND: Final = "crypto"
@@ -78,7 +90,10 @@ SHREDDED: Final = "shredded"
 _STORE_KEY: Final = "store"
 _NONCE = 12
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 1 << 15, 8, 1
-_SEALED_HEAD: Final = b'{"sealed":1,'
+_HEAD_V1: Final = b'{"sealed":1,'
+_HEAD_V2: Final = b'{"sealed":2,'
+SEALED_FORMAT: Final = 2
+"""The format of the events sealed now (``"sealed":2``: every clear field is associated data)."""
 _PLAIN_TAIL: Final = b',{},""]'  # the end of a box's plaintext when meta and user are empty
 _replace = msgspec.structs.replace
 
@@ -179,12 +194,44 @@ def _kek(passphrase: str | None, key: bytes | None, kdf: dict[str, Any]) -> byte
         raise EncryptionError("the store is encrypted with a raw key, not a passphrase")
     from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
+    n, r, p, salt = _scrypt_parameters(kdf)
     try:
-        n, r, p = int(kdf["n"]), int(kdf["r"]), int(kdf["p"])
-    except (KeyError, TypeError, ValueError):
+        return bytes(Scrypt(salt=salt, length=32, n=n, r=r, p=p).derive(passphrase.encode()))
+    except (ValueError, OverflowError, MemoryError):
+        raise EncryptionError("the store record's KDF parameters are not usable") from None
+
+
+_SCRYPT_MAX_MEMORY = 1 << 28
+"""The most memory (bytes, ``128 * n * r``) a stored scrypt cost may ask for: 256 MiB, 8 times
+what new records use."""
+_SCRYPT_MAX_WORK = 1 << 23
+"""The most work (``n * r * p``) a stored scrypt cost may ask for: 32 times what new records use
+(a few seconds per open)."""
+
+
+def _scrypt_parameters(kdf: dict[str, Any]) -> tuple[int, int, int, bytes]:
+    """``n``, ``r``, ``p`` and the salt of a stored scrypt record, checked so that a damaged or
+    hostile record can neither crash the KDF nor make it take unbounded memory or time."""
+    try:
+        n, r, p = kdf["n"], kdf["r"], kdf["p"]
+    except KeyError:
         raise EncryptionError("the store record's KDF parameters are unreadable") from None
+    if not all(type(value) is int for value in (n, r, p)):
+        raise EncryptionError("the store record's KDF parameters are unreadable")
+    if n < 2 or n & (n - 1) or r < 1 or p < 1:
+        raise EncryptionError(
+            "the store record's KDF parameters are invalid (n must be a power of 2 above 1, "
+            "r and p at least 1)"
+        )
+    if 128 * n * r > _SCRYPT_MAX_MEMORY or n * r * p > _SCRYPT_MAX_WORK:
+        raise EncryptionError(
+            "the store record's KDF parameters ask for more memory or time than this version "
+            f"allows (128*n*r <= {_SCRYPT_MAX_MEMORY}, n*r*p <= {_SCRYPT_MAX_WORK})"
+        )
     salt = _unb64(kdf.get("salt"), "the store record's salt")
-    return bytes(Scrypt(salt=salt, length=32, n=n, r=r, p=p).derive(passphrase.encode()))
+    if not 8 <= len(salt) <= 1024:
+        raise EncryptionError("the store record's salt has an invalid length")
+    return n, r, p, salt
 
 
 def _new_kdf(passphrase: str | None) -> dict[str, Any]:
@@ -218,9 +265,33 @@ def _session_aad(session_id: str) -> bytes:
 
 
 def _event_aad_prefix(session_id: str) -> bytes:
-    """The session's part of every event's associated data; the event's seq and type follow
+    """The session's part of the associated data of format 1; the event's seq and type follow
     (``<prefix><seq>\\0<type>``)."""
     return b"agentsession/event/v1\x00" + session_id.encode("utf-8", "surrogatepass") + b"\x00"
+
+
+def _event_aad_prefix_v2(session_id: str) -> bytes:
+    """The session's part of the associated data of format 2; the JSON array of the event's
+    clear fields follows (see :meth:`SessionCipher._aad_v2`)."""
+    return b"agentsession/event/v2\x00" + session_id.encode("utf-8", "surrogatepass") + b"\x00"
+
+
+_EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_MICROSECOND: Final = _dt.timedelta(microseconds=1)
+_AAD_ENCODER = msgspec.json.Encoder()
+
+
+def _clear_fields(event: Event, seq: int) -> bytes:
+    """The JSON array ``[seq, type, agent, user, time, id, meta]`` of an event's fields as they
+    are stored in clear (``time`` in microseconds since 1970 UTC, so that every backend's way of
+    writing the time gives the same bytes; ``null`` when unset)."""
+    moment = event.time
+    micros = None if moment is None else (moment - _EPOCH) // _MICROSECOND
+    fields = (seq, event.type, event.agent, event.user, micros, event.id, event.meta)
+    try:
+        return _AAD_ENCODER.encode(fields)
+    except (msgspec.EncodeError, UnicodeEncodeError):
+        return encode(fields)  # lone surrogates, which msgspec refuses: the codec writes them
 
 
 class _Meta(msgspec.Struct):
@@ -229,9 +300,18 @@ class _Meta(msgspec.Struct):
     add: Callable[[str, str, str], str]  # store unless present; returns what is stored
 
 
+def unsealed_error(where: str) -> EncryptionError:
+    """The error for an event of an encrypted store that is not sealed (``where`` names the
+    session, seq and store): it was written without the key, so it is never history."""
+    return EncryptionError(
+        f"{where}: the event is not sealed, but every event of an encrypted store is (it was "
+        "written without the key: injected, or by a store object opened without it)"
+    )
+
+
 def is_sealed(event: Event) -> bool:
     """Whether an event read from storage is sealed (its payload is an encryption box)."""
-    return bytes(event.data).startswith(_SEALED_HEAD)
+    return bytes(event.data).startswith((_HEAD_V1, _HEAD_V2))
 
 
 class KeyRing:
@@ -393,6 +473,7 @@ class SessionCipher:
         self._active: str | None = None
         self._aeads: dict[str, Any] = {}
         self._aad_prefix = _event_aad_prefix(session_id)
+        self._aad_prefix_v2 = _event_aad_prefix_v2(session_id)
         self._kinds: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
@@ -439,9 +520,15 @@ class SessionCipher:
             aead = self._aeads[kid] = _crypto().AESGCM(data_key)
         return aead
 
+    def _aad_v2(self, event: Event, seq: int) -> bytes:
+        """The associated data of format 2: the session id and every field of ``event`` stored
+        in clear, with ``seq`` (the session's part, :func:`_event_aad_prefix_v2`, is computed
+        once)."""
+        return self._aad_prefix_v2 + _clear_fields(event, seq)
+
     def _aad(self, seq: int, kind: str) -> bytes:
-        """The associated data of the event at ``seq`` of type ``kind`` (the session's part,
-        :func:`_event_aad_prefix`, is computed once)."""
+        """The associated data of format 1 for the event at ``seq`` of type ``kind`` (the
+        session's part, :func:`_event_aad_prefix`, is computed once)."""
         kind_bytes = self._kinds.get(kind)
         if kind_bytes is None:
             kind_bytes = self._kinds[kind] = kind.encode("utf-8", "surrogatepass")
@@ -460,22 +547,27 @@ class SessionCipher:
         else:
             tail = _PLAIN_TAIL
         plain = b"[%s%s" % (bytes(event.data), tail)
+        # What is stored in clear: meta and user go into the box, so they are stored empty.
+        clear = _replace(event, meta={}, user="") if meta or user else event
         nonce = _nonce()
-        box = nonce + aead.encrypt(nonce, plain, self._aad(seq, event.type))
-        data = _BOX_ENCODER.encode(_SealedBox(1, kid, box))  # base64 in msgspec's C code
+        box = nonce + aead.encrypt(nonce, plain, self._aad_v2(clear, seq))
+        data = _BOX_ENCODER.encode(_SealedBox(SEALED_FORMAT, kid, box))  # base64 in C code
         # The seq stays the caller's (0): the backend writes the seq it stores the event at,
         # which the append pipeline makes sure is ``seq``.
-        if meta or user:
-            return _replace(event, data=msgspec.Raw(data), meta={}, user="")
-        return _replace(event, data=msgspec.Raw(data))
+        return _replace(clear, data=msgspec.Raw(data))
 
     def open(self, event: Event) -> Event:
-        """The plaintext of a stored event (events stored before the store was encrypted
-        are returned as they are). Raises :class:`EncryptionError` naming the session and seq
-        when the box does not open."""
+        """The plaintext of a stored event. Raises :class:`EncryptionError` naming the session
+        and seq when the event is not sealed (in an encrypted store every event is: see
+        :func:`unsealed_error`) or its box does not open (tampered with, moved, or any field
+        stored in clear changed)."""
         raw = bytes(event.data)
-        if not raw.startswith(_SEALED_HEAD):
-            return event
+        if raw.startswith(_HEAD_V2):
+            version = 2
+        elif raw.startswith(_HEAD_V1):
+            version = 1
+        else:
+            raise unsealed_error(self._where(event))
         # One decode reads the envelope and its base64 (in msgspec's C code).
         try:
             envelope = _BOX.decode(raw)
@@ -483,16 +575,19 @@ class SessionCipher:
             problem = f"{self._where(event)}: the sealed payload is malformed or not base64"
             raise EncryptionError(problem) from None
         kid, box = envelope.kid, envelope.box
-        aad = self._aad(event.seq, event.type)
+        if version == 2:
+            aad = self._aad_v2(event, event.seq)
+        elif event.meta or event.user:
+            # Format 1 sealed meta and user too, and stored them empty: set ones were added.
+            raise self._not_opening(event)
+        else:
+            aad = self._aad(event.seq, event.type)
         plain = self._decrypt(kid, box, aad)
         if plain is None and self._key is not None:
             self._drop()  # the cached key may be an old life's: read the session's key again
             plain = self._decrypt(kid, box, aad)
         if plain is None:
-            raise EncryptionError(
-                f"{self._where(event)}: the sealed payload does not open (tampered, truncated, "
-                "moved from another session or position, or its type changed)"
-            )
+            raise self._not_opening(event)
         if plain.endswith(_PLAIN_TAIL) and plain[:1] == b"[":
             return _replace(event, data=msgspec.Raw(plain[1 : -len(_PLAIN_TAIL)]))
         try:
@@ -509,6 +604,12 @@ class SessionCipher:
 
     def _where(self, event: Event) -> str:
         return f"session {self._id!r} seq {event.seq} in {self._ring._where}"
+
+    def _not_opening(self, event: Event) -> EncryptionError:
+        return EncryptionError(
+            f"{self._where(event)}: the sealed payload does not open (tampered, truncated, "
+            "moved from another session or position, or a field stored in clear changed)"
+        )
 
     def _value_aad(self, kind: str) -> bytes:
         return b"agentsession/meta\x00%s\x00%s" % (
