@@ -46,10 +46,11 @@ from . import _trace, children
 from .codec import check_json, encode
 from .compaction import plan_compaction, plan_prune
 from .contract import Durability
-from .crypto import SHRED_NOTICE, KeyRing, SessionCipher
+from .crypto import SHRED_NOTICE, STORE_KIND, KeyRing, SessionCipher, is_sealed
 from .derive import Deriver, IndexedMessage
 from .errors import (
     ConflictError,
+    EncryptionError,
     OutcomeUnknown,
     SessionExpired,
     StorageError,
@@ -111,6 +112,15 @@ class SessionHost(Protocol):
     _reconnect_timeout: float
     """Seconds an append keeps retrying after a lost connection or an unreachable server
     (0: it raises at once)."""
+
+    @property
+    def location(self) -> str:
+        """Where the store keeps its data, for people."""
+        ...
+
+    def _meta_get(self, kind: str, key: str) -> str | None:
+        """A small persisted value (the store's key record, for a plain session object)."""
+        ...
 
 
 def _seq_of(event: Event) -> int:
@@ -265,6 +275,10 @@ class BaseSession:
         ring = store._keyring
         self._cipher: SessionCipher | None = None if ring is None else ring.cipher(session_id)
         self._generation = 0  # counts reloads and resets (a sealed append checks it)
+        # While a sealed append writes: the generation its events were sealed in. A backend
+        # that finds the log deleted or created again under its write lock writes nothing
+        # then (see _seal_is_stale), so nothing is stored under a dead life's key.
+        self._sealed_in: int | None = None
         self._own_cap: tuple[int, int] | None = None  # (generation, a child's max_messages)
         # Ids of the events this object has seen (loaded, read while catching up, appended),
         # to their seqs: an append of one of them stores nothing (see _stored_seqs). A loaded
@@ -410,16 +424,47 @@ class BaseSession:
         self._set_window(events, False, same_life=True)
         self._full = True
 
+    def _seal_is_stale(self) -> bool:
+        """Whether the events being appended were sealed for a life of the log that this
+        object has since found replaced (deleted, perhaps created again): a backend checks it
+        under its write lock, after catching up, and then writes nothing, as when the latest
+        seq does not match a conditional append's (the append seals again for the new life)."""
+        sealed_in = self._sealed_in
+        return sealed_in is not None and sealed_in != self._generation
+
     def _from_storage(self, events: list[Event]) -> list[Event]:
         """Events read from storage, opened when the store is encrypted."""
         cipher = self._cipher
         if cipher is None or not events:
+            if events and (is_sealed(events[-1]) or is_sealed(events[0])):
+                try:
+                    self._check_still_plain()
+                except EncryptionError:
+                    self._reset()
+                    raise
             return events
         if any(event.type == SHRED_NOTICE for event in events):
             # Shredded (by this store or another): the cached key must not be used again.
             self._reset()
             raise cipher.shredded()
-        return [cipher.open(event) for event in events]
+        try:
+            return [cipher.open(event) for event in events]
+        except EncryptionError:
+            # Read again from the start next time: an event that does not open (or is not
+            # sealed) is met again by every read and append, never stepped over.
+            self._reset()
+            raise
+
+    def _check_still_plain(self) -> None:
+        """Raise :class:`EncryptionError` when the store this plain session object belongs to
+        has become encrypted since it was opened (another process opened it with a key while
+        it held no sessions): what it would write could never be read back there."""
+        if self._store._meta_get(STORE_KIND, "store") is not None:
+            raise EncryptionError(
+                f"session {self._id!r}: the store {self._store.location} has become encrypted "
+                "since this store object was opened without a key; open it again with "
+                "passphrase= (or key=)"
+            )
 
     def _set_window(self, events: list[Event], complete: bool, *, same_life: bool = False) -> None:
         self._generation += 1
@@ -582,7 +627,11 @@ class BaseSession:
             stored: Event | None = None
             try:
                 if self._cipher is None:
+                    if not self._latest_seq:
+                        self._check_still_plain()
                     stored = self._storage_append_one(prepared, marker == 0)
+                    if stored is not None and stored.seq == 1:
+                        self._check_still_plain()  # encrypted while this wrote a new log
                 if stored is None:
                     # The general path: other writers' events are checked for the id under
                     # the backend's write lock (_admits).
@@ -852,9 +901,13 @@ class BaseSession:
             if self._cipher is not None:
                 foreign, stored = [], self._append_sealed(todo, marker, expect_seq)
             else:
+                if not self._latest_seq:
+                    self._check_still_plain()
                 foreign, stored = self._storage_append(todo, marker, expect_seq)
             self._ingest(foreign)
             if stored:
+                if self._cipher is None and stored[0].seq == 1:
+                    self._check_still_plain()  # made encrypted while this wrote a new log
                 self._extend(stored, marker)
                 if any(e.type == USER_MESSAGE for e in stored) and (cap := self._history_cap()):
                     self._apply_cap(cap)
@@ -907,21 +960,26 @@ class BaseSession:
             generation = self._generation
             sealed = [cipher.seal(event, base + i) for i, event in enumerate(batch, start=1)]
             key = cipher.sealed_with()
-            if len(sealed) == 1:
-                one = self._storage_append_one(sealed[0], marker == 0)
-                if one is not None:
-                    return [_replace(batch[0], seq=one.seq)]
-            foreign, stored = self._storage_append(sealed, marker, base)
+            self._sealed_in = generation
+            try:
+                if len(sealed) == 1:
+                    one = self._storage_append_one(sealed[0], marker == 0)
+                    if one is not None:
+                        return [_replace(batch[0], seq=one.seq)]
+                foreign, stored = self._storage_append(sealed, marker, base)
+            finally:
+                self._sealed_in = None
             self._ingest(self._from_storage(foreign))
             if not stored and not self._admits((), batch):
                 return []  # other writers stored some of the batch: _append_fresh sorts it
             if stored:
                 if self._generation != generation and key is not None:
-                    # Written into a log that was deleted and created again while we appended:
-                    # make sure the key we sealed with is the new life's key.
+                    # A backend that does not check _seal_is_stale wrote into a log that was
+                    # deleted and created again while we appended: make sure the key we
+                    # sealed with is the new life's key.
                     cipher.adopt(key)
                 return [_replace(e, seq=s.seq) for e, s in zip(batch, stored, strict=True)]
-            if expect_seq is not None:
+            if expect_seq is not None and self._latest_seq != expect_seq:
                 return []
         raise ConflictError(
             f"session {self._id!r}: other writers kept appending while an encrypted append "

@@ -802,8 +802,10 @@ class JsonlSession(BaseSession):
             foreign = self._lock_for_append()
             try:
                 first = (foreign[-1].seq if foreign else self._latest_seq) + 1
-                if (expect_seq is not None and first - 1 != expect_seq) or not self._admits(
-                    foreign, events
+                if (
+                    (expect_seq is not None and first - 1 != expect_seq)
+                    or self._seal_is_stale()
+                    or not self._admits(foreign, events)
                 ):
                     return foreign, []
                 self._detect(os.pread(self._fd, 6, 0))

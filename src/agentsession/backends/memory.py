@@ -75,8 +75,10 @@ class MemorySession(BaseSession):
             log = self._log()
             foreign = log[self._latest_seq :]
             base = len(log)
-            if (expect_seq is not None and base != expect_seq) or not self._admits(
-                foreign, events
+            if (
+                (expect_seq is not None and base != expect_seq)
+                or self._seal_is_stale()
+                or not self._admits(foreign, events)
             ):
                 return foreign, []
             if self._life is None:

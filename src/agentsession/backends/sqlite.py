@@ -643,8 +643,10 @@ class SqliteSession(BaseSession):
                     conn.execute("BEGIN IMMEDIATE")
             if not stored:
                 foreign, first, key = self._catch_up(conn)
-                if (expect_seq is not None and first - 1 != expect_seq) or not self._admits(
-                    foreign, events
+                if (
+                    (expect_seq is not None and first - 1 != expect_seq)
+                    or self._seal_is_stale()
+                    or not self._admits(foreign, events)
                 ):
                     conn.execute("ROLLBACK")  # nothing written, not even a new session row
                     # A stored session has events, so first == 1 means the row was just made

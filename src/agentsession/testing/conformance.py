@@ -43,6 +43,7 @@ from ._processes import OPEN as _OPEN
 from ._processes import child_env as _child_env
 from ._processes import run_released
 from .children import ChildSessionConformance
+from .encryption import EncryptionConformance
 
 __all__ = [
     "FakeClock",
@@ -239,7 +240,7 @@ def _payloads(events: list[Event]) -> list[Any]:
     return [decode(e.data) for e in events]
 
 
-class StoreConformance(ChildSessionConformance):
+class StoreConformance(EncryptionConformance, ChildSessionConformance):
     """Subclass per backend and implement :meth:`make_store`."""
 
     durable: bool = True
