@@ -423,3 +423,27 @@ def test_the_cli_logs_no_secret(
         assert code == expected and PASSPHRASE not in out + err
     assert all(PASSPHRASE not in record.getMessage() for record in caplog.records)
     assert os.environ.get("AGENTSESSION_PASSPHRASE") in (None, "")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [{"n": 3}, {"n": -1}, {"n": 2**40}, {"r": 0}, {"p": 0}, {"n": "32768"}, {"n": True}],
+)
+def test_a_damaged_kdf_record_is_one_error_line_not_a_traceback(
+    encrypted_dir: Path, damage: dict[str, object]
+) -> None:
+    """Damaged or hostile scrypt parameters in the store record are refused before the KDF runs
+    (bounded memory and time): EncryptionError from open_store, exit 1 on the command line."""
+    record_file = encrypted_dir / ".meta" / "crypto" / "store.json"
+    entry = json.loads(record_file.read_text())
+    record = json.loads(entry["value"])
+    record["kdf"].update(damage)
+    entry["value"] = json.dumps(record)
+    record_file.write_text(json.dumps(entry))
+    with pytest.raises(EncryptionError, match="KDF parameters") as caught:
+        ags.open_store(encrypted_dir, create=False, passphrase=PASSPHRASE)
+    assert PASSPHRASE not in str(caught.value)
+    code, out, err = run(encrypted_dir, "ls", env={"AGENTSESSION_PASSPHRASE": PASSPHRASE})
+    assert code == 1
+    assert err.startswith("Error: ") and "KDF parameters" in err
+    assert "Traceback" not in err + out and PASSPHRASE not in err + out

@@ -278,6 +278,9 @@ def test_a_golden_jsonl_line_with_a_clear_field_changed_does_not_open(
         changes.append(head.replace(b'"coder"', b'"other"'))
     for changed in changes:
         log.write_bytes(b"".join([*lines[:3], lines[3].replace(head, changed), *lines[4:]]))
-        with ags.open_store(tmp_path / "jsonl", create=False, passphrase=PASSPHRASE) as store:
+        store = ags.open_store(tmp_path / "jsonl", create=False, passphrase=PASSPHRASE)
+        try:
             with pytest.raises(EncryptionError, match=r"'golden:chat' seq 4 .*does not open"):
                 store.get("golden:chat").read()
+        finally:
+            store.close()
