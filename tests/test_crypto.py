@@ -389,3 +389,128 @@ def test_recovery_reports_a_sealed_event_that_does_not_open_and_goes_on(tmp_path
     reports = {r.session_id: r for r in ags.open_store(tmp_path, key=KEY).recover()}
     assert reports["b"].status == "repaired"
     assert reports["a"].status == "damaged" and "seq 2" in reports["a"].error
+
+
+# -- crash leftovers: SIGKILL loops ------------------------------------------------------------
+
+_APPENDER = textwrap.dedent(
+    """
+    import sys
+    import agentsession as ags
+    store = ags.open_store(sys.argv[1], key=bytes(range(32)))
+    n = 0
+    while True:
+        sid = f"{sys.argv[2]}-{n}"
+        store.get(sid).append(ags.Event.new("user/message", ags.Message.user(sid)))
+        print(sid, flush=True)  # acknowledged
+        n += 1
+    """
+)
+
+_CYCLING_REKEYER = textwrap.dedent(
+    """
+    import sys
+    import agentsession as ags
+    order = ["1", "2", "3"]  # raw keys of 32 such bytes: no KDF, so most time is the write
+    current = sys.argv[2]
+    store = ags.open_store(sys.argv[1], key=current.encode() * 32)
+    while True:
+        following = order[(order.index(current) + 1) % 3]
+        store.change_passphrase(None, None, old_key=current.encode() * 32,
+                                new_key=following.encode() * 32)
+        current = following
+        print(current, flush=True)  # the change is done
+    """
+)
+
+
+def leftovers(store_dir: Path) -> list[str]:
+    """Temporary files anywhere in a JSONL store directory."""
+    return sorted(
+        str(p.relative_to(store_dir))
+        for pattern in ("*.tmp", "*.add")
+        for p in store_dir.rglob(pattern)
+    )
+
+
+def run_and_kill(args: list[str], acks: int, pause: float) -> list[str]:
+    """Start a child, wait for ``acks`` lines, let it run ``pause`` seconds more, SIGKILL it;
+    returns every line it printed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for _ in range(acks):
+            line = proc.stdout.readline().decode().strip()
+            assert line, proc.stderr.read().decode() if proc.stderr else ""
+            lines.append(line)
+        threading.Event().wait(pause)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        lines += proc.stdout.read().decode().split()  # printed before the kill landed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    return lines
+
+
+def test_appends_killed_at_random_points_leave_no_key_files_behind(tmp_path: Path) -> None:
+    """30 writers, each creating sessions (and their wrapped keys) one append at a time, killed
+    with SIGKILL at a random point: the next open leaves no temporary file in the store, and
+    every acknowledged append reads back."""
+    import random
+
+    rng = random.Random(20261202)
+    store_dir = tmp_path / "store"
+    ags.open_store(store_dir, key=KEY).close()
+    acknowledged: list[str] = []
+    for run in range(30):
+        acknowledged += run_and_kill(
+            [_APPENDER, str(store_dir), f"w{run}"], rng.randint(1, 3), rng.uniform(0, 0.02)
+        )
+        with ags.open_store(store_dir, key=KEY) as store:
+            assert leftovers(store_dir) == []
+    with ags.open_store(store_dir, key=KEY) as store:
+        for sid in acknowledged:
+            assert [m.text for m in store.get(sid).messages()] == [sid]
+
+
+def test_rekeys_killed_at_random_points_leave_one_key_and_no_key_files(
+    tmp_path: Path,
+) -> None:
+    """A process cycling the store's key 1 -> 2 -> 3 -> 1, killed with SIGKILL at a random
+    point, 20 times: the next open leaves no temporary file (none holds the store key wrapped
+    under a key being set), and exactly one key opens the store: the last one whose change was
+    acknowledged, or the next one when the change in flight had completed."""
+    import random
+
+    rng = random.Random(1202)
+    order = ["1", "2", "3"]
+    store_dir = tmp_path / "store"
+    with ags.open_store(store_dir, key=b"1" * 32) as store:
+        say(store.get("s"), "survives")
+    current = "1"
+    for _ in range(20):
+        done = run_and_kill([_CYCLING_REKEYER, str(store_dir), current], 1, rng.uniform(0, 0.05))
+        last = done[-1]
+        working = []
+        for name in order:
+            try:
+                store = ags.open_store(store_dir, key=name.encode() * 32)
+            except EncryptionError:
+                continue
+            working.append(name)
+            assert [m.text for m in store.get("s").messages()] == ["survives"]
+            store.close()
+        assert leftovers(store_dir) == []
+        assert working in ([last], [order[(order.index(last) + 1) % 3]])
+        current = working[0]

@@ -216,6 +216,11 @@ class BaseStore:
         last event's time (JSONL: the file's modification time); a copy keeps the source's.
         Elsewhere the last event's time is the last activity, and there is nothing to do."""
 
+    def _clean_crash_leftovers(self) -> None:
+        """Remove what processes killed while writing left behind (temporary files holding
+        wrapped keys, say); run once, when the store is first used. The default has nothing to
+        clean (a database's transactions leave nothing)."""
+
     def _make_locker(self) -> Locker:
         """The backend's turn-lock implementation."""
         raise NotImplementedError
@@ -309,6 +314,7 @@ class BaseStore:
             if secret is None:
                 return
             passphrase, key = secret
+            self._clean_crash_leftovers()
             record = self._meta_get(STORE_KIND, "store")
             if passphrase is None and key is None:
                 if record is not None:

@@ -32,6 +32,7 @@ import os
 import re
 import stat
 import threading
+import time as _time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -1092,6 +1093,41 @@ class JsonlStore(BaseStore):
                 )
         return JsonlSession(self, session_id, path)
 
+    def _clean_crash_leftovers(self) -> None:
+        """Remove what a killed process left of its meta writes in ``.meta/<kind>/``: the
+        temporary files of an atomic write or of an "add unless present" (a wrapped session
+        key of a session never written, a store record re-wrapped under a passphrase being
+        set), once their writer is no longer running (or, for a writer this host cannot see,
+        after :data:`_LEFTOVER_AGE` seconds)."""
+        meta = os.path.join(self._root, META_DIR)
+        try:
+            kinds = [e.path for e in os.scandir(meta) if e.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot read {meta}: {exc}") from exc
+        now = _time.time()
+        for kind in kinds:
+            try:
+                entries = list(os.scandir(kind))
+            except OSError as exc:
+                raise StorageError(f"cannot read {kind}: {exc}") from exc
+            for entry in entries:
+                found = _LEFTOVER.search(entry.name)
+                if found is None:
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                    if not stat.S_ISREG(st.st_mode):
+                        continue
+                    if _running(int(found.group(1))) and now - st.st_mtime < _LEFTOVER_AGE:
+                        continue
+                    os.unlink(entry.path)
+                except FileNotFoundError:
+                    continue  # its writer finished meanwhile, or another store cleaned it
+                except OSError as exc:
+                    raise StorageError(f"cannot remove {entry.path}: {exc}") from exc
+
     def _make_locker(self) -> FileLocker:
         return FileLocker(os.path.join(self._root, LOCK_DIR))
 
@@ -1656,6 +1692,30 @@ class _MetaEntry(msgspec.Struct, rename="camel"):
     key: str
     value: str
     updated_at: _dt.datetime | None = None
+
+
+_LEFTOVER = re.compile(r"\.(\d+)\.\d+\.(?:tmp|add)\Z")
+"""The end of a temporary meta file's name: ``.<pid>.<thread id>.tmp`` (an atomic write) or
+``.add`` (an "add unless present")."""
+_LEFTOVER_AGE = 600.0
+"""Seconds after which a temporary meta file is a leftover even when a process with its writer's
+pid runs (another host's, or a pid used again)."""
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (this one counts: another thread of it may
+    be writing)."""
+    if pid == os.getpid():
+        return True
+    if pid <= 0:
+        return False  # (0 and -1 would name process groups)
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _sync_dir(path: str) -> None:
