@@ -1098,35 +1098,27 @@ class JsonlStore(BaseStore):
         temporary files of an atomic write or of an "add unless present" (a wrapped session
         key of a session never written, a store record re-wrapped under a passphrase being
         set), once their writer is no longer running (or, for a writer this host cannot see,
-        after :data:`_LEFTOVER_AGE` seconds)."""
+        after :data:`_LEFTOVER_AGE` seconds). Best effort: a store that cannot be written
+        (a read-only mount) still opens, and the next writable open cleans up."""
         meta = os.path.join(self._root, META_DIR)
         try:
             kinds = [e.path for e in os.scandir(meta) if e.is_dir(follow_symlinks=False)]
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise StorageError(f"cannot read {meta}: {exc}") from exc
+        except OSError:
+            return  # no meta yet, or none readable: nothing this open can clean
         now = _time.time()
         for kind in kinds:
-            try:
-                entries = list(os.scandir(kind))
-            except OSError as exc:
-                raise StorageError(f"cannot read {kind}: {exc}") from exc
-            for entry in entries:
-                found = _LEFTOVER.search(entry.name)
-                if found is None:
-                    continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                    if not stat.S_ISREG(st.st_mode):
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(kind):
+                    found = _LEFTOVER.search(entry.name)
+                    if found is None:
                         continue
-                    if _running(int(found.group(1))) and now - st.st_mtime < _LEFTOVER_AGE:
-                        continue
-                    os.unlink(entry.path)
-                except FileNotFoundError:
-                    continue  # its writer finished meanwhile, or another store cleaned it
-                except OSError as exc:
-                    raise StorageError(f"cannot remove {entry.path}: {exc}") from exc
+                    with contextlib.suppress(OSError):
+                        st = entry.stat(follow_symlinks=False)
+                        young = now - st.st_mtime < _LEFTOVER_AGE
+                        if stat.S_ISREG(st.st_mode) and not (
+                            young and _running(int(found.group(1)))
+                        ):
+                            os.unlink(entry.path)
 
     def _make_locker(self) -> FileLocker:
         return FileLocker(os.path.join(self._root, LOCK_DIR))
