@@ -448,12 +448,35 @@ class BaseSession:
             self._reset()
             raise cipher.shredded()
         try:
-            return [cipher.open(event) for event in events]
+            try:
+                return [cipher.open(event) for event in events]
+            except EncryptionError:
+                if not any(not is_sealed(event) for event in events):
+                    raise
+                return self._open_quarantining(cipher, events)
         except EncryptionError:
             # Read again from the start next time: an event that does not open (or is not
             # sealed) is met again by every read and append, never stepped over.
             self._reset()
             raise
+
+    def _open_quarantining(self, cipher: SessionCipher, events: list[Event]) -> list[Event]:
+        """:meth:`SessionCipher.open` of each event, leaving out the unsealed ones that the
+        backend moves aside (``_quarantine_unsealed``); raises for any other."""
+        opened = []
+        for event in events:
+            try:
+                opened.append(cipher.open(event))
+            except EncryptionError as exc:
+                if is_sealed(event) or not self._quarantine_unsealed(event, str(exc)):
+                    raise
+        return opened
+
+    def _quarantine_unsealed(self, event: Event, reason: str) -> bool:
+        """Move ``event`` (read from storage, not sealed though the store is encrypted) out
+        of the log, when the store is opened to quarantine what is corrupt; True when it was.
+        The default never does (only the JSONL store has ``on_corrupt``)."""
+        return False
 
     def _check_still_plain(self) -> None:
         """Raise :class:`EncryptionError` when the store this plain session object belongs to

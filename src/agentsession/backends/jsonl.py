@@ -656,6 +656,28 @@ class JsonlSession(BaseSession):
             )
         self._with_lock(self._blank_line, offset, line.rstrip(b"\n"), f"line {line_no}: {reason}")
 
+    def _quarantine_unsealed(self, event: Event, reason: str) -> bool:
+        """With ``on_corrupt="quarantine"``: move the line of ``event`` (read from this log, and
+        not sealed though the store is encrypted) aside as a bad line is; False (nothing
+        done) otherwise, or when the line is no longer there."""
+        if self._store.on_corrupt != "quarantine" or self._fd < 0:
+            return False
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        pos = self._offset_after(event.seq - 1, end)
+        while True:
+            found = self._seq_at(pos, end)
+            if found is None or found[0] > event.seq:
+                return False
+            stop = self._find_newline(found[1], end)
+            if found[0] == event.seq:
+                break
+            pos = stop + 1
+        start = found[1]
+        body = os.pread(self._fd, stop - start, start)
+        where = f"line {self._line_number(start)}: {reason}"
+        self._with_lock(self._blank_line, start, body, where)
+        return True
+
     def _blank_line(self, offset: int, body: bytes, reason: str) -> None:
         """With the lock held: copy a bad line to the sidecar and overwrite it with spaces."""
         if os.pread(self._fd, len(body), offset) != body:
