@@ -276,18 +276,18 @@ def _event_aad_prefix_v2(session_id: str) -> bytes:
     return b"agentsession/event/v2\x00" + session_id.encode("utf-8", "surrogatepass") + b"\x00"
 
 
-_EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-_MICROSECOND: Final = _dt.timedelta(microseconds=1)
+_UTC: Final = _dt.timezone.utc
 _AAD_ENCODER = msgspec.json.Encoder()
 
 
 def _clear_fields(event: Event, seq: int) -> bytes:
     """The JSON array ``[seq, type, agent, user, time, id, meta]`` of an event's fields as they
-    are stored in clear (``time`` in microseconds since 1970 UTC, so that every backend's way of
-    writing the time gives the same bytes; ``null`` when unset)."""
+    are stored in clear (``time`` in UTC, ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``, so that every
+    backend's way of keeping a time gives the same bytes; ``null`` when unset)."""
     moment = event.time
-    micros = None if moment is None else (moment - _EPOCH) // _MICROSECOND
-    fields = (seq, event.type, event.agent, event.user, micros, event.id, event.meta)
+    if moment is not None and moment.tzinfo is not _UTC:
+        moment = moment.astimezone(_UTC)
+    fields = (seq, event.type, event.agent, event.user, moment, event.id, event.meta)
     try:
         return _AAD_ENCODER.encode(fields)
     except (msgspec.EncodeError, UnicodeEncodeError):
