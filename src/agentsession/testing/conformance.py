@@ -922,10 +922,14 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
             Event.new("session/compaction", odd, time=now),
             Event.new("user/message", [1], time=now),
         ]
+        ring = store._keyring
+        if ring is not None:  # every event of an encrypted store is sealed
+            cipher = ring.cipher("odd")
+            raw = [cipher.seal(event, seq) for seq, event in enumerate(raw, start=2)]
         with session._lock:  # the storage primitive itself, below the pipeline's checks
             foreign, stored = session._storage_append(raw, 0, None)
-            session._ingest(foreign)
-            session._ingest(stored)
+            session._ingest(session._from_storage(foreign))
+            session._ingest(session._from_storage(stored))
         assert [decode(e.data) for e in session.read()[1:]] == [odd, odd, [1]]
         assert [m.text for m in session.messages()] == ["hi"]
         again = self.reopen(store, tmp_path)
