@@ -128,7 +128,9 @@ class EncryptionConformance:
         sid = f"bound-{field}"
         session = store.get(sid)
         _say(session, "first", agent="coder")
-        to_other = Event.new("user/message", Message.user("to other"), agent="other")
+        # A time given with an offset and microseconds: every backend keeps it its own way.
+        given = dt.datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+        to_other = Event.new("user/message", Message.user("to other"), agent="other", time=given)
         event = session._prepare(to_other, None)
         ring = store._keyring
         assert ring is not None
@@ -145,7 +147,12 @@ class EncryptionConformance:
         _write_below_the_pipeline(store, sid, [msgspec.structs.replace(sealed, **changes[field])])
         if field == "none":
             events = session.read()
-            assert [(e.seq, e.agent, e.id) for e in events][1] == (2, "other", event.id)
+            assert [(e.seq, e.agent, e.id, e.time) for e in events][1] == (
+                2,
+                "other",
+                event.id,
+                given,
+            )
             assert _texts(session) == ["first", "to other"]
             return
         with pytest.raises(EncryptionError, match=rf"'{sid}' seq 2 .*does not open"):
