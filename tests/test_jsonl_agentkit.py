@@ -214,16 +214,18 @@ def test_an_encrypted_store_reads_agentkit_logs_but_never_appends_to_them(logs: 
         ags.open_store(logs, key=bytes(32))
 
 
-def test_an_agentkit_log_planted_in_an_encrypted_store_is_read_but_not_appended(
+def test_an_agentkit_log_planted_in_an_encrypted_store_is_refused_and_not_appended(
     tmp_path: Path,
 ) -> None:
+    """Every event of an encrypted store is sealed: an agentkit log's plain lines planted in one
+    are unsealed events, never history (docs/security.md)."""
     store = ags.open_store(tmp_path, key=bytes(32))
     store.get("mine").append(Event.new("user/message", Message.user("sealed")))
     shutil.copy(GOLDEN / "cli_default.jsonl", tmp_path / "cli_default.jsonl")
-    session = store.get("cli:default")
-    assert [m.text for m in session.messages()] == ["hi", "hello"]
-    with pytest.raises(ags.UsageError, match="agentkit log"):
-        session.append(Event.new("user/message", Message.user("more")))
+    with pytest.raises(ags.EncryptionError, match=r"'cli:default' seq 1 .*not sealed"):
+        store.get("cli:default").messages()
+    with pytest.raises((ags.UsageError, ags.EncryptionError)):
+        store.get("cli:default").append(Event.new("user/message", Message.user("more")))
     assert (tmp_path / "cli_default.jsonl").read_bytes() == (
         GOLDEN / "cli_default.jsonl"
     ).read_bytes()
