@@ -631,12 +631,15 @@ class SessionCipher:
         return f'{{"sealed":1,"kid":"{kid}","box":"{_b64(box)}"}}'
 
     def open_value(self, kind: str, text: str) -> str:
-        """The plaintext of a value :meth:`seal_value` made (a value stored before the store
-        was encrypted is returned as it is). Raises :class:`EncryptionError` when it does not
-        open."""
-        if not text.startswith('{"sealed":1,'):
-            return text
+        """The plaintext of a value :meth:`seal_value` made. Raises :class:`EncryptionError`
+        when it does not open, or is not sealed (every such value of an encrypted store is:
+        one in plaintext was written without the key)."""
         where = f"the {kind} entry of session {self._id!r} in {self._ring._where}"
+        if not text.startswith('{"sealed":1,'):
+            raise EncryptionError(
+                f"{where} is not sealed, but every one of an encrypted store is (it was written "
+                "without the key)"
+            )
         try:
             envelope = msgspec.json.decode(text, type=_Envelope)
         except msgspec.DecodeError:

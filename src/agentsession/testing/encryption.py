@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from ..children import RECORD_KIND
 from ..errors import EncryptionError
 from ..events import Event
 from ..messages import Message
@@ -115,6 +116,19 @@ class EncryptionConformance:
                 encrypted.close()
         finally:
             plain.close()
+
+    def test_encrypted_an_unsealed_session_record_is_refused(self, store: BaseStore) -> None:
+        """The session record (and a parent's children index) is sealed under the session's
+        key in an encrypted store: one written in plaintext is refused, not believed."""
+        self._needs_encryption()
+        session = store.get("recorded")
+        _say(session, "hi")
+        session.update(agent_id="coder")
+        assert session.info().agent_id == "coder"
+        store._meta_set(RECORD_KIND, "recorded", '{"agent_id":"mallory"}')
+        refused = r"record entry of session 'recorded'.*not sealed"
+        with pytest.raises(EncryptionError, match=refused):
+            session.info()
 
     # -- every field stored in clear is bound to the box -----------------------------------
 
