@@ -327,10 +327,19 @@ def test_postgres_relations_and_dump_hold_no_text_of_an_encrypted_store(
 
 # -- every meta kind --------------------------------------------------------------------------
 
-VISIBLE_META = ("crypto", "crypto-session", "crypto-active", "bind", "active", "cli")
+VISIBLE_META = (
+    "crypto",
+    "crypto-session",
+    "crypto-active",
+    "bind",
+    "active",
+    "cli",
+    "compaction-effect",
+)
 """The meta namespaces an encrypted store keeps in clear (docs/security.md says why): key
 records, agent bindings (agent names, which every event stores in clear too), the
-active-session map and the CLI pointer (session ids and entry keys)."""
+active-session map and the CLI pointer (session ids and entry keys), and the sentence an
+integration records about what compaction does not change (the library's own text)."""
 
 
 def test_every_meta_entry_of_an_encrypted_store_is_sealed_or_documented_visible(

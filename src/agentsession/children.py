@@ -266,19 +266,36 @@ def read_session_value(store: ChildHost, kind: str, session_id: str) -> str | No
 
 
 def update_session_value(
-    store: ChildHost, kind: str, session_id: str, change: Callable[[str | None], str | None]
+    store: ChildHost,
+    kind: str,
+    session_id: str,
+    change: Callable[[str | None], str | None],
+    *,
+    cache: bool = False,
 ) -> None:
     """``store._meta_update`` of a value kept in plaintext, or sealed under the session's key
     when the store is encrypted (a sealed value is only rewritten when its plaintext
-    changes). ``change`` gets and returns plaintext."""
+    changes). ``change`` gets and returns plaintext. With ``cache`` (a value that can be
+    made again from the log), a stored value that is not sealed or does not open is handed
+    to ``change`` as None, to be replaced, instead of raising."""
     ring = store._keyring
     if ring is None:
         store._meta_update(kind, session_id, change)
         return
     cipher = ring.cipher(session_id)
 
+    def opened(raw: str) -> str | None:
+        if not cache:
+            return cipher.open_value(kind, raw)
+        try:
+            return cipher.open_value(kind, raw)
+        except SessionShredded:
+            raise
+        except EncryptionError:
+            return None
+
     def sealed(raw: str | None) -> str | None:
-        plain = None if raw is None else cipher.open_value(kind, raw)
+        plain = None if raw is None else opened(raw)
         wanted = change(plain)
         if wanted == plain:
             return raw

@@ -132,7 +132,7 @@ from ..children import (
 )
 from ..codec import decode, encode
 from ..compaction import memory_cutoff_seq
-from ..errors import DuplicateSession, UsageError
+from ..errors import DuplicateSession, EncryptionError, SessionShredded, UsageError
 from ..events import (
     ASSISTANT_MESSAGE,
     COMPACTION,
@@ -684,9 +684,16 @@ class AgentSessionService(BaseSessionService):
 
     def _snapshot_text(self, key: str) -> str | None:
         """The stored snapshot's JSON (opened with the session's key in an encrypted store),
-        or None."""
+        or None. The snapshot is a cache: in an encrypted store, one that is not sealed
+        (written by a version that kept it in plaintext, or by someone without the key) or
+        does not open is not believed, and the state is folded from the log instead."""
         self._sync._check_open()
-        return read_session_value(self._sync, SNAPSHOT_KIND, key)
+        try:
+            return read_session_value(self._sync, SNAPSHOT_KIND, key)
+        except SessionShredded:
+            raise
+        except EncryptionError:
+            return None
 
     def _fold(self, key: str, session: BaseSession) -> _Folded | None:
         """The session state at the log's end, from the snapshot when it matches the log
@@ -721,7 +728,7 @@ class AgentSessionService(BaseSessionService):
             return current if stored is not None and stored.seq >= fold.seq else new
 
         self._sync._check_open()
-        update_session_value(self._sync, SNAPSHOT_KIND, key, change)
+        update_session_value(self._sync, SNAPSHOT_KIND, key, change, cache=True)
 
     def _keep_snapshot(self, key: str, folded: _Folded) -> None:
         """Write a snapshot when the fold read more than :data:`SNAPSHOT_EVERY` events past
