@@ -281,7 +281,10 @@ def test_helpers_of_a_turn_or_step_never_entered_or_already_closed_raise(
         step.tool_result("c1", "read", "x")
     with pytest.raises(ags.UsageError, match="closed"):
         unentered.__enter__()
+    with pytest.raises(ags.UsageError, match="entered and closed already"):
+        turn.__enter__()  # a second turn/start under the same turn id
     assert kinds(session)[-1] == "turn/end"
+    assert kinds(session).count("turn/start") == 1
     assert [e.type for e in session.read()].count("assistant/message") == 1
 
 

@@ -633,6 +633,9 @@ class Turn(_Recording):
     def __enter__(self) -> Turn:
         if self._open:
             raise UsageError("this turn is already open")
+        if self._entered:
+            # Entering it again would write a second turn/start under the same turn id.
+            raise UsageError("this turn was entered and closed already; open a new session.turn()")
         key = _session_key(self.session)
         with _open_turns_lock:
             other = _open_turns.get(key)
