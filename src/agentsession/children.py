@@ -785,6 +785,13 @@ def _child_context(store: ChildHost, child: _Session) -> tuple[SessionFork, _Ind
             f"child session {child.id!r} is not a child of {fork.parent!r} any more: the "
             "parent was deleted (and perhaps created again) after the fork",
         )
+    if is_shredded(store, fork.parent):
+        raise ChildStateError(
+            child.id,
+            "orphaned",
+            f"child session {child.id!r} cannot end into its parent {fork.parent!r}: the "
+            "parent was shredded",
+        )
     return fork, entry, store.get(fork.parent)
 
 

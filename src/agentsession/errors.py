@@ -125,7 +125,7 @@ class LockTimeout(SessionError, TimeoutError):
 class ChildStateError(SessionError):
     """A child session cannot be merged or discarded: it already was (``state`` says which:
     ``merged`` or ``discarded``), or its parent no longer holds it (``state`` ``orphaned``:
-    the parent was deleted, perhaps created again)."""
+    the parent was deleted, perhaps created again, or shredded)."""
 
     def __init__(self, session_id: str, state: str, message: str = "") -> None:
         super().__init__(message or f"child session {session_id!r} is {state}")

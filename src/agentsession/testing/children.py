@@ -374,6 +374,10 @@ class ChildSessionConformance:
         ]
         # The children keep their copies: that is what keep_children chose.
         assert store.get(active.id).messages()[0].text == "plan the trip"
+        # Nothing can be merged into a shredded parent: the child is orphaned.
+        with pytest.raises(ChildStateError, match="shredded") as orphaned:
+            store.get(active.id).merge("too late")
+        assert orphaned.value.state == "orphaned"
         assert store.shred(active.id) == [active.id]
         assert [c.shredded for c in store.children_of("parent")] == [False, True]
         assert store.delete(active.id)
