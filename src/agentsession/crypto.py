@@ -92,6 +92,7 @@ _NONCE = 12
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 1 << 15, 8, 1
 _HEAD_V1: Final = b'{"sealed":1,'
 _HEAD_V2: Final = b'{"sealed":2,'
+_HEAD_LEN: Final = max(len(_HEAD_V1), len(_HEAD_V2))
 SEALED_FORMAT: Final = 2
 """The format of the events sealed now (``"sealed":2``: every clear field is associated data)."""
 _PLAIN_TAIL: Final = b',{},""]'  # the end of a box's plaintext when meta and user are empty
@@ -311,7 +312,8 @@ def unsealed_error(where: str) -> EncryptionError:
 
 def is_sealed(event: Event) -> bool:
     """Whether an event read from storage is sealed (its payload is an encryption box)."""
-    return bytes(event.data).startswith((_HEAD_V1, _HEAD_V2))
+    # The head only: a plain store's reads ask this of every batch, and payloads can be long.
+    return memoryview(event.data)[:_HEAD_LEN].tobytes().startswith((_HEAD_V1, _HEAD_V2))
 
 
 class KeyRing:

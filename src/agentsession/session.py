@@ -169,6 +169,15 @@ def reconnect_pauses(timeout: float) -> Iterator[float]:
         pause = min(pause * 2, 1.0)
 
 
+def contention_pause(attempt: int) -> float:
+    """Seconds to wait before try ``attempt`` (from 0) of a write that other writers keep
+    getting ahead of: none for the first four tries, then a random pause whose bound doubles
+    from 0.5 ms up to 50 ms, so that one writer gets ahead."""
+    if attempt < 4:
+        return 0.0
+    return random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4)))
+
+
 def _shown(value: object) -> str:
     """A bad event id, shortened, for an error message."""
     if not isinstance(value, str):
@@ -793,8 +802,8 @@ class BaseSession:
                 if pause is None:
                     raise failure
                 time.sleep(pause)
-            elif attempt >= 4:  # writers are racing for this session: let one get ahead
-                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
+            elif pause := contention_pause(attempt):  # writers are racing for this session
+                time.sleep(pause)
             try:
                 self._refresh()
                 known = self._stored_seqs(batch)
@@ -918,8 +927,8 @@ class BaseSession:
             todo = [event for event, seq in zip(batch, seqs, strict=True) if seq is None]
             marker = _marker_index(todo)
         for attempt in range(_SEALED_RETRIES):
-            if attempt >= 4:  # writers are racing for this session: let one get ahead
-                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
+            if pause := contention_pause(attempt):  # writers are racing for this session
+                time.sleep(pause)
             foreign: list[Event]
             if self._cipher is not None:
                 foreign, stored = [], self._append_sealed(todo, marker, expect_seq)
@@ -972,8 +981,8 @@ class BaseSession:
         cipher = self._cipher
         assert cipher is not None
         for attempt in range(_SEALED_RETRIES):
-            if attempt >= 4:  # writers are racing for this session: let one get ahead
-                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
+            if pause := contention_pause(attempt):  # writers are racing for this session
+                time.sleep(pause)
             base = self._latest_seq
             if expect_seq is not None and base != expect_seq:
                 self._refresh()

@@ -59,7 +59,6 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-import random
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -79,7 +78,7 @@ from ..errors import (
     UsageError,
 )
 from ..events import Event
-from ..session import BaseSession, _marker_index, reconnect_pauses
+from ..session import BaseSession, _marker_index, contention_pause, reconnect_pauses
 from ..store import BaseStore
 from .postgres_schema import Statements
 
@@ -577,8 +576,7 @@ class PostgresAsyncBackend(AsyncBackend):
         user_message = call.user_message
         async with self._writer(session):
             for attempt in range(_RACE_RETRIES):
-                if attempt >= 4:  # writers are racing for this session: let one get ahead
-                    pause = random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4)))
+                if pause := contention_pause(attempt):  # writers are racing for this session
                     await asyncio.sleep(pause)
                 plan = self._try_locked(
                     session,

@@ -49,7 +49,6 @@ import asyncio
 import concurrent.futures
 import gc
 import os
-import random
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -73,6 +72,7 @@ from ..events import (
 )
 from ..messages import Message
 from ..providers.openai_responses import from_openai_responses_input, input_messages_with_ends
+from ..session import contention_pause
 from ..store import BaseStore, open_store
 
 if TYPE_CHECKING:
@@ -177,9 +177,9 @@ def _usage(value: Any) -> Usage | None:
 
 async def _contend(attempt: int) -> None:
     """The pause before try ``attempt`` of a conditional append that other writers keep
-    beating: none for the first tries, then a growing random one."""
-    if attempt >= 4:  # writers are racing for this session: let one get ahead
-        await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4))))
+    beating (:func:`agentsession.session.contention_pause`)."""
+    if pause := contention_pause(attempt):
+        await asyncio.sleep(pause)
 
 
 # ---------------------------------------------------------------------------------------------
