@@ -1154,22 +1154,8 @@ class JsonlStore(BaseStore):
                 return self._ak_cli_get()
             if kind in _AK_SIDECARS:
                 return self._ak_sidecar_get(kind, key)
-        try:
-            fd = os.open(self._meta_path(kind, key), os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
-            with open(fd, "rb") as f:
-                raw = f.read()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise StorageError(f"cannot read {self._meta_path(kind, key)}: {exc}") from exc
-        try:
-            entry = decode(raw, _MetaEntry)
-        except msgspec.DecodeError as exc:
-            raise CorruptLogError(
-                f"{self._meta_path(kind, key)} is not a valid {kind} entry: {exc}",
-                path=self._meta_path(kind, key),
-            ) from exc
-        return entry.value
+        entry = _read_meta_entry(self._meta_path(kind, key), kind)
+        return None if entry is None else entry.value
 
     def _meta_set(self, kind: str, key: str, value: str | None) -> None:
         if self.dialect == "agentkit":
@@ -1253,20 +1239,9 @@ class JsonlStore(BaseStore):
                 if not file_name.endswith(".json") or file_name.startswith("."):
                     continue  # the lock, or a temporary file of a write in progress
                 path = os.path.join(directory, file_name)
-                try:
-                    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
-                    with open(fd, "rb") as f:
-                        raw = f.read()
-                except FileNotFoundError:
+                entry = _read_meta_entry(path, name)
+                if entry is None:
                     continue  # removed meanwhile
-                except OSError as exc:
-                    raise StorageError(f"cannot read {path}: {exc}") from exc
-                try:
-                    entry = decode(raw, _MetaEntry)
-                except msgspec.DecodeError as exc:
-                    raise CorruptLogError(
-                        f"{path} is not a valid {name} entry: {exc}", path=path
-                    ) from exc
                 if self._meta_path(name, entry.key) == path:
                     items.append((name, entry.key, entry.value))
         if self.dialect == "agentkit":
@@ -1706,6 +1681,23 @@ class _MetaEntry(msgspec.Struct, rename="camel"):
     key: str
     value: str
     updated_at: _dt.datetime | None = None
+
+
+def _read_meta_entry(path: str, kind: str) -> _MetaEntry | None:
+    """The meta entry stored at ``path`` (never through a symbolic link); None when there is
+    no file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+        with open(fd, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {exc}") from exc
+    try:
+        return decode(raw, _MetaEntry)
+    except msgspec.DecodeError as exc:
+        raise CorruptLogError(f"{path} is not a valid {kind} entry: {exc}", path=path) from exc
 
 
 _LEFTOVER = re.compile(r"\.(\d+)\.\d+\.(?:tmp|add)\Z")
