@@ -318,11 +318,11 @@ def test_cache_is_keyed_by_resolved_path(tmp_path: Path) -> None:
 def test_fsync_durability_syncs_every_append_and_flush_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str, syncs: int
 ) -> None:
-    import agentsession.backends.jsonl as jsonl
+    import agentsession.backends.jsonl.logfile as logfile
 
     calls: list[int] = []
-    real = jsonl._datasync
-    monkeypatch.setattr(jsonl, "_datasync", lambda fd: (calls.append(fd), real(fd)))
+    real = logfile._datasync
+    monkeypatch.setattr(logfile, "_datasync", lambda fd: (calls.append(fd), real(fd)))
     session = ags.open_store(tmp_path, durability=durability).get("d")
     session.append(Event.new("test/n"))  # first append: general path
     session.append(Event.new("test/n"))  # later appends: fast path

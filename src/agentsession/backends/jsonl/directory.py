@@ -1,0 +1,417 @@
+"""The directory store: one JSONL log per session in a directory, with the turn locks in
+``.locks`` and the meta entries in ``.meta`` (or where the store's layout keeps them)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import logging
+import os
+import stat
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import msgspec
+
+from ...contract import SessionInfo
+from ...errors import StorageError, StoreUnavailable, UsageError
+from ...interop.jsonl_layout import SUFFIX, Dialect
+from ...locks import FileLocker
+from ...store import BaseStore, path_of
+from ._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, atomic_write
+from .layout import layout_for
+from .lines import decode_line, first_time, last_line, last_seq_of
+from .logfile import JsonlSession
+from .meta import MetaFiles
+
+try:
+    import fcntl
+    import resource
+except ImportError as exc:  # not POSIX (Windows): no flock
+    from ...locks import file_locks_unavailable
+
+    raise file_locks_unavailable(
+        "the JSONL store's session files",
+        "open a SQLite ('sqlite:///file.db') or PostgreSQL store instead",
+    ) from exc
+
+__all__ = ["ID_SUFFIX", "LOCK_DIR", "QUARANTINE_SUFFIX", "JsonlStore", "OnCorrupt", "open_jsonl"]
+
+log = logging.getLogger("agentsession.backends.jsonl")
+
+OnCorrupt = Literal["raise", "quarantine"]
+"""What to do with a bad line in the middle of a log: raise, or move it aside and carry on."""
+
+LOCK_DIR = ".locks"
+QUARANTINE_SUFFIX = ".quarantine"
+ID_SUFFIX = ".id"
+
+
+def _default_open_files() -> int:
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):  # pragma: no cover - no limit to read
+        return 256
+    if soft == resource.RLIM_INFINITY:
+        return 256
+    return max(4, min(256, soft // 4))
+
+
+class JsonlStore(BaseStore):
+    """A directory of JSONL session files. Opened by ``open_store(path)``.
+
+    ``on_corrupt`` decides what a bad line in the middle of a log does: ``"raise"`` (default)
+    raises :class:`~agentsession.errors.CorruptLogError`; ``"quarantine"`` moves it to the
+    session's sidecar file and carries on.
+
+    Logs written by agentkit (the Go package) are read in either dialect, and a file keeps the
+    dialect of its first line when appended to. ``dialect="agentkit"`` (for a directory shared
+    with an agentkit service) also writes new files as agentkit lines and names them as
+    agentkit does (every character outside ``[A-Za-z0-9._-]`` becomes ``_``); two ids that
+    agentkit's naming maps to one file are refused rather than merged. See
+    ``docs/interop.md``.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        on_corrupt: OnCorrupt = "raise",
+        max_open_files: int | None = None,
+        create: bool = True,
+        dialect: Dialect = "agentsession",
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        if on_corrupt not in ("raise", "quarantine"):
+            raise UsageError(f"on_corrupt must be 'raise' or 'quarantine', not {on_corrupt!r}")
+        if dialect not in ("agentsession", "agentkit"):
+            raise UsageError(f"dialect must be 'agentsession' or 'agentkit', not {dialect!r}")
+        self._layout = layout = layout_for(dialect)
+        refused = layout.encryption_refused
+        if refused is not None and (
+            options.get("passphrase") is not None or options.get("key") is not None
+        ):
+            raise UsageError(refused)
+        self.dialect: Dialect = dialect
+        """The line format and file naming of new session files."""
+        if max_open_files is not None and (
+            not isinstance(max_open_files, int) or max_open_files < 1
+        ):
+            raise UsageError(f"max_open_files must be an int >= 1, not {max_open_files!r}")
+        self.on_corrupt: OnCorrupt = on_corrupt
+        """What a bad line in the middle of a log does."""
+        self.max_open_files = max_open_files or _default_open_files()
+        """Session files this store keeps open at most (default: a quarter of the process's
+        descriptor limit, at most 256); the least recently opened are closed first and
+        reopened when used again."""
+        self._open_files: OrderedDict[int, weakref.ref[JsonlSession]] = OrderedDict()
+        self._open_files_lock = threading.Lock()
+        root = os.path.abspath(os.fspath(directory))
+        if not create:
+            # Opening an existing store creates nothing, and reading needs no write access
+            # (a read-only mount, a directory of another user): writes fail when they come.
+            if not os.path.isdir(root):
+                what = "it is not a directory" if os.path.exists(root) else "no such directory"
+                raise StoreUnavailable(f"no store at {root} ({what})")
+            if not os.access(root, os.R_OK | os.X_OK):
+                raise StoreUnavailable(f"the store directory {root} is not readable")
+        else:
+            try:
+                os.makedirs(root, mode=0o700, exist_ok=True)
+            except FileExistsError:
+                raise StoreUnavailable(f"{root} exists and is not a directory") from None
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot create the store directory {root}: {exc}") from exc
+            if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
+                raise StoreUnavailable(f"the store directory {root} is not readable and writable")
+        self._root = os.path.realpath(root)
+        self._meta_files = MetaFiles(self._root, lambda: self.clock())
+        self._meta = layout.meta(
+            self._meta_files, self._root, self._claimed_by, self._write_id_sidecar
+        )
+
+    @property
+    def location(self) -> str:
+        """The store's directory."""
+        return self._root
+
+    def _track_open(self, session: JsonlSession) -> None:
+        """Count an opened session file; close the oldest idle ones beyond the bound."""
+        victims = []
+        with self._open_files_lock:
+            self._open_files[id(session)] = weakref.ref(session)
+            while len(self._open_files) > self.max_open_files:
+                _, ref = self._open_files.popitem(last=False)
+                other = ref()
+                if other is not None and other is not session:
+                    victims.append(other)
+        for other in victims:
+            other._close_if_idle()
+
+    def _untrack_open(self, session: JsonlSession) -> None:
+        with self._open_files_lock:
+            self._open_files.pop(id(session), None)
+
+    def _after_fork(self) -> None:
+        super()._after_fork()
+        self._open_files_lock = threading.Lock()
+        self._open_files.clear()
+
+    @property
+    def url(self) -> str:
+        """The store's directory (a path is what ``open_store`` takes)."""
+        return self._root
+
+    def path_for(self, session_id: str) -> str:
+        """The log file of a session id (safe and injective; see ``agentsession._names``; in
+        the agentkit dialect, agentkit's naming, which is not injective)."""
+        return os.path.join(self._root, self._layout.file_stem(session_id) + SUFFIX)
+
+    def _claimed_by(self, path: str) -> str | None:
+        """The id recorded beside a session file (``<name>.id``), if any."""
+        try:
+            with open(path[: -len(SUFFIX)] + ID_SUFFIX, "rb") as f:
+                return f.read().decode("utf-8", "surrogatepass")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read the id beside {path}: {exc}") from exc
+
+    def _cache_key(self, session_id: str) -> str:
+        # A layout whose names are not injective never shares a session object by path.
+        return self.path_for(session_id) if self._layout.injective else session_id
+
+    def _open_session(self, session_id: str) -> JsonlSession:
+        path = self.path_for(session_id)
+        self._layout.check_session(session_id, path, self._claimed_by)
+        return JsonlSession(self, session_id, path)
+
+    def _clean_crash_leftovers(self) -> None:
+        """Remove what a killed process left of its meta writes (see
+        :meth:`MetaFiles.clean_crash_leftovers`)."""
+        self._meta_files.clean_crash_leftovers()
+
+    def _make_locker(self) -> FileLocker:
+        return FileLocker(os.path.join(self._root, LOCK_DIR))
+
+    def _meta_get(self, kind: str, key: str) -> str | None:
+        return self._meta.get(kind, key)
+
+    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
+        self._meta.set(kind, key, value)
+
+    def _meta_add(self, kind: str, key: str, value: str) -> str:
+        return self._meta.add(kind, key, value)
+
+    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        """Compare and set: for ``.meta`` entries under an exclusive ``flock`` of
+        ``.meta/<kind>/.cas.lock``, atomic with every other compare-and-set of the kind in
+        any process (:meth:`MetaFiles.cas`); for files of the layout's own, as it says."""
+        return self._meta.cas(kind, key, expected, new)
+
+    def _meta_list(self, kind: str | None = None) -> list[tuple[str, str, str]]:
+        """The entries of ``.meta/<kind>/`` and, in the agentkit dialect, agentkit's own
+        files (see :class:`~agentsession.interop.agentkit_layout.AgentkitMeta`)."""
+        return self._meta.list(kind)
+
+    def _set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
+        """Set the log file's modification time (what ``list()`` reports as ``updated_at``)."""
+        session = self._open_session(session_id)
+        try:
+            path = session.path
+        finally:
+            session.close()
+        epoch = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+        ns = (when - epoch) // _dt.timedelta(microseconds=1) * 1000
+        try:
+            os.utime(path, ns=(ns, ns), follow_symlinks=False)
+        except FileNotFoundError:
+            return  # deleted meanwhile: nothing to date
+        except OSError as exc:
+            raise StorageError(f"cannot set the modification time of {path}: {exc}") from exc
+
+    def _write_id_sidecar(self, session_id: str, path: str) -> None:
+        """A cut (hashed) file name cannot be read back as an id, nor can agentkit's names:
+        keep the id beside it (which also claims an agentkit name for that one id)."""
+        if not self._layout.records_id(path):
+            return
+        id_path = path[: -len(SUFFIX)] + ID_SUFFIX
+        if os.path.exists(id_path):
+            return
+        atomic_write(id_path, session_id.encode("utf-8", "surrogatepass"))
+
+    def _quarantine(
+        self, path: str, data: bytes, reason: str, offset: int, session_id: str
+    ) -> None:
+        """Append bytes taken out of a log to its sidecar, followed by a newline."""
+        target = path + QUARANTINE_SUFFIX
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | O_CLOEXEC | O_NOFOLLOW
+        fd = os.open(target, flags, 0o600)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StorageError(f"{target} is not a regular file; refusing to write to it")
+            os.write(fd, data + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        log.warning(
+            "session %r: moved %d bytes at offset %d of %s to %s (%s)",
+            session_id,
+            len(data),
+            offset,
+            path,
+            target,
+            reason,
+        )
+
+    def _id_of(self, name: str) -> str | None:
+        return self._layout.id_of(os.path.join(self._root, name), self._claimed_by)
+
+    def _exists(self, session_id: str) -> bool:
+        try:
+            st = os.lstat(self.path_for(session_id))
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StorageError(f"cannot look up session {session_id!r}: {exc}") from exc
+        return stat.S_ISREG(st.st_mode) and st.st_size > 0
+
+    def _list_all(self) -> list[SessionInfo]:
+        out = []
+        try:
+            entries = list(os.scandir(self._root))
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot list {self._root}: {exc}") from exc
+        for entry in entries:
+            if not entry.name.endswith(SUFFIX) or not entry.is_file(follow_symlinks=False):
+                continue
+            sid = self._id_of(entry.name)
+            if sid is None:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if st.st_size == 0:
+                continue
+            updated = _dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, _dt.timezone.utc)
+            last_seq, created = self._peek(entry.path)
+            out.append(
+                SessionInfo(
+                    id=sid,
+                    updated_at=updated,
+                    created_at=created,
+                    size=st.st_size,
+                    last_seq=last_seq,
+                )
+            )
+        return out
+
+    def _peek(self, path: str) -> tuple[int, _dt.datetime | None]:
+        """The file's last seq, from the head of its last line (-1 when unreadable), and its
+        first event's time, from one read of its beginning (None when unknown)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        except OSError:
+            return -1, None
+        try:
+            try:
+                last_seq = last_seq_of(fd, os.fstat(fd).st_size)
+            except OSError:
+                last_seq = -1
+            try:
+                created = first_time(fd)
+            except OSError:
+                created = None
+            return last_seq, created
+        finally:
+            os.close(fd)
+
+    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+        """All or nothing: the log is renamed aside first, so a directory the process may not
+        write (or any other failure before that) leaves the session whole and raises
+        :class:`StorageError`; only then is it emptied under the writers' lock (a session
+        object still holding the file sees it shrink and starts over) and unlinked."""
+        path = self.path_for(session_id)
+        try:
+            fd = os.open(path, os.O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        except FileNotFoundError:
+            existed = False
+        except OSError as exc:
+            what = "is a symbolic link" if exc.errno == errno.ELOOP else str(exc)
+            raise StorageError(
+                f"cannot delete session {session_id!r}: {path} {what}; nothing was deleted"
+            ) from None
+        else:
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise StorageError(
+                        f"cannot delete session {session_id!r}: {path} is not a regular file; "
+                        "nothing was deleted"
+                    )
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                tomb = f"{path}.{os.getpid()}.{threading.get_ident()}.deleting"
+                try:
+                    os.rename(path, tomb)
+                except OSError as exc:
+                    raise StorageError(
+                        f"cannot delete session {session_id!r} at {path}: {exc.strerror or exc}; "
+                        "nothing was deleted"
+                    ) from None
+                existed = os.fstat(fd).st_size > 0
+                os.ftruncate(fd, 0)
+                os.unlink(tomb)
+            except OSError as exc:
+                raise StorageError(f"deleting session {session_id!r} at {path}: {exc}") from exc
+            finally:
+                os.close(fd)
+        for kind in meta_kinds:
+            self._meta_set(kind, session_id, None)
+        stem = path[: -len(SUFFIX)]
+        for extra in (stem + ID_SUFFIX, path + QUARANTINE_SUFFIX):
+            try:
+                os.unlink(extra)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise StorageError(f"cannot delete {extra}: {exc}") from exc
+        return existed
+
+    def _last_append(self, session_id: str) -> _dt.datetime | None:
+        path = self.path_for(session_id)
+        try:
+            fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read session {session_id!r} at {path}: {exc}") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StorageError(f"session {session_id!r}: {path} is not a regular file")
+            line = last_line(fd)
+        finally:
+            os.close(fd)
+        if line is None:
+            return None
+        try:
+            return decode_line(line).time
+        except msgspec.DecodeError:
+            pass
+        session = self._open_session(session_id)  # reads up to a torn tail, writing nothing
+        try:
+            events = session.read(after=max(0, session.latest_seq - 1))
+            return events[-1].time if events else None
+        finally:
+            session.close()
+
+
+def open_jsonl(url: str, **options: Any) -> JsonlStore:
+    """``open_store`` for a directory path, ``jsonl:///abs/dir``, ``jsonl:dir`` or ``file:``."""
+    scheme, sep, _ = url.partition(":")
+    if sep and scheme.lower() in ("jsonl", "file"):
+        return JsonlStore(path_of(url, scheme.lower()), **options)
+    return JsonlStore(url, **options)
