@@ -5,9 +5,10 @@ How it works:
 
 * **Recording.** A shim over the ``os`` calls the backend makes (``open``, ``write``,
   ``pwrite``, ``ftruncate``, ``fsync``, ``fdatasync``, ``rename``/``replace``, ``link``,
-  ``unlink``, ``mkdir``, ``close``, and the aliases ``jsonl._write`` and ``jsonl._datasync`` that
-  its hot path binds at import) logs, for the files inside the store directory, each data
-  operation as (file, offset, bytes), each sync point, and each directory-entry change. After
+  ``unlink``, ``mkdir``, ``close``, and the aliases ``jsonl.logfile._write`` and
+  ``jsonl.logfile._datasync`` that its hot path binds at import) logs, for the files inside
+  the store directory, each data operation as (file, offset, bytes), each sync point, and each
+  directory-entry change. After
   every call that returns to the caller (an append, an ``append_many``, each recorder helper,
   entering and leaving a turn or step, a compaction) the driver logs an *ack*: the session's
   latest seq, so everything up to it was acknowledged.
@@ -48,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import agentsession as ags
-from agentsession.backends import jsonl as jsonl_backend
+from agentsession.backends.jsonl import logfile as jsonl_backend
 from agentsession.events import encode_event
 
 from ..common import (
