@@ -125,9 +125,12 @@ class _BadLine(Exception):
 class JsonlSession(BaseSession):
     """A session stored as one JSONL file (see the module docstring for the guarantees)."""
 
+    # Few attributes: past CPython's 30 shared keys an instance's attribute reads get slower,
+    # and the append fast path reads a dozen of them.
+    _store: LogHost
+
     def __init__(self, store: LogHost, session_id: str, path: str) -> None:
         super().__init__(store, session_id)
-        self._directory = directory = store
         self._path = path
         self._file: io.FileIO | None = None
         self._fd = -1
@@ -135,8 +138,7 @@ class JsonlSession(BaseSession):
         self._locked = False  # whether this session holds the file lock now
         self._ident: tuple[int, int, bytes] | None = None  # which file was read (_identity)
         self._reload = False  # set in a forked child: load the tail afresh before use
-        self._lines = directory._layout.new_lines  # the file's line dialect (_detect)
-        self._one_line = self._lines.one_line  # the fast path's line encoder (None: no fast path)
+        self._lines = store._layout.new_lines  # the file's line dialect (_detect)
         self._claimed = False  # whether this id is recorded beside an agentkit-named file
         self._writable = False  # whether the open descriptor may write (else opened read-only)
         with self._lock:
@@ -172,7 +174,7 @@ class JsonlSession(BaseSession):
             if self._writable or not create:
                 return True
             self._storage_close()  # opened read-only: reopen to write (or say why it cannot)
-        self._directory._check_open()  # a session of a closed store is not used again
+        self._store._check_open()  # a session of a closed store is not used again
         flags = os.O_RDWR | os.O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK
         writable = True
         try:
@@ -217,9 +219,9 @@ class JsonlSession(BaseSession):
         self._file = io.FileIO(fd, "r+" if writable else "r", closefd=True)
         self._fd = fd
         self._writable = writable
-        self._directory._track_open(self)
+        self._store._track_open(self)
         if create:
-            self._directory._write_id_sidecar(self._id, self._path)
+            self._store._write_id_sidecar(self._id, self._path)
             if st.st_size == 0 and self._store.durability == "fsync":
                 # A new log's name (and its id sidecar's) must survive a power loss as well as
                 # the lines synced into it: not every file system commits a new directory entry
@@ -235,15 +237,14 @@ class JsonlSession(BaseSession):
     def _detect(self, head: bytes) -> None:
         """The file's dialect, from its first bytes: a file keeps the dialect of its first line
         (so a log another program owns stays readable to it); an empty one takes the store's."""
-        self._lines = lines = lines_of(head) if head else self._directory._layout.new_lines
-        self._one_line = lines.one_line
+        self._lines = lines_of(head) if head else self._store._layout.new_lines
 
     def _storage_close(self) -> None:
         if self._file is not None:
             with contextlib.suppress(OSError):
                 self._ident = _identity(self._fd, os.fstat(self._fd))
             self._file.close()
-            self._directory._untrack_open(self)
+            self._store._untrack_open(self)
         self._file = None
         self._fd = -1
         self._writable = False
@@ -380,7 +381,7 @@ class JsonlSession(BaseSession):
     def _quarantine_tail(self, offset: int, size: int, reason: str) -> None:
         """With the lock held: copy ``[offset, size)`` to the sidecar and truncate the log."""
         data = pread_all(self._fd, size - offset, offset)
-        self._directory._quarantine(self._path, data, reason, offset, self._id)
+        self._store._quarantine(self._path, data, reason, offset, self._id)
         os.ftruncate(self._fd, offset)
         if self._store.durability == "fsync":
             _datasync(self._fd)
@@ -508,7 +509,7 @@ class JsonlSession(BaseSession):
 
     def _bad_line(self, offset: int, line: bytes, reason: str) -> None:
         line_no = self._line_number(offset)
-        if self._directory.on_corrupt == "raise":
+        if self._store.on_corrupt == "raise":
             raise CorruptLogError(
                 f"session {self._id!r}: {self._path} line {line_no} (byte offset {offset}) "
                 f"is not a valid event: {reason}; open the store with on_corrupt='quarantine' "
@@ -524,7 +525,7 @@ class JsonlSession(BaseSession):
         """With ``on_corrupt="quarantine"``: move the line of ``event`` (read from this log, and
         not sealed though the store is encrypted) aside as a bad line is; False (nothing
         done) otherwise, or when the line is no longer there."""
-        if self._directory.on_corrupt != "quarantine" or self._fd < 0:
+        if self._store.on_corrupt != "quarantine" or self._fd < 0:
             return False
         end = os.lseek(self._fd, 0, os.SEEK_END)
         pos = self._offset_after(event.seq - 1, end)
@@ -546,7 +547,7 @@ class JsonlSession(BaseSession):
         """With the lock held: copy a bad line to the sidecar and overwrite it with spaces."""
         if os.pread(self._fd, len(body), offset) != body:
             return  # someone else moved it aside already
-        self._directory._quarantine(self._path, body, reason, offset, self._id)
+        self._store._quarantine(self._path, body, reason, offset, self._id)
         # O_APPEND would send pwrite to the end of the file, so use a plain descriptor.
         blank = os.open(self._path, os.O_WRONLY | O_CLOEXEC | O_NOFOLLOW)
         try:
@@ -641,7 +642,7 @@ class JsonlSession(BaseSession):
         up on). It is the hot path of an agent loop, hence the local names for every call."""
         fd = self._fd
         size = self._size
-        one_line = self._one_line
+        one_line = self._lines.one_line
         if fd < 0 or not size or one_line is None or not self._writable:
             return None
         try:
@@ -699,8 +700,8 @@ class JsonlSession(BaseSession):
                 lines = self._lines
                 lines.check_append(self._id, self._path, self._store._keyring is not None)
                 buf = lines.encode_batch(events, early, first, self._id)
-                if not self._claimed and self._directory._layout.claims(lines):
-                    self._directory._write_id_sidecar(self._id, self._path)
+                if not self._claimed and self._store._layout.claims(lines):
+                    self._store._write_id_sidecar(self._id, self._path)
                     self._claimed = True
                 self._write(buf)
             finally:
