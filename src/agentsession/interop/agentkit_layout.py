@@ -57,9 +57,6 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-# Compare-and-set of agentkit's own files is atomic within this process (they have no lock
-# file agentkit would honour).
-_CAS_LOCK = threading.Lock()
 
 
 def agentkit_file_name(session_id: str) -> str:
@@ -269,15 +266,29 @@ class AgentkitMeta:
         return current
 
     def cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
-        """Compare and set; for agentkit's files atomic within this process only."""
+        """Compare and set; agentkit's own files are locked by a ``flock`` of the store
+        directory (atomic across processes), so no lock file of ours appears in agentkit's
+        layout."""
         if kind not in _SIDECARS and kind != "cli":
             return self._files.cas(kind, key, expected, new)
-        with _CAS_LOCK:
+        if self.get(kind, key) != expected:
+            return False  # another value now: no lock needed to say so
+        if new == expected:
+            return True
+        import fcntl  # here: the JSONL store says why it needs POSIX, this module need not
+
+        fd = self._root_fd()
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                raise StorageError(f"cannot lock {self._root}: {exc}") from exc
             if self.get(kind, key) != expected:
                 return False
-            if new != expected:
-                self.set(kind, key, new)
+            self.set(kind, key, new)
             return True
+        finally:
+            os.close(fd)  # releases the lock
 
     def list(self, kind: str | None) -> list[tuple[str, str, str]]:
         """The entries of ``files``, and agentkit's: the sidecars of the active-session map
