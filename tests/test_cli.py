@@ -27,7 +27,7 @@ from click.testing import CliRunner
 
 import agentsession as ags
 import agentsession.cli as cli_module
-import agentsession.store
+import agentsession.registry
 from agentsession.backends.jsonl import LOCK_DIR
 from agentsession.backends.memory import MemoryStore
 from agentsession.cli import cli
@@ -178,7 +178,7 @@ class ListingOnlyStore(MemoryStore):
 @pytest.fixture
 def listing_only(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setitem(
-        agentsession.store._registered, "listingonly", lambda *_, **__: ListingOnlyStore()
+        agentsession.registry._registered, "listingonly", lambda *_, **__: ListingOnlyStore()
     )
     return "listingonly:"
 
@@ -974,7 +974,7 @@ def test_other_loggers_and_debug_records_show_only_with_debug(
         logging.getLogger("agentsession.noisy").debug("opening %s", url)
         raise ags.StoreUnavailable("cannot reach the noisy server")
 
-    monkeypatch.setitem(agentsession.store._registered, "noisy", noisy)
+    monkeypatch.setitem(agentsession.registry._registered, "noisy", noisy)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     assert invoke("noisy://x", "ls") == (1, "", "Error: cannot reach the noisy server\n")

@@ -802,15 +802,15 @@ def test_a_parent_shredded_without_its_index_kept_still_lists_and_deletes(
 _KILLED_SHREDDER = """
 import os, signal, sys
 import agentsession as ags
-from agentsession.store import BaseStore
+from agentsession.keys import KeyLifecycle
 done = []
-original = BaseStore._shred_one
+original = KeyLifecycle.shred_one
 def shred_one(self, sid):
     if len(done) == int(sys.argv[2]):
         os.kill(os.getpid(), signal.SIGKILL)  # killed before this session's shred
     original(self, sid)
     done.append(sid)
-BaseStore._shred_one = shred_one
+KeyLifecycle.shred_one = shred_one
 ags.open_store(sys.argv[1], create=False, passphrase=sys.argv[3]).shred("main", recursive=True)
 """
 
