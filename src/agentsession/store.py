@@ -3,7 +3,8 @@
 A **store** opens sessions by id and owns what spans sessions: listing, deleting, the turn
 locks, crash recovery over many sessions, and a small key-value primitive (``meta_get`` and
 ``meta_set``) that the chat layer keeps its identity mappings in. A backend subclasses
-:class:`BaseStore` and implements the ``_``-prefixed primitives. ``open_store`` picks the
+:class:`BaseStore` and implements the ``_``-prefixed primitives (``_meta_cas`` among them:
+every backend's own, atomic across store objects and processes). ``open_store`` picks the
 backend from a URL through :mod:`agentsession.registry` (which third-party packages extend
 with the entry-point group ``agentsession.backends``, a name mapping a URL scheme to a
 ``module:factory``); its names are re-exported here. An encrypted store's keys are a
@@ -71,7 +72,6 @@ _KEPT_BY_SHRED = frozenset({SESSION_KIND, children.CHILDREN_KIND})
 
 _live_stores: weakref.WeakSet[BaseStore] = weakref.WeakSet()
 
-_FALLBACK_CAS_LOCK = threading.Lock()
 _META_UPDATE_RETRIES = 1000
 
 
@@ -114,6 +114,12 @@ class BaseStore:
         key: bytes | None = None,
         max_loaded_events: int | None = None,
     ) -> None:
+        if type(self)._meta_cas is BaseStore._meta_cas:
+            raise TypeError(
+                f"the {type(self).__name__} backend does not implement _meta_cas: every "
+                "backend provides its own compare-and-set, atomic across store objects and "
+                "processes (see agentsession.store.BaseStore._meta_cas)"
+            )
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         if ttl is not None and ttl <= _dt.timedelta(0):
@@ -243,15 +249,10 @@ class BaseStore:
         is ``expected`` (None: no entry); True when it was (or when it already held ``new``
         and ``expected == new``), False when the stored value was another.
 
-        Backends make it atomic across threads and processes (the building block of the
-        session record and the children index); this default is atomic only within one
-        process."""
-        with _FALLBACK_CAS_LOCK:
-            if self._meta_get(kind, key) != expected:
-                return False
-            if new != expected:
-                self._meta_set(kind, key, new)
-            return True
+        Required of every backend, which makes it atomic across threads, store objects and
+        processes (the building block of the session record and the children index): a
+        store class that does not override it cannot be constructed."""
+        raise NotImplementedError
 
     def _meta_list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
         """Every stored meta entry as ``(kind, key, value)``, of one ``kind`` or (None) of

@@ -1291,24 +1291,28 @@ class JsonlStore(BaseStore):
         """Compare and set under an exclusive ``flock`` of ``.meta/<kind>/.cas.lock`` (so it is
         atomic with every other compare-and-set of the kind, in any process); the entry itself
         is replaced atomically as :meth:`_meta_set` does, so readers never wait. agentkit's
-        own files (dialect ``agentkit``) take the base class's in-process lock."""
-        if self.dialect == "agentkit" and (kind in _AK_SIDECARS or kind == "cli"):
-            return super()._meta_cas(kind, key, expected, new)
+        own files (dialect ``agentkit``) are locked by a ``flock`` of the store directory
+        instead, so no file of ours appears in agentkit's layout."""
         if self._meta_get(kind, key) != expected:
             return False  # another value now: no lock needed to say so
         if new == expected:
             return True
-        directory = os.path.dirname(self._meta_path(kind, key))
-        lock_path = os.path.join(directory, CAS_LOCK)
-        flags = os.O_RDWR | os.O_CREAT | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK
-        try:
-            _private_dirs(self._root, directory)
-            fd = os.open(lock_path, flags, 0o600)
-        except OSError as exc:
-            raise StorageError(f"cannot open {lock_path}: {exc}") from exc
+        lock_file = not (self.dialect == "agentkit" and (kind in _AK_SIDECARS or kind == "cli"))
+        if lock_file:
+            directory = os.path.dirname(self._meta_path(kind, key))
+            lock_path = os.path.join(directory, CAS_LOCK)
+            flags = os.O_RDWR | os.O_CREAT | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK
+            try:
+                _private_dirs(self._root, directory)
+                fd = os.open(lock_path, flags, 0o600)
+            except OSError as exc:
+                raise StorageError(f"cannot open {lock_path}: {exc}") from exc
+        else:
+            lock_path = self._root
+            fd = self._root_fd()
         try:
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                if lock_file and not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise StorageError(f"{lock_path} is not a regular file; refusing to use it")
                 _flock(fd, _LOCK_EX)
             except OSError as exc:

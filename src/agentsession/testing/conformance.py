@@ -1593,6 +1593,46 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
         assert not errors
         assert store._meta_get("conformance-cas", "threads") == "200"
 
+    def test_meta_cas_of_two_store_objects_on_one_key_exclude_each_other(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        """Two store objects on the same data (one object when the data is not durable) race
+        compare-and-sets of one counter from two threads each, every try expecting the value
+        it just read: each set that reports success moved the counter by exactly one, so no
+        two of them succeeded over the same expected value."""
+        kind = "conformance-cas"
+        other = self.reopen(store, tmp_path)
+        wins = [0, 0, 0, 0]
+        errors: list[BaseException] = []
+        start = threading.Barrier(len(wins))
+
+        def work(n: int, target: BaseStore) -> None:
+            try:
+                start.wait()
+                for _ in range(40):
+                    current = target._meta_get(kind, "race")
+                    if target._meta_cas(kind, "race", current, str(int(current or "0") + 1)):
+                        wins[n] += 1
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=work, args=(n, store if n % 2 else other))
+            for n in range(len(wins))
+        ]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors
+            assert sum(wins) > 0
+            assert store._meta_get(kind, "race") == str(sum(wins))
+            assert other._meta_get(kind, "race") == str(sum(wins))
+        finally:
+            if other is not store:
+                other.close()
+
     def test_meta_update_from_four_processes_loses_no_increment(
         self, store: BaseStore, tmp_path: Path
     ) -> None:
