@@ -20,7 +20,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from . import _trace, children
 from .codec import utcnow
@@ -39,6 +39,7 @@ from .locks import Locker, TurnLock, _HeldRegistry
 from .recovery import recover_store
 from .registry import migrate_store, open_url, path_of, register_backend
 from .session import BaseSession, Clock
+from .stats import SessionStats, StoreStats, session_stats, store_stats
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -215,6 +216,12 @@ class BaseStore:
         """Make ``when`` the session's last activity where the backend keeps it apart from its
         last event's time (JSONL: the file's modification time); a copy keeps the source's.
         Elsewhere the last event's time is the last activity, and there is nothing to do."""
+
+    def _storage_bytes(self) -> int | None:
+        """The whole store's size in bytes where the backend keeps no size per session but
+        knows its total (SQLite: the database file and its write-ahead log); None otherwise.
+        ``stats()`` reports it when the listing's sizes do not add up to the store's."""
+        return None
 
     def _clean_crash_leftovers(self) -> None:
         """Remove what processes killed while writing left behind (temporary files holding
@@ -625,6 +632,22 @@ class BaseStore:
             reports = recover_store(self, session_ids, lock_timeout=lock_timeout, dry_run=dry_run)
             span.set(sessions=len(reports))
             return reports
+
+    @overload
+    def stats(self, session_id: None = None) -> StoreStats: ...
+
+    @overload
+    def stats(self, session_id: str) -> SessionStats: ...
+
+    def stats(self, session_id: str | None = None) -> StoreStats | SessionStats:
+        """The store's counts (sessions, events, bytes: from its listing, reading no event),
+        or with ``session_id`` that session's (events, turns, messages, incomplete turns,
+        bytes: its log is read); :class:`SessionNotFound` for a session without events. See
+        :mod:`agentsession.stats`."""
+        self._check_open()
+        if session_id is None:
+            return store_stats(self)
+        return session_stats(self, check_session_id(session_id))
 
     # -- small persisted values ----------------------------------------------------------
 

@@ -765,6 +765,14 @@ class SqliteStore(BaseStore):
         """The database file."""
         return self._path
 
+    def _storage_bytes(self) -> int | None:
+        """The database file's size with its write-ahead log's (no size is kept per
+        session)."""
+        return sum(
+            os.path.getsize(path) for path in (self._path, self._path + "-wal")
+            if os.path.exists(path)
+        )
+
     @property
     def url(self) -> str:
         """``sqlite:///`` and the database's absolute path (so four slashes on POSIX)."""
