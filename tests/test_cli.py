@@ -26,10 +26,10 @@ import pytest
 from click.testing import CliRunner
 
 import agentsession as ags
-import agentsession.cli as cli_module
 import agentsession.registry
 from agentsession.backends.jsonl import LOCK_DIR
 from agentsession.backends.memory import MemoryStore
+from agentsession.cli import _output as cli_output
 from agentsession.cli import cli
 from agentsession.testing.conformance import start_lock_holder
 from agentsession.validation import provider_errors
@@ -915,7 +915,7 @@ def test_control_characters_are_escaped_in_human_output(evil_store: Path, args: 
 def test_a_newline_in_a_store_path_or_a_name_is_escaped_on_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: bool
 ) -> None:
-    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: terminal)
+    monkeypatch.setattr(cli_output, "is_terminal", lambda stream: terminal)
     directory = tmp_path / "two\nlines"
     sid = "chat:a\nb\tc"
     store = ags.open_store(directory)
@@ -1073,7 +1073,7 @@ def test_rm_asks_on_a_terminal_and_needs_yes_elsewhere(
     code, out, err = invoke(store_dir, "rm", "cli:long")
     assert code == 2 and "stdin is not a terminal" in err and "-y/--yes" in err
     assert exists(store_dir, "cli:long")
-    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: True)
+    monkeypatch.setattr(cli_output, "is_terminal", lambda stream: True)
     code, out, err = invoke(store_dir, "rm", "cli:long", input="n\n")
     assert code == 1 and "Delete 1 session(s) for good: cli:long?" in err
     assert err.endswith("nothing deleted\n") and out == ""
@@ -1130,7 +1130,7 @@ def test_progress_bars_are_drawn_on_a_terminal_only(
 ) -> None:
     assert invoke(store_dir, "copy", str(store_dir), str(tmp_path / "a"))[::2] == (0, "")
     assert invoke(store_dir, "repair", "--all")[::2] == (0, "")
-    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: stream is sys.stderr)
+    monkeypatch.setattr(cli_output, "is_terminal", lambda stream: stream is sys.stderr)
     code, _, err = invoke(store_dir, "copy", str(store_dir), str(tmp_path / "b"))
     assert code == 0 and "copying" in err
     code, _, err = invoke(tmp_path / "b", "repair", "--all", "--dry-run")
