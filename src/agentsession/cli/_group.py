@@ -25,6 +25,7 @@ from ._output import (
 from ._state import DEFAULT_STORE, NoStore, State
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+"""The click context settings every command shares (``-h`` for help, 100 columns)."""
 
 
 def _exit_code(exc: SessionError) -> int:
@@ -74,6 +75,7 @@ class _Group(click.Group):
 
 
 pass_state = click.make_pass_decorator(State)
+"""Decorates a command to be called with the group's :class:`State` first."""
 
 
 def _examples(*lines: str) -> str:

@@ -18,7 +18,7 @@ from ..store import BaseStore, open_store
 from ._output import _LogHandler
 
 DEFAULT_STORE = "./.agentsession"
-
+"""The store a command uses without ``--store`` or ``AGENTSESSION_STORE``."""
 
 PASSPHRASE_ENV = "AGENTSESSION_PASSPHRASE"
 """The environment variable holding the passphrase of the store (``--key-file`` wins)."""
