@@ -500,7 +500,8 @@ def test_bad_url_and_unreadable_store_are_one_line(tmp_path: Path) -> None:
 
 def test_missing_driver_extra_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)
-    monkeypatch.delitem(sys.modules, "agentsession.backends.postgres", raising=False)
+    for name in [m for m in sys.modules if m.startswith("agentsession.backends.postgres")]:
+        monkeypatch.delitem(sys.modules, name)
     code, _, err = invoke("postgresql://nobody@127.0.0.1:1/none", "ls")
     assert code == 1
     assert "pip install 'agentsession[postgres]'" in err and err.count("\n") == 1

@@ -53,6 +53,8 @@ if DSN:
 
     from agentsession.backends import postgres
     from agentsession.backends.postgres import PostgresStore, migrate
+    from agentsession.backends.postgres import schema as pg_schema
+    from agentsession.backends.postgres import store as pg_locks
     from agentsession.backends.postgres_schema import LATEST_VERSION, MIGRATIONS
 
 PASSWORD = "pw-Sh0uld-Never-Leak"
@@ -488,7 +490,7 @@ def test_a_lock_timeout_raises_and_leaves_the_lock_connection_usable(
         with caplog.at_level(logging.WARNING), store.lock("conv", timeout=5) as held:
             # ... and handed back cleanly: this lock got it (the pool has only that one).
             assert backends(admin, lock_app) == [pid]
-            assert isinstance(held._handle, postgres._LockHandle)
+            assert isinstance(held._handle, pg_locks._LockHandle)
             conn = held._handle.conn
             assert conn.info.backend_pid == pid
             assert conn.autocommit
@@ -939,7 +941,7 @@ def test_payload_bytes_round_trip_exactly(
 def test_opening_reads_the_tail_by_key_range(
     url: str, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
-    tail = postgres.TAIL_EVENTS
+    tail = pg_schema.TAIL_EVENTS
     total = tail * 3 + 5
     with open_store(url) as store:
         store.get("long").append_many(
@@ -958,7 +960,7 @@ def test_opening_reads_the_tail_by_key_range(
         short = store.get("short")
         assert [e.seq for e in short._window] == [1, 2, 3] and short._full
     # The server reads only the tail: the index scan returns TAIL_EVENTS rows.
-    statement = postgres.Statements.for_schema(schema).open_tail
+    statement = pg_schema.Statements.for_schema(schema).open_tail
     (plan,) = psycopg.RawCursor(admin).execute(
         b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement, ("long", tail)
     ).fetchone() or (None,)

@@ -1,7 +1,7 @@
 """The PostgreSQL backend: many workers on many machines sharing one database.
 
 Opened by ``open_store("postgresql://user@host:5432/db?schema=agentsession")``. The tables
-and their migrations are in :mod:`agentsession.backends.postgres_schema`; ``docs/scaling.md``
+and their migrations are in :mod:`agentsession.backends.postgres.schema`; ``docs/scaling.md``
 covers running it at scale. How it keeps the storage contract:
 
 * **Append is one statement** (so one round trip, one transaction in autocommit mode). The
@@ -65,7 +65,7 @@ covers running it at scale. How it keeps the storage contract:
   replaced, and the pool's other idle connections, probably closed by the same event, are
   replaced too (``drain``) instead of being checked, and backed off from, one by one.
 * **The async API** (:mod:`agentsession.aio`) appends and reads natively on psycopg's
-  ``AsyncConnectionPool`` (:mod:`agentsession.backends.postgres_aio`), with the statements,
+  ``AsyncConnectionPool`` (:mod:`agentsession.backends.postgres.aio`), with the statements,
   parameters, life check and row decoding of this module (``_append_next``,
   ``_append_request``, ``_adopt_append``, ``_take_refresh``: what the sync primitives use).
 * **The turn lock** is a session-level advisory lock on a 64-bit key derived from the schema
@@ -106,12 +106,12 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-    from ..aio._backend import AsyncBackend
-    from .postgres_aio import PostgresLog
+    from ...aio._backend import AsyncBackend
+    from .aio import PostgresLog
 
-from ..codec import decode, encode
-from ..contract import SessionInfo
-from ..errors import (
+from ...codec import decode, encode
+from ...contract import SessionInfo
+from ...errors import (
     CorruptLogError,
     LockTimeout,
     OutcomeUnknown,
@@ -119,10 +119,10 @@ from ..errors import (
     StoreUnavailable,
     UsageError,
 )
-from ..events import Event, decode_event, encode_event
-from ..session import BaseSession, reconnect_pauses
-from ..store import BaseStore
-from .postgres_schema import (
+from ...events import Event, decode_event, encode_event
+from ...session import BaseSession, reconnect_pauses
+from ...store import BaseStore
+from .schema import (
     LATEST_VERSION,
     READABLE_AS_IT_IS,
     TAIL_EVENTS,
@@ -141,7 +141,8 @@ __all__ = [
     "turn_lock_key",
 ]
 
-log = logging.getLogger(__name__)
+# The package's one logger, under the name users configure (the package, not this module).
+log = logging.getLogger("agentsession.backends.postgres")
 _T = TypeVar("_T")
 _Row = tuple[Any, ...]
 _AsyncPool = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[_Row]]
@@ -151,7 +152,7 @@ DEFAULT_SCHEMA = "agentsession"
 
 _POOL_NAME_PREFIXES = ("agentsession/", "agentsession-lock/", "agentsession-async/")
 """How the store's pools are named (then the schema): ``name`` and ``application_name``. The
-third is the async API's pool (:mod:`agentsession.backends.postgres_aio`)."""
+third is the async API's pool (:mod:`agentsession.backends.postgres.aio`)."""
 
 
 class _PoolConnectNoise(logging.Filter):
@@ -1054,7 +1055,7 @@ class PostgresStore(BaseStore):
         return pool, lock_pool
 
     def _make_async_pool(self) -> _AsyncPool:
-        """The async API's pool (:mod:`~agentsession.backends.postgres_aio`), not yet open:
+        """The async API's pool (:mod:`~agentsession.backends.postgres.aio`), not yet open:
         the query pool's server, settings (``TimeZone``, ``synchronous_commit`` at ``fsync``),
         sizes, timeout and hand-out check, with connections of its own. It opens on the event
         loop that first uses it and closes with the async store."""
@@ -1091,8 +1092,8 @@ class PostgresStore(BaseStore):
     def _async_backend(self, executor: concurrent.futures.Executor) -> AsyncBackend:
         """The async API's backend for this store: appends, reads, ``latest_seq`` and the
         catch-up of ``messages()`` run natively on psycopg's ``AsyncConnectionPool``, the rest
-        in worker threads (see :mod:`agentsession.backends.postgres_aio`)."""
-        from .postgres_aio import PostgresAsyncBackend
+        in worker threads (see :mod:`agentsession.backends.postgres.aio`)."""
+        from .aio import PostgresAsyncBackend
 
         return PostgresAsyncBackend(self, executor, self)
 

@@ -1,6 +1,6 @@
 """PostgreSQL for the async API: psycopg's native ``AsyncConnectionPool`` instead of threads.
 
-:meth:`PostgresStore._async_backend <agentsession.backends.postgres.PostgresStore>` returns a
+:meth:`PostgresStore._async_backend <agentsession.backends.postgres.store.PostgresStore>` returns a
 :class:`PostgresAsyncBackend`, which performs these operations natively, on a pool of its own
 (the store's server, settings, sizes and checks; opened on the event loop that first uses it,
 closed with the async store):
@@ -67,9 +67,9 @@ from typing import Any, Protocol, TypeVar, cast
 import psycopg
 import psycopg_pool
 
-from .. import _trace
-from ..aio._backend import AsyncBackend, Call, _settle, window_serves
-from ..errors import (
+from ... import _trace
+from ...aio._backend import AsyncBackend, Call, _settle, window_serves
+from ...errors import (
     ConflictError,
     OutcomeUnknown,
     SessionExpired,
@@ -77,10 +77,10 @@ from ..errors import (
     StoreUnavailable,
     UsageError,
 )
-from ..events import Event
-from ..session import BaseSession, _marker_index, contention_pause, reconnect_pauses
-from ..store import BaseStore
-from .postgres_schema import Statements
+from ...events import Event
+from ...session import BaseSession, _marker_index, contention_pause, reconnect_pauses
+from ...store import BaseStore
+from .schema import Statements
 
 __all__ = ["PostgresAsyncBackend", "PostgresHost", "PostgresLog"]
 
