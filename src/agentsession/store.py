@@ -200,6 +200,30 @@ class BaseStore:
     def _list_all(self) -> list[SessionInfo]:
         raise NotImplementedError
 
+    def _list_page(
+        self, prefix: str | None, limit: int | None, offset: int
+    ) -> builtins.list[SessionInfo]:
+        """The sessions whose id starts with ``prefix`` (None: all), most recently appended
+        first (``updated_at``, then the id, both descending), after skipping ``offset``, at
+        most ``limit`` (None: no limit); the arguments are checked. This default filters, sorts
+        and slices :meth:`_list_all`; a database does it in its query."""
+        infos = [i for i in self._list_all() if prefix is None or i.id.startswith(prefix)]
+        oldest = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+        infos.sort(key=lambda i: (i.updated_at or oldest, i.id), reverse=True)
+        end = None if limit is None else offset + limit
+        return infos[offset:end]
+
+    def _expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
+        """Ids of the sessions whose last append (:meth:`_last_append`) is before ``cutoff``.
+        This default asks for each session of :meth:`_list_all`; a database does it in one
+        query."""
+        out: builtins.list[str] = []
+        for info in self._list_all():
+            last = self._last_append(info.id)
+            if last is not None and last < cutoff:
+                out.append(info.id)
+        return out
+
     def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
         """Delete the session's events and everything stored beside them, and its meta entries
         of ``meta_kinds`` (keyed by the session id), atomically where the backend can."""
@@ -524,11 +548,7 @@ class BaseStore:
             raise UsageError("list(limit=...) must be >= 0 or None")
         if offset < 0:
             raise UsageError("list(offset=...) must be >= 0")
-        infos = [i for i in self._list_all() if prefix is None or i.id.startswith(prefix)]
-        oldest = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
-        infos.sort(key=lambda i: (i.updated_at or oldest, i.id), reverse=True)
-        end = None if limit is None else offset + limit
-        return infos[offset:end]
+        return self._list_page(prefix, limit, offset)
 
     def delete(self, session_id: str, *, recursive: bool = False) -> bool:
         """Delete the session's events and everything stored beside them (its record, its
@@ -573,13 +593,7 @@ class BaseStore:
         self._check_open()
         if self.ttl is None:
             return []
-        cutoff = self.clock() - self.ttl
-        out: builtins.list[str] = []
-        for info in self._list_all():
-            last = self._last_append(info.id)
-            if last is not None and last < cutoff:
-                out.append(info.id)
-        return out
+        return self._expired_ids(self.clock() - self.ttl)
 
     def purge_expired(self) -> builtins.list[str]:
         """Delete every expired session; returns their ids."""

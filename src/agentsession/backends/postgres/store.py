@@ -389,16 +389,10 @@ class PostgresStore(BaseStore):
         rows = self._db.run("listing sessions", lambda conn: conn.execute(statement).fetchall())
         return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
 
-    def list(
-        self, prefix: str | None = None, limit: int | None = None, offset: int = 0
+    def _list_page(
+        self, prefix: str | None, limit: int | None, offset: int
     ) -> builtins.list[SessionInfo]:
-        """Sessions whose id starts with ``prefix``, most recently appended first (one query
-        on the ``updated_at`` index)."""
-        self._check_open()
-        if limit is not None and limit < 0:
-            raise UsageError("list(limit=...) must be >= 0 or None")
-        if offset < 0:
-            raise UsageError("list(offset=...) must be >= 0")
+        """One query on the ``updated_at`` index, filtered, ordered and sliced there."""
         if prefix is not None and not _fits_text(prefix):
             return []
         statement = self._sql.list
@@ -408,12 +402,8 @@ class PostgresStore(BaseStore):
         )
         return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
 
-    def expired(self) -> builtins.list[str]:
-        """Ids of the sessions whose last append is older than the TTL (one query)."""
-        self._check_open()
-        if self.ttl is None:
-            return []
-        cutoff = self.clock() - self.ttl
+    def _expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
+        """One query: the sessions whose ``updated_at`` is before ``cutoff``."""
         statement = self._sql.expired
         rows = self._db.run(
             "listing expired sessions",
