@@ -114,7 +114,7 @@ def append_round(url: str, events: list[ags.Event]) -> tuple[float, float, float
     try:
         session = store.get(f"append-{uuid.uuid4().hex[:8]}")
         session.append(ags.Event.new("warm/up"))
-        pid = store._run("pid", lambda conn: conn.info.backend_pid)
+        pid = store._db.run("pid", lambda conn: conn.info.backend_pid)
         server0, client0, start = backend_cpu(pid), time.process_time(), time.perf_counter()
         for event in events:
             session.append(event)
@@ -122,7 +122,7 @@ def append_round(url: str, events: list[ags.Event]) -> tuple[float, float, float
         client = time.process_time() - client0
         server = backend_cpu(pid) - server0
         # One thread appending: the pool handed out one connection throughout.
-        assert store._run("pid", lambda conn: conn.info.backend_pid) == pid
+        assert store._db.run("pid", lambda conn: conn.info.backend_pid) == pid
     finally:
         store.close()
     return seconds, client, server

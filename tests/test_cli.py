@@ -26,10 +26,10 @@ import pytest
 from click.testing import CliRunner
 
 import agentsession as ags
-import agentsession.cli as cli_module
-import agentsession.store
+import agentsession.registry
 from agentsession.backends.jsonl import LOCK_DIR
 from agentsession.backends.memory import MemoryStore
+from agentsession.cli import _output as cli_output
 from agentsession.cli import cli
 from agentsession.testing.conformance import start_lock_holder
 from agentsession.validation import provider_errors
@@ -178,7 +178,7 @@ class ListingOnlyStore(MemoryStore):
 @pytest.fixture
 def listing_only(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setitem(
-        agentsession.store._registered, "listingonly", lambda *_, **__: ListingOnlyStore()
+        agentsession.registry._registered, "listingonly", lambda *_, **__: ListingOnlyStore()
     )
     return "listingonly:"
 
@@ -500,7 +500,8 @@ def test_bad_url_and_unreadable_store_are_one_line(tmp_path: Path) -> None:
 
 def test_missing_driver_extra_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)
-    monkeypatch.delitem(sys.modules, "agentsession.backends.postgres", raising=False)
+    for name in [m for m in sys.modules if m.startswith("agentsession.backends.postgres")]:
+        monkeypatch.delitem(sys.modules, name)
     code, _, err = invoke("postgresql://nobody@127.0.0.1:1/none", "ls")
     assert code == 1
     assert "pip install 'agentsession[postgres]'" in err and err.count("\n") == 1
@@ -915,7 +916,7 @@ def test_control_characters_are_escaped_in_human_output(evil_store: Path, args: 
 def test_a_newline_in_a_store_path_or_a_name_is_escaped_on_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: bool
 ) -> None:
-    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: terminal)
+    monkeypatch.setattr(cli_output, "is_terminal", lambda stream: terminal)
     directory = tmp_path / "two\nlines"
     sid = "chat:a\nb\tc"
     store = ags.open_store(directory)
@@ -974,7 +975,7 @@ def test_other_loggers_and_debug_records_show_only_with_debug(
         logging.getLogger("agentsession.noisy").debug("opening %s", url)
         raise ags.StoreUnavailable("cannot reach the noisy server")
 
-    monkeypatch.setitem(agentsession.store._registered, "noisy", noisy)
+    monkeypatch.setitem(agentsession.registry._registered, "noisy", noisy)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     assert invoke("noisy://x", "ls") == (1, "", "Error: cannot reach the noisy server\n")
@@ -1073,7 +1074,7 @@ def test_rm_asks_on_a_terminal_and_needs_yes_elsewhere(
     code, out, err = invoke(store_dir, "rm", "cli:long")
     assert code == 2 and "stdin is not a terminal" in err and "-y/--yes" in err
     assert exists(store_dir, "cli:long")
-    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: True)
+    monkeypatch.setattr(cli_output, "is_terminal", lambda stream: True)
     code, out, err = invoke(store_dir, "rm", "cli:long", input="n\n")
     assert code == 1 and "Delete 1 session(s) for good: cli:long?" in err
     assert err.endswith("nothing deleted\n") and out == ""
@@ -1130,7 +1131,7 @@ def test_progress_bars_are_drawn_on_a_terminal_only(
 ) -> None:
     assert invoke(store_dir, "copy", str(store_dir), str(tmp_path / "a"))[::2] == (0, "")
     assert invoke(store_dir, "repair", "--all")[::2] == (0, "")
-    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: stream is sys.stderr)
+    monkeypatch.setattr(cli_output, "is_terminal", lambda stream: stream is sys.stderr)
     code, _, err = invoke(store_dir, "copy", str(store_dir), str(tmp_path / "b"))
     assert code == 0 and "copying" in err
     code, _, err = invoke(tmp_path / "b", "repair", "--all", "--dry-run")

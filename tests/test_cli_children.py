@@ -14,10 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 import agentsession as ags
-import agentsession.cli as cli_module
+import agentsession.children as children_module
 import agentsession.view as view
 from agentsession import events as ev
 from agentsession.children import ChildInfo
+from agentsession.cli import _output as cli_output
 from agentsession.cli import cli
 from agentsession.errors import SessionShredded
 from agentsession.events import Event
@@ -336,7 +337,7 @@ def test_show_of_a_discarded_and_an_active_child(family: str) -> None:
 def test_show_on_a_terminal_draws_the_fork_lines_escaped(
     family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: True)
+    monkeypatch.setattr(cli_output, "is_terminal", lambda stream: True)
     code, out, _ = invoke(family, "show", "main:research")
     assert code == 0
     assert "child of session main, forked at its seq 4" in out
@@ -482,13 +483,13 @@ def test_ls_tree_finds_children_through_the_index_not_the_logs(
     family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     asked: list[str] = []
-    original = ags.BaseStore.children_of
+    original = children_module.children_of
 
-    def counting(self: ags.BaseStore, parent_id: str) -> list[ChildInfo]:
+    def counting(store: ags.BaseStore, parent_id: str) -> list[ChildInfo]:
         asked.append(parent_id)
-        return original(self, parent_id)
+        return original(store, parent_id)
 
-    monkeypatch.setattr(ags.BaseStore, "children_of", counting)
+    monkeypatch.setattr(children_module, "children_of", counting)
     assert invoke(family, "ls", "--tree")[0] == 0
     assert sorted(asked) == sorted(
         ["main", "main:critic", "main:research", "main:research:helper", "other"]
@@ -568,7 +569,7 @@ def test_rm_recursive_deletes_the_whole_tree(family: str) -> None:
 def test_rm_recursive_asks_first_naming_every_session(
     family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: True)
+    monkeypatch.setattr(cli_output, "is_terminal", lambda stream: True)
     code, _, err = invoke(family, "rm", "--recursive", "main:research", input="n\n")
     assert code == 1 and "nothing deleted" in err
     assert "Delete 2 session(s) for good: main:research, main:research:helper?" in err
@@ -802,15 +803,15 @@ def test_a_parent_shredded_without_its_index_kept_still_lists_and_deletes(
 _KILLED_SHREDDER = """
 import os, signal, sys
 import agentsession as ags
-from agentsession.store import BaseStore
+from agentsession.keys import KeyLifecycle
 done = []
-original = BaseStore._shred_one
+original = KeyLifecycle.shred_one
 def shred_one(self, sid):
     if len(done) == int(sys.argv[2]):
         os.kill(os.getpid(), signal.SIGKILL)  # killed before this session's shred
     original(self, sid)
     done.append(sid)
-BaseStore._shred_one = shred_one
+KeyLifecycle.shred_one = shred_one
 ags.open_store(sys.argv[1], create=False, passphrase=sys.argv[3]).shred("main", recursive=True)
 """
 

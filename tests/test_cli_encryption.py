@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 import agentsession as ags
-import agentsession.cli as cli_module
 from agentsession.cli import Secret, cli, read_key_file
+from agentsession.cli import _output as cli_output
 from agentsession.crypto import EncryptionError
 
 from .test_cli import fill
@@ -224,7 +224,7 @@ def test_rekey_asks_twice_with_hidden_input_on_a_terminal_and_needs_a_file_elsew
 ) -> None:
     code, _, err = run(encrypted_dir, "--key-file", str(key_file), "rekey")
     assert code == 2 and "--new-key-file" in err
-    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: True)
+    monkeypatch.setattr(cli_output, "is_terminal", lambda stream: True)
     code, out, err = run(
         encrypted_dir, "--key-file", str(key_file), "rekey", input=f"{NEW_PASSPHRASE}\nmistyped\n"
     )
@@ -264,7 +264,7 @@ def test_shred_asks_on_a_terminal_needs_yes_elsewhere_and_destroys_the_key(
     k = ["--key-file", str(key_file)]
     code, _, err = run(encrypted_dir, *k, "shred", "slack:C002")
     assert code == 2 and "-y/--yes" in err
-    monkeypatch.setattr(cli_module, "_is_terminal", lambda stream: True)
+    monkeypatch.setattr(cli_output, "is_terminal", lambda stream: True)
     code, out, err = run(encrypted_dir, *k, "shred", "slack:C002", input="n\n")
     assert code == 1 and "Shred 1 session(s) for good" in err and err.endswith("nothing shredded\n")
     assert run(encrypted_dir, *k, "show", "slack:C002")[0] == 0

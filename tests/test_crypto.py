@@ -282,7 +282,7 @@ def test_the_key_ring_never_shows_a_secret() -> None:
     session = store.get("s")
     for obj in (store, ring, session, session._cipher):
         assert "hunter2" not in repr(obj)
-    assert store._secret is None  # the passphrase is dropped once the keys are unlocked
+    assert not store._keys.pending  # the passphrase is dropped once the keys are unlocked
 
 
 _REKEYER = textwrap.dedent(

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -716,6 +717,40 @@ def test_compare_and_set_locks_beside_the_entries_and_is_never_an_entry(tmp_path
     assert store._meta_cas("app", ".cas.lock", "a key that looks like the lock", "changed")
     assert store.meta_get("app", ".cas.lock") == "changed"
     assert lock.read_bytes() == b""
+
+
+def test_compare_and_set_of_agentkits_files_takes_the_store_directorys_lock(
+    tmp_path: Path,
+) -> None:
+    """agentkit's sidecar files get no lock file beside them: their compare-and-set waits for
+    an exclusive ``flock`` of the store directory (held here by another open file), and no
+    ``.meta`` appears in the agentkit layout."""
+    import fcntl
+
+    root = tmp_path / "ak"
+    store = ags.open_store(root, dialect="agentkit")
+    results: list[bool] = []
+    holder = os.open(root, os.O_RDONLY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        racer = threading.Thread(
+            target=lambda: results.append(
+                store._meta_cas("active", "slack:C1", None, "slack:C1:new")
+            )
+        )
+        racer.start()
+        racer.join(0.3)
+        assert racer.is_alive() and results == []  # waiting for the directory's lock
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        racer.join(10)
+    finally:
+        os.close(holder)
+    assert results == [True]
+    assert store.meta_get("active", "slack:C1") == "slack:C1:new"
+    assert not store._meta_cas("active", "slack:C1", None, "slack:C1:other")
+    assert store._meta_cas("active", "slack:C1", "slack:C1:new", None)
+    assert store.meta_get("active", "slack:C1") is None
+    assert not (root / ".meta").exists()
 
 
 def test_a_duplicate_after_the_marker_a_session_opens_at_leaves_the_marker_in_place(

@@ -53,6 +53,8 @@ if DSN:
 
     from agentsession.backends import postgres
     from agentsession.backends.postgres import PostgresStore, migrate
+    from agentsession.backends.postgres import locks as pg_locks
+    from agentsession.backends.postgres import schema as pg_schema
     from agentsession.backends.postgres_schema import LATEST_VERSION, MIGRATIONS
 
 PASSWORD = "pw-Sh0uld-Never-Leak"
@@ -154,7 +156,7 @@ def kill_after_checkout(
     """Make the store's next checkout hand out a connection whose server backend is then
     terminated (after the pool's check passed, before the store uses it); returns the list of
     the checkouts' backend pids, for the test to see how many there were."""
-    checkout = store._checkout
+    checkout = store._db.checkout
     pids: list[int] = []
 
     def dying_checkout(pool: Any, action: str) -> Any:
@@ -171,7 +173,7 @@ def kill_after_checkout(
             )
         return conn
 
-    monkeypatch.setattr(store, "_checkout", dying_checkout)
+    monkeypatch.setattr(store._db, "checkout", dying_checkout)
     return pids
 
 
@@ -488,7 +490,7 @@ def test_a_lock_timeout_raises_and_leaves_the_lock_connection_usable(
         with caplog.at_level(logging.WARNING), store.lock("conv", timeout=5) as held:
             # ... and handed back cleanly: this lock got it (the pool has only that one).
             assert backends(admin, lock_app) == [pid]
-            assert isinstance(held._handle, postgres._LockHandle)
+            assert isinstance(held._handle, pg_locks._LockHandle)
             conn = held._handle.conn
             assert conn.info.backend_pid == pid
             assert conn.autocommit
@@ -594,8 +596,8 @@ def test_unreachable_server_leaves_no_raw_pool_warning(
     ) -> Any:
         # The store opens its pool only once the schema is checked; open it now and let it
         # fail in the background first, then fail the store's own connection.
-        self._pool.open(wait=False)
-        wait_for(lambda: self._pool.get_stats().get("connections_errors", 0) >= 1)
+        self._db.pool.open(wait=False)
+        wait_for(lambda: self._db.pool.get_stats().get("connections_errors", 0) >= 1)
         return prepare(self, auto_migrate, create)
 
     monkeypatch.setattr(PostgresStore, "_prepare_schema", prepare_after_the_pool_failed)
@@ -716,7 +718,7 @@ def test_a_write_that_landed_before_its_connection_died_is_not_stored_twice(
         assert isinstance(store, PostgresStore)
         session = store.get("s")
         session.append(Event.new("test/n", {"n": 0}))
-        run = store._run
+        run = store._db.run
         lost: list[str] = []
 
         def commit_then_lose(action: str, op: Any, *, write: str = "") -> Any:
@@ -731,7 +733,7 @@ def test_a_write_that_landed_before_its_connection_died_is_not_stored_twice(
 
             return run(action, landed_then_dies, write=write)
 
-        monkeypatch.setattr(store, "_run", commit_then_lose)
+        monkeypatch.setattr(store._db, "run", commit_then_lose)
         one = Event.new("test/n", {"n": 1})
         assert session.append(one) == 2
         batch = [Event.new("test/n", {"n": n}) for n in (2, 3)]
@@ -939,7 +941,7 @@ def test_payload_bytes_round_trip_exactly(
 def test_opening_reads_the_tail_by_key_range(
     url: str, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
-    tail = postgres.TAIL_EVENTS
+    tail = pg_schema.TAIL_EVENTS
     total = tail * 3 + 5
     with open_store(url) as store:
         store.get("long").append_many(
@@ -958,7 +960,7 @@ def test_opening_reads_the_tail_by_key_range(
         short = store.get("short")
         assert [e.seq for e in short._window] == [1, 2, 3] and short._full
     # The server reads only the tail: the index scan returns TAIL_EVENTS rows.
-    statement = postgres.Statements.for_schema(schema).open_tail
+    statement = pg_schema.Statements.for_schema(schema).open_tail
     (plan,) = psycopg.RawCursor(admin).execute(
         b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement, ("long", tail)
     ).fetchone() or (None,)
@@ -998,13 +1000,13 @@ def test_opening_a_store_connects_once_and_the_lock_pool_waits_for_a_lock(
         store.get("s").read()
         wait_for(lambda: len(backends(admin, f"agentsession/{schema}")) == 1)
         assert isinstance(store, PostgresStore)
-        assert store._pool.get_stats().get("connections_num") == 1
+        assert store._db.pool.get_stats().get("connections_num") == 1
         assert backends(admin, f"agentsession-lock/{schema}") == []
         with store.lock("s", timeout=5):
             assert len(backends(admin, f"agentsession-lock/{schema}")) == 1
     with open_store(url, pool_min_size=0) as store:
         assert store.get("s").append(Event.new("test/n")) == 1
-        assert store._pool.get_stats().get("connections_num") == 1
+        assert store._db.pool.get_stats().get("connections_num") == 1
 
 
 def test_session_ids_text_cannot_hold_are_refused(store: PostgresStore) -> None:
@@ -1028,7 +1030,7 @@ def test_list_prefix_is_literal(store: PostgresStore) -> None:
 
 def test_fsync_forces_synchronous_commit_on(schema: str) -> None:
     def setting(store: Any) -> str:
-        row = store._run("test", lambda c: c.execute("SHOW synchronous_commit").fetchone())
+        row = store._db.run("test", lambda c: c.execute("SHOW synchronous_commit").fetchone())
         return str(row[0])
 
     # The server (here: the URL) says off; flush leaves it, fsync overrides it.

@@ -1,5 +1,5 @@
 """PostgreSQL through psycopg's native ``AsyncConnectionPool``
-(``agentsession.backends.postgres_aio``): which operations run natively (no task in the
+(``agentsession.backends.postgres.aio``): which operations run natively (no task in the
 store's executor), that their results equal the sync path's with sync writers in another
 thread and another process, that a deleted and recreated session is detected, that a cancelled
 append leaves whole batches and a session object that took in exactly what was stored, and
@@ -53,8 +53,8 @@ if DSN:
     import psycopg
     from psycopg import sql
 
-    from agentsession.backends import postgres_aio
-    from agentsession.backends.postgres_aio import PostgresAsyncBackend
+    from agentsession.backends.postgres import aio as postgres_aio
+    from agentsession.backends.postgres.aio import PostgresAsyncBackend
 
 if TYPE_CHECKING:
     from agentsession.backends.postgres import PostgresSession

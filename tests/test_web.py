@@ -810,12 +810,12 @@ def test_a_shredded_session_has_no_badges_and_its_page_says_why(tmp_path: Path) 
 def test_serve_without_the_web_extra_says_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import agentsession.cli as cli_module
+    import agentsession.cli.serve as cli_serve
 
     ags.open_store(str(tmp_path / "s")).get("a").append(
         ags.Event.new("user/message", ags.Message.user("x"))
     )
-    monkeypatch.setattr(cli_module, "_module_missing", lambda name: name == "starlette")
+    monkeypatch.setattr(cli_serve, "_module_missing", lambda name: name == "starlette")
     result = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "serve"])
     assert result.exit_code == 1
     assert "pip install 'agentsession[web]'" in result.output and "starlette" in result.output

@@ -39,7 +39,7 @@ from typing import Any, Final, Literal, Protocol
 import msgspec
 
 from .codec import encode
-from .contract import check_session_id
+from .contract import SessionInfo, check_session_id
 from .crypto import SESSION_KIND, SHREDDED, KeyRing, _b64, _open, _seal, _unb64
 from .derive import IndexedMessage
 from .errors import (
@@ -78,6 +78,9 @@ __all__ = [
     "LifecycleEvent",
     "LifecycleHook",
     "SessionRecord",
+    "SessionTree",
+    "descendants",
+    "tree",
 ]
 
 log = logging.getLogger("agentsession")
@@ -556,20 +559,102 @@ def children_of(store: ChildHost, parent_id: str) -> builtins.list[ChildInfo]:
 
 
 def descendants(store: ChildHost, session_id: str) -> dict[str, str]:
-    """The child sessions of ``session_id``, and theirs, that still exist, each with its
-    parent, in fork order, depth first (one children index read per session of the
-    subtree)."""
+    """Every session below ``session_id`` (its children, theirs, and so on) that still
+    exists, mapped to its parent, in fork order, depth first: the order ``rm -r`` and
+    ``shred -r`` report them in. One children index read per session of the subtree;
+    shredded children are found too (from the ids a shredded parent's index keeps).
+
+    Each session is reported once, under the first parent that names it, and
+    ``session_id`` itself never (a cycle of reused ids ends the walk instead of looping);
+    a session that does not exist, or has no children, has none."""
     found: dict[str, str] = {}
 
     def walk(parent: str) -> None:
         for child in children_of(store, parent):
-            # The index may keep an ended child that was deleted alone: only what exists.
+            # The index may keep an ended child that was deleted alone: children_of reports
+            # only what exists. Once each: a guard against a cycle of reused ids.
             if child.id not in found and child.id != session_id:
                 found[child.id] = parent
                 walk(child.id)
 
     walk(session_id)
     return found
+
+
+class SessionTree(msgspec.Struct, kw_only=True):
+    """One session of a forest of child sessions (:func:`tree`): what the store's listing
+    reports of it, what its parent's children index says of it (nothing for a session at the
+    top), and its children in fork order. Plain values, for printing (``agentsession ls
+    --tree``) or encoding as JSON."""
+
+    id: str
+    """The session id."""
+    last_seq: int | None
+    """Its last seq, which is its number of events; None when the listing did not report it
+    (the backend does not know it cheaply, or the session was not listed)."""
+    updated_at: _dt.datetime | None
+    """When it was last appended to; None when unknown or not listed."""
+    size: int | None
+    """Bytes in storage; None when the backend does not keep it per session, or the session
+    was not listed."""
+    agent: str | None = None
+    """The subagent working in it, as its parent's index says (None at the top)."""
+    state: ChildState | None = None
+    """``active``, ``merged`` or ``discarded`` (None at the top)."""
+    fork_seq: int | None = None
+    """The parent's seq it was forked at (None at the top)."""
+    shredded: bool = False
+    """Its key was destroyed (``store.shred``): its log cannot be read."""
+    children: builtins.list[SessionTree] = []
+    """Its child sessions, in fork order."""
+
+
+def tree(store: ChildHost, infos: Sequence[SessionInfo]) -> builtins.list[SessionTree]:
+    """The sessions ``infos`` lists (``store.list(...)``, in its order) as a forest: a listed
+    session is at the top unless it is a child of another listed session, and every session
+    has its children below it, in fork order, depth first.
+
+    A child the listing left out (by ``prefix`` or ``limit``) still shows under its parent,
+    without what only the listing reports (events, size, time). One children index read per
+    session in the forest, never a session's events (but the check of an active child's state
+    that :func:`children_of` makes). Each session appears once: a cycle of reused ids is cut
+    where it closes, and listed sessions that only a cycle reaches go at the top; a child whose
+    parent is missing from the listing is at the top."""
+    listed = {info.id: info for info in infos}
+    # One children_of per listed session: finding the top sessions reads one meta entry each.
+    kids_of: dict[str, builtins.list[ChildInfo]] = {
+        sid: children_of(store, sid) for sid in listed
+    }
+    nested = {child.id for kids in kids_of.values() for child in kids}
+    placed: set[str] = set()
+
+    def node(sid: str, fork: ChildInfo | None) -> SessionTree:
+        placed.add(sid)
+        info = listed.get(sid)
+        kids = kids_of[sid] if sid in kids_of else children_of(store, sid)
+        below = [
+            node(kid.id, kid)
+            for kid in kids
+            # Once each (a guard against a cycle of reused ids). children_of reports only
+            # children that exist; checked again, as the walk may reach one after it went.
+            if kid.id not in placed and (kid.id in listed or store.exists(kid.id))
+        ]
+        return SessionTree(
+            id=sid,
+            last_seq=info.last_seq if info is not None and info.last_seq >= 0 else None,
+            updated_at=info.updated_at if info is not None else None,
+            size=(info.size or None) if info is not None else None,
+            agent=fork.agent if fork is not None else None,
+            state=fork.state if fork is not None else None,
+            fork_seq=fork.fork_seq if fork is not None else None,
+            shredded=fork.shredded if fork is not None else is_shredded(store, sid),
+            children=below,
+        )
+
+    trees = [node(info.id, None) for info in infos if info.id not in nested]
+    # Listed sessions no top session reached (only possible through a cycle) go at the top.
+    trees += [node(info.id, None) for info in infos if info.id not in placed]
+    return trees
 
 
 # ---------------------------------------------------------------------------------------------

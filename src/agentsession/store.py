@@ -1,11 +1,14 @@
-"""``BaseStore`` and ``open_store``: opening sessions, the session cache, the backend registry.
+"""``BaseStore`` and ``open_store``: opening sessions, the session cache, the store's API.
 
 A **store** opens sessions by id and owns what spans sessions: listing, deleting, the turn
 locks, crash recovery over many sessions, and a small key-value primitive (``meta_get`` and
 ``meta_set``) that the chat layer keeps its identity mappings in. A backend subclasses
-:class:`BaseStore` and implements the ``_``-prefixed primitives; ``open_store`` picks the
-backend from a URL through a registry that third-party packages extend with the entry-point
-group ``agentsession.backends`` (a name mapping a URL scheme to a ``module:StoreClass``).
+:class:`BaseStore` and implements the ``_``-prefixed primitives (``_meta_cas`` among them:
+every backend's own, atomic across store objects and processes). ``open_store`` picks the
+backend from a URL through :mod:`agentsession.registry` (which third-party packages extend
+with the entry-point group ``agentsession.backends``, a name mapping a URL scheme to a
+``module:factory``); its names are re-exported here. An encrypted store's keys are a
+:class:`~agentsession.keys.KeyLifecycle` the store holds.
 """
 
 from __future__ import annotations
@@ -17,35 +20,26 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING, Any, overload
 
 from . import _trace, children
 from .codec import utcnow
 from .contract import Durability, SessionInfo, StoreRecoveryReport, check_session_id
-from .crypto import (
-    ACTIVE_KIND,
-    SESSION_KIND,
-    SHRED_NOTICE,
-    SHREDDED,
-    STORE_KIND,
-    EncryptionError,
-    KeyRing,
-    check_secret,
-)
+from .crypto import ACTIVE_KIND, SESSION_KIND, KeyRing
 from .errors import (
     ConflictError,
     DuplicateSession,
     SessionError,
     SessionNotFound,
-    StoreUnavailable,
     UsageError,
 )
 from .events import Event
+from .keys import KeyLifecycle
 from .locks import Locker, TurnLock, _HeldRegistry
 from .recovery import recover_store
+from .registry import migrate_store, open_url, path_of, register_backend
 from .session import BaseSession, Clock
+from .stats import SessionStats, StoreStats, session_stats, store_stats
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -55,6 +49,7 @@ __all__ = [
     "BaseStore",
     "migrate_store",
     "open_store",
+    "path_of",
     "register_backend",
 ]
 
@@ -78,7 +73,6 @@ _KEPT_BY_SHRED = frozenset({SESSION_KIND, children.CHILDREN_KIND})
 
 _live_stores: weakref.WeakSet[BaseStore] = weakref.WeakSet()
 
-_FALLBACK_CAS_LOCK = threading.Lock()
 _META_UPDATE_RETRIES = 1000
 
 
@@ -121,6 +115,12 @@ class BaseStore:
         key: bytes | None = None,
         max_loaded_events: int | None = None,
     ) -> None:
+        if type(self)._meta_cas is BaseStore._meta_cas:
+            raise TypeError(
+                f"the {type(self).__name__} backend does not implement _meta_cas: every "
+                "backend provides its own compare-and-set, atomic across store objects and "
+                "processes (see agentsession.store.BaseStore._meta_cas)"
+            )
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         if ttl is not None and ttl <= _dt.timedelta(0):
@@ -139,12 +139,13 @@ class BaseStore:
             raise UsageError(
                 f"max_loaded_events must be an int >= 1 or None, not {max_loaded_events!r}"
             )
-        check_secret(passphrase, key)
-        # Kept only until the key ring is unlocked (_unlock), then dropped.
-        self._secret: tuple[str | None, bytes | None] | None = (passphrase, key)
-        self._keyring: KeyRing | None = None
-        """The store's unlocked keys when it is encrypted (see :mod:`agentsession.crypto`)."""
-        self._unlock_lock = threading.Lock()
+        self._keys = KeyLifecycle(
+            self,
+            passphrase,
+            key,
+            shred_clears=[k for k in SESSION_META_KINDS if k not in _KEPT_BY_SHRED],
+        )
+        """The store's encryption lifecycle (its key ring once unlocked)."""
         self.max_messages = max_messages
         """History cap: at a new user turn, older whole turns beyond this many derived
         messages are dropped from the history by a prune compaction (never deleted)."""
@@ -199,6 +200,30 @@ class BaseStore:
     def _list_all(self) -> list[SessionInfo]:
         raise NotImplementedError
 
+    def _list_page(
+        self, prefix: str | None, limit: int | None, offset: int
+    ) -> builtins.list[SessionInfo]:
+        """The sessions whose id starts with ``prefix`` (None: all), most recently appended
+        first (``updated_at``, then the id, both descending), after skipping ``offset``, at
+        most ``limit`` (None: no limit); the arguments are checked. This default filters, sorts
+        and slices :meth:`_list_all`; a database does it in its query."""
+        infos = [i for i in self._list_all() if prefix is None or i.id.startswith(prefix)]
+        oldest = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+        infos.sort(key=lambda i: (i.updated_at or oldest, i.id), reverse=True)
+        end = None if limit is None else offset + limit
+        return infos[offset:end]
+
+    def _expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
+        """Ids of the sessions whose last append (:meth:`_last_append`) is before ``cutoff``.
+        This default asks for each session of :meth:`_list_all`; a database does it in one
+        query."""
+        out: builtins.list[str] = []
+        for info in self._list_all():
+            last = self._last_append(info.id)
+            if last is not None and last < cutoff:
+                out.append(info.id)
+        return out
+
     def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
         """Delete the session's events and everything stored beside them, and its meta entries
         of ``meta_kinds`` (keyed by the session id), atomically where the backend can."""
@@ -215,6 +240,12 @@ class BaseStore:
         """Make ``when`` the session's last activity where the backend keeps it apart from its
         last event's time (JSONL: the file's modification time); a copy keeps the source's.
         Elsewhere the last event's time is the last activity, and there is nothing to do."""
+
+    def _storage_bytes(self) -> int | None:
+        """The whole store's size in bytes where the backend keeps no size per session but
+        knows its total (SQLite: the database file and its write-ahead log); None otherwise.
+        ``stats()`` reports it when the listing's sizes do not add up to the store's."""
+        return None
 
     def _clean_crash_leftovers(self) -> None:
         """Remove what processes killed while writing left behind (temporary files holding
@@ -249,15 +280,10 @@ class BaseStore:
         is ``expected`` (None: no entry); True when it was (or when it already held ``new``
         and ``expected == new``), False when the stored value was another.
 
-        Backends make it atomic across threads and processes (the building block of the
-        session record and the children index); this default is atomic only within one
-        process."""
-        with _FALLBACK_CAS_LOCK:
-            if self._meta_get(kind, key) != expected:
-                return False
-            if new != expected:
-                self._meta_set(kind, key, new)
-            return True
+        Required of every backend, which makes it atomic across threads, store objects and
+        processes (the building block of the session record and the children index): a
+        store class that does not override it cannot be constructed."""
+        raise NotImplementedError
 
     def _meta_list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
         """Every stored meta entry as ``(kind, key, value)``, of one ``kind`` or (None) of
@@ -302,54 +328,31 @@ class BaseStore:
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError(f"store {self.location} is closed")
-        if self._secret is not None:
-            self._unlock()
+        if self._keys.pending:
+            self._keys.unlock()
 
-    def _unlock(self) -> None:
-        """Check that the store's encryption matches how it was opened, once: a store with a
-        key record needs its passphrase (or key), which is checked here, before any event is
-        read; a store opened with one becomes encrypted if it holds no sessions yet."""
-        with self._unlock_lock:
-            secret = self._secret
-            if secret is None:
-                return
-            passphrase, key = secret
-            self._clean_crash_leftovers()
-            record = self._meta_get(STORE_KIND, "store")
-            if passphrase is None and key is None:
-                if record is not None:
-                    raise EncryptionError(
-                        f"the store {self.location} is encrypted: open it with passphrase= "
-                        "(or key=)"
-                    )
-            else:
-                if record is None and self._list_all():
-                    raise EncryptionError(
-                        f"the store {self.location} holds unencrypted sessions: encryption is "
-                        "chosen when a store is created; copy it into a new, encrypted store "
-                        "(agentsession copy) instead"
-                    )
-                self._keyring = KeyRing(
-                    self.location,
-                    self._meta_get,
-                    self._meta_set,
-                    self._meta_add,
-                    passphrase=passphrase,
-                    key=key,
-                )
-            self._secret = None
+    @property
+    def _keyring(self) -> KeyRing | None:
+        """The unlocked key ring of an encrypted store (None: plain, or not unlocked yet): what
+        sessions seal and open with."""
+        return self._keys.ring
+
+    @_keyring.setter
+    def _keyring(self, ring: KeyRing | None) -> None:
+        self._keys.ring = ring
+
+    def _drop_cached(self, session_id: str) -> None:
+        """Close the cached session object of ``session_id``, if there is one."""
+        with self._cache_lock:
+            entry = self._cache.pop(self._cache_key(session_id), None)
+        if entry is not None:
+            entry.session.close()
 
     @property
     def encrypted(self) -> bool:
         """Whether the store encrypts its events (it was opened with a passphrase or key)."""
         self._check_open()
-        return self._keyring is not None
-
-    def _ring(self) -> KeyRing:
-        self._check_open()
-        if self._keyring is None:
-            raise UsageError(f"the store {self.location} is not encrypted")
-        return self._keyring
+        return self._keys.ring is not None
 
     def change_passphrase(
         self,
@@ -363,7 +366,8 @@ class BaseStore:
         checked first, then one record is rewritten atomically, so the time does not depend on
         how much the store holds and a crash leaves the old or the new passphrase working.
         Processes that have the store open keep working."""
-        self._ring().change_passphrase(old, new, old_key=old_key, new_key=new_key)
+        self._check_open()
+        self._keys.change_passphrase(old, new, old_key=old_key, new_key=new_key)
 
     def shred(
         self, session_id: str, *, recursive: bool = False, keep_children: bool = False
@@ -390,64 +394,19 @@ class BaseStore:
         copies.
         """
         sid = check_session_id(session_id)
-        self._ring()
-        below = children.descendants(self, sid)
-        if recursive:
-            # Deepest first: an interrupted run leaves every parent whose children are not all
-            # shredded unshredded (and findable), and shredding again finishes the job.
-            order = [*reversed(below), sid]
-        else:
-            keeping = [c for c in below if below[c] == sid and not children.is_shredded(self, c)]
-            if keeping and not keep_children:
-                shown = ", ".join(repr(c) for c in keeping[:5])
-                more = f" and {len(keeping) - 5} more" if len(keeping) > 5 else ""
-                raise UsageError(
-                    f"session {sid!r} has {len(keeping)} child session(s) holding copies of "
-                    f"its history ({shown}{more}): shred(recursive=True) shreds them too, "
-                    "keep_children=True shreds it alone; nothing shredded"
-                )
-            order = [sid]
-        for target in order:
-            self._shred_one(target)
-        return order
-
-    def _shred_one(self, sid: str) -> None:
-        ring = self._ring()
-        with self._cache_lock:
-            entry = self._cache.pop(self._cache_key(sid), None)
-        if entry is not None:
-            entry.session.close()
-        # First a notice in the log (its type is clear): a session object elsewhere that still
-        # holds the key meets it when it next catches up, before it appends, and refuses from
-        # then on. Then what is kept beside the log goes, and the key is destroyed. Shredding
-        # again after a crash in between finishes the job.
-        record = self.meta_get(SESSION_KIND, sid)
-        if record is not None and record != SHREDDED:
-            event = Event.new(SHRED_NOTICE, {}, time=self.clock())
-            try:
-                notice = self._open_session(sid)
-                try:
-                    notice._append_prepared([event])
-                finally:
-                    notice.close()
-            except EncryptionError:
-                pass  # it refuses already: a notice is in the log (an interrupted shred)
-        if record != SHREDDED:
-            children.keep_ids_of_children(self, sid)
-        for kind in SESSION_META_KINDS:
-            if kind not in _KEPT_BY_SHRED:
-                self._meta_set(kind, sid, None)
-        ring.shred(sid)
+        self._check_open()
+        return self._keys.shred(sid, recursive=recursive, keep_children=keep_children)
 
     def is_shredded(self, session_id: str) -> bool:
         """Whether the session was shredded (its key is destroyed; False in a plain store)."""
         self._check_open()
-        return children.is_shredded(self, check_session_id(session_id))
+        return self._keys.is_shredded(check_session_id(session_id))
 
     def rotate_key(self, session_id: str) -> str:
         """Seal the session's new events under a new data key; returns its key id. Events
         sealed under earlier keys stay readable."""
-        return self._ring().rotate(check_session_id(session_id))
+        self._check_open()
+        return self._keys.rotate(session_id)
 
     def _evict(self, now: _dt.datetime) -> None:
         idle = self.cache_idle_ttl
@@ -589,11 +548,7 @@ class BaseStore:
             raise UsageError("list(limit=...) must be >= 0 or None")
         if offset < 0:
             raise UsageError("list(offset=...) must be >= 0")
-        infos = [i for i in self._list_all() if prefix is None or i.id.startswith(prefix)]
-        oldest = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
-        infos.sort(key=lambda i: (i.updated_at or oldest, i.id), reverse=True)
-        end = None if limit is None else offset + limit
-        return infos[offset:end]
+        return self._list_page(prefix, limit, offset)
 
     def delete(self, session_id: str, *, recursive: bool = False) -> bool:
         """Delete the session's events and everything stored beside them (its record, its
@@ -614,13 +569,9 @@ class BaseStore:
                 self.delete(child.id, recursive=True)
         if self._exists(sid):
             self._forget_child(sid)
-        with self._cache_lock:
-            entry = self._cache.pop(self._cache_key(sid), None)
-        if entry is not None:
-            entry.session.close()
+        self._drop_cached(sid)
         deleted = self._delete(sid, SESSION_META_KINDS)
-        if self._keyring is not None:
-            self._keyring.forget(sid)
+        self._keys.forget(sid)
         return deleted
 
     def _forget_child(self, session_id: str) -> None:
@@ -642,13 +593,7 @@ class BaseStore:
         self._check_open()
         if self.ttl is None:
             return []
-        cutoff = self.clock() - self.ttl
-        out: builtins.list[str] = []
-        for info in self._list_all():
-            last = self._last_append(info.id)
-            if last is not None and last < cutoff:
-                out.append(info.id)
-        return out
+        return self._expired_ids(self.clock() - self.ttl)
 
     def purge_expired(self) -> builtins.list[str]:
         """Delete every expired session; returns their ids."""
@@ -701,6 +646,22 @@ class BaseStore:
             reports = recover_store(self, session_ids, lock_timeout=lock_timeout, dry_run=dry_run)
             span.set(sessions=len(reports))
             return reports
+
+    @overload
+    def stats(self, session_id: None = None) -> StoreStats: ...
+
+    @overload
+    def stats(self, session_id: str) -> SessionStats: ...
+
+    def stats(self, session_id: str | None = None) -> StoreStats | SessionStats:
+        """The store's counts (sessions, events, bytes: from its listing, reading no event),
+        or with ``session_id`` that session's (events, turns, messages, incomplete turns,
+        bytes: its log is read); :class:`SessionNotFound` for a session without events. See
+        :mod:`agentsession.stats`."""
+        self._check_open()
+        if session_id is None:
+            return store_stats(self)
+        return session_stats(self, check_session_id(session_id))
 
     # -- small persisted values ----------------------------------------------------------
 
@@ -758,65 +719,10 @@ class BaseStore:
 
 
 # ---------------------------------------------------------------------------------------------
-# The backend registry.
+# Opening a store: the URL goes through the backend registry (agentsession.registry).
 
 StoreFactory = Callable[..., BaseStore]
 """What a registered backend provides: ``factory(url, **options)`` returns an open store."""
-
-_BUILTIN: dict[str, str] = {
-    "memory": "agentsession.backends.memory:open_memory",
-    "jsonl": "agentsession.backends.jsonl:open_jsonl",
-    "file": "agentsession.backends.jsonl:open_jsonl",
-    "sqlite": "agentsession.backends.sqlite:open_sqlite",
-    "postgresql": "agentsession.backends.postgres:open_postgres",
-    "postgres": "agentsession.backends.postgres:open_postgres",
-}
-_registered: dict[str, StoreFactory] = {}
-_registry_lock = threading.Lock()
-
-
-def register_backend(scheme: str, factory: StoreFactory) -> None:
-    """Make ``open_store("<scheme>:...")`` call ``factory(url, **options)``.
-
-    Packages can also register without being imported, with an entry point in the group
-    ``agentsession.backends`` named after the scheme (value ``module:factory``).
-    """
-    if not isinstance(scheme, str) or not scheme.isidentifier() or len(scheme) < 2:
-        raise UsageError(f"a backend scheme must be an identifier of 2+ characters: {scheme!r}")
-    with _registry_lock:
-        _registered[scheme.lower()] = factory
-
-
-def _load(target: str, scheme: str) -> StoreFactory:
-    module_name, _, attr = target.partition(":")
-    try:
-        module = import_module(module_name)
-    except ImportError as exc:
-        if scheme in ("postgresql", "postgres"):
-            raise StoreUnavailable(
-                "the PostgreSQL backend needs psycopg: pip install 'agentsession[postgres]' "
-                f"({exc})"
-            ) from exc
-        raise StoreUnavailable(f"the {scheme!r} backend could not be imported: {exc}") from exc
-    factory: StoreFactory = getattr(module, attr)
-    return factory
-
-
-def _factory_for(scheme: str) -> StoreFactory | None:
-    with _registry_lock:
-        found = _registered.get(scheme)
-    if found is not None:
-        return found
-    builtin = _BUILTIN.get(scheme)
-    if builtin is not None:
-        return _load(builtin, scheme)
-    from importlib.metadata import entry_points  # third-party backends only: slow to import
-
-    for entry in entry_points(group="agentsession.backends"):
-        if entry.name.lower() == scheme:
-            loaded: StoreFactory = entry.load()
-            return loaded
-    return None
 
 
 def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> BaseStore:
@@ -830,6 +736,8 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     * ``"sqlite:///relative.db"`` or ``"sqlite:////absolute/path.db"`` — one SQLite file
       (SQLAlchemy's convention);
     * ``"postgresql://user@host/db"`` (or ``postgres://``) — PostgreSQL (extra ``postgres``);
+    * a URL whose scheme a backend registered (:func:`register_backend`, or an entry point in
+      the group ``agentsession.backends``);
     * a store object, returned as it is.
 
     ``create=False`` opens only a store that exists (for reading: a missing directory,
@@ -857,84 +765,14 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
         if options:
             raise UsageError("options cannot be applied to a store object that is already open")
         return target
-    if isinstance(target, os.PathLike):
-        target = os.fspath(target)
-    if not isinstance(target, str):
-        raise UsageError(f"open_store needs a URL, a path or a store, not {type(target).__name__}")
-    if not target.strip():
-        raise UsageError("open_store needs a URL or a path (got an empty string)")
-    scheme = _scheme_of(target)
-    if scheme is None:
-        factory = _load(_BUILTIN["jsonl"], "jsonl")
-    else:
-        found = _factory_for(scheme)
-        if found is None:
-            raise UsageError(
-                f"unknown store URL scheme {scheme!r} in {target!r}: use a directory path, "
-                "'memory:', 'jsonl:///dir', 'sqlite:///relative.db', "
-                "'sqlite:////absolute.db' or 'postgresql://...'"
-            )
-        factory = found
-    if "read_only" in options:
-        read_only = bool(options.pop("read_only"))
-        if read_only:
-            options["create"] = False
-            if _has_schema(factory):
-                options["read_only"] = True
-    store = factory(target, **options)
+    store = open_url(target, **options)
+    if not isinstance(store, BaseStore):
+        raise TypeError(
+            f"the backend factory for {target!r} returned {type(store).__name__}, not a BaseStore"
+        )
     try:
         store._check_open()  # an encrypted store checks its key now, before any read
     except BaseException:
         store.close()
         raise
     return store
-
-
-def _has_schema(factory: StoreFactory) -> bool:
-    """Whether the backend of ``factory`` has a schema: its module provides ``migrate``
-    (the convention :func:`migrate_store` dispatches on)."""
-    module = getattr(factory, "__module__", None)
-    return isinstance(module, str) and callable(getattr(import_module(module), "migrate", None))
-
-
-def _scheme_of(target: str) -> str | None:
-    """The URL scheme of ``target`` (lower case), or None for a plain path (a one-letter
-    "scheme" is a Windows drive)."""
-    scheme, sep, _ = target.partition(":")
-    if not sep or len(scheme) == 1 or "/" in scheme or "\\" in scheme:
-        return None
-    return scheme.lower()
-
-
-def migrate_store(url: str, **options: Any) -> builtins.list[int]:
-    """Apply pending schema migrations to the store at ``url``; returns the versions applied.
-
-    Dispatches through the backend registry: a backend with a schema provides a module-level
-    ``migrate(url, **options)`` beside its factory. Backends without a schema (memory, JSONL)
-    have nothing to migrate and return ``[]``.
-    """
-    if not isinstance(url, str) or not url.strip():
-        raise UsageError("migrate_store needs a store URL")
-    scheme = _scheme_of(url)
-    if scheme is None:
-        return []
-    factory = _factory_for(scheme)
-    if factory is None:
-        raise UsageError(f"unknown store URL scheme {scheme!r} in {url!r}")
-    module = import_module(factory.__module__)
-    migrate: Callable[..., builtins.list[int]] | None = getattr(module, "migrate", None)
-    if migrate is None:
-        return []
-    return migrate(url, **options)
-
-
-def path_of(url: str, scheme: str) -> str:
-    """The filesystem path of ``jsonl:``/``sqlite:``/``file:`` URLs (``scheme:///abs``,
-    ``scheme://relative`` or ``scheme:relative``)."""
-    parts = urlsplit(url)
-    # scheme://relative/dir puts the first segment in netloc.
-    remote = parts.netloc and parts.netloc != "localhost"
-    path = unquote(parts.netloc + parts.path if remote else parts.path)
-    if not path:
-        raise UsageError(f"{url!r} names no path: use {scheme}:///absolute/path or {scheme}:dir")
-    return path

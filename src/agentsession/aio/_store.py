@@ -12,7 +12,7 @@ import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ..children import ChildInfo, LifecycleEvent, LifecycleHook
 from ..contract import SessionInfo, StoreRecoveryReport
@@ -20,6 +20,7 @@ from ..errors import LockTimeout, UsageError
 from ..events import Event
 from ..locks import TurnLock
 from ..session import BaseSession
+from ..stats import SessionStats, StoreStats
 from ..store import BaseStore, open_store
 from ._backend import AsyncBackend, Call, CallKind, Offload, backend_for, default_max_threads
 from ._session import AsyncSession
@@ -315,6 +316,18 @@ class AsyncStore:
         """The child sessions forked from ``parent_id``, in fork order."""
         fn = functools.partial(self._sync.children_of, parent_id)
         return await self._call("store.children_of", fn)
+
+    @overload
+    async def stats(self, session_id: None = None) -> StoreStats: ...
+
+    @overload
+    async def stats(self, session_id: str) -> SessionStats: ...
+
+    async def stats(self, session_id: str | None = None) -> StoreStats | SessionStats:
+        """The store's counts, or with ``session_id`` that session's
+        (:meth:`agentsession.BaseStore.stats`)."""
+        fn = functools.partial(self._sync.stats, session_id)
+        return await self._call("store.stats", fn)
 
     async def expired(self) -> builtins.list[str]:
         """Ids of the sessions whose last append is older than the TTL."""

@@ -209,6 +209,21 @@ _LIST_ALL = (
     f"WHERE e.key > (ss.key << {_SEQ_BITS}) AND e.key < ((ss.key + 1) << {_SEQ_BITS}) "
     "ORDER BY e.key LIMIT 1) FROM session_summary AS ss"
 )
+_FIRST_TIME = (
+    f"(SELECT e.time FROM events AS e WHERE e.key > (page.key << {_SEQ_BITS}) "
+    f"AND e.key < ((page.key + 1) << {_SEQ_BITS}) ORDER BY e.key LIMIT 1)"
+)
+# Ordered by the instant (agentsession_time_key: fixed-width UTC text, as _time_key), not the
+# stored text, whose offset and fraction digits vary; the first event's time is read for the
+# page's rows only.
+_ORDER = "agentsession_time_key(updated_at) DESC, id DESC"
+_LIST_PAGE = (
+    f"SELECT page.id, page.updated_at, page.last_seq, {_FIRST_TIME} FROM ("
+    "SELECT id, key, updated_at, last_seq FROM session_summary "
+    "WHERE ?1 IS NULL OR substr(CAST(id AS BLOB), 1, length(CAST(?1 AS BLOB))) = CAST(?1 AS BLOB) "
+    f"ORDER BY {_ORDER} LIMIT ?2 OFFSET ?3) AS page ORDER BY {_ORDER}"
+)
+_EXPIRED = "SELECT id FROM session_summary WHERE agentsession_time_key(updated_at) < ?"
 _META_WHERE = "kind = CAST(? AS TEXT) AND key = CAST(? AS TEXT)"
 _META_INSERT_IF_ABSENT = (
     "INSERT OR IGNORE INTO meta (kind, key, value, updated_at) "
@@ -257,6 +272,12 @@ def _utc_iso(moment: _dt.datetime) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=_UTC)
     return moment.astimezone(_UTC).isoformat(timespec="microseconds")
+
+
+def _time_key(text: str) -> str:
+    """A stored time as fixed-width UTC text, which sorts as the instants do (the SQL function
+    ``agentsession_time_key``; naive times taken as UTC, as :func:`_as_utc` does)."""
+    return _utc_iso(_parse_time(text))
 
 
 def _as_utc(moment: _dt.datetime) -> _dt.datetime:
@@ -765,6 +786,14 @@ class SqliteStore(BaseStore):
         """The database file."""
         return self._path
 
+    def _storage_bytes(self) -> int | None:
+        """The database file's size with its write-ahead log's (no size is kept per
+        session)."""
+        return sum(
+            os.path.getsize(path) for path in (self._path, self._path + "-wal")
+            if os.path.exists(path)
+        )
+
     @property
     def url(self) -> str:
         """``sqlite:///`` and the database's absolute path (so four slashes on POSIX)."""
@@ -805,6 +834,7 @@ class SqliteStore(BaseStore):
             except sqlite3.Error as exc:
                 raise _storage_error(exc, "opening", self._path) from exc
             try:
+                conn.create_function("agentsession_time_key", 1, _time_key, deterministic=True)
                 conn.execute(f"PRAGMA synchronous={self._synchronous}")
                 conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
             except sqlite3.Error as exc:
@@ -932,9 +962,23 @@ class SqliteStore(BaseStore):
         return row is not None
 
     def _list_all(self) -> list[SessionInfo]:
+        return self._session_infos(_LIST_ALL, ())
+
+    def _unreadable_time(self, exc: sqlite3.OperationalError) -> SessionError:
+        """The error for a listing query that failed: ``agentsession_time_key`` raising (an
+        unreadable time) is a corrupt log."""
+        if "user-defined function raised exception" in str(exc):
+            return CorruptLogError(
+                f"{self._path}: a session's last event has an unreadable time",
+                path=self._path,
+            )
+        return self._error("listing the sessions of", exc)
+
+    def _session_infos(self, query: str, params: Sequence[Any]) -> list[SessionInfo]:
+        """Sessions from ``query``'s rows: ``id, updated_at, last_seq, created_at``."""
         conn = self._connection()
         try:
-            rows = _fetchall(conn, _LIST_ALL, ())
+            rows = _fetchall(conn, query, params)
             return [
                 SessionInfo(
                     id=sid,
@@ -944,6 +988,8 @@ class SqliteStore(BaseStore):
                 )
                 for sid, updated, last, created in rows
             ]
+        except sqlite3.OperationalError as exc:
+            raise self._unreadable_time(exc) from exc
         except sqlite3.Error as exc:
             raise self._error("listing the sessions of", exc) from exc
         except (TypeError, ValueError) as exc:
@@ -963,15 +1009,24 @@ class SqliteStore(BaseStore):
             raise self._error("reading", exc, session_id) from exc
         return None if row is None else _as_utc(_parse_time(row[0]))
 
-    def expired(self) -> builtins.list[str]:
-        """Ids of the sessions whose last append is older than the TTL (empty without TTL)."""
-        self._check_open()
-        if self.ttl is None:
-            return []
-        cutoff = self.clock() - self.ttl
-        return [
-            i.id for i in self._list_all() if i.updated_at is not None and i.updated_at < cutoff
-        ]
+    def _list_page(
+        self, prefix: str | None, limit: int | None, offset: int
+    ) -> builtins.list[SessionInfo]:
+        """One query: filtered by the id's bytes, ordered by the last event's instant and the
+        id, and sliced in SQL."""
+        params = (None if prefix is None else _text(prefix), -1 if limit is None else limit, offset)
+        return self._session_infos(_LIST_PAGE, params)
+
+    def _expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
+        """One query: the sessions whose last event is before ``cutoff``."""
+        conn = self._connection()
+        try:
+            rows = _fetchall(conn, _EXPIRED, (_utc_iso(cutoff),))
+        except sqlite3.OperationalError as exc:
+            raise self._unreadable_time(exc) from exc
+        except sqlite3.Error as exc:
+            raise self._error("listing the expired sessions of", exc) from exc
+        return [sid for (sid,) in rows]
 
     def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
         sid = _text(session_id)

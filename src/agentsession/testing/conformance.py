@@ -701,6 +701,48 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
         with pytest.raises(UsageError):
             store.list(limit=-1)
 
+    def test_list_pages_are_slices_of_the_newest_first_list_and_prefixes_are_literal(
+        self, store: BaseStore
+    ) -> None:
+        # "%" and "_" are LIKE wildcards and "ü" is two bytes in UTF-8: a prefix matches as
+        # the id's literal start, whatever the backend filters with.
+        ids = ["a%", "a_b", "ab", "a", "b:a", "aü", "a%x"]
+        for sid in ids:
+            store.get(sid).append(Event.new("test/n"))
+            time.sleep(0.02)
+        newest = ids[::-1]
+        assert [i.id for i in store.list()] == newest
+        for prefix in (None, "", "a", "a%", "a_", "aü", "b", "zz"):
+            whole = [sid for sid in newest if prefix is None or sid.startswith(prefix)]
+            assert [i.id for i in store.list(prefix=prefix)] == whole
+            for limit in (None, 0, 1, 2, 5):
+                for offset in (0, 1, 3, 10):
+                    end = None if limit is None else offset + limit
+                    page = store.list(prefix=prefix, limit=limit, offset=offset)
+                    assert [i.id for i in page] == whole[offset:end], (prefix, limit, offset)
+        with pytest.raises(UsageError):
+            store.list(offset=-1)
+
+    def test_expired_names_every_session_idle_longer_than_the_ttl(self, tmp_path: Path) -> None:
+        clock = FakeClock()
+        store = self.make_store(tmp_path, ttl=dt.timedelta(hours=1), clock=clock)
+        try:
+            for sid, idle in [("old:a", 20), ("old:b", 30), ("recent", 30), ("new", 0)]:
+                store.get(sid).append(Event.new("test/n"))
+                clock.advance(minutes=idle)
+            # Last appends at minutes 0, 20, 50 and 80; it is minute 80. Exactly the TTL old
+            # is not older than it.
+            assert store.expired() == ["old:a"]
+            clock.advance(minutes=1)
+            assert sorted(store.expired()) == ["old:a", "old:b"]
+            clock.advance(minutes=30)
+            assert sorted(store.expired()) == ["old:a", "old:b", "recent"]
+            assert sorted(store.purge_expired()) == ["old:a", "old:b", "recent"]
+            assert store.expired() == []
+            assert [i.id for i in store.list()] == ["new"]
+        finally:
+            store.close()
+
     def test_ttl_expires_sessions_and_never_revives_them(self, tmp_path: Path) -> None:
         clock = FakeClock()
         store = self.make_store(tmp_path, ttl=dt.timedelta(hours=1), clock=clock)
@@ -1592,6 +1634,46 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
             t.join()
         assert not errors
         assert store._meta_get("conformance-cas", "threads") == "200"
+
+    def test_meta_cas_of_two_store_objects_on_one_key_exclude_each_other(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        """Two store objects on the same data (one object when the data is not durable) race
+        compare-and-sets of one counter from two threads each, every try expecting the value
+        it just read: each set that reports success moved the counter by exactly one, so no
+        two of them succeeded over the same expected value."""
+        kind = "conformance-cas"
+        other = self.reopen(store, tmp_path)
+        wins = [0, 0, 0, 0]
+        errors: list[BaseException] = []
+        start = threading.Barrier(len(wins))
+
+        def work(n: int, target: BaseStore) -> None:
+            try:
+                start.wait()
+                for _ in range(40):
+                    current = target._meta_get(kind, "race")
+                    if target._meta_cas(kind, "race", current, str(int(current or "0") + 1)):
+                        wins[n] += 1
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=work, args=(n, store if n % 2 else other))
+            for n in range(len(wins))
+        ]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors
+            assert sum(wins) > 0
+            assert store._meta_get(kind, "race") == str(sum(wins))
+            assert other._meta_get(kind, "race") == str(sum(wins))
+        finally:
+            if other is not store:
+                other.close()
 
     def test_meta_update_from_four_processes_loses_no_increment(
         self, store: BaseStore, tmp_path: Path

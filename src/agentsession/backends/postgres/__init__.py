@@ -1,0 +1,31 @@
+"""The PostgreSQL backend: many workers on many machines sharing one database.
+
+Opened by ``open_store("postgresql://user@host:5432/db?schema=agentsession")``; how it keeps
+the storage contract is told in :mod:`agentsession.backends.postgres.store`. The modules,
+lowest first: ``target`` (the URL, password scrubbing), ``schema`` (tables, migrations,
+statements), ``connections`` (pools, fork handling, error translation), ``storage`` (the
+session's log), ``locks`` (turn locks), ``store`` (the store: catalog and meta) and ``aio``
+(the async API's native path).
+"""
+
+from __future__ import annotations
+
+from .store import (
+    DEFAULT_SCHEMA,
+    PostgresLocker,
+    PostgresSession,
+    PostgresStore,
+    migrate,
+    open_postgres,
+    turn_lock_key,
+)
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "PostgresLocker",
+    "PostgresSession",
+    "PostgresStore",
+    "migrate",
+    "open_postgres",
+    "turn_lock_key",
+]

@@ -1,0 +1,498 @@
+"""The PostgreSQL backend's tables, their numbered migrations, and the SQL run over them.
+
+Every store lives in one schema (``agentsession`` unless the URL's ``?schema=`` or the
+``schema`` option says otherwise). ``<schema>.schema_migrations`` records which migrations ran;
+:func:`apply_migrations` runs the missing ones in order, all in one transaction that first takes
+a transaction-scoped advisory lock derived from the schema name, so processes that open a fresh
+schema at the same time wait for each other instead of racing on ``CREATE TABLE``. A store
+whose schema is already current never takes that lock or runs DDL (so a role without ``CREATE``
+privilege can use a schema an administrator migrated).
+
+Version 1, the tables (``{s}`` is the schema)::
+
+    {s}.sessions   one row per session that has events
+        id              text COLLATE "C" PRIMARY KEY (byte order: fast, predictable)
+        created_at      timestamptz   time of the first event
+        updated_at      timestamptz   time of the last event (listing, TTL)
+        last_seq        bigint        highest seq; the row lock serialises one session's writers
+        compaction_seq  bigint        seq of the latest compaction marker that rebuilds the
+                                      history on its own (0: none); opening reads from here
+        metadata        jsonb         reserved for per-session values ('{}')
+    {s}.events     the log
+        session_id, seq PRIMARY KEY   reads are key-range scans of this index
+        type, agent, "user" text, time timestamptz
+        data, meta      jsonb         NULL when the event lives in raw_event instead
+        raw_event       bytea         the whole event as agentsession JSON, only for events
+                                      that JSONB/TEXT cannot hold (NUL, lone surrogates)
+    {s}.meta       small persisted values: (kind, key) PRIMARY KEY, value text, updated_at
+
+Version 2 adds ``{s}.sessions.life bigint`` (from the sequence ``{s}.session_lives``): one
+number per life of a session id. A session deleted and created again gets a new row and so a
+new life, which is how a session object that read the old life tells the two apart (existing
+rows get distinct lives when the column is added).
+
+Version 3 stores payloads byte-exact: ``{s}.events.data`` and ``meta`` become ``bytea``::
+
+    data        the payload exactly as appended (the bytes of ``event.data``: key order,
+                whitespace, number spelling and ``\\u0000`` or lone surrogate escapes kept);
+                opaque to the server, so a sealed (encrypted) payload fits the same column
+    meta        the event's meta as agentsession JSON; NULL when empty
+    raw_event   only for an event whose type, agent or user TEXT cannot hold (NUL, lone
+                surrogates): those fields and the time as an agentsession JSON object, with
+                a readable copy (U+FFFD in place of what TEXT cannot hold) in ``type``,
+                ``agent`` and ``"user"``. Rows version 2 put there hold the whole event, with
+                ``data`` and ``meta`` NULL, and read back as before
+
+The conversion runs in the migration's transaction: one ``ALTER TABLE ... TYPE bytea USING
+convert_to(data::text, 'UTF8')`` rewrites the table once, and each payload keeps the JSONB
+text form that version 2 stored and read back. JSON queries go through the function
+``{s}.json_of(bytea) -> jsonb`` (NULL for bytes jsonb does not accept: ``\\u0000``, lone
+surrogates, a sealed payload) and the view ``{s}.events_json`` (``data`` and ``meta`` as
+jsonb); an expression index such as ``CREATE INDEX ON {s}.events
+(({s}.json_of(data)->>'role'))`` serves a frequent query.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+__all__ = [
+    "LATEST_VERSION",
+    "TAIL_EVENTS",
+    "MIGRATIONS",
+    "READABLE_AS_IT_IS",
+    "Migration",
+    "Statements",
+    "apply_migrations",
+    "schema_version",
+]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered step of the schema's history."""
+
+    version: int
+    """Applied in increasing order, once; recorded in ``schema_migrations``."""
+    name: str
+    """What it does, for people."""
+    statements: tuple[str, ...]
+    """DDL with ``{s}`` standing for the quoted schema name."""
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "sessions, events and meta tables",
+        (
+            """
+            CREATE TABLE {s}.sessions (
+                id text COLLATE "C" PRIMARY KEY,
+                created_at timestamptz NOT NULL,
+                updated_at timestamptz NOT NULL,
+                last_seq bigint NOT NULL CHECK (last_seq > 0),
+                compaction_seq bigint NOT NULL DEFAULT 0,
+                metadata jsonb NOT NULL DEFAULT '{{}}'::jsonb
+            )
+            """,
+            "CREATE INDEX sessions_updated_at_idx ON {s}.sessions (updated_at DESC, id DESC)",
+            """
+            CREATE TABLE {s}.events (
+                session_id text COLLATE "C" NOT NULL,
+                seq bigint NOT NULL CHECK (seq > 0),
+                type text NOT NULL,
+                agent text NOT NULL DEFAULT '',
+                "user" text NOT NULL DEFAULT '',
+                time timestamptz NOT NULL,
+                data jsonb,
+                meta jsonb,
+                raw_event bytea,
+                PRIMARY KEY (session_id, seq)
+            )
+            """,
+            """
+            CREATE TABLE {s}.meta (
+                kind text COLLATE "C" NOT NULL,
+                key text COLLATE "C" NOT NULL,
+                value text NOT NULL,
+                updated_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (kind, key)
+            )
+            """,
+        ),
+    ),
+    Migration(
+        2,
+        "sessions.life: a number that changes when a session is deleted and created again",
+        (
+            "CREATE SEQUENCE {s}.session_lives AS bigint",
+            """
+            ALTER TABLE {s}.sessions
+                ADD COLUMN life bigint NOT NULL DEFAULT nextval('{s}.session_lives')
+            """,
+        ),
+    ),
+    Migration(
+        3,
+        "events.data and events.meta as bytea: payloads stored byte-exact; json_of, events_json",
+        (
+            # One rewrite of the table; each payload keeps the text version 2 read back.
+            """
+            ALTER TABLE {s}.events
+                ALTER COLUMN data TYPE bytea USING convert_to(data::text, 'UTF8'),
+                ALTER COLUMN meta TYPE bytea USING convert_to(meta::text, 'UTF8')
+            """,
+            # IMMUTABLE (convert_from is only STABLE) so that it can back an expression index:
+            # a database's encoding never changes.
+            """
+            CREATE FUNCTION {s}.json_of(payload bytea) RETURNS jsonb
+            LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+            BEGIN
+                RETURN convert_from(payload, 'UTF8')::jsonb;
+            EXCEPTION WHEN others THEN
+                RETURN NULL;
+            END
+            $$
+            """,
+            """
+            CREATE VIEW {s}.events_json AS
+            SELECT session_id, seq, type, agent, "user", time,
+                   {s}.json_of(data) AS data, {s}.json_of(meta) AS meta
+            FROM {s}.events
+            """,
+        ),
+    ),
+    Migration(
+        4,
+        "events.eid: the event's id (NULL for events stored before), to recognise retries",
+        ("ALTER TABLE {s}.events ADD COLUMN eid text",),
+    ),
+)
+"""Every migration, oldest first. Append new ones; never edit one that has shipped."""
+
+LATEST_VERSION = MIGRATIONS[-1].version
+"""The schema version this code reads and writes."""
+
+_BOOTSTRAP = """
+CREATE TABLE IF NOT EXISTS {s}.schema_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+def migration_lock_key(schema: str) -> int:
+    """The 64-bit advisory lock key that serialises migrations of one schema."""
+    digest = hashlib.sha256(b"agentsession-migrate\x00" + schema.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _render(template: str, schema: str) -> bytes:
+    return sql.SQL(template).format(s=sql.Identifier(schema)).as_bytes(None)
+
+
+def schema_version(
+    conn: psycopg.Connection[Any], schema: str, *, assume_table: bool = False
+) -> int:
+    """The highest applied migration of ``schema`` (0 when it has none or does not exist).
+
+    With ``assume_table`` it is one query, which raises
+    :class:`psycopg.errors.UndefinedTable` when the schema has no ``schema_migrations``.
+    """
+    if not assume_table:
+        table = sql.Identifier(schema, "schema_migrations").as_string(None)
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+        if row is None or not row[0]:
+            return 0
+    query = _render("SELECT coalesce(max(version), 0) FROM {s}.schema_migrations", schema)
+    found = conn.execute(query).fetchone()
+    return int(found[0]) if found else 0
+
+
+def apply_migrations(conn: psycopg.Connection[Any], schema: str) -> list[int]:
+    """Bring ``schema`` up to :data:`LATEST_VERSION` over ``conn`` (an autocommit connection);
+    returns the versions applied now (empty when it was current).
+
+    Raises :class:`RuntimeError` when the schema is newer than this code knows; the caller
+    translates it.
+    """
+    current = schema_version(conn, schema)
+    if current > LATEST_VERSION:
+        raise RuntimeError(
+            f"schema {schema!r} is at version {current}, but this agentsession only knows "
+            f"versions up to {LATEST_VERSION}: upgrade agentsession"
+        )
+    if current == LATEST_VERSION:
+        return []
+    applied: list[int] = []
+    with conn.transaction():
+        # Held until commit: concurrent openers queue here, then find the work done.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (migration_lock_key(schema),))
+        conn.execute(_render("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+        conn.execute(_render(_BOOTSTRAP, schema))
+        done = {
+            int(v)
+            for (v,) in conn.execute(_render("SELECT version FROM {s}.schema_migrations", schema))
+        }
+        record = _render(
+            "INSERT INTO {s}.schema_migrations (version, name) VALUES (%s, %s)", schema
+        )
+        for migration in MIGRATIONS:
+            if migration.version in done:
+                continue
+            for statement in migration.statements:
+                conn.execute(_render(statement, schema))
+            conn.execute(record, (migration.version, migration.name))
+            applied.append(migration.version)
+    return applied
+
+
+# -- the statements over these tables ----------------------------------------------------------
+
+# The statements a session runs on every open, read and append use ``$n`` placeholders (they
+# run on a psycopg ``RawCursor``: no placeholder conversion) and are prepared on first use; the
+# store's other statements use psycopg's ``%s``.
+#
+# Reads return these columns first, in this order, in binary: ``data``, ``meta`` and
+# ``raw_event`` arrive as the stored bytes, with nothing to convert on either side.
+_EVENT_COLUMNS = 'seq, type, agent, "user", time, data, meta, raw_event, eid'
+_EVENT_COLUMNS_E = 'e.seq, e.type, e.agent, e."user", e.time, e.data, e.meta, e.raw_event, e.eid'
+_EVENT_COLUMNS_NO_ID = _EVENT_COLUMNS.replace("eid", "NULL::text")
+_EVENT_COLUMNS_E_NO_ID = _EVENT_COLUMNS_E.replace("e.eid", "NULL::text")
+
+READABLE_AS_IT_IS = 3
+"""The oldest schema version a read-only store reads without migrating it: version 3 lacks
+only ``events.eid`` (read as NULL: events stored without ids). Versions 1 and 2 store payloads
+as jsonb and version 1 has no ``sessions.life``: those must be migrated first."""
+
+TAIL_EVENTS = 64
+"""How many of the latest events opening a session reads (``PostgresSession`` opens at the
+tail; the full window is read when something needs it)."""
+
+# The fast path for one event, when the session object knows the latest seq and the life:
+# $1 id, $2 the new seq (latest + 1), $3 time, $4 the new seq when the event is a compaction
+# marker that rebuilds the history (else 0), $5 life, $6 type, $7 agent, $8 user, $9 data,
+# $10 meta, $11 raw_event, $12 eid. It stores the event only when the session row still says
+# last_seq = $2 - 1 in life $5 (checked under the row's lock, so seqs stay gap-free across
+# writers); otherwise it inserts nothing (rowcount 0). A plain UPDATE of the row: no
+# speculative insertion, no evaluation of the life's sequence default, no separate lock record.
+_APPEND_NEXT = """
+WITH s AS (
+    UPDATE {s}.sessions
+    SET last_seq = $2::bigint, updated_at = $3,
+        compaction_seq = greatest(compaction_seq, $4::bigint)
+    WHERE id = $1 AND last_seq = $2::bigint - 1 AND life = $5::bigint
+    RETURNING id
+)
+INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event, eid)
+SELECT $1, $2::bigint, $6, $7, $8, $3, $9::bytea, $10::bytea, $11::bytea, $12 FROM s
+"""
+
+# One event (the general path): $1 id, $2 time, $3 marker (1 when the event is a compaction
+# marker that rebuilds the history, else 0), $4 expect_seq (NULL: unconditional), $5 life
+# (NULL: any), $6 type, $7 agent, $8 user, $9 data, $10 meta, $11 raw_event, $12 eid.
+_APPEND_ONE = """
+WITH s AS (
+    INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq)
+    SELECT $1, $2, $2, 1, $3::bigint
+    WHERE $4::bigint IS NULL OR $4::bigint = 0
+       OR EXISTS (SELECT 1 FROM {s}.sessions WHERE id = $1)
+    ON CONFLICT (id) DO UPDATE SET
+        last_seq = s.last_seq + 1,
+        updated_at = EXCLUDED.updated_at,
+        compaction_seq = CASE WHEN EXCLUDED.compaction_seq > 0
+                              THEN s.last_seq + 1
+                              ELSE s.compaction_seq END
+    WHERE $4::bigint IS NULL
+       OR (s.last_seq = $4::bigint AND ($5::bigint IS NULL OR s.life = $5::bigint))
+    RETURNING s.last_seq - 1 AS base, s.life AS life
+), inserted AS (
+    INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event,
+                            eid)
+    SELECT $1, s.base + 1, $6, $7, $8, $2, $9::bytea, $10::bytea, $11::bytea, $12
+    FROM s
+)
+SELECT base, life FROM s
+"""
+
+# A batch: one array per column (sent in binary), unnested in order.
+_APPEND_MANY = """
+WITH s AS (
+    INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq)
+    SELECT %(id)s, %(first_time)s, %(last_time)s, %(n)s, %(mark)s
+    WHERE %(expect)s::bigint IS NULL OR %(expect)s::bigint = 0
+       OR EXISTS (SELECT 1 FROM {s}.sessions WHERE id = %(id)s)
+    ON CONFLICT (id) DO UPDATE SET
+        last_seq = s.last_seq + EXCLUDED.last_seq,
+        updated_at = EXCLUDED.updated_at,
+        compaction_seq = CASE WHEN EXCLUDED.compaction_seq > 0
+                              THEN s.last_seq + EXCLUDED.compaction_seq
+                              ELSE s.compaction_seq END
+    WHERE %(expect)s::bigint IS NULL
+       OR (s.last_seq = %(expect)s::bigint
+           AND (%(life)s::bigint IS NULL OR s.life = %(life)s::bigint))
+    RETURNING s.last_seq - %(n)s AS base, s.life AS life
+), inserted AS (
+    INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event,
+                            eid)
+    SELECT %(id)s, s.base + b.ord, b.type, b.agent, b.usr, b.time, b.data, b.meta, b.raw,
+           b.eid
+    FROM s, unnest(%(types)b::text[], %(agents)b::text[], %(users)b::text[],
+                   %(times)b::timestamptz[], %(datas)b::bytea[], %(metas)b::bytea[],
+                   %(raws)b::bytea[], %(eids)b::text[])
+            WITH ORDINALITY AS b(type, agent, usr, time, data, meta, raw, eid, ord)
+)
+SELECT base, life FROM s
+"""
+
+# The latest events by key range (never the history before them) and the session's life:
+# $1 id, $2 how many. No row: no session; one row with a NULL seq: a session without events.
+# The events come from a LATERAL subquery kept apart by OFFSET 0, so that the bound on seq,
+# which depends on the session row, is always part of the index condition: a plain join lets
+# the planner (on a table without statistics yet) scan all the session's events by id and
+# filter the seqs afterwards.
+_OPEN_TAIL = f"""
+SELECT {_EVENT_COLUMNS_E}, s.life
+FROM {{s}}.sessions s
+LEFT JOIN LATERAL (
+    SELECT * FROM {{s}}.events x
+    WHERE x.session_id = s.id AND x.seq > s.last_seq - $2::bigint OFFSET 0
+) e ON true
+WHERE s.id = $1 ORDER BY e.seq
+"""
+
+# The full window: from the latest compaction marker that rebuilds the history on its own
+# (the same LATERAL fence as above).
+_OPEN = f"""
+SELECT {_EVENT_COLUMNS_E}, s.compaction_seq, s.life
+FROM {{s}}.sessions s
+LEFT JOIN LATERAL (
+    SELECT * FROM {{s}}.events x
+    WHERE x.session_id = s.id AND x.seq >= s.compaction_seq OFFSET 0
+) e ON true
+WHERE s.id = $1 ORDER BY e.seq
+"""
+
+# $1 id, $2 after: the events after ours, the latest seq and the life.
+_REFRESH = f"""
+SELECT {_EVENT_COLUMNS_E}, s.last_seq, s.life
+FROM {{s}}.sessions s LEFT JOIN {{s}}.events e ON e.session_id = s.id AND e.seq > $2::bigint
+WHERE s.id = $1 ORDER BY e.seq
+"""
+
+_READ = f"""
+SELECT {_EVENT_COLUMNS} FROM {{s}}.events
+WHERE session_id = $1 AND seq > $2::bigint ORDER BY seq LIMIT $3::bigint
+"""
+
+_READ_RANGE = f"""
+SELECT {_EVENT_COLUMNS} FROM {{s}}.events
+WHERE session_id = $1 AND seq > $2::bigint AND seq <= $3::bigint ORDER BY seq
+"""
+
+_LIST = """
+SELECT id, updated_at, last_seq, created_at FROM {s}.sessions
+WHERE %(prefix)s::text IS NULL OR starts_with(id, %(prefix)s::text)
+ORDER BY updated_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s
+"""
+
+
+@dataclass(frozen=True)
+class Statements:
+    """Every statement the store runs, with its schema filled in (rendered once per store)."""
+
+    append_next: bytes
+    append_one: bytes
+    append_many: bytes
+    open_tail: bytes
+    open: bytes
+    refresh: bytes
+    read: bytes
+    read_range: bytes
+    list: bytes
+    list_all: bytes
+    exists: bytes
+    last_append: bytes
+    expired: bytes
+    delete_session: bytes
+    delete_events: bytes
+    delete_meta_of: bytes
+    meta_get: bytes
+    meta_list: bytes
+    meta_list_kind: bytes
+    meta_set: bytes
+    meta_delete: bytes
+    meta_add: bytes
+    meta_cas_insert: bytes
+    meta_cas_update: bytes
+    meta_cas_delete: bytes
+
+    @classmethod
+    def for_schema(cls, schema: str, *, event_ids: bool = True) -> Statements:
+        """The statements for the tables in ``schema``. Without ``event_ids`` (a version 3
+        schema opened read-only, which has no ``events.eid``), reads return NULL for it."""
+
+        def render(template: str) -> bytes:
+            if not event_ids:
+                template = template.replace(_EVENT_COLUMNS_E, _EVENT_COLUMNS_E_NO_ID)
+                template = template.replace(_EVENT_COLUMNS, _EVENT_COLUMNS_NO_ID)
+            return _render(template, schema)
+
+        return cls(
+            append_next=render(_APPEND_NEXT),
+            append_one=render(_APPEND_ONE),
+            append_many=render(_APPEND_MANY),
+            open_tail=render(_OPEN_TAIL),
+            open=render(_OPEN),
+            refresh=render(_REFRESH),
+            read=render(_READ),
+            read_range=render(_READ_RANGE),
+            list=render(_LIST),
+            list_all=render("SELECT id, updated_at, last_seq, created_at FROM {s}.sessions"),
+            exists=render("SELECT 1 FROM {s}.sessions WHERE id = %s"),
+            last_append=render("SELECT updated_at FROM {s}.sessions WHERE id = %s"),
+            expired=render(
+                "SELECT id FROM {s}.sessions WHERE updated_at < %s ORDER BY updated_at, id"
+            ),
+            delete_session=render("DELETE FROM {s}.sessions WHERE id = %s RETURNING last_seq"),
+            delete_events=render("DELETE FROM {s}.events WHERE session_id = %s"),
+            delete_meta_of=render("DELETE FROM {s}.meta WHERE kind = ANY(%s) AND key = %s"),
+            meta_get=render("SELECT value FROM {s}.meta WHERE kind = %s AND key = %s"),
+            meta_list=render("SELECT kind, key, value FROM {s}.meta ORDER BY kind, key"),
+            meta_list_kind=render(
+                "SELECT kind, key, value FROM {s}.meta WHERE kind = %s ORDER BY key"
+            ),
+            meta_set=render(
+                "INSERT INTO {s}.meta AS m (kind, key, value, updated_at) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (kind, key) DO UPDATE "
+                "SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
+            ),
+            meta_delete=render("DELETE FROM {s}.meta WHERE kind = %s AND key = %s"),
+            # Insert unless present, then return whichever value is stored (one statement).
+            meta_add=render(
+                "WITH ins AS (INSERT INTO {s}.meta (kind, key, value, updated_at) "
+                "VALUES (%(kind)s, %(key)s, %(value)s, %(now)s) ON CONFLICT (kind, key) "
+                "DO NOTHING RETURNING value) SELECT value FROM ins UNION ALL "
+                "SELECT value FROM {s}.meta WHERE kind = %(kind)s AND key = %(key)s LIMIT 1"
+            ),
+            # Compare-and-set, one statement each; the row count says whether it held. Under
+            # READ COMMITTED an UPDATE or DELETE racing another writer re-checks its WHERE
+            # against the row that writer committed, and the INSERT waits for a racing one.
+            meta_cas_insert=render(
+                "INSERT INTO {s}.meta (kind, key, value, updated_at) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (kind, key) DO NOTHING"
+            ),
+            meta_cas_update=render(
+                "UPDATE {s}.meta SET value = %s, updated_at = %s "
+                "WHERE kind = %s AND key = %s AND value = %s"
+            ),
+            meta_cas_delete=render(
+                "DELETE FROM {s}.meta WHERE kind = %s AND key = %s AND value = %s"
+            ),
+        )

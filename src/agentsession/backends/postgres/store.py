@@ -1,0 +1,576 @@
+"""The PostgreSQL backend: many workers on many machines sharing one database.
+
+Opened by ``open_store("postgresql://user@host:5432/db?schema=agentsession")``. The tables
+and their migrations are in :mod:`agentsession.backends.postgres.schema`; ``docs/scaling.md``
+covers running it at scale. How it keeps the storage contract:
+
+* **Append is one statement** (so one round trip, one transaction in autocommit mode). The
+  common case, one event from a session object that saw the log last, is the fast path
+  (``_storage_append_one``): an ``UPDATE`` of the session row to ``last_seq + 1``, conditional
+  on the row still having the latest seq and life this object knows, and an ``INSERT`` of the
+  event fed by its ``RETURNING`` (nothing is written when the condition fails, and the general
+  path runs). The general path is an ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` that
+  bumps ``sessions.last_seq`` by the batch size (creating the row on the first append), and a
+  data-modifying CTE inserts the events with seqs after the returned previous value (scalar
+  parameters for one event, ``unnest`` of one array per column for a batch), conditional on
+  the row still having the latest seq this object has seen: the append pipeline checked the
+  batch's event ids against everything up to it, and when another writer appended first,
+  nothing is written and the pipeline reads those events, checks the ids again and tries
+  again (``BaseSession._append_fresh``). The session
+  row's lock serialises the writers of one session; other sessions proceed in parallel. When the
+  previous ``last_seq`` is beyond what this session object has seen, the events in between
+  (other writers') are read by key range right after: they were committed before this append
+  could lock the row and never change, so reading them after the commit gives exactly the rows
+  the same transaction would have seen. A previous ``last_seq`` *below* ours means the session
+  was deleted (and perhaps recreated) underneath us, and the session starts over. The
+  statements a session runs are prepared by psycopg after a few executions, and the append
+  statement runs on a cursor each connection keeps.
+* **Opening** reads the session's latest events (``TAIL_EVENTS``) by key range, with its
+  life, in one round trip: O(tail) however long the log is. The full window, from
+  ``sessions.compaction_seq`` (the latest compaction marker that rebuilds the history on its
+  own) to the end, is read when ``messages()`` and the like first need it; never the history
+  before it.
+* **Payloads are stored byte-exact** (schema version 3): ``data`` is a ``bytea`` holding the
+  exact bytes of ``event.data``, so ``event.raw`` reads back as it was appended (key order,
+  whitespace, number spelling, ``\\u0000`` and lone surrogate escapes), and reads hand the
+  stored bytes over in binary with nothing to parse or convert; ``meta`` is the meta's
+  agentsession JSON as ``bytea``. Only an event whose type, agent or user TEXT cannot hold
+  (NUL, lone UTF-16 surrogates) also sets ``raw_event`` (those fields as JSON), with a readable
+  copy (U+FFFD in their place) in the TEXT columns. Session ids, meta keys and values that TEXT
+  cannot hold are refused with :class:`~agentsession.errors.UsageError` (a documented
+  divergence from the file backends, which accept any non-blank id).
+* **Durability**: an acknowledged append is a committed transaction, which survives our
+  process dying whatever the setting. ``flush`` leaves ``synchronous_commit`` at the server's
+  default (normally ``on``: the commit waits for the WAL to reach disk); ``fsync`` forces
+  ``synchronous_commit = on`` on the store's connections even where the server or role default
+  is ``off`` or ``local``. Whether a commit survives a power loss is finally the server's
+  business (its ``fsync``, ``full_page_writes`` and disk cache settings, replication); opening
+  an ``fsync`` store on a server with ``fsync = off`` logs a warning.
+* **Errors** are translated in one place (:meth:`Connections.run
+  <agentsession.backends.postgres.connections.Connections.run>`): a server that cannot be
+  reached is :class:`~agentsession.errors.StoreUnavailable` naming host and database, never
+  the password (psycopg_pool's own per-attempt "error connecting" warnings about the store's
+  pools are logged at DEBUG instead, by the logger ``agentsession.backends.postgres``). A read
+  whose connection drops is retried once on a fresh connection. A write whose connection drops
+  raises :class:`~agentsession.errors.OutcomeUnknown` there; the append pipeline
+  (:meth:`BaseSession._append_checked <agentsession.session.BaseSession._append_checked>`)
+  then reads the log for the batch's event ids and appends it again only if it is not there,
+  within ``reconnect_timeout``.
+* **Connections** (:mod:`~agentsession.backends.postgres.connections`): opening a store
+  connects once (the connection that checks the schema becomes the pool's first), the lock
+  pool opens with the first turn lock, pooled connections are checked when handed out (a poll
+  of the socket, no round trip; a pool whose connection the server closed is drained), and a
+  forked child uses pools of its own.
+* **The async API** (:mod:`agentsession.aio`) appends and reads natively on psycopg's
+  ``AsyncConnectionPool`` (:mod:`agentsession.backends.postgres.aio`), with the statements,
+  parameters, life check and row decoding of the sync session
+  (:mod:`~agentsession.backends.postgres.storage`: ``_append_next``, ``_append_request``,
+  ``_adopt_append``, ``_take_refresh``: what the sync primitives use).
+* **The turn lock** is a session-level advisory lock on a 64-bit key derived from the schema
+  and the session id, held on a connection of a separate lock pool that is not handed back
+  until the lock is released; a holder that dies (SIGKILL, lost network) loses its connection
+  and with it the lock. Waiting is the server's job: ``pg_advisory_lock`` under a
+  ``lock_timeout`` set for that one statement, so a waiter gets the lock as soon as it is
+  released, with no polling (timeout 0 is one ``pg_try_advisory_lock``). See
+  :class:`PostgresLocker` (:mod:`~agentsession.backends.postgres.locks`).
+
+The package's modules, lowest first: ``target`` (the URL, password scrubbing), ``schema``
+(tables, migrations, statements), ``connections``, ``storage`` (the session), ``locks``, this
+module (the store: catalog and meta), and ``aio`` (the async API's native path).
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as _dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import psycopg_pool
+from psycopg.conninfo import conninfo_to_dict
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+    from ...aio._backend import AsyncBackend
+    from ...session import BaseSession
+    from .aio import PostgresLog
+
+from ...contract import SessionInfo
+from ...errors import StorageError, StoreUnavailable, UsageError
+from ...store import BaseStore
+from .connections import Connections, _AsyncPool, _Conn, log
+from .locks import PostgresLocker, turn_lock_key
+from .schema import (
+    LATEST_VERSION,
+    READABLE_AS_IT_IS,
+    Statements,
+    apply_migrations,
+    schema_version,
+)
+from .storage import PostgresSession, _fits_text
+from .target import DEFAULT_SCHEMA, _Target
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "PostgresLocker",
+    "PostgresSession",
+    "PostgresStore",
+    "migrate",
+    "open_postgres",
+    "turn_lock_key",
+]
+
+
+# -- the store --------------------------------------------------------------------------------
+
+
+class PostgresStore(BaseStore):
+    """Sessions in a PostgreSQL schema. Opened by ``open_store("postgresql://...")``.
+
+    Options besides the common ones (``durability``, ``ttl``, ...):
+
+    * ``schema``: the schema holding the tables (default ``agentsession``; also ``?schema=``
+      in the URL). Created, with the tables, on open.
+    * ``pool_min_size`` / ``pool_max_size`` (default 1 / 10): connections kept open / at most
+      open for reads and appends. An append or read holds one only for its statement(s).
+      Opening the store waits until ``pool_min_size`` are open; the first is the connection
+      that checked the schema.
+    * ``lock_pool_max_size`` (default 64): connections at most held for turn locks, one per
+      held lock; opened on demand, closed after 10 idle minutes.
+    * ``pool_timeout`` (default 30 s): how long to wait for a free connection.
+    * ``connect_timeout`` (default 10 s): how long to wait for the server when connecting
+      (unless the URL sets it).
+    * ``auto_migrate`` (default True): apply missing migrations on open; when False, a schema
+      that is not current raises :class:`~agentsession.errors.StorageError` (run
+      :func:`migrate` first).
+    * ``read_only`` (default False): open to read, running no DDL at all: nothing is created
+      or migrated (a missing schema is "no store at ..."). A version 3 schema is read as it
+      is (its events have no ids); any other older version raises
+      :class:`~agentsession.errors.StoreUnavailable` saying to run ``agentsession migrate``.
+      Writes are not meant for such a store (on an old schema they fail).
+    * ``prepare_threshold`` (default 5): executions after which psycopg prepares a statement
+      on the server; None disables prepared statements (PgBouncer in transaction mode before
+      1.21). Turn locks need a session-level connection: never transaction pooling.
+    * ``reconnect_timeout`` (default 10 s): how long an append rides out a lost connection or
+      a server that cannot be reached (a restart, a failover, ``pg_terminate_backend``): it
+      tries again with a growing pause, first reading the log to find out whether the lost
+      try was stored (by its event ids), so it is stored once. After that long it raises
+      :class:`~agentsession.errors.OutcomeUnknown` (or
+      :class:`~agentsession.errors.StoreUnavailable`); 0 raises at once.
+
+    ``url`` includes the URL's password when it had one (it must reopen the store); prefer a
+    ``.pgpass`` file or ``PGPASSWORD``. Messages and ``location`` never include it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_min_size: int = 1,
+        pool_max_size: int = 10,
+        lock_pool_max_size: int = 64,
+        pool_timeout: float = 30.0,
+        connect_timeout: int = 10,
+        auto_migrate: bool = True,
+        prepare_threshold: int | None = 5,
+        reconnect_timeout: float = 10.0,
+        create: bool = True,
+        read_only: bool = False,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        if not isinstance(reconnect_timeout, (int, float)) or not reconnect_timeout >= 0:
+            raise UsageError(f"reconnect_timeout must be >= 0 seconds, not {reconnect_timeout!r}")
+        self._reconnect_timeout = float(reconnect_timeout)
+        if pool_min_size < 0 or pool_max_size < 1 or pool_min_size > pool_max_size:
+            raise UsageError(
+                f"pool sizes must satisfy 0 <= pool_min_size <= pool_max_size and "
+                f"pool_max_size >= 1 (got {pool_min_size} and {pool_max_size})"
+            )
+        if lock_pool_max_size < 1:
+            raise UsageError(f"lock_pool_max_size must be >= 1, not {lock_pool_max_size}")
+        if pool_timeout <= 0:
+            raise UsageError(f"pool_timeout must be positive, not {pool_timeout}")
+        self._target = _Target.parse(url, schema)
+        self._sql = Statements.for_schema(self._target.schema)
+        self._db = Connections(
+            self._target,
+            durability=self.durability,
+            pool_min_size=pool_min_size,
+            pool_max_size=pool_max_size,
+            lock_pool_max_size=lock_pool_max_size,
+            pool_timeout=pool_timeout,
+            connect_timeout=connect_timeout,
+            prepare_threshold=prepare_threshold,
+        )
+        self._locker = PostgresLocker(self._db, self._target.schema)
+        # One connection, made directly (for the precise error when the server cannot be
+        # reached), checks the schema and then becomes the pool's first connection.
+        try:
+            if read_only:
+                conn = self._check_schema_for_reading()
+            else:
+                conn = self._prepare_schema(auto_migrate, create)
+        except BaseException:
+            self._db.pool.close()  # not open yet, unless something opened it early
+            raise
+        self._db.open(conn)
+
+    # -- the async API's view of the store (see .aio.PostgresHost) -----------------------
+
+    def _make_async_pool(self) -> _AsyncPool:
+        """The async API's pool (:meth:`Connections.make_async_pool
+        <agentsession.backends.postgres.connections.Connections.make_async_pool>`)."""
+        return self._db.make_async_pool()
+
+    def _failure(self, exc: psycopg.Error, action: str, write: str = "") -> StorageError:
+        """The agentsession error for a driver error raised while ``action`` ran."""
+        return self._db.failure(exc, action, write)
+
+    def _pool_timeout_error(
+        self,
+        pool: psycopg_pool.ConnectionPool[Any] | psycopg_pool.AsyncConnectionPool[Any],
+        action: str,
+    ) -> StoreUnavailable:
+        """Tell a server that cannot be reached from a pool whose connections are all busy."""
+        return self._db.pool_timeout_error(pool, action)
+
+    def _async_backend(self, executor: concurrent.futures.Executor) -> AsyncBackend:
+        """The async API's backend for this store: appends, reads, ``latest_seq`` and the
+        catch-up of ``messages()`` run natively on psycopg's ``AsyncConnectionPool``, the rest
+        in worker threads (see :mod:`agentsession.backends.postgres.aio`)."""
+        from .aio import PostgresAsyncBackend
+
+        return PostgresAsyncBackend(self, executor, self)
+
+    def _native_session(self, session: BaseSession) -> PostgresLog | None:
+        """``session`` as the async API's native path sees it, when it is one of this store's
+        PostgreSQL sessions (None otherwise, and for a subclass's, which may store differently:
+        those run in worker threads)."""
+        if type(session) is PostgresSession and session._store is self:
+            return session
+        return None
+
+    def _after_fork(self) -> None:
+        """In a forked child: never touch the parent's connections or locks again, and use
+        pools of this process's own (opened when first needed)."""
+        super()._after_fork()
+        self._db.after_fork()
+        self._locker.forget_after_fork()
+
+    # -- the schema ---------------------------------------------------------------------
+
+    def _prepare_schema(self, auto_migrate: bool, create: bool = True) -> _Conn:
+        """Connect directly (for a precise error when the server is unreachable), check the
+        schema version (one query when it is current) and migrate when allowed; returns the
+        connection, for the pool."""
+        conn = self._db.connect(self._db.pool_kwargs())
+        try:
+            if self.durability == "fsync":
+                row = conn.execute("SHOW fsync").fetchone()
+                if row is not None and row[0] != "on":
+                    log.warning(
+                        "%s runs with fsync = %s: durability='fsync' cannot survive a power "
+                        "loss there",
+                        self._target.where,
+                        row[0],
+                    )
+            version = _current_version(conn, self._target.schema)
+            if not create and version == 0:
+                raise StoreUnavailable(
+                    f"no store at {self._target.where}: schema {self._target.schema!r} holds no "
+                    "agentsession tables"
+                )
+            if version != LATEST_VERSION:
+                if auto_migrate or version > LATEST_VERSION:
+                    _migrate_on(conn, self._target)
+                else:
+                    raise StorageError(
+                        f"schema {self._target.schema!r} in {self._target.where} is not at "
+                        f"version {LATEST_VERSION} (it is at version {version}): run "
+                        "agentsession.backends.postgres.migrate() first, or open the store with "
+                        "auto_migrate=True"
+                    )
+        except psycopg.Error as exc:
+            conn.close()
+            raise self._db.failure(exc, f"preparing schema {self._target.schema!r}") from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _check_schema_for_reading(self) -> _Conn:
+        """``read_only``: connect and check the schema version, creating and migrating
+        nothing. The current version is read as usual, version 3 as it is (with no event
+        ids); a missing store or any other version raises :class:`StoreUnavailable`."""
+        conn = self._db.connect(self._db.pool_kwargs())
+        try:
+            version = _current_version(conn, self._target.schema)
+        except psycopg.Error as exc:
+            conn.close()
+            raise self._db.failure(exc, f"reading schema {self._target.schema!r}") from None
+        except BaseException:
+            conn.close()
+            raise
+        problem = None
+        if version == 0:
+            problem = (
+                f"no store at {self._target.where}: schema {self._target.schema!r} holds no "
+                "agentsession tables"
+            )
+        elif version > LATEST_VERSION:
+            problem = (
+                f"schema {self._target.schema!r} in {self._target.where} has schema version "
+                f"{version}, newer than this agentsession supports ({LATEST_VERSION}): upgrade "
+                "agentsession"
+            )
+        elif version < READABLE_AS_IT_IS:
+            problem = (
+                f"schema {self._target.schema!r} in {self._target.where}: schema version "
+                f"{version} is older than {LATEST_VERSION}; run `agentsession migrate`"
+            )
+        if problem is not None:
+            conn.close()
+            raise StoreUnavailable(problem)
+        if version < LATEST_VERSION:
+            self._sql = Statements.for_schema(self._target.schema, event_ids=False)
+        return conn
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> str:
+        """The schema holding this store's tables."""
+        return self._target.schema
+
+    @property
+    def location(self) -> str:
+        """``postgresql://user@host:port/db?schema=...``, without the password."""
+        return self._target.location
+
+    @property
+    def url(self) -> str:
+        """The URL that reopens this store, with its schema (and password, if it had one)."""
+        return self._target.url
+
+    def _check_text(self, what: str, value: str) -> str:
+        if not _fits_text(value):
+            raise UsageError(
+                f"{what} {value!r} cannot be stored in PostgreSQL: TEXT holds neither NUL nor "
+                "lone surrogates"
+            )
+        return value
+
+    # -- BaseStore primitives ---------------------------------------------------------------
+
+    def _open_session(self, session_id: str) -> PostgresSession:
+        return PostgresSession(
+            self, self._check_text("session id", session_id), self._db, self._sql
+        )
+
+    def _make_locker(self) -> PostgresLocker:
+        return self._locker
+
+    def _exists(self, session_id: str) -> bool:
+        if not _fits_text(session_id):
+            return False
+        statement = self._sql.exists
+        row = self._db.run(
+            f"checking session {session_id!r}",
+            lambda conn: conn.execute(statement, (session_id,)).fetchone(),
+        )
+        return row is not None
+
+    def _list_all(self) -> builtins.list[SessionInfo]:
+        statement = self._sql.list_all
+        rows = self._db.run("listing sessions", lambda conn: conn.execute(statement).fetchall())
+        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
+
+    def _list_page(
+        self, prefix: str | None, limit: int | None, offset: int
+    ) -> builtins.list[SessionInfo]:
+        """One query on the ``updated_at`` index, filtered, ordered and sliced there."""
+        if prefix is not None and not _fits_text(prefix):
+            return []
+        statement = self._sql.list
+        params = {"prefix": prefix, "limit": limit, "offset": offset}
+        rows = self._db.run(
+            "listing sessions", lambda conn: conn.execute(statement, params).fetchall()
+        )
+        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
+
+    def _expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
+        """One query: the sessions whose ``updated_at`` is before ``cutoff``."""
+        statement = self._sql.expired
+        rows = self._db.run(
+            "listing expired sessions",
+            lambda conn: conn.execute(statement, (cutoff,)).fetchall(),
+        )
+        return [r[0] for r in rows]
+
+    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+        if not _fits_text(session_id):
+            return False
+        statements = self._sql
+
+        def delete(conn: _Conn) -> bool:
+            with conn.transaction():
+                # Locking the session row first waits out any append in flight; the events
+                # are deleted by a later statement, whose snapshot includes that append.
+                row = conn.execute(statements.delete_session, (session_id,)).fetchone()
+                conn.execute(statements.delete_events, (session_id,))
+                conn.execute(statements.delete_meta_of, (list(meta_kinds), session_id))
+            return row is not None
+
+        return self._db.run(
+            f"deleting session {session_id!r}",
+            delete,
+            write="the session may or may not have been deleted",
+        )
+
+    def _last_append(self, session_id: str) -> _dt.datetime | None:
+        if not _fits_text(session_id):
+            return None
+        statement = self._sql.last_append
+        row = self._db.run(
+            f"reading session {session_id!r}",
+            lambda conn: conn.execute(statement, (session_id,)).fetchone(),
+        )
+        return row[0] if row is not None else None
+
+    def _meta_get(self, kind: str, key: str) -> str | None:
+        self._check_text(f"{kind} key", key)
+        statement = self._sql.meta_get
+        row = self._db.run(
+            f"reading {kind} {key!r}",
+            lambda conn: conn.execute(statement, (kind, key)).fetchone(),
+        )
+        return row[0] if row is not None else None
+
+    def _meta_list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
+        params: tuple[Any, ...] = ()
+        if kind is None:
+            statement = self._sql.meta_list
+        else:
+            self._check_text("meta kind", kind)
+            statement, params = self._sql.meta_list_kind, (kind,)
+        rows = self._db.run(
+            "listing the meta entries",
+            lambda conn: conn.execute(statement, params).fetchall(),
+        )
+        return sorted((str(k), str(key), str(v)) for k, key, v in rows)
+
+    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
+        self._check_text(f"{kind} key", key)
+        params: tuple[Any, ...]
+        if value is None:
+            statement, params = self._sql.meta_delete, (kind, key)
+        else:
+            self._check_text(f"{kind} value", value)
+            statement, params = self._sql.meta_set, (kind, key, value, self.clock())
+        self._db.run(
+            f"writing {kind} {key!r}",
+            lambda conn: conn.execute(statement, params),
+            write=f"the {kind} value may or may not have been written",
+        )
+
+    def _meta_add(self, kind: str, key: str, value: str) -> str:
+        self._check_text(f"{kind} key", key)
+        self._check_text(f"{kind} value", value)
+        statement = self._sql.meta_add
+        params = {"kind": kind, "key": key, "value": value, "now": self.clock()}
+        row = self._db.run(
+            f"writing {kind} {key!r}",
+            lambda conn: conn.execute(statement, params).fetchone(),
+            write=f"the {kind} value may or may not have been written",
+        )
+        if row is None:  # deleted between the insert and the read: try again
+            return self._meta_add(kind, key, value)
+        return str(row[0])
+
+    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        self._check_text(f"{kind} key", key)
+        if new == expected:  # nothing to write (both None: no entry): one read answers
+            return self._meta_get(kind, key) == expected
+        params: tuple[Any, ...]
+        if new is None:
+            assert expected is not None
+            self._check_text(f"{kind} value", expected)
+            statement, params = self._sql.meta_cas_delete, (kind, key, expected)
+        elif expected is None:
+            self._check_text(f"{kind} value", new)
+            statement, params = self._sql.meta_cas_insert, (kind, key, new, self.clock())
+        else:
+            self._check_text(f"{kind} value", expected)
+            self._check_text(f"{kind} value", new)
+            statement = self._sql.meta_cas_update
+            params = (new, self.clock(), kind, key, expected)
+        rowcount = self._db.run(
+            f"writing {kind} {key!r}",
+            lambda conn: conn.execute(statement, params).rowcount,
+            write=f"the {kind} value may or may not have been written",
+        )
+        return rowcount == 1
+
+    def _close(self) -> None:
+        self._locker.drop_all()
+        self._db.close()
+
+
+def _current_version(conn: _Conn, schema: str) -> int:
+    """The schema's version in one query (0: no agentsession tables there)."""
+    try:
+        return schema_version(conn, schema, assume_table=True)
+    except psycopg.errors.UndefinedTable:
+        return 0
+
+
+def _migrate_on(conn: psycopg.Connection[Any], target: _Target) -> builtins.list[int]:
+    try:
+        applied = apply_migrations(conn, target.schema)
+    except RuntimeError as exc:
+        raise StorageError(f"{target.where}: {exc}") from None
+    if applied:
+        log.info(
+            "%s: applied migrations %s to schema %r",
+            target.where,
+            applied,
+            target.schema,
+        )
+    return applied
+
+
+def migrate(url: str, schema: str | None = None, *, connect_timeout: int = 10) -> list[int]:
+    """Create or upgrade a store's tables; returns the migration versions applied now (empty
+    when the schema was current). Safe to run from several processes at once.
+
+    ``schema`` defaults to the URL's ``?schema=`` or ``agentsession``. Raises
+    :class:`~agentsession.errors.StoreUnavailable` when the server cannot be reached.
+    """
+    target = _Target.parse(url, schema)
+    params = conninfo_to_dict(target.conninfo)
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "connect_timeout" not in params:
+        kwargs["connect_timeout"] = connect_timeout
+    try:
+        conn = psycopg.connect(target.conninfo, **kwargs)
+    except psycopg.Error as exc:
+        reason = target.scrub(str(exc).strip()).replace("\n", " ").replace("\t", "")
+        raise StoreUnavailable(f"cannot reach {target.where}: {reason}") from None
+    try:
+        return _migrate_on(conn, target)
+    except psycopg.Error as exc:
+        message = target.scrub(str(exc).strip().splitlines()[0] if str(exc) else "")
+        raise StorageError(
+            f"migrating schema {target.schema!r} in {target.where} failed: {message}"
+        ) from None
+    finally:
+        conn.close()
+
+
+def open_postgres(url: str, **options: Any) -> PostgresStore:
+    """``open_store("postgresql://user@host/db?schema=...")``."""
+    return PostgresStore(url, **options)

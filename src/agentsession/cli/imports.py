@@ -1,0 +1,234 @@
+"""``import agentkit`` and ``import lango``: other runtimes' sessions into a store."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from ..errors import UsageError
+from ..store import BaseStore
+from ._group import CONTEXT, _examples, cli, pass_state
+from ._output import _echo, _json_line, _progress, clean
+from ._state import NoStore, State, _check_url, open_existing
+
+
+@cli.group(
+    "import",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession import agentkit ~/.agentkit/sessions --dry-run",
+        "agentsession import agentkit ./sessions --store sqlite:///sessions.db",
+        "agentsession import lango ~/.lango/lango.db --store ./.agentsession --json",
+    ),
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print a JSON object (the same as --json after the subcommand).",
+)
+@click.pass_context
+def import_group(ctx: click.Context, as_json: bool) -> None:
+    """Import the sessions of another agent runtime into a store (docs/import.md).
+
+    The source is only read. Everything in it is read and checked first, so a source that
+    cannot be read whole imports nothing; a session the store already has is skipped and
+    reported, never changed. At the end every imported session is read back and its event
+    count (for agentkit, its seqs) compared with the source's."""
+    ctx.meta["agentsession.import_json"] = as_json
+
+
+_STORE_OPTION = click.option(
+    "--store",
+    "store_url",
+    default=None,
+    help="The store to import into (created when missing); default: the global --store "
+    "(env AGENTSESSION_STORE, else ./.agentsession).",
+)
+_DRY_RUN_OPTION = click.option(
+    "--dry-run", is_flag=True, help="Say what would be imported; write nothing."
+)
+_JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+
+_IDENTITY_LABELS = {"active": "active session", "bind": "agent binding", "cli": "CLI pointer"}
+
+
+def _run_import(
+    state: State, store_url: str | None, source: Any, dry_run: bool, as_json: bool
+) -> None:
+    """Import a scanned source into the store and print what happened."""
+    from ..interop.importers import SessionOutcome, import_source
+
+    as_json = as_json or bool(click.get_current_context().meta.get("agentsession.import_json"))
+    url = store_url if store_url is not None else state.url
+    _check_url(url)
+    store: BaseStore | None
+    if dry_run:
+        try:
+            store = open_existing(url, **state.secret().options(), read_only=True)
+        except NoStore:
+            store = None  # a dry run creates nothing; every session would be new
+    else:
+        store = state.open_for_writing(url)
+    try:
+        with _progress(len(source.sessions), "importing") as advance:
+
+            def progress(_outcome: SessionOutcome) -> None:
+                advance()
+
+            report = import_source(source, store, dry_run=dry_run, progress=progress)
+        destination = report.destination or url
+        if as_json:
+            _json_line(
+                {
+                    "source_kind": report.source_kind,
+                    "source": report.source,
+                    "destination": destination,
+                    "dry_run": report.dry_run,
+                    "sessions_found": report.found,
+                    "imported": report.imported,
+                    "skipped": report.skipped,
+                    "events": report.events,
+                    "verified": report.verified,
+                    "sessions": [
+                        {
+                            "session_id": s.session_id,
+                            "source": s.source,
+                            "events": s.events,
+                            "status": s.status,
+                            "guessed_id": s.guessed_id,
+                        }
+                        for s in report.sessions
+                    ],
+                    "identity": [
+                        {"kind": i.kind, "key": i.key, "value": i.value, "status": i.status}
+                        for i in report.identity
+                    ],
+                    "notes": report.notes,
+                }
+            )
+            return
+        for note in report.notes:
+            click.echo(clean(f"note: {note}"), err=True)
+        for s in report.sessions:
+            guessed = " [id read from the file name]" if s.guessed_id else ""
+            if s.status in ("imported", "would_import"):
+                verb = "imported" if s.status == "imported" else "would import"
+                _echo(clean(f"{verb} {s.session_id} ({s.events} events) from {s.source}{guessed}"))
+            else:
+                verb = "skipped" if s.status == "skipped" else "would skip"
+                _echo(clean(f"{verb} {s.session_id}: already in {destination}"))
+        for i in report.identity:
+            label = _IDENTITY_LABELS.get(i.kind, i.kind)
+            what = f"{i.key} → {i.value}" if i.kind != "cli" else i.value
+            status = {
+                "written": "set",
+                "would_write": "would set",
+                "skipped": "kept the store's",
+                "would_skip": "would keep the store's",
+            }[i.status]
+            _echo(clean(f"{status} {label}: {what}"))
+        counts = (
+            f"sessions found {report.found}, "
+            f"{'would import' if dry_run else 'imported'} {report.imported}, "
+            f"{'would skip' if dry_run else 'skipped'} {report.skipped} (already there), "
+            f"events {report.events}"
+        )
+        if dry_run:
+            _echo(clean(f"dry run: {counts}; nothing written to {destination}"))
+        else:
+            checked = (
+                "event counts and seqs" if report.source_kind == "agentkit" else "event counts"
+            )
+            _echo(clean(f"{counts} into {destination}; {checked} verified"))
+    finally:
+        source.close()
+        if store is not None:
+            store.close()
+
+
+def _id_map(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, sid = pair.partition("=")
+        if not sep or not name or not sid.strip():
+            raise UsageError(
+                f"--id-map takes FILE=ID (a log's file name and a session id), not {pair!r}"
+            )
+        out[name] = sid
+    return out
+
+
+@import_group.command(
+    "agentkit",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession import agentkit ./sessions --dry-run",
+        "agentsession import agentkit ./sessions --store sqlite:///sessions.db",
+        "agentsession import agentkit ./sessions --id-map chat-api_default_channel.jsonl="
+        "chat-api:default_channel",
+    ),
+)
+@click.argument("directory")
+@_STORE_OPTION
+@click.option(
+    "--id-map",
+    "id_map",
+    multiple=True,
+    metavar="FILE=ID",
+    help="Import the log FILE as session ID (repeatable): agentkit's file names replace every "
+    "character but A-Z a-z 0-9 . _ - by _, so an id is read back from a name by convention "
+    "(_ as :) when the directory names it nowhere else.",
+)
+@_DRY_RUN_OPTION
+@_JSON_OPTION
+@pass_state
+def import_agentkit_command(
+    state: State,
+    directory: str,
+    store_url: str | None,
+    id_map: tuple[str, ...],
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Import an agentkit sessions directory: every <session>.jsonl log, the agent bindings
+    (<session>/runtime.json or agent.json), the active-session map (<key>/current.json) and the
+    CLI pointer (cli_current.jsonl). agentkit's seqs are kept."""
+    from ..interop.importers import SourceNotFound, scan_agentkit_dir
+
+    try:
+        source = scan_agentkit_dir(directory, id_map=_id_map(id_map))
+    except SourceNotFound as exc:
+        raise NoStore(str(exc)) from None
+    _run_import(state, store_url, source, dry_run, as_json)
+
+
+@import_group.command(
+    "lango",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession import lango ~/.lango/lango.db --dry-run",
+        "agentsession import lango ~/.lango/lango.db --store postgresql://app@db/agents",
+    ),
+)
+@click.argument("database")
+@_STORE_OPTION
+@_DRY_RUN_OPTION
+@_JSON_OPTION
+@pass_state
+def import_lango_command(
+    state: State, database: str, store_url: str | None, dry_run: bool, as_json: bool
+) -> None:
+    """Import a lango SQLite database (opened read-only): each row of sessions becomes a session
+    with the id of its key, its messages become user, assistant and tool events, a compacted
+    summary a compaction marker, and its agent_id the session's agent binding. An encrypted
+    (SQLCipher) database is refused: decrypt it first."""
+    from ..interop.importers import SourceNotFound, scan_lango_db
+
+    try:
+        source = scan_lango_db(database)
+    except SourceNotFound as exc:
+        raise NoStore(str(exc)) from None
+    _run_import(state, store_url, source, dry_run, as_json)

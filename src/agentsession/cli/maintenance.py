@@ -1,0 +1,364 @@
+"""``repair``, ``compact``, ``copy`` and ``migrate``: the commands that keep a store well."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from .. import events as ev
+from ..compaction import COMPACTION_EFFECT_KIND
+from ..contract import StoreRecoveryReport
+from ..copying import copy_store
+from ..crypto import EncryptionError
+from ..errors import LockTimeout, StoreUnavailable, UsageError
+from ..messages import Message
+from ..session import BaseSession
+from ..store import BaseStore, migrate_store
+from ._group import CONTEXT, _examples, cli, pass_state
+from ._output import EXIT_ERROR, _echo, _fail, _json_line, _listing, _progress, _quiet, clean
+from ._state import (
+    _DST_KEY_HINT,
+    DST_PASSPHRASE_ENV,
+    NoStore,
+    State,
+    _check_url,
+    _is_path,
+    _not_found,
+    _open_store,
+    open_existing,
+    secret_from,
+)
+
+
+@cli.command(
+    "repair",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession repair --all --dry-run",
+        "agentsession repair --all --dry-run --exit-code || echo 'something to repair'",
+        "agentsession repair slack:C002",
+    ),
+)
+@click.argument("session_ids", nargs=-1)
+@click.option("--all", "all_sessions", is_flag=True, help="Every session in the store.")
+@click.option("--dry-run", is_flag=True, help="Report what would be repaired; write nothing.")
+@click.option(
+    "--exit-code",
+    is_flag=True,
+    help="Exit with status 1 when a session has (or, without --dry-run, had) turns to repair.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON report per session.")
+@pass_state
+def repair_command(
+    state: State,
+    session_ids: tuple[str, ...],
+    all_sessions: bool,
+    dry_run: bool,
+    exit_code: bool,
+    as_json: bool,
+) -> None:
+    """Repair turns a crash cut off (those whose turn lock is free); with --dry-run, report
+    every session named (or, with --all, every session) and what a repair would write."""
+    if bool(session_ids) == all_sessions:
+        raise UsageError("name sessions to repair, or pass --all (not both)")
+    store = state.store(read_only=dry_run)
+    for sid in session_ids:
+        if not store.exists(sid):
+            raise _not_found(store, sid)
+    ids = list(dict.fromkeys(session_ids)) or [info.id for info in store.list()]
+    reports: list[StoreRecoveryReport] = []
+    # The reports below say what the recovery log says: keep its warnings off stderr.
+    with _quiet("agentsession.recovery"), _progress(len(ids), "repairing") as advance:
+        for sid in ids:
+            for report in store.recover([sid], dry_run=dry_run):
+                quiet = ("clean", "expired", "shredded")
+                shown = dry_run or session_ids or report.status not in quiet
+                if shown:
+                    reports.append(report)
+                    if as_json:
+                        _json_line(report)
+                    else:
+                        _echo_report(report, dry_run=dry_run)
+            advance()
+    if not reports and not as_json:
+        _echo("nothing to repair")
+    damaged = [r.session_id for r in reports if r.status == "damaged"]
+    if damaged:
+        _fail(f"{len(damaged)} session(s) could not be read or repaired: {', '.join(damaged)}")
+    if exit_code and any(r.status in ("pending", "live", "repaired") for r in reports):
+        raise click.exceptions.Exit(EXIT_ERROR)
+
+
+def _echo_report(report: StoreRecoveryReport, *, dry_run: bool) -> None:
+    sid = clean(report.session_id)
+    if report.status in ("pending", "live") and dry_run:
+        what = ", ".join(
+            f"turn at seq {t.turn_start_seq} ({t.orphan_results} unanswered calls)"
+            for t in report.turns
+        )
+        live = "live (turn lock held), " if report.status == "live" else ""
+        _echo(f"{sid}: {live}would repair {what}")
+    elif report.status == "repaired":
+        results = sum(t.orphan_results for t in report.turns if t.repaired)
+        repaired = sum(1 for t in report.turns if t.repaired)
+        _echo(f"{sid}: repaired {repaired} turn(s), {results} interrupted tool result(s) recorded")
+    elif report.status == "live":
+        _echo(f"{sid}: live (turn lock held), left alone")
+    elif report.status == "expired":
+        _echo(f"{sid}: expired (older than the store's TTL), left alone")
+    elif report.status == "shredded":
+        _echo(f"{sid}: shredded (its key is destroyed), left alone")
+    elif report.status == "damaged":
+        _echo(f"{sid}: damaged, left alone: {clean(report.error)}")
+    else:
+        _echo(f"{sid}: clean")
+
+
+def _compaction_effects(store: BaseStore, session: BaseSession) -> list[str]:
+    """What a compaction does not change for the event types in ``session``, as the code that
+    wrote them recorded it (meta namespace ``compaction-effect``, keyed by type namespace)."""
+    namespaces = sorted({e.type.split("/", 1)[0] for e in session.read() if "/" in e.type})
+    notes = (store.meta_get(COMPACTION_EFFECT_KIND, name) for name in namespaces)
+    return [note for note in notes if note]
+
+
+@cli.command(
+    "compact",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession compact slack:C001 --keep-turns 2 --summary 'The user fixed parse().'",
+        "summarise.sh | agentsession compact slack:C001 --keep-turns 2 --summary-file -",
+    ),
+)
+@click.argument("session_id")
+@click.option("--summary", default=None, help="The summary text.")
+@click.option(
+    "--summary-file",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help="Read the summary from a file ('-' for stdin).",
+)
+@click.option(
+    "--keep-turns",
+    type=click.IntRange(min=0),
+    required=True,
+    help="How many of the latest turns to keep verbatim.",
+)
+@click.option("--agent", default=None, help="Compact only this agent's history.")
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the session's turn lock (a running turn holds it).",
+)
+@click.option(
+    "--no-lock",
+    is_flag=True,
+    help="Do not take the turn lock. Unsafe while an agent is running the session: a turn in "
+    "progress may be summarised away half-done.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@pass_state
+def compact_command(
+    state: State,
+    session_id: str,
+    summary: str | None,
+    summary_file: Any,
+    keep_turns: int,
+    agent: str | None,
+    lock_timeout: float,
+    no_lock: bool,
+    as_json: bool,
+) -> None:
+    """Replace older history by a summary, keeping the latest turns (nothing is deleted).
+
+    Takes the session's turn lock first, so it never cuts into a turn an agent is running;
+    the marker is appended only if nothing was appended while it was planned."""
+    if (summary is None) == (summary_file is None):
+        raise UsageError("give the summary with --summary TEXT or --summary-file FILE")
+    text = summary if summary is not None else summary_file.read()
+    if not text.strip():
+        raise UsageError("the summary is empty")
+    session = state.existing(session_id)
+    store = state.store()
+    with contextlib.ExitStack() as held:
+        if not no_lock:
+            try:
+                held.enter_context(store.lock(session_id, timeout=lock_timeout))
+            except LockTimeout:
+                raise LockTimeout(
+                    session_id,
+                    lock_timeout,
+                    f"session {session_id!r} is busy: its turn lock is held (an agent is running "
+                    f"a turn); waited {lock_timeout:g} s. Try again later, or pass --no-lock "
+                    "(unsafe)",
+                ) from None
+        seq = session.compact(Message.user(text.strip()), keep_turns=keep_turns, agent=agent)
+    if seq is None:
+        if as_json:
+            _json_line({"session_id": session_id, "seq": None})
+        else:
+            _echo(
+                f"{clean(session_id)}: nothing to compact (it has at most {keep_turns} turns)"
+            )
+        return
+    marker = session.read(after=seq - 1, limit=1)[0].decode(ev.Compaction)
+    for note in _compaction_effects(store, session):
+        click.echo(f"warning: {clean(session_id)}: {clean(note)}", err=True)
+    if as_json:
+        _json_line(
+            {
+                "session_id": session_id,
+                "seq": seq,
+                "first_kept_seq": marker.first_kept_seq,
+                "kept_messages": len(marker.retained_tail),
+            }
+        )
+        return
+    _echo(
+        f"{clean(session_id)}: compacted at seq {seq}; history before seq "
+        f"{marker.first_kept_seq} is now the summary, {len(marker.retained_tail)} "
+        "messages kept"
+    )
+
+
+@cli.command(
+    "copy",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession copy ./.agentsession sqlite:///sessions.db",
+        "agentsession copy ./.agentsession postgresql://app@db/agents --skip-existing",
+        "agentsession copy ./.agentsession ./backup --id slack:C002",
+        "agentsession copy ./.agentsession ./encrypted --dst-key-file ~/.agentsession-key",
+        "agentsession --key-file ~/.agentsession-key copy ./encrypted ./plain",
+    ),
+)
+@click.argument("source")
+@click.argument("destination")
+@click.option("--id", "ids", multiple=True, help="Copy only this session (repeatable).")
+@click.option(
+    "--dst-key-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The destination's passphrase, in a file (as --key-file; default: the environment "
+    "variable AGENTSESSION_DST_PASSPHRASE). A new or empty destination becomes encrypted with "
+    "it; without it the copy is plain. The source's key is the global --key-file.",
+)
+@click.option(
+    "--skip-existing",
+    is_flag=True,
+    help="Leave sessions the destination already has; complete those an interrupted copy "
+    "left half-copied (so running the same copy again resumes it).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@pass_state
+def copy_command(
+    state: State,
+    source: str,
+    destination: str,
+    ids: tuple[str, ...],
+    dst_key_file: str | None,
+    skip_existing: bool,
+    as_json: bool,
+) -> None:
+    """Copy sessions, and everything stored beside them, from one store to another; verify.
+
+    The source must exist (nothing is created there); the destination is created when
+    missing. Each session is created in the destination atomically with its first 1000
+    events, the rest follow in batches of 1000; then its record, children index and binding,
+    and (copying the whole store) the active-session map, the CLI pointer and integration
+    state: every meta entry but the key records. Event times are kept, and so is a JSONL
+    session's last activity. The copy is read back and verified: event counts, last seqs, ids
+    and a digest of the events, and every meta entry. Encryption is each store's own: the
+    source is opened with the global key (--key-file, AGENTSESSION_PASSPHRASE), the
+    destination with --dst-key-file or AGENTSESSION_DST_PASSPHRASE, so a copy encrypts a plain
+    store, decrypts an encrypted one, or changes its key. A shredded session cannot be read,
+    so a copy of the whole store leaves it out (and says so); naming it with --id is an
+    error."""
+    _check_url(destination)
+    dst_secret = secret_from(dst_key_file, DST_PASSPHRASE_ENV)
+    src = open_existing(source, **state.secret().options(), read_only=True)
+    dst: BaseStore | None = None
+    try:
+        missing = [sid for sid in dict.fromkeys(ids) if not src.exists(sid)]
+        if missing:  # before the destination is created
+            raise _not_found(src, missing[0], more=len(missing) - 1)
+        dst = _open_store(destination, dst_secret, _DST_KEY_HINT)
+        with contextlib.ExitStack() as bar:
+            advance: list[Callable[[], None]] = []
+
+            def progress(done: int, total: int, session_id: str) -> None:
+                if not advance:
+                    advance.append(bar.enter_context(_progress(total, "copying")))
+                advance[0]()
+
+            report = copy_store(
+                src, dst, ids=ids or None, skip_existing=skip_existing, progress=progress
+            )
+    finally:
+        src.close()
+        if dst is not None:
+            dst.close()
+    if as_json:
+        _json_line(report)
+        return
+    line = (
+        f"copied {report.sessions} sessions ({report.events} events) and {report.meta} meta "
+        f"entries from {report.source} to {report.destination}; event counts, last seqs, ids "
+        f"and digests and {report.verified_meta} meta entries verified"
+    )
+    if report.completed:
+        line += f"; completed {len(report.completed)} that an earlier copy left half-copied"
+    if report.skipped:
+        line += f"; skipped {len(report.skipped)} already there"
+    if report.meta_kept:
+        kept = [f"{kind} {key}" for kind, key in report.meta_kept]
+        line += (
+            f"; kept {len(kept)} meta entries the destination holds with other values "
+            f"({_listing(kept)})"
+        )
+    if report.shredded:
+        line += f"; left out {len(report.shredded)} shredded ({_listing(report.shredded)})"
+    _echo(clean(line))
+
+
+@cli.command(
+    "migrate",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession --store postgresql://app@db/agents migrate",
+        "agentsession --store sqlite:///sessions.db migrate --json",
+    ),
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@pass_state
+def migrate_command(state: State, as_json: bool) -> None:
+    """Apply pending schema migrations to a SQL store (opening a store applies them too;
+    run this from a deploy step when workers open stores with auto_migrate=False). Stores
+    without a schema (JSONL) have nothing to migrate.
+
+    A directory or SQLite file must hold a store already ("no store at ...", exit 4: a
+    mistyped path has nothing to migrate); on a PostgreSQL server, migrate creates the
+    store's tables in their schema when they are not there yet (the deploy step)."""
+    _check_url(state.url)
+    scheme = state.url.strip().partition(":")[0].lower()
+    if _is_path(state.url) or scheme not in ("postgresql", "postgres"):
+        # An encrypted store exists as well; its schema needs no key. Opened read-only, so
+        # that the migrations are applied (and reported) below, not by this check.
+        try:
+            open_existing(state.url, read_only=True).close()
+        except NoStore:
+            raise
+        except (EncryptionError, StoreUnavailable):
+            pass  # it exists: a schema too old to read is what migrate is for
+    applied = migrate_store(state.url)
+    if as_json:
+        _json_line({"applied": applied})
+    elif applied:
+        _echo("applied migrations " + ", ".join(map(str, applied)))
+    else:
+        _echo("nothing to migrate (the schema is up to date, or this store has no schema)")

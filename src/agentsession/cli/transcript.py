@@ -1,0 +1,424 @@
+"""``show``, ``tail`` and ``messages``: a session's transcript, latest events and history."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from .. import view
+from ..codec import pretty
+from ..errors import UsageError
+from ..events import Event, encode, encode_event
+from ..messages import FilePart, ImagePart, Message, RefusalPart, TextPart, ThinkingPart
+from ..session import BaseSession
+from . import _output
+from ._group import CONTEXT, _examples, cli, pass_state
+from ._output import (
+    EXIT_INTERRUPTED,
+    _console,
+    _echo,
+    _plain,
+    _short,
+    _when,
+    _write_bytes,
+    clean,
+)
+from ._state import State, _not_found, suggest
+
+
+def _calls_line(text: str, calls: Sequence[view.ToolCallView], limit: int) -> str:
+    parts = [_short(text, limit)] if text else []
+    for call in calls:
+        parts.append(f"→ {call.name}({_short(call.arguments, limit)}) [{call.id}]")
+    return "  ".join(parts) or "(empty)"
+
+
+def _result_line(row: view.ToolResultRow, limit: int) -> str:
+    mark = "✗" if row.is_error else "←"
+    audit = f" {{{', '.join(f'{k}={v}' for k, v in row.audit.items())}}}" if row.audit else ""
+    return f"{mark} {row.name} [{row.call_id}]{audit}: {_short(row.content, limit)}"
+
+
+def _e(text: str) -> str:
+    """Stored text made safe for Rich markup."""
+    return escape(text)
+
+
+def _n(name: str) -> str:
+    """A name (a session id, a store path, an agent, user or subagent name) made safe for
+    Rich markup, its control characters escaped, newline and tab included: unlike a
+    message's text, which keeps its lines, a name is printed on one line."""
+    return escape(clean(name))
+
+
+def _row_markup(row: view.Row, limit: int) -> str:
+    """The Rich markup of one transcript row after its seq and indent (every value escaped)."""
+    name = view.speaker(row)
+    who = f" [dim]({_n(name)})[/]" if name else ""
+    if isinstance(row, view.UserMessageRow):
+        user = f" {_n(row.user)}" if row.user else ""
+        return f"[bold green]user{user}{who}:[/] {_e(_calls_line(row.text, [], limit))}"
+    if isinstance(row, view.AssistantMessageRow):
+        line = _e(_calls_line(row.text, row.tool_calls, limit))
+        return f"[bold magenta]assistant{who}:[/] {line}"
+    if isinstance(row, view.ToolResultRow):
+        style = "red" if row.is_error or row.interrupted else "yellow"
+        return f"[{style}]{_e(_result_line(row, limit))}[/]"
+    if isinstance(row, view.ToolCallRow):
+        return f"[dim]tool call started: {_n(f'{row.name} [{row.call_id}]')}[/]"
+    if isinstance(row, view.UsageRow):
+        return f"[dim]usage: {row.input_tokens} in / {row.output_tokens} out[/]"
+    if isinstance(row, view.TodoRow):
+        items = ", ".join(f"[{'x' if t.done else ' '}] {t.title}" for t in row.items)
+        return f"todos: {_e(items)}"
+    if isinstance(row, view.RunFinishRow):
+        return f"[bold]run {_n(row.status)}[/]: {_e(_short(row.summary, limit))}"
+    if isinstance(row, view.SubagentStartRow):
+        mode = " (in the background)" if row.background else ""
+        task = _e(_short(row.task, limit))
+        return (
+            f"[bold]subagent {_n(row.subagent)}[/] started{mode} in session "
+            f"{_n(row.child_session)}: {task}"
+        )
+    if isinstance(row, view.SubagentEndRow) and row.status == "merged":
+        if row.merge_mode == "messages":
+            what = f": {row.merged_messages} message(s) written here"
+        elif row.summary:
+            mode = "as a summary: " if row.merge_mode == "summary" else ""
+            what = f": {mode}{_e(_short(row.summary, limit))}"
+        else:
+            what = ""
+        return (
+            f"[bold]subagent {_n(row.subagent)}[/] merged from session "
+            f"{_n(row.child_session)}{what}"
+        )
+    if isinstance(row, view.SubagentEndRow) and row.status == "discarded":
+        reason = f": {_e(_short(row.summary, limit))}" if row.summary else ""
+        return (
+            f"[bold]subagent {_n(row.subagent)}[/] discarded (session "
+            f"{_n(row.child_session)}, nothing of it written here){reason}"
+        )
+    if isinstance(row, view.SubagentEndRow):
+        error = f" · [red]{_e(_short(row.error, limit))}[/]" if row.error else ""
+        summary = _e(_short(row.summary, limit))
+        return (
+            f"[bold]subagent {_n(row.subagent)}[/] {_n(row.status or 'ended')} "
+            f"after {row.steps} step(s): {summary}{error}"
+        )
+    if isinstance(row, view.ForkRow):
+        task = f" · task: {_e(_short(row.task, limit))}" if row.task else ""
+        return (
+            f"[bold black on cyan] FORK [/] from session {_n(row.parent)} at its seq "
+            f"{row.parent_seq} for subagent {_n(row.subagent)} · "
+            f"{row.inherited_messages} message(s) inherited{task}"
+        )
+    if isinstance(row, view.MergeRow):
+        what = "a summary" if row.mode == "summary" else f"{row.messages} message(s)"
+        return (
+            f"[bold black on green] MERGED [/] into session {_n(row.parent)}: {what}, "
+            f"ending at its seq {row.parent_seq}"
+        )
+    if isinstance(row, view.DiscardRow):
+        reason = f": {_e(_short(row.reason, limit))}" if row.reason else ""
+        return (
+            f"[bold white on magenta] DISCARDED [/] session {_n(row.parent)} noted it at "
+            f"its seq {row.parent_seq}{reason}"
+        )
+    if isinstance(row, view.SkillLoadRow):
+        about = f": {_e(_short(row.description, limit))}" if row.description else ""
+        return f"[bold]skill {_n(row.name)}[/] loaded{about}"
+    if isinstance(row, view.EventRow):
+        return f"[dim]{_n(row.type)}{who}: {_e(_short(row.data, limit))}[/]"
+    return f"[dim]{_n(row.kind)}{who}[/]"  # a row kind this renderer does not know
+
+
+def _forked_line(fork: view.ForkRow, rows: Sequence[view.Row]) -> str:
+    """The markup of the line under a child session's header: where it was forked from and
+    how it ended (the last merge or discard mark decides, as the library reads it)."""
+    ending = "active (neither merged nor discarded)"
+    for row in rows:
+        if isinstance(row, view.MergeRow):
+            ending = f"merged into it at its seq {row.parent_seq}"
+        elif isinstance(row, view.DiscardRow):
+            ending = f"discarded (noted at its seq {row.parent_seq})"
+    agent = f" for subagent {_n(fork.subagent)}" if fork.subagent else ""
+    return (
+        f"[bold]child of session {_n(fork.parent)}[/], forked at its seq {fork.parent_seq}"
+        f"{agent} · {ending}"
+    )
+
+
+def _transcript(
+    session: BaseSession, events: Sequence[Event], full: bool
+) -> Iterator[tuple[str, str]]:
+    """``(gutter, body)`` pairs of Rich markup for a person reading the session, grouped by
+    turn and step: the rows of :func:`agentsession.view.transcript_rows`. The gutter is the
+    event's seq ("" for the header and the blank line before a turn); every stored value is
+    escaped for markup, and control characters are escaped by the caller."""
+    limit = 0 if full else view.PREVIEW_CHARS
+    rows = view.transcript_rows(events, full=full)
+    turns = sum(1 for row in rows if isinstance(row, view.TurnStartRow))
+    yield (
+        "",
+        f"[bold]session {_n(session.id)}[/] · {len(events)} events · "
+        f"{turns} turn{'' if turns == 1 else 's'} · {_n(session.location)}",
+    )
+    if rows and isinstance(rows[0], view.ForkRow):
+        yield "", _forked_line(rows[0], rows)
+    for row in rows:
+        seq = f"{row.seq:>5}"
+        indent = "│ " * row.depth
+        who = f" [dim]({_n(row.agent)})[/]" if row.agent else ""
+        if isinstance(row, view.TurnStartRow):
+            user = f" · user {_n(row.user)}" if row.user else ""
+            yield "", ""
+            yield seq, f"[bold cyan]┌─ turn[/]{who}{user} · {_when(row.time)}"
+        elif isinstance(row, view.TurnEndRow):
+            tokens = (row.input_tokens, row.output_tokens)
+            usage = f" · {tokens[0]} in / {tokens[1]} out tokens" if any(tokens) else ""
+            error = ""
+            if row.error_type or row.error_message:
+                failure = _e(f"{row.error_type} {row.error_message}".strip())
+                error = f" · [bold red]failed: {failure}[/]"
+            steps = f"{row.steps} step" + ("" if row.steps == 1 else "s")
+            yield seq, f"[bold cyan]└─ end of turn[/] · {steps}{usage}{error}"
+        elif isinstance(row, view.StepStartRow):
+            yield seq, f"{indent}[cyan]┌ step {row.step}[/]"
+        elif isinstance(row, view.StepEndRow):
+            yield seq, f"{indent}[cyan]└ end of step {row.step}[/]"
+        elif isinstance(row, view.RecoveryRow):
+            closed = f"closed step {row.closed_step}" if row.closed_step >= 0 else "no open step"
+            yield (
+                seq,
+                f"[bold white on red] RECOVERY [/] the turn from seq {row.turn_start_seq} "
+                f"was cut off: {row.orphan_results} tool call(s) answered as interrupted, "
+                f"{closed}",
+            )
+        elif isinstance(row, view.CompactionRow):
+            summary = _short(row.summary, limit) if row.summary else "(prune, no summary)"
+            yield (
+                seq,
+                f"[bold black on yellow] COMPACTION [/] {_n(row.compaction_kind)}: history "
+                f"before seq {row.first_kept_seq} replaced; {row.kept_messages} messages kept"
+                f" · {_e(summary)}",
+            )
+        else:
+            yield seq, f"{indent}{_row_markup(row, limit)}"
+
+
+def _print_transcript(pairs: Iterable[tuple[str, str]]) -> None:
+    """Plain lines when stdout is not a terminal (whole, never wrapped: long lines stay one
+    line, continuation lines of a multi-line text are indented past the gutter); on a
+    terminal, a two-column grid that wraps a long line beside its seq."""
+    safe = ((gutter, clean(body, layout=True)) for gutter, body in pairs)
+    if not _output.is_terminal(sys.stdout):
+        for gutter, body in safe:
+            text = _plain(body).replace("\n", "\n" + " " * 6)
+            _echo(f"{gutter} {text}" if gutter else text)
+        return
+    console = _console()
+    grid: Table | None = None
+    for gutter, body in safe:
+        if not gutter:
+            if grid is not None:
+                console.print(grid)
+                grid = None
+            console.print(body, soft_wrap=True)
+            continue
+        if grid is None:
+            grid = Table.grid(padding=(0, 1))
+            grid.add_column(justify="right", no_wrap=True, style="dim", min_width=5)
+            grid.add_column(overflow="fold")
+        grid.add_row(gutter.strip(), body)
+    if grid is not None:
+        console.print(grid)
+
+
+@cli.command(
+    "show",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession show slack:C002",
+        "agentsession show slack:C002 --full | less",
+        "agentsession show slack:C002 --json | jq -c 'select(.type == \"tool/result\")'",
+        "agentsession show slack:C002 --json --rows | jq -c 'select(.kind == \"subagent_end\")'",
+    ),
+)
+@click.argument("session_id")
+@click.option("--full", is_flag=True, help="Do not shorten long texts and results.")
+@click.option("--json", "as_json", is_flag=True, help="Print the raw events, one per line.")
+@click.option(
+    "--rows",
+    is_flag=True,
+    help="With --json: print the transcript's rows instead of the events, one JSON object "
+    "per line with snake_case keys and a 'kind' (user_message, fork, merge, ...).",
+)
+@pass_state
+def show_command(state: State, session_id: str, full: bool, as_json: bool, rows: bool) -> None:
+    """Show a session's transcript, grouped by turn and step.
+
+    A child session (forked for a subagent) starts with the parent and the parent's seq it
+    was forked at; in a parent, the subagent lines name the child session, to show next."""
+    if rows and not as_json:
+        raise UsageError("--rows goes with --json (it chooses what --json prints)")
+    session = state.existing(session_id, read_only=True)
+    events = session.read()
+    if rows:
+        rows_out = view.transcript_rows(events, full=full)
+        _write_bytes(b"".join(encode(row) + b"\n" for row in rows_out))
+        return
+    if as_json:
+        _write_bytes(b"".join(encode_event(event) + b"\n" for event in events))
+        return
+    _print_transcript(_transcript(session, events, full))
+
+
+def _event_line(event: Event) -> str:
+    agent = f" {event.agent}" if event.agent else ""
+    data = _short(event.raw.decode("utf-8", "replace"), 200)
+    return clean(f"{event.seq:>6} {_when(event.time)} {event.type}{agent} {data}")
+
+
+@cli.command(
+    "tail",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession tail slack:C002",
+        "agentsession tail -f -n 0 slack:C002      # waits for a session that does not exist",
+        "agentsession tail slack:C002 --json | head -1",
+    ),
+)
+@click.argument("session_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing events as they arrive.")
+@click.option(
+    "-n",
+    "--lines",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="How many of the latest events to print first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print raw JSON lines.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    default=0.2,
+    show_default=True,
+    help="Seconds between checks when following.",
+)
+@pass_state
+def tail_command(
+    state: State, session_id: str, follow: bool, lines: int, as_json: bool, interval: float
+) -> None:
+    """Print a session's latest events; with -f, follow new ones (also from other processes),
+    waiting for the session when it does not exist yet."""
+    store = state.store(read_only=True)
+    if not store.exists(session_id):
+        if not follow:
+            raise _not_found(store, session_id)
+        hint = suggest(store, session_id)
+        click.echo(
+            clean(
+                f"waiting for session {session_id!r} in {store.location} (it has no events yet"
+                + (f"; did you mean {hint!r}?" if hint else "")
+                + ")"
+            ),
+            err=True,
+        )
+    session = store.get(session_id)
+    latest = session.latest_seq
+    last = max(0, latest - lines)
+    out = sys.stdout
+
+    def emit(batch: list[Event]) -> int:
+        for event in batch:
+            out.write((encode_event(event).decode() if as_json else _event_line(event)) + "\n")
+        out.flush()
+        return batch[-1].seq if batch else 0
+
+    last = emit(session.read(after=last)) or last
+    try:
+        while follow:
+            time.sleep(interval)
+            last = emit(session.read(after=last)) or last
+    except KeyboardInterrupt:
+        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None  # Ctrl-C is how -f ends
+
+
+def _message_lines(message: Message) -> Iterator[str]:
+    """A message for people: its role (and author or name), then its parts, calls and
+    results; whole, with newlines kept."""
+    who = message.author or message.name
+    head = f"{message.role}" + (f" ({who})" if who else "") + ":"
+    body: list[str] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            body.append(part.text)
+        elif isinstance(part, ThinkingPart):
+            body.append(f"[thinking: {len(part.text)} characters]")
+        elif isinstance(part, RefusalPart):
+            body.append(f"[refused: {part.text}]")
+        elif isinstance(part, (ImagePart, FilePart)):
+            kind = "image" if isinstance(part, ImagePart) else "file"
+            where = part.source or part.url or (f"{len(part.data)} characters inline")
+            body.append(f"[{kind} {part.mime} {where}]".replace("  ", " "))
+        else:
+            body.append(f"[attachment {part.mime} {part.source or part.url}]".replace("  ", " "))
+    for call in message.tool_calls:
+        body.append(f"→ {call.name}({encode(call.arguments).decode()}) [{call.id}]")
+    for result in message.tool_results:
+        mark = "✗" if result.is_error else "←"
+        audit = ", ".join(f"{k}={v}" for k, v in result.audit.items())
+        audit = f" {{{audit}}}" if audit else ""
+        body.append(f"{mark} {result.name} [{result.call_id}]{audit}: {result.content}")
+    text = "\n".join(body) or "(empty)"
+    first, *rest = clean(text, layout=True).split("\n")
+    yield f"{clean(head)} {first}"
+    for line in rest:
+        yield f"    {line}"
+
+
+@cli.command(
+    "messages",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession messages slack:C002",
+        "agentsession messages slack:C002 --agent demo-coder",
+        "agentsession messages slack:C002 --json | jq '.[-1]'",
+    ),
+)
+@click.argument("session_id")
+@click.option("--agent", default=None, help="Only this agent's view of the history.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the messages as a JSON array, in the stored message format.",
+)
+@pass_state
+def messages_command(state: State, session_id: str, agent: str | None, as_json: bool) -> None:
+    """Print the model-visible history: what would be sent to a model next."""
+    session = state.existing(session_id, read_only=True)
+    history = session.messages(agent=agent)
+    if agent:
+        agents = {event.agent for event in session.read() if event.agent}
+        if agent not in agents:
+            known = ", ".join(repr(a) for a in sorted(agents)) or "none"
+            click.echo(
+                clean(
+                    f"note: no event of session {session_id!r} is by agent {agent!r}, so only "
+                    f"events without an agent are shown (agents in it: {known})"
+                ),
+                err=True,
+            )
+    if as_json:
+        _write_bytes(pretty(encode(history)) + b"\n")
+        return
+    for message in history:
+        for line in _message_lines(message):
+            _echo(line)
