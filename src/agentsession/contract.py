@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
@@ -94,8 +94,11 @@ class Session(Protocol):
     def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in seq order, at most ``limit`` of them."""
 
-    def messages(self, agent: str | None = None) -> list[Message]:
-        """The provider-valid, compaction-aware history (see :mod:`agentsession.derive`)."""
+    def messages(
+        self, agent: str | None = None, *, max_tool_result_bytes: int | None = None
+    ) -> list[Message]:
+        """The provider-valid, compaction-aware history (see :mod:`agentsession.derive`);
+        ``agent`` filters it, ``max_tool_result_bytes`` cuts longer tool results to that size."""
 
     def compact(
         self,
@@ -123,8 +126,18 @@ class Store(Protocol):
         """The session with this id, which must exist
         (:class:`~agentsession.errors.SessionNotFound` otherwise)."""
 
-    def create(self, session_id: str, events: Sequence[Event]) -> Session:
-        """A new session holding ``events``
+    def create(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        agent_id: str | None = None,
+        channel_type: str | None = None,
+        channel_id: str | None = None,
+        model: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Session:
+        """A new session holding ``events``, with its record's fields when given
         (:class:`~agentsession.errors.DuplicateSession` when it exists)."""
 
     def exists(self, session_id: str) -> bool:
@@ -135,8 +148,9 @@ class Store(Protocol):
     ) -> list[SessionInfo]:
         """Sessions, most recently appended first."""
 
-    def delete(self, session_id: str) -> bool:
-        """Delete a session; returns whether it existed."""
+    def delete(self, session_id: str, *, recursive: bool = False) -> bool:
+        """Delete a session (with ``recursive``, its child sessions first); returns whether it
+        existed."""
 
     def lock(self, session_id: str, timeout: float | None = None) -> TurnLock:
         """Take the session's turn lock (a context manager)."""
