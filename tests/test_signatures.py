@@ -33,9 +33,33 @@ from agentsession.children import LifecycleHook
 # -- the allow-lists --------------------------------------------------------------------------
 
 SYNC_ONLY: Mapping[tuple[str, str], str] = {
+    ("BaseStore", "capabilities"): (
+        "what the backend's I/O costs, declared for the async API's placement: read on "
+        "store.sync; the async store's placement is store.backend"
+    ),
+    ("BaseStore", "async_backend"): (
+        "the hook the async API opens a backend's native async I/O through; the async store "
+        "holds the result as store.backend"
+    ),
     ("BaseSession", "log_identity"): (
         "identifies the stored log within the process for the sync layer's caches and turn "
         "locks; the async session is one per sync object (session.sync.log_identity)"
+    ),
+    ("BaseSession", "encrypted"): (
+        "in-memory state the async placement reads on the sync object (session.sync.encrypted)"
+    ),
+    ("BaseSession", "state_lock"): (
+        "the sync object's own thread lock, which the async placement tries without waiting; "
+        "a task must never block on it"
+    ),
+    ("BaseSession", "window_loaded"): (
+        "in-memory state the async placement reads on the sync object"
+    ),
+    ("BaseSession", "window_holds"): (
+        "in-memory state the async placement reads on the sync object"
+    ),
+    ("BaseSession", "history_in_memory"): (
+        "in-memory state the async placement reads on the sync object"
     ),
 }
 """Public names of a sync class that its async counterpart deliberately lacks."""
@@ -61,6 +85,7 @@ ASYNC_ONLY: Mapping[tuple[str, str], str] = {
 
 STAYS_PLAIN: Mapping[tuple[str, str], str] = {
     ("AsyncStore", "lock"): "returns an AsyncTurnLock, taken by `async with` or `await`",
+    ("AsyncStore", "holds_lock"): "reads the held-lock registry in memory: no I/O",
     ("AsyncStore", "add_lifecycle_hook"): "registers a function: no I/O",
     ("AsyncStore", "remove_lifecycle_hook"): "unregisters a function: no I/O",
     ("AsyncSession", "turn"): "returns an AsyncTurn, entered by `async with`",

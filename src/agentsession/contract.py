@@ -22,6 +22,7 @@ from .locks import TurnLock
 from .messages import Message, ToolCall
 
 __all__ = [
+    "Capabilities",
     "Durability",
     "IncompleteTurn",
     "RecoveryReport",
@@ -41,6 +42,30 @@ Durability = Literal["flush", "fsync"]
 on stable storage, so it survives a power loss or kernel crash, at the cost of a disk sync per
 append.
 """
+
+
+class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
+    """What a backend's I/O costs, declared by its store class (``capabilities``, a class
+    attribute of :class:`~agentsession.store.BaseStore`) for the async API
+    (:mod:`agentsession.aio`), which runs on the event loop only what cannot wait for long and
+    everything else in worker threads or natively. The default, every flag off, is the safe
+    one: worker threads. A subclass inherits its base's declaration; one that makes an
+    operation costlier (a slower medium, a network hop) declares its own."""
+
+    in_memory: bool = False
+    """Nothing waits for storage: every operation may run on the loop, except those that may
+    call lifecycle hooks, wait for turn locks (recovery) or burn CPU (a passphrase change)."""
+    inline_appends: bool = False
+    """An append at durability ``flush`` to a plain (not encrypted) session is one cheap
+    write (JSONL: one ``write()`` to the page cache), so it may run on the loop; a user
+    message runs there only when the session's full window is in memory (the history cap
+    plans from it)."""
+    inline_reads: bool = False
+    """Catching up with other writers is cheap (JSONL: one ``lseek``, and a read of their new
+    lines), so a read the session's in-memory window answers may run on the loop."""
+    native_async: bool = False
+    """The store has async I/O of its own, which the async API opens through
+    :meth:`~agentsession.store.BaseStore.async_backend` (PostgreSQL: psycopg's async pool)."""
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -42,7 +42,7 @@ import msgspec
 
 from .._names import safe_name, unsafe_name
 from ..codec import TooDeep, decode, encode
-from ..contract import SessionInfo
+from ..contract import Capabilities, SessionInfo
 from ..errors import CorruptLogError, SessionNotFound, StorageError, StoreUnavailable, UsageError
 from ..events import Event, decode_event, decode_event_lines, encode_event
 from ..locks import FileLocker, file_locks_unavailable
@@ -984,6 +984,8 @@ class JsonlStore(BaseStore):
     agentkit's naming maps to one file are refused rather than merged. See
     ``docs/interop.md``.
     """
+
+    capabilities = Capabilities(inline_appends=True, inline_reads=True)
 
     def __init__(
         self,
