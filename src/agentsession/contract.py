@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
@@ -22,6 +22,7 @@ from .locks import TurnLock
 from .messages import Message, ToolCall
 
 __all__ = [
+    "Capabilities",
     "Durability",
     "IncompleteTurn",
     "RecoveryReport",
@@ -41,6 +42,30 @@ Durability = Literal["flush", "fsync"]
 on stable storage, so it survives a power loss or kernel crash, at the cost of a disk sync per
 append.
 """
+
+
+class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
+    """What a backend's I/O costs, declared by its store class (``capabilities``, a class
+    attribute of :class:`~agentsession.store.BaseStore`) for the async API
+    (:mod:`agentsession.aio`), which runs on the event loop only what cannot wait for long and
+    everything else in worker threads or natively. The default, every flag off, is the safe
+    one: worker threads. A subclass inherits its base's declaration; one that makes an
+    operation costlier (a slower medium, a network hop) declares its own."""
+
+    in_memory: bool = False
+    """Nothing waits for storage: every operation may run on the loop, except those that may
+    call lifecycle hooks, wait for turn locks (recovery) or burn CPU (a passphrase change)."""
+    inline_appends: bool = False
+    """An append at durability ``flush`` to a plain (not encrypted) session is one cheap
+    write (JSONL: one ``write()`` to the page cache), so it may run on the loop; a user
+    message runs there only when the session's full window is in memory (the history cap
+    plans from it)."""
+    inline_reads: bool = False
+    """Catching up with other writers is cheap (JSONL: one ``lseek``, and a read of their new
+    lines), so a read the session's in-memory window answers may run on the loop."""
+    native_async: bool = False
+    """The store has async I/O of its own, which the async API opens through
+    :meth:`~agentsession.store.BaseStore.async_backend` (PostgreSQL: psycopg's async pool)."""
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,8 +119,11 @@ class Session(Protocol):
     def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in seq order, at most ``limit`` of them."""
 
-    def messages(self, agent: str | None = None) -> list[Message]:
-        """The provider-valid, compaction-aware history (see :mod:`agentsession.derive`)."""
+    def messages(
+        self, agent: str | None = None, *, max_tool_result_bytes: int | None = None
+    ) -> list[Message]:
+        """The provider-valid, compaction-aware history (see :mod:`agentsession.derive`);
+        ``agent`` filters it, ``max_tool_result_bytes`` cuts longer tool results to that size."""
 
     def compact(
         self,
@@ -123,8 +151,18 @@ class Store(Protocol):
         """The session with this id, which must exist
         (:class:`~agentsession.errors.SessionNotFound` otherwise)."""
 
-    def create(self, session_id: str, events: Sequence[Event]) -> Session:
-        """A new session holding ``events``
+    def create(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        agent_id: str | None = None,
+        channel_type: str | None = None,
+        channel_id: str | None = None,
+        model: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Session:
+        """A new session holding ``events``, with its record's fields when given
         (:class:`~agentsession.errors.DuplicateSession` when it exists)."""
 
     def exists(self, session_id: str) -> bool:
@@ -135,8 +173,9 @@ class Store(Protocol):
     ) -> list[SessionInfo]:
         """Sessions, most recently appended first."""
 
-    def delete(self, session_id: str) -> bool:
-        """Delete a session; returns whether it existed."""
+    def delete(self, session_id: str, *, recursive: bool = False) -> bool:
+        """Delete a session (with ``recursive``, its child sessions first); returns whether it
+        existed."""
 
     def lock(self, session_id: str, timeout: float | None = None) -> TurnLock:
         """Take the session's turn lock (a context manager)."""

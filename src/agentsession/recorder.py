@@ -450,6 +450,11 @@ class Step(_Recording):
             )
         return self._turn
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the step is open: ``step/start`` is recorded and ``step/end`` not yet."""
+        return self._open
+
     def __enter__(self) -> Step:
         turn = self._turn
         if turn._step is not None:
@@ -673,6 +678,23 @@ class Turn(_Recording):
                 )
             self.partial = partial
         self._timed_out = True
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the turn is open: ``turn/start`` is written and ``turn/end`` not yet."""
+        return self._open
+
+    @property
+    def buffering(self) -> bool:
+        """Whether a step of a ``batch_steps`` turn is open: helpers then only check and
+        buffer their events, written as one batch when the step closes."""
+        return self._buffer is not None
+
+    @property
+    def buffered(self) -> tuple[Event, ...]:
+        """The events the open batched step has buffered, not written yet (empty when none
+        is open)."""
+        return tuple(self._buffer or ())
 
     def step(self) -> Step:
         """A new step (use as a context manager)."""

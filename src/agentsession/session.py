@@ -373,6 +373,43 @@ class BaseSession:
         (from two store objects, say) have equal identities."""
         return (type(self).__name__, self.location, self._id)
 
+    # -- in-memory state, read without I/O (the async API's placement) --------------------
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether this session's events are sealed (its store is encrypted)."""
+        return self._cipher is not None
+
+    @property
+    def state_lock(self) -> threading.RLock:
+        """The lock guarding this object's in-memory state (its window, ids and derived
+        histories); every method holds it while it reads or changes that state. Code that
+        decides from that state where a call runs (the async API) holds it meanwhile, taken
+        without waiting (``acquire(blocking=False)``), so the state stays as read until the
+        call has run. Never wait for it on an event loop: a thread may hold it across I/O."""
+        return self._lock
+
+    @property
+    def window_loaded(self) -> bool:
+        """Whether the full window (every event from the latest compaction marker that
+        rebuilds the history, or from seq 1) is in memory, so that deriving the history or
+        applying the history cap reads nothing more from storage. Read it holding
+        :attr:`state_lock`, or as a hint."""
+        return self._full
+
+    def window_holds(self, after: int) -> bool:
+        """Whether the in-memory window holds every event with ``seq > after``, so that
+        ``read(after)`` reads nothing from storage once caught up with other writers. Read it
+        holding :attr:`state_lock`, or as a hint."""
+        return after + 1 >= self._window_start
+
+    def history_in_memory(self, agent: str | None = None) -> bool:
+        """Whether ``messages(agent)`` and ``entries(agent)`` are derived from memory once
+        caught up with other writers: the full window is loaded and is the whole log, or the
+        history of this agent filter was derived before. Read it holding :attr:`state_lock`,
+        or as a hint."""
+        return self._full and (self._window_start == 1 or (agent or None) in self._derivers)
+
     # -- state ----------------------------------------------------------------------------
 
     def _load(self) -> None:

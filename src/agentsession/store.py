@@ -20,11 +20,17 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from . import _trace, children
 from .codec import utcnow
-from .contract import Durability, SessionInfo, StoreRecoveryReport, check_session_id
+from .contract import (
+    Capabilities,
+    Durability,
+    SessionInfo,
+    StoreRecoveryReport,
+    check_session_id,
+)
 from .crypto import ACTIVE_KIND, SESSION_KIND, KeyRing
 from .errors import (
     ConflictError,
@@ -42,6 +48,7 @@ from .session import BaseSession, Clock
 from .stats import SessionStats, StoreStats, session_stats, store_stats
 
 if TYPE_CHECKING:
+    import concurrent.futures
     from types import TracebackType
 
 __all__ = [
@@ -101,6 +108,10 @@ class _CacheEntry:
 
 class BaseStore:
     """Shared behaviour of every backend's store: the session cache, TTL, context manager."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    """What the backend's I/O costs, for the async API's placement (see
+    :class:`~agentsession.contract.Capabilities`); each backend declares its own."""
 
     def __init__(
         self,
@@ -233,6 +244,11 @@ class BaseStore:
         """Time of the session's last event, or None when it has none."""
         raise NotImplementedError
 
+    def _async_backend(self, executor: concurrent.futures.Executor) -> object:
+        """Backend hook behind :meth:`async_backend`, for a store declaring ``native_async``:
+        an ``agentsession.aio.AsyncBackend`` subclass."""
+        raise NotImplementedError
+
     def _close(self) -> None:
         """Release backend resources."""
 
@@ -322,6 +338,16 @@ class BaseStore:
     def url(self) -> str:
         """What ``open_store`` takes to open this store again (in another process, say)."""
         raise NotImplementedError
+
+    def async_backend(self, executor: concurrent.futures.Executor) -> object:
+        """The backend's native async I/O, for :mod:`agentsession.aio`: an
+        ``agentsession.aio.AsyncBackend`` that performs the operations it can natively and runs
+        the rest on ``executor`` (PostgreSQL: psycopg's async pool). Only for a store whose
+        :attr:`capabilities` declare ``native_async`` (:class:`UsageError` otherwise); the
+        async API calls it once per async store."""
+        if not self.capabilities.native_async:
+            raise UsageError(f"{type(self).__name__} has no native async I/O")
+        return self._async_backend(executor)
 
     # -- the Store API --------------------------------------------------------------------
 
@@ -626,6 +652,11 @@ class BaseStore:
         """Whether some thread or process holds the session's turn lock now."""
         self._check_open()
         return self._locks().locker.is_locked(check_session_id(session_id))
+
+    def holds_lock(self, session_id: str) -> bool:
+        """Whether the caller (this thread, or this asyncio task) holds the session's turn
+        lock, taken through this store: no I/O."""
+        return self._locks().held_here(check_session_id(session_id))
 
     def recover(
         self,

@@ -25,12 +25,24 @@ So when ``CancelledError`` reaches the caller of ``append_many``, the batch is i
 or not at all, and it will not land later. A call marked :attr:`Call.shield` (closing a turn,
 a step or a lock) runs even when the task is cancelled before it starts.
 
-**Native async primitives**: a store class may define ``_async_backend(executor)`` returning a
-subclass of :class:`AsyncBackend` whose :meth:`~AsyncBackend.call` performs the operations it
-can natively and defers to ``super().call`` for the rest; :attr:`Call.op` names the operation
-and :attr:`Call.args` holds its arguments, and :meth:`AsyncBackend.close` releases what it holds
+**Declared capabilities.** Which of these a backend's operations get is read from what its
+store class declares (``capabilities``, a :class:`~agentsession.contract.Capabilities`), never
+from its name: ``in_memory`` (memory), ``inline_appends`` and ``inline_reads`` (JSONL), nothing
+(threads: SQLite, the static store, third-party backends), ``native_async`` (PostgreSQL).
+
+**Native async primitives**: a store class declaring ``native_async`` implements
+``_async_backend(executor)`` (reached through the public
+:meth:`~agentsession.store.BaseStore.async_backend`), returning a subclass of
+:class:`AsyncBackend` whose :meth:`~AsyncBackend.call` performs the operations it can natively
+and defers to ``super().call`` for the rest; :attr:`Call.op` names the operation and
+:attr:`Call.args` holds its arguments, and :meth:`AsyncBackend.close` releases what it holds
 when the store closes. PostgreSQL does (:mod:`agentsession.backends.postgres_aio`: psycopg's
 ``AsyncConnectionPool``); ``offload="always"`` uses worker threads instead.
+
+The placement reads the sync session's state only through its public, I/O-free members
+(:attr:`~agentsession.BaseSession.state_lock`, :attr:`~agentsession.BaseSession.encrypted`,
+:attr:`~agentsession.BaseSession.window_loaded`, :meth:`~agentsession.BaseSession.window_holds`,
+:meth:`~agentsession.BaseSession.history_in_memory`).
 """
 
 from __future__ import annotations
@@ -164,7 +176,7 @@ class AsyncBackend:
             if self.placement(call) == "inline":
                 return self._inline(call)
             return await self._in_thread(call)
-        lock = session._lock
+        lock = session.state_lock
         if lock.acquire(blocking=False):
             try:
                 if self.placement(call) == "inline":
@@ -223,16 +235,16 @@ def window_serves(session: BaseSession, call: Call[Any]) -> bool:
     the session's in-memory window once it has caught up with other writers, reading nothing
     else from storage: ``read(after)`` when the window holds ``after + 1``; the history when
     the full window is loaded and the deriver of that agent filter exists (or the window is
-    the whole log). Read with the session's lock held, or as a hint."""
+    the whole log). Read with the session's :attr:`~agentsession.BaseSession.state_lock` held,
+    or as a hint."""
     op = call.op
     if op == "latest_seq":
         return True
     if op == "read":
         after = call.args.get("after", 0)
-        return isinstance(after, int) and after + 1 >= session._window_start
+        return isinstance(after, int) and session.window_holds(after)
     if op in ("messages", "entries"):
-        key = call.args.get("agent") or None
-        return session._full and (session._window_start == 1 or key in session._derivers)
+        return session.history_in_memory(call.args.get("agent"))
     return False
 
 
@@ -257,30 +269,39 @@ async def _settle(future: asyncio.Future[T]) -> tuple[bool, Any]:
             return False, None
 
 
-_MEMORY_THREADED = frozenset({"store.recover", "store.change_passphrase"})
+_THREADED_EVEN_IN_MEMORY = frozenset({"store.recover", "store.change_passphrase"})
+"""Operations that go to a thread on a store whose I/O is all in memory: recovery may wait for
+turn locks, and changing the passphrase runs scrypt (about 0.1 s of CPU)."""
 
 
-class _MemoryBackend(AsyncBackend):
-    """The memory backend: everything inline (nothing waits for storage), except what may call
-    lifecycle hooks (a sync hook must not run on the loop), recovery (which may wait for turn
-    locks) and changing the passphrase (scrypt: about 0.1 s of CPU)."""
+class _InMemoryBackend(AsyncBackend):
+    """The placement of a store declaring ``in_memory`` (the memory backend): everything
+    inline (nothing waits for storage), except what may call lifecycle hooks (a sync hook must
+    not run on the loop), recovery (which may wait for turn locks) and changing the passphrase
+    (scrypt: about 0.1 s of CPU)."""
 
-    name = "memory"
+    name = "in-memory"
 
     def placement(self, call: Call[Any]) -> Where:
-        if call.kind == "hooks" or call.op in _MEMORY_THREADED:
+        if call.kind == "hooks" or call.op in _THREADED_EVEN_IN_MEMORY:
             return "thread"
         return "inline"
 
 
-class _JsonlBackend(AsyncBackend):
-    """The JSONL backend: appends inline at durability ``flush`` (one ``write()`` to the page
-    cache) unless the store is encrypted or a user message may apply the history cap to a
-    window not loaded yet; reads inline when the session's window serves them (a catch-up is
-    one ``lseek`` and, when another writer appended, a read of its new lines); the rest in a
-    worker thread."""
+class _DeclaredBackend(AsyncBackend):
+    """The placement of a store declaring ``inline_appends`` or ``inline_reads`` (JSONL):
+    with ``inline_appends``, appends inline at durability ``flush`` unless the session is
+    encrypted or a user message may apply the history cap to a window not loaded yet; with
+    ``inline_reads``, reads inline when the session's window serves them; recorder helpers
+    of an open batched step inline (they only buffer); the rest in a worker thread."""
 
-    name = "jsonl"
+    name = "inline-io"
+
+    def __init__(self, store: BaseStore, executor: concurrent.futures.Executor) -> None:
+        super().__init__(store, executor)
+        capabilities = store.capabilities
+        self._appends = capabilities.inline_appends
+        self._reads = capabilities.inline_reads
 
     def placement(self, call: Call[Any]) -> Where:
         kind, session = call.kind, call.session
@@ -290,37 +311,35 @@ class _JsonlBackend(AsyncBackend):
             return "thread"
         if kind == "append":
             cheap = (
-                self.store.durability == "flush"
-                and session._cipher is None
-                and (not call.user_message or session._full)
+                self._appends
+                and self.store.durability == "flush"
+                and not session.encrypted
+                and (not call.user_message or session.window_loaded)
             )
             return "inline" if cheap else "thread"
-        if kind == "read" and window_serves(session, call):
+        if kind == "read" and self._reads and window_serves(session, call):
             return "inline"
         return "thread"
-
-
-_BUILTIN: dict[tuple[str, str], type[AsyncBackend]] = {
-    ("agentsession.backends.memory", "MemoryStore"): _MemoryBackend,
-    ("agentsession.backends.jsonl", "JsonlStore"): _JsonlBackend,
-    ("agentsession.backends.jsonl", "JsonlFileStore"): _JsonlBackend,
-}
 
 
 def backend_for(
     store: BaseStore, executor: concurrent.futures.Executor, offload: Offload
 ) -> AsyncBackend:
-    """The :class:`AsyncBackend` of ``store``: worker threads with ``offload="always"``; else
-    the store's own (``_async_backend``, for a backend with native async primitives), else
-    the built-in placement of its backend (exact classes only: a subclass may override what
-    makes an operation cheap), else threads."""
+    """The :class:`AsyncBackend` of ``store``, from what its class declares
+    (:attr:`~agentsession.store.BaseStore.capabilities`): worker threads with
+    ``offload="always"``; else the store's native async I/O (``native_async``), else the
+    in-memory placement (``in_memory``), else inline appends and reads as declared, else
+    threads."""
     if offload == "always":
         return AsyncBackend(store, executor)
-    own = getattr(store, "_async_backend", None)
-    if callable(own):
-        backend = own(executor)
+    capabilities = store.capabilities
+    if capabilities.native_async:
+        backend = store.async_backend(executor)
         if not isinstance(backend, AsyncBackend):
-            raise TypeError(f"{type(store).__name__}._async_backend must return an AsyncBackend")
+            raise TypeError(f"{type(store).__name__}.async_backend must return an AsyncBackend")
         return backend
-    cls = type(store)
-    return _BUILTIN.get((cls.__module__, cls.__qualname__), AsyncBackend)(store, executor)
+    if capabilities.in_memory:
+        return _InMemoryBackend(store, executor)
+    if capabilities.inline_appends or capabilities.inline_reads:
+        return _DeclaredBackend(store, executor)
+    return AsyncBackend(store, executor)

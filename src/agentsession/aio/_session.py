@@ -262,7 +262,7 @@ class AsyncSession:
         waited for in a thread) unless this task holds it already; the sync call then finds
         it held by this task and does not wait."""
         parent = await self.parent()
-        if parent is None or self._store.sync._locks().held_here(parent):
+        if parent is None or self._store.sync.holds_lock(parent):
             return await self._call(op, fn, "hooks")
         async with self._store.lock(parent, timeout=timeout):
             return await self._call(op, fn, "hooks")
@@ -409,6 +409,21 @@ class AsyncTurn(AsyncRecording):
         return self._turn.start_seq
 
     @property
+    def is_open(self) -> bool:
+        """Whether the turn is open: ``turn/start`` is written and ``turn/end`` not yet."""
+        return self._turn.is_open
+
+    @property
+    def buffering(self) -> bool:
+        """Whether a step of a ``batch_steps`` turn is open (its helpers only buffer)."""
+        return self._turn.buffering
+
+    @property
+    def buffered(self) -> tuple[Event, ...]:
+        """The events the open batched step has buffered, not written yet."""
+        return self._turn.buffered
+
+    @property
     def partial(self) -> str:
         """The reply text produced and not recorded yet (``turn.partial += delta``); kept by
         the timeout annotation (see :class:`agentsession.Turn`)."""
@@ -427,10 +442,10 @@ class AsyncTurn(AsyncRecording):
         return AsyncStep(self, self._turn.step())
 
     def _kind(self) -> CallKind:
-        return "buffered" if self._turn._buffer is not None else "append"
+        return "buffered" if self._turn.buffering else "append"
 
     def _buffers_user_message(self) -> bool:
-        return _has_user_message(self._turn._buffer or ())
+        return _has_user_message(self._turn.buffered) if self._turn.buffering else False
 
     async def _record(self, op: str, fn: Callable[[], int], *, user_message: bool = False) -> int:
         return await self._session._call(op, fn, self._kind(), user_message=user_message)
@@ -440,7 +455,7 @@ class AsyncTurn(AsyncRecording):
         try:
             await self._session._call("turn.enter", turn.__enter__, "append")
         except asyncio.CancelledError as exc:
-            if turn._open:  # turn/start was written before the cancellation arrived
+            if turn.is_open:  # turn/start was written before the cancellation arrived
                 await self._session._call(
                     "turn.exit",
                     functools.partial(turn.__exit__, type(exc), exc, exc.__traceback__),
@@ -497,6 +512,11 @@ class AsyncStep(AsyncRecording):
         return self._step.number
 
     @property
+    def is_open(self) -> bool:
+        """Whether the step is open: ``step/start`` is recorded and ``step/end`` not yet."""
+        return self._step.is_open
+
+    @property
     def seqs(self) -> list[int]:
         """Seqs of the step's events (with ``batch_steps``, once it is written)."""
         return self._step.seqs
@@ -524,7 +544,7 @@ class AsyncStep(AsyncRecording):
         try:
             await self._turn.session._call("step.enter", step.__enter__, kind)
         except asyncio.CancelledError as exc:
-            if step._open:
+            if step.is_open:
                 close = functools.partial(step.__exit__, type(exc), exc, None)
                 await self._close("step.exit", close)
             raise

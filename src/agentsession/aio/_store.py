@@ -339,6 +339,11 @@ class AsyncStore:
 
     # -- turn locks and recovery --------------------------------------------------------------
 
+    def holds_lock(self, session_id: str) -> bool:
+        """Whether the calling task holds the session's turn lock, taken through this store
+        (or its sync store): no I/O (:meth:`agentsession.BaseStore.holds_lock`)."""
+        return self._sync.holds_lock(session_id)
+
     def lock(self, session_id: str, timeout: float | None = None) -> AsyncTurnLock:
         """The session's turn lock, taken by ``async with`` or ``await`` (see
         :class:`AsyncTurnLock`); ``timeout`` in seconds (None waits for ever, 0 tries once)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ..contract import SessionInfo
+from ..contract import Capabilities, SessionInfo
 from ..events import Event
 from ..locks import ThreadLocker
 from ..session import BaseSession
@@ -150,6 +150,8 @@ class MetaInMemory:
 
 class MemoryStore(MetaInMemory, BaseStore):
     """Sessions kept in this process's memory. Opened by ``open_store("memory:")``."""
+
+    capabilities = Capabilities(in_memory=True)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

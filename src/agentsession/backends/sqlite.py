@@ -67,7 +67,7 @@ from urllib.parse import quote, unquote
 import msgspec
 
 from ..codec import decode, encode
-from ..contract import SessionInfo
+from ..contract import Capabilities, SessionInfo
 from ..errors import (
     ConflictError,
     CorruptLogError,
@@ -730,6 +730,8 @@ class SqliteStore(BaseStore):
     for such a store (on version 1 they fail). The other options are
     :class:`~agentsession.session.BaseStore`'s.
     """
+
+    capabilities = Capabilities()
 
     def __init__(
         self,

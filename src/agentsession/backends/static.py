@@ -36,7 +36,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..contract import SessionInfo, check_session_id
+from ..contract import Capabilities, SessionInfo, check_session_id
 from ..errors import SessionNotFound, UsageError
 from ..events import Event
 from ..locks import Locker, ThreadLocker, TurnLock
@@ -54,6 +54,8 @@ class StaticStore(MetaInMemory, BaseStore):
     id other than ``""`` and ``session.id`` is :class:`~agentsession.errors.SessionNotFound`.
     The store's ``ttl`` and ``clock`` are those of the store that holds the session.
     """
+
+    capabilities = Capabilities()
 
     def __init__(self, session: BaseSession, *, any_id: bool = False) -> None:
         if not isinstance(session, BaseSession):

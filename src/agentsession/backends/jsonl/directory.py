@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ...contract import SessionInfo
+from ...contract import Capabilities, SessionInfo
 from ...errors import StorageError, StoreUnavailable, UsageError
 from ...interop.jsonl_layout import SUFFIX, Dialect
 from ...locks import FileLocker
@@ -74,6 +74,8 @@ class JsonlStore(BaseStore):
     agentkit's naming maps to one file are refused rather than merged. See
     ``docs/interop.md``.
     """
+
+    capabilities = Capabilities(inline_appends=True, inline_reads=True)
 
     def __init__(
         self,

@@ -97,7 +97,7 @@ if TYPE_CHECKING:
     from ...session import BaseSession
     from .aio import PostgresLog
 
-from ...contract import SessionInfo
+from ...contract import Capabilities, SessionInfo
 from ...errors import StorageError, StoreUnavailable, UsageError
 from ...store import BaseStore
 from .connections import Connections, _AsyncPool, _Conn, log
@@ -163,6 +163,8 @@ class PostgresStore(BaseStore):
     ``url`` includes the URL's password when it had one (it must reopen the store); prefer a
     ``.pgpass`` file or ``PGPASSWORD``. Messages and ``location`` never include it.
     """
+
+    capabilities = Capabilities(native_async=True)
 
     def __init__(
         self,
