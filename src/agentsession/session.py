@@ -33,16 +33,16 @@ from __future__ import annotations
 import bisect
 import datetime as _dt
 import os
-import random
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 import msgspec
 
 from . import _trace, children
+from .backoff import Backoff
 from .codec import check_json, encode
 from .compaction import plan_compaction, plan_prune
 from .contract import Durability
@@ -71,11 +71,31 @@ from .events import (
 )
 from .media import StoragePolicy
 from .messages import Message
+from .ops import (
+    Append,
+    AppendOne,
+    MetaGet,
+    Open,
+    OpenTail,
+    Pause,
+    Plan,
+    Quarantine,
+    Read,
+    Refresh,
+    drive,
+)
 from .recorder import Turn
 
 __all__ = ["BaseSession", "SessionHost", "check_event"]
 
 Clock = Callable[[], _dt.datetime]
+T = TypeVar("T")
+
+# The operations without arguments, made once (plans yield them on every catch-up).
+_OPEN = Open()
+_OPEN_TAIL = OpenTail()
+_REFRESH = Refresh()
+_STORE_RECORD = MetaGet(STORE_KIND, "store")
 
 _SEALED_RETRIES = 1000
 """How often an encrypted append seals again when other writers keep appending first (with a
@@ -159,23 +179,19 @@ _FLAT = (str, int, bool)
 
 
 def reconnect_pauses(timeout: float) -> Iterator[float]:
-    """The pauses before each new try after a lost connection or an unreachable server: 20 ms,
-    doubling up to 1 s, until ``timeout`` seconds from the first ``next()`` have passed; then
-    the iterator ends (and the caller gives up)."""
-    deadline = time.monotonic() + timeout
-    pause = 0.02
-    while (left := deadline - time.monotonic()) > 0:
-        yield min(pause, left)
-        pause = min(pause * 2, 1.0)
+    """The pauses before each new try after a lost connection or an unreachable server (see
+    :meth:`Backoff.reconnect_pause`); the iterator ends when the caller should give up."""
+    backoff = Backoff(tries=1, reconnect_timeout=timeout)
+    while (pause := backoff.reconnect_pause()) is not None:
+        yield pause
 
 
 def contention_pause(attempt: int) -> float:
     """Seconds to wait before try ``attempt`` (from 0) of a write that other writers keep
-    getting ahead of: none for the first four tries, then a random pause whose bound doubles
-    from 0.5 ms up to 50 ms, so that one writer gets ahead."""
-    if attempt < 4:
-        return 0.0
-    return random.uniform(0, min(0.05, 0.0005 * 2 ** (attempt - 4)))
+    getting ahead of (see :meth:`Backoff.contention_pause`)."""
+    backoff = Backoff(tries=attempt + 1)
+    backoff.attempt = attempt
+    return backoff.contention_pause()
 
 
 def _shown(value: object) -> str:
@@ -410,18 +426,35 @@ class BaseSession:
         or as a hint."""
         return self._full and (self._window_start == 1 or (agent or None) in self._derivers)
 
+    # -- drivers --------------------------------------------------------------------------
+
+    def _run(self, plan: Plan[T]) -> T:
+        """Run a plan of this session with the sync driver, under the session lock."""
+        with self._lock:
+            return drive(plan, self)
+
+    def _meta(self, kind: str, key: str) -> str | None:
+        """The store's meta value (``kind``, ``key``), for :class:`~agentsession.ops.MetaGet`."""
+        return self._store._meta_get(kind, key)
+
     # -- state ----------------------------------------------------------------------------
 
     def _load(self) -> None:
+        """(Re)open the log at its tail: :meth:`_load_plan`, driven synchronously."""
+        self._run(self._load_plan())
+
+    def _load_plan(self) -> Plan[None]:
         """(Re)open the log at its tail, forgetting everything derived (the full window is
         loaded when something needs it: :meth:`_load_window`). A tail that holds a compaction
         marker rebuilding the history is the full window from that marker on."""
         loaded_ms = time.time_ns() // 1_000_000
-        events, complete = self._storage_open_tail()
+        events, complete = yield _OPEN_TAIL
         self._loaded_ms = loaded_ms
         if self._cipher is not None:
             self._cipher._drop()  # (re)opened, perhaps a new life: read its key afresh
-        self._set_window(self._from_storage(events), complete)
+        if events:
+            events = yield from self._from_storage(events)
+        self._set_window(events, complete)
         marker = _marker_index(events)
         if marker >= 0:
             self._trim_at(events[marker])
@@ -429,10 +462,10 @@ class BaseSession:
             # A reload: another life of the log, or one this object lost track of. None of it
             # was read since this object opened, so its ids are read back over the id window
             # (as a catch-up would have read them), for the next append to check against.
-            self._ensure_window_from(self._latest_seq - ID_WINDOW + 1)
+            yield from self._ensure_window_from(self._latest_seq - ID_WINDOW + 1)
         self._loaded_once = True
 
-    def _load_window(self) -> None:
+    def _load_window(self) -> Plan[None]:
         """Load the full window (from the latest compaction marker), forgetting everything
         derived.
 
@@ -445,8 +478,9 @@ class BaseSession:
         reads at most about twice its window, as without the cap."""
         cap = self._store.max_loaded_events
         if cap is None or self._latest_seq <= cap:
-            events, complete = self._storage_open()
-            self._set_window(self._from_storage(events), complete)
+            events, complete = yield _OPEN
+            events = yield from self._from_storage(events)
+            self._set_window(events, complete)
             self._full = True
             return
         floor = self._latest_seq - cap  # the window never reaches back to this seq
@@ -457,11 +491,9 @@ class BaseSession:
         while start > floor + 1 and marker < 0:
             span *= 2
             after = max(floor, self._latest_seq - span)
-            older = [
-                e
-                for e in self._from_storage(self._storage_read(after, start - 1 - after))
-                if after < e.seq < start
-            ]
+            read = yield Read(after, start - 1 - after)
+            read = yield from self._from_storage(read)
+            older = [e for e in read if after < e.seq < start]
             events[:0] = older
             start = after + 1
             marker = _marker_index(older)
@@ -478,13 +510,13 @@ class BaseSession:
         sealed_in = self._sealed_in
         return sealed_in is not None and sealed_in != self._generation
 
-    def _from_storage(self, events: list[Event]) -> list[Event]:
+    def _from_storage(self, events: list[Event]) -> Plan[list[Event]]:
         """Events read from storage, opened when the store is encrypted."""
         cipher = self._cipher
         if cipher is None or not events:
             if events and (is_sealed(events[-1]) or is_sealed(events[0])):
                 try:
-                    self._check_still_plain()
+                    yield from self._check_still_plain()
                 except EncryptionError:
                     self._reset()
                     raise
@@ -499,14 +531,14 @@ class BaseSession:
             except EncryptionError:
                 if not any(not is_sealed(event) for event in events):
                     raise
-                return self._open_quarantining(cipher, events)
+                return (yield from self._open_quarantining(cipher, events))
         except EncryptionError:
             # Read again from the start next time: an event that does not open (or is not
             # sealed) is met again by every read and append, never stepped over.
             self._reset()
             raise
 
-    def _open_quarantining(self, cipher: SessionCipher, events: list[Event]) -> list[Event]:
+    def _open_quarantining(self, cipher: SessionCipher, events: list[Event]) -> Plan[list[Event]]:
         """:meth:`SessionCipher.open` of each event, leaving out the unsealed ones that the
         backend moves aside (``_quarantine_unsealed``); raises for any other."""
         opened = []
@@ -514,7 +546,7 @@ class BaseSession:
             try:
                 opened.append(cipher.open(event))
             except EncryptionError as exc:
-                if is_sealed(event) or not self._quarantine_unsealed(event, str(exc)):
+                if is_sealed(event) or not (yield Quarantine(event, str(exc))):
                     raise
         return opened
 
@@ -524,11 +556,11 @@ class BaseSession:
         The default never does (only the JSONL store has ``on_corrupt``)."""
         return False
 
-    def _check_still_plain(self) -> None:
+    def _check_still_plain(self) -> Plan[None]:
         """Raise :class:`EncryptionError` when the store this plain session object belongs to
         has become encrypted since it was opened (another process opened it with a key while
         it held no sessions): what it would write could never be read back there."""
-        if self._store._meta_get(STORE_KIND, "store") is not None:
+        if (yield _STORE_RECORD) is not None:
             raise EncryptionError(
                 f"session {self._id!r}: the store {self._store.location} has become encrypted "
                 "since this store object was opened without a key; open it again with "
@@ -567,11 +599,11 @@ class BaseSession:
         self._ids_todo = False
         self._ids_from = 1
 
-    def _full_window(self) -> list[Event]:
+    def _full_window(self) -> Plan[list[Event]]:
         """The window from the latest compaction marker on, loading it when only the tail
         is in memory."""
         if not self._full:
-            self._load_window()
+            yield from self._load_window()
         return self._window
 
     def _ingest(self, events: Sequence[Event]) -> None:
@@ -606,7 +638,7 @@ class BaseSession:
         self._window_start = marker.seq
         self._full = True
 
-    def _ensure_window_from(self, seq: int) -> None:
+    def _ensure_window_from(self, seq: int) -> Plan[None]:
         """Make the window hold every event from ``seq`` on; with the store's
         ``max_loaded_events`` cap, only those among the latest ``max_loaded_events``."""
         first = max(seq, 1)
@@ -615,11 +647,9 @@ class BaseSession:
             first = max(first, self._latest_seq - cap + 1)
         if self._window_start <= first:
             return
-        older = [
-            e
-            for e in self._from_storage(self._storage_read(first - 1, self._window_start - first))
-            if e.seq < self._window_start
-        ]
+        read = yield Read(first - 1, self._window_start - first)
+        read = yield from self._from_storage(read)
+        older = [e for e in read if e.seq < self._window_start]
         self._window[:0] = older
         self._window_start = first
         if older and not self._ids_todo:
@@ -627,7 +657,16 @@ class BaseSession:
         self._ids_from = min(self._ids_from, first)
 
     def _refresh(self) -> None:
-        self._ingest(self._from_storage(self._storage_refresh()))
+        """Catch up with other writers' appends (:meth:`_refresh_plan`, driven synchronously)."""
+        self._run(self._refresh_plan())
+
+    def _refresh_plan(self) -> Plan[None]:
+        """Catch up: take in the events other writers appended since this object looked."""
+        events = yield _REFRESH
+        if events:
+            if self._cipher is not None or is_sealed(events[-1]) or is_sealed(events[0]):
+                events = yield from self._from_storage(events)
+            self._ingest(events)
 
     def _check_ttl(self) -> None:
         """Raise :class:`SessionExpired` when the last append is older than the store's TTL."""
@@ -642,11 +681,11 @@ class BaseSession:
                 f"than the store's TTL of {ttl}",
             )
 
-    def _check_ttl_for_append(self) -> None:
+    def _check_ttl_for_append(self) -> Plan[None]:
         try:
             self._check_ttl()
         except SessionExpired:
-            self._refresh()  # another process may have appended since
+            yield from self._refresh_plan()  # another process may have appended since
             self._check_ttl()
 
     # -- the append pipeline --------------------------------------------------------------
@@ -675,54 +714,59 @@ class BaseSession:
         return self._append_one(event)
 
     def _append_one(self, event: Event) -> int:
-        store = self._store
-        prepared = self._prepare(event, None)
-        marker = _marker_index((prepared,)) if prepared.type == COMPACTION else -1
+        """:meth:`append` without tracing: :meth:`_append_one_plan`, driven synchronously."""
+        plan = self._append_one_plan(self._prepare(event, None))
         with self._lock:
-            if store.ttl is not None:
-                self._check_ttl_for_append()
-            if self._ids_todo:
-                self._index_window()
-            eid = prepared.id
-            ids = self._ids
-            known = ids.get(eid)
-            if known is None and self._ids_from > 1 and self._needs_cover((prepared,)):
-                self._cover_ids()
-                known = self._ids.get(eid)
-            if known is not None and known > self._latest_seq - ID_WINDOW:
-                return known  # stored already: a retried append stores nothing
-            if self._unsure and eid in self._unsure:
-                return self._append_checked([prepared], marker, None, None)[0]
-            stored: Event | None = None
-            try:
-                if self._cipher is None:
-                    if not self._latest_seq:
-                        self._check_still_plain()
-                    stored = self._storage_append_one(prepared, marker == 0)
-                    if stored is not None and stored.seq == 1:
-                        self._check_still_plain()  # encrypted while this wrote a new log
-                if stored is None:
-                    # The general path: other writers' events are checked for the id under
-                    # the backend's write lock (_admits).
-                    return self._append_fresh([prepared], marker, None)[0]
-            except _RETRYABLE as exc:
-                return self._append_checked([prepared], marker, None, exc)[0]
-            except StorageError:
-                self._unsure.add(eid)
-                raise
-            if marker < 0:  # _extend, inlined for the hot path
-                seq = stored.seq
-                self._window.append(stored)
-                self._latest_seq = seq
-                ids = self._ids  # (a reload while appending may have replaced it)
-                ids[eid] = seq
-                if len(ids) > _ID_LIMIT:
-                    self._forget_old_ids()
-            else:
-                self._extend((stored,), marker)
-            if stored.type == USER_MESSAGE and (cap := self._history_cap()):
-                self._apply_cap(cap)
-            return stored.seq
+            return drive(plan, self)
+
+    def _append_one_plan(self, prepared: Event) -> Plan[int]:
+        """Append one prepared event; returns its seq."""
+        marker = _marker_index((prepared,)) if prepared.type == COMPACTION else -1
+        if self._store.ttl is not None:
+            yield from self._check_ttl_for_append()
+        if self._ids_todo:
+            self._index_window()
+        eid = prepared.id
+        known = self._ids.get(eid)
+        if known is None and self._ids_from > 1 and self._needs_cover((prepared,)):
+            yield from self._cover_ids()
+            known = self._ids.get(eid)
+        if known is not None and known > self._latest_seq - ID_WINDOW:
+            return known  # stored already: a retried append stores nothing
+        if self._unsure and eid in self._unsure:
+            return (yield from self._append_checked([prepared], marker, None, None))[0]
+        stored: Event | None = None
+        try:
+            if self._cipher is None:
+                if not self._latest_seq:
+                    yield from self._check_still_plain()
+                stored = yield AppendOne(prepared, marker == 0)
+                if stored is not None and stored.seq == 1:
+                    yield from self._check_still_plain()  # encrypted while this wrote a new log
+            if stored is None:
+                # The general path: other writers' events are checked for the id under the
+                # backend's write lock (_admits).
+                return (yield from self._append_fresh([prepared], marker, None))[0]
+        except _RETRYABLE as exc:
+            return (yield from self._append_checked([prepared], marker, None, exc))[0]
+        except StorageError:
+            self._unsure.add(eid)
+            raise
+        if marker < 0:  # _extend, inlined for the hot path
+            seq = stored.seq
+            self._window.append(stored)
+            self._latest_seq = seq
+            ids = self._ids  # (a reload while appending may have replaced it)
+            ids[eid] = seq
+            if len(ids) > _ID_LIMIT:
+                self._forget_old_ids()
+        else:
+            self._extend((stored,), marker)
+        if stored.type == USER_MESSAGE:
+            cap = yield from self._history_cap_plan()
+            if cap:
+                yield from self._prune_plan(cap, None)
+        return stored.seq
 
     def _index_window(self) -> None:
         """Index the ids of the window loaded last (see ``_ids``)."""
@@ -746,12 +790,16 @@ class BaseSession:
         self._ids = {eid: seq for eid, seq in self._ids.items() if seq > floor}
 
     def _stored_seqs(self, batch: Sequence[Event]) -> list[int | None]:
+        """:meth:`_stored_seqs_plan`, driven synchronously."""
+        return self._run(self._stored_seqs_plan(batch))
+
+    def _stored_seqs_plan(self, batch: Sequence[Event]) -> Plan[list[int | None]]:
         """For each event of ``batch``, the seq of its stored copy when its id is stored among
         the latest :data:`ID_WINDOW` seqs this object has read (None: not stored there)."""
         if self._ids_todo:
             self._index_window()
         if self._ids_from > 1 and self._needs_cover(batch):
-            self._cover_ids()
+            yield from self._cover_ids()
         seqs = [self._ids.get(event.id) for event in batch]
         if seqs[0] is None and all(seq is None for seq in seqs):
             return seqs
@@ -759,7 +807,7 @@ class BaseSession:
             # Only the end of a long batch may be among the events this object loaded.
             floor = min(seq for seq in seqs if seq is not None) - len(batch)
             if floor + 1 < self._window_start:
-                self._ensure_window_from(floor + 1)
+                yield from self._ensure_window_from(floor + 1)
                 seqs = [self._ids.get(event.id) for event in batch]
         oldest = self._latest_seq - ID_WINDOW
         return [seq if seq is not None and seq > oldest else None for seq in seqs]
@@ -774,7 +822,7 @@ class BaseSession:
         since = self._loaded_ms
         return not all(made_here_since(event.id, since) for event in batch)
 
-    def _cover_ids(self) -> None:
+    def _cover_ids(self) -> Plan[None]:
         """Read the ids of the stored events this object has not read, back to the id window's
         edge (their clear ``id`` only: nothing is opened or kept but the ids), so that an id
         stored before this object opened the log is recognised. Once per session object: later
@@ -785,7 +833,7 @@ class BaseSession:
         end = self._ids_from
         after = floor - 1
         while after + 1 < end:
-            read = self._storage_read(after, min(4096, end - 1 - after))
+            read = yield Read(after, min(4096, end - 1 - after))
             chunk = [e for e in read if e.seq < end]
             if not chunk:
                 break
@@ -811,9 +859,7 @@ class BaseSession:
             return not any(ids.get(event.id, 0) > oldest for event in events)
         oldest = max(foreign[-1].seq - ID_WINDOW, 0)
         new = {event.id: event.seq for event in foreign}
-        return not any(
-            max(ids.get(event.id, 0), new.get(event.id, 0)) > oldest for event in events
-        )
+        return not any(max(ids.get(event.id, 0), new.get(event.id, 0)) > oldest for event in events)
 
     def _append_checked(
         self,
@@ -821,7 +867,7 @@ class BaseSession:
         marker: int,
         expect_seq: int | None,
         failure: StorageError | None,
-    ) -> list[int]:
+    ) -> Plan[list[int]]:
         """Append ``batch`` after making sure none of it is stored: catch up with storage,
         take the stored seqs when it is there, else append it conditionally (only after the
         seq just read, so that an earlier try landing meanwhile is found, not doubled).
@@ -829,21 +875,21 @@ class BaseSession:
         ``failure`` is the retryable error the first try raised (None: a batch that failed
         before, appended again): tries go on, with a growing pause, for the store's
         ``reconnect_timeout`` and then raise the latest failure. Returns the seqs; empty when
-        ``expect_seq`` does not match. Called with the session lock held."""
+        ``expect_seq`` does not match."""
         ids = [event.id for event in batch]
         self._unsure.update(ids)  # until it is known where the batch stands
-        pauses = reconnect_pauses(self._store._reconnect_timeout)
-        for attempt in range(_SEALED_RETRIES):
+        backoff = Backoff(reconnect_timeout=self._store._reconnect_timeout, tries=_SEALED_RETRIES)
+        while backoff.next_try():
             if failure is not None:
-                pause = next(pauses, None)
+                pause = backoff.reconnect_pause()
                 if pause is None:
                     raise failure
-                time.sleep(pause)
-            elif pause := contention_pause(attempt):  # writers are racing for this session
-                time.sleep(pause)
+                yield Pause(pause)
+            elif pause := backoff.contention_pause():  # writers are racing for this session
+                yield Pause(pause)
             try:
-                self._refresh()
-                known = self._stored_seqs(batch)
+                yield from self._refresh_plan()
+                known = yield from self._stored_seqs_plan(batch)
                 if None not in known:
                     self._unsure.difference_update(ids)
                     return cast("list[int]", known)
@@ -851,7 +897,7 @@ class BaseSession:
                 if expect_seq is not None and base != expect_seq:
                     self._unsure.difference_update(ids)  # checked: not stored
                     return []
-                seqs = self._append_fresh(batch, marker, base, known)
+                seqs = yield from self._append_fresh(batch, marker, base, known)
             except _RETRYABLE as exc:
                 failure = exc
                 continue
@@ -881,55 +927,66 @@ class BaseSession:
     def _traced_batch(
         self, events: Sequence[Event], expect_seq: int | None, *, prepared: bool
     ) -> list[int]:
+        batch = self._prepare_batch(events, expect_seq, prepared)
+        if not batch:
+            return []
         if _trace.enabled:
             with _trace.span(
                 "agentsession.append", session_id=self._id, backend=_trace.backend_of(self)
             ) as span:
-                seqs = self._append_batch(events, expect_seq, prepared)
+                seqs = self._run(self._append_batch_plan(batch, expect_seq))
                 span.set(events=len(seqs))
                 return seqs
-        return self._append_batch(events, expect_seq, prepared)
+        return self._run(self._append_batch_plan(batch, expect_seq))
 
     def _append_batch(
         self, events: Sequence[Event], expect_seq: int | None, prepared: bool = False
     ) -> list[int]:
+        """:meth:`append_many` without tracing."""
+        batch = self._prepare_batch(events, expect_seq, prepared)
+        return self._run(self._append_batch_plan(batch, expect_seq)) if batch else []
+
+    def _prepare_batch(
+        self, events: Sequence[Event], expect_seq: int | None, prepared: bool = False
+    ) -> list[Event]:
+        """Check and stamp a batch for :meth:`_append_batch_plan` (no I/O)."""
         if isinstance(events, Event):
             raise UsageError("append_many takes a sequence of events; use append for one")
         if expect_seq is not None and (not isinstance(expect_seq, int) or expect_seq < 0):
             raise UsageError(f"expect_seq must be an int >= 0 or None, not {expect_seq!r}")
-        store = self._store
         if prepared:
             batch = list(events)
         else:
-            now = store.clock()
+            now = self._store.clock()
             batch = [self._prepare(event, now) for event in events]
-        if not batch:
-            return []
         if len(batch) > 1:
             self._check_batch_ids(batch)
+        return batch
+
+    def _append_batch_plan(self, batch: list[Event], expect_seq: int | None) -> Plan[list[int]]:
+        """Append a prepared, non-empty batch; returns its seqs (see :meth:`append_many`)."""
         marker = _marker_index(batch)
-        with self._lock:
-            if store.ttl is not None:
-                self._check_ttl_for_append()
-            known = self._stored_seqs(batch)
-            if None not in known:
-                return cast("list[int]", known)  # stored already: a retry stores nothing
-            unsure = self._unsure
-            if unsure and any(event.id in unsure for event in batch):
-                seqs = self._append_checked(batch, marker, expect_seq, None)
-            else:
-                try:
-                    seqs = self._append_fresh(batch, marker, expect_seq, known)
-                except _RETRYABLE as exc:
-                    seqs = self._append_checked(batch, marker, expect_seq, exc)
-                except StorageError:
-                    unsure.update(event.id for event in batch)
-                    raise
-            if not seqs:
-                raise ConflictError(
-                    f"session {self._id!r}: expected the latest seq to be {expect_seq}, "
-                    f"but it is {self._latest_seq}; nothing was appended"
-                )
+        if self._store.ttl is not None:
+            yield from self._check_ttl_for_append()
+        known = yield from self._stored_seqs_plan(batch)
+        if None not in known:
+            return cast("list[int]", known)  # stored already: a retry stores nothing
+        unsure = self._unsure
+        if unsure and any(event.id in unsure for event in batch):
+            seqs = yield from self._append_checked(batch, marker, expect_seq, None)
+        else:
+            try:
+                seqs = yield from self._append_fresh(batch, marker, expect_seq, known)
+            except _RETRYABLE as exc:
+                seqs = yield from self._append_checked(batch, marker, expect_seq, exc)
+            except StorageError:
+                unsure.update(event.id for event in batch)
+                raise
+        if not seqs:
+            raise ConflictError(
+                f"session {self._id!r}: expected the latest seq to be {expect_seq}, "
+                f"but it is {self._latest_seq}; nothing was appended"
+            )
         return seqs
 
     def _check_batch_ids(self, batch: Sequence[Event]) -> None:
@@ -948,45 +1005,48 @@ class BaseSession:
         marker: int,
         expect_seq: int | None,
         known: list[int | None] | None = None,
-    ) -> list[int]:
+    ) -> Plan[list[int]]:
         """Append the events of ``batch`` that are not stored; returns every event's seq (the
         stored copy's for those that were), or empty when ``expect_seq`` does not match.
 
-        ``known`` is what :meth:`_stored_seqs` found for the batch (None: nothing). The backend
-        checks the other writers' events it catches up on under its write lock
+        ``known`` is what :meth:`_stored_seqs_plan` found for the batch (None: nothing). The
+        backend checks the other writers' events it catches up on under its write lock
         (:meth:`_admits`) and writes nothing when some of the batch is among them; this then
         takes them in and appends what is still missing, as one batch. A backend that appends
         conditionally instead (PostgreSQL) writes nothing when another writer appended first,
-        and this tries again. Called with the session lock held."""
+        and this tries again."""
         seqs: list[int | None] = known if known is not None else [None] * len(batch)
         todo = batch
         if any(seq is not None for seq in seqs):
             todo = [event for event, seq in zip(batch, seqs, strict=True) if seq is None]
             marker = _marker_index(todo)
-        for attempt in range(_SEALED_RETRIES):
-            if pause := contention_pause(attempt):  # writers are racing for this session
-                time.sleep(pause)
+        backoff = Backoff(tries=_SEALED_RETRIES)
+        while backoff.next_try():
+            if pause := backoff.contention_pause():  # writers are racing for this session
+                yield Pause(pause)
             foreign: list[Event]
             if self._cipher is not None:
-                foreign, stored = [], self._append_sealed(todo, marker, expect_seq)
+                foreign, stored = [], (yield from self._append_sealed(todo, marker, expect_seq))
             else:
                 if not self._latest_seq:
-                    self._check_still_plain()
-                foreign, stored = self._storage_append(todo, marker, expect_seq)
+                    yield from self._check_still_plain()
+                foreign, stored = yield Append(todo, marker, expect_seq)
             self._ingest(foreign)
             if stored:
                 if self._cipher is None and stored[0].seq == 1:
-                    self._check_still_plain()  # made encrypted while this wrote a new log
+                    yield from self._check_still_plain()  # made encrypted while this wrote
                 self._extend(stored, marker)
-                if any(e.type == USER_MESSAGE for e in stored) and (cap := self._history_cap()):
-                    self._apply_cap(cap)
+                if any(e.type == USER_MESSAGE for e in stored):
+                    cap = yield from self._history_cap_plan()
+                    if cap:
+                        yield from self._prune_plan(cap, None)
                 if todo is batch:
                     return [event.seq for event in stored]
                 fresh = iter(stored)
                 return [next(fresh).seq if seq is None else seq for seq in seqs]
             # Nothing written: the expected seq did not match, or other writers stored some of
             # the batch meanwhile, or a conditional backend met another writer's events.
-            found = self._stored_seqs(todo)
+            found = yield from self._stored_seqs_plan(todo)
             if all(seq is None for seq in found):
                 if expect_seq is not None:
                     return []
@@ -1007,7 +1067,7 @@ class BaseSession:
 
     def _append_sealed(
         self, batch: list[Event], marker: int, expect_seq: int | None
-    ) -> list[Event]:
+    ) -> Plan[list[Event]]:
         """Append ``batch`` sealed by the session's cipher; returns the stored plaintext events
         (empty when ``expect_seq`` did not match).
 
@@ -1017,12 +1077,13 @@ class BaseSession:
         again."""
         cipher = self._cipher
         assert cipher is not None
-        for attempt in range(_SEALED_RETRIES):
-            if pause := contention_pause(attempt):  # writers are racing for this session
-                time.sleep(pause)
+        backoff = Backoff(tries=_SEALED_RETRIES)
+        while backoff.next_try():
+            if pause := backoff.contention_pause():  # writers are racing for this session
+                yield Pause(pause)
             base = self._latest_seq
             if expect_seq is not None and base != expect_seq:
-                self._refresh()
+                yield from self._refresh_plan()
                 if self._latest_seq != expect_seq:
                     return []
                 base = expect_seq
@@ -1032,13 +1093,15 @@ class BaseSession:
             self._sealed_in = generation
             try:
                 if len(sealed) == 1:
-                    one = self._storage_append_one(sealed[0], marker == 0)
+                    one = yield AppendOne(sealed[0], marker == 0)
                     if one is not None:
                         return [_replace(batch[0], seq=one.seq)]
-                foreign, stored = self._storage_append(sealed, marker, base)
+                foreign, stored = yield Append(sealed, marker, base)
             finally:
                 self._sealed_in = None
-            self._ingest(self._from_storage(foreign))
+            if foreign:
+                foreign = yield from self._from_storage(foreign)
+                self._ingest(foreign)
             if not stored and not self._admits((), batch):
                 return []  # other writers stored some of the batch: _append_fresh sorts it
             if stored:
@@ -1065,9 +1128,11 @@ class BaseSession:
     @property
     def latest_seq(self) -> int:
         """Highest seq in the log (0 when empty), including other writers' appends."""
-        with self._lock:
-            self._refresh()
-            return self._latest_seq
+        return self._run(self._latest_seq_plan())
+
+    def _latest_seq_plan(self) -> Plan[int]:
+        yield from self._refresh_plan()
+        return self._latest_seq
 
     def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in seq order, at most ``limit`` (all when None)."""
@@ -1081,21 +1146,25 @@ class BaseSession:
         return self._read(after, limit)
 
     def _read(self, after: int, limit: int | None) -> list[Event]:
+        """:meth:`read` without tracing."""
+        return self._run(self._read_plan(after, limit))
+
+    def _read_plan(self, after: int, limit: int | None) -> Plan[list[Event]]:
         if after < 0:
             raise UsageError(f"read(after={after}): after must be >= 0")
         if limit is not None and limit < 0:
             raise UsageError(f"read(limit={limit}): limit must be >= 0 or None")
         if limit == 0:
             return []
-        with self._lock:
-            self._refresh()
-            if after + 1 >= self._window_start:
-                start = bisect.bisect_right(self._window, after, key=_seq_of)
-                end = len(self._window) if limit is None else start + limit
-                return self._window[start:end]
-        return self._from_storage(self._storage_read(after, limit))
+        yield from self._refresh_plan()
+        if after + 1 >= self._window_start:
+            start = bisect.bisect_right(self._window, after, key=_seq_of)
+            end = len(self._window) if limit is None else start + limit
+            return self._window[start:end]
+        events = yield Read(after, limit)
+        return (yield from self._from_storage(events))
 
-    def _deriver(self, agent: str | None) -> Deriver:
+    def _deriver(self, agent: str | None) -> Plan[Deriver]:
         key = agent or None
         deriver = self._derivers.get(key)
         if deriver is not None:
@@ -1104,12 +1173,12 @@ class BaseSession:
                 self._window[start:]
             ):
                 return deriver
-        deriver = self._build_deriver(key)
+        deriver = yield from self._build_deriver(key)
         self._derivers[key] = deriver
         return deriver
 
-    def _build_deriver(self, agent: str | None) -> Deriver:
-        self._full_window()
+    def _build_deriver(self, agent: str | None) -> Plan[Deriver]:
+        yield from self._full_window()
         probe = Deriver(agent)
         need = 1
         if self._window_start > 1:
@@ -1121,7 +1190,7 @@ class BaseSession:
                     continue
                 need = event.seq if data.rebuilds_history else data.history_starts_at
                 break
-            self._ensure_window_from(need)
+            yield from self._ensure_window_from(need)
         events = self._window
         if need < self._window_start:
             # The loading cap stopped the window short of where this history starts: derive
@@ -1135,9 +1204,11 @@ class BaseSession:
 
     def entries(self, agent: str | None = None) -> list[IndexedMessage]:
         """The derived history with source seqs (what compaction plans its cut on)."""
-        with self._lock:
-            self._refresh()
-            return self._deriver(agent).entries()
+        return self._run(self._entries_plan(agent))
+
+    def _entries_plan(self, agent: str | None) -> Plan[list[IndexedMessage]]:
+        yield from self._refresh_plan()
+        return (yield from self._deriver(agent)).entries()
 
     def messages(
         self, agent: str | None = None, *, max_tool_result_bytes: int | None = None
@@ -1170,9 +1241,13 @@ class BaseSession:
     def _messages(self, agent: str | None, max_tool_result_bytes: int | None) -> list[Message]:
         """:meth:`messages` without tracing: the deriver of the ``agent`` filter (built from the
         window the first time, capped by ``max_loaded_events``), fed the new events."""
-        with self._lock:
-            self._refresh()
-            return self._deriver(agent).messages(max_tool_result_bytes)
+        return self._run(self._messages_plan(agent, max_tool_result_bytes))
+
+    def _messages_plan(
+        self, agent: str | None, max_tool_result_bytes: int | None
+    ) -> Plan[list[Message]]:
+        yield from self._refresh_plan()
+        return (yield from self._deriver(agent)).messages(max_tool_result_bytes)
 
     # -- recording and compaction ---------------------------------------------------------
 
@@ -1198,22 +1273,22 @@ class BaseSession:
         return Turn(self, agent, user, metadata, storage=storage, batch_steps=batch_steps)
 
     def _append_marker(
-        self, plan: Callable[[], Compaction | None], agent: str | None
-    ) -> int | None:
+        self, plan: Callable[[], Plan[Compaction | None]], agent: str | None
+    ) -> Plan[int | None]:
         """Append the marker ``plan`` makes, conditional on the seq it was planned from;
         plan again when another writer appended in between."""
         for _ in range(_COMPACTION_RETRIES):
-            with self._lock:
-                self._refresh()
-                planned_at = self._latest_seq
-                data = plan()
-                if data is None:
-                    return None
-                event = Event.new(COMPACTION, data, agent=agent or "")
-                try:
-                    return self.append_many((event,), expect_seq=planned_at)[0]
-                except ConflictError:
-                    continue
+            yield from self._refresh_plan()
+            planned_at = self._latest_seq
+            data = yield from plan()
+            if data is None:
+                return None
+            event = Event.new(COMPACTION, data, agent=agent or "")
+            batch = self._prepare_batch((event,), planned_at)
+            try:
+                return (yield from self._append_batch_plan(batch, planned_at))[0]
+            except ConflictError:
+                continue
         raise ConflictError(
             f"session {self._id!r}: other writers kept appending while compaction planned "
             f"({_COMPACTION_RETRIES} tries); take the session's turn lock to compact"
@@ -1252,9 +1327,29 @@ class BaseSession:
         """
         if isinstance(summary, str):
             summary = Message.user(summary)
+        return self._run(
+            self._compact_plan(
+                summary,
+                keep_turns=keep_turns,
+                first_kept_seq=first_kept_seq,
+                up_to_message=up_to_message,
+                tokens_before=tokens_before,
+                agent=agent,
+            )
+        )
 
-        def plan() -> Compaction | None:
-            deriver = self._deriver(agent)  # loads the full window first
+    def _compact_plan(
+        self,
+        summary: Message | None,
+        *,
+        keep_turns: int | None,
+        first_kept_seq: int | None,
+        up_to_message: int | None,
+        tokens_before: int,
+        agent: str | None,
+    ) -> Plan[int | None]:
+        def plan() -> Plan[Compaction | None]:
+            deriver = yield from self._deriver(agent)  # loads the full window first
             return plan_compaction(
                 self._window,
                 deriver,
@@ -1267,7 +1362,7 @@ class BaseSession:
                 session_id=self._id,
             )
 
-        return self._append_marker(plan, agent)
+        return (yield from self._append_marker(plan, agent))
 
     def prune(self, max_messages: int, agent: str | None = None) -> int | None:
         """Cap the history at ``max_messages`` derived messages with a prune marker that keeps
@@ -1275,11 +1370,14 @@ class BaseSession:
         returns the marker's seq, or None when the history already fits."""
         if not isinstance(max_messages, int) or max_messages < 1:
             raise UsageError(f"max_messages must be an int >= 1, not {max_messages!r}")
-        def plan() -> Compaction | None:
-            deriver = self._deriver(agent)  # loads the full window first
+        return self._run(self._prune_plan(max_messages, agent))
+
+    def _prune_plan(self, max_messages: int, agent: str | None) -> Plan[int | None]:
+        def plan() -> Plan[Compaction | None]:
+            deriver = yield from self._deriver(agent)  # loads the full window first
             return plan_prune(self._window, deriver, max_messages)
 
-        return self._append_marker(plan, agent)
+        return (yield from self._append_marker(plan, agent))
 
     def annotate_timeout(self, partial: str = "", *, agent: str = "") -> int:
         """Record that the model's reply timed out (lango's ``AnnotateTimeout``, keeping the
@@ -1309,6 +1407,10 @@ class BaseSession:
     no history cap applies, so no prune marker is added to the copy."""
 
     def _history_cap(self) -> int | None:
+        """:meth:`_history_cap_plan`, driven synchronously."""
+        return self._run(self._history_cap_plan())
+
+    def _history_cap_plan(self) -> Plan[int | None]:
         """The history cap in force: the store's ``max_messages`` and, for a child session,
         the one it was forked with (the smaller of the two). A child's is read from its first
         event once per life of the log."""
@@ -1317,7 +1419,7 @@ class BaseSession:
         own = self._own_cap
         if own is None or own[0] != self._generation:
             generation = self._generation
-            fork = children.fork_of(self)
+            fork = children.fork_in((yield from self._read_plan(0, 1)))
             own = self._own_cap = (generation, fork.max_messages if fork is not None else 0)
         store_cap = self._store.max_messages
         if own[1] and store_cap:
@@ -1336,15 +1438,20 @@ class BaseSession:
     def _settled_entries(self, agent: str | None) -> tuple[list[IndexedMessage], int]:
         """The derived history without an exchange still waiting for results, and the latest
         seq it was derived from."""
-        with self._lock:
-            self._refresh()
-            return self._deriver(agent).settled(), self._latest_seq
+        return self._run(self._settled_plan(agent))
+
+    def _settled_plan(self, agent: str | None) -> Plan[tuple[list[IndexedMessage], int]]:
+        yield from self._refresh_plan()
+        deriver = yield from self._deriver(agent)
+        return deriver.settled(), self._latest_seq
 
     def _last_time(self) -> _dt.datetime | None:
         """Time of the latest event (None when the log is empty)."""
-        with self._lock:
-            self._refresh()
-            return self._window[-1].time if self._window else None
+        return self._run(self._last_time_plan())
+
+    def _last_time_plan(self) -> Plan[_dt.datetime | None]:
+        yield from self._refresh_plan()
+        return self._window[-1].time if self._window else None
 
     def fork(
         self,

@@ -970,8 +970,8 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
             raw = [cipher.seal(event, seq) for seq, event in enumerate(raw, start=2)]
         with session._lock:  # the storage primitive itself, below the pipeline's checks
             foreign, stored = session._storage_append(raw, 0, None)
-            session._ingest(session._from_storage(foreign))
-            session._ingest(session._from_storage(stored))
+            session._ingest(session._run(session._from_storage(foreign)))
+            session._ingest(session._run(session._from_storage(stored)))
         assert [decode(e.data) for e in session.read()[1:]] == [odd, odd, [1]]
         assert [m.text for m in session.messages()] == ["hi"]
         again = self.reopen(store, tmp_path)
@@ -1226,9 +1226,9 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
             if isinstance(late, BaseSession):  # (a facade of another API hides it)
                 cover = late._cover_ids
 
-                def counted() -> None:
+                def counted() -> Any:
                     covers[0] += 1
-                    cover()
+                    return cover()
 
                 late._cover_ids = counted  # type: ignore[method-assign]
             assert late.append(Event.new("test/n", {"by": "fresh"})) == 3002
