@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Final, Union, cast
 import msgspec
 
 from ..aio import AsyncSession, AsyncStore
+from ..backoff import Backoff
 from ..codec import decode, encode
 from ..compaction import COMPACTION_EFFECT_KIND
 from ..errors import ConflictError, UsageError
@@ -72,7 +73,6 @@ from ..events import (
 )
 from ..messages import Message
 from ..providers.openai_responses import from_openai_responses_input, input_messages_with_ends
-from ..session import contention_pause
 from ..store import BaseStore, open_store
 
 if TYPE_CHECKING:
@@ -175,10 +175,10 @@ def _usage(value: Any) -> Usage | None:
     )
 
 
-async def _contend(attempt: int) -> None:
-    """The pause before try ``attempt`` of a conditional append that other writers keep
-    beating (:func:`agentsession.session.contention_pause`)."""
-    if pause := contention_pause(attempt):
+async def _contend(backoff: Backoff) -> None:
+    """The pause before the current try of a conditional append that other writers keep
+    beating (:meth:`agentsession.backoff.Backoff.contention_pause`)."""
+    if pause := backoff.contention_pause():
         await asyncio.sleep(pause)
 
 
@@ -617,8 +617,9 @@ class OpenAIAgentsSession:
         where the item list it read ends; when another writer appended first, it reads again
         and decides again, so concurrent pops (in any process) each get a different item."""
         session = await self.log()
-        for attempt in range(_POP_TRIES):
-            await _contend(attempt)
+        backoff = Backoff(tries=_POP_TRIES)
+        while backoff.next_try():
+            await _contend(backoff)
             # The mirror's marker carries the items that remain: it needs all of them.
             raws, item_seq, base = await self._live(None if self._mirror else 1)
             if not raws:
@@ -647,8 +648,9 @@ class OpenAIAgentsSession:
         if not self._mirror:
             seq = await session.append(Event.new(CLEAR))
         else:  # the marker names its own seq: appended where the log ends, conditionally
-            for attempt in range(_POP_TRIES):
-                await _contend(attempt)
+            backoff = Backoff(tries=_POP_TRIES)
+            while backoff.next_try():
+                await _contend(backoff)
                 base = await session.latest_seq()
                 events = [Event.new(CLEAR), _rebuild((), base + 2, {"clear": True})]
                 try:
