@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Protocol, TypeVar
 
+import msgspec
+
 from .events import Event
 
 __all__ = [
@@ -89,11 +91,9 @@ class AsyncLog(Protocol):
     async def read(self, after: int, limit: int | None) -> list[Event] | Any: ...
 
 
-class Op:
+class Op(msgspec.Struct):
     """One storage operation of a plan: :meth:`run` performs it synchronously, :meth:`arun`
     on an event loop (natively where the log has a coroutine for it)."""
-
-    __slots__ = ()
 
     def run(self, log: SyncLog) -> Any:
         """Perform the operation with the sync storage; returns what the plan is sent."""
@@ -113,16 +113,12 @@ class Open(Op):
     """Read the full window: events from the latest compaction marker on, and whether that is
     the whole log."""
 
-    __slots__ = ()
-
     def run(self, log: SyncLog) -> tuple[list[Event], bool]:
         return log._storage_open()
 
 
 class OpenTail(Op):
     """Open the log at its tail (see :meth:`agentsession.BaseSession._storage_open_tail`)."""
-
-    __slots__ = ()
 
     def run(self, log: SyncLog) -> tuple[list[Event], bool]:
         return log._storage_open_tail()
@@ -139,12 +135,9 @@ class Append(Op):
     """Store a batch after whatever is stored (conditionally with ``expect_seq``): returns the
     events other writers appended first, and the stored events (empty: nothing written)."""
 
-    __slots__ = ("events", "expect_seq", "marker")
-
-    def __init__(self, events: list[Event], marker: int, expect_seq: int | None) -> None:
-        self.events = events
-        self.marker = marker
-        self.expect_seq = expect_seq
+    events: list[Event]
+    marker: int
+    expect_seq: int | None
 
     def run(self, log: SyncLog) -> tuple[list[Event], list[Event]]:
         return log._storage_append(self.events, self.marker, self.expect_seq)
@@ -160,11 +153,8 @@ class Append(Op):
 class AppendOne(Op):
     """The single-event fast path: the stored event, or None (nothing written)."""
 
-    __slots__ = ("event", "marker")
-
-    def __init__(self, event: Event, marker: bool) -> None:
-        self.event = event
-        self.marker = marker
+    event: Event
+    marker: bool
 
     def run(self, log: SyncLog) -> Event | None:
         return log._storage_append_one(self.event, self.marker)
@@ -177,8 +167,6 @@ class AppendOne(Op):
 
 class Refresh(Op):
     """The events other writers appended since the session last looked."""
-
-    __slots__ = ()
 
     def run(self, log: SyncLog) -> list[Event]:
         return log._storage_refresh()
@@ -194,11 +182,8 @@ class Refresh(Op):
 class Read(Op):
     """Stored events with ``seq > after``, at most ``limit``."""
 
-    __slots__ = ("after", "limit")
-
-    def __init__(self, after: int, limit: int | None) -> None:
-        self.after = after
-        self.limit = limit
+    after: int
+    limit: int | None
 
     def run(self, log: SyncLog) -> list[Event]:
         return log._storage_read(self.after, self.limit)
@@ -214,11 +199,8 @@ class Read(Op):
 class MetaGet(Op):
     """A small persisted value of the store (``kind``, ``key``)."""
 
-    __slots__ = ("key", "kind")
-
-    def __init__(self, kind: str, key: str) -> None:
-        self.kind = kind
-        self.key = key
+    kind: str
+    key: str
 
     def run(self, log: SyncLog) -> str | None:
         return log._meta(self.kind, self.key)
@@ -227,11 +209,8 @@ class MetaGet(Op):
 class Quarantine(Op):
     """Move an unsealed event out of an encrypted log (True when the storage did)."""
 
-    __slots__ = ("event", "reason")
-
-    def __init__(self, event: Event, reason: str) -> None:
-        self.event = event
-        self.reason = reason
+    event: Event
+    reason: str
 
     def run(self, log: SyncLog) -> bool:
         return log._quarantine_unsealed(self.event, self.reason)
@@ -241,10 +220,7 @@ class Call(Op):
     """Anything else a plan needs done outside itself, rarely: ``fn()`` (both drivers call it
     where they run)."""
 
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.fn = fn
+    fn: Callable[[], Any]
 
     def run(self, log: SyncLog) -> Any:
         return self.fn()
@@ -253,10 +229,7 @@ class Call(Op):
 class Pause(Op):
     """Wait ``seconds`` before the next try (a retry's backoff)."""
 
-    __slots__ = ("seconds",)
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    seconds: float
 
     def run(self, log: SyncLog) -> None:
         time.sleep(self.seconds)
