@@ -194,6 +194,14 @@ def contention_pause(attempt: int) -> float:
     return backoff.contention_pause()
 
 
+def _check_read(after: int, limit: int | None) -> None:
+    """Refuse a read's bad arguments."""
+    if after < 0:
+        raise UsageError(f"read(after={after}): after must be >= 0")
+    if limit is not None and limit < 0:
+        raise UsageError(f"read(limit={limit}): limit must be >= 0 or None")
+
+
 def _shown(value: object) -> str:
     """A bad event id, shortened, for an error message."""
     if not isinstance(value, str):
@@ -657,16 +665,27 @@ class BaseSession:
         self._ids_from = min(self._ids_from, first)
 
     def _refresh(self) -> None:
-        """Catch up with other writers' appends (:meth:`_refresh_plan`, driven synchronously)."""
-        self._run(self._refresh_plan())
+        """Catch up with other writers' appends: the sync lane of :meth:`_refresh_plan` (the
+        operation made here, what it read taken in by the same :meth:`_take_in`). Called with
+        the session lock held."""
+        events = self._storage_refresh()
+        if events:
+            if self._cipher is None and not is_sealed(events[-1]) and not is_sealed(events[0]):
+                self._ingest(events)
+            else:
+                drive(self._take_in(events), self)
 
     def _refresh_plan(self) -> Plan[None]:
         """Catch up: take in the events other writers appended since this object looked."""
         events = yield _REFRESH
         if events:
-            if self._cipher is not None or is_sealed(events[-1]) or is_sealed(events[0]):
-                events = yield from self._from_storage(events)
-            self._ingest(events)
+            yield from self._take_in(events)
+
+    def _take_in(self, events: list[Event]) -> Plan[None]:
+        """Take in events a catch-up read (opened first when the store is encrypted)."""
+        if self._cipher is not None or is_sealed(events[-1]) or is_sealed(events[0]):
+            events = yield from self._from_storage(events)
+        self._ingest(events)
 
     def _check_ttl(self) -> None:
         """Raise :class:`SessionExpired` when the last append is older than the store's TTL."""
@@ -714,10 +733,43 @@ class BaseSession:
         return self._append_one(event)
 
     def _append_one(self, event: Event) -> int:
-        """:meth:`append` without tracing: :meth:`_append_one_plan`, driven synchronously."""
-        plan = self._append_one_plan(self._prepare(event, None))
+        """:meth:`append` without tracing: :meth:`_append_one_plan`, driven synchronously.
+
+        The sync driver's fast lane: when the plan would do nothing but the single-event
+        operation (:meth:`_in_lane`), it performs that operation itself and hands the outcome
+        to the same parts of the plan (:meth:`_one_failed`, :meth:`_one_stored`), which saves
+        making a generator on every append of an agent loop."""
+        prepared = self._prepare(event, None)
         with self._lock:
-            return drive(plan, self)
+            if self._in_lane(prepared):
+                try:
+                    stored = self._storage_append_one(prepared, False)
+                except BaseException as exc:
+                    return drive(self._one_failed(prepared, -1, exc), self)
+                if stored is not None:
+                    if stored.seq != 1 and stored.type != USER_MESSAGE:
+                        return self._take_one(stored)
+                    return drive(self._one_stored(prepared, stored, -1), self)
+            return drive(self._append_one_plan(prepared), self)
+
+    def _in_lane(self, prepared: Event) -> bool:
+        """Whether an append of ``prepared`` is the single-event operation and nothing else: a
+        plain session that has seen events, no TTL, no marker, an id not stored, not unsure,
+        and no older ids to read first. Pure."""
+        if (
+            self._cipher is not None
+            or not self._latest_seq
+            or self._store.ttl is not None
+            or self._unsure
+            or prepared.type == COMPACTION
+        ):
+            return False
+        if self._ids_todo:
+            self._index_window()
+        known = self._ids.get(prepared.id)
+        if known is not None:
+            return False
+        return not (self._ids_from > 1 and self._needs_cover((prepared,)))
 
     def _append_one_plan(self, prepared: Event) -> Plan[int]:
         """Append one prepared event; returns its seq."""
@@ -741,25 +793,34 @@ class BaseSession:
                 if not self._latest_seq:
                     yield from self._check_still_plain()
                 stored = yield AppendOne(prepared, marker == 0)
-                if stored is not None and stored.seq == 1:
-                    yield from self._check_still_plain()  # encrypted while this wrote a new log
             if stored is None:
                 # The general path: other writers' events are checked for the id under the
                 # backend's write lock (_admits).
                 return (yield from self._append_fresh([prepared], marker, None))[0]
-        except _RETRYABLE as exc:
+        except BaseException as exc:
+            return (yield from self._one_failed(prepared, marker, exc))
+        return (yield from self._one_stored(prepared, stored, marker))
+
+    def _one_failed(self, prepared: Event, marker: int, exc: BaseException) -> Plan[int]:
+        """After an append of ``prepared`` raised ``exc``: ride out a lost connection
+        (:meth:`_append_checked`), or remember that the event may be stored and raise."""
+        if isinstance(exc, _RETRYABLE):
             return (yield from self._append_checked([prepared], marker, None, exc))[0]
-        except StorageError:
-            self._unsure.add(eid)
-            raise
-        if marker < 0:  # _extend, inlined for the hot path
-            seq = stored.seq
-            self._window.append(stored)
-            self._latest_seq = seq
-            ids = self._ids  # (a reload while appending may have replaced it)
-            ids[eid] = seq
-            if len(ids) > _ID_LIMIT:
-                self._forget_old_ids()
+        if isinstance(exc, StorageError):
+            self._unsure.add(prepared.id)
+        raise exc
+
+    def _one_stored(self, prepared: Event, stored: Event, marker: int) -> Plan[int]:
+        """After the single-event operation stored ``prepared`` as ``stored``: check that a
+        new log's store is still plain, take it in, apply the history cap."""
+        if stored.seq == 1:
+            try:
+                yield from self._check_still_plain()  # encrypted while this wrote a new log
+            except StorageError:
+                self._unsure.add(prepared.id)
+                raise
+        if marker < 0:
+            self._take_one(stored)
         else:
             self._extend((stored,), marker)
         if stored.type == USER_MESSAGE:
@@ -767,6 +828,17 @@ class BaseSession:
             if cap:
                 yield from self._prune_plan(cap, None)
         return stored.seq
+
+    def _take_one(self, stored: Event) -> int:
+        """Take in one stored event that is not a marker (``_extend``, for the hot path)."""
+        seq = stored.seq
+        self._window.append(stored)
+        self._latest_seq = seq
+        ids = self._ids  # (a reload while appending may have replaced it)
+        ids[stored.id] = seq
+        if len(ids) > _ID_LIMIT:
+            self._forget_old_ids()
+        return seq
 
     def _index_window(self) -> None:
         """Index the ids of the window loaded last (see ``_ids``)."""
@@ -1128,7 +1200,9 @@ class BaseSession:
     @property
     def latest_seq(self) -> int:
         """Highest seq in the log (0 when empty), including other writers' appends."""
-        return self._run(self._latest_seq_plan())
+        with self._lock:
+            self._refresh()
+            return self._latest_seq
 
     def _latest_seq_plan(self) -> Plan[int]:
         yield from self._refresh_plan()
@@ -1146,36 +1220,62 @@ class BaseSession:
         return self._read(after, limit)
 
     def _read(self, after: int, limit: int | None) -> list[Event]:
-        """:meth:`read` without tracing."""
-        return self._run(self._read_plan(after, limit))
+        """:meth:`read` without tracing: :meth:`_read_plan`, with the catch-up in the sync
+        lane (:meth:`_refresh`)."""
+        _check_read(after, limit)
+        if limit == 0:
+            return []
+        with self._lock:
+            self._refresh()
+            served = self._from_window(after, limit)
+            if served is not None:
+                return served
+            return drive(self._read_stored(after, limit), self)
 
     def _read_plan(self, after: int, limit: int | None) -> Plan[list[Event]]:
-        if after < 0:
-            raise UsageError(f"read(after={after}): after must be >= 0")
-        if limit is not None and limit < 0:
-            raise UsageError(f"read(limit={limit}): limit must be >= 0 or None")
+        _check_read(after, limit)
         if limit == 0:
             return []
         yield from self._refresh_plan()
-        if after + 1 >= self._window_start:
-            start = bisect.bisect_right(self._window, after, key=_seq_of)
-            end = len(self._window) if limit is None else start + limit
-            return self._window[start:end]
+        served = self._from_window(after, limit)
+        if served is not None:
+            return served
+        return (yield from self._read_stored(after, limit))
+
+    def _from_window(self, after: int, limit: int | None) -> list[Event] | None:
+        """The events a read asks for, from the window (None: it does not hold them)."""
+        if after + 1 < self._window_start:
+            return None
+        start = bisect.bisect_right(self._window, after, key=_seq_of)
+        end = len(self._window) if limit is None else start + limit
+        return self._window[start:end]
+
+    def _read_stored(self, after: int, limit: int | None) -> Plan[list[Event]]:
         events = yield Read(after, limit)
         return (yield from self._from_storage(events))
 
     def _deriver(self, agent: str | None) -> Plan[Deriver]:
-        key = agent or None
-        deriver = self._derivers.get(key)
+        deriver = self._fed_deriver(agent)
+        if deriver is None:
+            deriver = yield from self._build_deriver(agent or None)
+            self._derivers[agent or None] = deriver
+        return deriver
+
+    def _fed_deriver(self, agent: str | None) -> Deriver | None:
+        """The ``agent`` filter's deriver fed the new events of the window (None: it must be
+        built again, from storage). Pure."""
+        deriver = self._derivers.get(agent or None)
         if deriver is not None:
             start = bisect.bisect_right(self._window, deriver.last_seq, key=_seq_of)
             if deriver.last_seq + 1 >= self._window_start and deriver.feed_all(
                 self._window[start:]
             ):
                 return deriver
-        deriver = yield from self._build_deriver(key)
-        self._derivers[key] = deriver
-        return deriver
+        return None
+
+    def _derived(self, agent: str | None) -> Deriver:
+        """:meth:`_deriver` in the sync lane: the fed deriver, else one built (driven)."""
+        return self._fed_deriver(agent) or drive(self._deriver(agent), self)
 
     def _build_deriver(self, agent: str | None) -> Plan[Deriver]:
         yield from self._full_window()
@@ -1204,7 +1304,9 @@ class BaseSession:
 
     def entries(self, agent: str | None = None) -> list[IndexedMessage]:
         """The derived history with source seqs (what compaction plans its cut on)."""
-        return self._run(self._entries_plan(agent))
+        with self._lock:
+            self._refresh()
+            return self._derived(agent).entries()
 
     def _entries_plan(self, agent: str | None) -> Plan[list[IndexedMessage]]:
         yield from self._refresh_plan()
@@ -1241,7 +1343,9 @@ class BaseSession:
     def _messages(self, agent: str | None, max_tool_result_bytes: int | None) -> list[Message]:
         """:meth:`messages` without tracing: the deriver of the ``agent`` filter (built from the
         window the first time, capped by ``max_loaded_events``), fed the new events."""
-        return self._run(self._messages_plan(agent, max_tool_result_bytes))
+        with self._lock:
+            self._refresh()
+            return self._derived(agent).messages(max_tool_result_bytes)
 
     def _messages_plan(
         self, agent: str | None, max_tool_result_bytes: int | None
