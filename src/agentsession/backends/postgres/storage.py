@@ -13,10 +13,11 @@ from typing import Any
 
 import msgspec
 
+from ...backoff import Backoff
 from ...codec import decode, encode
 from ...errors import CorruptLogError, StorageError, StoreUnavailable
 from ...events import Event, decode_event, encode_event
-from ...session import BaseSession, reconnect_pauses
+from ...session import BaseSession
 from ...store import BaseStore
 from .connections import Connections, _Conn, _Row
 from .schema import TAIL_EVENTS, Statements
@@ -392,12 +393,12 @@ class PostgresSession(BaseSession):
         """Other writers' events between seq ``after`` and an append stored after ``base``:
         read again, with a growing pause, while the connection keeps being lost or the
         server cannot be reached, for the store's ``reconnect_timeout``."""
-        pauses = reconnect_pauses(self._store._reconnect_timeout)
+        backoff = Backoff(tries=1, reconnect_timeout=self._store._reconnect_timeout)
         while True:
             try:
                 return self._read_range(after, base)
             except StoreUnavailable as exc:
-                pause = next(pauses, None)
+                pause = backoff.reconnect_pause()
                 if pause is None:
                     raise self._catch_up_failed(base, count, exc) from exc
                 time.sleep(pause)
