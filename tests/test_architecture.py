@@ -205,8 +205,10 @@ CORE = {
     "agentsession.events",
     "agentsession.keys",
     "agentsession.locks",
+    "agentsession.backoff",
     "agentsession.media",
     "agentsession.messages",
+    "agentsession.ops",
     "agentsession.recorder",
     "agentsession.recovery",
     "agentsession.registry",
@@ -234,6 +236,36 @@ def test_the_command_line_asks_the_store_and_never_imports_a_backend() -> None:
     for name in cli_modules:
         backends = {t for t in graph()[name] if t.startswith("agentsession.backends")}
         assert not backends, (name, backends)
+
+
+def _plans_of(tree: ast.Module) -> list[ast.FunctionDef]:
+    """The functions of a module that return a ``Plan`` (the I/O-free core)."""
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        and node.returns is not None
+        and ast.unparse(node.returns).startswith("Plan[")
+    ]
+
+
+def test_the_plans_perform_no_io() -> None:
+    """The pipeline's plans only yield operations: none of them calls a storage primitive, the
+    store's meta, a driver or a sleep itself (the drivers do)."""
+    tree = ast.parse((SRC / "session.py").read_text(encoding="utf-8"))
+    plans = _plans_of(tree)
+    assert len(plans) >= 20, [p.name for p in plans]
+    forbidden = ("_storage_", "_meta_get", "_meta", "sleep", "drive", "_run", "_refresh")
+    for plan in plans:
+        for node in ast.walk(plan):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                name = node.func.attr
+                assert not any(name == f or name.startswith("_storage_") for f in forbidden), (
+                    plan.name,
+                    name,
+                )
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                assert node.func.id not in ("drive", "adrive", "sleep"), (plan.name, node.func.id)
 
 
 def test_backends_do_not_decode_payloads() -> None:
