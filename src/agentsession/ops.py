@@ -22,7 +22,6 @@ the :class:`SyncLog` and :class:`AsyncLog` protocols below.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Generator
 from typing import Any, Protocol, TypeVar
@@ -235,6 +234,8 @@ class Pause(Op):
         time.sleep(self.seconds)
 
     async def arun(self, log: SyncLog, native: AsyncLog | None) -> None:
+        import asyncio  # here: importing the core must not import asyncio (nor fcntl)
+
         await asyncio.sleep(self.seconds)
 
 
