@@ -215,6 +215,7 @@ CORE = {
     "agentsession.runstate",
     "agentsession.session",
     "agentsession.stats",
+    "agentsession.storage",
     "agentsession.store",
     "agentsession.validation",
 }
@@ -344,3 +345,42 @@ def test_a_registered_backend_is_opened_by_its_scheme() -> None:
         agentsession.open_store("nosuchbackend://x")
     with pytest.raises(agentsession.UsageError):
         register_backend("x", factory)  # too short to be a scheme
+
+
+# Backends implement the storage contract by composition (agentsession.storage.LogStorage):
+# the memory backend, the reference, does; these still subclass the session and move over one
+# by one. The list may only shrink: an entry that no longer subclasses fails the test too.
+SESSION_SUBCLASSES_LEFT = {
+    "backends/jsonl/logfile.py:JsonlSession",
+    "backends/sqlite.py:SqliteSession",
+    "backends/postgres/storage.py:PostgresSession",
+}
+
+
+def _session_subclasses() -> set[str]:
+    found = set()
+    for path in sorted((SRC / "backends").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(
+                ast.unparse(base).endswith("BaseSession") for base in node.bases
+            ):
+                found.add(f"{path.relative_to(SRC).as_posix()}:{node.name}")
+    return found
+
+
+def test_backends_compose_the_session_instead_of_subclassing_it() -> None:
+    assert _session_subclasses() == SESSION_SUBCLASSES_LEFT
+
+
+def test_the_reference_backend_reaches_into_no_other_object() -> None:
+    """The memory backend touches no ``_``-prefixed attribute but its own objects' (self)."""
+    tree = ast.parse((SRC / "backends" / "memory.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+        ):
+            raise AssertionError(f"memory.py line {node.lineno}: {ast.unparse(node)}")

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 import agentsession as ags
 from agentsession import derive
 from agentsession.backends.jsonl import JsonlSession
-from agentsession.backends.memory import MemorySession
 from agentsession.backends.sqlite import SqliteSession
 from agentsession.events import Event, StepEnd, StepStart, TurnEnd, TurnStart
 from agentsession.validation import provider_errors
@@ -186,7 +185,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         found = Backend(name, url, PostgresSession)
     else:
         url, cls = {
-            "memory": ("memory:", MemorySession),
+            "memory": ("memory:", ags.BaseSession),
             "jsonl": (str(tmp_path / "store"), JsonlSession),
             "sqlite": (f"sqlite:///{tmp_path}/s.db", SqliteSession),
         }[name]

@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from .events import Event
+from .storage import Reopen
 
 __all__ = [
     "Append",
@@ -61,11 +62,11 @@ class SyncLog(Protocol):
 
     def _storage_append(
         self, events: list[Event], marker: int, expect_seq: int | None
-    ) -> tuple[list[Event], list[Event]]: ...
+    ) -> tuple[list[Event], list[Event]] | Reopen: ...
 
     def _storage_append_one(self, event: Event, marker: bool) -> Event | None: ...
 
-    def _storage_refresh(self) -> list[Event]: ...
+    def _storage_refresh(self) -> list[Event] | Reopen: ...
 
     def _storage_read(self, after: int, limit: int | None) -> list[Event]: ...
 
@@ -138,7 +139,7 @@ class Append(Op):
     marker: int
     expect_seq: int | None
 
-    def run(self, log: SyncLog) -> tuple[list[Event], list[Event]]:
+    def run(self, log: SyncLog) -> tuple[list[Event], list[Event]] | Reopen:
         return log._storage_append(self.events, self.marker, self.expect_seq)
 
     async def arun(self, log: SyncLog, native: AsyncLog | None) -> Any:
@@ -167,7 +168,7 @@ class AppendOne(Op):
 class Refresh(Op):
     """The events other writers appended since the session last looked."""
 
-    def run(self, log: SyncLog) -> list[Event]:
+    def run(self, log: SyncLog) -> list[Event] | Reopen:
         return log._storage_refresh()
 
     async def arun(self, log: SyncLog, native: AsyncLog | None) -> Any:

@@ -85,6 +85,7 @@ from .ops import (
     drive,
 )
 from .recorder import Turn
+from .storage import LogStorage, Reopen
 
 __all__ = ["BaseSession", "SessionHost", "check_event"]
 
@@ -293,11 +294,40 @@ def check_event(event: object, session_id: str) -> Event:
     return event
 
 
-class BaseSession:
-    """Shared behaviour of every backend's session. Subclasses implement ``_storage_*``."""
+class _View:
+    """What a session's log storage may know of it (:class:`~agentsession.storage.LogView`)."""
 
-    def __init__(self, store: SessionHost, session_id: str) -> None:
+    __slots__ = ("_session",)
+
+    def __init__(self, session: BaseSession) -> None:
+        self._session = session
+
+    @property
+    def id(self) -> str:
+        return self._session._id
+
+    @property
+    def seen_seq(self) -> int:
+        return self._session._latest_seq
+
+    def admits(self, foreign: Sequence[Event], events: Sequence[Event]) -> bool:
+        return self._session._admits(foreign, events)
+
+    def seal_is_stale(self) -> bool:
+        return self._session._seal_is_stale()
+
+
+class BaseSession:
+    """One conversation's session: the pipeline's plans over a log storage.
+
+    A backend makes it with the storage of the session's log (``BaseSession(store, id, log)``,
+    a :class:`~agentsession.storage.LogStorage`), which it opens at once; the session's own
+    behaviour is the same on every backend."""
+
+    def __init__(self, store: SessionHost, session_id: str, log: LogStorage | None = None) -> None:
         self._store = store
+        self._log = log
+        self._view = _View(self)
         self._id = session_id
         self._lock = threading.RLock()
         self._window: list[Event] = []
@@ -329,72 +359,87 @@ class BaseSession:
         self._ids_from = 1
         self._loaded_ms = 0
         _live_sessions.add(self)
+        if log is not None:
+            with self._lock:
+                self._load()
 
-    # -- storage primitives (backends) ----------------------------------------------------
+    # -- storage primitives ---------------------------------------------------------------
+    #
+    # A backend gives the session a LogStorage (agentsession.storage) when it makes it:
+    # ``BaseSession(store, id, log)``; these methods hand each operation to it. (A backend may
+    # still subclass the session and override them instead; see docs/architecture.md.)
 
     def _storage_open(self) -> tuple[list[Event], bool]:
         """Events from the latest compaction marker to the end, and whether that is the whole
         log: the full window. Called with the session lock held."""
-        raise NotImplementedError
+        return self._required_log().open(self._view)
 
     def _storage_open_tail(self) -> tuple[list[Event], bool]:
         """Open the log cheaply: the latest events (at least the last one when the log has
         any; a small tail, in seq order), found without reading the log from the start, and
-        whether they are the whole log. It sets whatever the backend needs to append and catch
-        up from the end. The default opens the full window. Called with the session lock
-        held."""
-        return self._storage_open()
+        whether they are the whole log. Called with the session lock held."""
+        if self._log is None:
+            return self._storage_open()
+        return self._log.open_tail(self._view)
 
     def _storage_append(
         self, events: list[Event], marker: int, expect_seq: int | None
-    ) -> tuple[list[Event], list[Event]]:
-        """Persist ``events`` (seq 0, time stamped) atomically after whatever is stored now.
-
-        ``marker`` is the index in the batch of the last compaction marker that rebuilds the
-        history (-1 when there is none), for backends that remember where opening starts.
-        With ``expect_seq`` set, store nothing unless the stored latest seq is ``expect_seq``.
-        Under its write lock, after catching up and before allocating seqs, a backend asks
-        :meth:`_admits` whether the batch may be written (none of its ids is stored) and
-        stores nothing when it may not. A backend without a write lock of its own appends
-        only after the latest seq this session has seen (``expect_seq`` or ``latest_seq``),
-        so that the pipeline checks what another writer appended first and tries again.
-
-        Returns the events other writers appended since this session last looked, then the
-        stored events with their seqs (empty when nothing was written). Called with the
-        session lock held.
-        """
-        raise NotImplementedError
+    ) -> tuple[list[Event], list[Event]] | Reopen:
+        """Persist ``events`` (seq 0, time stamped) atomically after whatever is stored now
+        (see :meth:`agentsession.storage.LogStorage.append`): returns the events other writers
+        appended since this session last looked, then the stored events with their seqs
+        (empty when nothing was written), or :data:`~agentsession.storage.REOPEN`. Called
+        with the session lock held."""
+        return self._required_log().append(self._view, events, marker, expect_seq)
 
     def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
         """Optional fast path for one event: store it with seq ``latest_seq + 1`` when this
         session saw the log last, and return it with its seq; return None (having written
         nothing) to take the general path. Called with the session lock held."""
-        return None
+        if self._log is None:
+            return None
+        return self._log.append_one(self._view, event, marker)
 
-    def _storage_refresh(self) -> list[Event]:
-        """Events other writers appended since this session last looked."""
-        raise NotImplementedError
+    def _storage_refresh(self) -> list[Event] | Reopen:
+        """Events other writers appended since this session last looked (or
+        :data:`~agentsession.storage.REOPEN`)."""
+        return self._required_log().refresh(self._view)
 
     def _storage_read(self, after: int, limit: int | None) -> list[Event]:
         """Events with ``seq > after`` from storage."""
-        raise NotImplementedError
+        return self._required_log().read(after, limit)
 
     def _storage_close(self) -> None:
         """Release backend resources (the session stays usable and reopens them)."""
+        if self._log is not None:
+            self._log.close()
 
     def _storage_after_fork(self) -> None:
         """In a forked child, before any use: stop sharing descriptors, connections and locks
-        with the parent (reopen them lazily). The default shares nothing."""
+        with the parent (reopen them lazily)."""
+        if self._log is not None:
+            self._log.after_fork()
+
+    def _required_log(self) -> LogStorage:
+        log = self._log
+        if log is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no log storage: pass one to BaseSession(store, id, "
+                "log) or override the _storage_* methods"
+            )
+        return log
 
     @property
     def location(self) -> str:
         """Where the session is stored, for people (a path, a URL, ``memory``)."""
-        raise NotImplementedError
+        return self._required_log().location
 
     @property
     def log_identity(self) -> tuple[str, ...]:
         """What identifies the stored log within this process: two session objects of one log
         (from two store objects, say) have equal identities."""
+        if self._log is not None:
+            return self._log.identity
         return (type(self).__name__, self.location, self._id)
 
     # -- in-memory state, read without I/O (the async API's placement) --------------------
@@ -670,7 +715,9 @@ class BaseSession:
         the session lock held."""
         events = self._storage_refresh()
         if events:
-            if self._cipher is None and not is_sealed(events[-1]) and not is_sealed(events[0]):
+            if isinstance(events, Reopen):
+                drive(self._reopen(), self)
+            elif self._cipher is None and not is_sealed(events[-1]) and not is_sealed(events[0]):
                 self._ingest(events)
             else:
                 drive(self._take_in(events), self)
@@ -678,8 +725,16 @@ class BaseSession:
     def _refresh_plan(self) -> Plan[None]:
         """Catch up: take in the events other writers appended since this object looked."""
         events = yield _REFRESH
-        if events:
+        if isinstance(events, Reopen):
+            yield from self._reopen()
+        elif events:
             yield from self._take_in(events)
+
+    def _reopen(self) -> Plan[None]:
+        """The log this object read is gone (deleted, perhaps created again): forget it and
+        open the log again at its tail."""
+        self._reset()
+        yield from self._load_plan()
 
     def _take_in(self, events: list[Event]) -> Plan[None]:
         """Take in events a catch-up read (opened first when the store is encrypted)."""
@@ -1102,7 +1157,11 @@ class BaseSession:
             else:
                 if not self._latest_seq:
                     yield from self._check_still_plain()
-                foreign, stored = yield Append(todo, marker, expect_seq)
+                appended = yield Append(todo, marker, expect_seq)
+                if isinstance(appended, Reopen):
+                    yield from self._reopen()
+                    continue
+                foreign, stored = appended
             self._ingest(foreign)
             if stored:
                 if self._cipher is None and stored[0].seq == 1:
@@ -1168,9 +1227,13 @@ class BaseSession:
                     one = yield AppendOne(sealed[0], marker == 0)
                     if one is not None:
                         return [_replace(batch[0], seq=one.seq)]
-                foreign, stored = yield Append(sealed, marker, base)
+                appended = yield Append(sealed, marker, base)
             finally:
                 self._sealed_in = None
+            if isinstance(appended, Reopen):
+                yield from self._reopen()
+                continue
+            foreign, stored = appended
             if foreign:
                 foreign = yield from self._from_storage(foreign)
                 self._ingest(foreign)

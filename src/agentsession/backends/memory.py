@@ -1,8 +1,10 @@
 """The memory backend: the reference implementation of the storage contract.
 
 Every session of a store lives in a list inside that store; nothing survives the process.
-Several session objects for one id (for example one evicted from the cache and a fresh one)
-share the list, so seqs stay unique and gap-free exactly as on the durable backends.
+:class:`MemoryLog` is the whole of a session's storage (the
+:class:`~agentsession.storage.LogStorage` contract, by composition: the session is the
+library's :class:`~agentsession.BaseSession`, given the log); :class:`MemoryStore` keeps the
+lists, the meta values and the catalog.
 """
 
 from __future__ import annotations
@@ -18,86 +20,30 @@ from ..contract import Capabilities, SessionInfo
 from ..events import Event
 from ..locks import ThreadLocker
 from ..session import BaseSession
+from ..storage import REOPEN, LogView, Reopen
 from ..store import BaseStore
 
-__all__ = ["MemorySession", "MemoryStore", "MetaInMemory", "open_memory"]
+__all__ = ["MemoryLog", "MemoryStore", "MetaInMemory", "open_memory"]
 
 
-class MemorySession(BaseSession):
-    """A session whose log is a list in its :class:`MemoryStore`."""
+class MemoryLog:
+    """One session's log in a :class:`MemoryStore`: a list in the store's dict, the reference
+    :class:`~agentsession.storage.LogStorage`.
 
-    _store: MemoryStore
+    Several logs for one id (a session object evicted from the cache and a fresh one, say)
+    share the list, so seqs stay unique and gap-free exactly as on the durable backends. A
+    log remembers which list it read (its *life*): when the store's list for the id is another
+    one (the session was deleted, and perhaps created again), it answers
+    :data:`~agentsession.storage.REOPEN` and the session opens it again."""
 
-    def __init__(self, store: MemoryStore, session_id: str) -> None:
-        super().__init__(store, session_id)
+    def __init__(
+        self, logs: dict[str, list[Event]], lock: threading.RLock, session_id: str, store: str
+    ) -> None:
+        self._logs = logs
+        self._lock = lock
+        self._id = session_id
+        self._identity = ("memory", store, session_id)
         self._life: list[Event] | None = None  # the store's list this object has read
-        with self._lock:
-            self._load()
-
-    def _log(self) -> list[Event]:
-        """The session's current log; when it is another list than the one read before (the
-        session was deleted, and perhaps created again), everything cached is forgotten."""
-        log = self._store._logs.get(self._id)
-        if log is not self._life:
-            if self._life is not None or self._latest_seq:
-                self._reset()
-            self._life = log
-        return [] if log is None else log
-
-    def _storage_open(self) -> tuple[list[Event], bool]:
-        with self._store._data_lock:
-            self._life = self._store._logs.get(self._id)
-            return list(self._life or ()), True
-
-    def _storage_open_tail(self) -> tuple[list[Event], bool]:
-        with self._store._data_lock:
-            self._life = self._store._logs.get(self._id)
-            log = self._life or ()
-            return list(log[-1:]), len(log) <= 1
-
-    def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
-        """The fast path: store one event at ``latest_seq + 1`` when this object's log is the
-        store's and nothing was appended since it last looked; None otherwise."""
-        with self._store._data_lock:
-            log = self._life
-            if log is None or len(log) != self._latest_seq:
-                return None
-            if self._store._logs.get(self._id) is not log:
-                return None  # deleted (and perhaps created again): the general path resets
-            stored = msgspec.structs.replace(event, seq=len(log) + 1)
-            log.append(stored)
-            return stored
-
-    def _storage_append(
-        self, events: list[Event], marker: int, expect_seq: int | None
-    ) -> tuple[list[Event], list[Event]]:
-        with self._store._data_lock:
-            log = self._log()
-            foreign = log[self._latest_seq :]
-            base = len(log)
-            if (
-                (expect_seq is not None and base != expect_seq)
-                or self._seal_is_stale()
-                or not self._admits(foreign, events)
-            ):
-                return foreign, []
-            if self._life is None:
-                log = self._life = self._store._logs.setdefault(self._id, [])
-            stored = [
-                msgspec.structs.replace(event, seq=base + i)
-                for i, event in enumerate(events, start=1)
-            ]
-            log.extend(stored)
-            return foreign, stored
-
-    def _storage_refresh(self) -> list[Event]:
-        with self._store._data_lock:
-            return self._log()[self._latest_seq :]
-
-    def _storage_read(self, after: int, limit: int | None) -> list[Event]:
-        with self._store._data_lock:
-            log = self._store._logs.get(self._id, [])
-            return log[after : None if limit is None else after + limit]
 
     @property
     def location(self) -> str:
@@ -105,9 +51,85 @@ class MemorySession(BaseSession):
         return "memory"
 
     @property
-    def log_identity(self) -> tuple[str, ...]:
+    def identity(self) -> tuple[str, ...]:
         """Memory logs belong to one store object."""
-        return ("memory", str(id(self._store)), self._id)
+        return self._identity
+
+    def open(self, view: LogView) -> tuple[list[Event], bool]:
+        with self._lock:
+            self._life = self._logs.get(self._id)
+            return list(self._life or ()), True
+
+    def open_tail(self, view: LogView) -> tuple[list[Event], bool]:
+        with self._lock:
+            self._life = self._logs.get(self._id)
+            log = self._life or ()
+            return list(log[-1:]), len(log) <= 1
+
+    def append_one(self, view: LogView, event: Event, marker: bool) -> Event | None:
+        """The fast path: one event at ``seen_seq + 1`` when this log's list is the store's
+        and nothing was appended since the session last looked; None otherwise."""
+        with self._lock:
+            log = self._life
+            if log is None or len(log) != view.seen_seq or self._logs.get(self._id) is not log:
+                return None
+            stored = msgspec.structs.replace(event, seq=len(log) + 1)
+            log.append(stored)
+            return stored
+
+    def append(
+        self, view: LogView, events: list[Event], marker: int, expect_seq: int | None
+    ) -> tuple[list[Event], list[Event]] | Reopen:
+        with self._lock:
+            log = self._current(view)
+            if isinstance(log, Reopen):
+                return log
+            foreign = log[view.seen_seq :]
+            base = len(log)
+            if (
+                (expect_seq is not None and base != expect_seq)
+                or view.seal_is_stale()
+                or not view.admits(foreign, events)
+            ):
+                return foreign, []
+            if self._life is None:
+                log = self._life = self._logs.setdefault(self._id, [])
+            stored = [
+                msgspec.structs.replace(event, seq=base + i)
+                for i, event in enumerate(events, start=1)
+            ]
+            log.extend(stored)
+            return foreign, stored
+
+    def refresh(self, view: LogView) -> list[Event] | Reopen:
+        with self._lock:
+            log = self._current(view)
+            return log if isinstance(log, Reopen) else log[view.seen_seq :]
+
+    def read(self, after: int, limit: int | None) -> list[Event]:
+        with self._lock:
+            log = self._logs.get(self._id, [])
+            return log[after : None if limit is None else after + limit]
+
+    def quarantine(self, event: Event, reason: str) -> bool:
+        """Nothing is quarantined in memory."""
+        return False
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def after_fork(self) -> None:
+        """Nothing is shared with another process."""
+
+    def _current(self, view: LogView) -> list[Event] | Reopen:
+        """The store's list for the id, or REOPEN when it is not the one this log read (and
+        the session has seen something of that one)."""
+        log = self._logs.get(self._id)
+        if log is not self._life:
+            if self._life is not None or view.seen_seq:
+                return REOPEN
+            self._life = log
+        return [] if log is None else log
 
 
 class MetaInMemory:
@@ -163,8 +185,9 @@ class MemoryStore(MetaInMemory, BaseStore):
     def _make_locker(self) -> ThreadLocker:
         return ThreadLocker()
 
-    def _open_session(self, session_id: str) -> MemorySession:
-        return MemorySession(self, session_id)
+    def _open_session(self, session_id: str) -> BaseSession:
+        log = MemoryLog(self._logs, self._data_lock, session_id, str(id(self)))
+        return BaseSession(self, session_id, log)
 
     def _exists(self, session_id: str) -> bool:
         with self._data_lock:

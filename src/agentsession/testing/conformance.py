@@ -38,6 +38,7 @@ from ..errors import (
 from ..events import Event, decode, encode_event
 from ..messages import Message, ToolCall, ToolResult
 from ..session import BaseSession
+from ..storage import Reopen
 from ..store import BaseStore, open_store
 from ._processes import OPEN as _OPEN
 from ._processes import child_env as _child_env
@@ -969,7 +970,9 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
             cipher = ring.cipher("odd")
             raw = [cipher.seal(event, seq) for seq, event in enumerate(raw, start=2)]
         with session._lock:  # the storage primitive itself, below the pipeline's checks
-            foreign, stored = session._storage_append(raw, 0, None)
+            appended = session._storage_append(raw, 0, None)
+            assert not isinstance(appended, Reopen)
+            foreign, stored = appended
             session._ingest(session._run(session._from_storage(foreign)))
             session._ingest(session._run(session._from_storage(stored)))
         assert [decode(e.data) for e in session.read()[1:]] == [odd, odd, [1]]
