@@ -177,12 +177,16 @@ def span(name: str, **attributes: Unpack[Attributes]) -> Span:
 
 def backend_of(obj: object) -> str:
     """A short backend name for a session or store object: its class name without a
-    ``Session``/``Store`` suffix, lower-cased (``JsonlSession`` is ``jsonl``)."""
+    ``Session``/``Store``/``Log`` suffix, lower-cased (``JsonlSession`` is ``jsonl``); a session
+    made with a log storage is named by its log (``MemoryLog`` is ``memory``)."""
+    log = getattr(obj, "_log", None)
+    if log is not None and not callable(log):
+        obj = log
     kind = type(obj)
     name = _backend_names.get(kind)
     if name is None:
         name = kind.__name__
-        for suffix in ("Session", "Store"):
+        for suffix in ("Session", "Store", "Log"):
             if name.endswith(suffix) and len(name) > len(suffix):
                 name = name[: -len(suffix)]
                 break
