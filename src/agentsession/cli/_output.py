@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.text import Text
 
+from ..errors import UsageError
 from ..events import encode
 
 EXIT_ERROR = 1
@@ -246,7 +247,7 @@ def _count(n: int | None) -> str:
 
 def _ids_from(arguments: Sequence[str]) -> tuple[list[str], bool]:
     """The ids given, ``-`` replaced by the lines of stdin (blank ones skipped), without
-    repeats; and whether stdin was read."""
+    repeats; and whether stdin was read. None at all (an empty stdin) is a usage error."""
     ids: list[str] = []
     from_stdin = False
     for argument in arguments:
@@ -257,7 +258,32 @@ def _ids_from(arguments: Sequence[str]) -> tuple[list[str], bool]:
             ids.extend(line.strip() for line in sys.stdin if line.strip())
         else:
             ids.append(argument)
+    if not ids:
+        raise UsageError("no session ids given (stdin was empty)")
     return list(dict.fromkeys(ids)), from_stdin
+
+
+def _ask_first(
+    *, yes: bool, from_stdin: bool, asks: str, instead: str, question: str, declined: str
+) -> None:
+    """Go on only when the user agreed: with -y/--yes, or by answering ``question`` on a
+    terminal. Ids from stdin, or no terminal, and no -y/--yes: a usage error
+    (``"{asks}, but {why}: pass -y/--yes to {instead}"``); a question answered no: ``declined``
+    and the error exit status."""
+    if yes:
+        return
+    if from_stdin or not is_terminal(sys.stdin):
+        why = "the ids came from stdin" if from_stdin else "stdin is not a terminal"
+        raise UsageError(f"{asks}, but {why}: pass -y/--yes to {instead}")
+    if not click.confirm(question, default=False, err=True):
+        click.echo(declined, err=True)
+        raise click.exceptions.Exit(EXIT_ERROR)
+
+
+def _others_too(others: int) -> str:
+    """The end of a refusal naming the first id that has children: how many more do."""
+    verb = "has" if others == 1 else "have"
+    return f"; {others} more of the ids given {verb} children too" if others else ""
 
 
 def _listing(ids: Sequence[str], limit: int = 10) -> str:

@@ -7,6 +7,7 @@ import difflib
 import logging
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,6 +238,28 @@ def _not_found(store: BaseStore, session_id: str, more: int = 0) -> SessionNotFo
     if hint is not None:
         message += f"; did you mean {hint!r}?"
     return SessionNotFound(session_id, message)
+
+
+def _check_exist(store: BaseStore, ids: Sequence[str]) -> None:
+    """Raise :class:`SessionNotFound` for the first id that does not exist (counting the
+    others), before anything is done to any of them."""
+    missing = [sid for sid in ids if not store.exists(sid)]
+    if missing:
+        raise _not_found(store, missing[0], more=len(missing) - 1)
+
+
+def _outermost(
+    ids: Sequence[str], subtrees: Mapping[str, Mapping[str, str]]
+) -> tuple[list[str], dict[str, str], list[str]]:
+    """The ids given but those inside the subtree (child to parent, as
+    :func:`~agentsession.children.descendants` gives it) of another id given, which go with
+    that one; the parent of every session below them; and every session, each id followed by
+    its subtree."""
+    inside = {child for sid in ids for child in subtrees[sid]}
+    outer = [sid for sid in ids if sid not in inside]
+    parent_of = {child: parent for sid in outer for child, parent in subtrees[sid].items()}
+    everything = [item for sid in outer for item in (sid, *subtrees[sid])]
+    return outer, parent_of, everything
 
 
 @dataclass

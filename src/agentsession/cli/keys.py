@@ -12,8 +12,18 @@ from ..errors import UsageError
 from ..store import BaseStore
 from . import _output
 from ._group import CONTEXT, _examples, cli, pass_state
-from ._output import EXIT_ERROR, _echo, _fail, _ids_from, _json_line, _listing, _progress, clean
-from ._state import PASSPHRASE_ENV, Secret, State, _not_found, read_key_file
+from ._output import (
+    _ask_first,
+    _echo,
+    _fail,
+    _ids_from,
+    _json_line,
+    _listing,
+    _others_too,
+    _progress,
+    clean,
+)
+from ._state import PASSPHRASE_ENV, Secret, State, _check_exist, _outermost, read_key_file
 
 
 def _encrypted_store(state: State, command: str) -> BaseStore:
@@ -130,12 +140,8 @@ def shred_command(
     if recursive and keep_children:
         raise UsageError("give -r/--recursive or --keep-children, not both")
     ids, from_stdin = _ids_from(session_ids)
-    if not ids:
-        raise UsageError("no session ids given (stdin was empty)")
     store = _encrypted_store(state, "shred")
-    missing = [sid for sid in ids if not store.exists(sid)]
-    if missing:
-        raise _not_found(store, missing[0], more=len(missing) - 1)
+    _check_exist(store, ids)
     subtrees = {sid: descendants(store, sid) for sid in ids}
     # The children that hold copies still readable (a shredded child holds none).
     keeping = {
@@ -146,35 +152,26 @@ def shred_command(
         parents = [sid for sid in ids if keeping[sid]]
         if parents and not keep_children:
             first = parents[0]
-            others = len(parents) - 1
-            verb = "has" if others == 1 else "have"
-            more = f"; {others} more of the ids given {verb} children too" if others else ""
             _fail(
                 f"session {clean(first)!r} has {len(keeping[first])} child session(s) holding "
-                f"copies of its history ({_listing(keeping[first], 5)}){more}: pass "
+                f"copies of its history ({_listing(keeping[first], 5)})"
+                f"{_others_too(len(parents) - 1)}: pass "
                 "-r/--recursive to shred them too, or --keep-children to shred it alone; "
                 "nothing shredded"
             )
         subtrees = {sid: {} for sid in ids}
-    # An id inside the subtree of another id given goes with that one.
-    inside = {child for sid in ids for child in subtrees[sid]}
-    ids = [sid for sid in ids if sid not in inside]
-    parent_of = {child: parent for sid in ids for child, parent in subtrees[sid].items()}
-    everything = [item for sid in ids for item in (sid, *subtrees[sid])]
-    if not yes:
-        if from_stdin or not _output.is_terminal(sys.stdin):
-            why = "the ids came from stdin" if from_stdin else "stdin is not a terminal"
-            raise UsageError(
-                f"shred destroys keys for good and asks first, but {why}: pass -y/--yes to "
-                f"shred {len(everything)} session(s) without asking"
-            )
-        question = (
+    ids, parent_of, everything = _outermost(ids, subtrees)
+    _ask_first(
+        yes=yes,
+        from_stdin=from_stdin,
+        asks="shred destroys keys for good and asks first",
+        instead=f"shred {len(everything)} session(s) without asking",
+        question=(
             f"Shred {len(everything)} session(s) for good (their events can never be read "
             f"again): {_listing(everything)}?"
-        )
-        if not click.confirm(question, default=False, err=True):
-            click.echo("nothing shredded", err=True)
-            raise click.exceptions.Exit(EXIT_ERROR)
+        ),
+        declined="nothing shredded",
+    )
     with _progress(len(ids), "shredding") as advance:
         for sid in ids:
             done = store.shred(sid, recursive=recursive, keep_children=keep_children)

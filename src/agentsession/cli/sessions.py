@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import sys
 from collections.abc import Sequence
 
 import click
@@ -11,12 +10,10 @@ import msgspec
 
 from .. import children
 from ..children import SessionTree
-from ..errors import UsageError
 from ..stats import SessionStats, StoreStats
-from . import _output
 from ._group import CONTEXT, _examples, cli, pass_state
 from ._output import (
-    EXIT_ERROR,
+    _ask_first,
     _columns,
     _count,
     _echo,
@@ -24,12 +21,13 @@ from ._output import (
     _ids_from,
     _json_line,
     _listing,
+    _others_too,
     _progress,
     _size,
     _when,
     clean,
 )
-from ._state import State, _not_found
+from ._state import State, _check_exist, _outermost
 
 
 class _Row(msgspec.Struct):
@@ -228,12 +226,8 @@ def rm_command(
     deleted when one of the ids does not exist, nor when one has child sessions and
     -r/--recursive is not given (with it, each session's whole subtree goes)."""
     ids, from_stdin = _ids_from(session_ids)
-    if not ids:
-        raise UsageError("no session ids given (stdin was empty)")
     store = state.store()
-    missing = [sid for sid in ids if not store.exists(sid)]
-    if missing:
-        raise _not_found(store, missing[0], more=len(missing) - 1)
+    _check_exist(store, ids)
     subtrees = {sid: children.descendants(store, sid) for sid in ids}
     if not recursive:
         parents = [sid for sid in ids if subtrees[sid]]
@@ -242,19 +236,13 @@ def rm_command(
             kids = sum(1 for parent in subtrees[first].values() if parent == first)
             below = len(subtrees[first])
             deeper = f" ({below} sessions below it in all)" if below > kids else ""
-            others = len(parents) - 1
-            verb = "has" if others == 1 else "have"
-            more = f"; {others} more of the ids given {verb} children too" if others else ""
             _fail(
-                f"session {first!r} has {kids} child session(s){deeper}{more}: pass "
+                f"session {first!r} has {kids} child session(s){deeper}"
+                f"{_others_too(len(parents) - 1)}: pass "
                 "-r/--recursive to delete them with it (rm -r --dry-run shows what would "
                 "go); nothing deleted"
             )
-    # An id inside the subtree of another id given goes with that one.
-    inside = {child for sid in ids for child in subtrees[sid]}
-    ids = [sid for sid in ids if sid not in inside]
-    parent_of = {child: parent for sid in ids for child, parent in subtrees[sid].items()}
-    everything = [item for sid in ids for item in (sid, *subtrees[sid])]
+    ids, parent_of, everything = _outermost(ids, subtrees)
     wanted = set(everything)
     counts: dict[str, int | None] = {
         info.id: info.last_seq if info.last_seq >= 0 else None
@@ -274,17 +262,17 @@ def rm_command(
                 events = _count(counts.get(sid))
                 _echo(f"would delete {clean(sid)} ({events} events{child_of(sid, ', ')})")
         return
-    if not yes:
-        if from_stdin or not _output.is_terminal(sys.stdin):
-            why = "the ids came from stdin" if from_stdin else "stdin is not a terminal"
-            raise UsageError(
-                f"rm deletes for good and asks first, but {why}: pass -y/--yes to delete "
-                f"{len(everything)} session(s) without asking (--dry-run shows what would go)"
-            )
-        question = f"Delete {len(everything)} session(s) for good: {_listing(everything)}?"
-        if not click.confirm(question, default=False, err=True):
-            click.echo("nothing deleted", err=True)
-            raise click.exceptions.Exit(EXIT_ERROR)
+    _ask_first(
+        yes=yes,
+        from_stdin=from_stdin,
+        asks="rm deletes for good and asks first",
+        instead=(
+            f"delete {len(everything)} session(s) without asking (--dry-run shows what "
+            "would go)"
+        ),
+        question=f"Delete {len(everything)} session(s) for good: {_listing(everything)}?",
+        declined="nothing deleted",
+    )
     with _progress(len(ids), "deleting") as advance:
         for sid in ids:
             # The library deletes the children first, so an interrupted rm -r leaves the
