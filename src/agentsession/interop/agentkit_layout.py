@@ -23,6 +23,7 @@ from typing import Literal
 
 import msgspec
 
+from .._files import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK, atomic_write, compare_and_set
 from ..codec import decode, encode
 from ..errors import CorruptLogError, StorageError, StoreUnavailable, UsageError
 from ..events import Event
@@ -53,10 +54,6 @@ _SIDECARS = {"active": ("current.json", "sessionId"), "bind": ("agent.json", "ag
 # The entry key or session id an agentkit sidecar file was written for (agentkit ignores it):
 # agentkit's names are not injective, so it tells two colliding keys apart.
 _CLAIM = "agentsessionKey"
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def agentkit_file_name(session_id: str) -> str:
@@ -271,24 +268,14 @@ class AgentkitMeta:
         layout."""
         if kind not in _SIDECARS and kind != "cli":
             return self._files.cas(kind, key, expected, new)
-        if self.get(kind, key) != expected:
-            return False  # another value now: no lock needed to say so
-        if new == expected:
-            return True
-        import fcntl  # here: the JSONL store says why it needs POSIX, this module need not
-
-        fd = self._root_fd()
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError as exc:
-                raise StorageError(f"cannot lock {self._root}: {exc}") from exc
-            if self.get(kind, key) != expected:
-                return False
-            self.set(kind, key, new)
-            return True
-        finally:
-            os.close(fd)  # releases the lock
+        return compare_and_set(
+            lambda: self.get(kind, key),
+            lambda value: self.set(kind, key, value),
+            expected,
+            new,
+            open_lock=self._root_fd,
+            lock_name=self._root,
+        )
 
     def list(self, kind: str | None) -> list[tuple[str, str, str]]:
         """The entries of ``files``, and agentkit's: the sidecars of the active-session map
@@ -337,7 +324,7 @@ class AgentkitMeta:
 
     def _root_fd(self) -> int:
         try:
-            return os.open(self._root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+            return os.open(self._root, os.O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         except OSError as exc:
             raise StoreUnavailable(f"cannot open the store directory {self._root}: {exc}") from exc
 
@@ -405,7 +392,7 @@ class AgentkitMeta:
                         os.unlink(file_name, dir_fd=dfd)
                 else:
                     body = encode({field: value, _CLAIM: key})
-                    _atomic_write_at(dfd, file_name, body)
+                    atomic_write(file_name, body, dir_fd=dfd)
             finally:
                 os.close(dfd)
             if value is None:
@@ -524,7 +511,7 @@ def _open_subdir(root: int, name: str, where: str, *, create: bool) -> int | Non
         except FileExistsError:
             pass
     try:
-        fd = os.open(name, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=root)
+        fd = os.open(name, os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, dir_fd=root)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -542,7 +529,7 @@ def _open_subdir(root: int, name: str, where: str, *, create: bool) -> int | Non
 def _read_regular(dirfd: int, name: str, where: str) -> bytes | None:
     """The content of the regular file ``name`` in ``dirfd`` (no symbolic link), or None."""
     try:
-        fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, dir_fd=dirfd)
+        fd = os.open(name, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, dir_fd=dirfd)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -558,32 +545,10 @@ def _read_regular_path(path: str) -> bytes | None:
     """:func:`_read_regular` of a path (its directory opened without following a link)."""
     directory, name = os.path.split(path)
     try:
-        dirfd = os.open(directory, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC)
+        dirfd = os.open(directory, os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
     except OSError as exc:
         raise StorageError(f"cannot open {directory}: {exc}") from exc
     try:
         return _read_regular(dirfd, name, path)
     finally:
         os.close(dirfd)
-
-
-def _atomic_write_at(dirfd: int, name: str, data: bytes) -> None:
-    """Write ``name`` inside the directory ``dirfd`` atomically: owner-only, readers see the
-    old or the new content, and the rename is made durable."""
-    tmp = f"{name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW
-    try:
-        fd = os.open(tmp, flags, 0o600, dir_fd=dirfd)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
-        os.fsync(dirfd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dirfd)
-        raise

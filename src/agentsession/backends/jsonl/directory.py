@@ -16,12 +16,12 @@ from typing import Any, Literal
 
 import msgspec
 
+from ..._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, atomic_write
 from ...contract import Capabilities, SessionInfo
 from ...errors import StorageError, StoreUnavailable, UsageError
 from ...interop.jsonl_layout import SUFFIX, Dialect
 from ...locks import FileLocker
 from ...store import BaseStore, path_of
-from ._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, atomic_write
 from .layout import layout_for
 from .lines import decode_line, first_time, last_line, last_seq_of
 from .logfile import JsonlSession

@@ -21,11 +21,11 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
 
+from ..._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, pread_all, sync_dir
 from ...errors import CorruptLogError, StorageError, StoreUnavailable
 from ...events import Event, decode_event_lines
 from ...interop.jsonl_layout import JsonlLayout
 from ...session import BaseSession, SessionHost
-from ._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, pread_all, sync_dir
 from .layout import lines_of
 from .lines import (
     HAS_MORE,

@@ -14,13 +14,20 @@ from collections.abc import Callable
 
 import msgspec
 
+from ..._files import (
+    O_CLOEXEC,
+    O_NOFOLLOW,
+    O_NONBLOCK,
+    atomic_write,
+    compare_and_set,
+    private_dirs,
+)
 from ..._names import safe_name
 from ...codec import decode, encode
 from ...errors import CorruptLogError, StorageError
-from ._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, atomic_write, private_dirs
 
 try:
-    import fcntl
+    import fcntl  # noqa: F401  (compare_and_set locks with it: without it, fail here, saying why)
 except ImportError as exc:  # not POSIX (Windows): no flock
     from ...locks import file_locks_unavailable
 
@@ -104,31 +111,34 @@ class MetaFiles:
         """Compare and set under an exclusive ``flock`` of ``.meta/<kind>/.cas.lock`` (so it is
         atomic with every other compare-and-set of the kind, in any process); the entry itself
         is replaced atomically as :meth:`set` does, so readers never wait."""
-        if self.get(kind, key) != expected:
-            return False  # another value now: no lock needed to say so
-        if new == expected:
-            return True
         directory = os.path.dirname(self.path(kind, key))
         lock_path = os.path.join(directory, CAS_LOCK)
-        flags = os.O_RDWR | os.O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK
-        try:
-            private_dirs(self._root, directory)
-            fd = os.open(lock_path, flags, 0o600)
-        except OSError as exc:
-            raise StorageError(f"cannot open {lock_path}: {exc}") from exc
-        try:
+
+        def open_lock() -> int:
+            flags = os.O_RDWR | os.O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise StorageError(f"{lock_path} is not a regular file; refusing to use it")
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                private_dirs(self._root, directory)
+                fd = os.open(lock_path, flags, 0o600)
             except OSError as exc:
+                raise StorageError(f"cannot open {lock_path}: {exc}") from exc
+            try:
+                regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            except OSError as exc:
+                os.close(fd)
                 raise StorageError(f"cannot lock {lock_path}: {exc}") from exc
-            if self.get(kind, key) != expected:
-                return False
-            self.set(kind, key, new)
-            return True
-        finally:
-            os.close(fd)  # releases the lock
+            if not regular:
+                os.close(fd)
+                raise StorageError(f"{lock_path} is not a regular file; refusing to use it")
+            return fd
+
+        return compare_and_set(
+            lambda: self.get(kind, key),
+            lambda value: self.set(kind, key, value),
+            expected,
+            new,
+            open_lock=open_lock,
+            lock_name=lock_path,
+        )
 
     def list(self, kind: str | None) -> list[tuple[str, str, str]]:
         """The entries of ``.meta/<kind>/`` (each file names its key). A file whose name is
