@@ -3,24 +3,6 @@
 
 from __future__ import annotations
 
-from .postgres.schema import (
-    LATEST_VERSION,
-    MIGRATIONS,
-    READABLE_AS_IT_IS,
-    TAIL_EVENTS,
-    Migration,
-    Statements,
-    apply_migrations,
-    schema_version,
-)
-
-__all__ = [
-    "LATEST_VERSION",
-    "TAIL_EVENTS",
-    "MIGRATIONS",
-    "READABLE_AS_IT_IS",
-    "Migration",
-    "Statements",
-    "apply_migrations",
-    "schema_version",
-]
+# A shim: every public name of the new module, listed once there.
+from .postgres.schema import *  # noqa: F403
+from .postgres.schema import __all__ as __all__

@@ -10,22 +10,6 @@ session's log), ``locks`` (turn locks), ``store`` (the store: catalog and meta) 
 
 from __future__ import annotations
 
-from .store import (
-    DEFAULT_SCHEMA,
-    PostgresLocker,
-    PostgresSession,
-    PostgresStore,
-    migrate,
-    open_postgres,
-    turn_lock_key,
-)
-
-__all__ = [
-    "DEFAULT_SCHEMA",
-    "PostgresLocker",
-    "PostgresSession",
-    "PostgresStore",
-    "migrate",
-    "open_postgres",
-    "turn_lock_key",
-]
+# The backend's public names are the store module's, listed once there.
+from .store import *  # noqa: F403
+from .store import __all__ as __all__
