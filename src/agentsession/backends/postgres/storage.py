@@ -147,31 +147,18 @@ def _decode_rows(rows: Iterable[Sequence[Any]]) -> list[Event]:
             add(_unusual_event(row))
             continue
         meta = row[6]
-        if meta is None:
-            add(
-                Event(
-                    seq=row[0],
-                    type=row[1],
-                    agent=row[2],
-                    user=row[3],
-                    time=row[4],
-                    data=_Raw(data),
-                    id=row[8] or "",
-                )
+        add(
+            Event(
+                seq=row[0],
+                type=row[1],
+                agent=row[2],
+                user=row[3],
+                time=row[4],
+                data=_Raw(data),
+                meta={} if meta is None else decode(meta),
+                id=row[8] or "",
             )
-        else:
-            add(
-                Event(
-                    seq=row[0],
-                    type=row[1],
-                    agent=row[2],
-                    user=row[3],
-                    time=row[4],
-                    data=_Raw(data),
-                    meta=decode(meta),
-                    id=row[8] or "",
-                )
-            )
+        )
     return events
 
 

@@ -82,8 +82,9 @@ module (the store: catalog and meta), and ``aio`` (the async API's native path).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -270,7 +271,7 @@ class PostgresStore(BaseStore):
         schema version (one query when it is current) and migrate when allowed; returns the
         connection, for the pool."""
         conn = self._db.connect(self._db.pool_kwargs())
-        try:
+        with self._closed_on_failure(conn, f"preparing schema {self._target.schema!r}"):
             if self.durability == "fsync":
                 row = conn.execute("SHOW fsync").fetchone()
                 if row is not None and row[0] != "on":
@@ -282,10 +283,7 @@ class PostgresStore(BaseStore):
                     )
             version = _current_version(conn, self._target.schema)
             if not create and version == 0:
-                raise StoreUnavailable(
-                    f"no store at {self._target.where}: schema {self._target.schema!r} holds no "
-                    "agentsession tables"
-                )
+                raise StoreUnavailable(self._no_tables())
             if version != LATEST_VERSION:
                 if auto_migrate or version > LATEST_VERSION:
                     _migrate_on(conn, self._target)
@@ -296,12 +294,6 @@ class PostgresStore(BaseStore):
                         "agentsession.backends.postgres.migrate() first, or open the store with "
                         "auto_migrate=True"
                     )
-        except psycopg.Error as exc:
-            conn.close()
-            raise self._db.failure(exc, f"preparing schema {self._target.schema!r}") from None
-        except BaseException:
-            conn.close()
-            raise
         return conn
 
     def _check_schema_for_reading(self) -> _Conn:
@@ -309,20 +301,11 @@ class PostgresStore(BaseStore):
         nothing. The current version is read as usual, version 3 as it is (with no event
         ids); a missing store or any other version raises :class:`StoreUnavailable`."""
         conn = self._db.connect(self._db.pool_kwargs())
-        try:
+        with self._closed_on_failure(conn, f"reading schema {self._target.schema!r}"):
             version = _current_version(conn, self._target.schema)
-        except psycopg.Error as exc:
-            conn.close()
-            raise self._db.failure(exc, f"reading schema {self._target.schema!r}") from None
-        except BaseException:
-            conn.close()
-            raise
         problem = None
         if version == 0:
-            problem = (
-                f"no store at {self._target.where}: schema {self._target.schema!r} holds no "
-                "agentsession tables"
-            )
+            problem = self._no_tables()
         elif version > LATEST_VERSION:
             problem = (
                 f"schema {self._target.schema!r} in {self._target.where} has schema version "
@@ -340,6 +323,26 @@ class PostgresStore(BaseStore):
         if version < LATEST_VERSION:
             self._sql = Statements.for_schema(self._target.schema, event_ids=False)
         return conn
+
+    @contextlib.contextmanager
+    def _closed_on_failure(self, conn: _Conn, doing: str) -> Iterator[None]:
+        """Close ``conn`` when the block fails, and translate a driver error saying what was
+        being done."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            conn.close()
+            raise self._db.failure(exc, doing) from None
+        except BaseException:
+            conn.close()
+            raise
+
+    def _no_tables(self) -> str:
+        """Why a schema without tables is no store."""
+        return (
+            f"no store at {self._target.where}: schema {self._target.schema!r} holds no "
+            "agentsession tables"
+        )
 
     # -- identity ---------------------------------------------------------------------------
 
