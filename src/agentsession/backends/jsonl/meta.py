@@ -26,16 +26,6 @@ from ..._names import safe_name
 from ...codec import decode, encode
 from ...errors import CorruptLogError, StorageError
 
-try:
-    import fcntl  # noqa: F401  (compare_and_set locks with it: without it, fail here, saying why)
-except ImportError as exc:  # not POSIX (Windows): no flock
-    from ...locks import file_locks_unavailable
-
-    raise file_locks_unavailable(
-        "the JSONL store's meta files",
-        "open a SQLite ('sqlite:///file.db') or PostgreSQL store instead",
-    ) from exc
-
 __all__ = ["CAS_LOCK", "META_DIR", "MetaFiles"]
 
 META_DIR = ".meta"
