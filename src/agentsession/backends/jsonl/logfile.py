@@ -664,8 +664,10 @@ class JsonlSession(BaseSession):
         return stored
 
     def _finish_write(self, line: bytes, start: int, done: int) -> None:
-        """After a short write or for ``fsync``: complete ``line`` written from ``start``, of
-        which ``done`` bytes are written."""
+        """Complete ``line``, which starts at offset ``start`` and of which ``done`` bytes are
+        written (none yet, or a short write's), and sync it when the store is durable; on
+        failure, truncate back to ``start``. The file's size is then known: ``start`` and
+        the line."""
         fd = self._fd
         try:
             while done < len(line):
@@ -713,20 +715,7 @@ class JsonlSession(BaseSession):
 
     def _write(self, buf: bytes) -> None:
         """With the lock held: write ``buf`` at the end, undoing a partial write on failure."""
-        fd = self._fd
-        try:
-            done = os.write(fd, buf)
-            while done < len(buf):
-                done += os.write(fd, buf[done:])
-            if self._store.durability == "fsync":
-                _datasync(fd)
-        except OSError:
-            try:
-                os.ftruncate(fd, self._size)
-            except OSError:
-                log.error("could not undo a failed append to %s", self._path)
-            raise
-        self._size += len(buf)
+        self._finish_write(buf, self._size, 0)
 
     # -- reading from storage -------------------------------------------------------------
 
