@@ -352,7 +352,6 @@ def test_a_registered_backend_is_opened_by_its_scheme() -> None:
 # by one. The list may only shrink: an entry that no longer subclasses fails the test too.
 SESSION_SUBCLASSES_LEFT = {
     "backends/jsonl/logfile.py:JsonlSession",
-    "backends/sqlite.py:SqliteSession",
     "backends/postgres/storage.py:PostgresSession",
 }
 

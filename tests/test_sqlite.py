@@ -15,7 +15,7 @@ import pytest
 import agentsession as ags
 from agentsession import CorruptLogError, Event, Message, StoreUnavailable, UsageError
 from agentsession.backends import sqlite as sqlite_backend
-from agentsession.backends.sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteSession, SqliteStore
+from agentsession.backends.sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteLog, SqliteStore
 from agentsession.chat.identity import (
     active_session,
     agent_binding,
@@ -251,7 +251,7 @@ def test_open_reads_from_the_last_compaction_marker_and_read_still_returns_every
     marker_seq = session.append(Event.new("session/compaction", summary))
     session.append(Event.new("user/message", Message.user("after")))
     reopened = open_db(db).get("s")
-    assert isinstance(reopened, SqliteSession)
+    assert isinstance(reopened._log, SqliteLog)
     assert reopened._window_start == marker_seq
     assert len(reopened._window) == 2
     assert texts(reopened) == ["summary", "m49", "after"]

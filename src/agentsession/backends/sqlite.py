@@ -79,11 +79,12 @@ from ..errors import (
 from ..events import Event
 from ..locks import FileLocker
 from ..session import BaseSession
+from ..storage import REOPEN, LogView, Reopen
 from ..store import BaseStore
 
 __all__ = [
     "SCHEMA_VERSION",
-    "SqliteSession",
+    "SqliteLog",
     "SqliteStore",
     "migrate",
     "open_sqlite",
@@ -335,11 +336,11 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-# -- write locks shared by every store of a process on one file --------------------------------
+# -- one database file's connections in this process ---------------------------------------
 
 _write_locks: dict[str, threading.Lock] = {}
 _write_locks_guard = threading.Lock()
-_live_stores: weakref.WeakSet[SqliteStore] = weakref.WeakSet()
+_live_databases: weakref.WeakSet[_Database] = weakref.WeakSet()
 _inherited: list[sqlite3.Connection] = []  # a forked child's copies: never used, never closed
 
 
@@ -352,8 +353,8 @@ def _after_fork_in_child() -> None:
     global _write_locks_guard
     _write_locks_guard = threading.Lock()
     _write_locks.clear()
-    for store in list(_live_stores):
-        store._forget_connections_after_fork()
+    for database in list(_live_databases):
+        database.after_fork()
 
 
 if hasattr(os, "register_at_fork"):
@@ -389,28 +390,137 @@ def _close_all(registry: set[sqlite3.Connection], pid: int) -> None:
         _close_connection(conn, registry, pid)
 
 
-# -- the session -------------------------------------------------------------------------------
+class _Database:
+    """One database file as a store object and its sessions' logs reach it: a connection per
+    thread (opened on first use, closed with its thread or by :meth:`close`), the process's
+    write lock for the file, and the statements that read events (they depend on the schema
+    version). In a forked child it forgets the parent's connections and lock by itself."""
+
+    __slots__ = (
+        "__weakref__",
+        "_close_connections",
+        "_connections",
+        "_connections_lock",
+        "_local",
+        "busy_timeout",
+        "closed",
+        "path",
+        "rows",
+        "rows_if_current",
+        "synchronous",
+        "uri",
+        "write_lock",
+    )
+
+    def __init__(self, path: str, busy_timeout: float, synchronous: str) -> None:
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self.synchronous = synchronous
+        self.uri: str | None = None  # a read-only connection's URI (None: read and write)
+        self.rows, self.rows_if_current = _ROWS, _ROWS_IF_CURRENT
+        self.closed = False
+        self._local = threading.local()
+        self._connections: set[sqlite3.Connection] = set()
+        self._connections_lock = threading.Lock()
+        self._close_connections = weakref.finalize(self, _close_all, self._connections, os.getpid())
+        self.write_lock = _write_lock_for(path)
+        _live_databases.add(self)
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
+        try:
+            conn: sqlite3.Connection = self._local.held.conn
+            return conn
+        except AttributeError:
+            return self._connect().conn
+
+    def held(self) -> _ThreadConnection:
+        """This thread's connection with its reusable cursor, opened on first use."""
+        try:
+            held: _ThreadConnection = self._local.held
+            return held
+        except AttributeError:
+            return self._connect()
+
+    def _connect(self) -> _ThreadConnection:
+        with self._connections_lock:
+            if self.closed:
+                raise UsageError(f"store {self.path} is closed")
+            uri = self.uri
+            try:
+                conn = sqlite3.connect(
+                    self.path if uri is None else uri,
+                    timeout=self.busy_timeout,
+                    isolation_level=None,  # transactions are explicit
+                    check_same_thread=False,  # so that close() can close every thread's
+                    uri=uri is not None,
+                )
+            except sqlite3.Error as exc:
+                raise _storage_error(exc, "opening", self.path) from exc
+            try:
+                conn.create_function("agentsession_time_key", 1, _time_key, deterministic=True)
+                conn.execute(f"PRAGMA synchronous={self.synchronous}")
+                conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
+            except sqlite3.Error as exc:
+                conn.close()
+                raise _storage_error(exc, "opening", self.path) from exc
+            self._connections.add(conn)
+            held = self._local.held = _ThreadConnection(conn, self._connections)
+            return held
+
+    def close(self) -> None:
+        """Close every thread's connection; a later use raises :class:`UsageError`."""
+        with self._connections_lock:
+            self.closed = True
+            self._close_connections()
+
+    def after_fork(self) -> None:
+        """In a forked child: keep the parent's connections (unused, never closed: closing one
+        here could disturb the parent's locks) and open new ones on demand."""
+        _inherited.extend(self._connections)
+        self._connections = set()
+        self._connections_lock = threading.Lock()
+        self._close_connections.detach()
+        self._close_connections = weakref.finalize(self, _close_all, self._connections, os.getpid())
+        self._local = threading.local()
+        self.write_lock = _write_lock_for(self.path)
 
 
-class SqliteSession(BaseSession):
-    """A session stored as a range of rows of its :class:`SqliteStore`'s ``events`` table."""
+# -- a session's log ---------------------------------------------------------------------------
 
-    _store: SqliteStore
 
-    def __init__(self, store: SqliteStore, session_id: str) -> None:
-        super().__init__(store, session_id)
-        self._key = _text(session_id)
-        self._session_key: int | None = None  # the life of the session this object loaded
-        with self._lock:
-            self._load()
+class SqliteLog:
+    """One session's log in a :class:`SqliteStore`: a range of rows of the ``events`` table
+    (the :class:`~agentsession.storage.LogStorage` contract; the session is the library's
+    :class:`~agentsession.BaseSession`, given this log).
+
+    It remembers the ``sessions.key`` it read (its *life*): when the stored session's key is
+    another one (deleted, perhaps created again) or the session has no row any more, it
+    answers :data:`~agentsession.storage.REOPEN`, having written nothing."""
+
+    __slots__ = ("_clock", "_db", "_id", "_key", "_life")
+
+    def __init__(
+        self, database: _Database, session_id: str, clock: Callable[[], _dt.datetime]
+    ) -> None:
+        self._db = database
+        self._id = session_id
+        self._key = _text(session_id)  # the id as bound in statements
+        self._clock = clock
+        self._life: int | None = None  # the sessions.key this log read (None: no row yet)
 
     @property
     def location(self) -> str:
         """The database file."""
-        return self._store.path
+        return self._db.path
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """The database file and the session id."""
+        return ("sqlite", self._db.path, self._id)
 
     def _error(self, action: str, exc: sqlite3.Error) -> SessionError:
-        return _storage_error(exc, action, self._store.path, self._id)
+        return _storage_error(exc, action, self._db.path, self._id)
 
     def _head(self, conn: sqlite3.Connection) -> tuple[int, int, int] | None:
         """The stored session's key, compaction seq and last seq; None when there is none."""
@@ -473,9 +583,9 @@ class SqliteSession(BaseSession):
             )
         except (TypeError, ValueError) as exc:
             raise CorruptLogError(
-                f"session {self._id!r}: the event with seq {seq} in {self._store.path} does not "
+                f"session {self._id!r}: the event with seq {seq} in {self._db.path} does not "
                 f"decode: {exc}",
-                path=self._store.path,
+                path=self._db.path,
                 session_id=self._id,
             ) from exc
 
@@ -485,20 +595,20 @@ class SqliteSession(BaseSession):
     def _range(self, conn: sqlite3.Connection, key: int, after: int) -> list[Event]:
         """Every stored event of the session's life ``key`` with ``seq > after``."""
         base = key << _SEQ_BITS
-        return self._select(conn, self._store._rows, (base + after, base + _MAX_SEQ + 1, -1))
+        return self._select(conn, self._db.rows, (base + after, base + _MAX_SEQ + 1, -1))
 
-    def _storage_open(self) -> tuple[list[Event], bool]:
+    def open(self, view: LogView) -> tuple[list[Event], bool]:
         return self._open_range(tail=False)
 
-    def _storage_open_tail(self) -> tuple[list[Event], bool]:
+    def open_tail(self, view: LogView) -> tuple[list[Event], bool]:
         return self._open_range(tail=True)
 
     def _open_range(self, *, tail: bool) -> tuple[list[Event], bool]:
         """Events from the latest compaction marker on, or (``tail``) only the last
         :data:`_TAIL_EVENTS` of them, in one read transaction; and whether that is the whole
-        log."""
-        conn = self._store._connection()
-        own = not conn.in_transaction  # an append reloading after a delete is inside its own
+        log. The life read is this log's from now on."""
+        conn = self._db.connection()
+        own = not conn.in_transaction
         try:
             if own:
                 conn.execute("BEGIN")
@@ -521,42 +631,42 @@ class SqliteSession(BaseSession):
                 raise
         except sqlite3.Error as exc:
             raise self._error("reading", exc) from exc
-        self._session_key = key
+        self._life = key
         return events, complete
 
-    def _storage_refresh(self) -> list[Event]:
-        conn = self._store._connection()
+    def refresh(self, view: LogView) -> list[Event] | Reopen:
+        """Other writers' events after ``view.seen_seq``; REOPEN when the stored session is
+        not the life this log read (deleted; created, or created again, since it looked)."""
         try:
+            conn = self._db.connection()
             head = self._head(conn)
-            latest = self._latest_seq
+            seen = view.seen_seq
             if head is None:
-                if self._session_key is not None or latest:
-                    self._reset()  # deleted since we looked
-                    self._session_key = None
+                if self._life is not None or seen:
+                    return REOPEN  # deleted since we looked
                 return []
             key, _, last = head
-            if key != self._session_key or last < latest:
-                self._load()  # created or recreated since we looked
-                return []
-            if last == latest:
+            if key != self._life or last < seen:
+                return REOPEN  # created or created again since we looked
+            if last == seen:
                 return []
             base = key << _SEQ_BITS
             return self._select(
-                conn, self._store._rows_if_current, (base + latest, base + _MAX_SEQ + 1)
+                conn, self._db.rows_if_current, (base + seen, base + _MAX_SEQ + 1)
             )
         except sqlite3.Error as exc:
             raise self._error("reading", exc) from exc
 
-    def _storage_read(self, after: int, limit: int | None) -> list[Event]:
-        key = self._session_key
+    def read(self, after: int, limit: int | None) -> list[Event]:
+        key = self._life
         if key is None or after >= _MAX_SEQ:
             return []
         base = key << _SEQ_BITS
-        conn = self._store._connection()
+        db = self._db
         try:
             return self._select(
-                conn,
-                self._store._rows,
+                db.connection(),
+                db.rows,
                 (base + after, base + _MAX_SEQ + 1, -1 if limit is None else limit),
             )
         except sqlite3.Error as exc:
@@ -564,12 +674,17 @@ class SqliteSession(BaseSession):
 
     # -- appending --------------------------------------------------------------------------
 
-    def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
-        """The fast path: one checked ``INSERT`` when this session saw the log last. Anything
-        else (other writers' events to catch up on, a deleted session, a compaction marker,
-        strings UTF-8 cannot carry) takes the general path."""
-        key = self._session_key
-        seq = self._latest_seq + 1
+    def append_one(self, view: LogView, event: Event, marker: bool) -> Event | None:
+        """The fast path: one checked ``INSERT`` when this log's life is current and no one
+        appended since ``view.seen_seq``. Anything else (other writers' events to catch up on,
+        a deleted session, a compaction marker, strings UTF-8 cannot carry) takes the general
+        path.
+
+        One statement in autocommit mode is its own write transaction (SQLite takes the write
+        lock, waiting through the busy handler, then checks and inserts against the newest
+        data), so it needs no ``BEGIN``/``COMMIT`` round trips."""
+        key = self._life
+        seq = view.seen_seq + 1
         if key is None or marker or seq > _MAX_SEQ:
             return None
         meta = event.meta
@@ -585,29 +700,20 @@ class SqliteSession(BaseSession):
             encode(meta) if meta else None,
             event.id or None,
         )
-        if not self._insert_if_current(params):
-            return None
-        return _replace(event, seq=seq)
-
-    def _insert_if_current(self, params: tuple[Any, ...]) -> bool:
-        """Insert one event if nothing changed since we last looked; False when something did.
-
-        One statement in autocommit mode is its own write transaction (SQLite takes the write
-        lock, waiting through the busy handler, then checks and inserts against the newest
-        data), so it needs no ``BEGIN``/``COMMIT`` round trips.
-        """
-        store = self._store
-        with store._write_lock:
+        db = self._db
+        with db.write_lock:
             try:
-                return store._held().cursor.execute(_INSERT_IF_CURRENT, params).rowcount == 1
+                if db.held().cursor.execute(_INSERT_IF_CURRENT, params).rowcount != 1:
+                    return None  # the session's row is gone
             except (sqlite3.IntegrityError, UnicodeEncodeError):
-                return False  # another writer took the seq, or a string needs care
+                return None  # another writer took the seq, or a string needs care
             except sqlite3.Error as exc:
                 raise self._error("appending to", exc) from exc
+        return _replace(event, seq=seq)
 
-    def _storage_append(
-        self, events: list[Event], marker: int, expect_seq: int | None
-    ) -> tuple[list[Event], list[Event]]:
+    def append(
+        self, view: LogView, events: list[Event], marker: int, expect_seq: int | None
+    ) -> tuple[list[Event], list[Event]] | Reopen:
         # Everything that can be prepared is prepared before the write lock is taken.
         fields = [
             (
@@ -622,13 +728,16 @@ class SqliteSession(BaseSession):
             )
             for e in events
         ]
-        store = self._store
-        conn = store._connection()
+        db = self._db
+        conn = db.connection()
         try:
-            with store._write_lock:
-                foreign, first = self._write(conn, fields, events, marker, expect_seq)
+            with db.write_lock:
+                written = self._write(conn, view, fields, events, marker, expect_seq)
         except sqlite3.Error as exc:
             raise self._error("appending to", exc) from exc
+        if isinstance(written, Reopen):
+            return written
+        foreign, first = written
         if first == 0:
             return foreign, []
         return foreign, [_replace(event, seq=first + i) for i, event in enumerate(events)]
@@ -636,24 +745,26 @@ class SqliteSession(BaseSession):
     def _write(
         self,
         conn: sqlite3.Connection,
+        view: LogView,
         fields: list[tuple[Any, ...]],
         events: list[Event],
         marker: int,
         expect_seq: int | None,
-    ) -> tuple[list[Event], int]:
+    ) -> tuple[list[Event], int] | Reopen:
         """One transaction: allocate seqs after whatever is stored, insert, commit. Returns the
         other writers' new events and the first seq of the batch (0 when nothing was written:
-        ``expect_seq`` did not match, or some of ``events`` is stored already)."""
+        ``expect_seq`` did not match, the view refused, or the seal is stale), or REOPEN."""
         count = len(fields)
+        seen = view.seen_seq
         conn.execute("BEGIN IMMEDIATE")
         try:
-            key = self._session_key
-            first = self._latest_seq + 1
+            key = self._life
+            first = seen + 1
             foreign: list[Event] = []
             stored = False
-            fast = expect_seq is None or expect_seq == first - 1
+            fast = expect_seq is None or expect_seq == seen
             if fast and key is not None and first + count - 1 <= _MAX_SEQ:
-                # Fast path: no one else appended and the session is the one we loaded.
+                # Fast path: no one else appended and the session is the one we read.
                 try:
                     cursor = conn.executemany(_INSERT_IF_CURRENT, _rows(key, first, fields))
                     stored = cursor.rowcount == count
@@ -663,16 +774,17 @@ class SqliteSession(BaseSession):
                     conn.execute("ROLLBACK")
                     conn.execute("BEGIN IMMEDIATE")
             if not stored:
-                foreign, first, key = self._catch_up(conn)
+                caught_up = self._catch_up(conn, seen)
+                if isinstance(caught_up, Reopen):
+                    conn.execute("ROLLBACK")
+                    return caught_up
+                foreign, first, key = caught_up
                 if (
                     (expect_seq is not None and first - 1 != expect_seq)
-                    or self._seal_is_stale()
-                    or not self._admits(foreign, events)
+                    or view.seal_is_stale()
+                    or not view.admits(foreign, events)
                 ):
                     conn.execute("ROLLBACK")  # nothing written, not even a new session row
-                    # A stored session has events, so first == 1 means the row was just made
-                    # (and rolled back).
-                    self._session_key = None if first == 1 else key
                     return foreign, 0
                 if first + count - 1 > _MAX_SEQ:
                     raise StorageError(
@@ -685,28 +797,41 @@ class SqliteSession(BaseSession):
         except BaseException:
             _rollback(conn)
             raise
-        self._session_key = key
+        self._life = key
         return foreign, first
 
-    def _catch_up(self, conn: sqlite3.Connection) -> tuple[list[Event], int, int]:
-        """Inside the write transaction: bring this object up to date with storage (catch up,
-        reload after a delete, create the session's row). Returns other writers' new events,
-        the next seq and the session key."""
+    def _catch_up(
+        self, conn: sqlite3.Connection, seen: int
+    ) -> tuple[list[Event], int, int] | Reopen:
+        """Inside the write transaction: other writers' events after ``seen``, the next seq
+        and the session key (a new session's row is made here, and kept only if the batch
+        is written); REOPEN when the stored session is not the life this log read."""
         head = self._head(conn)
         if head is None:
-            if self._session_key is not None or self._latest_seq:
-                self._reset()  # deleted: whatever comes next starts a new log
-            self._session_key = None
-            created = _utc_iso(self._store.clock())
+            if self._life is not None or seen:
+                return REOPEN  # deleted: the session starts a new log
+            created = _utc_iso(self._clock())
             key = conn.execute(_CREATE_SESSION, (self._key, created)).lastrowid
             assert key is not None
             return [], 1, key
         key, _, last = head
-        if key != self._session_key or last < self._latest_seq:
-            self._load()  # recreated, or never loaded: read the tail inside this transaction
-            return [], last + 1, key
-        foreign = self._range(conn, key, self._latest_seq) if last > self._latest_seq else []
+        if key != self._life or last < seen:
+            return REOPEN  # created again, or created by another writer since we looked
+        foreign = self._range(conn, key, seen) if last > seen else []
         return foreign, last + 1, key
+
+    # -- the rest of its life cycle ---------------------------------------------------------
+
+    def quarantine(self, event: Event, reason: str) -> bool:
+        """SQLite quarantines nothing (only JSONL stores have ``on_corrupt``)."""
+        return False
+
+    def close(self) -> None:
+        """Nothing to release: connections belong to the store's threads."""
+
+    def after_fork(self) -> None:
+        """Nothing of its own: the database object forgets the parent's connections and lock
+        in a forked child."""
 
 
 def _rows(key: int, first: int, fields: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -748,15 +873,9 @@ class SqliteStore(BaseStore):
         self.busy_timeout = busy_timeout
         """Seconds a writer waits for another connection's write lock."""
         self._path = os.path.realpath(os.path.abspath(os.fspath(path)))
-        self._synchronous = "FULL" if self.durability == "fsync" else "NORMAL"
-        self._local = threading.local()
-        self._connections: set[sqlite3.Connection] = set()
-        self._connections_lock = threading.Lock()
-        self._close_connections = weakref.finalize(self, _close_all, self._connections, os.getpid())
-        self._write_lock = _write_lock_for(self._path)
-        self._uri: str | None = None  # a read-only connection's URI (None: read and write)
+        synchronous = "FULL" if self.durability == "fsync" else "NORMAL"
+        self._db = _Database(self._path, busy_timeout, synchronous)
         self._read_only = read_only
-        self._rows, self._rows_if_current = _ROWS, _ROWS_IF_CURRENT
         if create and not read_only:
             self._create_file()
         else:
@@ -768,12 +887,11 @@ class SqliteStore(BaseStore):
                 raise StoreUnavailable(f"cannot open the database {self._path}: {exc}") from exc
             if size == 0:
                 raise StoreUnavailable(f"no store at {self._path} (the file is empty)")
-            self._uri = _read_only_uri(self._path)
-        _live_stores.add(self)
+            self._db.uri = _read_only_uri(self._path)
         try:
             self._prepare_schema(self._connection())
         except BaseException:
-            self._close_connections()
+            self._db.close()
             raise
 
     # -- files and connections ---------------------------------------------------------------
@@ -812,54 +930,10 @@ class SqliteStore(BaseStore):
 
     def _connection(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use."""
-        return self._held().conn
-
-    def _held(self) -> _ThreadConnection:
-        try:
-            held: _ThreadConnection = self._local.held
-            return held
-        except AttributeError:
-            return self._connect()
-
-    def _connect(self) -> _ThreadConnection:
-        with self._connections_lock:
-            if self._closed:
-                raise UsageError(f"store {self._path} is closed")
-            try:
-                conn = sqlite3.connect(
-                    self._path if self._uri is None else self._uri,
-                    timeout=self.busy_timeout,
-                    isolation_level=None,  # transactions are explicit
-                    check_same_thread=False,  # so that close() can close every thread's
-                    uri=self._uri is not None,
-                )
-            except sqlite3.Error as exc:
-                raise _storage_error(exc, "opening", self._path) from exc
-            try:
-                conn.create_function("agentsession_time_key", 1, _time_key, deterministic=True)
-                conn.execute(f"PRAGMA synchronous={self._synchronous}")
-                conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
-            except sqlite3.Error as exc:
-                conn.close()
-                raise _storage_error(exc, "opening", self._path) from exc
-            self._connections.add(conn)
-            held = self._local.held = _ThreadConnection(conn, self._connections)
-            return held
-
-    def _forget_connections_after_fork(self) -> None:
-        """In a forked child: keep the parent's connections (unused, never closed: closing one
-        here could disturb the parent's locks) and open new ones on demand."""
-        _inherited.extend(self._connections)
-        self._connections = set()
-        self._connections_lock = threading.Lock()
-        self._close_connections.detach()
-        self._close_connections = weakref.finalize(self, _close_all, self._connections, os.getpid())
-        self._local = threading.local()
-        self._write_lock = _write_lock_for(self._path)
+        return self._db.connection()
 
     def _close(self) -> None:
-        with self._connections_lock:
-            self._close_connections()
+        self._db.close()
 
     applied_migrations: tuple[int, ...] = ()
     """Schema versions this store object applied when it opened the file (usually none)."""
@@ -870,7 +944,7 @@ class SqliteStore(BaseStore):
         switched or migrated: see :meth:`_check_schema_for_reading`."""
         try:
             target = len(_MIGRATIONS)
-            if self._uri is not None or self._read_only:
+            if self._db.uri is not None or self._read_only:
                 self._check_schema_for_reading(conn)
                 return
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -878,7 +952,7 @@ class SqliteStore(BaseStore):
                 raise StoreUnavailable(f"{self._path} cannot use WAL mode (journal mode {mode})")
             if self._schema_state(conn) == (target, APPLICATION_ID):
                 return
-            with self._write_lock:
+            with self._db.write_lock:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     version, app = self._schema_state(conn)
@@ -928,12 +1002,12 @@ class SqliteStore(BaseStore):
                 f"supports ({target}): upgrade agentsession"
             )
         if version == 1:
-            self._rows, self._rows_if_current = _ROWS_V1, _ROWS_IF_CURRENT_V1
+            self._db.rows, self._db.rows_if_current = _ROWS_V1, _ROWS_IF_CURRENT_V1
         elif version != target:
             raise StoreUnavailable(
                 f"{self._path}: schema version {version} is older than {target}; run "
                 "`agentsession migrate`"
-                + (" with write access" if self._uri is not None else "")
+                + (" with write access" if self._db.uri is not None else "")
             )
 
     @staticmethod
@@ -947,8 +1021,8 @@ class SqliteStore(BaseStore):
 
     # -- the backend primitives --------------------------------------------------------------
 
-    def _open_session(self, session_id: str) -> SqliteSession:
-        return SqliteSession(self, session_id)
+    def _open_session(self, session_id: str) -> BaseSession:
+        return BaseSession(self, session_id, SqliteLog(self._db, session_id, self.clock))
 
     def _make_locker(self) -> FileLocker:
         return FileLocker(self._path + LOCK_DIR_SUFFIX)
@@ -1034,7 +1108,7 @@ class SqliteStore(BaseStore):
         sid = _text(session_id)
         conn = self._connection()
         try:
-            with self._write_lock:
+            with self._db.write_lock:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     row = conn.execute(
@@ -1104,7 +1178,7 @@ class SqliteStore(BaseStore):
     def _meta_set(self, kind: str, key: str, value: str | None) -> None:
         conn = self._connection()
         try:
-            with self._write_lock:
+            with self._db.write_lock:
                 if value is None:
                     conn.execute(
                         "DELETE FROM meta WHERE kind = CAST(? AS TEXT) AND key = CAST(? AS TEXT)",
@@ -1122,7 +1196,7 @@ class SqliteStore(BaseStore):
     def _meta_add(self, kind: str, key: str, value: str) -> str:
         conn = self._connection()
         try:
-            with self._write_lock:
+            with self._db.write_lock:
                 conn.execute(
                     "INSERT OR IGNORE INTO meta (kind, key, value, updated_at) "
                     "VALUES (CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), ?)",
@@ -1149,7 +1223,7 @@ class SqliteStore(BaseStore):
             params = (_text(new), _utc_iso(self.clock()), *where, _text(expected))
         conn = self._connection()
         try:
-            with self._write_lock:
+            with self._db.write_lock:
                 return conn.execute(statement, params).rowcount == 1
         except sqlite3.Error as exc:
             raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
