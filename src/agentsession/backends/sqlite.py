@@ -10,16 +10,17 @@ Standard library ``sqlite3`` only. How it stays safe and fast:
 * **Appends.** A single event from a writer that saw the session last is one autocommit
   ``INSERT ... SELECT ... WHERE EXISTS`` (its session key must still exist); the row id refuses
   a seq another writer took first. Anything else runs in one ``BEGIN IMMEDIATE`` transaction:
-  read the session's row and last seq, catch up on other writers' events, reload after a delete,
-  insert the batch. The database's write lock orders every writer of every process, so seqs
-  stay unique and gap-free and a batch is committed whole or not at all (a writer killed
-  mid-batch leaves nothing behind).
+  read the session's row and last seq, catch up on other writers' events, insert the batch.
+  The database's write lock orders every writer of every process, so seqs stay unique and
+  gap-free and a batch is committed whole or not at all (a writer killed mid-batch leaves
+  nothing behind).
 * **Only the events table is written per append.** A session's last seq and last-append time
   are read from its newest row (one range seek), not stored in ``sessions``: rewriting that row
   and an index on it at every append doubled the pages each commit writes and roughly halved
   the append rate. The ``session_summary`` view shows them per session.
 * **Delete and recreate** are told apart by the session key: a recreated session gets a new one,
-  so a held session object whose key is gone starts over instead of mixing two lives of one id.
+  so a held session's log (:class:`SqliteLog`) whose key is gone answers ``REOPEN``, writing
+  nothing, and the session starts over instead of mixing two lives of one id.
 * **Opening** reads from ``sessions.compaction_seq`` (the latest compaction marker that rebuilds
   history on its own) to the end; older events are read by key range when asked for.
 * **Durability.** ``flush`` is ``PRAGMA synchronous=NORMAL``: in WAL mode a commit is in the
