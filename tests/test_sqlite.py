@@ -23,6 +23,7 @@ from agentsession.chat.identity import (
     set_active_session,
 )
 from agentsession.events import Compaction
+from agentsession.storage import REOPEN
 
 
 def open_db(path: Path, **options: Any) -> SqliteStore:
@@ -616,3 +617,60 @@ def test_sqlite_urls_follow_sqlalchemys_convention(
         ags.open_store("sqlite://my.db")
     assert "sqlite:///relative/path.db" in str(refused.value)
     assert "sqlite:////absolute/path.db" in str(refused.value)
+
+
+# -- the log storage: lives ------------------------------------------------------------------
+
+
+class _SeenView:
+    """A :class:`~agentsession.storage.LogView` that has seen ``seen_seq`` and admits all."""
+
+    def __init__(self, seen_seq: int) -> None:
+        self.id = "s"
+        self.seen_seq = seen_seq
+
+    def admits(self, foreign: object, events: object) -> bool:
+        return True
+
+    def seal_is_stale(self) -> bool:
+        return False
+
+
+def test_a_log_whose_session_was_deleted_and_created_again_answers_reopen_and_writes_nothing(
+    store: SqliteStore,
+) -> None:
+    store.get("s").append(Event.new("test/n", {"n": 1}))
+    log = SqliteLog(store._db, "s", store.clock)
+    events, complete = log.open_tail(_SeenView(0))
+    assert [e.seq for e in events] == [1] and complete
+    store.delete("s")
+    assert log.refresh(_SeenView(1)) is REOPEN
+    batch = [Event.new("test/n", {"n": 2}, time=store.clock())]
+    assert log.append(_SeenView(1), batch, -1, None) is REOPEN
+    assert not store.exists("s")
+    other = open_db(Path(store.path))
+    other.get("s").append(Event.new("test/n", {"n": 3}))  # another life of the id
+    assert log.refresh(_SeenView(1)) is REOPEN
+    assert log.append(_SeenView(1), batch, -1, None) is REOPEN
+    assert log.append_one(_SeenView(1), batch[0], False) is None
+    assert [e.payload() for e in other.get("s").read()] == [{"n": 3}]
+    log.open_tail(_SeenView(0))  # the session reopens: this life is the log's now
+    appended = log.append(_SeenView(0), batch, -1, None)
+    assert appended is not REOPEN and not isinstance(appended, type(REOPEN))
+    foreign, stored = appended
+    assert [e.seq for e in foreign] == [1] and [e.seq for e in stored] == [2]
+    other.close()
+
+
+def test_a_held_session_starts_over_when_its_log_is_deleted_and_created_again(
+    store: SqliteStore,
+) -> None:
+    held = store.get("s")
+    held.append_many([Event.new("test/n", {"n": n}) for n in range(3)])
+    other = open_db(Path(store.path))
+    other.delete("s")
+    other.get("s").append(Event.new("test/n", {"n": "new"}))
+    assert held.latest_seq == 1
+    assert held.append(Event.new("test/n", {"n": "after"})) == 2
+    assert [e.payload() for e in other.get("s").read()] == [{"n": "new"}, {"n": "after"}]
+    other.close()
