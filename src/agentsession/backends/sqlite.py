@@ -765,7 +765,11 @@ class SqliteLog:
             stored = False
             fast = expect_seq is None or expect_seq == seen
             if fast and key is not None and first + count - 1 <= _MAX_SEQ:
-                # Fast path: no one else appended and the session is the one we read.
+                # Fast path: no one else appended and the session is the one we read. The
+                # view is asked all the same: the session may have reopened since it checked.
+                if view.seal_is_stale() or not view.admits((), events):
+                    conn.execute("ROLLBACK")
+                    return [], 0
                 try:
                     cursor = conn.executemany(_INSERT_IF_CURRENT, _rows(key, first, fields))
                     stored = cursor.rowcount == count
@@ -780,6 +784,8 @@ class SqliteLog:
                     conn.execute("ROLLBACK")
                     return caught_up
                 foreign, first, key = caught_up
+                if self._life is None and first > 1:
+                    self._life = key  # a life read first here (as in _catch_up) is this log's
                 if (
                     (expect_seq is not None and first - 1 != expect_seq)
                     or view.seal_is_stale()
@@ -816,8 +822,10 @@ class SqliteLog:
             assert key is not None
             return [], 1, key
         key, _, last = head
-        if key != self._life or last < seen:
-            return REOPEN  # created again, or created by another writer since we looked
+        if (key != self._life and (self._life is not None or seen)) or last < seen:
+            return REOPEN  # created again since we looked
+        # (A log that has read no life takes this one, created by another writer since it
+        # looked, and catches up on all of it, as the session has seen nothing.)
         foreign = self._range(conn, key, seen) if last > seen else []
         return foreign, last + 1, key
 
