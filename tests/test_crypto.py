@@ -549,3 +549,17 @@ def test_an_unsealed_line_is_refused_or_quarantined_never_history(tmp_path: Path
     assert b"INJECTED" not in (store_dir / "s.jsonl").read_bytes()
     with ags.open_store(store_dir, key=KEY) as store:
         assert [m.text for m in store.get("s").messages()] == ["genuine", "after"]
+
+
+def test_a_sealed_append_into_a_log_created_again_stores_an_id_of_the_new_life_once() -> None:
+    """A held session whose log was deleted and created again, holding the id being appended,
+    reopens and finds it: the sealed single-event retry checks ids again, as the batch path."""
+    store = ags.open_store("memory:", key=KEY)
+    held = store.get("s")
+    held.append(ags.Event.new("test/n", {"i": 0}))
+    store.delete("s")
+    fresh = store.get("s")
+    assert fresh is not held
+    assert fresh.append(ags.Event.new("test/n", {"i": 1}, id="X")) == 1
+    assert held.append(ags.Event.new("test/n", {"i": 1}, id="X")) == 1
+    assert [e.id for e in store.get("s").read()] == ["X"]

@@ -1232,6 +1232,8 @@ class BaseSession:
                 self._sealed_in = None
             if isinstance(appended, Reopen):
                 yield from self._reopen()
+                if not self._admits((), batch):
+                    return []  # the new life holds some of the batch: _append_fresh sorts it
                 continue
             foreign, stored = appended
             if foreign:
