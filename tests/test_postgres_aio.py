@@ -151,7 +151,7 @@ def test_appends_reads_and_messages_run_natively_with_no_task_in_the_executor(ur
     ("options", "events", "threaded"),
     [
         ({"key": bytes(32)}, ["test/n"], True),  # sealed appends
-        ({"max_messages": 4}, [USER_MESSAGE], True),  # the history cap may apply
+        ({"max_messages": 4}, [USER_MESSAGE], False),  # the history cap: the plan's, native
         ({"max_messages": 4}, [ASSISTANT_MESSAGE], False),
         ({"offload": "always"}, ["test/n"], True),
     ],
@@ -191,7 +191,7 @@ def test_a_ttl_expired_session_is_refused_as_by_the_sync_api(url: str) -> None:
     run(main())
 
 
-def test_messages_load_the_window_in_a_thread_once_then_run_natively(url: str) -> None:
+def test_messages_load_the_window_natively_once_then_answer_from_it(url: str) -> None:
     with open_store(url) as sync:
         writer = sync.get("s")
         for n in range(80):
@@ -202,11 +202,12 @@ def test_messages_load_the_window_in_a_thread_once_then_run_natively(url: str) -
         async with open_async_store(url, executor=executor) as store:
             session = await store.get("s")  # the tail: the window is not loaded
             before = len(executor.submitted)
-            assert len(await session.messages()) == 80
-            assert len(executor.submitted) == before + 1
+            assert not session.sync._full
+            assert len(await session.messages()) == 80  # loads the full window: natively
+            assert session.sync._full
             await session.append(said("more"))
             assert [m.text for m in await session.messages()][-2:] == ["m79", "more"]
-            assert len(executor.submitted) == before + 1
+            assert len(executor.submitted) == before
 
     run(main())
 
@@ -588,8 +589,8 @@ def test_a_deleted_and_recreated_session_is_detected_natively(url: str) -> None:
 
 class Interleave:
     """Runs sync code at chosen points of a native call (after its catch-up or range read,
-    before or after its append statement), as another thread using the same session object
-    might between the call's steps."""
+    before or after its append statement): another store's writes, or another thread using
+    the same session object (:meth:`blocked`), which must wait until the native call ends."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.at: dict[str, list[Callable[[], object]]] = {
@@ -597,6 +598,7 @@ class Interleave:
             "before_statement": [],
             "after_statement": [],
         }
+        self.threads: list[tuple[threading.Thread, list[BaseException]]] = []
         fetch, store_batch = PostgresAsyncBackend._fetch, postgres_aio._store_batch
 
         async def fetch_then(self_: Any, *args: Any) -> Any:
@@ -618,6 +620,36 @@ class Interleave:
         for step in steps:
             step()
 
+    def blocked(self, fn: Callable[[], object]) -> Callable[[], None]:
+        """A step that calls ``fn`` (a sync call on the session object) in another thread:
+        that thread waits for the session's lock, which the native call holds to its end."""
+
+        def step() -> None:
+            errors: list[BaseException] = []
+
+            def call() -> None:
+                try:
+                    fn()
+                except BaseException as exc:
+                    errors.append(exc)
+
+            thread = threading.Thread(target=call)
+            thread.start()
+            thread.join(0.05)
+            assert thread.is_alive(), "the thread did not wait for the native call"
+            self.threads.append((thread, errors))
+
+        return step
+
+    def join(self) -> None:
+        """Wait for the threads :meth:`blocked` started; raise what they raised."""
+        threads, self.threads = self.threads, []
+        for thread, errors in threads:
+            thread.join(30)
+            assert not thread.is_alive()
+            if errors:
+                raise errors[0]
+
 
 def _interleaved(
     url: str,
@@ -636,8 +668,10 @@ def _interleaved(
                 session = await store.get("s")
                 await session.append_many([said("1"), said("2"), said("3")])
                 before = len(executor.submitted)
-                await scenario(session, other, Interleave(monkeypatch))
+                interleave = Interleave(monkeypatch)
+                await scenario(session, other, interleave)
                 threaded = len(executor.submitted) - before
+                interleave.join()
                 if pg(session)._stale:
                     await session.latest_seq()  # reloads (in a thread)
                 check_window(session, stored_log(url, "s"))
@@ -660,28 +694,30 @@ def recreate(other: Any) -> Callable[[], None]:
     return step
 
 
-def test_a_read_whose_session_object_caught_up_meanwhile_answers_from_it(
+def test_a_thread_using_the_session_object_during_a_native_read_waits_for_it(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario(session: AsyncSession, other: Any, interleave: Interleave) -> None:
         other.append(said("4"))  # read by the native catch-up
         interleave.at["after_fetch"] += [
             lambda: other.append(said("5")),
-            lambda: session.sync.latest_seq,  # the sync API catches up past the native read
+            interleave.blocked(lambda: session.sync.latest_seq),  # catches up after the read
         ]
-        assert [e.seq for e in await session.read()] == [1, 2, 3, 4, 5]
+        assert [e.seq for e in await session.read()] == [1, 2, 3, 4]
 
     assert _interleaved(url, monkeypatch, scenario) == 0
 
 
-def test_a_read_whose_session_object_moved_to_a_new_life_meanwhile_goes_to_a_thread(
+def test_a_read_after_the_session_was_recreated_reloads_natively(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario(session: AsyncSession, other: Any, interleave: Interleave) -> None:
-        interleave.at["after_fetch"] += [recreate(other), lambda: session.sync.latest_seq]
+        recreate(other)()
+        interleave.at["after_fetch"].append(interleave.blocked(lambda: session.sync.latest_seq))
         assert [e.seq for e in await session.read()] == [1]
+        assert not pg(session)._stale
 
-    assert _interleaved(url, monkeypatch, scenario) == 1
+    assert _interleaved(url, monkeypatch, scenario) == 0
 
 
 def test_a_fast_path_append_after_another_writers_takes_the_general_path(
@@ -701,9 +737,10 @@ def test_an_append_whose_batch_another_thread_took_in_first_is_not_taken_in_twic
     async def scenario(session: AsyncSession, other: Any, interleave: Interleave) -> None:
         interleave.at["after_statement"] += [
             lambda: other.append(said("after")),
-            lambda: session.sync.latest_seq,  # takes in the batch and "after"
+            interleave.blocked(lambda: session.sync.latest_seq),  # takes in "after", later
         ]
         assert await session.append_many([said("m1"), said("m2")]) == [4, 5]
+        interleave.join()
         texts = [m.text for m in await session.messages()]
         assert texts == ["1", "2", "3", "m1", "m2", "after"]
 
@@ -726,29 +763,35 @@ def test_an_append_after_another_writers_event_checks_its_ids_and_lands_after_it
     assert _interleaved(url, monkeypatch, scenario) == 0
 
 
-def test_an_append_whose_catch_up_another_thread_overtook_takes_in_only_the_rest(
+def test_an_append_whose_catch_up_another_thread_tries_to_overtake_is_taken_in_first(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario(session: AsyncSession, other: Any, interleave: Interleave) -> None:
         interleave.at["before_statement"].append(lambda: other.append(said("before")))
-        # During the native range read of "before", the sync API catches up past the batch.
+        # During the native range read of "before", the sync API tries to catch up: it waits.
         interleave.at["after_statement"].append(
-            lambda: interleave.at["after_fetch"].append(lambda: session.sync.latest_seq)
+            lambda: interleave.at["after_fetch"].append(
+                interleave.blocked(lambda: session.sync.latest_seq)
+            )
         )
         assert await session.append_many([said("m1"), said("m2")]) == [5, 6]
+        interleave.join()  # (while the thread holds the session, a call goes to a thread)
         texts = [m.text for m in await session.messages()]
         assert texts == ["1", "2", "3", "before", "m1", "m2"]
 
     assert _interleaved(url, monkeypatch, scenario) == 0
 
 
-def test_an_append_whose_session_object_moved_to_a_new_life_meanwhile_reloads(
+def test_an_append_whose_log_is_recreated_right_after_its_statement_reloads_next(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario(session: AsyncSession, other: Any, interleave: Interleave) -> None:
-        interleave.at["after_statement"] += [recreate(other), lambda: session.sync.latest_seq]
+        interleave.at["after_statement"] += [
+            recreate(other),
+            interleave.blocked(lambda: session.sync.latest_seq),  # then finds the new life
+        ]
         assert await session.append_many([said("m1"), said("m2")]) == [4, 5]
-        assert pg(session)._stale  # stored in the old life, deleted since
+        interleave.join()
         assert [m.text for m in await session.messages()] == ["new"]
 
     _interleaved(url, monkeypatch, scenario)
@@ -756,8 +799,8 @@ def test_an_append_whose_session_object_moved_to_a_new_life_meanwhile_reloads(
 
 def test_a_session_recreated_as_a_child_with_a_cap_gets_the_cap(url: str) -> None:
     """The cap was known to be off when the user message was planned; the append lands in a new
-    life of the log, a child forked with ``max_messages``: the cap is then applied (in a
-    worker thread), as by the sync pipeline."""
+    life of the log, a child forked with ``max_messages``: the cap is then applied, by the
+    sync pipeline's own plan."""
 
     async def main() -> None:
         async with open_async_store(url) as store:

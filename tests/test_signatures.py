@@ -48,6 +48,9 @@ SYNC_ONLY: Mapping[tuple[str, str], str] = {
     ("BaseSession", "encrypted"): (
         "in-memory state the async placement reads on the sync object (session.sync.encrypted)"
     ),
+    ("BaseSession", "plans"): (
+        "the sync pipeline's plans, which the async API drives on a native log itself"
+    ),
     ("BaseSession", "state_lock"): (
         "the sync object's own thread lock, which the async placement tries without waiting; "
         "a task must never block on it"

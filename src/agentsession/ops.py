@@ -80,6 +80,8 @@ class AsyncLog(Protocol):
     :data:`NotImplemented` to have the driver make the sync call instead (an operation the
     storage does not do natively, or not in its current state)."""
 
+    async def open(self) -> tuple[list[Event], bool] | Any: ...
+
     async def open_tail(self) -> tuple[list[Event], bool] | Any: ...
 
     async def append(
@@ -89,6 +91,8 @@ class AsyncLog(Protocol):
     async def refresh(self) -> list[Event] | Any: ...
 
     async def read(self, after: int, limit: int | None) -> list[Event] | Any: ...
+
+    async def meta(self, kind: str, key: str) -> str | Any | None: ...
 
 
 class Op(msgspec.Struct):
@@ -114,6 +118,13 @@ class Open(Op):
     the whole log."""
 
     def run(self, log: SyncLog) -> tuple[list[Event], bool]:
+        return log._storage_open()
+
+    async def arun(self, log: SyncLog, native: AsyncLog | None) -> Any:
+        if native is not None:
+            result = await native.open()
+            if result is not NotImplemented:
+                return result
         return log._storage_open()
 
 
@@ -203,6 +214,13 @@ class MetaGet(Op):
     key: str
 
     def run(self, log: SyncLog) -> str | None:
+        return log._meta(self.kind, self.key)
+
+    async def arun(self, log: SyncLog, native: AsyncLog | None) -> Any:
+        if native is not None:
+            result = await native.meta(self.kind, self.key)
+            if result is not NotImplemented:
+                return result
         return log._meta(self.kind, self.key)
 
 

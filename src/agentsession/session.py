@@ -87,7 +87,7 @@ from .ops import (
 from .recorder import Turn
 from .storage import LogStorage, Reopen
 
-__all__ = ["BaseSession", "SessionHost", "check_event"]
+__all__ = ["BaseSession", "SessionHost", "SessionPlans", "check_event"]
 
 Clock = Callable[[], _dt.datetime]
 T = TypeVar("T")
@@ -317,6 +317,57 @@ class _View:
         return self._session._seal_is_stale()
 
 
+class SessionPlans:
+    """The pipeline's plans of one session (:attr:`BaseSession.plans`), for a driver other
+    than the sync API's: the async API runs them with :func:`agentsession.ops.adrive` on a
+    log's native coroutines. Each method checks and stamps its arguments at once (raising
+    :class:`~agentsession.errors.UsageError` as the sync method would) and returns the plan;
+    run it holding :attr:`BaseSession.state_lock`, or hand it to :meth:`run`."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: BaseSession) -> None:
+        self._session = session
+
+    def append(self, event: Event) -> Plan[int]:
+        """The plan of :meth:`BaseSession.append`."""
+        session = self._session
+        return session._append_one_plan(session._prepare(event, None))
+
+    def append_many(self, events: Sequence[Event], expect_seq: int | None) -> Plan[list[int]]:
+        """The plan of :meth:`BaseSession.append_many`."""
+        session = self._session
+        batch = session._prepare_batch(events, expect_seq)
+        return session._append_batch_plan(batch, expect_seq) if batch else _nothing()
+
+    def read(self, after: int, limit: int | None) -> Plan[list[Event]]:
+        """The plan of :meth:`BaseSession.read`."""
+        return self._session._read_plan(after, limit)
+
+    def latest_seq(self) -> Plan[int]:
+        """The plan of :attr:`BaseSession.latest_seq`."""
+        return self._session._latest_seq_plan()
+
+    def messages(self, agent: str | None, max_tool_result_bytes: int | None) -> Plan[list[Message]]:
+        """The plan of :meth:`BaseSession.messages`."""
+        return self._session._messages_plan(agent, max_tool_result_bytes)
+
+    def entries(self, agent: str | None) -> Plan[list[IndexedMessage]]:
+        """The plan of :meth:`BaseSession.entries`."""
+        return self._session._entries_plan(agent)
+
+    def run(self, plan: Plan[T]) -> T:
+        """Run ``plan`` with the sync driver, under the session's lock (in a worker thread,
+        when another driver cannot run it now)."""
+        return self._session._run(plan)
+
+
+def _nothing() -> Plan[list[int]]:
+    """The plan of an empty batch: nothing to do."""
+    return []
+    yield  # a generator
+
+
 class BaseSession:
     """One conversation's session: the pipeline's plans over a log storage.
 
@@ -448,6 +499,12 @@ class BaseSession:
     def encrypted(self) -> bool:
         """Whether this session's events are sealed (its store is encrypted)."""
         return self._cipher is not None
+
+    @property
+    def plans(self) -> SessionPlans:
+        """This session's pipeline as plans, for a driver other than the sync API's (see
+        :class:`SessionPlans`)."""
+        return SessionPlans(self)
 
     @property
     def state_lock(self) -> threading.RLock:

@@ -30,14 +30,20 @@ store class declares (``capabilities``, a :class:`~agentsession.contract.Capabil
 from its name: ``in_memory`` (memory), ``inline_appends`` and ``inline_reads`` (JSONL), nothing
 (threads: SQLite, the static store, third-party backends), ``native_async`` (PostgreSQL).
 
-**Native async primitives**: a store class declaring ``native_async`` implements
+**Native async storage**: a store class declaring ``native_async`` implements
 ``_async_backend(executor)`` (reached through the public
 :meth:`~agentsession.store.BaseStore.async_backend`), returning a subclass of
-:class:`AsyncBackend` whose :meth:`~AsyncBackend.call` performs the operations it can natively
-and defers to ``super().call`` for the rest; :attr:`Call.op` names the operation and
-:attr:`Call.args` holds its arguments, and :meth:`AsyncBackend.close` releases what it holds
-when the store closes. PostgreSQL does (:mod:`agentsession.backends.postgres_aio`: psycopg's
-``AsyncConnectionPool``); ``offload="always"`` uses worker threads instead.
+:class:`AsyncBackend` whose :meth:`~AsyncBackend.native_log` gives a session's log storage as
+coroutines (a :class:`NativeLog`). The async session then runs ``append``,
+``append_many``, ``read``, ``latest_seq``, ``messages`` and ``entries`` as the sync API's own
+plans, driven on the loop by :func:`agentsession.ops.adrive`: its tasks queue on the log's
+:attr:`NativeLog.queue`, then it takes the session's lock without waiting (a worker thread
+holding it sends the call to a thread, as the sync plan) and holds it until the plan ends.
+A write the log has started settles before ``CancelledError`` reaches the caller, and the
+plan takes its outcome in first (:meth:`NativeLog.drive`), so the promise above holds.
+:meth:`AsyncBackend.close` releases what the backend holds when the store closes. PostgreSQL
+does (:mod:`agentsession.backends.postgres.aio`: psycopg's ``AsyncConnectionPool``);
+``offload="always"`` uses worker threads instead.
 
 The placement reads the sync session's state only through its public, I/O-free members
 (:attr:`~agentsession.BaseSession.state_lock`, :attr:`~agentsession.BaseSession.encrypted`,
@@ -53,9 +59,10 @@ import contextvars
 import os
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from ..locks import _acting_owner, _held_here, _owner
+from ..ops import AsyncLog, Plan
 from ..session import BaseSession
 from ..store import BaseStore
 
@@ -63,6 +70,7 @@ __all__ = [
     "AsyncBackend",
     "Call",
     "CallKind",
+    "NativeLog",
     "Offload",
     "Where",
     "backend_for",
@@ -144,6 +152,27 @@ class Call(Generic[T]):
         return f"<Call {self.op} ({self.kind})>"
 
 
+class NativeLog(AsyncLog, Protocol):
+    """One session's log storage as coroutines (:class:`agentsession.ops.AsyncLog`), with
+    what the async session needs to drive its plans on them."""
+
+    @property
+    def queue(self) -> asyncio.Lock:
+        """The lock this event loop's tasks take, one after another, to drive a plan of the
+        session (the session's own lock is re-entrant on the loop's thread)."""
+
+    async def connect(self) -> bool:
+        """Get ready to drive a plan on the running loop; False when it cannot now (the call
+        then runs in a worker thread)."""
+
+    async def drive(self, plan: Plan[T], *, writes: bool) -> T:
+        """Run ``plan`` with :func:`agentsession.ops.adrive` on this log, the session's lock
+        held by the caller. When the plan ``writes`` (an append), a cancellation that arrives
+        once it has started a write is raised when the plan has ended (the write settled and
+        taken in); before that, and for other plans, the plan is interrupted where it
+        waits."""
+
+
 class AsyncBackend:
     """How one store's operations run under asyncio: the placement policy and the runner.
 
@@ -221,6 +250,11 @@ class AsyncBackend:
         if call.propagate:
             _hand_back(context)
         return result
+
+    def native_log(self, session: BaseSession) -> NativeLog | None:
+        """``session``'s log storage as coroutines, when this backend has them for it (see
+        the module docstring); None: the session's calls run as :meth:`call` places them."""
+        return None
 
     async def close(self) -> None:
         """Release what the backend holds of its own (a native connection pool); called once,

@@ -8,16 +8,18 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+from .. import _trace
 from ..children import DEFAULT_MERGE_LOCK_TIMEOUT, SessionRecord
 from ..context import turn_id, with_turn_id
 from ..derive import IndexedMessage
 from ..events import USER_MESSAGE, Event
 from ..media import StoragePolicy
 from ..messages import Message
+from ..ops import Plan
 from ..recorder import Step, Turn
 from ..session import BaseSession
 from ..store import BaseStore
-from ._backend import CallKind
+from ._backend import AsyncBackend, CallKind, NativeLog
 from ._recorder import AsyncRecording
 
 if TYPE_CHECKING:
@@ -45,6 +47,10 @@ class SessionHost(Protocol):
     @property
     def sync(self) -> BaseStore:
         """The sync store."""
+
+    @property
+    def backend(self) -> AsyncBackend:
+        """Where the store's calls run."""
 
     async def _call(
         self,
@@ -118,14 +124,38 @@ class AsyncSession:
             shield=shield,
         )
 
+    async def _drive(
+        self, native: NativeLog, op: str, plan: Callable[[], Plan[T]], kind: CallKind
+    ) -> T:
+        """Run the sync API's plan (``plan()``) on the session's native log storage, after
+        this loop's other tasks driving one (see :mod:`agentsession.aio._backend`; ``kind``
+        ``append``: a plan that writes); in a worker thread, with the sync driver, when the
+        log cannot be used from this loop now or a thread holds the session's lock."""
+        session = self._sync
+        async with native.queue:  # cancelled while waiting: nothing done
+            if await native.connect():
+                lock = session.state_lock
+                if lock.acquire(blocking=False):
+                    try:
+                        return await native.drive(plan(), writes=kind == "append")
+                    finally:
+                        lock.release()
+            return await self._call(op, lambda: session.plans.run(plan()), kind, shield=False)
+
     # -- the log ----------------------------------------------------------------------------
 
     async def latest_seq(self) -> int:
         """Highest seq in the log (0 when empty), including other writers' appends."""
+        native = self._store.backend.native_log(self._sync)
+        if native is not None:
+            return await self._drive(native, "latest_seq", self._sync.plans.latest_seq, "read")
         return await self._call("latest_seq", lambda: self._sync.latest_seq, "read")
 
     async def append(self, event: Event) -> int:
         """Append one event; returns its seq (:meth:`agentsession.BaseSession.append`)."""
+        native = self._store.backend.native_log(self._sync)
+        if native is not None:
+            return await self._append_natively(native, event)
         return await self._store._call(  # the hot path: no extra layer
             "append",
             functools.partial(self._sync.append, event),
@@ -135,6 +165,21 @@ class AsyncSession:
             user_message=getattr(event, "type", None) == USER_MESSAGE,
         )
 
+    async def _append_natively(self, native: NativeLog, event: Event) -> int:
+        sync = self._sync
+        prepared = sync.plans.append(event)  # checked and stamped once, here
+        plan = functools.partial(_once, prepared)
+        if not _trace.enabled:
+            return await self._drive(native, "append", plan, "append")
+        with _trace.span(
+            "agentsession.append",
+            session_id=sync.id,
+            backend=_trace.backend_of(sync),
+            events=1,
+            event_type=getattr(event, "type", None),
+        ):
+            return await self._drive(native, "append", plan, "append")
+
     async def append_many(
         self, events: Sequence[Event], *, expect_seq: int | None = None
     ) -> list[int]:
@@ -142,6 +187,9 @@ class AsyncSession:
         (:meth:`agentsession.BaseSession.append_many`). Cancelled while it runs, the batch
         is written whole or not at all, and is settled when ``CancelledError`` arrives."""
         batch = events if isinstance(events, Event) else list(events)
+        native = self._store.backend.native_log(self._sync)
+        if native is not None:
+            return await self._append_many_natively(native, batch, expect_seq)
         return await self._call(
             "append_many",
             functools.partial(self._sync.append_many, batch, expect_seq=expect_seq),
@@ -150,8 +198,34 @@ class AsyncSession:
             user_message=isinstance(batch, list) and _has_user_message(batch),
         )
 
+    async def _append_many_natively(
+        self, native: NativeLog, events: Sequence[Event], expect_seq: int | None
+    ) -> list[int]:
+        sync = self._sync
+        plan = functools.partial(_once, sync.plans.append_many(events, expect_seq))
+        if not _trace.enabled:
+            return await self._drive(native, "append_many", plan, "append")
+        with _trace.span(
+            "agentsession.append", session_id=sync.id, backend=_trace.backend_of(sync)
+        ) as span:
+            seqs = await self._drive(native, "append_many", plan, "append")
+            span.set(events=len(seqs))
+            return seqs
+
     async def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in seq order, at most ``limit``."""
+        native = self._store.backend.native_log(self._sync)
+        if native is not None:
+            sync = self._sync
+            plan = functools.partial(sync.plans.read, after, limit)
+            if not _trace.enabled:
+                return await self._drive(native, "read", plan, "read")
+            with _trace.span(
+                "agentsession.read", session_id=sync.id, backend=_trace.backend_of(sync)
+            ) as span:
+                found = await self._drive(native, "read", plan, "read")
+                span.set(events=len(found))
+                return found
         return await self._call(
             "read",
             functools.partial(self._sync.read, after, limit),
@@ -164,6 +238,21 @@ class AsyncSession:
     ) -> list[Message]:
         """The provider-valid, compaction-aware history
         (:meth:`agentsession.BaseSession.messages`)."""
+        native = self._store.backend.native_log(self._sync)
+        if native is not None:
+            sync = self._sync
+            plan = functools.partial(sync.plans.messages, agent, max_tool_result_bytes)
+            if not _trace.enabled:
+                return await self._drive(native, "messages", plan, "read")
+            with _trace.span(
+                "agentsession.messages",
+                session_id=sync.id,
+                backend=_trace.backend_of(sync),
+                agent=agent or None,
+            ) as span:
+                history = await self._drive(native, "messages", plan, "read")
+                span.set(messages=len(history))
+                return history
         fn = functools.partial(
             self._sync.messages, agent, max_tool_result_bytes=max_tool_result_bytes
         )
@@ -172,6 +261,10 @@ class AsyncSession:
 
     async def entries(self, agent: str | None = None) -> list[IndexedMessage]:
         """The derived history with source seqs (what compaction plans its cut on)."""
+        native = self._store.backend.native_log(self._sync)
+        if native is not None:
+            plan = functools.partial(self._sync.plans.entries, agent)
+            return await self._drive(native, "entries", plan, "read")
         fn = functools.partial(self._sync.entries, agent)
         return await self._call("entries", fn, "read", args={"agent": agent})
 
@@ -561,3 +654,8 @@ class AsyncStep(AsyncRecording):
     def __repr__(self) -> str:
         return f"<AsyncStep of {self._step!r}>"
 
+
+def _once(plan: Plan[T]) -> Plan[T]:
+    """``plan`` itself: an append's plan is made (its events checked and stamped) once, before
+    the call may go to a thread."""
+    return plan

@@ -190,9 +190,6 @@ class PostgresSession(BaseSession):
         self._sql = sql
         self._stale = False  # set when catching up failed: reload before the next use
         self._life: int | None = None  # sessions.life of the life this object read
-        # Set by the async API (postgres.aio), under the session lock, while it runs a read
-        # whose catch-up it did natively just before: the refresh is not done twice.
-        self._refresh_done = False
         with self._lock:
             self._load()
 
@@ -203,20 +200,28 @@ class PostgresSession(BaseSession):
 
     def _storage_open_tail(self) -> tuple[list[Event], bool]:
         """The latest ``TAIL_EVENTS`` events and the life, by key range, in one round trip."""
+        action, statement, params, life_column = self._open_request(tail=True)
         self._stale = False
-        rows = self._db.fetch(
-            f"opening session {self._id!r}", self._sql.open_tail, (self._id, TAIL_EVENTS)
-        )
-        return self._opened(rows, 9)
+        return self._opened(self._db.fetch(action, statement, params), life_column)
 
     def _storage_open(self) -> tuple[list[Event], bool]:
         """The full window: from ``sessions.compaction_seq`` to the end, and the life."""
+        action, statement, params, life_column = self._open_request(tail=False)
         self._stale = False
-        statement = self._sql.open
-        rows = self._db.fetch(f"opening session {self._id!r}", statement, (self._id,))
-        return self._opened(rows, 10)
+        return self._opened(self._db.fetch(action, statement, params), life_column)
+
+    def _open_request(self, *, tail: bool) -> tuple[str, bytes, tuple[Any, ...], int]:
+        """What opening reads (the tail, or the full window): the action for errors, the
+        statement, its parameters and the column of the life in its rows. Shared by the sync
+        and the async API."""
+        action = f"opening session {self._id!r}"
+        if tail:
+            return action, self._sql.open_tail, (self._id, TAIL_EVENTS), 9
+        return action, self._sql.open, (self._id,), 10
 
     def _opened(self, rows: list[_Row], life_column: int) -> tuple[list[Event], bool]:
+        """Take in what opening read: the events and whether they are the whole log; the
+        life they belong to (none: no session row). Shared by the sync and the async API."""
         if not rows:
             self._life = None
             return [], True
@@ -227,8 +232,6 @@ class PostgresSession(BaseSession):
         return events, events[0].seq <= 1
 
     def _storage_refresh(self) -> list[Event]:
-        if self._refresh_done:
-            return []  # the async API caught up natively just before, under this lock hold
         if self._stale:
             self._load()
             return []
@@ -327,10 +330,6 @@ class PostgresSession(BaseSession):
     def _stored(self, events: list[Event], base: int) -> list[Event]:
         """``events`` as an append stored them after seq ``base``."""
         return _numbered(events, base)
-
-    def _refreshed(self, rows: list[_Row]) -> tuple[int, int, list[Event]] | None:
-        """The ``refresh`` statement's rows: latest seq, life and events (None: no row)."""
-        return _refreshed(rows, self._id)
 
     def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
         """The fast path: one statement that updates the session row and inserts the event

@@ -61,11 +61,11 @@ covers running it at scale. How it keeps the storage contract:
   pool opens with the first turn lock, pooled connections are checked when handed out (a poll
   of the socket, no round trip; a pool whose connection the server closed is drained), and a
   forked child uses pools of its own.
-* **The async API** (:mod:`agentsession.aio`) appends and reads natively on psycopg's
+* **The async API** (:mod:`agentsession.aio`) drives the session's plans on psycopg's
   ``AsyncConnectionPool`` (:mod:`agentsession.backends.postgres.aio`), with the statements,
   parameters, life check and row decoding of the sync session
-  (:mod:`~agentsession.backends.postgres.storage`: ``_append_next``, ``_append_request``,
-  ``_adopt_append``, ``_take_refresh``: what the sync primitives use).
+  (:mod:`~agentsession.backends.postgres.storage`: ``_open_request``, ``_opened``,
+  ``_take_refresh``, ``_append_request``, ``_adopt_append``: what the sync primitives use).
 * **The turn lock** is a session-level advisory lock on a 64-bit key derived from the schema
   and the session id, held on a connection of a separate lock pool that is not handed back
   until the lock is released; a holder that dies (SIGKILL, lost network) loses its connection
