@@ -17,6 +17,7 @@ from agentsession import events
 from agentsession.backends.jsonl import (
     CLI_CURRENT_LINK,
     JsonlFileStore,
+    JsonlLog,
     JsonlSession,
     JsonlStore,
     open_jsonl_file,
@@ -401,8 +402,8 @@ def test_the_default_dialect_keeps_its_meta_directory(tmp_path: Path) -> None:
 def test_one_file_holds_one_session(tmp_path: Path) -> None:
     path = tmp_path / "logs" / "chat.jsonl"
     session = open_jsonl_file(path)
-    assert isinstance(session, JsonlSession)
-    assert session.id == "chat" and session.path == str(path)
+    assert isinstance(session, JsonlSession) and isinstance(session._log, JsonlLog)
+    assert session.id == "chat" and session.location == str(path)
     session.append(ags.Event.new("user/message", ags.Message.user("one")))
     session.close()
     again = open_jsonl_file(path, session_id="chat")

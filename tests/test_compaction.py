@@ -9,7 +9,7 @@ import pytest
 
 import agentsession as ags
 from agentsession import derive
-from agentsession.backends.jsonl import JsonlSession
+from agentsession.backends.jsonl import JsonlLog
 from agentsession.compaction import memory_cutoff_seq, previous_summary_text
 from agentsession.events import Compaction
 from agentsession.validation import provider_errors
@@ -67,7 +67,7 @@ def test_reopening_after_compaction_reads_only_the_tail(tmp_path: Path) -> None:
         session.append(ags.Event.new("app/note", {"padding": padding}))
     expected = session.messages()
     reopened = ags.open_store(tmp_path).get("c")
-    assert isinstance(reopened, JsonlSession)
+    assert isinstance(reopened._log, JsonlLog)
     # Opening read only the end of the file; messages() loads from the marker, not seq 1.
     assert reopened._window_start > marker_seq
     assert not reopened._full

@@ -84,12 +84,12 @@ def test_a_store_opened_with_a_passphrase_is_encrypted_from_then_on(url: str) ->
 def test_a_wrong_key_is_refused_before_any_event_is_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentsession.backends.jsonl import JsonlSession
+    from agentsession.backends.jsonl import JsonlLog
 
     say(ags.open_store(tmp_path, key=KEY).get("s"), "hello")
     reads: list[str] = []
     monkeypatch.setattr(
-        JsonlSession, "_storage_open_tail", lambda self: reads.append(self.id) or ([], True)
+        JsonlLog, "open_tail", lambda self, view: reads.append(view.id) or ([], True)
     )
     with pytest.raises(EncryptionError, match="wrong key"):
         ags.open_store(tmp_path, key=bytes(32))

@@ -16,7 +16,7 @@ import pytest
 
 import agentsession as ags
 from agentsession import CorruptLogError, Event, Message, StoreUnavailable
-from agentsession.backends.jsonl import JsonlFileStore, JsonlSession, JsonlStore
+from agentsession.backends.jsonl import JsonlFileStore, JsonlLog, JsonlStore
 
 
 def line(seq: int, text: str, *, more: bool = False) -> bytes:
@@ -229,8 +229,8 @@ def test_hostile_ids_stay_inside_the_store_directory(tmp_path: Path, session_id:
     store = JsonlStore(root)
     session = store.get(session_id)
     session.append(Event.new("test/n"))
-    assert isinstance(session, JsonlSession)
-    path = Path(session.path)
+    assert isinstance(session._log, JsonlLog)
+    path = Path(session.location)
     assert path.parent == root.resolve()
     assert ".." not in path.name and "/" not in path.name
     assert sorted(os.listdir(root)) == [path.name]
@@ -293,7 +293,7 @@ def test_open_reads_from_the_last_compaction_marker_and_read_still_returns_every
     marker_seq = session.append(Event.new("session/compaction", summary))
     session.append(Event.new("user/message", Message.user("after")))
     reopened = ags.open_store(tmp_path).get("s")
-    assert isinstance(reopened, JsonlSession)
+    assert isinstance(reopened._log, JsonlLog)
     assert reopened._window_start == marker_seq
     assert len(reopened._window) == 2
     assert texts(reopened) == ["summary", "m49", "after"]
@@ -547,8 +547,9 @@ def test_read_after_any_seq_finds_exactly_the_later_events(
 ) -> None:
     seqs = big_log(tmp_path, 1500, blank_every=blank_every)  # ~5 MB
     session = ags.open_store(tmp_path).get("big")
-    assert isinstance(session, JsonlSession)
-    assert session._size > 4 << 20 and not session._full
+    log = session._log
+    assert isinstance(log, JsonlLog)
+    assert log._size > 4 << 20 and not session._full
     for after in [0, 1, 2, 6, 7, 8, 500, 749, 750, 751, 1000, 1200, 1400, 1498, 1499, 1500]:
         expected = [s for s in seqs if s > after]
         got = session._storage_read(after, None)  # storage, not the in-memory tail
@@ -567,7 +568,7 @@ def test_read_by_seq_across_a_line_longer_than_the_search_span(tmp_path: Path) -
         *(line(n, f"short {n}") for n in range(51, 3000)),
     )
     session = ags.open_store(tmp_path).get("s")
-    assert isinstance(session, JsonlSession)
+    assert isinstance(session._log, JsonlLog)
     for after in range(0, 3000, 37):
         expected = list(range(after + 1, min(after + 3, 3000)))
         assert [e.seq for e in session._storage_read(after, 2)] == expected

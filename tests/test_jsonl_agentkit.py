@@ -12,7 +12,7 @@ import pytest
 import agentsession as ags
 from agentsession import CorruptLogError, Event, Message
 from agentsession._names import unsafe_name
-from agentsession.backends.jsonl import JsonlSession, agentkit_file_name
+from agentsession.backends.jsonl import JsonlLog, agentkit_file_name
 from agentsession.derive import Deriver
 from agentsession.interop.agentkit import decode_agentkit_line, is_agentkit_line
 from agentsession.validation import provider_errors
@@ -123,13 +123,14 @@ def test_reopening_an_agentkit_log_starts_its_window_at_the_compaction_marker(
 ) -> None:
     expected = ags.open_store(logs).get("subagents:compaction").messages()
     session = ags.open_store(logs).get("subagents:compaction")
-    assert isinstance(session, JsonlSession)
+    log = session._log
+    assert isinstance(log, JsonlLog)
     markers = [e.seq for e in session.read() if e.type == "session/compaction"]
     assert session.messages() == expected
     assert session._window_start == markers[-1]
     # The backwards scan finds agentkit's marker lines by their head, as it finds ours.
     data = (logs / "subagents_compaction.jsonl").read_bytes()
-    offset = session._find_last_marker(len(data))
+    offset = log._find_last_marker(len(data))
     assert offset is not None
     assert decode_agentkit_line(data[offset:].split(b"\n", 1)[0]).seq == markers[-1]
 
@@ -145,7 +146,7 @@ def test_a_long_agentkit_log_opens_at_its_tail_and_reads_by_seq(tmp_path: Path) 
             ]
         )
     reopened = ags.open_store(tmp_path).get("long")
-    assert isinstance(reopened, JsonlSession)
+    assert isinstance(reopened._log, JsonlLog)
     assert len(reopened._window) < 3000 and not reopened._full
     assert reopened.latest_seq == 3000
     for after in (0, 1, 1499, 1500, 2990, 2999):

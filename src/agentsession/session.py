@@ -662,9 +662,10 @@ class BaseSession:
 
     def _quarantine_unsealed(self, event: Event, reason: str) -> bool:
         """Move ``event`` (read from storage, not sealed though the store is encrypted) out
-        of the log, when the store is opened to quarantine what is corrupt; True when it was.
-        The default never does (only the JSONL store has ``on_corrupt``)."""
-        return False
+        of the log, when the store is opened to quarantine what is corrupt; True when it was
+        (:meth:`agentsession.storage.LogStorage.quarantine`; only the JSONL store has
+        ``on_corrupt``)."""
+        return self._log is not None and self._log.quarantine(event, reason)
 
     def _check_still_plain(self) -> Plan[None]:
         """Raise :class:`EncryptionError` when the store this plain session object belongs to

@@ -18,7 +18,8 @@ The line format is documented in ``docs/format.md``. How writing stays safe:
   lines). Nothing is silently dropped.
 * Opening reads from the latest compaction marker to the end, found by scanning backwards.
 
-The modules: :mod:`.logfile` (one session's log file), :mod:`.directory` (the directory
+The modules: :mod:`.logfile` (one session's log file, :class:`JsonlLog`: the session is the
+library's :class:`~agentsession.BaseSession` over it), :mod:`.directory` (the directory
 store), :mod:`.meta` (meta entries as files, with compare-and-set), :mod:`.single` (the
 single-file store), :mod:`.lines` (reading lines without a session) and :mod:`.layout` (the
 store's own layout; agentkit's is :mod:`agentsession.interop.agentkit_layout`).
@@ -29,11 +30,12 @@ from __future__ import annotations
 from ...interop.agentkit_layout import CLI_CURRENT_LINK, agentkit_file_name
 from ...interop.jsonl_layout import SUFFIX as SUFFIX
 from ...interop.jsonl_layout import Dialect
+from ...session import BaseSession
 from .directory import ID_SUFFIX as ID_SUFFIX
 from .directory import LOCK_DIR as LOCK_DIR
 from .directory import QUARANTINE_SUFFIX as QUARANTINE_SUFFIX
 from .directory import JsonlStore, OnCorrupt, open_jsonl
-from .logfile import JsonlSession
+from .logfile import JsonlLog
 from .meta import CAS_LOCK as CAS_LOCK
 from .meta import META_DIR as META_DIR
 from .single import JsonlFileStore, open_jsonl_file
@@ -44,6 +46,7 @@ __all__ = [
     "CLI_CURRENT_LINK",
     "Dialect",
     "JsonlFileStore",
+    "JsonlLog",
     "JsonlSession",
     "JsonlStore",
     "OnCorrupt",
@@ -52,8 +55,12 @@ __all__ = [
     "open_jsonl_file",
 ]
 
-# The classes are known by their public path (as before the split): in reprs, in pickles and
-# in the async API's table of built-in backends, which names a class by module and name.
-for _public in (JsonlFileStore, JsonlSession, JsonlStore):
+JsonlSession = BaseSession
+"""A JSONL store's session: the library's :class:`~agentsession.BaseSession` over a
+:class:`JsonlLog` (the name is kept for code that imports it; ``session.location`` is the
+session's file)."""
+
+# The classes are known by their public path (as before the split): in reprs and in pickles.
+for _public in (JsonlFileStore, JsonlLog, JsonlStore):
     _public.__module__ = __name__
 del _public

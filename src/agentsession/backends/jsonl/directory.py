@@ -21,10 +21,11 @@ from ...contract import Capabilities, SessionInfo
 from ...errors import StorageError, StoreUnavailable, UsageError
 from ...interop.jsonl_layout import SUFFIX, Dialect
 from ...locks import FileLocker
+from ...session import BaseSession
 from ...store import BaseStore, path_of
 from .layout import layout_for
 from .lines import decode_line, first_time, last_line, last_seq_of
-from .logfile import JsonlSession
+from .logfile import JsonlLog, LogFiles
 from .meta import MetaFiles
 
 try:
@@ -110,7 +111,7 @@ class JsonlStore(BaseStore):
         """Session files this store keeps open at most (default: a quarter of the process's
         descriptor limit, at most 256); the least recently opened are closed first and
         reopened when used again."""
-        self._open_files: OrderedDict[int, weakref.ref[JsonlSession]] = OrderedDict()
+        self._open_files: OrderedDict[int, weakref.ref[JsonlLog]] = OrderedDict()
         self._open_files_lock = threading.Lock()
         root = os.path.abspath(os.fspath(directory))
         if not create:
@@ -141,22 +142,22 @@ class JsonlStore(BaseStore):
         """The store's directory."""
         return self._root
 
-    def _track_open(self, session: JsonlSession) -> None:
+    def _track_open(self, log: JsonlLog) -> None:
         """Count an opened session file; close the oldest idle ones beyond the bound."""
         victims = []
         with self._open_files_lock:
-            self._open_files[id(session)] = weakref.ref(session)
+            self._open_files[id(log)] = weakref.ref(log)
             while len(self._open_files) > self.max_open_files:
                 _, ref = self._open_files.popitem(last=False)
                 other = ref()
-                if other is not None and other is not session:
+                if other is not None and other is not log:
                     victims.append(other)
         for other in victims:
-            other._close_if_idle()
+            other.close_if_idle()
 
-    def _untrack_open(self, session: JsonlSession) -> None:
+    def _untrack_open(self, log: JsonlLog) -> None:
         with self._open_files_lock:
-            self._open_files.pop(id(session), None)
+            self._open_files.pop(id(log), None)
 
     def _after_fork(self) -> None:
         super()._after_fork()
@@ -187,10 +188,23 @@ class JsonlStore(BaseStore):
         # A layout whose names are not injective never shares a session object by path.
         return self.path_for(session_id) if self._layout.injective else session_id
 
-    def _open_session(self, session_id: str) -> JsonlSession:
+    def _open_session(self, session_id: str) -> BaseSession:
         path = self.path_for(session_id)
         self._layout.check_session(session_id, path, self._claimed_by)
-        return JsonlSession(self, session_id, path)
+        return self._session_at(session_id, path)
+
+    def _session_at(self, session_id: str, path: str) -> BaseSession:
+        """The session whose log is the file ``path``."""
+        files = LogFiles(
+            layout=self._layout,
+            check_open=self._check_open,
+            track_open=self._track_open,
+            untrack_open=self._untrack_open,
+            write_id_sidecar=self._write_id_sidecar,
+            quarantine=self._quarantine,
+            encrypted=self._keyring is not None,
+        )
+        return BaseSession(self, session_id, JsonlLog(self, files, session_id, path))
 
     def _clean_crash_leftovers(self) -> None:
         """Remove what a killed process left of its meta writes (see
@@ -224,7 +238,7 @@ class JsonlStore(BaseStore):
         """Set the log file's modification time (what ``list()`` reports as ``updated_at``)."""
         session = self._open_session(session_id)
         try:
-            path = session.path
+            path = session.location
         finally:
             session.close()
         epoch = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)

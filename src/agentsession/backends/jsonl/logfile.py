@@ -9,6 +9,7 @@ and the backwards scan for a compaction marker call it and never ask which one i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import io
 import itertools
@@ -16,16 +17,18 @@ import logging
 import operator
 import os
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
 
 from ..._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, pread_all, sync_dir
+from ...contract import Durability
 from ...errors import CorruptLogError, StorageError, StoreUnavailable
 from ...events import Event, decode_event_lines
 from ...interop.jsonl_layout import JsonlLayout
-from ...session import BaseSession, SessionHost
+from ...storage import REOPEN, LogView, Reopen
 from .layout import lines_of
 from .lines import (
     HAS_MORE,
@@ -48,7 +51,7 @@ except ImportError as exc:  # not POSIX (Windows): no flock, and no os.pread eit
         "open a SQLite ('sqlite:///file.db') or PostgreSQL store instead",
     ) from exc
 
-__all__ = ["JsonlSession"]
+__all__ = ["JsonlLog", "LogFiles", "LogHost"]
 
 log = logging.getLogger("agentsession.backends.jsonl")
 _T = TypeVar("_T")
@@ -75,41 +78,33 @@ except AttributeError:  # pragma: no cover - macOS
     _datasync = os.fsync
 
 
-class LogHost(SessionHost, Protocol):
-    """What a log file needs of the store that holds it: a session's host, and the JSONL
-    store's own services (the directory store is the one)."""
+class LogHost(Protocol):
+    """The store settings a log file reads when it uses them (they may change on the store)."""
 
-    @property
-    def on_corrupt(self) -> Literal["raise", "quarantine"]:
-        """What a bad line in the middle of a log does."""
-        ...
+    durability: Durability
+    on_corrupt: Literal["raise", "quarantine"]
 
-    @property
-    def _layout(self) -> JsonlLayout:
-        """The store's layout: the dialect of new files, whether appends claim a name."""
-        ...
 
-    def _check_open(self) -> None:
-        """Raise when the store is closed."""
-        ...
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogFiles:
+    """What a log file needs of the JSONL store that holds it, handed to it when it is made:
+    the store's layout and its services for session files."""
 
-    def _track_open(self, session: JsonlSession) -> None:
-        """Count an opened log file (the store bounds how many stay open)."""
-        ...
-
-    def _untrack_open(self, session: JsonlSession) -> None:
-        """Stop counting a closed log file."""
-        ...
-
-    def _write_id_sidecar(self, session_id: str, path: str) -> None:
-        """Record the id beside its file where the layout says to."""
-        ...
-
-    def _quarantine(
-        self, path: str, data: bytes, reason: str, offset: int, session_id: str
-    ) -> None:
-        """Append bytes taken out of a log to its sidecar."""
-        ...
+    layout: JsonlLayout
+    """The store's layout: the dialect of new files, whether appends claim a name."""
+    check_open: Callable[[], None]
+    """Raise when the store is closed (a log of a closed store is not opened again)."""
+    track_open: Callable[[JsonlLog], None]
+    """Count an opened log file (the store bounds how many stay open)."""
+    untrack_open: Callable[[JsonlLog], None]
+    """Stop counting a closed log file."""
+    write_id_sidecar: Callable[[str, str], None]
+    """Record the id (first argument) beside its file (second) where the layout says to."""
+    quarantine: Callable[[str, bytes, str, int, str], None]
+    """Append bytes taken out of a log (path, data, reason, offset, session id) to its
+    sidecar."""
+    encrypted: bool
+    """Whether the store seals its events (a dialect that cannot hold them refuses)."""
 
 
 class _BadLine(Exception):
@@ -122,27 +117,38 @@ class _BadLine(Exception):
         self.parsed = parsed  # good events before it in the region
 
 
-class JsonlSession(BaseSession):
-    """A session stored as one JSONL file (see the module docstring for the guarantees)."""
+class JsonlLog:
+    """One session's log as one JSONL file: the JSONL store's
+    :class:`~agentsession.storage.LogStorage` (see the module docstring for the guarantees).
+
+    The log remembers which file it read (device, inode and the head of its first line) and
+    where it read to. When the path names another file than the one read (deleted, perhaps
+    created again), or the file shrank below what was read, or this process was forked, the log
+    answers :data:`~agentsession.storage.REOPEN` from ``refresh`` and ``append`` (writing
+    nothing) and the session opens it again."""
 
     # Few attributes: past CPython's 30 shared keys an instance's attribute reads get slower,
-    # and the append fast path reads a dozen of them.
-    _store: LogHost
+    # and the append fast path reads several of them.
 
-    def __init__(self, store: LogHost, session_id: str, path: str) -> None:
-        super().__init__(store, session_id)
+    def __init__(self, store: LogHost, files: LogFiles, session_id: str, path: str) -> None:
+        self._store = store
+        self._files = files
+        self._id = session_id
         self._path = path
         self._file: io.FileIO | None = None
         self._fd = -1
         self._size = 0  # bytes consumed; always ends at a line boundary
-        self._locked = False  # whether this session holds the file lock now
+        self._locked = False  # whether this log holds the file lock now
         self._ident: tuple[int, int, bytes] | None = None  # which file was read (_identity)
-        self._reload = False  # set in a forked child: load the tail afresh before use
-        self._lines = store._layout.new_lines  # the file's line dialect (_detect)
+        # Set when the file read is gone (another file at the path, or a forked child): the
+        # next refresh or append answers REOPEN, and opening clears it.
+        self._reload = False
+        self._lines = files.layout.new_lines  # the file's line dialect (_detect)
         self._claimed = False  # whether this id is recorded beside an agentkit-named file
         self._writable = False  # whether the open descriptor may write (else opened read-only)
-        with self._lock:
-            self._load()
+        # Held by every operation: the store closes an idle log's descriptor from another
+        # thread (_close_if_idle) to bound the files it keeps open.
+        self._guard = threading.Lock()
 
     # -- files ----------------------------------------------------------------------------
 
@@ -156,6 +162,11 @@ class JsonlSession(BaseSession):
         """The session's log file."""
         return self._path
 
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """The log file's path (two logs of one file are one log)."""
+        return ("jsonl", self._path, self._id)
+
     def _error(self, action: str, exc: OSError) -> StorageError:
         return StorageError(
             f"session {self._id!r}: {action} {self._path} failed: "
@@ -166,15 +177,16 @@ class JsonlSession(BaseSession):
         """Open the log (creating it with ``create``); False when it does not exist.
 
         The file must be a regular file reached without a symbolic link. When the path now
-        names another file than the one this session read before (deleted and created again,
-        or replaced), everything cached about the old one is forgotten, so no stale offset is
-        ever applied to the new file.
+        names another file than the one this log read before (deleted and created again, or
+        replaced), nothing read of the old one applies: the log starts again at the new file's
+        start and asks the session to reopen it (``_reload``), so no stale offset is ever
+        applied to the new file.
         """
         if self._fd >= 0:
             if self._writable or not create:
                 return True
-            self._storage_close()  # opened read-only: reopen to write (or say why it cannot)
-        self._store._check_open()  # a session of a closed store is not used again
+            self._close_fd()  # opened read-only: reopen to write (or say why it cannot)
+        self._files.check_open()  # a session of a closed store is not used again
         flags = os.O_RDWR | os.O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK
         writable = True
         try:
@@ -213,15 +225,18 @@ class JsonlSession(BaseSession):
             )
         ident = _identity(fd, st)
         if self._ident is not None and ident != self._ident:
-            self._reset()  # another file than the one read before: nothing cached applies
+            # Another file than the one read before: nothing read of it applies.
+            self._size = 0
+            self._reload = True
         self._ident = ident
         self._detect(ident[2])
         self._file = io.FileIO(fd, "r+" if writable else "r", closefd=True)
         self._fd = fd
         self._writable = writable
-        self._store._track_open(self)
+        files = self._files
+        files.track_open(self)
         if create:
-            self._store._write_id_sidecar(self._id, self._path)
+            files.write_id_sidecar(self._id, self._path)
             if st.st_size == 0 and self._store.durability == "fsync":
                 # A new log's name (and its id sidecar's) must survive a power loss as well as
                 # the lines synced into it: not every file system commits a new directory entry
@@ -229,38 +244,42 @@ class JsonlSession(BaseSession):
                 sync_dir(os.path.dirname(self._path))
         return True
 
-    def _reset(self) -> None:
-        """Forget the log, and where this object had read to in its file."""
-        super()._reset()
-        self._size = 0
-
     def _detect(self, head: bytes) -> None:
         """The file's dialect, from its first bytes: a file keeps the dialect of its first line
         (so a log another program owns stays readable to it); an empty one takes the store's."""
-        self._lines = lines_of(head) if head else self._store._layout.new_lines
+        self._lines = lines_of(head) if head else self._files.layout.new_lines
 
-    def _storage_close(self) -> None:
+    def close(self) -> None:
+        """Close the file's descriptor (the log reopens it when used again)."""
+        with self._guard:
+            self._close_fd()
+
+    def _close_fd(self) -> None:
         if self._file is not None:
             with contextlib.suppress(OSError):
                 self._ident = _identity(self._fd, os.fstat(self._fd))
             self._file.close()
-            self._store._untrack_open(self)
+            self._files.untrack_open(self)
         self._file = None
         self._fd = -1
         self._writable = False
 
-    def _close_if_idle(self) -> None:
-        """Close the descriptor unless the session is in use right now (it reopens on use)."""
-        if self._lock.acquire(blocking=False):
+    def close_if_idle(self) -> None:
+        """Close the descriptor unless the log is in use right now (it reopens on use): how
+        the store bounds the files it keeps open."""
+        if self._guard.acquire(blocking=False):
             try:
                 if not self._locked:
-                    self._storage_close()
+                    self._close_fd()
             finally:
-                self._lock.release()
+                self._guard.release()
 
-    def _storage_after_fork(self) -> None:
+    def after_fork(self) -> None:
+        """In a forked child: stop sharing the descriptor (and so its ``flock``) with the
+        parent; the session opens the log afresh when next used (``REOPEN``)."""
         # The inherited descriptor shares its open file description, and so its flock, with
         # the parent: close this process's copy and read the file afresh when next used.
+        self._guard = threading.Lock()  # a parent thread may have held it at the fork
         if self._file is not None:
             with contextlib.suppress(OSError):
                 self._file.close()
@@ -275,7 +294,7 @@ class JsonlSession(BaseSession):
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _with_lock(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run ``fn`` holding the file lock (re-entrant for this session)."""
+        """Run ``fn`` holding the file lock (re-entrant for this log)."""
         if self._locked:
             return fn(*args)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -287,21 +306,27 @@ class JsonlSession(BaseSession):
 
     # -- loading --------------------------------------------------------------------------
 
-    def _storage_open(self) -> tuple[list[Event], bool]:
-        self._size = 0
-        if not self._open_fd(create=False):
-            return [], True
-        try:
-            return self._load_tail(locked=self._locked)
-        except OSError as exc:
-            raise self._error("reading", exc) from exc
+    def open(self, view: LogView) -> tuple[list[Event], bool]:
+        """The window: every event from the latest compaction marker on."""
+        with self._guard:
+            return self._open(window=True)
 
-    def _storage_open_tail(self) -> tuple[list[Event], bool]:
+    def open_tail(self, view: LogView) -> tuple[list[Event], bool]:
+        """The last :data:`_TAIL_BYTES` or so of whole lines (from a compaction marker in
+        them, when there is one)."""
+        with self._guard:
+            return self._open(window=False)
+
+    def _open(self, window: bool) -> tuple[list[Event], bool]:
+        """Open the file as it is now: whatever was read before no longer applies."""
         self._size = 0
+        self._reload = False
         if not self._open_fd(create=False):
+            self._ident = None  # no file: the next one created is this log's
             return [], True
+        self._reload = False
         try:
-            return self._load_tail(locked=self._locked, window=False)
+            return self._load_tail(locked=self._locked, window=window)
         except OSError as exc:
             raise self._error("reading", exc) from exc
 
@@ -381,7 +406,7 @@ class JsonlSession(BaseSession):
     def _quarantine_tail(self, offset: int, size: int, reason: str) -> None:
         """With the lock held: copy ``[offset, size)`` to the sidecar and truncate the log."""
         data = pread_all(self._fd, size - offset, offset)
-        self._store._quarantine(self._path, data, reason, offset, self._id)
+        self._files.quarantine(self._path, data, reason, offset, self._id)
         os.ftruncate(self._fd, offset)
         if self._store.durability == "fsync":
             _datasync(self._fd)
@@ -521,10 +546,14 @@ class JsonlSession(BaseSession):
             )
         self._with_lock(self._blank_line, offset, line.rstrip(b"\n"), f"line {line_no}: {reason}")
 
-    def _quarantine_unsealed(self, event: Event, reason: str) -> bool:
+    def quarantine(self, event: Event, reason: str) -> bool:
         """With ``on_corrupt="quarantine"``: move the line of ``event`` (read from this log, and
         not sealed though the store is encrypted) aside as a bad line is; False (nothing
         done) otherwise, or when the line is no longer there."""
+        with self._guard:
+            return self._quarantine_line(event, reason)
+
+    def _quarantine_line(self, event: Event, reason: str) -> bool:
         if self._store.on_corrupt != "quarantine" or self._fd < 0:
             return False
         end = os.lseek(self._fd, 0, os.SEEK_END)
@@ -547,7 +576,7 @@ class JsonlSession(BaseSession):
         """With the lock held: copy a bad line to the sidecar and overwrite it with spaces."""
         if os.pread(self._fd, len(body), offset) != body:
             return  # someone else moved it aside already
-        self._store._quarantine(self._path, body, reason, offset, self._id)
+        self._files.quarantine(self._path, body, reason, offset, self._id)
         # O_APPEND would send pwrite to the end of the file, so use a plain descriptor.
         blank = os.open(self._path, os.O_WRONLY | O_CLOEXEC | O_NOFOLLOW)
         try:
@@ -559,12 +588,9 @@ class JsonlSession(BaseSession):
 
     # -- appending and catching up --------------------------------------------------------
 
-    def _catch_up(self, size: int, *, locked: bool) -> list[Event]:
-        """Events between what this session consumed and ``size``."""
-        if size < self._size:
-            # Truncated or replaced by hand: start again from what is there now.
-            self._load()
-            return []
+    def _catch_up(self, size: int, prev: int, *, locked: bool) -> list[Event]:
+        """Events between what this log consumed and ``size`` (not below it); their seqs rise
+        above ``prev``, the latest the session has seen."""
         if size == self._size:
             return []
         data = pread_all(self._fd, size - self._size, self._size)
@@ -581,7 +607,7 @@ class JsonlSession(BaseSession):
             return []
         try:
             events = self._decode_chunk(
-                data[:end], self._size, self._size + end, tail=True, prev=self._latest_seq
+                data[:end], self._size, self._size + end, tail=True, prev=prev
             )
         except _BadLine as bad:
             if locked:
@@ -593,64 +619,74 @@ class JsonlSession(BaseSession):
         self._size += end
         return events
 
-    def _storage_refresh(self) -> list[Event]:
-        if self._reload:
-            self._reload = False
-            self._load()
-            return []
-        try:
-            if self._fd < 0 and not self._open_fd(create=False):
-                if self._latest_seq or self._window:
-                    self._reset()  # deleted while this object had it closed: start over
-                return []
-            size = os.lseek(self._fd, 0, os.SEEK_END)
-            if size < self._size or (size == 0 and os.fstat(self._fd).st_nlink == 0):
-                # Deleted (``Store.delete`` empties the file first) or truncated by hand.
-                self._storage_close()
-                self._load()
-                return []
-            return self._catch_up(size, locked=False)
-        except OSError as exc:
-            raise self._error("reading", exc) from exc
+    def refresh(self, view: LogView) -> list[Event] | Reopen:
+        """The events appended after what this log read; ``REOPEN`` when the file read is gone
+        (deleted, emptied, truncated by hand or replaced) or this is a forked child."""
+        with self._guard:
+            if self._reload:
+                return REOPEN
+            seen = view.seen_seq
+            try:
+                if self._fd < 0 and not self._open_fd(create=False):
+                    if seen:
+                        return REOPEN  # deleted while this log had it closed
+                    self._size = 0
+                    return []
+                if self._reload:
+                    return REOPEN  # another file than the one read
+                size = _lseek(self._fd, 0, _SEEK_END)
+                if size < self._size or (size == 0 and os.fstat(self._fd).st_nlink == 0):
+                    # Deleted (``Store.delete`` empties the file first) or truncated by hand.
+                    self._close_fd()
+                    return REOPEN
+                if not seen:
+                    self._size = 0  # the session forgot what it read: read it all again
+                return self._catch_up(size, seen, locked=False)
+            except OSError as exc:
+                raise self._error("reading", exc) from exc
 
-    def _lock_for_append(self) -> list[Event]:
-        """Take the file lock and catch up; returns other writers' new events.
+    def _lock_for_append(self, seen: int) -> list[Event] | Reopen:
+        """Take the file lock and catch up; returns other writers' new events (after
+        ``seen``), or ``REOPEN`` (not holding the lock) when the file read is gone.
 
         A log emptied by ``Store.delete`` (which truncates under this lock before unlinking)
-        shows up as a size below what we consumed: we then reopen the path and start over.
+        shows up as a size below what we consumed.
         """
         if self._reload:
-            self._reload = False
-            self._load()
+            return REOPEN
         self._open_fd(create=True)
-        while True:
-            fd = self._fd
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._locked = True
-            size = os.lseek(fd, 0, os.SEEK_END)
-            if size > self._size or (size == self._size and (size or os.fstat(fd).st_nlink)):
-                return self._catch_up(size, locked=True) if size > self._size else []
-            # Emptied or deleted underneath us: whatever comes next starts a new log.
-            self._unlock_fd()
-            self._storage_close()
-            self._reset()
-            self._open_fd(create=True)
-            self._load()
-
-    def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
-        """The fast path: one ``write`` when this session saw the file last (nothing to catch
-        up on). It is the hot path of an agent loop, hence the local names for every call."""
+        if self._reload:
+            return REOPEN  # another file than the one read
         fd = self._fd
-        size = self._size
-        one_line = self._lines.one_line
-        if fd < 0 or not size or one_line is None or not self._writable:
-            return None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._locked = True
+        size = _lseek(fd, 0, _SEEK_END)
+        if size > self._size or (size == self._size and (size or os.fstat(fd).st_nlink)):
+            if not seen:
+                self._size = 0  # the session forgot what it read: read it all again
+            return self._catch_up(size, seen, locked=True) if size > self._size else []
+        # Emptied or deleted underneath us: whatever comes next starts a new log.
+        self._unlock_fd()
+        self._close_fd()
+        return REOPEN
+
+    def append_one(self, view: LogView, event: Event, marker: bool) -> Event | None:
+        """The fast path: one ``write`` when this log read the file last (nothing to catch up
+        on). It is the hot path of an agent loop, hence the local names for every call."""
+        seen = view.seen_seq
+        guard = self._guard
+        guard.acquire()  # (the store may close an idle descriptor from another thread)
         try:
+            fd = self._fd
+            size = self._size
+            one_line = self._lines.one_line
+            if fd < 0 or not size or not seen or one_line is None or not self._writable:
+                return None
             _flock(fd, _LOCK_EX)
             try:
                 if _lseek(fd, 0, _SEEK_END) != size:
                     return None  # someone else wrote: take the general path
-                stored = _replace(event, seq=self._latest_seq + 1)
+                stored = _replace(event, seq=seen + 1)
                 line = one_line(stored)
                 done = _write(fd, line)
                 if done == len(line) and self._store.durability == "flush":
@@ -661,6 +697,8 @@ class JsonlSession(BaseSession):
                 _flock(fd, _LOCK_UN)
         except OSError as exc:
             raise self._error("appending to", exc) from exc
+        finally:
+            guard.release()
         return stored
 
     def _finish_write(self, line: bytes, start: int, done: int) -> None:
@@ -682,34 +720,40 @@ class JsonlSession(BaseSession):
             raise
         self._size = start + len(line)
 
-    def _storage_append(
-        self, events: list[Event], marker: int, expect_seq: int | None
-    ) -> tuple[list[Event], list[Event]]:
+    def append(
+        self, view: LogView, events: list[Event], marker: int, expect_seq: int | None
+    ) -> tuple[list[Event], list[Event]] | Reopen:
+        """Under the file lock: catch up, then write the batch with one ``write()`` (nothing
+        when ``expect_seq``, ``view.seal_is_stale()`` or ``view.admits`` say so)."""
         # Encoded before the lock is taken where the dialect can (agentkit's lines need the
         # seqs, so they are encoded under it).
         early = self._lines.encode_early(events)
-        try:
-            foreign = self._lock_for_append()
+        with self._guard:
+            seen = view.seen_seq
             try:
-                first = (foreign[-1].seq if foreign else self._latest_seq) + 1
-                if (
-                    (expect_seq is not None and first - 1 != expect_seq)
-                    or self._seal_is_stale()
-                    or not self._admits(foreign, events)
-                ):
-                    return foreign, []
-                self._detect(os.pread(self._fd, 6, 0))
-                lines = self._lines
-                lines.check_append(self._id, self._path, self._store._keyring is not None)
-                buf = lines.encode_batch(events, early, first, self._id)
-                if not self._claimed and self._store._layout.claims(lines):
-                    self._store._write_id_sidecar(self._id, self._path)
-                    self._claimed = True
-                self._write(buf)
-            finally:
-                self._unlock_fd()
-        except OSError as exc:
-            raise self._error("appending to", exc) from exc
+                foreign = self._lock_for_append(seen)
+                if isinstance(foreign, Reopen):
+                    return foreign
+                try:
+                    first = (foreign[-1].seq if foreign else seen) + 1
+                    if (
+                        (expect_seq is not None and first - 1 != expect_seq)
+                        or view.seal_is_stale()
+                        or not view.admits(foreign, events)
+                    ):
+                        return foreign, []
+                    self._detect(os.pread(self._fd, 6, 0))
+                    lines = self._lines
+                    lines.check_append(self._id, self._path, self._files.encrypted)
+                    buf = lines.encode_batch(events, early, first, self._id)
+                    if not self._claimed and self._files.layout.claims(lines):
+                        self._files.write_id_sidecar(self._id, self._path)
+                        self._claimed = True
+                    self._write(buf)
+                finally:
+                    self._unlock_fd()
+            except OSError as exc:
+                raise self._error("appending to", exc) from exc
         replace = msgspec.structs.replace
         return foreign, [replace(event, seq=first + i) for i, event in enumerate(events)]
 
@@ -752,8 +796,10 @@ class JsonlSession(BaseSession):
                 lo = self._find_newline(probe[1], end) + 1
         return lo
 
-    def _storage_read(self, after: int, limit: int | None) -> list[Event]:
-        with self._lock:
+    def read(self, after: int, limit: int | None) -> list[Event]:
+        """Events with ``seq > after`` up to what this log read, found by a binary search
+        over the line heads (:meth:`_offset_after`)."""
+        with self._guard:
             if not self._open_fd(create=False):
                 return []
             out: list[Event] = []

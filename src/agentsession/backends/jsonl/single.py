@@ -12,8 +12,8 @@ from typing import Any
 from ...contract import SessionInfo
 from ...errors import SessionNotFound, StorageError, StoreUnavailable, UsageError
 from ...interop.jsonl_layout import SUFFIX
+from ...session import BaseSession
 from .directory import JsonlStore
-from .logfile import JsonlSession
 
 __all__ = ["JsonlFileStore", "open_jsonl_file"]
 
@@ -24,7 +24,7 @@ class JsonlFileStore(JsonlStore):
 
     ``session_id`` names the session (default: the file's name without ``.jsonl``); ``get``
     of that id (or of ``""``, as agentkit's static store allows) gives the session whose
-    :attr:`~JsonlSession.path` is the file, and any other id raises
+    :attr:`~agentsession.BaseSession.location` is the file, and any other id raises
     :class:`~agentsession.errors.SessionNotFound`. The file keeps the dialect of its first
     line; a new one is written in ``dialect``. Turn locks and the key-value entries live beside
     the file, in the directory's ``.locks`` and ``.meta`` (a :class:`JsonlStore` over the same
@@ -70,17 +70,13 @@ class JsonlFileStore(JsonlStore):
         return self._file
 
     @property
-    def session(self) -> JsonlSession:
+    def session(self) -> BaseSession:
         """The file's session (``get(session_id)``)."""
-        found = self.get(self.session_id)
-        assert isinstance(found, JsonlSession)
-        return found
+        return self.get(self.session_id)
 
-    def get(self, session_id: str) -> JsonlSession:
+    def get(self, session_id: str) -> BaseSession:
         """The file's session: ``session_id`` must be its id (or ``""``)."""
-        found = super().get(session_id or self.session_id)
-        assert isinstance(found, JsonlSession)
-        return found
+        return super().get(session_id or self.session_id)
 
     def _mine(self, session_id: str) -> bool:
         return session_id == self.session_id
@@ -95,8 +91,8 @@ class JsonlFileStore(JsonlStore):
     def _cache_key(self, session_id: str) -> str:
         return session_id
 
-    def _open_session(self, session_id: str) -> JsonlSession:
-        return JsonlSession(self, session_id, self.path_for(session_id))
+    def _open_session(self, session_id: str) -> BaseSession:
+        return self._session_at(session_id, self.path_for(session_id))
 
     def _claimed_by(self, path: str) -> str | None:
         return self.session_id if path == self._file else None
@@ -141,9 +137,9 @@ class JsonlFileStore(JsonlStore):
 
 def open_jsonl_file(
     path: str | os.PathLike[str], *, session_id: str | None = None, **options: Any
-) -> JsonlSession:
-    """The session kept in the one JSONL file ``path`` (agentkit's ``NewJSONL``): a
-    :class:`JsonlSession` whose :attr:`~JsonlSession.path` is ``path``.
+) -> BaseSession:
+    """The session kept in the one JSONL file ``path`` (agentkit's ``NewJSONL``): a session
+    whose :attr:`~agentsession.BaseSession.location` is ``path``.
 
     ``session_id`` defaults to the file's name without ``.jsonl``. ``options`` are those of
     :class:`JsonlStore` (``dialect``, ``on_corrupt``, ``durability``, ...). The file is created
