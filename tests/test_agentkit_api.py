@@ -177,8 +177,8 @@ def test_each_tenant_gets_its_own_store_and_work_dir(tmp_path: Path) -> None:
         two = stores.get("cli:default", "slack:C002")
         one.append(ags.Event.new("user/message", ags.Message.user("one")))
         assert two.read() == []  # same id, different tenants: different sessions
-        assert one.path == str(tmp_path / "tenants/slack_C001/sessions/cli_default.jsonl")
-        assert two.path == str(tmp_path / "tenants/slack_C002/sessions/cli_default.jsonl")
+        assert one.location == str(tmp_path / "tenants/slack_C001/sessions/cli_default.jsonl")
+        assert two.location == str(tmp_path / "tenants/slack_C002/sessions/cli_default.jsonl")
         assert (tmp_path / "tenants/slack_C001/work").is_dir()
         assert mode(tmp_path / "tenants/slack_C001/sessions") == 0o700
         assert stores.store("slack:C001") is stores.store("slack:C001")
@@ -301,7 +301,7 @@ def test_the_new_command_moves_the_cli_symlink(ak: JsonlStore, tmp_path: Path) -
     assert "/" not in target and target.startswith("cli_")
     session = ak.get(fresh)
     session.append(ags.Event.new("user/message", ags.Message.user("hi")))
-    assert os.path.realpath(tmp_path / CLI_CURRENT_LINK) == session.path
+    assert os.path.realpath(tmp_path / CLI_CURRENT_LINK) == session.location
 
 
 def test_a_pointer_agentkit_wrote_maps_to_the_id_of_its_file(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import pytest
 import agentsession as ags
 from agentsession import CorruptLogError, Event, Message, StoreUnavailable
 from agentsession.backends.jsonl import JsonlFileStore, JsonlLog, JsonlStore
+from agentsession.storage import REOPEN
 
 
 def line(seq: int, text: str, *, more: bool = False) -> bytes:
@@ -378,6 +379,28 @@ def test_a_fifo_in_place_of_a_session_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ags.StorageError, match="not a regular file"):
         store.delete("pipe")
     assert not store.exists("pipe")
+
+
+def test_a_log_file_replaced_under_a_session_is_reopened_and_nothing_is_written_to_it(
+    tmp_path: Path,
+) -> None:
+    store = JsonlStore(tmp_path)
+    session = store.get("s")
+    session.append(Event.new("test/n", {"life": 1}))
+    log = session._log
+    assert isinstance(log, JsonlLog)
+    session.close()  # the descriptor is closed: the log remembers which file it read
+    other = JsonlStore(tmp_path)
+    other.delete("s")
+    other.get("s").append_many([Event.new("test/n", {"life": 2}) for _ in range(2)])
+    before = Path(session.location).read_bytes()
+    with session.state_lock:
+        assert log.refresh(session._view) is REOPEN
+        assert log.append(session._view, [Event.new("test/n")], -1, None) is REOPEN
+    assert Path(session.location).read_bytes() == before
+    assert session.append(Event.new("test/n", {"life": 2})) == 3
+    lines = Path(session.location).read_bytes().splitlines()
+    assert [json.loads(line)["data"]["life"] for line in lines] == [2, 2, 2]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")

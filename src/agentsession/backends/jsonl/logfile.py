@@ -147,7 +147,7 @@ class JsonlLog:
         self._claimed = False  # whether this id is recorded beside an agentkit-named file
         self._writable = False  # whether the open descriptor may write (else opened read-only)
         # Held by every operation: the store closes an idle log's descriptor from another
-        # thread (_close_if_idle) to bound the files it keeps open.
+        # thread (close_if_idle) to bound the files it keeps open.
         self._guard = threading.Lock()
 
     # -- files ----------------------------------------------------------------------------
