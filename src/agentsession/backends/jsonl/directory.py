@@ -112,6 +112,11 @@ class JsonlStore(BaseStore):
         descriptor limit, at most 256); the least recently opened are closed first and
         reopened when used again."""
         self._open_files: OrderedDict[int, weakref.ref[JsonlLog]] = OrderedDict()
+        # The session each log serves (by the log's id): a log is closed to bound the open
+        # files only while its session's lock is free, as every call of a log holds it.
+        self._log_sessions: weakref.WeakValueDictionary[int, BaseSession] = (
+            weakref.WeakValueDictionary()
+        )
         self._open_files_lock = threading.Lock()
         root = os.path.abspath(os.fspath(directory))
         if not create:
@@ -143,17 +148,23 @@ class JsonlStore(BaseStore):
         return self._root
 
     def _track_open(self, log: JsonlLog) -> None:
-        """Count an opened session file; close the oldest idle ones beyond the bound."""
+        """Count an opened session file; close the oldest idle ones beyond the bound (those
+        whose session is not in use: its lock is taken without waiting)."""
         victims = []
         with self._open_files_lock:
             self._open_files[id(log)] = weakref.ref(log)
             while len(self._open_files) > self.max_open_files:
-                _, ref = self._open_files.popitem(last=False)
+                key, ref = self._open_files.popitem(last=False)
                 other = ref()
-                if other is not None and other is not log:
-                    victims.append(other)
-        for other in victims:
-            other.close_if_idle()
+                session = self._log_sessions.get(key)
+                if other is not None and other is not log and session is not None:
+                    victims.append((other, session.state_lock))
+        for other, lock in victims:
+            if lock.acquire(blocking=False):
+                try:
+                    other.close_if_idle()
+                finally:
+                    lock.release()
 
     def _untrack_open(self, log: JsonlLog) -> None:
         with self._open_files_lock:
@@ -204,7 +215,11 @@ class JsonlStore(BaseStore):
             quarantine=self._quarantine,
             encrypted=self._keyring is not None,
         )
-        return BaseSession(self, session_id, JsonlLog(self, files, session_id, path))
+        log = JsonlLog(self, files, session_id, path)
+        session = BaseSession(self, session_id, log)
+        with self._open_files_lock:
+            self._log_sessions[id(log)] = session
+        return session
 
     def _clean_crash_leftovers(self) -> None:
         """Remove what a killed process left of its meta writes (see

@@ -17,7 +17,6 @@ import logging
 import operator
 import os
 import stat
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -146,9 +145,6 @@ class JsonlLog:
         self._lines = files.layout.new_lines  # the file's line dialect (_detect)
         self._claimed = False  # whether this id is recorded beside an agentkit-named file
         self._writable = False  # whether the open descriptor may write (else opened read-only)
-        # Held by every operation: the store closes an idle log's descriptor from another
-        # thread (close_if_idle) to bound the files it keeps open.
-        self._guard = threading.Lock()
 
     # -- files ----------------------------------------------------------------------------
 
@@ -251,8 +247,7 @@ class JsonlLog:
 
     def close(self) -> None:
         """Close the file's descriptor (the log reopens it when used again)."""
-        with self._guard:
-            self._close_fd()
+        self._close_fd()
 
     def _close_fd(self) -> None:
         if self._file is not None:
@@ -265,21 +260,17 @@ class JsonlLog:
         self._writable = False
 
     def close_if_idle(self) -> None:
-        """Close the descriptor unless the log is in use right now (it reopens on use): how
-        the store bounds the files it keeps open."""
-        if self._guard.acquire(blocking=False):
-            try:
-                if not self._locked:
-                    self._close_fd()
-            finally:
-                self._guard.release()
+        """Close the descriptor unless this log holds the file lock (it reopens on use): how
+        the store bounds the files it keeps open, holding the session's lock (taken without
+        waiting), so that no other call of the log runs meanwhile."""
+        if not self._locked:
+            self._close_fd()
 
     def after_fork(self) -> None:
         """In a forked child: stop sharing the descriptor (and so its ``flock``) with the
         parent; the session opens the log afresh when next used (``REOPEN``)."""
         # The inherited descriptor shares its open file description, and so its flock, with
         # the parent: close this process's copy and read the file afresh when next used.
-        self._guard = threading.Lock()  # a parent thread may have held it at the fork
         if self._file is not None:
             with contextlib.suppress(OSError):
                 self._file.close()
@@ -308,14 +299,12 @@ class JsonlLog:
 
     def open(self, view: LogView) -> tuple[list[Event], bool]:
         """The window: every event from the latest compaction marker on."""
-        with self._guard:
-            return self._open(window=True)
+        return self._open(window=True)
 
     def open_tail(self, view: LogView) -> tuple[list[Event], bool]:
         """The last :data:`_TAIL_BYTES` or so of whole lines (from a compaction marker in
         them, when there is one)."""
-        with self._guard:
-            return self._open(window=False)
+        return self._open(window=False)
 
     def _open(self, window: bool) -> tuple[list[Event], bool]:
         """Open the file as it is now: whatever was read before no longer applies."""
@@ -550,10 +539,6 @@ class JsonlLog:
         """With ``on_corrupt="quarantine"``: move the line of ``event`` (read from this log, and
         not sealed though the store is encrypted) aside as a bad line is; False (nothing
         done) otherwise, or when the line is no longer there."""
-        with self._guard:
-            return self._quarantine_line(event, reason)
-
-    def _quarantine_line(self, event: Event, reason: str) -> bool:
         if self._store.on_corrupt != "quarantine" or self._fd < 0:
             return False
         end = os.lseek(self._fd, 0, os.SEEK_END)
@@ -622,28 +607,36 @@ class JsonlLog:
     def refresh(self, view: LogView) -> list[Event] | Reopen:
         """The events appended after what this log read; ``REOPEN`` when the file read is gone
         (deleted, emptied, truncated by hand or replaced) or this is a forked child."""
-        with self._guard:
-            if self._reload:
-                return REOPEN
-            seen = view.seen_seq
+        seen = view.seen_seq
+        fd = self._fd
+        if fd >= 0 and seen and not self._reload:
+            # The common case, kept lean (``latest_seq`` of an agent loop): nothing new.
             try:
-                if self._fd < 0 and not self._open_fd(create=False):
-                    if seen:
-                        return REOPEN  # deleted while this log had it closed
-                    self._size = 0
-                    return []
-                if self._reload:
-                    return REOPEN  # another file than the one read
-                size = _lseek(self._fd, 0, _SEEK_END)
-                if size < self._size or (size == 0 and os.fstat(self._fd).st_nlink == 0):
-                    # Deleted (``Store.delete`` empties the file first) or truncated by hand.
-                    self._close_fd()
-                    return REOPEN
-                if not seen:
-                    self._size = 0  # the session forgot what it read: read it all again
-                return self._catch_up(size, seen, locked=False)
+                size = _lseek(fd, 0, _SEEK_END)
             except OSError as exc:
                 raise self._error("reading", exc) from exc
+            if size == self._size:
+                return []
+        if self._reload:
+            return REOPEN
+        try:
+            if self._fd < 0 and not self._open_fd(create=False):
+                if seen:
+                    return REOPEN  # deleted while this log had it closed
+                self._size = 0
+                return []
+            if self._reload:
+                return REOPEN  # another file than the one read
+            size = _lseek(self._fd, 0, _SEEK_END)
+            if size < self._size or (size == 0 and os.fstat(self._fd).st_nlink == 0):
+                # Deleted (``Store.delete`` empties the file first) or truncated by hand.
+                self._close_fd()
+                return REOPEN
+            if not seen:
+                self._size = 0  # the session forgot what it read: read it all again
+            return self._catch_up(size, seen, locked=False)
+        except OSError as exc:
+            raise self._error("reading", exc) from exc
 
     def _lock_for_append(self, seen: int) -> list[Event] | Reopen:
         """Take the file lock and catch up; returns other writers' new events (after
@@ -673,15 +666,13 @@ class JsonlLog:
     def append_one(self, view: LogView, event: Event, marker: bool) -> Event | None:
         """The fast path: one ``write`` when this log read the file last (nothing to catch up
         on). It is the hot path of an agent loop, hence the local names for every call."""
+        fd = self._fd
+        size = self._size
+        one_line = self._lines.one_line
         seen = view.seen_seq
-        guard = self._guard
-        guard.acquire()  # (the store may close an idle descriptor from another thread)
+        if fd < 0 or not size or not seen or one_line is None or not self._writable:
+            return None
         try:
-            fd = self._fd
-            size = self._size
-            one_line = self._lines.one_line
-            if fd < 0 or not size or not seen or one_line is None or not self._writable:
-                return None
             _flock(fd, _LOCK_EX)
             try:
                 if _lseek(fd, 0, _SEEK_END) != size:
@@ -697,8 +688,6 @@ class JsonlLog:
                 _flock(fd, _LOCK_UN)
         except OSError as exc:
             raise self._error("appending to", exc) from exc
-        finally:
-            guard.release()
         return stored
 
     def _finish_write(self, line: bytes, start: int, done: int) -> None:
@@ -728,32 +717,31 @@ class JsonlLog:
         # Encoded before the lock is taken where the dialect can (agentkit's lines need the
         # seqs, so they are encoded under it).
         early = self._lines.encode_early(events)
-        with self._guard:
-            seen = view.seen_seq
+        seen = view.seen_seq
+        try:
+            foreign = self._lock_for_append(seen)
+            if isinstance(foreign, Reopen):
+                return foreign
             try:
-                foreign = self._lock_for_append(seen)
-                if isinstance(foreign, Reopen):
-                    return foreign
-                try:
-                    first = (foreign[-1].seq if foreign else seen) + 1
-                    if (
-                        (expect_seq is not None and first - 1 != expect_seq)
-                        or view.seal_is_stale()
-                        or not view.admits(foreign, events)
-                    ):
-                        return foreign, []
-                    self._detect(os.pread(self._fd, 6, 0))
-                    lines = self._lines
-                    lines.check_append(self._id, self._path, self._files.encrypted)
-                    buf = lines.encode_batch(events, early, first, self._id)
-                    if not self._claimed and self._files.layout.claims(lines):
-                        self._files.write_id_sidecar(self._id, self._path)
-                        self._claimed = True
-                    self._write(buf)
-                finally:
-                    self._unlock_fd()
-            except OSError as exc:
-                raise self._error("appending to", exc) from exc
+                first = (foreign[-1].seq if foreign else seen) + 1
+                if (
+                    (expect_seq is not None and first - 1 != expect_seq)
+                    or view.seal_is_stale()
+                    or not view.admits(foreign, events)
+                ):
+                    return foreign, []
+                self._detect(os.pread(self._fd, 6, 0))
+                lines = self._lines
+                lines.check_append(self._id, self._path, self._files.encrypted)
+                buf = lines.encode_batch(events, early, first, self._id)
+                if not self._claimed and self._files.layout.claims(lines):
+                    self._files.write_id_sidecar(self._id, self._path)
+                    self._claimed = True
+                self._write(buf)
+            finally:
+                self._unlock_fd()
+        except OSError as exc:
+            raise self._error("appending to", exc) from exc
         replace = msgspec.structs.replace
         return foreign, [replace(event, seq=first + i) for i, event in enumerate(events)]
 
@@ -799,22 +787,21 @@ class JsonlLog:
     def read(self, after: int, limit: int | None) -> list[Event]:
         """Events with ``seq > after`` up to what this log read, found by a binary search
         over the line heads (:meth:`_offset_after`)."""
-        with self._guard:
-            if not self._open_fd(create=False):
-                return []
-            out: list[Event] = []
-            try:
-                begin = self._offset_after(after, self._size) if after else 0
-                for batch in self._iter_region(begin, self._size, tail=False):
-                    if batch and batch[0].seq > after:
-                        out.extend(batch)  # seqs rise: the whole batch is after the seq
-                    else:
-                        out.extend(e for e in batch if e.seq > after)
-                    if limit is not None and len(out) >= limit:
-                        return out[:limit]
-            except OSError as exc:
-                raise self._error("reading", exc) from exc
-            return out
+        if not self._open_fd(create=False):
+            return []
+        out: list[Event] = []
+        try:
+            begin = self._offset_after(after, self._size) if after else 0
+            for batch in self._iter_region(begin, self._size, tail=False):
+                if batch and batch[0].seq > after:
+                    out.extend(batch)  # seqs rise: the whole batch is after the seq
+                else:
+                    out.extend(e for e in batch if e.seq > after)
+                if limit is not None and len(out) >= limit:
+                    return out[:limit]
+        except OSError as exc:
+            raise self._error("reading", exc) from exc
+        return out
 
 
 def _identity(fd: int, st: os.stat_result) -> tuple[int, int, bytes]:
