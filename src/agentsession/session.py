@@ -855,8 +855,12 @@ class BaseSession:
         prepared = self._prepare(event, None)
         with self._lock:
             if self._in_lane(prepared):
+                log = self._log
                 try:
-                    stored = self._storage_append_one(prepared, False)
+                    if log is not None:  # the composed log, without the delegating call
+                        stored = log.append_one(self._view, prepared, False)
+                    else:
+                        stored = self._storage_append_one(prepared, False)
                 except BaseException as exc:
                     return drive(self._one_failed(prepared, -1, exc), self)
                 if stored is not None:
