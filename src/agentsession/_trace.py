@@ -180,7 +180,7 @@ def backend_of(obj: object) -> str:
     ``Session``/``Store``/``Log`` suffix, lower-cased (``JsonlSession`` is ``jsonl``); a session
     made with a log storage is named by its log (``MemoryLog`` is ``memory``)."""
     log = getattr(obj, "_log", None)
-    if log is not None and not callable(log):
+    if log is not None:
         obj = log
     kind = type(obj)
     name = _backend_names.get(kind)

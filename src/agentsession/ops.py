@@ -23,7 +23,7 @@ the :class:`SyncLog` and :class:`AsyncLog` protocols below.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -35,7 +35,6 @@ __all__ = [
     "Append",
     "AppendOne",
     "AsyncLog",
-    "Call",
     "MetaGet",
     "Op",
     "Open",
@@ -232,16 +231,6 @@ class Quarantine(Op):
 
     def run(self, log: SyncLog) -> bool:
         return log._quarantine_unsealed(self.event, self.reason)
-
-
-class Call(Op):
-    """Anything else a plan needs done outside itself, rarely: ``fn()`` (both drivers call it
-    where they run)."""
-
-    fn: Callable[[], Any]
-
-    def run(self, log: SyncLog) -> Any:
-        return self.fn()
 
 
 class Pause(Op):

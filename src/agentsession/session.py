@@ -36,7 +36,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar, cast
 
 import msgspec
@@ -177,22 +177,6 @@ def _marker_index(events: Sequence[Event]) -> int:
 
 _replace = msgspec.structs.replace
 _FLAT = (str, int, bool)
-
-
-def reconnect_pauses(timeout: float) -> Iterator[float]:
-    """The pauses before each new try after a lost connection or an unreachable server (see
-    :meth:`Backoff.reconnect_pause`); the iterator ends when the caller should give up."""
-    backoff = Backoff(tries=1, reconnect_timeout=timeout)
-    while (pause := backoff.reconnect_pause()) is not None:
-        yield pause
-
-
-def contention_pause(attempt: int) -> float:
-    """Seconds to wait before try ``attempt`` (from 0) of a write that other writers keep
-    getting ahead of (see :meth:`Backoff.contention_pause`)."""
-    backoff = Backoff(tries=attempt + 1)
-    backoff.attempt = attempt
-    return backoff.contention_pause()
 
 
 def _check_read(after: int, limit: int | None) -> None:
@@ -395,7 +379,7 @@ class BaseSession:
         self._sealed_in: int | None = None
         self._own_cap: tuple[int, int] | None = None  # (generation, a child's max_messages)
         # Ids of the events this object has seen (loaded, read while catching up, appended),
-        # to their seqs: an append of one of them stores nothing (see _stored_seqs). A loaded
+        # to their seqs: an append of one of them stores nothing (see _stored_seqs_plan). A loaded
         # window is indexed when an append first needs it (_index_window), so that reading
         # and deriving never pay for it.
         self._ids: dict[str, int] = {}
@@ -978,10 +962,6 @@ class BaseSession:
         floor = self._latest_seq - ID_WINDOW
         self._ids = {eid: seq for eid, seq in self._ids.items() if seq > floor}
 
-    def _stored_seqs(self, batch: Sequence[Event]) -> list[int | None]:
-        """:meth:`_stored_seqs_plan`, driven synchronously."""
-        return self._run(self._stored_seqs_plan(batch))
-
     def _stored_seqs_plan(self, batch: Sequence[Event]) -> Plan[list[int | None]]:
         """For each event of ``batch``, the seq of its stored copy when its id is stored among
         the latest :data:`ID_WINDOW` seqs this object has read (None: not stored there)."""
@@ -1127,13 +1107,6 @@ class BaseSession:
                 span.set(events=len(seqs))
                 return seqs
         return self._run(self._append_batch_plan(batch, expect_seq))
-
-    def _append_batch(
-        self, events: Sequence[Event], expect_seq: int | None, prepared: bool = False
-    ) -> list[int]:
-        """:meth:`append_many` without tracing."""
-        batch = self._prepare_batch(events, expect_seq, prepared)
-        return self._run(self._append_batch_plan(batch, expect_seq)) if batch else []
 
     def _prepare_batch(
         self, events: Sequence[Event], expect_seq: int | None, prepared: bool = False
@@ -1637,10 +1610,6 @@ class BaseSession:
     """Set on a session object that writes another store's log as it is (``copy_store``):
     no history cap applies, so no prune marker is added to the copy."""
 
-    def _history_cap(self) -> int | None:
-        """:meth:`_history_cap_plan`, driven synchronously."""
-        return self._run(self._history_cap_plan())
-
     def _history_cap_plan(self) -> Plan[int | None]:
         """The history cap in force: the store's ``max_messages`` and, for a child session,
         the one it was forked with (the smaller of the two). A child's is read from its first
@@ -1656,10 +1625,6 @@ class BaseSession:
         if own[1] and store_cap:
             return min(own[1], store_cap)
         return own[1] or store_cap
-
-    def _apply_cap(self, cap: int) -> None:
-        """The store's history cap, applied when a new user turn arrived."""
-        self.prune(cap)
 
     # -- child sessions and the session record ---------------------------------------------
 
