@@ -7,7 +7,8 @@ import contextlib
 import os
 import sys
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -26,6 +27,9 @@ from ._state import DEFAULT_STORE, NoStore, State
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 """The click context settings every command shares (``-h`` for help, 100 columns)."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _exit_code(exc: SessionError) -> int:
@@ -76,6 +80,20 @@ class _Group(click.Group):
 
 pass_state = click.make_pass_decorator(State)
 """Decorates a command to be called with the group's :class:`State` first."""
+
+
+def many_ids(recursive_help: str) -> Callable[[F], F]:
+    """The arguments of a command that destroys sessions: ``SESSION_IDS`` ('-' reads them
+    from stdin), ``-y/--yes`` and ``-r/--recursive`` (described by ``recursive_help``)."""
+
+    def decorate(command: F) -> F:
+        command = click.option("-r", "--recursive", is_flag=True, help=recursive_help)(command)
+        command = click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")(
+            command
+        )
+        return click.argument("session_ids", nargs=-1, required=True)(command)
+
+    return decorate
 
 
 def _examples(*lines: str) -> str:

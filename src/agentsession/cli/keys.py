@@ -11,7 +11,7 @@ from ..children import descendants
 from ..errors import UsageError
 from ..store import BaseStore
 from . import _output
-from ._group import CONTEXT, _examples, cli, pass_state
+from ._group import CONTEXT, _examples, cli, many_ids, pass_state
 from ._output import (
     _ask_first,
     _echo,
@@ -101,14 +101,9 @@ def rekey_command(state: State, new_key_file: str | None, as_json: bool) -> None
         "agentsession ls | awk 'NR>1 && /^tmp:/ {print $1}' | agentsession shred -y -",
     ),
 )
-@click.argument("session_ids", nargs=-1, required=True)
-@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
-@click.option(
-    "-r",
-    "--recursive",
-    is_flag=True,
-    help="Also shred the sessions' child sessions (forked for subagents, holding copies of "
-    "their parent's history), and theirs.",
+@many_ids(
+    "Also shred the sessions' child sessions (forked for subagents, holding copies of their "
+    "parent's history), and theirs."
 )
 @click.option(
     "--keep-children",

@@ -11,7 +11,7 @@ import msgspec
 from .. import children
 from ..children import SessionTree
 from ..stats import SessionStats, StoreStats
-from ._group import CONTEXT, _examples, cli, pass_state
+from ._group import CONTEXT, _examples, cli, many_ids, pass_state
 from ._output import (
     _ask_first,
     _columns,
@@ -200,14 +200,7 @@ def stats_command(state: State, session_id: str | None, as_json: bool) -> None:
         "agentsession rm -r --dry-run slack:C002    # with its child sessions, and theirs",
     ),
 )
-@click.argument("session_ids", nargs=-1, required=True)
-@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
-@click.option(
-    "-r",
-    "--recursive",
-    is_flag=True,
-    help="Also delete the sessions' child sessions (forked for subagents), and theirs.",
-)
+@many_ids("Also delete the sessions' child sessions (forked for subagents), and theirs.")
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
 @pass_state
