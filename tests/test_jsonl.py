@@ -840,3 +840,37 @@ def test_a_session_opened_read_only_reopens_to_append_and_repairs_the_torn_tail(
         assert proc.stdout.splitlines() == ["2 [1, 2]", "refused: True", "3"]
         assert (root / "s.jsonl.quarantine").read_bytes() == torn + b"\n"
         assert [e.seq for e in ags.open_store(root).get("s").read()] == [1, 2, 3]
+
+
+def test_a_catch_up_that_fails_under_the_file_lock_releases_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An I/O error while catching up on another writer's events (with the file lock held)
+    fails the append and lets go of the lock, so no writer is locked out afterwards."""
+    import errno
+    import fcntl
+
+    from agentsession.backends.jsonl import logfile
+
+    mine, theirs = JsonlStore(tmp_path), JsonlStore(tmp_path)
+    session = mine.get("s")
+    session.append(Event.new("user/message", Message.user("one")))
+    # Another writer appends: ours must catch up (under the file lock) before appending.
+    theirs.get("s").append(Event.new("user/message", Message.user("two")))
+
+    def failing(fd: int, size: int, offset: int) -> bytes:
+        raise OSError(errno.EIO, "injected read error")
+
+    monkeypatch.setattr(logfile, "pread_all", failing)
+    with pytest.raises(ags.StorageError, match="injected read error"):
+        session.append(Event.new("user/message", Message.user("three")))
+    monkeypatch.undo()
+
+    path = tmp_path / "s.jsonl"
+    with path.open("rb") as other:  # another open file description: flock conflicts with ours
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if still held
+        fcntl.flock(other.fileno(), fcntl.LOCK_UN)
+    session.append(Event.new("user/message", Message.user("four")))
+    assert texts(JsonlStore(tmp_path).get("s")) == ["one", "two", "four"]
+    mine.close()
+    theirs.close()

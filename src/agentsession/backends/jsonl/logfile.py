@@ -653,11 +653,15 @@ class JsonlLog:
         fd = self._fd
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._locked = True
-        size = _lseek(fd, 0, _SEEK_END)
-        if size > self._size or (size == self._size and (size or os.fstat(fd).st_nlink)):
-            if not seen:
-                self._size = 0  # the session forgot what it read: read it all again
-            return self._catch_up(size, seen, locked=True) if size > self._size else []
+        try:
+            size = _lseek(fd, 0, _SEEK_END)
+            if size > self._size or (size == self._size and (size or os.fstat(fd).st_nlink)):
+                if not seen:
+                    self._size = 0  # the session forgot what it read: read it all again
+                return self._catch_up(size, seen, locked=True) if size > self._size else []
+        except BaseException:
+            self._unlock_fd()  # a failed catch-up must not leave other writers locked out
+            raise
         # Emptied or deleted underneath us: whatever comes next starts a new log.
         self._unlock_fd()
         self._close_fd()
