@@ -200,6 +200,7 @@ CORE = {
     "agentsession.compaction",
     "agentsession.contract",
     "agentsession.copying",
+    "agentsession.core",
     "agentsession.derive",
     "agentsession.errors",
     "agentsession.events",
@@ -252,12 +253,14 @@ def _plans_of(tree: ast.Module) -> list[ast.FunctionDef]:
 
 def test_the_plans_perform_no_io() -> None:
     """The pipeline's plans only yield operations: none of them calls a storage primitive, the
-    store's meta, a driver or a sleep itself (the drivers do)."""
-    tree = ast.parse((SRC / "session.py").read_text(encoding="utf-8"))
-    plans = _plans_of(tree)
-    assert len(plans) >= 20, [p.name for p in plans]
+    store's meta, a driver or a sleep itself (the drivers do). They live in ``core.py``; the
+    sync facade's own plans (the tails of the single-event append its fast lane shares) are
+    held to the same rule."""
+    core_plans = _plans_of(ast.parse((SRC / "core.py").read_text(encoding="utf-8")))
+    assert len(core_plans) >= 20, [p.name for p in core_plans]
+    facade_plans = _plans_of(ast.parse((SRC / "session.py").read_text(encoding="utf-8")))
     forbidden = ("_storage_", "_meta_get", "_meta", "sleep", "drive", "_run", "_refresh")
-    for plan in plans:
+    for plan in core_plans + facade_plans:
         for node in ast.walk(plan):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 name = node.func.attr
@@ -267,6 +270,93 @@ def test_the_plans_perform_no_io() -> None:
                 )
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 assert node.func.id not in ("drive", "adrive", "sleep"), (plan.name, node.func.id)
+
+
+def _direct_imports(path: Path) -> tuple[set[str], set[str]]:
+    """What the module at ``path`` imports itself, wherever the statement is: the modules
+    outside the package (top-level names: ``os``, ``msgspec``) and the package's modules; and
+    the names it takes from :mod:`agentsession.ops`."""
+    outside: set[str] = set()
+    from_ops: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            outside.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            outside.add((node.module or "").partition(".")[0])
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "ops":
+            from_ops.update(alias.name for alias in node.names)
+    outside -= {"agentsession", "__future__"}
+    return outside | imports_of(path), from_ops
+
+
+# What the I/O-free core imports: pure computation, the payload and storage vocabularies, the
+# operations a plan yields. Neither the facade that drives it (session), nor a driver, a
+# backend, the store, the recorder or the async API; no threads, files, sockets or databases.
+CORE_IMPORTS = {
+    "bisect",
+    "datetime",
+    "time",  # the clock read when a log is opened (ids made here since then are not looked up)
+    "collections",
+    "typing",
+    "msgspec",
+    "agentsession.backoff",
+    "agentsession.children",  # fork_in: a child's history cap, from its first event
+    "agentsession.codec",
+    "agentsession.compaction",
+    "agentsession.contract",
+    "agentsession.crypto",
+    "agentsession.derive",
+    "agentsession.errors",
+    "agentsession.events",
+    "agentsession.messages",
+    "agentsession.ops",
+    "agentsession.storage",
+}
+NEVER_IN_THE_CORE = {
+    "agentsession.session",
+    "agentsession.store",
+    "agentsession.recorder",
+    "agentsession.keys",
+    "agentsession.locks",
+    "threading",
+    "os",
+    "fcntl",
+    "asyncio",
+    "socket",
+    "sqlite3",
+    "psycopg",
+    "psycopg_pool",
+}
+
+
+PACKAGES = (
+    "aio",
+    "backends",
+    "chat",
+    "cli",
+    "integrations",
+    "interop",
+    "providers",
+    "testing",
+    "view",
+    "web",
+)
+
+
+def test_the_core_module_imports_no_io() -> None:
+    """``agentsession.core`` imports exactly ``CORE_IMPORTS``: adding an import there means
+    adding it here, and nothing of ``NEVER_IN_THE_CORE`` (nor a backend, the async API, the
+    chat layer, a driver of ``ops``) may be."""
+    imported, from_ops = _direct_imports(SRC / "core.py")
+    assert not imported & NEVER_IN_THE_CORE, imported & NEVER_IN_THE_CORE
+    assert not {
+        m for m in imported if m.split(".")[:2] in (["agentsession", p] for p in PACKAGES)
+    }, imported
+    assert not from_ops & {"drive", "adrive"}, from_ops
+    assert imported == CORE_IMPORTS, (imported - CORE_IMPORTS, CORE_IMPORTS - imported)
+    # The check sees what it must: the facade's own imports fail it.
+    facade, facade_ops = _direct_imports(SRC / "session.py")
+    assert {"threading", "os", "agentsession.core"} <= facade and "drive" in facade_ops
 
 
 def test_backends_do_not_decode_payloads() -> None:

@@ -1,47 +1,34 @@
-"""``BaseSession``: one append pipeline and the in-memory window, shared by every backend.
+"""``SessionCore``: the I/O-free part of a session, what every backend's session shares.
 
-A **session** is one conversation's append-only log. A backend implements a handful of storage
-primitives (``_storage_*``, below) and nothing else: it never stamps, validates or decodes an
-event's payload, never touches the window or the derived history, and never applies a policy.
-Everything else lives here, once:
+The sync facade (:class:`agentsession.session.BaseSession`) and the async API drive the same
+core; this module holds it and performs no I/O itself:
 
-* **The append pipeline** (:meth:`BaseSession.append_many`, and :meth:`BaseSession.append` for
-  one event): check and stamp the events (seq cleared, ``time`` set to the store's clock when
-  unset), decide which event of the batch is a compaction marker that rebuilds the history
-  (:attr:`agentsession.events.Compaction.rebuilds_history`, the only place that decides it),
-  check the TTL, hand the batch to the backend, take in other writers' events that the backend
-  caught up on, take in the stored batch, and apply the store's history cap. A backend may offer
-  a single-event fast path (``_storage_append_one``); the pipeline drives it and falls back to
-  the batch primitive whenever the fast path declines.
-* **Conditional appends**: ``append_many(events, expect_seq=n)`` stores the batch only when the
-  log's latest seq is ``n`` at the moment of writing (checked by the backend under its write
-  lock); otherwise nothing is written and :class:`~agentsession.errors.ConflictError` is
-  raised. Compaction and ``Store.create`` are built on it.
-* **The window, loaded lazily**: opening a session reads only its tail (the last events, found
-  without reading the log from the start), so ``latest_seq``, ``read()`` of recent events and
-  appending cost O(tail) however long the log is. The first ``messages()``, ``entries()``,
-  ``compact()`` or ``prune()`` loads the full window: every event from the latest compaction
-  marker to the end (the whole log when there is none, so O(window)). ``read()`` serves from
-  the window when it can and from storage otherwise; ``messages()`` derives from it, loading
-  older events only when a legacy marker or another agent's history needs them.
-* **Derived history**: one incremental :class:`~agentsession.derive.Deriver` per agent filter,
-  fed only the new events.
+* **The window and the id index**: every event from the latest compaction marker that rebuilds
+  the history (or a tail of the log, until something needs more), the latest seq, the ids of
+  the stored events this object has read, and one incremental
+  :class:`~agentsession.derive.Deriver` per agent filter.
+* **The plans**: generator methods (``_load_plan``, ``_refresh_plan``, ``_append_one_plan``,
+  ``_append_batch_plan``, ``_read_plan``, ``_messages_plan``, ``_compact_plan``, ...) that
+  decide everything and, where they need storage, yield an operation of
+  :mod:`agentsession.ops` and are sent its result (or have the storage's exception thrown in).
+  A driver performs the operations: :func:`agentsession.ops.drive` for the sync API,
+  :func:`agentsession.ops.adrive` for the async one (through :class:`SessionPlans`).
+* **The checks**: :func:`check_event` (what an append may store), stamping, the TTL, the
+  marker index of a batch (:attr:`agentsession.events.Compaction.rebuilds_history`, the only
+  place that decides it).
 """
 
 from __future__ import annotations
 
 import bisect
 import datetime as _dt
-import os
-import threading
 import time
-import weakref
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import msgspec
 
-from . import _trace, children
+from . import children
 from .backoff import Backoff
 from .codec import check_json, encode
 from .compaction import plan_compaction, plan_prune
@@ -69,7 +56,6 @@ from .events import (
     made_here_since,
     new_event_id,
 )
-from .media import StoragePolicy
 from .messages import Message
 from .ops import (
     Append,
@@ -82,12 +68,10 @@ from .ops import (
     Quarantine,
     Read,
     Refresh,
-    drive,
 )
-from .recorder import Turn
-from .storage import LogStorage, Reopen
+from .storage import Reopen
 
-__all__ = ["BaseSession", "SessionHost", "SessionPlans", "check_event"]
+__all__ = ["ID_WINDOW", "Clock", "SessionCore", "SessionHost", "SessionPlans", "check_event"]
 
 Clock = Callable[[], _dt.datetime]
 T = TypeVar("T")
@@ -128,7 +112,7 @@ class SessionHost(Protocol):
     max_messages: int | None
     max_loaded_events: int | None
     """At most this many of the latest events are loaded to derive the history (None: the
-    whole window); see :meth:`BaseSession._load_window`."""
+    whole window); see :meth:`SessionCore._load_window`."""
     _keyring: KeyRing | None
     _reconnect_timeout: float
     """Seconds an append keeps retrying after a lost connection or an unreachable server
@@ -146,21 +130,6 @@ class SessionHost(Protocol):
 
 def _seq_of(event: Event) -> int:
     return event.seq
-
-
-_live_sessions: weakref.WeakSet[BaseSession] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    """In a forked child: no lock another parent thread held is held here, and every backend
-    drops what it shared with the parent (descriptors, connections) before it is used."""
-    for session in list(_live_sessions):
-        session._lock = threading.RLock()
-        session._storage_after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _marker_index(events: Sequence[Event]) -> int:
@@ -283,7 +252,7 @@ class _View:
 
     __slots__ = ("_session",)
 
-    def __init__(self, session: BaseSession) -> None:
+    def __init__(self, session: SessionCore) -> None:
         self._session = session
 
     @property
@@ -310,7 +279,7 @@ class SessionPlans:
 
     __slots__ = ("_session",)
 
-    def __init__(self, session: BaseSession) -> None:
+    def __init__(self, session: SessionCore) -> None:
         self._session = session
 
     def append(self, event: Event) -> Plan[int]:
@@ -352,19 +321,16 @@ def _nothing() -> Plan[list[int]]:
     yield  # a generator
 
 
-class BaseSession:
-    """One conversation's session: the pipeline's plans over a log storage.
+class SessionCore:
+    """The I/O-free part of a session: the window and id state, and the pipeline's plans over
+    it (see the module's docstring). :class:`~agentsession.session.BaseSession` is the sync
+    facade over it, which drives the plans and hands their operations to the session's log
+    storage."""
 
-    A backend makes it with the storage of the session's log (``BaseSession(store, id, log)``,
-    a :class:`~agentsession.storage.LogStorage`), which it opens at once; the session's own
-    behaviour is the same on every backend."""
-
-    def __init__(self, store: SessionHost, session_id: str, log: LogStorage | None = None) -> None:
+    def __init__(self, store: SessionHost, session_id: str) -> None:
         self._store = store
-        self._log = log
         self._view = _View(self)
         self._id = session_id
-        self._lock = threading.RLock()
         self._window: list[Event] = []
         self._window_start = 1
         self._full = True  # whether the window reaches back to the latest marker (or seq 1)
@@ -393,149 +359,18 @@ class BaseSession:
         # before it, so only other ids make an append read older ids (_cover_ids).
         self._ids_from = 1
         self._loaded_ms = 0
-        _live_sessions.add(self)
-        if log is not None:
-            with self._lock:
-                self._load()
 
-    # -- storage primitives ---------------------------------------------------------------
-    #
-    # A backend gives the session a LogStorage (agentsession.storage) when it makes it:
-    # ``BaseSession(store, id, log)``; these methods hand each operation to it. (A backend may
-    # still subclass the session and override them instead; see docs/architecture.md.)
+    if TYPE_CHECKING:
+        # What the facade provides: its driver (SessionPlans.run), and the tails of the
+        # single-event append that its fast lane shares with _append_one_plan.
 
-    def _storage_open(self) -> tuple[list[Event], bool]:
-        """Events from the latest compaction marker to the end, and whether that is the whole
-        log: the full window. Called with the session lock held."""
-        return self._required_log().open(self._view)
+        def _run(self, plan: Plan[T]) -> T: ...
 
-    def _storage_open_tail(self) -> tuple[list[Event], bool]:
-        """Open the log cheaply: the latest events (at least the last one when the log has
-        any; a small tail, in seq order), found without reading the log from the start, and
-        whether they are the whole log. Called with the session lock held."""
-        if self._log is None:
-            return self._storage_open()
-        return self._log.open_tail(self._view)
+        def _one_failed(self, prepared: Event, marker: int, exc: BaseException) -> Plan[int]: ...
 
-    def _storage_append(
-        self, events: list[Event], marker: int, expect_seq: int | None
-    ) -> tuple[list[Event], list[Event]] | Reopen:
-        """Persist ``events`` (seq 0, time stamped) atomically after whatever is stored now
-        (see :meth:`agentsession.storage.LogStorage.append`): returns the events other writers
-        appended since this session last looked, then the stored events with their seqs
-        (empty when nothing was written), or :data:`~agentsession.storage.REOPEN`. Called
-        with the session lock held."""
-        return self._required_log().append(self._view, events, marker, expect_seq)
-
-    def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
-        """Optional fast path for one event: store it with seq ``latest_seq + 1`` when this
-        session saw the log last, and return it with its seq; return None (having written
-        nothing) to take the general path. Called with the session lock held."""
-        if self._log is None:
-            return None
-        return self._log.append_one(self._view, event, marker)
-
-    def _storage_refresh(self) -> list[Event] | Reopen:
-        """Events other writers appended since this session last looked (or
-        :data:`~agentsession.storage.REOPEN`)."""
-        return self._required_log().refresh(self._view)
-
-    def _storage_read(self, after: int, limit: int | None) -> list[Event]:
-        """Events with ``seq > after`` from storage."""
-        return self._required_log().read(after, limit)
-
-    def _storage_close(self) -> None:
-        """Release backend resources (the session stays usable and reopens them)."""
-        if self._log is not None:
-            self._log.close()
-
-    def _storage_after_fork(self) -> None:
-        """In a forked child, before any use: stop sharing descriptors, connections and locks
-        with the parent (reopen them lazily)."""
-        if self._log is not None:
-            self._log.after_fork()
-
-    def _required_log(self) -> LogStorage:
-        log = self._log
-        if log is None:
-            raise NotImplementedError(
-                f"{type(self).__name__} has no log storage: pass one to BaseSession(store, id, "
-                "log) or override the _storage_* methods"
-            )
-        return log
-
-    @property
-    def location(self) -> str:
-        """Where the session is stored, for people (a path, a URL, ``memory``)."""
-        return self._required_log().location
-
-    @property
-    def log_identity(self) -> tuple[str, ...]:
-        """What identifies the stored log within this process: two session objects of one log
-        (from two store objects, say) have equal identities."""
-        if self._log is not None:
-            return self._log.identity
-        return (type(self).__name__, self.location, self._id)
-
-    # -- in-memory state, read without I/O (the async API's placement) --------------------
-
-    @property
-    def encrypted(self) -> bool:
-        """Whether this session's events are sealed (its store is encrypted)."""
-        return self._cipher is not None
-
-    @property
-    def plans(self) -> SessionPlans:
-        """This session's pipeline as plans, for a driver other than the sync API's (see
-        :class:`SessionPlans`)."""
-        return SessionPlans(self)
-
-    @property
-    def state_lock(self) -> threading.RLock:
-        """The lock guarding this object's in-memory state (its window, ids and derived
-        histories); every method holds it while it reads or changes that state. Code that
-        decides from that state where a call runs (the async API) holds it meanwhile, taken
-        without waiting (``acquire(blocking=False)``), so the state stays as read until the
-        call has run. Never wait for it on an event loop: a thread may hold it across I/O."""
-        return self._lock
-
-    @property
-    def window_loaded(self) -> bool:
-        """Whether the full window (every event from the latest compaction marker that
-        rebuilds the history, or from seq 1) is in memory, so that deriving the history or
-        applying the history cap reads nothing more from storage. Read it holding
-        :attr:`state_lock`, or as a hint."""
-        return self._full
-
-    def window_holds(self, after: int) -> bool:
-        """Whether the in-memory window holds every event with ``seq > after``, so that
-        ``read(after)`` reads nothing from storage once caught up with other writers. Read it
-        holding :attr:`state_lock`, or as a hint."""
-        return after + 1 >= self._window_start
-
-    def history_in_memory(self, agent: str | None = None) -> bool:
-        """Whether ``messages(agent)`` and ``entries(agent)`` are derived from memory once
-        caught up with other writers: the full window is loaded and is the whole log, or the
-        history of this agent filter was derived before. Read it holding :attr:`state_lock`,
-        or as a hint."""
-        return self._full and (self._window_start == 1 or (agent or None) in self._derivers)
-
-    # -- drivers --------------------------------------------------------------------------
-
-    def _run(self, plan: Plan[T]) -> T:
-        """Run a plan of this session with the sync driver, under the session lock."""
-        with self._lock:
-            return drive(plan, self)
-
-    def _meta(self, kind: str, key: str) -> str | None:
-        """The store's meta value (``kind``, ``key``), for :class:`~agentsession.ops.MetaGet`."""
-        return self._store._meta_get(kind, key)
+        def _one_stored(self, prepared: Event, stored: Event, marker: int) -> Plan[int]: ...
 
     # -- state ----------------------------------------------------------------------------
-
-    def _load(self) -> None:
-        """(Re)open the log at its tail: :meth:`_load_plan`, driven synchronously."""
-        self._run(self._load_plan())
 
     def _load_plan(self) -> Plan[None]:
         """(Re)open the log at its tail, forgetting everything derived (the full window is
@@ -644,13 +479,6 @@ class BaseSession:
                     raise
         return opened
 
-    def _quarantine_unsealed(self, event: Event, reason: str) -> bool:
-        """Move ``event`` (read from storage, not sealed though the store is encrypted) out
-        of the log, when the store is opened to quarantine what is corrupt; True when it was
-        (:meth:`agentsession.storage.LogStorage.quarantine`; only the JSONL store has
-        ``on_corrupt``)."""
-        return self._log is not None and self._log.quarantine(event, reason)
-
     def _check_still_plain(self) -> Plan[None]:
         """Raise :class:`EncryptionError` when the store this plain session object belongs to
         has become encrypted since it was opened (another process opened it with a key while
@@ -751,19 +579,6 @@ class BaseSession:
             self._index(older)
         self._ids_from = min(self._ids_from, first)
 
-    def _refresh(self) -> None:
-        """Catch up with other writers' appends: the sync lane of :meth:`_refresh_plan` (the
-        operation made here, what it read taken in by the same :meth:`_take_in`). Called with
-        the session lock held."""
-        events = self._storage_refresh()
-        if events:
-            if isinstance(events, Reopen):
-                drive(self._reopen(), self)
-            elif self._cipher is None and not is_sealed(events[-1]) and not is_sealed(events[0]):
-                self._ingest(events)
-            else:
-                drive(self._take_in(events), self)
-
     def _refresh_plan(self) -> Plan[None]:
         """Catch up: take in the events other writers appended since this object looked."""
         events = yield _REFRESH
@@ -816,62 +631,6 @@ class BaseSession:
             return _replace(event, seq=0, time=event.time or now or self._store.clock())
         return event
 
-    def append(self, event: Event) -> int:
-        """Append one event; returns its seq. ``time`` is stamped (UTC) when unset."""
-        if _trace.enabled:
-            with _trace.span(
-                "agentsession.append",
-                session_id=self._id,
-                backend=_trace.backend_of(self),
-                events=1,
-                event_type=event.type if isinstance(event, Event) else None,
-            ):
-                return self._append_one(event)
-        return self._append_one(event)
-
-    def _append_one(self, event: Event) -> int:
-        """:meth:`append` without tracing: :meth:`_append_one_plan`, driven synchronously.
-
-        The sync driver's fast lane: when the plan would do nothing but the single-event
-        operation (:meth:`_in_lane`), it performs that operation itself and hands the outcome
-        to the same parts of the plan (:meth:`_one_failed`, :meth:`_one_stored`), which saves
-        making a generator on every append of an agent loop."""
-        prepared = self._prepare(event, None)
-        with self._lock:
-            if self._in_lane(prepared):
-                log = self._log
-                try:
-                    if log is not None:  # the composed log, without the delegating call
-                        stored = log.append_one(self._view, prepared, False)
-                    else:
-                        stored = self._storage_append_one(prepared, False)
-                except BaseException as exc:
-                    return drive(self._one_failed(prepared, -1, exc), self)
-                if stored is not None:
-                    if stored.seq != 1 and stored.type != USER_MESSAGE:
-                        return self._take_one(stored)
-                    return drive(self._one_stored(prepared, stored, -1), self)
-            return drive(self._append_one_plan(prepared), self)
-
-    def _in_lane(self, prepared: Event) -> bool:
-        """Whether an append of ``prepared`` is the single-event operation and nothing else: a
-        plain session that has seen events, no TTL, no marker, an id not stored, not unsure,
-        and no older ids to read first. Pure."""
-        if (
-            self._cipher is not None
-            or not self._latest_seq
-            or self._store.ttl is not None
-            or self._unsure
-            or prepared.type == COMPACTION
-        ):
-            return False
-        if self._ids_todo:
-            self._index_window()
-        known = self._ids.get(prepared.id)
-        if known is not None:
-            return False
-        return not (self._ids_from > 1 and self._needs_cover((prepared,)))
-
     def _append_one_plan(self, prepared: Event) -> Plan[int]:
         """Append one prepared event; returns its seq."""
         marker = _marker_index((prepared,)) if prepared.type == COMPACTION else -1
@@ -901,45 +660,6 @@ class BaseSession:
         except BaseException as exc:
             return (yield from self._one_failed(prepared, marker, exc))
         return (yield from self._one_stored(prepared, stored, marker))
-
-    def _one_failed(self, prepared: Event, marker: int, exc: BaseException) -> Plan[int]:
-        """After an append of ``prepared`` raised ``exc``: ride out a lost connection
-        (:meth:`_append_checked`), or remember that the event may be stored and raise."""
-        if isinstance(exc, _RETRYABLE):
-            return (yield from self._append_checked([prepared], marker, None, exc))[0]
-        if isinstance(exc, StorageError):
-            self._unsure.add(prepared.id)
-        raise exc
-
-    def _one_stored(self, prepared: Event, stored: Event, marker: int) -> Plan[int]:
-        """After the single-event operation stored ``prepared`` as ``stored``: check that a
-        new log's store is still plain, take it in, apply the history cap."""
-        if stored.seq == 1:
-            try:
-                yield from self._check_still_plain()  # encrypted while this wrote a new log
-            except StorageError:
-                self._unsure.add(prepared.id)
-                raise
-        if marker < 0:
-            self._take_one(stored)
-        else:
-            self._extend((stored,), marker)
-        if stored.type == USER_MESSAGE:
-            cap = yield from self._history_cap_plan()
-            if cap:
-                yield from self._prune_plan(cap, None)
-        return stored.seq
-
-    def _take_one(self, stored: Event) -> int:
-        """Take in one stored event that is not a marker (``_extend``, for the hot path)."""
-        seq = stored.seq
-        self._window.append(stored)
-        self._latest_seq = seq
-        ids = self._ids  # (a reload while appending may have replaced it)
-        ids[stored.id] = seq
-        if len(ids) > _ID_LIMIT:
-            self._forget_old_ids()
-        return seq
 
     def _index_window(self) -> None:
         """Index the ids of the window loaded last (see ``_ids``)."""
@@ -1078,35 +798,6 @@ class BaseSession:
             f"session {self._id!r}: other writers kept appending while an append checked "
             f"that it was not stored already ({_SEALED_RETRIES} tries)"
         )
-
-    def append_many(self, events: Sequence[Event], *, expect_seq: int | None = None) -> list[int]:
-        """Append a batch atomically: all events or none, with consecutive seqs.
-
-        With ``expect_seq``, the batch is stored only when the log's latest seq is exactly
-        ``expect_seq`` (0: the session has no events yet) at the moment of writing; otherwise
-        nothing is written and :class:`~agentsession.errors.ConflictError` is raised.
-        """
-        return self._traced_batch(events, expect_seq, prepared=False)
-
-    def _append_prepared(self, events: list[Event]) -> list[int]:
-        """:meth:`append_many` of events that :meth:`_prepare` returned (the recorder checks
-        each event of a batched step when it is recorded, and does not pay for it twice)."""
-        return self._traced_batch(events, None, prepared=True)
-
-    def _traced_batch(
-        self, events: Sequence[Event], expect_seq: int | None, *, prepared: bool
-    ) -> list[int]:
-        batch = self._prepare_batch(events, expect_seq, prepared)
-        if not batch:
-            return []
-        if _trace.enabled:
-            with _trace.span(
-                "agentsession.append", session_id=self._id, backend=_trace.backend_of(self)
-            ) as span:
-                seqs = self._run(self._append_batch_plan(batch, expect_seq))
-                span.set(events=len(seqs))
-                return seqs
-        return self._run(self._append_batch_plan(batch, expect_seq))
 
     def _prepare_batch(
         self, events: Sequence[Event], expect_seq: int | None, prepared: bool = False
@@ -1292,45 +983,9 @@ class BaseSession:
 
     # -- reading --------------------------------------------------------------------------
 
-    @property
-    def id(self) -> str:
-        """The session id."""
-        return self._id
-
-    @property
-    def latest_seq(self) -> int:
-        """Highest seq in the log (0 when empty), including other writers' appends."""
-        with self._lock:
-            self._refresh()
-            return self._latest_seq
-
     def _latest_seq_plan(self) -> Plan[int]:
         yield from self._refresh_plan()
         return self._latest_seq
-
-    def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
-        """Events with ``seq > after`` in seq order, at most ``limit`` (all when None)."""
-        if _trace.enabled:
-            with _trace.span(
-                "agentsession.read", session_id=self._id, backend=_trace.backend_of(self)
-            ) as span:
-                events = self._read(after, limit)
-                span.set(events=len(events))
-                return events
-        return self._read(after, limit)
-
-    def _read(self, after: int, limit: int | None) -> list[Event]:
-        """:meth:`read` without tracing: :meth:`_read_plan`, with the catch-up in the sync
-        lane (:meth:`_refresh`)."""
-        _check_read(after, limit)
-        if limit == 0:
-            return []
-        with self._lock:
-            self._refresh()
-            served = self._from_window(after, limit)
-            if served is not None:
-                return served
-            return drive(self._read_stored(after, limit), self)
 
     def _read_plan(self, after: int, limit: int | None) -> Plan[list[Event]]:
         _check_read(after, limit)
@@ -1373,10 +1028,6 @@ class BaseSession:
                 return deriver
         return None
 
-    def _derived(self, agent: str | None) -> Deriver:
-        """:meth:`_deriver` in the sync lane: the fed deriver, else one built (driven)."""
-        return self._fed_deriver(agent) or drive(self._deriver(agent), self)
-
     def _build_deriver(self, agent: str | None) -> Plan[Deriver]:
         yield from self._full_window()
         probe = Deriver(agent)
@@ -1402,50 +1053,9 @@ class BaseSession:
             events = [e for e in events[:start] if e.type == COMPACTION] + events[start:]
         return Deriver.from_events(events, agent)
 
-    def entries(self, agent: str | None = None) -> list[IndexedMessage]:
-        """The derived history with source seqs (what compaction plans its cut on)."""
-        with self._lock:
-            self._refresh()
-            return self._derived(agent).entries()
-
     def _entries_plan(self, agent: str | None) -> Plan[list[IndexedMessage]]:
         yield from self._refresh_plan()
         return (yield from self._deriver(agent)).entries()
-
-    def messages(
-        self, agent: str | None = None, *, max_tool_result_bytes: int | None = None
-    ) -> list[Message]:
-        """The provider-valid, compaction-aware history, updated incrementally.
-
-        ``agent`` filters it (events of that agent and events without one); None gives every
-        agent's messages. The filter is only ever this argument: inside a chat turn envelope
-        that names an agent, ``messages()`` still returns every agent's messages (agentkit took
-        the filter from the envelope), so that the history is a function of the log and the
-        arguments alone; ask for ``messages(agent=current_envelope().agent_id)`` there.
-
-        With the store's ``max_loaded_events`` cap and a window longer than it, the history is
-        derived from the latest ``max_loaded_events`` events only, from the first turn boundary
-        among them (a ``turn/start`` or a user message), with a compaction marker among them
-        honoured as usual (see :attr:`agentsession.store.BaseStore.max_loaded_events`).
-        """
-        if _trace.enabled:
-            with _trace.span(
-                "agentsession.messages",
-                session_id=self._id,
-                backend=_trace.backend_of(self),
-                agent=agent or None,
-            ) as span:
-                messages = self._messages(agent, max_tool_result_bytes)
-                span.set(messages=len(messages))
-                return messages
-        return self._messages(agent, max_tool_result_bytes)
-
-    def _messages(self, agent: str | None, max_tool_result_bytes: int | None) -> list[Message]:
-        """:meth:`messages` without tracing: the deriver of the ``agent`` filter (built from the
-        window the first time, capped by ``max_loaded_events``), fed the new events."""
-        with self._lock:
-            self._refresh()
-            return self._derived(agent).messages(max_tool_result_bytes)
 
     def _messages_plan(
         self, agent: str | None, max_tool_result_bytes: int | None
@@ -1453,28 +1063,7 @@ class BaseSession:
         yield from self._refresh_plan()
         return (yield from self._deriver(agent)).messages(max_tool_result_bytes)
 
-    # -- recording and compaction ---------------------------------------------------------
-
-    def turn(
-        self,
-        agent: str | None = None,
-        user: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        *,
-        storage: StoragePolicy | None = None,
-        batch_steps: bool = False,
-    ) -> Turn:
-        """Record a turn: ``with session.turn(agent=..., user=...) as turn: ...`` writes
-        ``turn/start`` and, however the block ends, ``turn/end`` (see
-        :mod:`agentsession.recorder`). ``agent``, ``user`` and ``metadata`` default to the
-        context's (the chat layer's turn envelope, when one is applied). Messages are stored
-        whole unless a ``storage`` policy says otherwise (see :mod:`agentsession.media`).
-
-        With ``batch_steps=True`` each step is buffered and written with one
-        :meth:`append_many` when it closes (one write, one sync at durability ``fsync``);
-        helpers return seq 0 while their step is buffered, and a crash loses the step in
-        progress whole. Without it (the default) every helper appends at once."""
-        return Turn(self, agent, user, metadata, storage=storage, batch_steps=batch_steps)
+    # -- compaction -----------------------------------------------------------------------
 
     def _append_marker(
         self, plan: Callable[[], Plan[Compaction | None]], agent: str | None
@@ -1496,50 +1085,6 @@ class BaseSession:
         raise ConflictError(
             f"session {self._id!r}: other writers kept appending while compaction planned "
             f"({_COMPACTION_RETRIES} tries); take the session's turn lock to compact"
-        )
-
-    def compact(
-        self,
-        summary: Message | str | None,
-        *,
-        keep_turns: int | None = None,
-        first_kept_seq: int | None = None,
-        up_to_message: int | None = None,
-        tokens_before: int = 0,
-        agent: str | None = None,
-    ) -> int | None:
-        """Replace the history before a turn boundary by ``summary``; returns the marker's seq,
-        or None when there was nothing to drop (see :mod:`agentsession.compaction`).
-
-        Give exactly one of ``keep_turns`` (how many of the latest turns stay verbatim,
-        counting turns an earlier compaction retained; ``0`` inside a running turn keeps that
-        turn, so the question being answered is never summarised away), ``first_kept_seq``, or
-        ``up_to_message`` (lango's ``CompactMessages``): the index in ``messages(agent)`` of
-        the last message to replace, inclusive, so messages ``0..up_to_message`` become the
-        summary. The cut falls only on a turn boundary and never separates a tool call from
-        its result: when message ``up_to_message + 1`` does not begin a turn, the cut moves
-        back to the latest boundary before it and the rest of that turn stays verbatim (no
-        message the caller did not ask to drop is dropped; None when that boundary is the
-        first message). An index that names no message raises
-        :class:`~agentsession.errors.UsageError` (``compact index <i> out of range (have <n>
-        messages)``).
-
-        The marker applies to ``agent``'s history (all agents when None). It is appended only
-        if nothing was appended while it was planned (planning again otherwise), so a
-        concurrent turn is never lost. Raises :class:`~agentsession.errors.UsageError` while
-        tool calls are unanswered.
-        """
-        if isinstance(summary, str):
-            summary = Message.user(summary)
-        return self._run(
-            self._compact_plan(
-                summary,
-                keep_turns=keep_turns,
-                first_kept_seq=first_kept_seq,
-                up_to_message=up_to_message,
-                tokens_before=tokens_before,
-                agent=agent,
-            )
         )
 
     def _compact_plan(
@@ -1568,43 +1113,12 @@ class BaseSession:
 
         return (yield from self._append_marker(plan, agent))
 
-    def prune(self, max_messages: int, agent: str | None = None) -> int | None:
-        """Cap the history at ``max_messages`` derived messages with a prune marker that keeps
-        the most recent whole turns that fit (see :func:`agentsession.compaction.plan_prune`);
-        returns the marker's seq, or None when the history already fits."""
-        if not isinstance(max_messages, int) or max_messages < 1:
-            raise UsageError(f"max_messages must be an int >= 1, not {max_messages!r}")
-        return self._run(self._prune_plan(max_messages, agent))
-
     def _prune_plan(self, max_messages: int, agent: str | None) -> Plan[int | None]:
         def plan() -> Plan[Compaction | None]:
             deriver = yield from self._deriver(agent)  # loads the full window first
             return plan_prune(self._window, deriver, max_messages)
 
         return (yield from self._append_marker(plan, agent))
-
-    def annotate_timeout(self, partial: str = "", *, agent: str = "") -> int:
-        """Record that the model's reply timed out (lango's ``AnnotateTimeout``, keeping the
-        partial text as lango v0.6 did); returns the seq.
-
-        Appends an assistant message (:func:`agentsession.recorder.timeout_annotation`):
-        ``partial + "\\n\\n---\\n" + TIMEOUT_NOTE`` when ``partial`` is not empty, else
-        :data:`~agentsession.recorder.TIMEOUT_NOTE` alone, so the next :meth:`messages`
-        tells the model that its previous reply was cut off. Tool calls still unanswered get
-        the interrupted stand-in before it in the derived history, so that stays
-        provider-valid. ``agent`` attributes the message (default: none, so every agent's
-        history shows it); the context's turn id, when one is set, is stamped as in a turn.
-        Inside a recorded turn, letting the ``TimeoutError`` escape or calling
-        ``turn.timed_out()`` records the same message (see :class:`~agentsession.recorder.Turn`).
-        """
-        from .context import turn_id
-        from .events import ASSISTANT_MESSAGE
-        from .recorder import META_TURN_ID, timeout_annotation
-
-        current = turn_id()
-        meta = {META_TURN_ID: current} if current else None
-        event = Event.new(ASSISTANT_MESSAGE, timeout_annotation(partial), agent=agent, meta=meta)
-        return self.append(event)
 
     _replaying = False
     """Set on a session object that writes another store's log as it is (``copy_store``):
@@ -1626,166 +1140,13 @@ class BaseSession:
             return min(own[1], store_cap)
         return own[1] or store_cap
 
-    # -- child sessions and the session record ---------------------------------------------
-
-    def _host(self) -> children.ChildHost:
-        return cast("children.ChildHost", self._store)
-
-    def _settled_entries(self, agent: str | None) -> tuple[list[IndexedMessage], int]:
-        """The derived history without an exchange still waiting for results, and the latest
-        seq it was derived from."""
-        return self._run(self._settled_plan(agent))
+    # -- child sessions -------------------------------------------------------------------
 
     def _settled_plan(self, agent: str | None) -> Plan[tuple[list[IndexedMessage], int]]:
         yield from self._refresh_plan()
         deriver = yield from self._deriver(agent)
         return deriver.settled(), self._latest_seq
 
-    def _last_time(self) -> _dt.datetime | None:
-        """Time of the latest event (None when the log is empty)."""
-        return self._run(self._last_time_plan())
-
     def _last_time_plan(self) -> Plan[_dt.datetime | None]:
         yield from self._refresh_plan()
         return self._window[-1].time if self._window else None
-
-    def fork(
-        self,
-        agent: str = "",
-        *,
-        inherit: int | Literal["all"] = 0,
-        max_messages: int | None = None,
-        task: str = "",
-        meta: Mapping[str, str] | None = None,
-        parent_agent: str | None = None,
-        child_id: str | None = None,
-    ) -> BaseSession:
-        """Fork a child session for a subagent (lango's ``ForkChild``); returns it.
-
-        The child is a full session of the same store, created atomically with its first
-        event, ``session/fork``, which records this session, its latest seq, ``agent``,
-        ``task``, ``meta`` and the inherited history: the last ``inherit`` messages (``"all"``:
-        every one; 0: none) of this session's derived history for ``parent_agent``, cut so
-        that a tool result never comes without its call and leaving out an exchange whose
-        calls are still waiting for results. The child's :meth:`messages` starts with them and
-        goes on with its own events. This session gets a ``subagent/start`` linking event.
-        ``max_messages`` caps the child's history as the store's ``max_messages`` does (the
-        smaller of the two applies). ``child_id`` defaults to
-        ``<this id>:child:<agent>:<random>``; an existing id raises
-        :class:`~agentsession.errors.DuplicateSession`. Lifecycle hooks are called with a
-        ``fork`` event once everything is written. See ``docs/subagents.md``."""
-        return cast(
-            "BaseSession",
-            children.fork(
-                self._host(),
-                self,
-                agent=agent,
-                inherit=inherit,
-                max_messages=max_messages,
-                task=task,
-                meta=meta,
-                parent_agent=parent_agent,
-                child_id=child_id,
-            ),
-        )
-
-    def merge(
-        self,
-        summary: Message | str | None = None,
-        *,
-        as_author: str | None = None,
-        agent: str | None = None,
-        lock_timeout: float | None = children.DEFAULT_MERGE_LOCK_TIMEOUT,
-    ) -> int:
-        """Merge this child session into its parent (lango's ``MergeChild`` and
-        ``MergeChildAsAuthor``); returns the seq of the parent's ``subagent/end``.
-
-        With a ``summary`` (a message, or text for an assistant message) the parent gets that
-        one message; without, the child's own messages since the fork (never the history it
-        inherited). Messages without an author get ``as_author`` (default: the child's
-        agent); they are recorded under ``agent`` in the parent (default: the
-        ``parent_agent`` the child was forked for). Everything lands in one atomic batch that
-        ends with a ``subagent/end`` (status ``merged``) carrying the fork's id; only after
-        the parent acknowledged it is the child marked merged (``session/merge``).
-
-        It holds the parent's turn lock meanwhile (taken unless this thread already holds it,
-        as a merge run inside the parent's own turn does), waiting ``lock_timeout`` seconds
-        (None: for ever); :class:`~agentsession.errors.LockTimeout` then means nothing was
-        written and the merge can be retried. The lock serialises merges: a retry after a
-        crash between the parent write and the mark finds the ``subagent/end`` and only
-        writes the mark (exactly one copy in the parent), and of two processes merging the
-        same child one merges and the other gets
-        :class:`~agentsession.errors.ChildStateError`, as does merging a child that was
-        merged or discarded, or whose parent was deleted since the fork."""
-        return children.merge(
-            self._host(),
-            self,
-            summary,
-            as_author=as_author,
-            agent=agent,
-            lock_timeout=lock_timeout,
-        )
-
-    def discard(
-        self,
-        reason: str = "",
-        *,
-        lock_timeout: float | None = children.DEFAULT_MERGE_LOCK_TIMEOUT,
-    ) -> int:
-        """Discard this child session: the parent gets a note (``subagent/end``, status
-        ``discarded``, with ``reason``; not part of its derived history), then the child is
-        marked discarded (``session/discard``). Its log stays. Locking, crash safety and
-        errors as :meth:`merge`; returns the seq of the note."""
-        return children.discard(self._host(), self, reason, lock_timeout=lock_timeout)
-
-    @property
-    def parent(self) -> str | None:
-        """The parent session id of a child session (None for a session that was not
-        forked), from its first event."""
-        fork = children.fork_of(self)
-        return None if fork is None else fork.parent
-
-    @property
-    def fork_point(self) -> int | None:
-        """The parent's latest seq when this child was forked (None when not a child)."""
-        fork = children.fork_of(self)
-        return None if fork is None else fork.parent_seq
-
-    def info(self) -> children.SessionRecord:
-        """The session's record: ``created_at`` (its first event's time), ``updated_at`` (the
-        later of its last append and its last :meth:`update`), the attributes lango keeps
-        (agent id, channel type and id, model, metadata) and, for a child, its parent and
-        fork point."""
-        return children.record_of(self._host(), self)
-
-    def update(
-        self,
-        *,
-        agent_id: str | None = None,
-        channel_type: str | None = None,
-        channel_id: str | None = None,
-        model: str | None = None,
-        metadata: Mapping[str, str] | None = None,
-    ) -> children.SessionRecord:
-        """Change the session's record in one atomic, durable write (compare-and-set, so
-        concurrent updates of different fields never lose each other); returns the record.
-        None leaves a field as it is, ``""`` clears it, and ``metadata`` replaces the whole
-        map. Raises :class:`~agentsession.errors.SessionNotFound` when the session has no
-        events."""
-        return children.update_record(
-            self._host(),
-            self,
-            agent_id=agent_id,
-            channel_type=channel_type,
-            channel_id=channel_id,
-            model=model,
-            metadata=metadata,
-        )
-
-    def close(self) -> None:
-        """Release open files or connections; the session reopens them when used again."""
-        with self._lock:
-            self._storage_close()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._id!r} at {self.location}>"

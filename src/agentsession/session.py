@@ -3,7 +3,10 @@
 A **session** is one conversation's append-only log. A backend implements a handful of storage
 primitives (``_storage_*``, below) and nothing else: it never stamps, validates or decodes an
 event's payload, never touches the window or the derived history, and never applies a policy.
-Everything else lives here, once:
+Everything else is the session's, once: the window, the id index and the pipeline's plans in
+:mod:`agentsession.core` (:class:`~agentsession.core.SessionCore`, which performs no I/O), and
+here the sync facade that drives them (with a fast lane for the hot single append), the
+storage delegates and the child sessions' methods. What the session does:
 
 * **The append pipeline** (:meth:`BaseSession.append_many`, and :meth:`BaseSession.append` for
   one event): check and stamp the events (seq cleared, ``time`` set to the store's clock when
@@ -30,122 +33,40 @@ Everything else lives here, once:
 
 from __future__ import annotations
 
-import bisect
 import datetime as _dt
 import os
 import threading
-import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeVar, cast
-
-import msgspec
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypeVar, cast
 
 from . import _trace, children
-from .backoff import Backoff
-from .codec import check_json, encode
-from .compaction import plan_compaction, plan_prune
-from .contract import Durability
-from .crypto import SHRED_NOTICE, STORE_KIND, KeyRing, SessionCipher, is_sealed
+from .core import (
+    _ID_LIMIT,
+    _RETRYABLE,
+    ID_WINDOW,
+    Clock,
+    SessionCore,
+    SessionHost,
+    SessionPlans,
+    _check_read,
+    check_event,
+)
+from .crypto import is_sealed
 from .derive import Deriver, IndexedMessage
-from .errors import (
-    ConflictError,
-    EncryptionError,
-    OutcomeUnknown,
-    SessionExpired,
-    StorageError,
-    StoreUnavailable,
-    UsageError,
-)
-from .events import (
-    COMPACTION,
-    MAX_EVENT_ID_CHARS,
-    PAYLOAD_TYPES,
-    USER_MESSAGE,
-    Compaction,
-    Event,
-    check_event_type,
-    compaction_of,
-    made_here_since,
-    new_event_id,
-)
+from .errors import StorageError, UsageError
+from .events import COMPACTION, USER_MESSAGE, Event
 from .media import StoragePolicy
 from .messages import Message
-from .ops import (
-    Append,
-    AppendOne,
-    MetaGet,
-    Open,
-    OpenTail,
-    Pause,
-    Plan,
-    Quarantine,
-    Read,
-    Refresh,
-    drive,
-)
+from .ops import Plan, drive
 from .recorder import Turn
 from .storage import LogStorage, Reopen
 
-__all__ = ["BaseSession", "SessionHost", "SessionPlans", "check_event"]
+# ID_WINDOW, Clock, SessionHost, SessionPlans and check_event live in agentsession.core and are
+# re-exported here, where other modules import them from.
+__all__ = ["ID_WINDOW", "BaseSession", "Clock", "SessionHost", "SessionPlans", "check_event"]
 
-Clock = Callable[[], _dt.datetime]
 T = TypeVar("T")
-
-# The operations without arguments, made once (plans yield them on every catch-up).
-_OPEN = Open()
-_OPEN_TAIL = OpenTail()
-_REFRESH = Refresh()
-_STORE_RECORD = MetaGet(STORE_KIND, "store")
-
-_SEALED_RETRIES = 1000
-"""How often an encrypted append seals again when other writers keep appending first (with a
-growing random pause from the fifth try on)."""
-
-_COMPACTION_RETRIES = 8
-"""How often compaction plans again when other writers keep appending while it plans."""
-
-ID_WINDOW = 65_536
-"""How far back an append looks for an event's id: an event whose id is stored among the
-latest ``ID_WINDOW`` seqs of the log (of those the session object has read, which includes
-every event other writers appended since it opened) is not written again; one stored further
-back is not looked up, and is stored again."""
-
-_ID_LIMIT = 2 * ID_WINDOW  # ids remembered before the oldest are forgotten
-
-_RETRYABLE = (OutcomeUnknown, StoreUnavailable)
-"""Append failures the pipeline rides out within the store's ``reconnect_timeout``: the
-connection was lost (the write may or may not have landed) or the server could not be reached
-(nothing was sent)."""
-
-
-class SessionHost(Protocol):
-    """What a session needs from its store: the settings of the append pipeline."""
-
-    durability: Durability
-    ttl: _dt.timedelta | None
-    clock: Clock
-    max_messages: int | None
-    max_loaded_events: int | None
-    """At most this many of the latest events are loaded to derive the history (None: the
-    whole window); see :meth:`BaseSession._load_window`."""
-    _keyring: KeyRing | None
-    _reconnect_timeout: float
-    """Seconds an append keeps retrying after a lost connection or an unreachable server
-    (0: it raises at once)."""
-
-    @property
-    def location(self) -> str:
-        """Where the store keeps its data, for people."""
-        ...
-
-    def _meta_get(self, kind: str, key: str) -> str | None:
-        """A small persisted value (the store's key record, for a plain session object)."""
-        ...
-
-
-def _seq_of(event: Event) -> int:
-    return event.seq
 
 
 _live_sessions: weakref.WeakSet[BaseSession] = weakref.WeakSet()
@@ -163,196 +84,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _marker_index(events: Sequence[Event]) -> int:
-    """Index of the last compaction marker of a batch that rebuilds history on its own (-1:
-    none): the one place the append pipeline decides it."""
-    marker = -1
-    for index, event in enumerate(events):
-        if event.type == COMPACTION:
-            data = compaction_of(event)
-            if data is not None and data.rebuilds_history:
-                marker = index
-    return marker
-
-
-_replace = msgspec.structs.replace
-_FLAT = (str, int, bool)
-
-
-def _check_read(after: int, limit: int | None) -> None:
-    """Refuse a read's bad arguments."""
-    if after < 0:
-        raise UsageError(f"read(after={after}): after must be >= 0")
-    if limit is not None and limit < 0:
-        raise UsageError(f"read(limit={limit}): limit must be >= 0 or None")
-
-
-def _shown(value: object) -> str:
-    """A bad event id, shortened, for an error message."""
-    if not isinstance(value, str):
-        return f"a {type(value).__name__}"
-    return repr(value) if len(value) <= 40 else f"{value[:37]!r}... ({len(value)} characters)"
-
-
-def _repeated_id(batch: Sequence[Event]) -> str | None:
-    """The first event id that a batch holds twice (None: every id is its own)."""
-    seen: set[str] = set()
-    for event in batch:
-        if event.id in seen:
-            return event.id
-        seen.add(event.id)
-    return None
-
-
-_PAYLOAD_DECODERS = {kind: msgspec.json.Decoder(struct) for kind, struct in PAYLOAD_TYPES.items()}
-
-
-def check_event(event: object, session_id: str) -> Event:
-    """``event`` when an append may store it, with its payload in the form stored; raises
-    :class:`~agentsession.errors.UsageError` naming the problem (and ``session_id``) otherwise.
-
-    What is acknowledged must always read back, and read back as what it claims to be, so
-    the fields are checked here, once for every backend and for every caller that must know
-    beforehand whether an append will take an event (an importer's scan): a non-blank string
-    type (known, in the core namespaces: see :data:`~agentsession.events.CORE_NAMESPACES`;
-    not the shred notice, which only ``store.shred()`` writes), string agent and user, a
-    timezone-aware time, a payload (and meta) that is exactly one JSON value nested at most
-    :data:`~agentsession.codec.MAX_JSON_DEPTH` deep and, for a known type, valid for its
-    payload struct, and an id of at most :data:`~agentsession.events.MAX_EVENT_ID_CHARS`
-    printable characters (empty: one is given on append). Nothing is stamped: seq, time and
-    an empty id are left as they are.
-    """
-    if type(event) is not Event and not isinstance(event, Event):
-        raise UsageError(
-            f"session {session_id!r}: can only append Event objects, not {type(event).__name__}"
-        )
-    kind = event.type
-    decoder = _PAYLOAD_DECODERS.get(kind)  # None for types agentsession does not know
-    if decoder is None:
-        if type(kind) is not str or not kind.strip():
-            raise UsageError(f"session {session_id!r}: an event needs a type (a non-blank string)")
-        problem = check_event_type(kind)
-        if problem is not None:
-            raise UsageError(f"session {session_id!r}: {problem}")
-        if kind == SHRED_NOTICE:
-            raise UsageError(
-                f"session {session_id!r}: {SHRED_NOTICE!r} events are written by store.shred() only"
-            )
-    if type(event.agent) is not str or type(event.user) is not str:
-        raise UsageError(f"session {session_id!r}: an event's agent and user must be strings")
-    time = event.time
-    if time is not None and (not isinstance(time, _dt.datetime) or time.tzinfo is None):
-        raise UsageError(
-            f"session {session_id!r}: an event's time must be a timezone-aware datetime "
-            f"(got {time!r}); use datetime.now(timezone.utc)"
-        )
-    data = event.data
-    if type(data) is not msgspec.Raw:
-        raise UsageError(
-            f"session {session_id!r}: an event's data must be msgspec.Raw JSON; build events "
-            "with Event.new(type, payload)"
-        )
-    meta = event.meta
-    raw = bytes(data)
-    try:
-        checked = check_json(raw, "payload", decoder)
-        if meta:
-            if type(meta) is not dict:
-                raise UsageError("meta must be a dict")
-            # A flat map of strings and integers (the recorder's turn id, logical_chars,
-            # platform ids) is always one valid JSON value: only anything else is checked.
-            if not all(type(k) is str and type(v) in _FLAT for k, v in meta.items()):
-                check_json(encode(meta), "meta")
-    except UsageError as exc:
-        raise UsageError(f"session {session_id!r}: the {kind} event's {exc}") from None
-    if type(meta) is not dict:
-        raise UsageError(f"session {session_id!r}: the {kind} event's meta must be a dict")
-    eid = event.id
-    if type(eid) is not str or (eid and (len(eid) > MAX_EVENT_ID_CHARS or not eid.isprintable())):
-        raise UsageError(
-            f"session {session_id!r}: an event's id must be a string of 1 to "
-            f"{MAX_EVENT_ID_CHARS} printable characters (got {_shown(eid)})"
-        )
-    if checked is not raw:
-        event = _replace(event, data=msgspec.Raw(checked))
-    return event
-
-
-class _View:
-    """What a session's log storage may know of it (:class:`~agentsession.storage.LogView`)."""
-
-    __slots__ = ("_session",)
-
-    def __init__(self, session: BaseSession) -> None:
-        self._session = session
-
-    @property
-    def id(self) -> str:
-        return self._session._id
-
-    @property
-    def seen_seq(self) -> int:
-        return self._session._latest_seq
-
-    def admits(self, foreign: Sequence[Event], events: Sequence[Event]) -> bool:
-        return self._session._admits(foreign, events)
-
-    def seal_is_stale(self) -> bool:
-        return self._session._seal_is_stale()
-
-
-class SessionPlans:
-    """The pipeline's plans of one session (:attr:`BaseSession.plans`), for a driver other
-    than the sync API's: the async API runs them with :func:`agentsession.ops.adrive` on a
-    log's native coroutines. Each method checks and stamps its arguments at once (raising
-    :class:`~agentsession.errors.UsageError` as the sync method would) and returns the plan;
-    run it holding :attr:`BaseSession.state_lock`, or hand it to :meth:`run`."""
-
-    __slots__ = ("_session",)
-
-    def __init__(self, session: BaseSession) -> None:
-        self._session = session
-
-    def append(self, event: Event) -> Plan[int]:
-        """The plan of :meth:`BaseSession.append`."""
-        session = self._session
-        return session._append_one_plan(session._prepare(event, None))
-
-    def append_many(self, events: Sequence[Event], expect_seq: int | None) -> Plan[list[int]]:
-        """The plan of :meth:`BaseSession.append_many`."""
-        session = self._session
-        batch = session._prepare_batch(events, expect_seq)
-        return session._append_batch_plan(batch, expect_seq) if batch else _nothing()
-
-    def read(self, after: int, limit: int | None) -> Plan[list[Event]]:
-        """The plan of :meth:`BaseSession.read`."""
-        return self._session._read_plan(after, limit)
-
-    def latest_seq(self) -> Plan[int]:
-        """The plan of :attr:`BaseSession.latest_seq`."""
-        return self._session._latest_seq_plan()
-
-    def messages(self, agent: str | None, max_tool_result_bytes: int | None) -> Plan[list[Message]]:
-        """The plan of :meth:`BaseSession.messages`."""
-        return self._session._messages_plan(agent, max_tool_result_bytes)
-
-    def entries(self, agent: str | None) -> Plan[list[IndexedMessage]]:
-        """The plan of :meth:`BaseSession.entries`."""
-        return self._session._entries_plan(agent)
-
-    def run(self, plan: Plan[T]) -> T:
-        """Run ``plan`` with the sync driver, under the session's lock (in a worker thread,
-        when another driver cannot run it now)."""
-        return self._session._run(plan)
-
-
-def _nothing() -> Plan[list[int]]:
-    """The plan of an empty batch: nothing to do."""
-    return []
-    yield  # a generator
-
-
-class BaseSession:
+class BaseSession(SessionCore):
     """One conversation's session: the pipeline's plans over a log storage.
 
     A backend makes it with the storage of the session's log (``BaseSession(store, id, log)``,
@@ -360,39 +92,9 @@ class BaseSession:
     behaviour is the same on every backend."""
 
     def __init__(self, store: SessionHost, session_id: str, log: LogStorage | None = None) -> None:
-        self._store = store
         self._log = log
-        self._view = _View(self)
-        self._id = session_id
         self._lock = threading.RLock()
-        self._window: list[Event] = []
-        self._window_start = 1
-        self._full = True  # whether the window reaches back to the latest marker (or seq 1)
-        self._latest_seq = 0
-        self._derivers: dict[str | None, Deriver] = {}
-        ring = store._keyring
-        self._cipher: SessionCipher | None = None if ring is None else ring.cipher(session_id)
-        self._generation = 0  # counts reloads and resets (a sealed append checks it)
-        # While a sealed append writes: the generation its events were sealed in. A backend
-        # that finds the log deleted or created again under its write lock writes nothing
-        # then (see _seal_is_stale), so nothing is stored under a dead life's key.
-        self._sealed_in: int | None = None
-        self._own_cap: tuple[int, int] | None = None  # (generation, a child's max_messages)
-        # Ids of the events this object has seen (loaded, read while catching up, appended),
-        # to their seqs: an append of one of them stores nothing (see _stored_seqs_plan). A loaded
-        # window is indexed when an append first needs it (_index_window), so that reading
-        # and deriving never pay for it.
-        self._ids: dict[str, int] = {}
-        self._ids_todo = False
-        # Ids of appends that failed: whether they were stored is checked against storage
-        # before they are appended again.
-        self._unsure: set[str] = set()
-        self._loaded_once = False  # whether the log was loaded once (a later _load reloads)
-        # Every stored id from seq _ids_from on is in _ids (or beyond the id window); ids made
-        # here since _loaded_ms (Unix ms, when the log was last opened) cannot be stored
-        # before it, so only other ids make an append read older ids (_cover_ids).
-        self._ids_from = 1
-        self._loaded_ms = 0
+        super().__init__(store, session_id)
         _live_sessions.add(self)
         if log is not None:
             with self._lock:
@@ -537,219 +239,12 @@ class BaseSession:
         """(Re)open the log at its tail: :meth:`_load_plan`, driven synchronously."""
         self._run(self._load_plan())
 
-    def _load_plan(self) -> Plan[None]:
-        """(Re)open the log at its tail, forgetting everything derived (the full window is
-        loaded when something needs it: :meth:`_load_window`). A tail that holds a compaction
-        marker rebuilding the history is the full window from that marker on."""
-        loaded_ms = time.time_ns() // 1_000_000
-        events, complete = yield _OPEN_TAIL
-        self._loaded_ms = loaded_ms
-        if self._cipher is not None:
-            self._cipher._drop()  # (re)opened, perhaps a new life: read its key afresh
-        if events:
-            events = yield from self._from_storage(events)
-        self._set_window(events, complete)
-        marker = _marker_index(events)
-        if marker >= 0:
-            self._trim_at(events[marker])
-        if self._loaded_once and not complete:
-            # A reload: another life of the log, or one this object lost track of. None of it
-            # was read since this object opened, so its ids are read back over the id window
-            # (as a catch-up would have read them), for the next append to check against.
-            yield from self._ensure_window_from(self._latest_seq - ID_WINDOW + 1)
-        self._loaded_once = True
-
-    def _load_window(self) -> Plan[None]:
-        """Load the full window (from the latest compaction marker), forgetting everything
-        derived.
-
-        With the store's ``max_loaded_events`` cap ``N`` and a log longer than ``N`` events,
-        only the latest ``N`` events are ever read: backwards from the tail in doubling spans,
-        stopping at the first span that holds a compaction marker rebuilding the history (the
-        history then starts from it; the older events of that span stay loaded, for the
-        histories of agents the marker does not apply to), or at ``N`` events (the real window
-        is then longer than the cap, and what lies before is not read). A compacted log so
-        reads at most about twice its window, as without the cap."""
-        cap = self._store.max_loaded_events
-        if cap is None or self._latest_seq <= cap:
-            events, complete = yield _OPEN
-            events = yield from self._from_storage(events)
-            self._set_window(events, complete)
-            self._full = True
-            return
-        floor = self._latest_seq - cap  # the window never reaches back to this seq
-        events = self._window[bisect.bisect_right(self._window, floor, key=_seq_of) :]
-        start = events[0].seq if events else self._latest_seq + 1
-        span = max(64, self._latest_seq - start + 1)
-        marker = -1  # the tail in memory holds no rebuilding marker, or it would be full
-        while start > floor + 1 and marker < 0:
-            span *= 2
-            after = max(floor, self._latest_seq - span)
-            read = yield Read(after, start - 1 - after)
-            read = yield from self._from_storage(read)
-            older = [e for e in read if after < e.seq < start]
-            events[:0] = older
-            start = after + 1
-            marker = _marker_index(older)
-        # Derivers start from the latest marker in the window themselves: the events before
-        # it are kept rather than read again for another agent's history.
-        self._set_window(events, False, same_life=True)
-        self._full = True
-
-    def _seal_is_stale(self) -> bool:
-        """Whether the events being appended were sealed for a life of the log that this
-        object has since found replaced (deleted, perhaps created again): a backend checks it
-        under its write lock, after catching up, and then writes nothing, as when the latest
-        seq does not match a conditional append's (the append seals again for the new life)."""
-        sealed_in = self._sealed_in
-        return sealed_in is not None and sealed_in != self._generation
-
-    def _from_storage(self, events: list[Event]) -> Plan[list[Event]]:
-        """Events read from storage, opened when the store is encrypted."""
-        cipher = self._cipher
-        if cipher is None or not events:
-            if events and (is_sealed(events[-1]) or is_sealed(events[0])):
-                try:
-                    yield from self._check_still_plain()
-                except EncryptionError:
-                    self._reset()
-                    raise
-            return events
-        if any(event.type == SHRED_NOTICE for event in events):
-            # Shredded (by this store or another): the cached key must not be used again.
-            self._reset()
-            raise cipher.shredded()
-        try:
-            try:
-                return [cipher.open(event) for event in events]
-            except EncryptionError:
-                if not any(not is_sealed(event) for event in events):
-                    raise
-                return (yield from self._open_quarantining(cipher, events))
-        except EncryptionError:
-            # Read again from the start next time: an event that does not open (or is not
-            # sealed) is met again by every read and append, never stepped over.
-            self._reset()
-            raise
-
-    def _open_quarantining(self, cipher: SessionCipher, events: list[Event]) -> Plan[list[Event]]:
-        """:meth:`SessionCipher.open` of each event, leaving out the unsealed ones that the
-        backend moves aside (``_quarantine_unsealed``); raises for any other."""
-        opened = []
-        for event in events:
-            try:
-                opened.append(cipher.open(event))
-            except EncryptionError as exc:
-                if is_sealed(event) or not (yield Quarantine(event, str(exc))):
-                    raise
-        return opened
-
     def _quarantine_unsealed(self, event: Event, reason: str) -> bool:
         """Move ``event`` (read from storage, not sealed though the store is encrypted) out
         of the log, when the store is opened to quarantine what is corrupt; True when it was
         (:meth:`agentsession.storage.LogStorage.quarantine`; only the JSONL store has
         ``on_corrupt``)."""
         return self._log is not None and self._log.quarantine(event, reason)
-
-    def _check_still_plain(self) -> Plan[None]:
-        """Raise :class:`EncryptionError` when the store this plain session object belongs to
-        has become encrypted since it was opened (another process opened it with a key while
-        it held no sessions): what it would write could never be read back there."""
-        if (yield _STORE_RECORD) is not None:
-            raise EncryptionError(
-                f"session {self._id!r}: the store {self._store.location} has become encrypted "
-                "since this store object was opened without a key; open it again with "
-                "passphrase= (or key=)"
-            )
-
-    def _set_window(self, events: list[Event], complete: bool, *, same_life: bool = False) -> None:
-        self._generation += 1
-        if not same_life:
-            self._ids = {}
-        self._ids_todo = bool(events)
-        self._window = events
-        self._derivers = {}
-        self._full = complete
-        if events:
-            self._latest_seq = events[-1].seq
-            self._window_start = 1 if complete else events[0].seq
-        else:
-            self._latest_seq = 0
-            self._window_start = 1
-            self._full = True
-        start = self._window_start
-        self._ids_from = min(self._ids_from, start) if same_life else start
-
-    def _reset(self) -> None:
-        """Forget all state: the stored log was deleted or replaced underneath us."""
-        self._generation += 1
-        if self._cipher is not None:
-            self._cipher._drop()  # a new life has a new key
-        self._window = []
-        self._window_start = 1
-        self._full = True
-        self._latest_seq = 0
-        self._derivers = {}
-        self._ids = {}
-        self._ids_todo = False
-        self._ids_from = 1
-
-    def _full_window(self) -> Plan[list[Event]]:
-        """The window from the latest compaction marker on, loading it when only the tail
-        is in memory."""
-        if not self._full:
-            yield from self._load_window()
-        return self._window
-
-    def _ingest(self, events: Sequence[Event]) -> None:
-        """Take in events read from storage (other writers'): their markers are decoded here."""
-        self._extend(events, _marker_index(events))
-
-    def _extend(self, events: Sequence[Event], marker: int) -> None:
-        """Add stored events to the window; ``marker`` is the index of the last one that
-        rebuilds history on its own (-1: none), already decided by the append pipeline."""
-        if not events:
-            return
-        self._window.extend(events)
-        self._latest_seq = events[-1].seq
-        self._index(events)
-        if len(self._ids) > _ID_LIMIT:
-            self._forget_old_ids()
-        if marker >= 0:
-            self._trim_at(events[marker])
-
-    def _trim_at(self, marker: Event) -> None:
-        """Drop window events before a compaction marker that rebuilds history on its own."""
-        # Derivers of other agents still need the events the marker hides from them.
-        for deriver in self._derivers.values():
-            start = bisect.bisect_right(self._window, deriver.last_seq, key=_seq_of)
-            if not deriver.feed_all(self._window[start:]):
-                self._derivers = {}
-                break
-        index = bisect.bisect_left(self._window, marker.seq, key=_seq_of)
-        if self._ids_todo and index:
-            self._index_window()  # the ids of what is dropped stay known
-        del self._window[:index]
-        self._window_start = marker.seq
-        self._full = True
-
-    def _ensure_window_from(self, seq: int) -> Plan[None]:
-        """Make the window hold every event from ``seq`` on; with the store's
-        ``max_loaded_events`` cap, only those among the latest ``max_loaded_events``."""
-        first = max(seq, 1)
-        cap = self._store.max_loaded_events
-        if cap is not None:
-            first = max(first, self._latest_seq - cap + 1)
-        if self._window_start <= first:
-            return
-        read = yield Read(first - 1, self._window_start - first)
-        read = yield from self._from_storage(read)
-        older = [e for e in read if e.seq < self._window_start]
-        self._window[:0] = older
-        self._window_start = first
-        if older and not self._ids_todo:
-            self._index(older)
-        self._ids_from = min(self._ids_from, first)
 
     def _refresh(self) -> None:
         """Catch up with other writers' appends: the sync lane of :meth:`_refresh_plan` (the
@@ -764,57 +259,7 @@ class BaseSession:
             else:
                 drive(self._take_in(events), self)
 
-    def _refresh_plan(self) -> Plan[None]:
-        """Catch up: take in the events other writers appended since this object looked."""
-        events = yield _REFRESH
-        if isinstance(events, Reopen):
-            yield from self._reopen()
-        elif events:
-            yield from self._take_in(events)
-
-    def _reopen(self) -> Plan[None]:
-        """The log this object read is gone (deleted, perhaps created again): forget it and
-        open the log again at its tail."""
-        self._reset()
-        yield from self._load_plan()
-
-    def _take_in(self, events: list[Event]) -> Plan[None]:
-        """Take in events a catch-up read (opened first when the store is encrypted)."""
-        if self._cipher is not None or is_sealed(events[-1]) or is_sealed(events[0]):
-            events = yield from self._from_storage(events)
-        self._ingest(events)
-
-    def _check_ttl(self) -> None:
-        """Raise :class:`SessionExpired` when the last append is older than the store's TTL."""
-        ttl = self._store.ttl
-        if ttl is None or not self._window:
-            return
-        last = self._window[-1].time
-        if last is not None and self._store.clock() - last > ttl:
-            raise SessionExpired(
-                self._id,
-                f"session {self._id!r} expired: last append at {last.isoformat()} is older "
-                f"than the store's TTL of {ttl}",
-            )
-
-    def _check_ttl_for_append(self) -> Plan[None]:
-        try:
-            self._check_ttl()
-        except SessionExpired:
-            yield from self._refresh_plan()  # another process may have appended since
-            self._check_ttl()
-
     # -- the append pipeline --------------------------------------------------------------
-
-    def _prepare(self, event: object, now: _dt.datetime | None) -> Event:
-        """Check one event (:func:`check_event`) and stamp it for storage (seq cleared, time
-        set when unset, from ``now`` or the store's clock, an id when it has none)."""
-        event = check_event(event, self._id)
-        if not event.id:
-            event = _replace(event, id=new_event_id())
-        if event.time is None or event.seq:
-            return _replace(event, seq=0, time=event.time or now or self._store.clock())
-        return event
 
     def append(self, event: Event) -> int:
         """Append one event; returns its seq. ``time`` is stamped (UTC) when unset."""
@@ -872,36 +317,6 @@ class BaseSession:
             return False
         return not (self._ids_from > 1 and self._needs_cover((prepared,)))
 
-    def _append_one_plan(self, prepared: Event) -> Plan[int]:
-        """Append one prepared event; returns its seq."""
-        marker = _marker_index((prepared,)) if prepared.type == COMPACTION else -1
-        if self._store.ttl is not None:
-            yield from self._check_ttl_for_append()
-        if self._ids_todo:
-            self._index_window()
-        eid = prepared.id
-        known = self._ids.get(eid)
-        if known is None and self._ids_from > 1 and self._needs_cover((prepared,)):
-            yield from self._cover_ids()
-            known = self._ids.get(eid)
-        if known is not None and known > self._latest_seq - ID_WINDOW:
-            return known  # stored already: a retried append stores nothing
-        if self._unsure and eid in self._unsure:
-            return (yield from self._append_checked([prepared], marker, None, None))[0]
-        stored: Event | None = None
-        try:
-            if self._cipher is None:
-                if not self._latest_seq:
-                    yield from self._check_still_plain()
-                stored = yield AppendOne(prepared, marker == 0)
-            if stored is None:
-                # The general path: other writers' events are checked for the id under the
-                # backend's write lock (_admits).
-                return (yield from self._append_fresh([prepared], marker, None))[0]
-        except BaseException as exc:
-            return (yield from self._one_failed(prepared, marker, exc))
-        return (yield from self._one_stored(prepared, stored, marker))
-
     def _one_failed(self, prepared: Event, marker: int, exc: BaseException) -> Plan[int]:
         """After an append of ``prepared`` raised ``exc``: ride out a lost connection
         (:meth:`_append_checked`), or remember that the event may be stored and raise."""
@@ -941,144 +356,6 @@ class BaseSession:
             self._forget_old_ids()
         return seq
 
-    def _index_window(self) -> None:
-        """Index the ids of the window loaded last (see ``_ids``)."""
-        self._ids_todo = False
-        self._index(self._window)
-
-    def _index(self, events: Sequence[Event]) -> None:
-        """Remember the ids of ``events`` (stored events this object read); an id stored twice
-        (by a version without the check under the write lock) keeps its latest seq, so that it
-        stays known as long as a copy is within :data:`ID_WINDOW`."""
-        ids = self._ids
-        get = ids.get
-        for event in events:
-            eid = event.id
-            if eid and event.seq > get(eid, 0):
-                ids[eid] = event.seq
-
-    def _forget_old_ids(self) -> None:
-        """Keep the ids of the latest :data:`ID_WINDOW` seqs only."""
-        floor = self._latest_seq - ID_WINDOW
-        self._ids = {eid: seq for eid, seq in self._ids.items() if seq > floor}
-
-    def _stored_seqs_plan(self, batch: Sequence[Event]) -> Plan[list[int | None]]:
-        """For each event of ``batch``, the seq of its stored copy when its id is stored among
-        the latest :data:`ID_WINDOW` seqs this object has read (None: not stored there)."""
-        if self._ids_todo:
-            self._index_window()
-        if self._ids_from > 1 and self._needs_cover(batch):
-            yield from self._cover_ids()
-        seqs = [self._ids.get(event.id) for event in batch]
-        if seqs[0] is None and all(seq is None for seq in seqs):
-            return seqs
-        if None in seqs:
-            # Only the end of a long batch may be among the events this object loaded.
-            floor = min(seq for seq in seqs if seq is not None) - len(batch)
-            if floor + 1 < self._window_start:
-                yield from self._ensure_window_from(floor + 1)
-                seqs = [self._ids.get(event.id) for event in batch]
-        oldest = self._latest_seq - ID_WINDOW
-        return [seq if seq is not None and seq > oldest else None for seq in seqs]
-
-    def _needs_cover(self, batch: Sequence[Event]) -> bool:
-        """Whether an append of ``batch`` must first read the ids of older stored events: this
-        object knows the ids only from seq ``_ids_from`` on, short of the id window, and the
-        batch holds an id that could be stored before that (one the application chose, or one
-        made elsewhere or before the log was opened; ids made here since then cannot)."""
-        if self._ids_from <= max(1, self._latest_seq - ID_WINDOW + 1):
-            return False
-        since = self._loaded_ms
-        return not all(made_here_since(event.id, since) for event in batch)
-
-    def _cover_ids(self) -> Plan[None]:
-        """Read the ids of the stored events this object has not read, back to the id window's
-        edge (their clear ``id`` only: nothing is opened or kept but the ids), so that an id
-        stored before this object opened the log is recognised. Once per session object: later
-        events reach it through its catch-ups."""
-        if self._ids_todo:
-            self._index_window()
-        floor = max(1, self._latest_seq - ID_WINDOW + 1)
-        end = self._ids_from
-        after = floor - 1
-        while after + 1 < end:
-            read = yield Read(after, min(4096, end - 1 - after))
-            chunk = [e for e in read if e.seq < end]
-            if not chunk:
-                break
-            self._index(chunk)
-            after = chunk[-1].seq
-        self._ids_from = floor
-
-    def _admits(self, foreign: Sequence[Event], events: Sequence[Event]) -> bool:
-        """Whether none of ``events`` is stored: the check a backend's general append path
-        makes under its write lock, after catching up and before it allocates seqs.
-
-        ``foreign`` are the other writers' events it just read (not taken in yet; the session
-        may also have reloaded meanwhile). Any of ``events`` whose id is stored within
-        :data:`ID_WINDOW` makes it False: the backend then writes nothing and returns the
-        foreign events, and the pipeline takes them in and appends only what is not stored
-        (:meth:`_append_fresh`)."""
-        if self._ids_todo:
-            self._index_window()
-        ids = self._ids
-        # Seqs start at 1, so 0 (absent) is never above ``oldest``.
-        if not foreign:
-            oldest = max(self._latest_seq - ID_WINDOW, 0)
-            return not any(ids.get(event.id, 0) > oldest for event in events)
-        oldest = max(foreign[-1].seq - ID_WINDOW, 0)
-        new = {event.id: event.seq for event in foreign}
-        return not any(max(ids.get(event.id, 0), new.get(event.id, 0)) > oldest for event in events)
-
-    def _append_checked(
-        self,
-        batch: list[Event],
-        marker: int,
-        expect_seq: int | None,
-        failure: StorageError | None,
-    ) -> Plan[list[int]]:
-        """Append ``batch`` after making sure none of it is stored: catch up with storage,
-        take the stored seqs when it is there, else append it conditionally (only after the
-        seq just read, so that an earlier try landing meanwhile is found, not doubled).
-
-        ``failure`` is the retryable error the first try raised (None: a batch that failed
-        before, appended again): tries go on, with a growing pause, for the store's
-        ``reconnect_timeout`` and then raise the latest failure. Returns the seqs; empty when
-        ``expect_seq`` does not match."""
-        ids = [event.id for event in batch]
-        self._unsure.update(ids)  # until it is known where the batch stands
-        backoff = Backoff(reconnect_timeout=self._store._reconnect_timeout, tries=_SEALED_RETRIES)
-        while backoff.next_try():
-            if failure is not None:
-                pause = backoff.reconnect_pause()
-                if pause is None:
-                    raise failure
-                yield Pause(pause)
-            elif pause := backoff.contention_pause():  # writers are racing for this session
-                yield Pause(pause)
-            try:
-                yield from self._refresh_plan()
-                known = yield from self._stored_seqs_plan(batch)
-                if None not in known:
-                    self._unsure.difference_update(ids)
-                    return cast("list[int]", known)
-                base = self._latest_seq
-                if expect_seq is not None and base != expect_seq:
-                    self._unsure.difference_update(ids)  # checked: not stored
-                    return []
-                seqs = yield from self._append_fresh(batch, marker, base, known)
-            except _RETRYABLE as exc:
-                failure = exc
-                continue
-            failure = None
-            if seqs:
-                self._unsure.difference_update(ids)
-                return seqs
-        raise ConflictError(
-            f"session {self._id!r}: other writers kept appending while an append checked "
-            f"that it was not stored already ({_SEALED_RETRIES} tries)"
-        )
-
     def append_many(self, events: Sequence[Event], *, expect_seq: int | None = None) -> list[int]:
         """Append a batch atomically: all events or none, with consecutive seqs.
 
@@ -1108,188 +385,6 @@ class BaseSession:
                 return seqs
         return self._run(self._append_batch_plan(batch, expect_seq))
 
-    def _prepare_batch(
-        self, events: Sequence[Event], expect_seq: int | None, prepared: bool = False
-    ) -> list[Event]:
-        """Check and stamp a batch for :meth:`_append_batch_plan` (no I/O)."""
-        if isinstance(events, Event):
-            raise UsageError("append_many takes a sequence of events; use append for one")
-        if expect_seq is not None and (not isinstance(expect_seq, int) or expect_seq < 0):
-            raise UsageError(f"expect_seq must be an int >= 0 or None, not {expect_seq!r}")
-        if prepared:
-            batch = list(events)
-        else:
-            now = self._store.clock()
-            batch = [self._prepare(event, now) for event in events]
-        if len(batch) > 1:
-            self._check_batch_ids(batch)
-        return batch
-
-    def _append_batch_plan(self, batch: list[Event], expect_seq: int | None) -> Plan[list[int]]:
-        """Append a prepared, non-empty batch; returns its seqs (see :meth:`append_many`)."""
-        marker = _marker_index(batch)
-        if self._store.ttl is not None:
-            yield from self._check_ttl_for_append()
-        known = yield from self._stored_seqs_plan(batch)
-        if None not in known:
-            return cast("list[int]", known)  # stored already: a retry stores nothing
-        unsure = self._unsure
-        if unsure and any(event.id in unsure for event in batch):
-            seqs = yield from self._append_checked(batch, marker, expect_seq, None)
-        else:
-            try:
-                seqs = yield from self._append_fresh(batch, marker, expect_seq, known)
-            except _RETRYABLE as exc:
-                seqs = yield from self._append_checked(batch, marker, expect_seq, exc)
-            except StorageError:
-                unsure.update(event.id for event in batch)
-                raise
-        if not seqs:
-            raise ConflictError(
-                f"session {self._id!r}: expected the latest seq to be {expect_seq}, "
-                f"but it is {self._latest_seq}; nothing was appended"
-            )
-        return seqs
-
-    def _check_batch_ids(self, batch: Sequence[Event]) -> None:
-        """Refuse a batch that holds one event id twice (nothing is written): an id names one
-        event, stored once."""
-        repeated = _repeated_id(batch)
-        if repeated is not None:
-            raise UsageError(
-                f"session {self._id!r}: the batch holds the event id {_shown(repeated)} more "
-                "than once; give each event of a batch its own id"
-            )
-
-    def _append_fresh(
-        self,
-        batch: list[Event],
-        marker: int,
-        expect_seq: int | None,
-        known: list[int | None] | None = None,
-    ) -> Plan[list[int]]:
-        """Append the events of ``batch`` that are not stored; returns every event's seq (the
-        stored copy's for those that were), or empty when ``expect_seq`` does not match.
-
-        ``known`` is what :meth:`_stored_seqs_plan` found for the batch (None: nothing). The
-        backend checks the other writers' events it catches up on under its write lock
-        (:meth:`_admits`) and writes nothing when some of the batch is among them; this then
-        takes them in and appends what is still missing, as one batch. A backend that appends
-        conditionally instead (PostgreSQL) writes nothing when another writer appended first,
-        and this tries again."""
-        seqs: list[int | None] = known if known is not None else [None] * len(batch)
-        todo = batch
-        if any(seq is not None for seq in seqs):
-            todo = [event for event, seq in zip(batch, seqs, strict=True) if seq is None]
-            marker = _marker_index(todo)
-        backoff = Backoff(tries=_SEALED_RETRIES)
-        while backoff.next_try():
-            if pause := backoff.contention_pause():  # writers are racing for this session
-                yield Pause(pause)
-            foreign: list[Event]
-            if self._cipher is not None:
-                foreign, stored = [], (yield from self._append_sealed(todo, marker, expect_seq))
-            else:
-                if not self._latest_seq:
-                    yield from self._check_still_plain()
-                appended = yield Append(todo, marker, expect_seq)
-                if isinstance(appended, Reopen):
-                    yield from self._reopen()
-                    continue
-                foreign, stored = appended
-            self._ingest(foreign)
-            if stored:
-                if self._cipher is None and stored[0].seq == 1:
-                    yield from self._check_still_plain()  # made encrypted while this wrote
-                self._extend(stored, marker)
-                if any(e.type == USER_MESSAGE for e in stored):
-                    cap = yield from self._history_cap_plan()
-                    if cap:
-                        yield from self._prune_plan(cap, None)
-                if todo is batch:
-                    return [event.seq for event in stored]
-                fresh = iter(stored)
-                return [next(fresh).seq if seq is None else seq for seq in seqs]
-            # Nothing written: the expected seq did not match, or other writers stored some of
-            # the batch meanwhile, or a conditional backend met another writer's events.
-            found = yield from self._stored_seqs_plan(todo)
-            if all(seq is None for seq in found):
-                if expect_seq is not None:
-                    return []
-                continue
-            if todo is batch:
-                seqs = found
-            else:
-                found_in_todo = iter(found)
-                seqs = [next(found_in_todo) if seq is None else seq for seq in seqs]
-            todo = [event for event, seq in zip(batch, seqs, strict=True) if seq is None]
-            if not todo:
-                return cast("list[int]", seqs)
-            marker = _marker_index(todo)
-        raise ConflictError(
-            f"session {self._id!r}: other writers kept appending while an append checked "
-            f"its event ids against theirs ({_SEALED_RETRIES} tries)"
-        )
-
-    def _append_sealed(
-        self, batch: list[Event], marker: int, expect_seq: int | None
-    ) -> Plan[list[Event]]:
-        """Append ``batch`` sealed by the session's cipher; returns the stored plaintext events
-        (empty when ``expect_seq`` did not match).
-
-        A sealed event is bound to its seq, so each try seals for the seqs that follow what
-        this session has seen and appends only if the log still ends there (the backends'
-        conditional append); when another writer got there first, it catches up and seals
-        again."""
-        cipher = self._cipher
-        assert cipher is not None
-        backoff = Backoff(tries=_SEALED_RETRIES)
-        while backoff.next_try():
-            if pause := backoff.contention_pause():  # writers are racing for this session
-                yield Pause(pause)
-            base = self._latest_seq
-            if expect_seq is not None and base != expect_seq:
-                yield from self._refresh_plan()
-                if self._latest_seq != expect_seq:
-                    return []
-                base = expect_seq
-            generation = self._generation
-            sealed = [cipher.seal(event, base + i) for i, event in enumerate(batch, start=1)]
-            key = cipher.sealed_with()
-            self._sealed_in = generation
-            try:
-                if len(sealed) == 1:
-                    one = yield AppendOne(sealed[0], marker == 0)
-                    if one is not None:
-                        return [_replace(batch[0], seq=one.seq)]
-                appended = yield Append(sealed, marker, base)
-            finally:
-                self._sealed_in = None
-            if isinstance(appended, Reopen):
-                yield from self._reopen()
-                if not self._admits((), batch):
-                    return []  # the new life holds some of the batch: _append_fresh sorts it
-                continue
-            foreign, stored = appended
-            if foreign:
-                foreign = yield from self._from_storage(foreign)
-                self._ingest(foreign)
-            if not stored and not self._admits((), batch):
-                return []  # other writers stored some of the batch: _append_fresh sorts it
-            if stored:
-                if self._generation != generation and key is not None:
-                    # A backend that does not check _seal_is_stale wrote into a log that was
-                    # deleted and created again while we appended: make sure the key we
-                    # sealed with is the new life's key.
-                    cipher.adopt(key)
-                return [_replace(e, seq=s.seq) for e, s in zip(batch, stored, strict=True)]
-            if expect_seq is not None and self._latest_seq != expect_seq:
-                return []
-        raise ConflictError(
-            f"session {self._id!r}: other writers kept appending while an encrypted append "
-            f"sealed its events ({_SEALED_RETRIES} tries)"
-        )
-
     # -- reading --------------------------------------------------------------------------
 
     @property
@@ -1303,10 +398,6 @@ class BaseSession:
         with self._lock:
             self._refresh()
             return self._latest_seq
-
-    def _latest_seq_plan(self) -> Plan[int]:
-        yield from self._refresh_plan()
-        return self._latest_seq
 
     def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in seq order, at most ``limit`` (all when None)."""
@@ -1332,85 +423,15 @@ class BaseSession:
                 return served
             return drive(self._read_stored(after, limit), self)
 
-    def _read_plan(self, after: int, limit: int | None) -> Plan[list[Event]]:
-        _check_read(after, limit)
-        if limit == 0:
-            return []
-        yield from self._refresh_plan()
-        served = self._from_window(after, limit)
-        if served is not None:
-            return served
-        return (yield from self._read_stored(after, limit))
-
-    def _from_window(self, after: int, limit: int | None) -> list[Event] | None:
-        """The events a read asks for, from the window (None: it does not hold them)."""
-        if after + 1 < self._window_start:
-            return None
-        start = bisect.bisect_right(self._window, after, key=_seq_of)
-        end = len(self._window) if limit is None else start + limit
-        return self._window[start:end]
-
-    def _read_stored(self, after: int, limit: int | None) -> Plan[list[Event]]:
-        events = yield Read(after, limit)
-        return (yield from self._from_storage(events))
-
-    def _deriver(self, agent: str | None) -> Plan[Deriver]:
-        deriver = self._fed_deriver(agent)
-        if deriver is None:
-            deriver = yield from self._build_deriver(agent or None)
-            self._derivers[agent or None] = deriver
-        return deriver
-
-    def _fed_deriver(self, agent: str | None) -> Deriver | None:
-        """The ``agent`` filter's deriver fed the new events of the window (None: it must be
-        built again, from storage). Pure."""
-        deriver = self._derivers.get(agent or None)
-        if deriver is not None:
-            start = bisect.bisect_right(self._window, deriver.last_seq, key=_seq_of)
-            if deriver.last_seq + 1 >= self._window_start and deriver.feed_all(
-                self._window[start:]
-            ):
-                return deriver
-        return None
-
     def _derived(self, agent: str | None) -> Deriver:
         """:meth:`_deriver` in the sync lane: the fed deriver, else one built (driven)."""
         return self._fed_deriver(agent) or drive(self._deriver(agent), self)
-
-    def _build_deriver(self, agent: str | None) -> Plan[Deriver]:
-        yield from self._full_window()
-        probe = Deriver(agent)
-        need = 1
-        if self._window_start > 1:
-            for event in reversed(self._window):
-                if event.type != COMPACTION or not probe.passes(event):
-                    continue
-                data = compaction_of(event)
-                if data is None:
-                    continue
-                need = event.seq if data.rebuilds_history else data.history_starts_at
-                break
-            yield from self._ensure_window_from(need)
-        events = self._window
-        if need < self._window_start:
-            # The loading cap stopped the window short of where this history starts: derive
-            # from the first turn boundary in it (keeping a legacy marker before that), so the
-            # history never opens inside a turn with results whose calls were not loaded.
-            from .compaction import history_start
-
-            start = history_start(events, probe)
-            events = [e for e in events[:start] if e.type == COMPACTION] + events[start:]
-        return Deriver.from_events(events, agent)
 
     def entries(self, agent: str | None = None) -> list[IndexedMessage]:
         """The derived history with source seqs (what compaction plans its cut on)."""
         with self._lock:
             self._refresh()
             return self._derived(agent).entries()
-
-    def _entries_plan(self, agent: str | None) -> Plan[list[IndexedMessage]]:
-        yield from self._refresh_plan()
-        return (yield from self._deriver(agent)).entries()
 
     def messages(
         self, agent: str | None = None, *, max_tool_result_bytes: int | None = None
@@ -1447,12 +468,6 @@ class BaseSession:
             self._refresh()
             return self._derived(agent).messages(max_tool_result_bytes)
 
-    def _messages_plan(
-        self, agent: str | None, max_tool_result_bytes: int | None
-    ) -> Plan[list[Message]]:
-        yield from self._refresh_plan()
-        return (yield from self._deriver(agent)).messages(max_tool_result_bytes)
-
     # -- recording and compaction ---------------------------------------------------------
 
     def turn(
@@ -1475,28 +490,6 @@ class BaseSession:
         helpers return seq 0 while their step is buffered, and a crash loses the step in
         progress whole. Without it (the default) every helper appends at once."""
         return Turn(self, agent, user, metadata, storage=storage, batch_steps=batch_steps)
-
-    def _append_marker(
-        self, plan: Callable[[], Plan[Compaction | None]], agent: str | None
-    ) -> Plan[int | None]:
-        """Append the marker ``plan`` makes, conditional on the seq it was planned from;
-        plan again when another writer appended in between."""
-        for _ in range(_COMPACTION_RETRIES):
-            yield from self._refresh_plan()
-            planned_at = self._latest_seq
-            data = yield from plan()
-            if data is None:
-                return None
-            event = Event.new(COMPACTION, data, agent=agent or "")
-            batch = self._prepare_batch((event,), planned_at)
-            try:
-                return (yield from self._append_batch_plan(batch, planned_at))[0]
-            except ConflictError:
-                continue
-        raise ConflictError(
-            f"session {self._id!r}: other writers kept appending while compaction planned "
-            f"({_COMPACTION_RETRIES} tries); take the session's turn lock to compact"
-        )
 
     def compact(
         self,
@@ -1542,32 +535,6 @@ class BaseSession:
             )
         )
 
-    def _compact_plan(
-        self,
-        summary: Message | None,
-        *,
-        keep_turns: int | None,
-        first_kept_seq: int | None,
-        up_to_message: int | None,
-        tokens_before: int,
-        agent: str | None,
-    ) -> Plan[int | None]:
-        def plan() -> Plan[Compaction | None]:
-            deriver = yield from self._deriver(agent)  # loads the full window first
-            return plan_compaction(
-                self._window,
-                deriver,
-                self._latest_seq,
-                summary,
-                keep_turns=keep_turns,
-                first_kept_seq=first_kept_seq,
-                up_to_message=up_to_message,
-                tokens_before=tokens_before,
-                session_id=self._id,
-            )
-
-        return (yield from self._append_marker(plan, agent))
-
     def prune(self, max_messages: int, agent: str | None = None) -> int | None:
         """Cap the history at ``max_messages`` derived messages with a prune marker that keeps
         the most recent whole turns that fit (see :func:`agentsession.compaction.plan_prune`);
@@ -1575,13 +542,6 @@ class BaseSession:
         if not isinstance(max_messages, int) or max_messages < 1:
             raise UsageError(f"max_messages must be an int >= 1, not {max_messages!r}")
         return self._run(self._prune_plan(max_messages, agent))
-
-    def _prune_plan(self, max_messages: int, agent: str | None) -> Plan[int | None]:
-        def plan() -> Plan[Compaction | None]:
-            deriver = yield from self._deriver(agent)  # loads the full window first
-            return plan_prune(self._window, deriver, max_messages)
-
-        return (yield from self._append_marker(plan, agent))
 
     def annotate_timeout(self, partial: str = "", *, agent: str = "") -> int:
         """Record that the model's reply timed out (lango's ``AnnotateTimeout``, keeping the
@@ -1606,27 +566,7 @@ class BaseSession:
         event = Event.new(ASSISTANT_MESSAGE, timeout_annotation(partial), agent=agent, meta=meta)
         return self.append(event)
 
-    _replaying = False
-    """Set on a session object that writes another store's log as it is (``copy_store``):
-    no history cap applies, so no prune marker is added to the copy."""
-
-    def _history_cap_plan(self) -> Plan[int | None]:
-        """The history cap in force: the store's ``max_messages`` and, for a child session,
-        the one it was forked with (the smaller of the two). A child's is read from its first
-        event once per life of the log."""
-        if self._replaying:
-            return None
-        own = self._own_cap
-        if own is None or own[0] != self._generation:
-            generation = self._generation
-            fork = children.fork_in((yield from self._read_plan(0, 1)))
-            own = self._own_cap = (generation, fork.max_messages if fork is not None else 0)
-        store_cap = self._store.max_messages
-        if own[1] and store_cap:
-            return min(own[1], store_cap)
-        return own[1] or store_cap
-
-    # -- child sessions and the session record ---------------------------------------------
+    # -- child sessions and the session record --------------------------------------------
 
     def _host(self) -> children.ChildHost:
         return cast("children.ChildHost", self._store)
@@ -1636,18 +576,9 @@ class BaseSession:
         seq it was derived from."""
         return self._run(self._settled_plan(agent))
 
-    def _settled_plan(self, agent: str | None) -> Plan[tuple[list[IndexedMessage], int]]:
-        yield from self._refresh_plan()
-        deriver = yield from self._deriver(agent)
-        return deriver.settled(), self._latest_seq
-
     def _last_time(self) -> _dt.datetime | None:
         """Time of the latest event (None when the log is empty)."""
         return self._run(self._last_time_plan())
-
-    def _last_time_plan(self) -> Plan[_dt.datetime | None]:
-        yield from self._refresh_plan()
-        return self._window[-1].time if self._window else None
 
     def fork(
         self,

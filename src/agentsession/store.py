@@ -31,6 +31,7 @@ from .contract import (
     StoreRecoveryReport,
     check_session_id,
 )
+from .core import Clock
 from .crypto import ACTIVE_KIND, SESSION_KIND, KeyRing
 from .errors import (
     ConflictError,
@@ -44,7 +45,7 @@ from .keys import KeyLifecycle
 from .locks import Locker, TurnLock, _HeldRegistry
 from .recovery import recover_store
 from .registry import migrate_store, open_url, path_of, register_backend
-from .session import BaseSession, Clock
+from .session import BaseSession
 from .stats import SessionStats, StoreStats, session_stats, store_stats
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ A scan reads and checks everything before anything is written: a source that can
 whole raises :class:`~agentsession.errors.UsageError` (a malformed line, a gap in agentkit's seqs,
 an event id repeated in a session, a symlinked agentkit sidecar, an encrypted lango database or
 payload, an event that ``store.create`` would refuse: every event goes through the append
-pipeline's own :func:`~agentsession.session.check_event`) or :class:`SourceNotFound`, and nothing
+pipeline's own :func:`~agentsession.core.check_event`) or :class:`SourceNotFound`, and nothing
 is imported. Neither source is changed, nor is anything created beside it (a lango database is
 opened immutable; see :class:`_LangoReader`).
 :func:`import_source` then writes each session with ``store.create(session_id, events)`` (atomic;
@@ -75,6 +75,7 @@ import msgspec
 
 from ..chat.identity import bind_agent, set_active_session, set_cli_current
 from ..contract import Store, check_session_id
+from ..core import check_event
 from ..errors import DuplicateSession, SessionError, StoreUnavailable, UsageError
 from ..events import (
     ASSISTANT_MESSAGE,
@@ -85,7 +86,6 @@ from ..events import (
     Event,
 )
 from ..messages import Message, Part, TextPart, ToolCall, ToolResult
-from ..session import check_event
 from .agentkit import AgentkitLineError, decode_agentkit_line
 
 __all__ = [
@@ -371,7 +371,7 @@ def _string_field(obj: Mapping[str, Any], key: str, path: str) -> str:
 
 def _agentkit_lines(path: str, session_id: str) -> tuple[list[Event], list[str]]:
     """Decode an agentkit log into the events ``store.create`` will take, each checked by the
-    append pipeline's own :func:`~agentsession.session.check_event`. A last line without its
+    append pipeline's own :func:`~agentsession.core.check_event`. A last line without its
     newline that does not decode is a torn write: it is left out with a note. Every other bad
     line (one that does not decode, an event an append would refuse, an event id a line
     before already has) raises :class:`~agentsession.errors.UsageError` naming the file and
@@ -830,7 +830,7 @@ def _lango_session_events(
     conn: sqlite3.Connection, session: _LangoSession, columns: set[str]
 ) -> list[Event]:
     """The events a session becomes, numbered (:func:`_number`) and each checked by the append
-    pipeline's own :func:`~agentsession.session.check_event`, so that a session a scan accepts
+    pipeline's own :func:`~agentsession.core.check_event`, so that a session a scan accepts
     is one ``store.create`` takes."""
     created = parse_lango_time(session.record.get("createdAt"))
     out = [Event.new(LANGO_SESSION_TYPE, session.record, time=created)]

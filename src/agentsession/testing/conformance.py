@@ -1015,9 +1015,9 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
                 turn.user(f"question {n}")
                 turn.assistant(f"answer {n}")
         other_store, other = self._second_writer(store, tmp_path, "race-compact")
-        from .. import session as session_module
+        from .. import core as core_module
 
-        real = session_module.plan_compaction  # type: ignore[attr-defined]
+        real = core_module.plan_compaction  # type: ignore[attr-defined]
         calls: list[int] = []
 
         def plan_while_another_writer_appends(*args: Any, **kwargs: Any) -> Any:
@@ -1029,7 +1029,7 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
             calls.append(1)
             return plan
 
-        monkeypatch.setattr(session_module, "plan_compaction", plan_while_another_writer_appends)
+        monkeypatch.setattr(core_module, "plan_compaction", plan_while_another_writer_appends)
         try:
             assert session.compact("summary", keep_turns=1) is not None
             texts = [m.text for m in session.messages()]
@@ -1183,11 +1183,11 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
     def test_an_id_is_recognised_within_the_id_window_and_not_beyond(
         self, store: BaseStore, tmp_path: Path
     ) -> None:
-        """The window is :data:`agentsession.session.ID_WINDOW` seqs: an id stored at the
+        """The window is :data:`agentsession.core.ID_WINDOW` seqs: an id stored at the
         oldest seq of the window is recognised, by the writer that stored it and by another
         one that caught up since; one seq further back it is not looked up, and stored
         again."""
-        from ..session import ID_WINDOW
+        from ..core import ID_WINDOW
 
         a, (other_store, b) = self._writers(store, tmp_path, "window")
         try:
