@@ -300,7 +300,6 @@ CORE_IMPORTS = {
     "typing",
     "msgspec",
     "agentsession.backoff",
-    "agentsession.children",  # fork_in: a child's history cap, from its first event
     "agentsession.codec",
     "agentsession.compaction",
     "agentsession.contract",
@@ -318,6 +317,7 @@ NEVER_IN_THE_CORE = {
     "agentsession.recorder",
     "agentsession.keys",
     "agentsession.locks",
+    "agentsession.children",  # which takes the turn lock (threads)
     "threading",
     "os",
     "fcntl",

@@ -65,6 +65,7 @@ from .events import (
     SessionMerge,
     SubagentEnd,
     SubagentStart,
+    fork_in,
 )
 from .locks import TurnLock, _HeldRegistry
 from .messages import Message
@@ -664,17 +665,6 @@ def tree(store: ChildHost, infos: Sequence[SessionInfo]) -> builtins.list[Sessio
 def fork_of(session: _Session) -> SessionFork | None:
     """The ``session/fork`` payload of a child session (None for a session that is not one)."""
     return fork_in(session.read(0, 1))
-
-
-def fork_in(first: Sequence[Event]) -> SessionFork | None:
-    """The ``session/fork`` payload in a session's first event, given as a list of at most one
-    event (None when the session is not a child)."""
-    if not first or first[0].type != SESSION_FORK:
-        return None
-    try:
-        return first[0].decode(SessionFork)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
 
 
 def inheritable(entries: Sequence[IndexedMessage], inherit: int) -> builtins.list[Message]:

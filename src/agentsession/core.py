@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import msgspec
 
-from . import children
 from .backoff import Backoff
 from .codec import check_json, encode
 from .compaction import plan_compaction, plan_prune
@@ -53,6 +52,7 @@ from .events import (
     Event,
     check_event_type,
     compaction_of,
+    fork_in,
     made_here_since,
     new_event_id,
 )
@@ -1133,7 +1133,7 @@ class SessionCore:
         own = self._own_cap
         if own is None or own[0] != self._generation:
             generation = self._generation
-            fork = children.fork_in((yield from self._read_plan(0, 1)))
+            fork = fork_in((yield from self._read_plan(0, 1)))
             own = self._own_cap = (generation, fork.max_messages if fork is not None else 0)
         store_cap = self._store.max_messages
         if own[1] and store_cap:

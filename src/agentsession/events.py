@@ -16,7 +16,7 @@ import itertools
 import json as _json
 import os
 import time as _time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -417,6 +417,17 @@ class SessionFork(_Payload, frozen=True):
     """The child's history cap (0: the store's)."""
     metadata: dict[str, str] = {}
     """Free metadata given at the fork."""
+
+
+def fork_in(first: Sequence[Event]) -> SessionFork | None:
+    """The ``session/fork`` payload in a session's first event, given as a list of at most one
+    event (None when the session is not a child)."""
+    if not first or first[0].type != SESSION_FORK:
+        return None
+    try:
+        return first[0].decode(SessionFork)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 class SessionMerge(_Payload, frozen=True):
