@@ -57,7 +57,7 @@ if DSN:
     from agentsession.backends.postgres.aio import PostgresAsyncBackend
 
 if TYPE_CHECKING:
-    from agentsession.backends.postgres import PostgresSession
+    from agentsession.backends.postgres import PostgresLog
 
 T = TypeVar("T")
 
@@ -85,9 +85,10 @@ def said(text: str, kind: str = ASSISTANT_MESSAGE) -> Event:
     return Event.new(kind, role(text))
 
 
-def pg(session: AsyncSession) -> PostgresSession:
-    """The PostgreSQL session object an async session wraps (its life, whether it reloads)."""
-    return cast("PostgresSession", session.sync)
+def pg(session: AsyncSession) -> PostgresLog:
+    """The PostgreSQL log of the session object an async session wraps (its life, whether it
+    opens again)."""
+    return cast("PostgresLog", session.sync.plans.log)
 
 
 def stored_log(url: str, session_id: str) -> list[Event]:
@@ -558,7 +559,7 @@ def test_a_deleted_and_recreated_session_is_detected_natively(url: str) -> None:
             session = await store.get("s")
             await session.append_many([said("old 1"), said("old 2"), said("old 3")])
             await session.messages()
-            old_life = pg(session)._life
+            old_life = pg(session).life
             with open_store(url) as other:
                 other.delete("s")
             assert await session.latest_seq() == 0  # deleted: seen natively
@@ -567,7 +568,7 @@ def test_a_deleted_and_recreated_session_is_detected_natively(url: str) -> None:
                 other.get("s").append_many([said("new 1"), said("new 2")])
             # Appending into the new life: the object starts over from it, with nothing old.
             assert await session.append(said("mine")) == 3
-            assert pg(session)._life != old_life
+            assert pg(session).life != old_life
             assert [m.text for m in await session.messages()] == ["new 1", "new 2", "mine"]
             check_window(session, stored_log(url, "s"))
 
@@ -599,7 +600,7 @@ class Interleave:
             "after_statement": [],
         }
         self.threads: list[tuple[threading.Thread, list[BaseException]]] = []
-        fetch, store_batch = PostgresAsyncBackend._fetch, postgres_aio._store_batch
+        fetch, store_batch = PostgresAsyncBackend.fetch, postgres_aio._store_batch
 
         async def fetch_then(self_: Any, *args: Any) -> Any:
             rows = await fetch(self_, *args)
@@ -612,7 +613,7 @@ class Interleave:
             self.run("after_statement")
             return landed
 
-        monkeypatch.setattr(PostgresAsyncBackend, "_fetch", fetch_then)
+        monkeypatch.setattr(PostgresAsyncBackend, "fetch", fetch_then)
         monkeypatch.setattr(postgres_aio, "_store_batch", store_batch_around)
 
     def run(self, point: str) -> None:
@@ -672,7 +673,7 @@ def _interleaved(
                 await scenario(session, other, interleave)
                 threaded = len(executor.submitted) - before
                 interleave.join()
-                if pg(session)._stale:
+                if pg(session).stale:
                     await session.latest_seq()  # reloads (in a thread)
                 check_window(session, stored_log(url, "s"))
                 assert [m.text for m in await session.messages()] == [
@@ -715,7 +716,7 @@ def test_a_read_after_the_session_was_recreated_reloads_natively(
         recreate(other)()
         interleave.at["after_fetch"].append(interleave.blocked(lambda: session.sync.latest_seq))
         assert [e.seq for e in await session.read()] == [1]
-        assert not pg(session)._stale
+        assert not pg(session).stale
 
     assert _interleaved(url, monkeypatch, scenario) == 0
 
@@ -957,7 +958,7 @@ def test_an_interrupted_statement_leaves_nothing_and_the_session_reloads(
             finally:
                 blocker.commit()
                 blocker.close()
-            assert pg(session)._stale
+            assert pg(session).stale
             assert [e.seq for e in await session.read()] == [1]
             assert await session.append(Event.new("test/after")) == 2
             check_window(session, stored_log(url, "s"))

@@ -69,7 +69,7 @@ from .ops import (
     Read,
     Refresh,
 )
-from .storage import Reopen
+from .storage import LogStorage, LogView, Reopen
 
 __all__ = ["ID_WINDOW", "Clock", "SessionCore", "SessionHost", "SessionPlans", "check_event"]
 
@@ -314,6 +314,17 @@ class SessionPlans:
         when another driver cannot run it now)."""
         return self._session._run(plan)
 
+    @property
+    def log(self) -> LogStorage | None:
+        """The log storage the plans' operations are performed on (None: the session
+        overrides the storage methods instead), for a driver that performs them natively."""
+        return self._session._log
+
+    @property
+    def view(self) -> LogView:
+        """What the log storage may know of the session, as the sync driver hands it over."""
+        return self._session._view
+
 
 def _nothing() -> Plan[list[int]]:
     """The plan of an empty batch: nothing to do."""
@@ -361,8 +372,10 @@ class SessionCore:
         self._loaded_ms = 0
 
     if TYPE_CHECKING:
-        # What the facade provides: its driver (SessionPlans.run), and the tails of the
-        # single-event append that its fast lane shares with _append_one_plan.
+        # What the facade provides: its log storage and driver (SessionPlans.log, .run), and
+        # the tails of the single-event append that its fast lane shares with _append_one_plan.
+
+        _log: LogStorage | None
 
         def _run(self, plan: Plan[T]) -> T: ...
 

@@ -1,18 +1,22 @@
 """PostgreSQL for the async API: psycopg's native ``AsyncConnectionPool`` instead of threads.
 
-:meth:`PostgresStore._async_backend <agentsession.backends.postgres.store.PostgresStore>` returns a
-:class:`PostgresAsyncBackend`, which has a pool of its own (the store's server, settings,
-sizes and checks; opened on the event loop that first uses it, closed with the async store)
-and gives each plain PostgreSQL session a :class:`PostgresNativeLog`: the session's log storage
-as coroutines (:class:`agentsession.ops.AsyncLog`). The async session drives the sync API's own
-plans on it (:func:`agentsession.ops.adrive`; see :mod:`agentsession.aio._backend`) for
-``append``, ``append_many``, ``read``, ``latest_seq``, ``messages`` and ``entries``: the append
-pipeline, catch-up, window loading, history cap and retries are the sync code. Each coroutine
-is the sync storage method of ``PostgresSession`` with ``await``: the same statements and
-parameters, the same state updates (``_open_request``/``_opened``, ``_take_refresh``,
-``_append_request``, ``_adopt_append``, the catch-up read range), so that a plan cannot tell
-them apart. Only the single-event fast path is not native (``AppendOne`` takes the general
-path, also one statement).
+:meth:`PostgresStore._async_backend <agentsession.backends.postgres.store.PostgresStore>`
+returns a :class:`PostgresAsyncBackend`, which has a pool of its own (the store's server,
+settings, sizes and checks; opened on the event loop that first uses it, closed with the async
+store) and gives each plain PostgreSQL session a :class:`PostgresNativeLog`: the session's log
+storage as coroutines (:class:`agentsession.ops.AsyncLog`). The async session drives the sync
+API's own plans on it (:func:`agentsession.ops.adrive`; see :mod:`agentsession.aio._backend`)
+for ``append``, ``append_many``, ``read``, ``latest_seq``, ``messages`` and ``entries``: the
+append pipeline, catch-up, window loading, history cap and retries are the sync code. Each
+coroutine is the sync storage method of the session's
+:class:`~agentsession.backends.postgres.storage.PostgresLog` with ``await``: the log builds the
+same statements and parameters and takes the rows in (``open_request``/``opened``,
+``refresh_request``/``take_refresh``, ``append_request``/``take_append``,
+``catch_up_request``, ``decode``), so that a plan cannot tell them apart and the log's state
+(its life, whether it must open again) is one object's. What the log may know of the session
+comes through the session's public plans (``session.plans.log``, ``session.plans.view``). Only
+the single-event fast path is not native (``AppendOne`` takes the general path, also one
+statement).
 
 The pool closes with the async store, or, left open, when its event loop shuts down (a task
 of the backend's closes it when ``asyncio.run`` cancels the tasks left: psycopg_pool's workers
@@ -20,24 +24,26 @@ would otherwise keep ``asyncio.run`` from returning); the next loop then gets a 
 store closed while the pool's loop is open but idle (the loop ``Runner.run_sync`` of the
 OpenAI Agents SDK keeps between runs) runs that loop until the pool is closed.
 
-These calls run in worker threads instead (as every other call): on an encrypted store
-(opening a session's key reads the store's meta in the sync code); on a subclass's session;
-when a worker thread holds the session's lock (the loop never waits for another thread's
-storage work); when the call comes from an event loop other than the pool's while that one is
-still open (a pool whose loop was closed is replaced by one on the new loop).
+These calls run in worker threads instead (as every other call): on an encrypted store (opening
+a session's key reads the store's meta in the sync code); on a subclass's session, or one
+without a PostgreSQL log of this store; when a worker thread holds the session's lock (the loop
+never waits for another thread's storage work); when the call comes from an event loop other
+than the pool's while that one is still open (a pool whose loop was closed is replaced by one
+on the new loop).
 
 **Cancellation.** An append's plan runs in a task of its own (:meth:`PostgresNativeLog.drive`)
 and its statement, one autocommit transaction (committed whole or not at all), in another
 (``_write``). Cancelled before the plan started a write (waiting for the session's queue, a
 catch-up, waiting for a pooled connection), the plan is interrupted where it waits, with
 nothing written. Once it has started one, the cancellation does not reach it: the plan runs to
-its end (the statement finished, its outcome taken into the session object: the batch's
-events are in the window, or nothing was written) and then the caller gets
-``CancelledError``, as for work handed to a worker thread; so nothing lands later. psycopg
-would otherwise cancel the query in the server and, cancelled again, close the connection
-with the outcome unknown. Should the statement's task itself be interrupted (the event loop
-shutting down), or the plan's after its write, the session object reloads from storage when
-next used. Reads are interrupted where they wait.
+its end (the statement finished, its outcome taken into the session object: the batch's events
+are in the window, or nothing was written) and then the caller gets ``CancelledError``, as for
+work handed to a worker thread; so nothing lands later. psycopg would otherwise cancel the
+query in the server and, cancelled again, close the connection with the outcome unknown. Should
+the statement's task itself be interrupted (the event loop shutting down), or the plan's after
+its write, the session object reloads from storage when next used (the log answers
+:data:`~agentsession.storage.REOPEN` until it has opened again). Reads are interrupted where
+they wait.
 """
 
 from __future__ import annotations
@@ -58,8 +64,10 @@ from ...errors import StorageError, StoreUnavailable, UsageError
 from ...events import Event
 from ...ops import Plan, adrive
 from ...session import BaseSession
+from ...storage import REOPEN, LogView, Reopen
 from ...store import BaseStore
 from .schema import Statements
+from .storage import PostgresLog, Request, check_text
 
 __all__ = ["PostgresAsyncBackend", "PostgresHost", "PostgresLog", "PostgresNativeLog"]
 
@@ -71,49 +79,20 @@ _Conn = psycopg.AsyncConnection[_Row]
 _Pool = psycopg_pool.AsyncConnectionPool[_Conn]
 
 
-class PostgresLog(Protocol):
-    """What the native log uses of a PostgreSQL session beyond :class:`BaseSession`: its
-    life, whether it must reload, and the steps its sync storage methods are made of
-    (``PostgresSession`` in :mod:`agentsession.backends.postgres` is the implementation)."""
-
-    _life: int | None
-    _stale: bool
-
-    def _open_request(self, *, tail: bool) -> tuple[str, bytes, tuple[Any, ...], int]: ...
-
-    def _opened(self, rows: list[_Row], life_column: int) -> tuple[list[Event], bool]: ...
-
-    def _append_request(
-        self, events: list[Event], marker: int, expect_seq: int | None
-    ) -> tuple[bytes, Any, bool]: ...
-
-    def _append_messages(self, count: int) -> tuple[str, str]: ...
-
-    def _adopt_append(self, base: int, life: int) -> int: ...
-
-    def _take_refresh(self, rows: list[_Row], after: int) -> list[Event] | None: ...
-
-    def _catch_up_failed(self, base: int, count: int, exc: StorageError) -> StorageError: ...
-
-    def _decode(self, rows: list[_Row]) -> list[Event]: ...
-
-    def _stored(self, events: list[Event], base: int) -> list[Event]: ...
-
-
 class PostgresHost(Protocol):
-    """What the native log uses of a PostgreSQL store (``PostgresStore``)."""
+    """What the async backend uses of a PostgreSQL store's connections (the store's
+    :class:`~agentsession.backends.postgres.connections.Connections`)."""
 
-    _sql: Statements
+    @property
+    def closed(self) -> bool:
+        """Whether the store's connections were closed (the store is closed)."""
+        ...
 
-    def _make_async_pool(self) -> _Pool: ...
+    def make_async_pool(self) -> _Pool: ...
 
-    def _native_session(self, session: BaseSession) -> PostgresLog | None: ...
+    def failure(self, exc: psycopg.Error, action: str, write: str = "") -> StorageError: ...
 
-    def _check_text(self, what: str, value: str) -> str: ...
-
-    def _failure(self, exc: psycopg.Error, action: str, write: str = "") -> StorageError: ...
-
-    def _pool_timeout_error(
+    def pool_timeout_error(
         self,
         pool: psycopg_pool.ConnectionPool[Any] | psycopg_pool.AsyncConnectionPool[Any],
         action: str,
@@ -122,12 +101,12 @@ class PostgresHost(Protocol):
 
 class PostgresNativeLog:
     """A plain PostgreSQL session's log storage on the async pool: the coroutines of
-    :class:`agentsession.ops.AsyncLog`, each its sync ``_storage_*`` method with ``await``
-    (``session`` is ``pg`` again, as :class:`BaseSession`). One per session object and event
-    loop; used by one plan at a time (its tasks queue on :attr:`queue`), with the session's
-    lock held."""
+    :class:`agentsession.ops.AsyncLog`, each the sync method of the session's
+    :class:`PostgresLog` (:attr:`pg`) with ``await``, given what the log may know of the
+    session (:attr:`view`). One per session object and event loop; used by one plan at a time
+    (its tasks queue on :attr:`queue`), with the session's lock held."""
 
-    __slots__ = ("_backend", "_pool", "_queue", "_writing", "loop", "pg", "session")
+    __slots__ = ("_backend", "_pool", "_queue", "_writing", "loop", "pg", "session", "view")
 
     def __init__(
         self,
@@ -140,7 +119,9 @@ class PostgresNativeLog:
         self.session = session
         """The session object, as the plans know it."""
         self.pg = pg
-        """The same object, as a PostgreSQL session."""
+        """The session's log storage."""
+        self.view: LogView = session.plans.view
+        """What the log may know of the session."""
         self.loop = loop
         """The event loop this log belongs to."""
         self._queue = asyncio.Lock()
@@ -155,7 +136,7 @@ class PostgresNativeLog:
     async def connect(self) -> bool:
         """The backend's pool for this loop (opened on first use); False when the pool
         belongs to another loop that is still open."""
-        self._pool = await self._backend._connections()
+        self._pool = await self._backend.connections()
         return self._pool is not None
 
     async def drive(self, plan: Plan[T], *, writes: bool) -> T:
@@ -183,89 +164,77 @@ class PostgresNativeLog:
     # -- ops.AsyncLog -------------------------------------------------------------------------
 
     async def open(self) -> tuple[list[Event], bool]:
-        """``_storage_open``: the full window and the life."""
-        return await self._open(tail=False)
+        """``PostgresLog.open``: the full window and the life."""
+        pg = self.pg
+        return pg.opened(await self._fetch(pg.open_request(tail=False)), tail=False)
 
     async def open_tail(self) -> tuple[list[Event], bool]:
-        """``_storage_open_tail``: the latest events and the life, in one round trip."""
-        return await self._open(tail=True)
-
-    async def _open(self, *, tail: bool) -> tuple[list[Event], bool]:
+        """``PostgresLog.open_tail``: the latest events and the life, in one round trip."""
         pg = self.pg
-        action, statement, params, life_column = pg._open_request(tail=tail)
-        pg._stale = False
-        return pg._opened(await self._fetch(action, statement, params), life_column)
+        return pg.opened(await self._fetch(pg.open_request(tail=True)), tail=True)
 
-    async def refresh(self) -> list[Event]:
-        """``_storage_refresh``: the events other writers appended since the session object
-        last looked (a reload, driven here, when it must reload)."""
-        pg, session = self.pg, self.session
-        if pg._stale:
-            await self._reload()
-            return []
-        after = session._latest_seq
-        action = f"reading session {session.id!r}"
-        rows = await self._fetch(action, self._backend._host._sql.refresh, (session.id, after))
-        events = pg._take_refresh(rows, after)
-        if events is None:
-            await self._reload()  # created, or deleted and created again, since we last looked
-            return []
-        return events
+    async def refresh(self) -> list[Event] | Reopen:
+        """``PostgresLog.refresh``: the events other writers appended since the session
+        object last looked; :data:`~agentsession.storage.REOPEN` when it must open the log
+        again (the plan then does, natively)."""
+        pg = self.pg
+        if pg.stale:
+            return REOPEN
+        after = self.view.seen_seq
+        return pg.take_refresh(await self._fetch(pg.refresh_request(after)), after)
 
     async def read(self, after: int, limit: int | None) -> list[Event]:
-        """``_storage_read``: a key-range scan, ``seq > after``, at most ``limit``."""
-        session = self.session
-        action = f"reading session {session.id!r}"
-        statement = self._backend._host._sql.read
-        return self.pg._decode(await self._fetch(action, statement, (session.id, after, limit)))
+        """``PostgresLog.read``: a key-range scan, ``seq > after``, at most ``limit``."""
+        pg = self.pg
+        return pg.decode(await self._fetch(pg.read_request(after, limit)))
 
     async def meta(self, kind: str, key: str) -> str | None:
-        """The store's ``_meta_get``."""
-        host = self._backend._host
-        host._check_text(f"{kind} key", key)
+        """The store's ``meta_get``."""
+        check_text(f"{kind} key", key)
         action = f"reading {kind} {key!r}"
-        rows = await self._fetch(action, host._sql.meta_get, (kind, key), raw=False)
+        statement = self._backend.statements.meta_get
+        rows = await self._fetch((action, statement, (kind, key)), raw=False)
         return rows[0][0] if rows else None
 
     async def append(
         self, events: list[Event], marker: int, expect_seq: int | None
-    ) -> tuple[list[Event], list[Event]]:
-        """``_storage_append``: the general path's statement, after the latest seq the session
-        object has seen (or ``expect_seq``), its life check and the catch-up on other writers'
-        events stored before the batch. The statement settles whatever happens to the caller
-        (see the module docstring)."""
-        pg, session = self.pg, self.session
-        if pg._stale:
-            await self._reload()
-        after = session._latest_seq if expect_seq is None else expect_seq
-        statement, params, raw = pg._append_request(events, marker, after)
-        count = len(events)
-        action, unknown = pg._append_messages(count)
-        base, life = await self._settled_write(action, unknown, statement, params, raw)
-        if base < 0:  # another writer appended first: nothing was written
-            return await self.refresh(), []
-        after = pg._adopt_append(base, life)
+    ) -> tuple[list[Event], list[Event]] | Reopen:
+        """``PostgresLog.append``: the general path's statement, after the latest seq the
+        session object has seen (or ``expect_seq``) and in the life the log read, when the
+        session has seen none of the batch's ids, and the catch-up on other writers' events
+        stored before the batch. The statement settles
+        whatever happens to the caller (see the module docstring)."""
+        pg, view = self.pg, self.view
+        if pg.stale:
+            return REOPEN
+        if view.seal_is_stale():
+            return pg.refused(expect_seq, await self.refresh())
+        if not view.admits((), events):  # (after opening again: the pipeline checks first)
+            return [], []
+        seen = view.seen_seq
+        request = pg.append_request(events, marker, seen if expect_seq is None else expect_seq)
+        base, life = await self._settled_write(
+            request.action, request.unknown, request.statement, request.params, request.raw
+        )
+        if base < 0:  # another writer appended first, or the life is gone: nothing written
+            return pg.refused(expect_seq, await self.refresh())
+        pg.take_append(life)
         foreign: list[Event] = []
-        if base > after:
+        if base > seen:
             try:
-                foreign = await self._catch_up_to(after, base, count)
+                foreign = await self._catch_up_to(seen, base, len(events))
             except asyncio.CancelledError:
-                pg._stale = True  # stored, not taken in (the loop shutting down): reload
+                pg.mark_stale()  # stored, not taken in (the loop shutting down): reopen
                 raise
-        return foreign, pg._stored(events, base)
+        return foreign, pg.stored(events, base)
 
     # -- the steps ----------------------------------------------------------------------------
 
-    async def _reload(self) -> None:
-        """``_load``: the session's load plan, driven here (the session's lock is held)."""
-        await adrive(self.session._load_plan(), self.session, self)
-
-    async def _fetch(
-        self, action: str, statement: bytes, params: tuple[Any, ...], *, raw: bool = True
-    ) -> list[_Row]:
+    async def _fetch(self, request: Request, *, raw: bool = True) -> list[_Row]:
         pool = self._pool
         assert pool is not None, "connect() first"
-        return await self._backend._fetch(pool, action, statement, params, raw)
+        action, statement, params = request
+        return await self._backend.fetch(pool, action, statement, params, raw)
 
     async def _settled_write(
         self, action: str, unknown: str, statement: bytes, params: Any, raw: bool
@@ -275,7 +244,7 @@ class PostgresNativeLog:
         :meth:`drive`)."""
         pool = self._pool
         assert pool is not None, "connect() first"
-        conn = await self._backend._getconn(pool, action)  # cancelled here: nothing done
+        conn = await self._backend.getconn(pool, action)  # cancelled here: nothing done
         self._writing = True
         return await asyncio.ensure_future(
             self._write(pool, conn, action, unknown, statement, params, raw)
@@ -291,41 +260,41 @@ class PostgresNativeLog:
         params: Any,
         raw: bool,
     ) -> tuple[int, int]:
-        """The append's statement on ``conn`` (handed back here), as the sync ``_run`` does
-        it: a driver error is translated; a lost connection leaves the outcome unknown."""
+        """The append's statement on ``conn`` (handed back here), as the sync log runs it: a
+        driver error is translated; a lost connection leaves the outcome unknown."""
+        backend = self._backend
         try:
             row = await _store_batch(conn, statement, params, raw)
         except psycopg.Error as exc:
             lost = conn.closed or conn.broken
-            await self._backend._putconn(pool, conn)
-            raise self._backend._host._failure(exc, action, unknown if lost else "") from None
+            await backend.putconn(pool, conn)
+            raise backend.host.failure(exc, action, unknown if lost else "") from None
         except BaseException:
             # Interrupted (the loop shutting down): whether the batch was stored is unknown
-            # here, so the session object reloads from storage when next used.
-            self.pg._stale = True
-            await self._backend._putconn(pool, conn, shielded=True)
+            # here, so the log opens again when next used.
+            self.pg.mark_stale()
+            await backend.putconn(pool, conn, shielded=True)
             raise
-        await self._backend._putconn(pool, conn)
+        await backend.putconn(pool, conn)
         return (-1, -1) if row is None else (int(row[0]), int(row[1]))
 
     async def _catch_up_to(self, after: int, base: int, count: int) -> list[Event]:
-        """``_catch_up_to``: other writers' events between seq ``after`` and the batch stored
-        after ``base``, read again for the store's ``reconnect_timeout`` while the server
-        cannot be reached."""
-        session, pg = self.session, self.pg
-        statement = self._backend._host._sql.read_range
-        action = f"reading session {session.id!r}"
-        backoff = Backoff(tries=1, reconnect_timeout=session._store._reconnect_timeout)
+        """``PostgresLog``'s catch-up: other writers' events between seq ``after`` and the
+        batch stored after ``base``, read again for the store's ``reconnect_timeout`` while
+        the server cannot be reached."""
+        pg = self.pg
+        request = pg.catch_up_request(after, base)
+        backoff = Backoff(tries=1, reconnect_timeout=pg.reconnect_timeout)
         while True:
             try:
-                return pg._decode(await self._fetch(action, statement, (session.id, after, base)))
+                return pg.decode(await self._fetch(request))
             except StoreUnavailable as exc:
                 pause = backoff.reconnect_pause()
                 if pause is None:
-                    raise pg._catch_up_failed(base, count, exc) from exc
+                    raise pg.catch_up_failed(base, count, exc) from exc
                 await asyncio.sleep(pause)
             except StorageError as exc:
-                raise pg._catch_up_failed(base, count, exc) from exc
+                raise pg.catch_up_failed(base, count, exc) from exc
 
 
 async def _store_batch(conn: _Conn, statement: bytes, params: Any, raw: bool) -> _Row | None:
@@ -348,16 +317,21 @@ def _close_on_idle_loop(loop: asyncio.AbstractEventLoop, guard: asyncio.Task[Non
 class PostgresAsyncBackend(AsyncBackend):
     """The async API's backend for a PostgreSQL store: a plain session's log storage natively
     on psycopg's ``AsyncConnectionPool`` (:meth:`native_log`), the rest in worker threads (see
-    the module docstring). ``host`` is the store again, as this module uses it (a protocol: it
-    does not import the sync backend, which imports it)."""
+    the module docstring). ``host`` is the store's connections (which make the pool and
+    translate driver errors), ``statements`` the store's statements."""
 
     name = "postgres"
 
     def __init__(
-        self, store: BaseStore, executor: concurrent.futures.Executor, host: PostgresHost
+        self,
+        store: BaseStore,
+        executor: concurrent.futures.Executor,
+        host: PostgresHost,
+        statements: Statements,
     ) -> None:
         super().__init__(store, executor)
         self._host = host
+        self._statements = statements
         self._pool: _Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Task[None] | None = None
@@ -367,16 +341,31 @@ class PostgresAsyncBackend(AsyncBackend):
         )
         self._closed = False
 
+    @property
+    def host(self) -> PostgresHost:
+        """The store's connections."""
+        return self._host
+
+    @property
+    def statements(self) -> Statements:
+        """The store's statements."""
+        return self._statements
+
     def native_log(self, session: BaseSession) -> PostgresNativeLog | None:
         """``session``'s log storage on this backend's pool, for the running event loop: for
-        a plain session of this store (None for an encrypted one, or a subclass's)."""
-        if session._cipher is not None:
+        a plain session of this store (None for an encrypted one, a subclass's, which may
+        store differently, or one whose log is not a PostgreSQL log of this store)."""
+        if session.encrypted:
             return None
         native = self._logs.get(session)
         loop = asyncio.get_running_loop()
         if native is None or native.loop is not loop:  # its queue belongs to a loop of its own
-            pg = self._host._native_session(session)
-            if pg is None:
+            pg = session.plans.log
+            if (
+                type(session) is not BaseSession
+                or not isinstance(pg, PostgresLog)
+                or pg.connections is not self._host
+            ):
                 return None
             native = self._logs[session] = PostgresNativeLog(self, session, pg, loop)
         return native
@@ -423,7 +412,7 @@ class PostgresAsyncBackend(AsyncBackend):
 
     # -- connections ------------------------------------------------------------------------
 
-    async def _connections(self) -> _Pool | None:
+    async def connections(self) -> _Pool | None:
         """The pool, opened on first use; None when it belongs to another event loop that is
         still open (the call then runs in a worker thread). A pool whose loop was closed (an
         earlier ``asyncio.run``) is dropped, its connections closed as it is collected, and a
@@ -435,9 +424,9 @@ class PostgresAsyncBackend(AsyncBackend):
                 return None
             pool = self._pool = self._opening = self._guard = None
         if pool is None:
-            if self._closed or self.store._closed:
+            if self._closed or self._host.closed:
                 raise UsageError(f"store {self.store.location} is closed")
-            pool = self._pool = self._host._make_async_pool()
+            pool = self._pool = self._host.make_async_pool()
             self._loop = loop
             self._opening = loop.create_task(pool.open())
             self._guard = loop.create_task(self._guard_pool(pool), name=f"{pool.name}-guard")
@@ -447,9 +436,9 @@ class PostgresAsyncBackend(AsyncBackend):
             self._opening = None
         return pool
 
-    async def _getconn(self, pool: _Pool, action: str) -> _Conn:
+    async def getconn(self, pool: _Pool, action: str) -> _Conn:
         """A connection, checked by the pool as the sync pool's are."""
-        if self.store._closed:
+        if self._host.closed:
             raise UsageError(f"store {self.store.location} is closed")
         try:
             return await pool.getconn()
@@ -461,17 +450,18 @@ class PostgresAsyncBackend(AsyncBackend):
             # lock meanwhile, and the store's threads may all be waiting for that lock.
             loop = asyncio.get_running_loop()
             error = await loop.run_in_executor(
-                None, self._host._pool_timeout_error, pool, action
+                None, self._host.pool_timeout_error, pool, action
             )
             raise error from None
 
-    async def _putconn(self, pool: _Pool, conn: _Conn, *, shielded: bool = False) -> None:
+    async def putconn(self, pool: _Pool, conn: _Conn, *, shielded: bool = False) -> None:
+        """Hand ``conn`` back to ``pool`` (``shielded``: on the way out of a cancellation)."""
         if shielded:  # on the way out of a cancellation: a second one must not lose it
             await asyncio.shield(pool.putconn(conn))
         else:
             await pool.putconn(conn)
 
-    async def _fetch(
+    async def fetch(
         self,
         pool: _Pool,
         action: str,
@@ -479,11 +469,12 @@ class PostgresAsyncBackend(AsyncBackend):
         params: tuple[Any, ...],
         raw: bool = True,
     ) -> list[_Row]:
-        """The rows of a read statement, as the sync store's ``_fetch`` (``raw``: ``$n``
-        placeholders, in binary) or ``_run`` (``%s``, in text): a read whose connection drops
-        is retried once on a fresh connection; driver errors are translated by the store."""
+        """The rows of a read statement, as the store's connections' ``fetch`` (``raw``:
+        ``$n`` placeholders, in binary) or ``run`` (``%s``, in text): a read whose connection
+        drops is retried once on a fresh connection; driver errors are translated by
+        :attr:`host`."""
         for attempt in range(2):
-            conn = await self._getconn(pool, action)
+            conn = await self.getconn(pool, action)
             try:
                 if raw:
                     cursor = psycopg.AsyncRawCursor(conn)
@@ -493,15 +484,15 @@ class PostgresAsyncBackend(AsyncBackend):
                     rows = await (await conn.execute(statement, params)).fetchall()
             except psycopg.Error as exc:
                 lost = conn.closed or conn.broken
-                await self._putconn(pool, conn)
+                await self.putconn(pool, conn)
                 if lost and attempt == 0:
                     log.info("%s: connection lost (%s); retrying once", action, exc)
                     continue
-                raise self._host._failure(exc, action) from None
+                raise self._host.failure(exc, action) from None
             except BaseException:
-                await self._putconn(pool, conn, shielded=True)
+                await self.putconn(pool, conn, shielded=True)
                 raise
-            await self._putconn(pool, conn)
+            await self.putconn(pool, conn)
             return rows
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -180,6 +180,11 @@ class Connections:
         self.pool, self.lock_pool = self._make_pools()
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (the store is closed)."""
+        return self._closed
+
+    @property
     def _pool_name(self) -> str:
         return f"{_POOL_NAME_PREFIXES[0]}{self.target.schema}"
 

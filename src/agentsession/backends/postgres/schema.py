@@ -272,7 +272,7 @@ only ``events.eid`` (read as NULL: events stored without ids). Versions 1 and 2 
 as jsonb and version 1 has no ``sessions.life``: those must be migrated first."""
 
 TAIL_EVENTS = 64
-"""How many of the latest events opening a session reads (``PostgresSession`` opens at the
+"""How many of the latest events opening a session reads (``PostgresLog`` opens at the
 tail; the full window is read when something needs it)."""
 
 # The fast path for one event, when the session object knows the latest seq and the life:
@@ -296,12 +296,14 @@ SELECT $1, $2::bigint, $6, $7, $8, $3, $9::bytea, $10::bytea, $11::bytea, $12 FR
 
 # One event (the general path): $1 id, $2 time, $3 marker (1 when the event is a compaction
 # marker that rebuilds the history, else 0), $4 expect_seq (NULL: unconditional), $5 life
-# (NULL: any), $6 type, $7 agent, $8 user, $9 data, $10 meta, $11 raw_event, $12 eid.
+# (NULL: any), $6 type, $7 agent, $8 user, $9 data, $10 meta, $11 raw_event, $12 eid. With a
+# life, the event is stored only in that life: a session row that is gone is not created
+# again (nothing is written), so an append never lands in a life its writer has not read.
 _APPEND_ONE = """
 WITH s AS (
     INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq)
     SELECT $1, $2, $2, 1, $3::bigint
-    WHERE $4::bigint IS NULL OR $4::bigint = 0
+    WHERE $4::bigint IS NULL OR ($4::bigint = 0 AND $5::bigint IS NULL)
        OR EXISTS (SELECT 1 FROM {s}.sessions WHERE id = $1)
     ON CONFLICT (id) DO UPDATE SET
         last_seq = s.last_seq + 1,
@@ -321,12 +323,13 @@ WITH s AS (
 SELECT base, life FROM s
 """
 
-# A batch: one array per column (sent in binary), unnested in order.
+# A batch: one array per column (sent in binary), unnested in order; the conditions are the
+# one event's.
 _APPEND_MANY = """
 WITH s AS (
     INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq)
     SELECT %(id)s, %(first_time)s, %(last_time)s, %(n)s, %(mark)s
-    WHERE %(expect)s::bigint IS NULL OR %(expect)s::bigint = 0
+    WHERE %(expect)s::bigint IS NULL OR (%(expect)s::bigint = 0 AND %(life)s::bigint IS NULL)
        OR EXISTS (SELECT 1 FROM {s}.sessions WHERE id = %(id)s)
     ON CONFLICT (id) DO UPDATE SET
         last_seq = s.last_seq + EXCLUDED.last_seq,

@@ -1,28 +1,42 @@
 """A PostgreSQL session's log: rows of ``<schema>.events`` under a row of ``<schema>.sessions``.
 
 How appends, opening and catching up work, and how payloads are stored byte-exact, is told in
-:mod:`agentsession.backends.postgres.store`. This module holds the session and the row
-encoding and decoding it shares with the async API (:mod:`agentsession.backends.postgres.aio`).
+:mod:`agentsession.backends.postgres.store`. This module holds :class:`PostgresLog`, the
+session's log storage (a :class:`~agentsession.storage.LogStorage`: the session is the
+library's :class:`~agentsession.BaseSession`, given this log), and the row encoding and
+decoding. The async API (:mod:`agentsession.backends.postgres.aio`) runs the same statements
+on its own pool: it asks the log for each request (``open_request``, ``refresh_request``,
+``read_request``, ``append_request``, ``catch_up_request``) and hands the rows back to it
+(``opened``, ``take_refresh``, ``decode``, ``take_append``), so that the state they keep
+(the life, whether to reopen) is one object's, whichever API ran the statement.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from ...backoff import Backoff
 from ...codec import decode, encode
-from ...errors import CorruptLogError, StorageError, StoreUnavailable
+from ...errors import CorruptLogError, StorageError, StoreUnavailable, UsageError
 from ...events import Event, decode_event, encode_event
 from ...session import BaseSession
-from ...store import BaseStore
+from ...storage import REOPEN, LogView, Reopen
 from .connections import Connections, _Conn, _Row
 from .schema import TAIL_EVENTS, Statements
 
-__all__ = ["PostgresSession"]
+__all__ = ["AppendRequest", "PostgresLog", "PostgresSession", "Request", "check_text"]
+
+PostgresSession = BaseSession
+"""A PostgreSQL store's session: the library's :class:`~agentsession.BaseSession` over a
+:class:`PostgresLog` (the name is kept for code that imports it)."""
+
+Request = tuple[str, bytes, tuple[Any, ...]]
+"""A read the log asks for: what it is called in errors, the statement (``$n``
+placeholders, rows in binary) and its parameters."""
 
 
 def _fits_text(value: str) -> bool:
@@ -36,6 +50,17 @@ def _fits_text(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def check_text(what: str, value: str) -> str:
+    """``value``, when a PostgreSQL TEXT value can hold it; raises
+    :class:`~agentsession.errors.UsageError` naming it as ``what`` otherwise."""
+    if not _fits_text(value):
+        raise UsageError(
+            f"{what} {value!r} cannot be stored in PostgreSQL: TEXT holds neither NUL nor "
+            "lone surrogates"
+        )
+    return value
 
 
 def _readable(value: str) -> str:
@@ -179,142 +204,219 @@ def _numbered(events: list[Event], base: int) -> list[Event]:
     return [_replace(event, seq=base + i) for i, event in enumerate(events, start=1)]
 
 
-class PostgresSession(BaseSession):
-    """A session stored as rows of ``<schema>.events`` (see
-    :mod:`agentsession.backends.postgres.store`), over its store's connections ``db`` and
-    statements ``sql``."""
 
-    def __init__(self, store: BaseStore, session_id: str, db: Connections, sql: Statements) -> None:
-        super().__init__(store, session_id)
+class AppendRequest(NamedTuple):
+    """An append the log asks for (:meth:`PostgresLog.append_request`): one statement whose
+    one row is ``base, life`` (no row: nothing written)."""
+
+    action: str
+    """What the append is called in errors."""
+    unknown: str
+    """What a lost connection leaves unknown (the write's ``OutcomeUnknown`` says it)."""
+    statement: bytes
+    params: Any
+    raw: bool
+    """Whether the statement runs on a raw (``$n``) cursor."""
+
+
+_UNKNOWN = (
+    "the append may or may not have been stored: read the session (latest_seq) before "
+    "retrying it"
+)
+
+
+class PostgresLog:
+    """One session's log in a :class:`~agentsession.backends.postgres.PostgresStore`: its
+    row of ``<schema>.sessions`` and its rows of ``<schema>.events`` (see
+    :mod:`agentsession.backends.postgres.store`), over the store's connections ``db`` and
+    statements ``sql`` (the :class:`~agentsession.storage.LogStorage` contract; the session is
+    the library's :class:`~agentsession.BaseSession`, given this log).
+
+    It remembers the ``sessions.life`` it read (its *life*, None: no row yet) and whether it
+    must open the log again before its next use (:attr:`stale`: an append was stored but the
+    other writers' events before it could not be read, or its outcome was not taken in). A
+    log that is gone (deleted, perhaps created again) or stale answers
+    :data:`~agentsession.storage.REOPEN`, having written nothing. An append is conditional on
+    the latest seq the session has seen *and* on the life this log read, so it never lands in
+    another life."""
+
+    __slots__ = (
+        "_action",
+        "_db",
+        "_id",
+        "_identity",
+        "_life",
+        "_location",
+        "_one_action",
+        "_reconnect_timeout",
+        "_sql",
+        "_stale",
+    )
+
+    def __init__(
+        self, db: Connections, sql: Statements, session_id: str, reconnect_timeout: float
+    ) -> None:
         self._db = db
         self._sql = sql
-        self._stale = False  # set when catching up failed: reload before the next use
-        self._life: int | None = None  # sessions.life of the life this object read
-        with self._lock:
-            self._load()
+        self._id = session_id
+        self._reconnect_timeout = reconnect_timeout
+        where = db.target.location
+        self._location = f"{where} session {session_id!r}"
+        self._identity = ("postgresql", where, session_id)
+        self._action = f"reading session {session_id!r}"
+        self._one_action = f"appending 1 event to session {session_id!r}"
+        self._life: int | None = None  # sessions.life of the life this log read
+        self._stale = False  # open the log again before the next use
+
+    # -- what it is ------------------------------------------------------------------------
 
     @property
     def location(self) -> str:
         """The store's password-free URL and the session id."""
-        return f"{self._store.location} session {self._id!r}"
+        return self._location
 
-    def _storage_open_tail(self) -> tuple[list[Event], bool]:
-        """The latest ``TAIL_EVENTS`` events and the life, by key range, in one round trip."""
-        action, statement, params, life_column = self._open_request(tail=True)
-        self._stale = False
-        return self._opened(self._db.fetch(action, statement, params), life_column)
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """The server, database, schema and session id."""
+        return self._identity
 
-    def _storage_open(self) -> tuple[list[Event], bool]:
-        """The full window: from ``sessions.compaction_seq`` to the end, and the life."""
-        action, statement, params, life_column = self._open_request(tail=False)
-        self._stale = False
-        return self._opened(self._db.fetch(action, statement, params), life_column)
+    @property
+    def session_id(self) -> str:
+        """The session id."""
+        return self._id
 
-    def _open_request(self, *, tail: bool) -> tuple[str, bytes, tuple[Any, ...], int]:
-        """What opening reads (the tail, or the full window): the action for errors, the
-        statement, its parameters and the column of the life in its rows. Shared by the sync
-        and the async API."""
+    @property
+    def connections(self) -> Connections:
+        """The store's connections this log's statements run on."""
+        return self._db
+
+    @property
+    def statements(self) -> Statements:
+        """The store's statements."""
+        return self._sql
+
+    @property
+    def life(self) -> int | None:
+        """``sessions.life`` of the life this log read (None: it read no session row)."""
+        return self._life
+
+    @property
+    def stale(self) -> bool:
+        """Whether the log must be opened again before its next use (its refresh and append
+        answer :data:`~agentsession.storage.REOPEN` until then)."""
+        return self._stale
+
+    @property
+    def reconnect_timeout(self) -> float:
+        """Seconds a catch-up after a stored append keeps reading while the server cannot be
+        reached (the store's ``reconnect_timeout``)."""
+        return self._reconnect_timeout
+
+    def mark_stale(self) -> None:
+        """Open the log again before its next use: what was stored is not known here (an
+        append's statement or catch-up interrupted)."""
+        self._stale = True
+
+    # -- the requests and what their rows mean (shared by the sync and the async API) ------
+
+    def open_request(self, *, tail: bool) -> Request:
+        """What opening reads: the latest ``TAIL_EVENTS`` events (``tail``) or the full
+        window (from ``sessions.compaction_seq``), with the life, by key range, in one round
+        trip."""
         action = f"opening session {self._id!r}"
         if tail:
-            return action, self._sql.open_tail, (self._id, TAIL_EVENTS), 9
-        return action, self._sql.open, (self._id,), 10
+            return action, self._sql.open_tail, (self._id, TAIL_EVENTS)
+        return action, self._sql.open, (self._id,)
 
-    def _opened(self, rows: list[_Row], life_column: int) -> tuple[list[Event], bool]:
-        """Take in what opening read: the events and whether they are the whole log; the
-        life they belong to (none: no session row). Shared by the sync and the async API."""
+    def opened(self, rows: list[_Row], *, tail: bool) -> tuple[list[Event], bool]:
+        """Take in what :meth:`open_request` read: the events and whether they are the whole
+        log; the life they belong to (none: no session row)."""
+        self._stale = False
         if not rows:
             self._life = None
             return [], True
-        self._life = int(rows[0][life_column])
+        self._life = int(rows[0][9 if tail else 10])
         if rows[0][0] is None:  # a session row without events (archived)
             return [], True
         events = _events_of(rows, self._id)
         return events, events[0].seq <= 1
 
-    def _storage_refresh(self) -> list[Event]:
-        if self._stale:
-            self._load()
-            return []
-        after = self._latest_seq
-        rows = self._db.fetch(f"reading session {self._id!r}", self._sql.refresh, (self._id, after))
-        events = self._take_refresh(rows, after)
-        if events is None:
-            self._load()  # created, or deleted and created again, since we last looked
-            return []
-        return events
+    def refresh_request(self, after: int) -> Request:
+        """What catching up from seq ``after`` reads: the events after it, the latest seq
+        and the life."""
+        return self._action, self._sql.refresh, (self._id, after)
 
-    def _take_refresh(self, rows: list[_Row], after: int) -> list[Event] | None:
-        """What a refresh from seq ``after`` read (the ``refresh`` statement's ``rows``), taken
-        in: the events other writers appended; a session deleted since this object last
-        looked starts over (empty); None when it must be reloaded (created, or deleted and
-        created again: another life). Shared by the sync and the async API."""
+    def take_refresh(self, rows: list[_Row], after: int) -> list[Event] | Reopen:
+        """What :meth:`refresh_request` read, taken in: the events other writers appended;
+        :data:`~agentsession.storage.REOPEN` when the log this object read is gone (deleted,
+        perhaps created again) or was created since it found none."""
         found = _refreshed(rows, self._id)
         if found is None:
             if after or self._life is not None:
-                self._reset()  # deleted since we last looked
-                self._life = None
+                return REOPEN  # deleted since we last looked
             return []
         last_seq, life, events = found
         if life != self._life or last_seq < after:
-            return None
+            # Another life, or created since this log found none: opened again at its tail
+            # (rather than read whole).
+            return REOPEN
         return events
 
-    def _storage_read(self, after: int, limit: int | None) -> list[Event]:
-        """A key-range scan of the primary key: ``seq > after``, in order, at most ``limit``."""
-        rows = self._db.fetch(
-            f"reading session {self._id!r}", self._sql.read, (self._id, after, limit)
-        )
+    def read_request(self, after: int, limit: int | None) -> Request:
+        """A key-range scan of the primary key: ``seq > after``, in order, at most
+        ``limit``."""
+        return self._action, self._sql.read, (self._id, after, limit)
+
+    def decode(self, rows: list[_Row]) -> list[Event]:
+        """Events from rows of the :meth:`read_request` and :meth:`catch_up_request`
+        statements."""
         return _events_of(rows, self._id)
 
-    def _append_next(self, event: Event, marker: bool) -> tuple[bytes, tuple[Any, ...], int] | None:
-        """The fast path's statement, its parameters and the seq it stores ``event`` at
-        (``latest_seq + 1``); None when this object knows no row yet or must reload."""
-        life = self._life
-        if life is None or self._stale:
-            return None
-        seq = self._latest_seq + 1
-        params = _append_next_params(self._id, event, seq, marker, life)
-        return self._sql.append_next, params, seq
-
-    def _append_request(
-        self, events: list[Event], marker: int, expect_seq: int | None
-    ) -> tuple[bytes, Any, bool]:
-        """The general path's statement and parameters for ``events``, and whether it runs on
-        a raw (``$n``) cursor. Its one row is ``base, life`` (no row: ``expect_seq`` did not
-        match); a conditional append holds only within the life it was planned in."""
-        life = self._life if expect_seq else None
-        sql = self._sql
-        if len(events) == 1:
-            one = _append_one_params(self._id, events[0], marker == 0, expect_seq, life)
-            return sql.append_one, one, True
-        many = _append_many_params(self._id, events, marker, expect_seq, life)
-        return sql.append_many, many, False
-
-    def _append_messages(self, count: int) -> tuple[str, str]:
-        """What an append of ``count`` events is called in errors, and what a lost connection
-        leaves unknown."""
-        return (
-            f"appending {count} event{'s' if count != 1 else ''} to session {self._id!r}",
-            "the append may or may not have been stored: read the session (latest_seq) "
-            "before retrying it",
+    def append_request(self, events: list[Event], marker: int, after: int) -> AppendRequest:
+        """The general path's statement for ``events``: stored only when the session row
+        still has the latest seq ``after`` and the life this log read (created, when this log
+        read no row and ``after`` is 0). Its one row is ``base, life``; no row: nothing
+        written."""
+        count = len(events)
+        action = (
+            self._one_action
+            if count == 1
+            else f"appending {count} events to session {self._id!r}"
         )
+        life = self._life
+        if count == 1:
+            one = _append_one_params(self._id, events[0], marker == 0, after, life)
+            return AppendRequest(action, _UNKNOWN, self._sql.append_one, one, True)
+        many = _append_many_params(self._id, events, marker, after, life)
+        return AppendRequest(action, _UNKNOWN, self._sql.append_many, many, False)
 
-    def _adopt_append(self, base: int, life: int) -> int:
-        """Take in where an append landed: after seq ``base``, in life ``life``. A life other
-        than the one this object read, or a ``base`` below the seq it has seen, means the
-        session was deleted (and perhaps created again) since it last looked: it starts over.
-        Returns the seq after which other writers' events are to be read, up to ``base``.
-        Shared by the sync and the async API."""
-        if life != self._life:
-            if self._life is not None or self._latest_seq:
-                self._reset()  # deleted (and perhaps created again) since we last looked
-            self._life = life
-        elif base < self._latest_seq:
-            self._reset()
-        return self._latest_seq
+    def take_append(self, life: int) -> None:
+        """Take in the life an append landed in (the one this log read, or the first one)."""
+        self._life = life
 
-    def _catch_up_failed(self, base: int, count: int, exc: StorageError) -> StorageError:
-        """Mark this object to reload when next used, and return the error for an append
+    def refused(
+        self, expect_seq: int | None, found: list[Event] | Reopen
+    ) -> tuple[list[Event], list[Event]] | Reopen:
+        """What an append that wrote nothing answers, given what catching up then found
+        (``found``): the other writers' events and no stored ones. A conditional
+        append (``expect_seq`` above 0) planned in a life that is gone is refused as a seq
+        that did not match (the log opens again when next used), so it never lands in
+        another life; any other append answers :data:`~agentsession.storage.REOPEN` and is
+        tried again in the new life."""
+        if not isinstance(found, Reopen):
+            return found, []
+        if expect_seq:
+            self._stale = True
+            return [], []
+        return found
+
+    def catch_up_request(self, after: int, upto: int) -> Request:
+        """What reading the other writers' events between seq ``after`` and an append stored
+        after ``upto`` reads (they were committed before the append and never change)."""
+        return self._action, self._sql.read_range, (self._id, after, upto)
+
+    def catch_up_failed(self, base: int, count: int, exc: StorageError) -> StorageError:
+        """Mark this log to open again when next used, and return the error for an append
         stored as seqs ``base + 1...`` whose catch-up on other writers' events failed."""
         self._stale = True
         return StorageError(
@@ -323,76 +425,106 @@ class PostgresSession(BaseSession):
             f"failed; the session reloads when next used ({exc})"
         )
 
-    def _decode(self, rows: list[_Row]) -> list[Event]:
-        """Events from rows of the ``read`` and ``read_range`` statements."""
-        return _events_of(rows, self._id)
-
-    def _stored(self, events: list[Event], base: int) -> list[Event]:
+    @staticmethod
+    def stored(events: list[Event], base: int) -> list[Event]:
         """``events`` as an append stored them after seq ``base``."""
         return _numbered(events, base)
 
-    def _storage_append_one(self, event: Event, marker: bool) -> Event | None:
+    # -- LogStorage -------------------------------------------------------------------------
+
+    def open_tail(self, view: LogView) -> tuple[list[Event], bool]:
+        """The latest ``TAIL_EVENTS`` events and the life, in one round trip."""
+        return self.opened(self._db.fetch(*self.open_request(tail=True)), tail=True)
+
+    def open(self, view: LogView) -> tuple[list[Event], bool]:
+        """The full window: from ``sessions.compaction_seq`` to the end, and the life."""
+        return self.opened(self._db.fetch(*self.open_request(tail=False)), tail=False)
+
+    def refresh(self, view: LogView) -> list[Event] | Reopen:
+        if self._stale:
+            return REOPEN
+        after = view.seen_seq
+        return self.take_refresh(self._db.fetch(*self.refresh_request(after)), after)
+
+    def read(self, after: int, limit: int | None) -> list[Event]:
+        return _events_of(self._db.fetch(*self.read_request(after, limit)), self._id)
+
+    def append_one(self, view: LogView, event: Event, marker: bool) -> Event | None:
         """The fast path: one statement that updates the session row and inserts the event
-        with seq ``latest_seq + 1``, only if the row still has that latest seq and this
-        object's life (``append_next``). None, having written nothing, when this object knows
-        no row yet, another writer appended, or the session was deleted or created again: the
-        general path then appends and catches up."""
-        request = self._append_next(event, marker)
-        if request is None:
+        with seq ``seen_seq + 1``, only if the row still has that latest seq and this log's
+        life (``append_next``). None, having written nothing, when this log knows no row yet,
+        another writer appended, or the session was deleted or created again: the general
+        path then appends and catches up."""
+        life = self._life
+        if life is None or self._stale:
             return None
-        statement, params, seq = request
+        seq = view.seen_seq + 1
+        statement = self._sql.append_next
+        params = _append_next_params(self._id, event, seq, marker, life)
 
         def append(conn: _Conn) -> int:
             return conn.append_cursor().execute(statement, params).rowcount
 
-        action, unknown = self._append_messages(1)
-        stored = self._db.run(action, append, write=unknown)
+        stored = self._db.run(self._one_action, append, write=_UNKNOWN)
         return _replace(event, seq=seq) if stored == 1 else None
 
-    def _storage_append(
-        self, events: list[Event], marker: int, expect_seq: int | None
-    ) -> tuple[list[Event], list[Event]]:
+    def append(
+        self, view: LogView, events: list[Event], marker: int, expect_seq: int | None
+    ) -> tuple[list[Event], list[Event]] | Reopen:
+        """One statement, only after the latest seq the session has seen (or ``expect_seq``)
+        and in the life this log read, when none of the batch's ids is among the events the
+        session has seen (``view.admits``): what another writer appended first is caught up
+        on and checked by the pipeline. Other writers' events before an append stored after
+        a seq beyond the session's are read right after it (:meth:`catch_up_request`)."""
         if self._stale:
-            self._load()
-        # Only after the latest seq this object has seen: the pipeline checked the batch's ids
-        # against everything up to it, and checks what another writer appended first.
-        after = self._latest_seq if expect_seq is None else expect_seq
-        statement, params, raw = self._append_request(events, marker, after)
+            return REOPEN
+        if view.seal_is_stale():
+            return self.refused(expect_seq, self.refresh(view))
+        if not view.admits((), events):  # (after opening again: the pipeline checks first)
+            return [], []
+        seen = view.seen_seq
+        request = self.append_request(events, marker, seen if expect_seq is None else expect_seq)
+        statement, params = request.statement, request.params
+        raw = request.raw
 
         def append(conn: _Conn) -> tuple[int, int]:
             cursor = conn.append_cursor() if raw else conn
             row = cursor.execute(statement, params).fetchone()
             return (-1, -1) if row is None else (row[0], row[1])
 
-        count = len(events)
-        action, unknown = self._append_messages(count)
-        base, life = self._db.run(action, append, write=unknown)
-        if base < 0:  # another writer appended first: nothing was written
-            return self._storage_refresh(), []
-        after = self._adopt_append(base, life)
+        base, life = self._db.run(request.action, append, write=request.unknown)
+        if base < 0:  # another writer appended first, or the life is gone: nothing written
+            return self.refused(expect_seq, self.refresh(view))
+        self._life = life
         foreign: list[Event] = []
-        if base > after:
-            foreign = self._catch_up_to(after, base, count)
+        if base > seen:
+            foreign = self._catch_up_to(seen, base, len(events))
         return foreign, _numbered(events, base)
+
+    def quarantine(self, event: Event, reason: str) -> bool:
+        """Nothing is quarantined in PostgreSQL (a damaged row raises)."""
+        return False
+
+    def close(self) -> None:
+        """Nothing of its own to release: the store's pools hold the connections."""
+
+    def after_fork(self) -> None:
+        """Nothing of its own is shared with the parent: the store's connections start over
+        in the child (:meth:`Connections.after_fork
+        <agentsession.backends.postgres.connections.Connections.after_fork>`)."""
 
     def _catch_up_to(self, after: int, base: int, count: int) -> list[Event]:
         """Other writers' events between seq ``after`` and an append stored after ``base``:
         read again, with a growing pause, while the connection keeps being lost or the
         server cannot be reached, for the store's ``reconnect_timeout``."""
-        backoff = Backoff(tries=1, reconnect_timeout=self._store._reconnect_timeout)
+        backoff = Backoff(tries=1, reconnect_timeout=self._reconnect_timeout)
         while True:
             try:
-                return self._read_range(after, base)
+                return _events_of(self._db.fetch(*self.catch_up_request(after, base)), self._id)
             except StoreUnavailable as exc:
                 pause = backoff.reconnect_pause()
                 if pause is None:
-                    raise self._catch_up_failed(base, count, exc) from exc
+                    raise self.catch_up_failed(base, count, exc) from exc
                 time.sleep(pause)
             except StorageError as exc:
-                raise self._catch_up_failed(base, count, exc) from exc
-
-    def _read_range(self, after: int, upto: int) -> list[Event]:
-        rows = self._db.fetch(
-            f"reading session {self._id!r}", self._sql.read_range, (self._id, after, upto)
-        )
-        return _events_of(rows, self._id)
+                raise self.catch_up_failed(base, count, exc) from exc

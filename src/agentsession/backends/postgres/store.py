@@ -6,24 +6,24 @@ covers running it at scale. How it keeps the storage contract:
 
 * **Append is one statement** (so one round trip, one transaction in autocommit mode). The
   common case, one event from a session object that saw the log last, is the fast path
-  (``_storage_append_one``): an ``UPDATE`` of the session row to ``last_seq + 1``, conditional
-  on the row still having the latest seq and life this object knows, and an ``INSERT`` of the
-  event fed by its ``RETURNING`` (nothing is written when the condition fails, and the general
-  path runs). The general path is an ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` that
-  bumps ``sessions.last_seq`` by the batch size (creating the row on the first append), and a
-  data-modifying CTE inserts the events with seqs after the returned previous value (scalar
-  parameters for one event, ``unnest`` of one array per column for a batch), conditional on
-  the row still having the latest seq this object has seen: the append pipeline checked the
-  batch's event ids against everything up to it, and when another writer appended first,
-  nothing is written and the pipeline reads those events, checks the ids again and tries
-  again (``BaseSession._append_fresh``). The session
-  row's lock serialises the writers of one session; other sessions proceed in parallel. When the
-  previous ``last_seq`` is beyond what this session object has seen, the events in between
-  (other writers') are read by key range right after: they were committed before this append
-  could lock the row and never change, so reading them after the commit gives exactly the rows
-  the same transaction would have seen. A previous ``last_seq`` *below* ours means the session
-  was deleted (and perhaps recreated) underneath us, and the session starts over. The
-  statements a session runs are prepared by psycopg after a few executions, and the append
+  (:meth:`PostgresLog.append_one`): an ``UPDATE`` of the session row to ``last_seq + 1``,
+  conditional on the row still having the latest seq and life this object knows, and an
+  ``INSERT`` of the event fed by its ``RETURNING`` (nothing is written when the condition
+  fails, and the general path runs). The general path is an ``INSERT ... ON CONFLICT DO UPDATE
+  ... RETURNING`` that bumps ``sessions.last_seq`` by the batch size (creating the row on the
+  first append), and a data-modifying CTE inserts the events with seqs after the returned
+  previous value (scalar parameters for one event, ``unnest`` of one array per column for a
+  batch), conditional on the row still having the latest seq this object has seen and the life
+  it read: the append pipeline checked the batch's event ids against everything up to it, and
+  when another writer appended first, nothing is written and the pipeline reads those events,
+  checks the ids again and tries again (``BaseSession._append_fresh``); when the session was
+  deleted (and perhaps created again), nothing is written either and the session opens the log
+  again. The session row's lock serialises the writers of one session; other sessions proceed
+  in parallel. When an append conditional on a seq beyond what this session object has seen
+  (``expect_seq``) lands, the events in between (other writers') are read by key range right
+  after: they were committed before this append could lock the row and never change, so
+  reading them after the commit gives exactly the rows the same transaction would have seen.
+  The statements a session runs are prepared by psycopg after a few executions, and the append
   statement runs on a cursor each connection keeps.
 * **Opening** reads the session's latest events (``TAIL_EVENTS``) by key range, with its
   life, in one round trip: O(tail) however long the log is. The full window, from
@@ -63,9 +63,10 @@ covers running it at scale. How it keeps the storage contract:
   forked child uses pools of its own.
 * **The async API** (:mod:`agentsession.aio`) drives the session's plans on psycopg's
   ``AsyncConnectionPool`` (:mod:`agentsession.backends.postgres.aio`), with the statements,
-  parameters, life check and row decoding of the sync session
-  (:mod:`~agentsession.backends.postgres.storage`: ``_open_request``, ``_opened``,
-  ``_take_refresh``, ``_append_request``, ``_adopt_append``: what the sync primitives use).
+  parameters, life check and row decoding of the session's
+  :class:`~agentsession.backends.postgres.storage.PostgresLog`, which the sync storage
+  methods use too (``open_request``/``opened``, ``refresh_request``/``take_refresh``,
+  ``append_request``/``take_append``, ``catch_up_request``, ``decode``).
 * **The turn lock** is a session-level advisory lock on a 64-bit key derived from the schema
   and the session id, held on a connection of a separate lock pool that is not handed back
   until the lock is released; a holder that dies (SIGKILL, lost network) loses its connection
@@ -75,7 +76,7 @@ covers running it at scale. How it keeps the storage contract:
   :class:`PostgresLocker` (:mod:`~agentsession.backends.postgres.locks`).
 
 The package's modules, lowest first: ``target`` (the URL, password scrubbing), ``schema``
-(tables, migrations, statements), ``connections``, ``storage`` (the session), ``locks``, this
+(tables, migrations, statements), ``connections``, ``storage`` (the session's log), ``locks``, this
 module (the store: catalog and meta), and ``aio`` (the async API's native path).
 """
 
@@ -88,20 +89,18 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
 
 if TYPE_CHECKING:
     import concurrent.futures
 
     from ...aio._backend import AsyncBackend
-    from ...session import BaseSession
-    from .aio import PostgresLog
 
 from ...contract import Capabilities, SessionInfo
 from ...errors import StorageError, StoreUnavailable, UsageError
+from ...session import BaseSession
 from ...store import BaseStore
-from .connections import Connections, _AsyncPool, _Conn, log
+from .connections import Connections, _Conn, log
 from .locks import PostgresLocker, turn_lock_key
 from .schema import (
     LATEST_VERSION,
@@ -110,12 +109,13 @@ from .schema import (
     apply_migrations,
     schema_version,
 )
-from .storage import PostgresSession, _fits_text
+from .storage import PostgresLog, PostgresSession, _fits_text, check_text
 from .target import DEFAULT_SCHEMA, _Target
 
 __all__ = [
     "DEFAULT_SCHEMA",
     "PostgresLocker",
+    "PostgresLog",
     "PostgresSession",
     "PostgresStore",
     "migrate",
@@ -222,24 +222,7 @@ class PostgresStore(BaseStore):
             raise
         self._db.open(conn)
 
-    # -- the async API's view of the store (see .aio.PostgresHost) -----------------------
-
-    def _make_async_pool(self) -> _AsyncPool:
-        """The async API's pool (:meth:`Connections.make_async_pool
-        <agentsession.backends.postgres.connections.Connections.make_async_pool>`)."""
-        return self._db.make_async_pool()
-
-    def _failure(self, exc: psycopg.Error, action: str, write: str = "") -> StorageError:
-        """The agentsession error for a driver error raised while ``action`` ran."""
-        return self._db.failure(exc, action, write)
-
-    def _pool_timeout_error(
-        self,
-        pool: psycopg_pool.ConnectionPool[Any] | psycopg_pool.AsyncConnectionPool[Any],
-        action: str,
-    ) -> StoreUnavailable:
-        """Tell a server that cannot be reached from a pool whose connections are all busy."""
-        return self._db.pool_timeout_error(pool, action)
+    # -- the async API ----------------------------------------------------------------------
 
     def _async_backend(self, executor: concurrent.futures.Executor) -> AsyncBackend:
         """The async API's backend for this store: appends, reads, ``latest_seq`` and the
@@ -247,15 +230,7 @@ class PostgresStore(BaseStore):
         in worker threads (see :mod:`agentsession.backends.postgres.aio`)."""
         from .aio import PostgresAsyncBackend
 
-        return PostgresAsyncBackend(self, executor, self)
-
-    def _native_session(self, session: BaseSession) -> PostgresLog | None:
-        """``session`` as the async API's native path sees it, when it is one of this store's
-        PostgreSQL sessions (None otherwise, and for a subclass's, which may store differently:
-        those run in worker threads)."""
-        if type(session) is PostgresSession and session._store is self:
-            return session
-        return None
+        return PostgresAsyncBackend(self, executor, self._db, self._sql)
 
     def _after_fork(self) -> None:
         """In a forked child: never touch the parent's connections or locks again, and use
@@ -362,19 +337,15 @@ class PostgresStore(BaseStore):
         return self._target.url
 
     def _check_text(self, what: str, value: str) -> str:
-        if not _fits_text(value):
-            raise UsageError(
-                f"{what} {value!r} cannot be stored in PostgreSQL: TEXT holds neither NUL nor "
-                "lone surrogates"
-            )
-        return value
+        return check_text(what, value)
 
     # -- BaseStore primitives ---------------------------------------------------------------
 
-    def _open_session(self, session_id: str) -> PostgresSession:
-        return PostgresSession(
-            self, self._check_text("session id", session_id), self._db, self._sql
+    def _open_session(self, session_id: str) -> BaseSession:
+        log = PostgresLog(
+            self._db, self._sql, check_text("session id", session_id), self._reconnect_timeout
         )
+        return BaseSession(self, session_id, log)
 
     def _make_locker(self) -> PostgresLocker:
         return self._locker
