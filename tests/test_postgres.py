@@ -25,6 +25,7 @@ import msgspec
 import pytest
 
 from agentsession import (
+    ConflictError,
     Event,
     LockTimeout,
     Message,
@@ -990,6 +991,34 @@ def test_a_session_object_that_opened_at_the_tail_sees_a_delete_and_recreate(
         assert [decode(e.data)["n"] for e in held.read()] == ["new", "held"]
         first.delete("s")
         assert held.latest_seq == 0 and held.read() == []
+
+
+def test_an_append_never_lands_in_a_life_its_session_object_has_not_read(url: str) -> None:
+    """The log the object read is gone: an append writes nothing there, the object opens the
+    log again and appends to what it finds; a conditional append planned in the old life is
+    refused."""
+    with open_store(url) as first, open_store(url) as second:
+        first.get("s").append_many([Event.new("test/n", {"n": n}) for n in range(3)])
+        held = second.get("s")
+        assert held.latest_seq == 3
+        first.delete("s")
+        # Created by the object's own conditional append at 0: a new life, read from seq 1.
+        assert held.append_many([Event.new("test/n", {"n": "a"})], expect_seq=0) == [1]
+        assert [decode(e.data)["n"] for e in held.read()] == ["a"]
+        assert [decode(e.data)["n"] for e in first.get("s").read()] == ["a"]
+        planned = held.latest_seq
+        first.delete("s")
+        first.get("s").append(Event.new("test/n", {"n": "b"}))  # the same latest seq
+        with pytest.raises(ConflictError):
+            held.append_many([Event.new("test/n", {"n": "planned"})], expect_seq=planned)
+        # Nothing of it was written, and the object reads the new life from here on.
+        assert [decode(e.data)["n"] for e in first.get("s").read()] == ["b"]
+        assert [decode(e.data)["n"] for e in held.read()] == ["b"]
+        assert held.append(Event.new("test/n", {"n": "c"})) == 2
+        first.delete("s")
+        # Gone and not created again: an unconditional append starts a life of its own.
+        assert held.append(Event.new("test/n", {"n": "d"})) == 1
+        assert [decode(e.data)["n"] for e in first.get("s").read()] == ["d"]
 
 
 def test_opening_a_store_connects_once_and_the_lock_pool_waits_for_a_lock(

@@ -204,7 +204,6 @@ def _numbered(events: list[Event], base: int) -> list[Event]:
     return [_replace(event, seq=base + i) for i, event in enumerate(events, start=1)]
 
 
-
 class AppendRequest(NamedTuple):
     """An append the log asks for (:meth:`PostgresLog.append_request`): one statement whose
     one row is ``base, life`` (no row: nothing written)."""
@@ -241,13 +240,13 @@ class PostgresLog:
     another life."""
 
     __slots__ = (
-        "_action",
-        "_db",
+                "_db",
         "_id",
         "_identity",
         "_life",
         "_location",
         "_one_action",
+        "_reading",
         "_reconnect_timeout",
         "_sql",
         "_stale",
@@ -263,7 +262,7 @@ class PostgresLog:
         where = db.target.location
         self._location = f"{where} session {session_id!r}"
         self._identity = ("postgresql", where, session_id)
-        self._action = f"reading session {session_id!r}"
+        self._reading = f"reading session {session_id!r}"
         self._one_action = f"appending 1 event to session {session_id!r}"
         self._life: int | None = None  # sessions.life of the life this log read
         self._stale = False  # open the log again before the next use
@@ -344,7 +343,7 @@ class PostgresLog:
     def refresh_request(self, after: int) -> Request:
         """What catching up from seq ``after`` reads: the events after it, the latest seq
         and the life."""
-        return self._action, self._sql.refresh, (self._id, after)
+        return self._reading, self._sql.refresh, (self._id, after)
 
     def take_refresh(self, rows: list[_Row], after: int) -> list[Event] | Reopen:
         """What :meth:`refresh_request` read, taken in: the events other writers appended;
@@ -365,7 +364,7 @@ class PostgresLog:
     def read_request(self, after: int, limit: int | None) -> Request:
         """A key-range scan of the primary key: ``seq > after``, in order, at most
         ``limit``."""
-        return self._action, self._sql.read, (self._id, after, limit)
+        return self._reading, self._sql.read, (self._id, after, limit)
 
     def decode(self, rows: list[_Row]) -> list[Event]:
         """Events from rows of the :meth:`read_request` and :meth:`catch_up_request`
@@ -413,7 +412,7 @@ class PostgresLog:
     def catch_up_request(self, after: int, upto: int) -> Request:
         """What reading the other writers' events between seq ``after`` and an append stored
         after ``upto`` reads (they were committed before the append and never change)."""
-        return self._action, self._sql.read_range, (self._id, after, upto)
+        return self._reading, self._sql.read_range, (self._id, after, upto)
 
     def catch_up_failed(self, base: int, count: int, exc: StorageError) -> StorageError:
         """Mark this log to open again when next used, and return the error for an append
