@@ -202,8 +202,8 @@ class PostgresNativeLog:
         """``PostgresLog.append``: the general path's statement, after the latest seq the
         session object has seen (or ``expect_seq``) and in the life the log read, when the
         session has seen none of the batch's ids, and the catch-up on other writers' events
-        stored before the batch. The statement settles
-        whatever happens to the caller (see the module docstring)."""
+        stored before the batch. The statement settles whatever happens to the caller (see
+        the module docstring)."""
         pg, view = self.pg, self.view
         if pg.stale:
             return REOPEN
