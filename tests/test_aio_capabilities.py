@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import concurrent.futures
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,13 @@ from agentsession import BaseStore, Event
 from agentsession.aio import AsyncBackend, open_async_store
 from agentsession.aio._backend import Call, backend_for, window_serves
 from agentsession.backends.jsonl import JsonlFileStore, JsonlStore
-from agentsession.backends.memory import MemoryStore
+from agentsession.backends.memory import MemoryCatalog, MemoryStore
 from agentsession.backends.sqlite import SqliteStore
 from agentsession.backends.static import StaticStore
+from agentsession.catalog import StoreParts
 from agentsession.contract import Capabilities
 from agentsession.errors import UsageError
+from agentsession.locks import ThreadLocker
 
 AIO = Path(agentsession.aio.__file__).parent
 
@@ -104,14 +107,27 @@ def test_inline_reads_follow_the_window(tmp_path: Path) -> None:
         assert _placement(store, read) == "inline"  # inline reads at any durability
 
 
+class _NativeMemory(BaseStore):
+    """A memory store declaring native async I/O, made by composition."""
+
+    capabilities = Capabilities(native_async=True)
+
+    def __init__(
+        self, make: Callable[[BaseStore, concurrent.futures.Executor], object]
+    ) -> None:
+        catalog = MemoryCatalog()
+        parts = StoreParts(
+            catalog,
+            catalog.meta,
+            locker=ThreadLocker,
+            async_backend=lambda executor: make(self, executor),
+        )
+        super().__init__(parts)
+
+
 def test_a_native_store_must_return_an_async_backend() -> None:
-    class Broken(MemoryStore):
-        capabilities = Capabilities(native_async=True)
-
-        def _async_backend(self, executor: concurrent.futures.Executor) -> object:
-            return object()
-
-    with Broken() as store, concurrent.futures.ThreadPoolExecutor(1) as executor:
+    broken = _NativeMemory(lambda store, executor: object())
+    with broken as store, concurrent.futures.ThreadPoolExecutor(1) as executor:
         with pytest.raises(TypeError, match="must return an AsyncBackend"):
             backend_for(store, executor, "auto")
         assert type(backend_for(store, executor, "always")) is AsyncBackend
@@ -130,14 +146,8 @@ def test_a_native_store_gets_its_own_backend() -> None:
     class Own(AsyncBackend):
         name = "own"
 
-    class Native(MemoryStore):
-        capabilities = Capabilities(native_async=True)
-
-        def _async_backend(self, executor: concurrent.futures.Executor) -> Own:
-            return Own(self, executor)
-
     async def main() -> None:
-        async with open_async_store(Native()) as store:
+        async with open_async_store(_NativeMemory(Own)) as store:
             assert isinstance(store.backend, Own)
             session = await store.get("s")
             assert await session.append(Event.new("custom/x", {})) == 1

@@ -1,5 +1,6 @@
-"""The SQL stores list and expire in their queries (``_list_page``, ``_expired_ids``): the
-answers equal BaseStore's defaults, which filter, sort and slice ``_list_all`` in Python, also
+"""The SQL stores list and expire in their queries (their catalogs' ``list_page`` and
+``expired_ids``): the answers equal ``agentsession.catalog.page_of`` and ``expired_among``,
+which filter, sort and slice every session (the catalog's ``list_all``) in Python, also
 for times whose stored text does not sort as the instants do (other offsets than UTC, a
 fraction or none, sub-millisecond steps) and for sessions appended at the same instant."""
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentsession import BaseStore, Event, open_store
+from agentsession.catalog import expired_among, page_of
 
 from .test_conformance_postgres import DSN, drop_schemas, new_schema_name, url_with_schema
 
@@ -64,15 +66,18 @@ def test_list_pages_equal_the_default_computed_from_every_session(store: BaseSto
         for limit in (None, 0, 1, 3, 20):
             for offset in (0, 2, 9, 30):
                 pushed = store.list(prefix=prefix, limit=limit, offset=offset)
-                default = BaseStore._list_page(store, prefix, limit, offset)
+                every = store._catalog.list_all()  # type: ignore[attr-defined]
+                default = page_of(every, prefix, limit, offset)
                 assert pushed == default, (prefix, limit, offset)
 
 
 @pytest.mark.parametrize("seconds", [-2, 0, 0.5, 0.5003, 0.500301, 1, 2, 3, 86400 * 401])
 def test_expired_ids_equal_the_default_at_every_cutoff(store: BaseStore, seconds: float) -> None:
     cutoff = BASE + dt.timedelta(seconds=seconds)
-    pushed = store._expired_ids(cutoff)
-    assert sorted(pushed) == sorted(BaseStore._expired_ids(store, cutoff))
+    catalog = store._catalog
+    pushed = catalog.expired_ids(cutoff)
+    every = catalog.list_all()  # type: ignore[attr-defined]
+    assert sorted(pushed) == sorted(expired_among(every, catalog.last_append, cutoff))
     assert sorted(pushed) == sorted(sid for sid, when in SESSIONS if when < cutoff)
 
 

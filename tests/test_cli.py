@@ -28,9 +28,12 @@ from click.testing import CliRunner
 import agentsession as ags
 import agentsession.registry
 from agentsession.backends.jsonl import LOCK_DIR
-from agentsession.backends.memory import MemoryStore
+from agentsession.backends.memory import MemoryCatalog
+from agentsession.catalog import StoreParts
 from agentsession.cli import _output as cli_output
 from agentsession.cli import cli
+from agentsession.locks import ThreadLocker
+from agentsession.session import SessionHost
 from agentsession.testing.conformance import start_lock_holder
 from agentsession.validation import provider_errors
 
@@ -152,27 +155,37 @@ def test_stats_of_one_session_counts_its_turns_messages_and_incomplete_turns(
     assert code == 4 and err == f"Error: no session 'no:such' in {store_dir.resolve()}\n"
 
 
-class ListingOnlyStore(MemoryStore):
-    """A memory store whose list() does not know last seqs, and whose sessions cannot be
-    opened once it is filled: ls and stats must work from list() alone."""
+class ListingOnlyCatalog(MemoryCatalog):
+    """A memory catalog whose listing does not know last seqs, and whose sessions cannot be
+    opened once it is filled."""
+
+    filled = False
+
+    def list_page(
+        self, prefix: str | None, limit: int | None, offset: int
+    ) -> list[ags.SessionInfo]:
+        page = super().list_page(prefix, limit, offset)
+        return [msgspec.structs.replace(i, last_seq=-1) for i in page]
+
+    def open_session(self, store: SessionHost, session_id: str) -> ags.BaseSession:
+        if self.filled:
+            raise AssertionError(f"session {session_id!r} was opened")
+        return super().open_session(store, session_id)
+
+
+class ListingOnlyStore(ags.BaseStore):
+    """A store over a :class:`ListingOnlyCatalog`: ls and stats must work from list()
+    alone."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.filled = False
+        catalog = ListingOnlyCatalog()
+        super().__init__(StoreParts(catalog, catalog.meta, locker=ThreadLocker))
         for sid, turns in [("a", 1), ("b", 2)]:
             session = self.get(sid)
             for _ in range(turns):
                 with session.turn(agent="x") as turn:
                     turn.user("hi")
-        self.filled = True
-
-    def _list_all(self) -> list[ags.SessionInfo]:
-        return [msgspec.structs.replace(i, last_seq=-1) for i in super()._list_all()]
-
-    def _open_session(self, session_id: str) -> ags.BaseSession:
-        if self.filled:
-            raise AssertionError(f"session {session_id!r} was opened")
-        return super()._open_session(session_id)
+        catalog.filled = True
 
 
 @pytest.fixture

@@ -308,7 +308,7 @@ def test_cache_is_keyed_by_resolved_path(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(real)
     store_a, store_b = ags.open_store(real), ags.open_store(tmp_path / "link")
     assert isinstance(store_a, JsonlStore) and isinstance(store_b, JsonlStore)
-    assert store_a._cache_key("x") == store_b._cache_key("x")
+    assert store_a._catalog.cache_key("x") == store_b._catalog.cache_key("x")
     other = ags.open_store(tmp_path / "other")
     assert store_a.get("cli:default") is not other.get("cli:default")
 

@@ -590,18 +590,20 @@ def test_unreachable_server_leaves_no_raw_pool_warning(
     host = parts.hostname or "127.0.0.1"
     user = parts.netloc.rpartition("@")[0]
     bad = urlunsplit(parts._replace(netloc=f"{user}@{host}:1" if user else f"{host}:1"))
-    prepare = PostgresStore._prepare_schema
+    import agentsession.backends.postgres.store as pg_store
+
+    prepare = pg_store._prepare_schema
 
     def prepare_after_the_pool_failed(
-        self: PostgresStore, auto_migrate: bool, create: bool = True
+        db: Any, target: Any, durability: str, auto_migrate: bool, create: bool
     ) -> Any:
         # The store opens its pool only once the schema is checked; open it now and let it
         # fail in the background first, then fail the store's own connection.
-        self._db.pool.open(wait=False)
-        wait_for(lambda: self._db.pool.get_stats().get("connections_errors", 0) >= 1)
-        return prepare(self, auto_migrate, create)
+        db.pool.open(wait=False)
+        wait_for(lambda: db.pool.get_stats().get("connections_errors", 0) >= 1)
+        return prepare(db, target, durability, auto_migrate, create)
 
-    monkeypatch.setattr(PostgresStore, "_prepare_schema", prepare_after_the_pool_failed)
+    monkeypatch.setattr(pg_store, "_prepare_schema", prepare_after_the_pool_failed)
     with caplog.at_level(logging.DEBUG), pytest.raises(StoreUnavailable, match=f"{host}:1"):
         open_store(bad)
     # psycopg_pool's warning became a DEBUG line of the backend's logger ...

@@ -10,17 +10,37 @@ import agentsession
 import agentsession.registry
 import agentsession.store
 from agentsession import BaseStore, UsageError
-from agentsession.backends.memory import MemoryStore
+from agentsession.backends.memory import MemoryCatalog, MemoryStore, MetaInMemory
+from agentsession.catalog import StoreParts
+from agentsession.locks import ThreadLocker
+
+
+class _MetaWithoutCompareAndSet:
+    """A meta storage that provides every primitive but compare-and-set."""
+
+    def get(self, kind: str, key: str) -> str | None:
+        return None
+
+    def set(self, kind: str, key: str, value: str | None) -> None:
+        return None
+
+    def add(self, kind: str, key: str, value: str) -> str:
+        return value
+
+    def list(self, kind: str | None) -> list[tuple[str, str, str]]:
+        return []
 
 
 class _NoCompareAndSetStore(BaseStore):
-    """A backend that provides every meta primitive but compare-and-set."""
+    """A backend whose meta lacks compare-and-set (its catalog and locker are memory's)."""
 
-    def _meta_get(self, kind: str, key: str) -> str | None:
-        return None
-
-    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
-        return None
+    def __init__(self, **options: Any) -> None:
+        parts = StoreParts(
+            MemoryCatalog(),
+            _MetaWithoutCompareAndSet(),  # type: ignore[arg-type]
+            locker=ThreadLocker,
+        )
+        super().__init__(parts, **options)
 
 
 def test_a_registered_backend_without_compare_and_set_fails_when_opened(
@@ -34,16 +54,34 @@ def test_a_registered_backend_without_compare_and_set_fails_when_opened(
 
     monkeypatch.setitem(agentsession.registry._registered, "nocas", factory)
     with pytest.raises(
-        TypeError, match="_NoCompareAndSetStore backend does not implement _meta_cas"
+        TypeError,
+        match="_NoCompareAndSetStore backend's meta \\(_MetaWithoutCompareAndSet\\) does not "
+        "implement cas",
     ):
         agentsession.open_store("nocas://x")
     assert opened == ["nocas://x"]  # the factory ran: the store refused to be constructed
 
 
-def test_the_base_compare_and_set_is_not_a_fallback() -> None:
-    store = MemoryStore()
-    with pytest.raises(NotImplementedError):
-        BaseStore._meta_cas(store, "kind", "key", None, "value")
+def test_the_store_has_no_compare_and_set_of_its_own() -> None:
+    """BaseStore never stands in for a backend's compare-and-set: without one from the meta,
+    not even a meta whose other primitives could emulate it makes a store."""
+    meta = _MetaWithoutCompareAndSet()
+    with pytest.raises(TypeError, match="does not implement cas"):
+        BaseStore(StoreParts(MemoryCatalog(), meta, locker=ThreadLocker))  # type: ignore[arg-type]
+    calls: list[tuple[object, ...]] = []
+
+    class Counting(MetaInMemory):
+        def cas(self, *args: Any) -> bool:
+            calls.append(args)
+            return super().cas(*args)
+
+    catalog = MemoryCatalog()
+    counted = BaseStore(StoreParts(catalog, Counting(), locker=ThreadLocker))
+    try:
+        assert counted._meta_update("kind", "key", lambda old: "new") == "new"
+        assert calls == [("kind", "key", None, "new")]  # the update went through the meta's cas
+    finally:
+        counted.close()
 
 
 def test_a_factory_returning_something_else_than_a_store_is_refused(

@@ -66,7 +66,7 @@ def test_wal_mode_and_synchronous_level_follow_durability(
     seen: list[tuple[Any, ...]] = []
 
     def probe() -> None:
-        conn = store._connection()
+        conn = store._db.connection()
         seen.append(
             (
                 conn.execute("PRAGMA journal_mode").fetchone()[0],
@@ -109,19 +109,19 @@ def test_database_wal_and_directory_are_owner_only(tmp_path: Path) -> None:
 def test_each_thread_has_a_connection_closed_with_the_thread_or_the_store(
     store: SqliteStore,
 ) -> None:
-    main = store._connection()
-    assert store._connection() is main
+    main = store._db.connection()
+    assert store._db.connection() is main
     finished: list[sqlite3.Connection] = []
     alive: list[sqlite3.Connection] = []
     stop = threading.Event()
     ready = threading.Event()
 
     def short() -> None:
-        finished.append(store._connection())
+        finished.append(store._db.connection())
         store.get("t").append(Event.new("test/n"))
 
     def long() -> None:
-        alive.append(store._connection())
+        alive.append(store._db.connection())
         ready.set()
         stop.wait(10)
 
@@ -172,11 +172,11 @@ def test_a_forked_child_uses_its_own_connections_and_leaves_the_parents_open(
 ) -> None:
     session = store.get("fork")
     session.append(Event.new("test/n", {"by": "parent"}))
-    parents = [store._connection()]
+    parents = [store._db.connection()]
     ready, stop = threading.Event(), threading.Event()
 
     def keeper() -> None:  # another thread's connection, open while the parent forks
-        parents.append(store._connection())
+        parents.append(store._db.connection())
         ready.set()
         stop.wait(10)
 
@@ -188,7 +188,7 @@ def test_a_forked_child_uses_its_own_connections_and_leaves_the_parents_open(
         if pid == 0:  # pragma: no cover - runs in the child
             code = 1
             try:
-                if store._connection() in parents:
+                if store._db.connection() in parents:
                     code = 2  # SQLite connections must not cross a fork
                 else:
                     for conn in parents:

@@ -67,7 +67,7 @@ from .events import (
     SubagentStart,
     fork_in,
 )
-from .locks import TurnLock, _HeldRegistry
+from .locks import TurnLock
 from .messages import Message
 
 __all__ = [
@@ -240,7 +240,7 @@ class ChildHost(Protocol):
 
     def lock(self, session_id: str, timeout: float | None = None) -> TurnLock: ...
 
-    def _locks(self) -> _HeldRegistry: ...
+    def holds_lock(self, session_id: str) -> bool: ...
 
     def _meta_get(self, kind: str, key: str) -> str | None: ...
 
@@ -828,7 +828,7 @@ def _ending_in(parent: _Session, fork: SessionFork) -> Event | None:
 def _parent_lock(store: ChildHost, parent_id: str, timeout: float | None) -> Iterator[None]:
     """The parent's turn lock, unless this thread already holds it (a merge run from inside
     the parent's own turn)."""
-    if store._locks().held_here(parent_id):
+    if store.holds_lock(parent_id):
         yield
         return
     with store.lock(parent_id, timeout=timeout):

@@ -333,7 +333,7 @@ class _Copier:
         self._verify_events(sid)
         info = self.infos.get(sid)
         if info is not None and info.updated_at is not None:
-            dst._set_last_activity(sid, info.updated_at)
+            dst._catalog.set_last_activity(sid, info.updated_at)
         if have == 0:
             return "copied"
         return "skipped" if have == total else "completed"

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from . import children
-from .contract import SessionInfo, check_session_id
+from .catalog import Catalog
+from .contract import check_session_id
 from .crypto import (
     SESSION_KIND,
     SHRED_NOTICE,
@@ -45,9 +46,7 @@ class KeyHost(children.ChildHost, Protocol):
 
     def _meta_add(self, kind: str, key: str, value: str) -> str: ...
 
-    def _list_all(self) -> builtins.list[SessionInfo]: ...
-
-    def _clean_crash_leftovers(self) -> None: ...
+    _catalog: Catalog
 
     def _open_session(self, session_id: str) -> BaseSession: ...
 
@@ -94,7 +93,7 @@ class KeyLifecycle:
                 return
             passphrase, key = secret
             store = self._store
-            store._clean_crash_leftovers()
+            store._catalog.clean_crash_leftovers()
             record = store._meta_get(STORE_KIND, "store")
             if passphrase is None and key is None:
                 if record is not None:
@@ -103,7 +102,7 @@ class KeyLifecycle:
                         "(or key=)"
                     )
             else:
-                if record is None and store._list_all():
+                if record is None and store._catalog.list_page(None, 1, 0):
                     raise EncryptionError(
                         f"the store {store.location} holds unencrypted sessions: encryption is "
                         "chosen when a store is created; copy it into a new, encrypted store "

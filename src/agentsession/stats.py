@@ -12,6 +12,7 @@ from typing import Protocol
 import msgspec
 
 from . import events as ev
+from .catalog import Catalog
 from .contract import Session, SessionInfo
 from .errors import SessionNotFound
 from .recovery import scan_all_incomplete
@@ -67,7 +68,7 @@ class _Counted(Protocol):
         self, prefix: str | None = None, limit: int | None = None, offset: int = 0
     ) -> builtins.list[SessionInfo]: ...
 
-    def _storage_bytes(self) -> int | None: ...
+    _catalog: Catalog
 
 
 def store_stats(store: _Counted) -> StoreStats:
@@ -78,7 +79,7 @@ def store_stats(store: _Counted) -> StoreStats:
         size: int | None = sum(sizes)
     else:
         # A backend that keeps no size per session may know its whole size (SQLite's file).
-        size = store._storage_bytes()
+        size = store._catalog.storage_bytes()
         if size is None and not sizes:
             size = 0
     return StoreStats(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from . import _trace, children
+from .catalog import Catalog, MetaStorage, StoreParts, meta_update
 from .codec import utcnow
 from .contract import (
     Capabilities,
@@ -42,7 +43,7 @@ from .errors import (
 )
 from .events import Event
 from .keys import KeyLifecycle
-from .locks import Locker, TurnLock, _HeldRegistry
+from .locks import TurnLock, _HeldRegistry
 from .recovery import recover_store
 from .registry import migrate_store, open_url, path_of, register_backend
 from .session import BaseSession
@@ -81,8 +82,6 @@ _KEPT_BY_SHRED = frozenset({SESSION_KIND, children.CHILDREN_KIND})
 
 _live_stores: weakref.WeakSet[BaseStore] = weakref.WeakSet()
 
-_META_UPDATE_RETRIES = 1000
-
 
 def _after_fork_in_child() -> None:
     for store in list(_live_stores):
@@ -116,6 +115,7 @@ class BaseStore:
 
     def __init__(
         self,
+        parts: StoreParts | Callable[[], StoreParts],
         *,
         durability: Durability = "flush",
         ttl: _dt.timedelta | None = None,
@@ -127,12 +127,6 @@ class BaseStore:
         key: bytes | None = None,
         max_loaded_events: int | None = None,
     ) -> None:
-        if type(self)._meta_cas is BaseStore._meta_cas:
-            raise TypeError(
-                f"the {type(self).__name__} backend does not implement _meta_cas: every "
-                "backend provides its own compare-and-set, atomic across store objects and "
-                "processes (see agentsession.store.BaseStore._meta_cas)"
-            )
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         if ttl is not None and ttl <= _dt.timedelta(0):
@@ -181,9 +175,6 @@ class BaseStore:
         back. ``read()`` still returns every stored event."""
         self.durability: Durability = durability
         """What an acknowledged append survives (see :data:`Durability`)."""
-        self._reconnect_timeout = 0.0
-        """Seconds an append rides out a lost connection or an unreachable server (the
-        PostgreSQL store's ``reconnect_timeout``; 0 elsewhere: file stores have none)."""
         self.ttl = ttl
         """Sessions whose last append is older than this are expired (None: never)."""
         self.clock = clock
@@ -195,150 +186,75 @@ class BaseStore:
         self._closed = False
         self._held_locks: _HeldRegistry | None = None
         self._hooks: builtins.list[children.LifecycleHook] = []
+        # The backend's parts, built once the settings above are checked and set (a backend
+        # reads durability and the clock while it builds them).
+        built = parts() if callable(parts) else parts
+        if not callable(getattr(built.meta, "cas", None)):
+            raise TypeError(
+                f"the {type(self).__name__} backend's meta ({type(built.meta).__name__}) does "
+                "not implement cas: every backend provides its own compare-and-set, atomic "
+                "across store objects and processes (see agentsession.catalog.MetaStorage.cas)"
+            )
+        if (built.locker is None) == (built.lock_through is None):
+            raise TypeError(
+                f"the {type(self).__name__} backend must give a locker or a store to lock "
+                "through (one of the two)"
+            )
+        self._catalog: Catalog = built.catalog
+        """The sessions as a whole (see :class:`agentsession.catalog.Catalog`)."""
+        self._meta: MetaStorage = built.meta
+        """Small persisted values (see :class:`agentsession.catalog.MetaStorage`)."""
+        self._make_locker = built.locker
+        self._lock_through = built.lock_through
+        self._async_factory = built.async_backend
+        self._reconnect_timeout = float(built.reconnect_timeout)
         _live_stores.add(self)
 
-    # -- backend primitives ---------------------------------------------------------------
-
-    def _cache_key(self, session_id: str) -> str:
-        """What identifies the session's storage (a resolved path for files)."""
-        return session_id
+    # -- the composed parts --------------------------------------------------------------
 
     def _open_session(self, session_id: str) -> BaseSession:
-        raise NotImplementedError
-
-    def _exists(self, session_id: str) -> bool:
-        raise NotImplementedError
-
-    def _list_all(self) -> list[SessionInfo]:
-        raise NotImplementedError
-
-    def _list_page(
-        self, prefix: str | None, limit: int | None, offset: int
-    ) -> builtins.list[SessionInfo]:
-        """The sessions whose id starts with ``prefix`` (None: all), most recently appended
-        first (``updated_at``, then the id, both descending), after skipping ``offset``, at
-        most ``limit`` (None: no limit); the arguments are checked. This default filters, sorts
-        and slices :meth:`_list_all`; a database does it in its query."""
-        infos = [i for i in self._list_all() if prefix is None or i.id.startswith(prefix)]
-        oldest = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
-        infos.sort(key=lambda i: (i.updated_at or oldest, i.id), reverse=True)
-        end = None if limit is None else offset + limit
-        return infos[offset:end]
-
-    def _expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
-        """Ids of the sessions whose last append (:meth:`_last_append`) is before ``cutoff``.
-        This default asks for each session of :meth:`_list_all`; a database does it in one
-        query."""
-        out: builtins.list[str] = []
-        for info in self._list_all():
-            last = self._last_append(info.id)
-            if last is not None and last < cutoff:
-                out.append(info.id)
-        return out
-
-    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
-        """Delete the session's events and everything stored beside them, and its meta entries
-        of ``meta_kinds`` (keyed by the session id), atomically where the backend can."""
-        raise NotImplementedError
-
-    def _last_append(self, session_id: str) -> _dt.datetime | None:
-        """Time of the session's last event, or None when it has none."""
-        raise NotImplementedError
-
-    def _async_backend(self, executor: concurrent.futures.Executor) -> object:
-        """Backend hook behind :meth:`async_backend`, for a store declaring ``native_async``:
-        an ``agentsession.aio.AsyncBackend`` subclass."""
-        raise NotImplementedError
-
-    def _close(self) -> None:
-        """Release backend resources."""
-
-    def _set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
-        """Make ``when`` the session's last activity where the backend keeps it apart from its
-        last event's time (JSONL: the file's modification time); a copy keeps the source's.
-        Elsewhere the last event's time is the last activity, and there is nothing to do."""
-
-    def _storage_bytes(self) -> int | None:
-        """The whole store's size in bytes where the backend keeps no size per session but
-        knows its total (SQLite: the database file and its write-ahead log); None otherwise.
-        ``stats()`` reports it when the listing's sizes do not add up to the store's."""
-        return None
-
-    def _clean_crash_leftovers(self) -> None:
-        """Remove what processes killed while writing left behind (temporary files holding
-        wrapped keys, say); run once, when the store is first used. The default has nothing to
-        clean (a database's transactions leave nothing)."""
-
-    def _make_locker(self) -> Locker:
-        """The backend's turn-lock implementation."""
-        raise NotImplementedError
+        """A new session object for ``session_id``, outside the cache (the catalog's)."""
+        return self._catalog.open_session(self, session_id)
 
     def _meta_get(self, kind: str, key: str) -> str | None:
-        """A small persisted value (active mapping, agent binding, CLI pointer), or None."""
-        raise NotImplementedError
+        """The composed meta's :meth:`~agentsession.catalog.MetaStorage.get` (unchecked
+        names: the library's own namespaces)."""
+        return self._meta.get(kind, key)
 
     def _meta_set(self, kind: str, key: str, value: str | None) -> None:
-        """Store a small value atomically (None removes it)."""
-        raise NotImplementedError
+        """The composed meta's :meth:`~agentsession.catalog.MetaStorage.set`."""
+        self._meta.set(kind, key, value)
 
     def _meta_add(self, kind: str, key: str, value: str) -> str:
-        """Store a small value only when the key has none; returns the value stored now.
-
-        Backends make it atomic (the first of two racing writers wins); this default is not,
-        and a backend keeping secrets (an encrypted store's session keys) must override it."""
-        current = self._meta_get(kind, key)
-        if current is None:
-            self._meta_set(kind, key, value)
-            return value
-        return current
+        """The composed meta's :meth:`~agentsession.catalog.MetaStorage.add`."""
+        return self._meta.add(kind, key, value)
 
     def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
-        """Compare and set: store ``new`` (None removes the entry) only when the stored value
-        is ``expected`` (None: no entry); True when it was (or when it already held ``new``
-        and ``expected == new``), False when the stored value was another.
-
-        Required of every backend, which makes it atomic across threads, store objects and
-        processes (the building block of the session record and the children index): a
-        store class that does not override it cannot be constructed."""
-        raise NotImplementedError
+        """The composed meta's compare-and-set
+        (:meth:`~agentsession.catalog.MetaStorage.cas`), atomic across threads, store objects
+        and processes."""
+        return self._meta.cas(kind, key, expected, new)
 
     def _meta_list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
-        """Every stored meta entry as ``(kind, key, value)``, of one ``kind`` or (None) of
-        every kind, sorted by kind and key: what a whole-store copy enumerates, so that it
-        takes kinds it does not know by name too. The key records of an encrypted store are
-        among them."""
-        raise UsageError(
-            f"the {type(self).__name__} backend cannot list its meta entries (_meta_list)"
-        )
+        """The composed meta's :meth:`~agentsession.catalog.MetaStorage.list`."""
+        return self._meta.list(kind)
 
     def _meta_update(
         self, kind: str, key: str, change: Callable[[str | None], str | None]
     ) -> str | None:
-        """Read, change and write one entry atomically (a compare-and-set loop): ``change``
-        gets the stored value (None: no entry) and returns the new one (None removes it); it
-        may run more than once when other writers change the entry meanwhile. Returns the
-        value stored."""
-        for _ in range(_META_UPDATE_RETRIES):
-            current = self._meta_get(kind, key)
-            wanted = change(current)
-            if wanted == current:
-                return current
-            if self._meta_cas(kind, key, current, wanted):
-                return wanted
-        raise ConflictError(
-            f"the {kind} entry {key!r} kept changing while it was updated "
-            f"({_META_UPDATE_RETRIES} tries)"
-        )
+        """Read, change and write one entry atomically: :func:`agentsession.catalog.meta_update`
+        over the composed meta."""
+        return meta_update(self._meta, kind, key, change)
 
     @property
     def location(self) -> str:
         """Where the store keeps its data, for people."""
-        raise NotImplementedError
+        return self._catalog.location
 
     @property
     def url(self) -> str:
         """What ``open_store`` takes to open this store again (in another process, say)."""
-        raise NotImplementedError
+        return self._catalog.url
 
     def async_backend(self, executor: concurrent.futures.Executor) -> object:
         """The backend's native async I/O, for :mod:`agentsession.aio`: an
@@ -346,9 +262,9 @@ class BaseStore:
         the rest on ``executor`` (PostgreSQL: psycopg's async pool). Only for a store whose
         :attr:`capabilities` declare ``native_async`` (:class:`UsageError` otherwise); the
         async API calls it once per async store."""
-        if not self.capabilities.native_async:
+        if not self.capabilities.native_async or self._async_factory is None:
             raise UsageError(f"{type(self).__name__} has no native async I/O")
-        return self._async_backend(executor)
+        return self._async_factory(executor)
 
     # -- the Store API --------------------------------------------------------------------
 
@@ -371,7 +287,7 @@ class BaseStore:
     def _drop_cached(self, session_id: str) -> None:
         """Close the cached session object of ``session_id``, if there is one."""
         with self._cache_lock:
-            entry = self._cache.pop(self._cache_key(session_id), None)
+            entry = self._cache.pop(self._catalog.cache_key(session_id), None)
         if entry is not None:
             entry.session.close()
 
@@ -453,8 +369,8 @@ class BaseStore:
         is older than it.
         """
         self._check_open()
-        sid = check_session_id(session_id)
-        key = self._cache_key(sid)
+        sid = self._catalog.resolve(session_id, "open")
+        key = self._catalog.cache_key(sid)
         now = self.clock()
         with self._cache_lock:
             self._evict(now)  # idle entries go before this lookup can refresh them
@@ -485,8 +401,8 @@ class BaseStore:
         :class:`~agentsession.errors.SessionNotFound` when it has no events (use :meth:`get`
         to start a session by appending to it)."""
         self._check_open()
-        sid = check_session_id(session_id)
-        if not self._exists(sid):
+        sid = self._catalog.resolve(session_id, "open")
+        if not self._catalog.exists(sid):
             raise SessionNotFound(sid, f"no session {sid!r} in {self.location}")
         return self.get(sid)
 
@@ -507,7 +423,7 @@ class BaseStore:
         process created it first). The keyword arguments, when given, are written to the
         session's record (see :meth:`BaseSession.update`) right after its events."""
         self._check_open()
-        sid = check_session_id(session_id)
+        sid = self._catalog.resolve(session_id, "create")
         if isinstance(events, Event):
             events = [events]
         if not events:
@@ -564,7 +480,7 @@ class BaseStore:
     def exists(self, session_id: str) -> bool:
         """Whether the session has at least one event."""
         self._check_open()
-        return self._exists(check_session_id(session_id))
+        return self._catalog.exists(check_session_id(session_id))
 
     def list(
         self, prefix: str | None = None, limit: int | None = None, offset: int = 0
@@ -575,7 +491,7 @@ class BaseStore:
             raise UsageError("list(limit=...) must be >= 0 or None")
         if offset < 0:
             raise UsageError("list(offset=...) must be >= 0")
-        return self._list_page(prefix, limit, offset)
+        return self._catalog.list_page(prefix, limit, offset)
 
     def delete(self, session_id: str, *, recursive: bool = False) -> bool:
         """Delete the session's events and everything stored beside them (its record, its
@@ -594,10 +510,10 @@ class BaseStore:
             # Shredded children too: a shredded parent's index keeps its children's ids.
             for child in children.children_of(self, sid):
                 self.delete(child.id, recursive=True)
-        if self._exists(sid):
+        if self._catalog.exists(sid):
             self._forget_child(sid)
         self._drop_cached(sid)
-        deleted = self._delete(sid, SESSION_META_KINDS)
+        deleted = self._catalog.delete(sid, SESSION_META_KINDS)
         self._keys.forget(sid)
         return deleted
 
@@ -620,7 +536,7 @@ class BaseStore:
         self._check_open()
         if self.ttl is None:
             return []
-        return self._expired_ids(self.clock() - self.ttl)
+        return self._catalog.expired_ids(self.clock() - self.ttl)
 
     def purge_expired(self) -> builtins.list[str]:
         """Delete every expired session; returns their ids."""
@@ -634,6 +550,7 @@ class BaseStore:
     def _locks(self) -> _HeldRegistry:
         with self._cache_lock:
             if self._held_locks is None:
+                assert self._make_locker is not None  # a store that locks through another
                 self._held_locks = _HeldRegistry(self._make_locker())
             return self._held_locks
 
@@ -644,7 +561,9 @@ class BaseStore:
         reentrant: a second ``lock`` of the same session from the thread that holds it raises
         :class:`~agentsession.errors.UsageError`. Use as a context manager."""
         self._check_open()
-        sid = check_session_id(session_id)
+        sid = self._catalog.resolve(session_id, "lock")
+        if self._lock_through is not None:
+            return self._lock_through.lock(sid, timeout)
         if timeout is not None and timeout < 0:
             raise UsageError(f"lock timeout must be >= 0 or None, not {timeout}")
         return self._locks().acquire(sid, timeout)
@@ -652,12 +571,18 @@ class BaseStore:
     def is_locked(self, session_id: str) -> bool:
         """Whether some thread or process holds the session's turn lock now."""
         self._check_open()
-        return self._locks().locker.is_locked(check_session_id(session_id))
+        sid = self._catalog.resolve(session_id, "lock")
+        if self._lock_through is not None:
+            return self._lock_through.is_locked(sid)
+        return self._locks().locker.is_locked(sid)
 
     def holds_lock(self, session_id: str) -> bool:
         """Whether the caller (this thread, or this asyncio task) holds the session's turn
         lock, taken through this store: no I/O."""
-        return self._locks().held_here(check_session_id(session_id))
+        sid = self._catalog.resolve(session_id, "lock")
+        if self._lock_through is not None:
+            return self._lock_through.holds_lock(sid)
+        return self._locks().held_here(sid)
 
     def recover(
         self,
@@ -726,7 +651,7 @@ class BaseStore:
                 if self._held_locks is not None:
                     self._held_locks.release_all()
             finally:
-                self._close()
+                self._catalog.close()
 
     def _after_fork(self) -> None:
         """In a forked child: no lock another parent thread held is held here, and the
@@ -734,6 +659,7 @@ class BaseStore:
         self._cache_lock = threading.Lock()
         if self._held_locks is not None:
             self._held_locks.forget_after_fork()
+        self._catalog.after_fork()
 
     def __enter__(self) -> BaseStore:
         return self

@@ -1,14 +1,18 @@
 """The memory backend: the reference implementation of the storage contract.
 
 Every session of a store lives in a list inside that store; nothing survives the process.
-:class:`MemoryLog` is the whole of a session's storage (the
-:class:`~agentsession.storage.LogStorage` contract, by composition: the session is the
-library's :class:`~agentsession.BaseSession`, given the log); :class:`MemoryStore` keeps the
-lists, the meta values and the catalog.
+Everything is composed, nothing subclassed to change behaviour: :class:`MemoryLog` is the whole
+of a session's storage (the :class:`~agentsession.storage.LogStorage` contract: the session is
+the library's :class:`~agentsession.BaseSession`, given the log); :class:`MemoryCatalog` (a
+:class:`~agentsession.catalog.Catalog`) keeps the lists, :class:`MetaInMemory` (a
+:class:`~agentsession.catalog.MetaStorage`) the meta values; :class:`MemoryStore` only hands
+them, with a :class:`~agentsession.locks.ThreadLocker`, to
+:class:`~agentsession.store.BaseStore`.
 """
 
 from __future__ import annotations
 
+import builtins
 import datetime as _dt
 import threading
 from collections.abc import Sequence
@@ -16,14 +20,15 @@ from typing import Any
 
 import msgspec
 
-from ..contract import Capabilities, SessionInfo
+from ..catalog import StoreParts, expired_among, page_of
+from ..contract import Capabilities, SessionInfo, check_session_id
 from ..events import Event
 from ..locks import ThreadLocker
-from ..session import BaseSession
+from ..session import BaseSession, SessionHost
 from ..storage import REOPEN, LogView, Reopen
 from ..store import BaseStore
 
-__all__ = ["MemoryLog", "MemoryStore", "MetaInMemory", "open_memory"]
+__all__ = ["MemoryCatalog", "MemoryLog", "MemoryStore", "MetaInMemory", "open_memory"]
 
 
 class MemoryLog:
@@ -133,68 +138,74 @@ class MemoryLog:
 
 
 class MetaInMemory:
-    """The store's meta primitives over a dict in this process's memory (the memory store's,
-    and a static store's), atomic under ``_meta_lock``. Mixed in before :class:`BaseStore`."""
+    """Meta entries in a dict in this process's memory (the memory store's and a static
+    store's :class:`~agentsession.catalog.MetaStorage`), atomic under ``lock``."""
 
-    _meta: dict[tuple[str, str], str]
-    _meta_lock: threading.RLock | threading.Lock
+    def __init__(self, lock: threading.RLock | threading.Lock | None = None) -> None:
+        self.entries: dict[tuple[str, str], str] = {}
+        """The values by ``(kind, key)``."""
+        self.lock = lock if lock is not None else threading.Lock()
+        """Held by every method (a memory store shares it with its logs)."""
 
-    def _meta_get(self, kind: str, key: str) -> str | None:
-        with self._meta_lock:
-            return self._meta.get((kind, key))
+    def get(self, kind: str, key: str) -> str | None:
+        with self.lock:
+            return self.entries.get((kind, key))
 
-    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
-        with self._meta_lock:
+    def set(self, kind: str, key: str, value: str | None) -> None:
+        with self.lock:
             if value is None:
-                self._meta.pop((kind, key), None)
+                self.entries.pop((kind, key), None)
             else:
-                self._meta[(kind, key)] = value
+                self.entries[(kind, key)] = value
 
-    def _meta_add(self, kind: str, key: str, value: str) -> str:
-        with self._meta_lock:
-            return self._meta.setdefault((kind, key), value)
+    def add(self, kind: str, key: str, value: str) -> str:
+        with self.lock:
+            return self.entries.setdefault((kind, key), value)
 
-    def _meta_list(self, kind: str | None = None) -> list[tuple[str, str, str]]:
-        with self._meta_lock:
-            items = [(k, key, v) for (k, key), v in self._meta.items() if kind in (None, k)]
-        return sorted(items)
-
-    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
-        with self._meta_lock:
-            if self._meta.get((kind, key)) != expected:
+    def cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        with self.lock:
+            if self.entries.get((kind, key)) != expected:
                 return False
             if new is None:
-                self._meta.pop((kind, key), None)
+                self.entries.pop((kind, key), None)
             else:
-                self._meta[(kind, key)] = new
+                self.entries[(kind, key)] = new
             return True
 
+    def list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
+        with self.lock:
+            items = [(k, key, v) for (k, key), v in self.entries.items() if kind in (None, k)]
+        return sorted(items)
 
-class MemoryStore(MetaInMemory, BaseStore):
-    """Sessions kept in this process's memory. Opened by ``open_store("memory:")``."""
 
-    capabilities = Capabilities(in_memory=True)
+class MemoryCatalog:
+    """The sessions of a :class:`MemoryStore`: a dict of lists, under one lock shared with
+    its meta (deleting a session drops its log and its entries together)."""
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    location = url = "memory:"  # memory is not shared: the URL opens a new, empty store
+
+    def __init__(self) -> None:
         self._logs: dict[str, list[Event]] = {}
-        self._meta = {}
-        self._data_lock = threading.RLock()
-        self._meta_lock = self._data_lock  # one lock: delete drops logs and meta together
+        self._lock = threading.RLock()
+        self.meta = MetaInMemory(self._lock)
+        """The store's meta, under the same lock."""
 
-    def _make_locker(self) -> ThreadLocker:
-        return ThreadLocker()
+    def resolve(self, session_id: str, purpose: str) -> str:
+        return check_session_id(session_id)
 
-    def _open_session(self, session_id: str) -> BaseSession:
-        log = MemoryLog(self._logs, self._data_lock, session_id, str(id(self)))
-        return BaseSession(self, session_id, log)
+    def cache_key(self, session_id: str) -> str:
+        return session_id
 
-    def _exists(self, session_id: str) -> bool:
-        with self._data_lock:
+    def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
+        log = MemoryLog(self._logs, self._lock, session_id, str(id(self)))
+        return BaseSession(store, session_id, log)
+
+    def exists(self, session_id: str) -> bool:
+        with self._lock:
             return bool(self._logs.get(session_id))
 
-    def _list_all(self) -> list[SessionInfo]:
-        with self._data_lock:
+    def _infos(self) -> list[SessionInfo]:
+        with self._lock:
             return [
                 SessionInfo(
                     id=sid, updated_at=log[-1].time, created_at=log[0].time, last_seq=log[-1].seq
@@ -203,26 +214,47 @@ class MemoryStore(MetaInMemory, BaseStore):
                 if log
             ]
 
-    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
-        with self._data_lock:
-            for kind in meta_kinds:
-                self._meta.pop((kind, session_id), None)
-            return bool(self._logs.pop(session_id, None))
+    def list_page(self, prefix: str | None, limit: int | None, offset: int) -> list[SessionInfo]:
+        return page_of(self._infos(), prefix, limit, offset)
 
-    def _last_append(self, session_id: str) -> _dt.datetime | None:
-        with self._data_lock:
+    def expired_ids(self, cutoff: _dt.datetime) -> list[str]:
+        return expired_among(self._infos(), self.last_append, cutoff)
+
+    def last_append(self, session_id: str) -> _dt.datetime | None:
+        with self._lock:
             log = self._logs.get(session_id)
             return log[-1].time if log else None
 
-    @property
-    def location(self) -> str:
-        """Always ``memory:``."""
-        return "memory:"
+    def delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+        with self._lock:
+            for kind in meta_kinds:
+                self.meta.set(kind, session_id, None)
+            return bool(self._logs.pop(session_id, None))
 
-    @property
-    def url(self) -> str:
-        """``memory:`` (which opens a new, empty store: memory is not shared)."""
-        return "memory:"
+    def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
+        """The last event's time is the last activity."""
+
+    def storage_bytes(self) -> int | None:
+        return None
+
+    def clean_crash_leftovers(self) -> None:
+        """A crash leaves nothing in memory."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def after_fork(self) -> None:
+        """Nothing is shared with another process."""
+
+
+class MemoryStore(BaseStore):
+    """Sessions kept in this process's memory. Opened by ``open_store("memory:")``."""
+
+    capabilities = Capabilities(in_memory=True)
+
+    def __init__(self, **options: Any) -> None:
+        catalog = MemoryCatalog()
+        super().__init__(StoreParts(catalog, catalog.meta, locker=ThreadLocker), **options)
 
 
 def open_memory(url: str, **options: Any) -> MemoryStore:

@@ -67,8 +67,9 @@ from urllib.parse import quote, unquote
 
 import msgspec
 
+from ..catalog import StoreParts
 from ..codec import decode, encode
-from ..contract import Capabilities, SessionInfo
+from ..contract import Capabilities, SessionInfo, check_session_id
 from ..errors import (
     ConflictError,
     CorruptLogError,
@@ -79,13 +80,15 @@ from ..errors import (
 )
 from ..events import Event
 from ..locks import FileLocker
-from ..session import BaseSession
+from ..session import BaseSession, SessionHost
 from ..storage import REOPEN, LogView, Reopen
 from ..store import BaseStore
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SqliteCatalog",
     "SqliteLog",
+    "SqliteMeta",
     "SqliteStore",
     "migrate",
     "open_sqlite",
@@ -852,192 +855,39 @@ def _rows(key: int, first: int, fields: list[tuple[Any, ...]]) -> list[tuple[Any
 # -- the store ---------------------------------------------------------------------------------
 
 
-class SqliteStore(BaseStore):
-    """Sessions in one SQLite database file. Opened by ``open_store("sqlite:///relative.db")``
-    or ``open_store("sqlite:////absolute/path.db")`` (see :func:`sqlite_path`).
+class SqliteCatalog:
+    """The sessions of one database file (a :class:`~agentsession.catalog.Catalog`): the
+    ``sessions`` table and the view ``session_summary``, through the file's connections."""
 
-    ``busy_timeout`` is how many seconds a writer waits for another process's write lock
-    before failing with :class:`~agentsession.errors.StorageError`. ``read_only=True`` opens
-    an existing database to read and changes nothing in it (no journal mode switch, no
-    migration): the current schema is read as usual, version 1 as it is (its events have no
-    ids), any other raises :class:`~agentsession.errors.StoreUnavailable`; writes are not meant
-    for such a store (on version 1 they fail). The other options are
-    :class:`~agentsession.session.BaseStore`'s.
-    """
-
-    capabilities = Capabilities()
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        busy_timeout: float = 30.0,
-        create: bool = True,
-        read_only: bool = False,
-        **options: Any,
-    ) -> None:
-        super().__init__(**options)
-        if busy_timeout < 0:
-            raise UsageError(f"busy_timeout must be >= 0 seconds, not {busy_timeout}")
-        self.busy_timeout = busy_timeout
-        """Seconds a writer waits for another connection's write lock."""
-        self._path = os.path.realpath(os.path.abspath(os.fspath(path)))
-        synchronous = "FULL" if self.durability == "fsync" else "NORMAL"
-        self._db = _Database(self._path, busy_timeout, synchronous)
-        self._read_only = read_only
-        if create and not read_only:
-            self._create_file()
-        else:
-            try:
-                size = os.stat(self._path).st_size
-            except FileNotFoundError:
-                raise StoreUnavailable(f"no store at {self._path} (no such file)") from None
-            except OSError as exc:
-                raise StoreUnavailable(f"cannot open the database {self._path}: {exc}") from exc
-            if size == 0:
-                raise StoreUnavailable(f"no store at {self._path} (the file is empty)")
-            self._db.uri = _read_only_uri(self._path)
-        try:
-            self._prepare_schema(self._connection())
-        except BaseException:
-            self._db.close()
-            raise
-
-    # -- files and connections ---------------------------------------------------------------
-
-    @property
-    def path(self) -> str:
-        """The database file (resolved)."""
-        return self._path
+    def __init__(self, db: _Database, clock: Callable[[], _dt.datetime]) -> None:
+        self._db = db
+        self._path = db.path
+        self._clock = clock
 
     @property
     def location(self) -> str:
         """The database file."""
         return self._path
 
-    def _storage_bytes(self) -> int | None:
-        """The database file's size with its write-ahead log's (no size is kept per
-        session)."""
-        return sum(
-            os.path.getsize(path) for path in (self._path, self._path + "-wal")
-            if os.path.exists(path)
-        )
-
     @property
     def url(self) -> str:
         """``sqlite:///`` and the database's absolute path (so four slashes on POSIX)."""
         return "sqlite:///" + quote(self._path)
 
-    def _create_file(self) -> None:
-        directory = os.path.dirname(self._path)
-        try:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-            os.close(fd)
-        except OSError as exc:
-            raise StoreUnavailable(f"cannot create the database {self._path}: {exc}") from exc
+    def resolve(self, session_id: str, purpose: str) -> str:
+        return check_session_id(session_id)
 
-    def _connection(self) -> sqlite3.Connection:
-        """This thread's connection, opened on first use."""
-        return self._db.connection()
-
-    def _close(self) -> None:
-        self._db.close()
-
-    applied_migrations: tuple[int, ...] = ()
-    """Schema versions this store object applied when it opened the file (usually none)."""
-
-    def _prepare_schema(self, conn: sqlite3.Connection) -> None:
-        """Switch to WAL and create or migrate the schema; refuse files that are not ours.
-        Opened for reading (``read_only``, or a file this process may not write), nothing is
-        switched or migrated: see :meth:`_check_schema_for_reading`."""
-        try:
-            target = len(_MIGRATIONS)
-            if self._db.uri is not None or self._read_only:
-                self._check_schema_for_reading(conn)
-                return
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise StoreUnavailable(f"{self._path} cannot use WAL mode (journal mode {mode})")
-            if self._schema_state(conn) == (target, APPLICATION_ID):
-                return
-            with self._db.write_lock:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    version, app = self._schema_state(conn)
-                    if (version, app) == (0, 0):
-                        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                            raise StoreUnavailable(
-                                f"{self._path} is a SQLite database of another application "
-                                "(it has tables but no agentsession schema)"
-                            )
-                    elif app != APPLICATION_ID:
-                        raise StoreUnavailable(
-                            f"{self._path} is not an agentsession database "
-                            f"(application_id {app:#x})"
-                        )
-                    if version > target:
-                        raise StoreUnavailable(
-                            f"{self._path} has schema version {version}, newer than this "
-                            f"agentsession supports ({target}): upgrade agentsession"
-                        )
-                    for migrate in _MIGRATIONS[version:]:
-                        migrate(conn)
-                    self.applied_migrations = tuple(range(version + 1, target + 1))
-                    conn.execute(f"PRAGMA user_version={target}")
-                    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
-                    conn.execute("COMMIT")
-                except BaseException:
-                    _rollback(conn)
-                    raise
-        except sqlite3.Error as exc:
-            raise _storage_error(exc, "opening", self._path) from exc
-
-    def _check_schema_for_reading(self, conn: sqlite3.Connection) -> None:
-        """Check the schema without changing the file: the current version is read as usual,
-        version 1 as it is (its events have no ids: no ``events.eid``, read as NULL); any
-        other raises :class:`StoreUnavailable`."""
-        target = len(_MIGRATIONS)
-        version, app = self._schema_state(conn)
-        if (version, app) == (0, 0) and not conn.execute(
-            "SELECT count(*) FROM sqlite_master"
-        ).fetchone()[0]:
-            raise StoreUnavailable(f"no store at {self._path} (the database has no tables)")
-        if app != APPLICATION_ID:
-            raise StoreUnavailable(f"{self._path} is not an agentsession database")
-        if version > target:
-            raise StoreUnavailable(
-                f"{self._path} has schema version {version}, newer than this agentsession "
-                f"supports ({target}): upgrade agentsession"
-            )
-        if version == 1:
-            self._db.rows, self._db.rows_if_current = _ROWS_V1, _ROWS_IF_CURRENT_V1
-        elif version != target:
-            raise StoreUnavailable(
-                f"{self._path}: schema version {version} is older than {target}; run "
-                "`agentsession migrate`"
-                + (" with write access" if self._db.uri is not None else "")
-            )
-
-    @staticmethod
-    def _schema_state(conn: sqlite3.Connection) -> tuple[int, int]:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        app = conn.execute("PRAGMA application_id").fetchone()[0]
-        return int(version), int(app)
+    def cache_key(self, session_id: str) -> str:
+        return session_id
 
     def _error(self, action: str, exc: sqlite3.Error, session_id: str = "") -> SessionError:
         return _storage_error(exc, action, self._path, session_id)
 
-    # -- the backend primitives --------------------------------------------------------------
+    def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
+        return BaseSession(store, session_id, SqliteLog(self._db, session_id, self._clock))
 
-    def _open_session(self, session_id: str) -> BaseSession:
-        return BaseSession(self, session_id, SqliteLog(self._db, session_id, self.clock))
-
-    def _make_locker(self) -> FileLocker:
-        return FileLocker(self._path + LOCK_DIR_SUFFIX)
-
-    def _exists(self, session_id: str) -> bool:
-        conn = self._connection()
+    def exists(self, session_id: str) -> bool:
+        conn = self._db.connection()
         try:
             row = conn.execute(
                 "SELECT 1 FROM sessions WHERE id = CAST(? AS TEXT)", (_text(session_id),)
@@ -1045,9 +895,6 @@ class SqliteStore(BaseStore):
         except sqlite3.Error as exc:
             raise self._error("reading", exc, session_id) from exc
         return row is not None
-
-    def _list_all(self) -> list[SessionInfo]:
-        return self._session_infos(_LIST_ALL, ())
 
     def _unreadable_time(self, exc: sqlite3.OperationalError) -> SessionError:
         """The error for a listing query that failed: ``agentsession_time_key`` raising (an
@@ -1061,7 +908,7 @@ class SqliteStore(BaseStore):
 
     def _session_infos(self, query: str, params: Sequence[Any]) -> list[SessionInfo]:
         """Sessions from ``query``'s rows: ``id, updated_at, last_seq, created_at``."""
-        conn = self._connection()
+        conn = self._db.connection()
         try:
             rows = _fetchall(conn, query, params)
             return [
@@ -1083,8 +930,13 @@ class SqliteStore(BaseStore):
                 path=self._path,
             ) from exc
 
-    def _last_append(self, session_id: str) -> _dt.datetime | None:
-        conn = self._connection()
+    def list_all(self) -> list[SessionInfo]:
+        """Every session, unordered (:func:`~agentsession.catalog.page_of` of it is what
+        :meth:`list_page` answers in its query)."""
+        return self._session_infos(_LIST_ALL, ())
+
+    def last_append(self, session_id: str) -> _dt.datetime | None:
+        conn = self._db.connection()
         try:
             row = conn.execute(
                 "SELECT updated_at FROM session_summary WHERE id = CAST(? AS TEXT)",
@@ -1094,7 +946,7 @@ class SqliteStore(BaseStore):
             raise self._error("reading", exc, session_id) from exc
         return None if row is None else _as_utc(_parse_time(row[0]))
 
-    def _list_page(
+    def list_page(
         self, prefix: str | None, limit: int | None, offset: int
     ) -> builtins.list[SessionInfo]:
         """One query: filtered by the id's bytes, ordered by the last event's instant and the
@@ -1102,9 +954,9 @@ class SqliteStore(BaseStore):
         params = (None if prefix is None else _text(prefix), -1 if limit is None else limit, offset)
         return self._session_infos(_LIST_PAGE, params)
 
-    def _expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
+    def expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
         """One query: the sessions whose last event is before ``cutoff``."""
-        conn = self._connection()
+        conn = self._db.connection()
         try:
             rows = _fetchall(conn, _EXPIRED, (_utc_iso(cutoff),))
         except sqlite3.OperationalError as exc:
@@ -1113,9 +965,9 @@ class SqliteStore(BaseStore):
             raise self._error("listing the expired sessions of", exc) from exc
         return [sid for (sid,) in rows]
 
-    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+    def delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
         sid = _text(session_id)
-        conn = self._connection()
+        conn = self._db.connection()
         try:
             with self._db.write_lock:
                 conn.execute("BEGIN IMMEDIATE")
@@ -1142,8 +994,42 @@ class SqliteStore(BaseStore):
             raise self._error("deleting from", exc, session_id) from exc
         return row is not None
 
-    def _meta_get(self, kind: str, key: str) -> str | None:
-        conn = self._connection()
+    def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
+        """The last event's time is the last activity."""
+
+    def storage_bytes(self) -> int | None:
+        """The database file's size with its write-ahead log's (no size is kept per
+        session)."""
+        return sum(
+            os.path.getsize(path) for path in (self._path, self._path + "-wal")
+            if os.path.exists(path)
+        )
+
+    def clean_crash_leftovers(self) -> None:
+        """A transaction leaves nothing behind."""
+
+    def close(self) -> None:
+        self._db.close()
+
+    def after_fork(self) -> None:
+        """The file's connections and write lock forget the parent's by themselves."""
+
+
+class SqliteMeta:
+    """The ``meta`` table of one database file (a
+    :class:`~agentsession.catalog.MetaStorage`); compare-and-set is one conditional
+    statement."""
+
+    def __init__(self, db: _Database, clock: Callable[[], _dt.datetime]) -> None:
+        self._db = db
+        self._path = db.path
+        self._clock = clock
+
+    def _error(self, action: str, exc: sqlite3.Error) -> SessionError:
+        return _storage_error(exc, action, self._path, "")
+
+    def get(self, kind: str, key: str) -> str | None:
+        conn = self._db.connection()
         try:
             rows = _fetchall(
                 conn,
@@ -1161,8 +1047,8 @@ class SqliteStore(BaseStore):
             )
         return value
 
-    def _meta_list(self, kind: str | None = None) -> list[tuple[str, str, str]]:
-        conn = self._connection()
+    def list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
+        conn = self._db.connection()
         where: str = ""
         params: tuple[Any, ...] = ()
         if kind is not None:
@@ -1176,7 +1062,7 @@ class SqliteStore(BaseStore):
             )
         except sqlite3.Error as exc:
             raise self._error("listing the meta entries of", exc) from exc
-        items: list[tuple[str, str, str]] = []
+        items: builtins.list[tuple[str, str, str]] = []
         for row in rows:
             if not all(isinstance(column, bytes) for column in row):
                 raise CorruptLogError(f"{self._path}: a meta entry is not text", path=self._path)
@@ -1184,8 +1070,8 @@ class SqliteStore(BaseStore):
             items.append((kind_, key, value))
         return sorted(items)
 
-    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
-        conn = self._connection()
+    def set(self, kind: str, key: str, value: str | None) -> None:
+        conn = self._db.connection()
         try:
             with self._db.write_lock:
                 if value is None:
@@ -1197,45 +1083,217 @@ class SqliteStore(BaseStore):
                     conn.execute(
                         "INSERT OR REPLACE INTO meta (kind, key, value, updated_at) "
                         "VALUES (CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), ?)",
-                        (_text(kind), _text(key), _text(value), _utc_iso(self.clock())),
+                        (_text(kind), _text(key), _text(value), _utc_iso(self._clock())),
                     )
         except sqlite3.Error as exc:
             raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
 
-    def _meta_add(self, kind: str, key: str, value: str) -> str:
-        conn = self._connection()
+    def add(self, kind: str, key: str, value: str) -> str:
+        conn = self._db.connection()
         try:
             with self._db.write_lock:
                 conn.execute(
                     "INSERT OR IGNORE INTO meta (kind, key, value, updated_at) "
                     "VALUES (CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), ?)",
-                    (_text(kind), _text(key), _text(value), _utc_iso(self.clock())),
+                    (_text(kind), _text(key), _text(value), _utc_iso(self._clock())),
                 )
         except sqlite3.Error as exc:
             raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
-        stored = self._meta_get(kind, key)
+        stored = self.get(kind, key)
         return value if stored is None else stored
 
-    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+    def cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
         where = (_text(kind), _text(key))
         params: tuple[Any, ...]
         if new == expected:  # nothing to write (both None: no entry): one read answers
-            return self._meta_get(kind, key) == expected
+            return self.get(kind, key) == expected
         if new is None:
             assert expected is not None
             statement, params = _META_DELETE_IF, (*where, _text(expected))
         elif expected is None:
             statement = _META_INSERT_IF_ABSENT
-            params = (*where, _text(new), _utc_iso(self.clock()))
+            params = (*where, _text(new), _utc_iso(self._clock()))
         else:
             statement = _META_UPDATE_IF
-            params = (_text(new), _utc_iso(self.clock()), *where, _text(expected))
-        conn = self._connection()
+            params = (_text(new), _utc_iso(self._clock()), *where, _text(expected))
+        conn = self._db.connection()
         try:
             with self._db.write_lock:
                 return conn.execute(statement, params).rowcount == 1
         except sqlite3.Error as exc:
             raise self._error(f"writing the {kind} entry {key!r} to", exc) from exc
+
+
+def _create_file(path: str) -> None:
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        os.close(fd)
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot create the database {path}: {exc}") from exc
+
+
+def _schema_state(conn: sqlite3.Connection) -> tuple[int, int]:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    app = conn.execute("PRAGMA application_id").fetchone()[0]
+    return int(version), int(app)
+
+
+def _prepare_schema(db: _Database, read_only: bool) -> tuple[int, ...]:
+    """Switch to WAL and create or migrate the schema; refuse files that are not ours; returns
+    the versions applied. Opened for reading (``read_only``, or a file this process may not
+    write), nothing is switched or migrated: see :func:`_check_schema_for_reading`."""
+    path = db.path
+    conn = db.connection()
+    try:
+        target = len(_MIGRATIONS)
+        if db.uri is not None or read_only:
+            _check_schema_for_reading(db, conn)
+            return ()
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreUnavailable(f"{path} cannot use WAL mode (journal mode {mode})")
+        if _schema_state(conn) == (target, APPLICATION_ID):
+            return ()
+        with db.write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version, app = _schema_state(conn)
+                if (version, app) == (0, 0):
+                    if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                        raise StoreUnavailable(
+                            f"{path} is a SQLite database of another application "
+                            "(it has tables but no agentsession schema)"
+                        )
+                elif app != APPLICATION_ID:
+                    raise StoreUnavailable(
+                        f"{path} is not an agentsession database (application_id {app:#x})"
+                    )
+                if version > target:
+                    raise StoreUnavailable(
+                        f"{path} has schema version {version}, newer than this "
+                        f"agentsession supports ({target}): upgrade agentsession"
+                    )
+                for migrate in _MIGRATIONS[version:]:
+                    migrate(conn)
+                applied = tuple(range(version + 1, target + 1))
+                conn.execute(f"PRAGMA user_version={target}")
+                conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                conn.execute("COMMIT")
+                return applied
+            except BaseException:
+                _rollback(conn)
+                raise
+    except sqlite3.Error as exc:
+        raise _storage_error(exc, "opening", path) from exc
+
+
+def _check_schema_for_reading(db: _Database, conn: sqlite3.Connection) -> None:
+    """Check the schema without changing the file: the current version is read as usual,
+    version 1 as it is (its events have no ids: no ``events.eid``, read as NULL); any other
+    raises :class:`StoreUnavailable`."""
+    path = db.path
+    target = len(_MIGRATIONS)
+    version, app = _schema_state(conn)
+    if (version, app) == (0, 0) and not conn.execute(
+        "SELECT count(*) FROM sqlite_master"
+    ).fetchone()[0]:
+        raise StoreUnavailable(f"no store at {path} (the database has no tables)")
+    if app != APPLICATION_ID:
+        raise StoreUnavailable(f"{path} is not an agentsession database")
+    if version > target:
+        raise StoreUnavailable(
+            f"{path} has schema version {version}, newer than this agentsession "
+            f"supports ({target}): upgrade agentsession"
+        )
+    if version == 1:
+        db.rows, db.rows_if_current = _ROWS_V1, _ROWS_IF_CURRENT_V1
+    elif version != target:
+        raise StoreUnavailable(
+            f"{path}: schema version {version} is older than {target}; run "
+            "`agentsession migrate`" + (" with write access" if db.uri is not None else "")
+        )
+
+
+def _open_database(
+    path: str, busy_timeout: float, synchronous: str, create: bool, read_only: bool
+) -> tuple[_Database, tuple[int, ...]]:
+    """The database file's connections, its schema checked (and created or migrated unless
+    ``read_only``); with the schema versions applied now."""
+    db = _Database(path, busy_timeout, synchronous)
+    if create and not read_only:
+        _create_file(path)
+    else:
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise StoreUnavailable(f"no store at {path} (no such file)") from None
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot open the database {path}: {exc}") from exc
+        if size == 0:
+            raise StoreUnavailable(f"no store at {path} (the file is empty)")
+        db.uri = _read_only_uri(path)
+    try:
+        return db, _prepare_schema(db, read_only)
+    except BaseException:
+        db.close()
+        raise
+
+
+class SqliteStore(BaseStore):
+    """Sessions in one SQLite database file. Opened by ``open_store("sqlite:///relative.db")``
+    or ``open_store("sqlite:////absolute/path.db")`` (see :func:`sqlite_path`).
+
+    ``busy_timeout`` is how many seconds a writer waits for another process's write lock
+    before failing with :class:`~agentsession.errors.StorageError`. ``read_only=True`` opens
+    an existing database to read and changes nothing in it (no journal mode switch, no
+    migration): the current schema is read as usual, version 1 as it is (its events have no
+    ids), any other raises :class:`~agentsession.errors.StoreUnavailable`; writes are not meant
+    for such a store (on version 1 they fail). The other options are
+    :class:`~agentsession.session.BaseStore`'s.
+
+    Its parts: a :class:`SqliteCatalog`, a :class:`SqliteMeta` and a
+    :class:`~agentsession.locks.FileLocker` over lock files beside the database.
+    """
+
+    capabilities = Capabilities()
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        create: bool = True,
+        read_only: bool = False,
+        **options: Any,
+    ) -> None:
+        def parts() -> StoreParts:
+            if busy_timeout < 0:
+                raise UsageError(f"busy_timeout must be >= 0 seconds, not {busy_timeout}")
+            self.busy_timeout = busy_timeout
+            """Seconds a writer waits for another connection's write lock."""
+            resolved = os.path.realpath(os.path.abspath(os.fspath(path)))
+            synchronous = "FULL" if self.durability == "fsync" else "NORMAL"
+            db, self.applied_migrations = _open_database(
+                resolved, busy_timeout, synchronous, create, read_only
+            )
+            self._db = db  # the file's connections (its catalog's, meta's and logs')
+            return StoreParts(
+                SqliteCatalog(db, self.clock),
+                SqliteMeta(db, self.clock),
+                locker=lambda: FileLocker(resolved + LOCK_DIR_SUFFIX),
+            )
+
+        super().__init__(parts, **options)
+
+    applied_migrations: tuple[int, ...] = ()
+    """Schema versions this store object applied when it opened the file (usually none)."""
+
+    @property
+    def path(self) -> str:
+        """The database file (resolved)."""
+        return self.location
 
 
 def _read_only_uri(path: str) -> str | None:

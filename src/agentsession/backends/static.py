@@ -32,22 +32,139 @@ the session.
 from __future__ import annotations
 
 import datetime as _dt
-import threading
 from collections.abc import Sequence
-from typing import Any
 
+from ..catalog import StoreParts, page_of
 from ..contract import Capabilities, SessionInfo, check_session_id
 from ..errors import SessionNotFound, UsageError
 from ..events import Event
-from ..locks import Locker, ThreadLocker, TurnLock
-from ..session import BaseSession
+from ..locks import ThreadLocker
+from ..session import BaseSession, SessionHost
 from ..store import BaseStore
 from .memory import MetaInMemory
 
-__all__ = ["StaticStore"]
+__all__ = ["StaticCatalog", "StaticStore"]
 
 
-class StaticStore(MetaInMemory, BaseStore):
+class StaticCatalog:
+    """The catalog of a :class:`StaticStore`: one session object, asked of the store that
+    holds it (``host``, None when the session's host is not a store)."""
+
+    def __init__(
+        self, session: BaseSession, host: BaseStore | None, meta: MetaInMemory, any_id: bool
+    ) -> None:
+        self.session = session
+        """The one session."""
+        self._session = session
+        self._host = host
+        self._meta = meta
+        self.any_id = any_id
+        """Whether every id names the session (the lenient rule)."""
+
+    @property
+    def location(self) -> str:
+        """``static:`` and where the session is stored."""
+        return f"static:{self._session.location}"
+
+    @property
+    def url(self) -> str:
+        """The URL of the store that holds the session (opening it gives that whole store,
+        not this view of one session)."""
+        if self._host is None:
+            raise UsageError("a static store has no URL: build it from a session")
+        return self._host.url
+
+    def _names_session(self, session_id: str) -> bool:
+        return self.any_id or session_id == self._session.id
+
+    def resolve(self, session_id: str, purpose: str) -> str:
+        """The session's id for ``""``, the session's id, or (``any_id``) any id; another id
+        is :class:`SessionNotFound` to open, a :class:`UsageError` to create, and its own to
+        lock (the lock of that id in the session's store)."""
+        if session_id == "" and purpose != "create":
+            return self._session.id
+        sid = check_session_id(session_id)
+        if self._names_session(sid):
+            return self._session.id
+        if purpose == "lock":
+            return sid
+        if purpose == "create":
+            raise UsageError(
+                f"a static store holds only session {self._session.id!r}; it cannot create "
+                f"{sid!r}"
+            )
+        raise SessionNotFound(
+            sid, f"session not found: {sid!r} (the static store holds only {self._session.id!r})"
+        )
+
+    def cache_key(self, session_id: str) -> str:
+        return session_id
+
+    def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
+        return self._session
+
+    def exists(self, session_id: str) -> bool:
+        if not self._names_session(session_id):
+            return False
+        if self._host is None:
+            return self._session.latest_seq > 0
+        return self._host.exists(self._session.id)  # asked of storage, not of the object
+
+    def _last_event(self) -> Event | None:
+        latest = self._session.latest_seq
+        found = self._session.read(after=latest - 1, limit=1) if latest else []
+        return found[-1] if found else None
+
+    def list_page(self, prefix: str | None, limit: int | None, offset: int) -> list[SessionInfo]:
+        last = self._last_event() if self.exists(self._session.id) else None
+        if last is None:
+            return []
+        info = SessionInfo(id=self._session.id, updated_at=last.time, last_seq=last.seq)
+        return page_of([info], prefix, limit, offset)
+
+    def expired_ids(self, cutoff: _dt.datetime) -> list[str]:
+        last = self.last_append(self._session.id)
+        return [self._session.id] if last is not None and last < cutoff else []
+
+    def last_append(self, session_id: str) -> _dt.datetime | None:
+        if not self._names_session(session_id):
+            return None
+        last = self._last_event()
+        return None if last is None else last.time
+
+    def delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+        """Deletes the session in the store that holds it, and its meta here."""
+        if not self._names_session(session_id):
+            return False
+        for kind in meta_kinds:
+            self._meta.set(kind, session_id, None)
+            self._meta.set(kind, self._session.id, None)
+        if self._host is None:
+            raise UsageError(
+                f"session {self._session.id!r} has no store to delete it from "
+                f"(its host is a {type(self._session._store).__name__})"
+            )
+        return self._host.delete(self._session.id)
+
+    def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
+        """The session's store keeps its activity."""
+
+    def storage_bytes(self) -> int | None:
+        return None
+
+    def clean_crash_leftovers(self) -> None:
+        """The session's store cleans its own."""
+
+    def close(self) -> None:
+        """Closing a static store closes the session's files or connections (the session
+        reopens them when used again), never the store that holds the session."""
+        self._session.close()
+
+    def after_fork(self) -> None:
+        """The session's store handles forks."""
+
+
+class StaticStore(BaseStore):
     """A store whose one session is ``session`` (any backend's); see the module docstring.
 
     ``any_id=True`` makes every id name that session (agentkit's lenient rule); by default an
@@ -62,147 +179,26 @@ class StaticStore(MetaInMemory, BaseStore):
             raise UsageError(
                 f"a static store needs a session object, not {type(session).__name__}"
             )
-        host = session._store
-        super().__init__(durability=host.durability, ttl=host.ttl, clock=host.clock)
-        self._session = session
-        self.any_id = any_id
-        """Whether every id names the session (the lenient rule)."""
-        self._meta: dict[tuple[str, str], str] = {}
-        self._meta_lock = threading.Lock()
+        holder = session._store
+        host = holder if isinstance(holder, BaseStore) else None
+        meta = MetaInMemory()
+        catalog = StaticCatalog(session, host, meta, any_id)
+        parts = StoreParts(
+            catalog, meta, locker=ThreadLocker if host is None else None, lock_through=host
+        )
+        super().__init__(parts, durability=holder.durability, ttl=holder.ttl, clock=holder.clock)
+        self._static = catalog
 
     @property
     def session(self) -> BaseSession:
         """The one session."""
-        return self._session
-
-    def _names_session(self, session_id: str) -> bool:
-        return self.any_id or session_id == self._session.id
-
-    def _resolve(self, session_id: str) -> str:
-        """The session's id for ``""``, the session's id, or (``any_id``) any id; otherwise
-        :class:`SessionNotFound`."""
-        if session_id == "":
-            return self._session.id
-        sid = check_session_id(session_id)
-        if not self._names_session(sid):
-            raise SessionNotFound(
-                sid,
-                f"session not found: {sid!r} (the static store holds only "
-                f"{self._session.id!r})",
-            )
-        return self._session.id
-
-    def _lock_key(self, session_id: str) -> str:
-        """The id the turn lock is taken under: the session's for every id that names it."""
-        if session_id == "":
-            return self._session.id
-        sid = check_session_id(session_id)
-        return self._session.id if self._names_session(sid) else sid
-
-    # -- the Store API, where ids are mapped -----------------------------------------------
-
-    def get(self, session_id: str) -> BaseSession:
-        """The session, for ``""``, its id, or any id with ``any_id``; otherwise
-        :class:`~agentsession.errors.SessionNotFound`."""
-        self._check_open()
-        return super().get(self._resolve(session_id))
-
-    def open(self, session_id: str) -> BaseSession:
-        """The session, which must have events (:class:`SessionNotFound` otherwise, and for an
-        id that does not name it)."""
-        self._check_open()
-        return super().open(self._resolve(session_id))
-
-    def create(self, session_id: str, events: Sequence[Event], **fields: Any) -> BaseSession:
-        """Start the session with ``events`` (:class:`~agentsession.errors.DuplicateSession`
-        when it has events); an id that does not name the session is a
-        :class:`~agentsession.errors.UsageError`: a static store holds no other session."""
-        self._check_open()
-        sid = check_session_id(session_id)
-        if not self._names_session(sid):
-            raise UsageError(
-                f"a static store holds only session {self._session.id!r}; it cannot create "
-                f"{sid!r}"
-            )
-        return super().create(self._session.id, events, **fields)
-
-    def _host_store(self) -> BaseStore | None:
-        host = self._session._store
-        return host if isinstance(host, BaseStore) else None
-
-    def lock(self, session_id: str, timeout: float | None = None) -> TurnLock:
-        """Take the turn lock (see :meth:`BaseStore.lock`) of the session through the store
-        that holds it (``""`` and, with ``any_id``, every id take the session's)."""
-        self._check_open()
-        key = self._lock_key(session_id)
-        host = self._host_store()
-        return super().lock(key, timeout) if host is None else host.lock(key, timeout)
-
-    def is_locked(self, session_id: str) -> bool:
-        """Whether the turn lock of the session (or of the id) is held now."""
-        self._check_open()
-        key = self._lock_key(session_id)
-        host = self._host_store()
-        return super().is_locked(key) if host is None else host.is_locked(key)
-
-    # -- backend primitives ----------------------------------------------------------------
-
-    def _open_session(self, session_id: str) -> BaseSession:
-        return self._session
-
-    def _exists(self, session_id: str) -> bool:
-        if not self._names_session(session_id):
-            return False
-        host = self._host_store()  # asked of storage, not of what the object remembers
-        return self._session.latest_seq > 0 if host is None else host.exists(self._session.id)
-
-    def _last_event(self) -> Event | None:
-        latest = self._session.latest_seq
-        found = self._session.read(after=latest - 1, limit=1) if latest else []
-        return found[-1] if found else None
-
-    def _list_all(self) -> list[SessionInfo]:
-        if not self._exists(self._session.id):
-            return []
-        last = self._last_event()
-        if last is None:
-            return []
-        return [SessionInfo(id=self._session.id, updated_at=last.time, last_seq=last.seq)]
-
-    def _last_append(self, session_id: str) -> _dt.datetime | None:
-        if not self._names_session(session_id):
-            return None
-        last = self._last_event()
-        return None if last is None else last.time
-
-    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
-        if not self._names_session(session_id):
-            return False
-        with self._meta_lock:
-            for kind in meta_kinds:
-                self._meta.pop((kind, session_id), None)
-                self._meta.pop((kind, self._session.id), None)
-        host = self._host_store()
-        if host is None:
-            raise UsageError(
-                f"session {self._session.id!r} has no store to delete it from "
-                f"(its host is a {type(self._session._store).__name__})"
-            )
-        return host.delete(self._session.id)
-
-    def _make_locker(self) -> Locker:
-        return ThreadLocker()  # only for a session whose host is not a store
+        return self._static.session
 
     @property
-    def location(self) -> str:
-        """``static:`` and where the session is stored."""
-        return f"static:{self._session.location}"
+    def any_id(self) -> bool:
+        """Whether every id names the session (the lenient rule)."""
+        return self._static.any_id
 
-    @property
-    def url(self) -> str:
-        """The URL of the store that holds the session (opening it gives that whole store,
-        not this view of one session)."""
-        host = self._host_store()
-        if host is None:
-            raise UsageError("a static store has no URL: build it from a session")
-        return host.url
+    @any_id.setter
+    def any_id(self, value: bool) -> None:
+        self._static.any_id = value

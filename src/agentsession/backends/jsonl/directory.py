@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import builtins
 import datetime as _dt
 import errno
 import logging
@@ -11,21 +12,22 @@ import stat
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol
 
 import msgspec
 
 from ..._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, atomic_write
-from ...contract import Capabilities, SessionInfo
+from ...catalog import StoreParts, expired_among, page_of
+from ...contract import Capabilities, SessionInfo, check_session_id
 from ...errors import StorageError, StoreUnavailable, UsageError
-from ...interop.jsonl_layout import SUFFIX, Dialect
+from ...interop.jsonl_layout import SUFFIX, Dialect, JsonlLayout
 from ...locks import FileLocker
-from ...session import BaseSession
+from ...session import BaseSession, SessionHost
 from ...store import BaseStore, path_of
 from .layout import layout_for
 from .lines import decode_line, first_time, last_line, last_seq_of
-from .logfile import JsonlLog, LogFiles
+from .logfile import JsonlLog, LogFiles, LogHost
 from .meta import MetaFiles
 
 try:
@@ -39,7 +41,15 @@ except ImportError as exc:  # not POSIX (Windows): no flock
         "open a SQLite ('sqlite:///file.db') or PostgreSQL store instead",
     ) from exc
 
-__all__ = ["ID_SUFFIX", "LOCK_DIR", "QUARANTINE_SUFFIX", "JsonlStore", "OnCorrupt", "open_jsonl"]
+__all__ = [
+    "ID_SUFFIX",
+    "LOCK_DIR",
+    "QUARANTINE_SUFFIX",
+    "JsonlCatalog",
+    "JsonlStore",
+    "OnCorrupt",
+    "open_jsonl",
+]
 
 log = logging.getLogger("agentsession.backends.jsonl")
 
@@ -61,56 +71,25 @@ def _default_open_files() -> int:
     return max(4, min(256, soft // 4))
 
 
-class JsonlStore(BaseStore):
-    """A directory of JSONL session files. Opened by ``open_store(path)``.
+class JsonlHost(LogHost, SessionHost, Protocol):
+    """The store a JSONL catalog serves: the settings its logs read, and what its sessions
+    need."""
 
-    ``on_corrupt`` decides what a bad line in the middle of a log does: ``"raise"`` (default)
-    raises :class:`~agentsession.errors.CorruptLogError`; ``"quarantine"`` moves it to the
-    session's sidecar file and carries on.
 
-    Logs written by agentkit (the Go package) are read in either dialect, and a file keeps the
-    dialect of its first line when appended to. ``dialect="agentkit"`` (for a directory shared
-    with an agentkit service) also writes new files as agentkit lines and names them as
-    agentkit does (every character outside ``[A-Za-z0-9._-]`` becomes ``_``); two ids that
-    agentkit's naming maps to one file are refused rather than merged. See
-    ``docs/interop.md``.
-    """
-
-    capabilities = Capabilities(inline_appends=True, inline_reads=True)
+class JsonlCatalog:
+    """The sessions of a JSONL directory (a :class:`~agentsession.catalog.Catalog`): one log
+    file per session, named by the store's layout, with the ids the names cannot hold beside
+    them; it bounds the session files kept open. ``host`` holds the settings its logs read
+    (``durability``, ``on_corrupt``)."""
 
     def __init__(
-        self,
-        directory: str | os.PathLike[str],
-        *,
-        on_corrupt: OnCorrupt = "raise",
-        max_open_files: int | None = None,
-        create: bool = True,
-        dialect: Dialect = "agentsession",
-        **options: Any,
+        self, host: JsonlHost, root: str, layout: JsonlLayout, max_open_files: int
     ) -> None:
-        super().__init__(**options)
-        if on_corrupt not in ("raise", "quarantine"):
-            raise UsageError(f"on_corrupt must be 'raise' or 'quarantine', not {on_corrupt!r}")
-        if dialect not in ("agentsession", "agentkit"):
-            raise UsageError(f"dialect must be 'agentsession' or 'agentkit', not {dialect!r}")
-        self._layout = layout = layout_for(dialect)
-        refused = layout.encryption_refused
-        if refused is not None and (
-            options.get("passphrase") is not None or options.get("key") is not None
-        ):
-            raise UsageError(refused)
-        self.dialect: Dialect = dialect
-        """The line format and file naming of new session files."""
-        if max_open_files is not None and (
-            not isinstance(max_open_files, int) or max_open_files < 1
-        ):
-            raise UsageError(f"max_open_files must be an int >= 1, not {max_open_files!r}")
-        self.on_corrupt: OnCorrupt = on_corrupt
-        """What a bad line in the middle of a log does."""
-        self.max_open_files = max_open_files or _default_open_files()
-        """Session files this store keeps open at most (default: a quarter of the process's
-        descriptor limit, at most 256); the least recently opened are closed first and
-        reopened when used again."""
+        self._host = host
+        self._root = root
+        self._layout = layout
+        self._max_open_files = max_open_files
+        self._closed = False
         self._open_files: OrderedDict[int, weakref.ref[JsonlLog]] = OrderedDict()
         # The session each log serves (by the log's id): a log is closed to bound the open
         # files only while its session's lock is free, as every call of a log holds it.
@@ -118,34 +97,35 @@ class JsonlStore(BaseStore):
             weakref.WeakValueDictionary()
         )
         self._open_files_lock = threading.Lock()
-        root = os.path.abspath(os.fspath(directory))
-        if not create:
-            # Opening an existing store creates nothing, and reading needs no write access
-            # (a read-only mount, a directory of another user): writes fail when they come.
-            if not os.path.isdir(root):
-                what = "it is not a directory" if os.path.exists(root) else "no such directory"
-                raise StoreUnavailable(f"no store at {root} ({what})")
-            if not os.access(root, os.R_OK | os.X_OK):
-                raise StoreUnavailable(f"the store directory {root} is not readable")
-        else:
-            try:
-                os.makedirs(root, mode=0o700, exist_ok=True)
-            except FileExistsError:
-                raise StoreUnavailable(f"{root} exists and is not a directory") from None
-            except OSError as exc:
-                raise StoreUnavailable(f"cannot create the store directory {root}: {exc}") from exc
-            if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
-                raise StoreUnavailable(f"the store directory {root} is not readable and writable")
-        self._root = os.path.realpath(root)
-        self._meta_files = MetaFiles(self._root, lambda: self.clock())
-        self._meta = layout.meta(
-            self._meta_files, self._root, self._claimed_by, self._write_id_sidecar
-        )
+        self._meta_files = MetaFiles(root, lambda: host.clock())
+        self.meta = layout.meta(self._meta_files, root, self._claimed_by, self._write_id_sidecar)
+        """The store's meta entries (``.meta``, or where the layout keeps them)."""
 
     @property
     def location(self) -> str:
         """The store's directory."""
         return self._root
+
+    @property
+    def url(self) -> str:
+        """The store's directory (a path is what ``open_store`` takes)."""
+        return self._root
+
+    def resolve(self, session_id: str, purpose: str) -> str:
+        return check_session_id(session_id)
+
+    def cache_key(self, session_id: str) -> str:
+        # A layout whose names are not injective never shares a session object by path.
+        return self.path_for(session_id) if self._layout.injective else session_id
+
+    def path_for(self, session_id: str) -> str:
+        """The log file of a session id (safe and injective; see ``agentsession._names``; in
+        the agentkit dialect, agentkit's naming, which is not injective)."""
+        return os.path.join(self._root, self._layout.file_stem(session_id) + SUFFIX)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError(f"store {self.location} is closed")
 
     def _track_open(self, log: JsonlLog) -> None:
         """Count an opened session file; close the oldest idle ones beyond the bound (those
@@ -153,7 +133,7 @@ class JsonlStore(BaseStore):
         victims = []
         with self._open_files_lock:
             self._open_files[id(log)] = weakref.ref(log)
-            while len(self._open_files) > self.max_open_files:
+            while len(self._open_files) > self._max_open_files:
                 key, ref = self._open_files.popitem(last=False)
                 other = ref()
                 session = self._log_sessions.get(key)
@@ -170,20 +150,14 @@ class JsonlStore(BaseStore):
         with self._open_files_lock:
             self._open_files.pop(id(log), None)
 
-    def _after_fork(self) -> None:
-        super()._after_fork()
+    def after_fork(self) -> None:
+        """Forget the parent's open files (the logs reopen theirs)."""
         self._open_files_lock = threading.Lock()
         self._open_files.clear()
 
-    @property
-    def url(self) -> str:
-        """The store's directory (a path is what ``open_store`` takes)."""
-        return self._root
-
-    def path_for(self, session_id: str) -> str:
-        """The log file of a session id (safe and injective; see ``agentsession._names``; in
-        the agentkit dialect, agentkit's naming, which is not injective)."""
-        return os.path.join(self._root, self._layout.file_stem(session_id) + SUFFIX)
+    def close(self) -> None:
+        """Logs of a closed store are not opened again."""
+        self._closed = True
 
     def _claimed_by(self, path: str) -> str | None:
         """The id recorded beside a session file (``<name>.id``), if any."""
@@ -195,16 +169,12 @@ class JsonlStore(BaseStore):
         except OSError as exc:
             raise StorageError(f"cannot read the id beside {path}: {exc}") from exc
 
-    def _cache_key(self, session_id: str) -> str:
-        # A layout whose names are not injective never shares a session object by path.
-        return self.path_for(session_id) if self._layout.injective else session_id
-
-    def _open_session(self, session_id: str) -> BaseSession:
+    def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
         path = self.path_for(session_id)
         self._layout.check_session(session_id, path, self._claimed_by)
-        return self._session_at(session_id, path)
+        return self._session_at(store, session_id, path)
 
-    def _session_at(self, session_id: str, path: str) -> BaseSession:
+    def _session_at(self, store: SessionHost, session_id: str, path: str) -> BaseSession:
         """The session whose log is the file ``path``."""
         files = LogFiles(
             layout=self._layout,
@@ -213,45 +183,26 @@ class JsonlStore(BaseStore):
             untrack_open=self._untrack_open,
             write_id_sidecar=self._write_id_sidecar,
             quarantine=self._quarantine,
-            encrypted=self._keyring is not None,
+            encrypted=store._keyring is not None,
         )
-        log = JsonlLog(self, files, session_id, path)
-        session = BaseSession(self, session_id, log)
+        log = JsonlLog(self._host, files, session_id, path)
+        session = BaseSession(store, session_id, log)
         with self._open_files_lock:
             self._log_sessions[id(log)] = session
         return session
 
-    def _clean_crash_leftovers(self) -> None:
+    def clean_crash_leftovers(self) -> None:
         """Remove what a killed process left of its meta writes (see
         :meth:`MetaFiles.clean_crash_leftovers`)."""
         self._meta_files.clean_crash_leftovers()
 
-    def _make_locker(self) -> FileLocker:
-        return FileLocker(os.path.join(self._root, LOCK_DIR))
+    def storage_bytes(self) -> int | None:
+        """Every listed session has its size."""
+        return None
 
-    def _meta_get(self, kind: str, key: str) -> str | None:
-        return self._meta.get(kind, key)
-
-    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
-        self._meta.set(kind, key, value)
-
-    def _meta_add(self, kind: str, key: str, value: str) -> str:
-        return self._meta.add(kind, key, value)
-
-    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
-        """Compare and set: for ``.meta`` entries under an exclusive ``flock`` of
-        ``.meta/<kind>/.cas.lock``, atomic with every other compare-and-set of the kind in
-        any process (:meth:`MetaFiles.cas`); for files of the layout's own, as it says."""
-        return self._meta.cas(kind, key, expected, new)
-
-    def _meta_list(self, kind: str | None = None) -> list[tuple[str, str, str]]:
-        """The entries of ``.meta/<kind>/`` and, in the agentkit dialect, agentkit's own
-        files (see :class:`~agentsession.interop.agentkit_layout.AgentkitMeta`)."""
-        return self._meta.list(kind)
-
-    def _set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
+    def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
         """Set the log file's modification time (what ``list()`` reports as ``updated_at``)."""
-        session = self._open_session(session_id)
+        session = self._open_quietly(session_id)
         try:
             path = session.location
         finally:
@@ -302,7 +253,7 @@ class JsonlStore(BaseStore):
     def _id_of(self, name: str) -> str | None:
         return self._layout.id_of(os.path.join(self._root, name), self._claimed_by)
 
-    def _exists(self, session_id: str) -> bool:
+    def exists(self, session_id: str) -> bool:
         try:
             st = os.lstat(self.path_for(session_id))
         except FileNotFoundError:
@@ -362,7 +313,20 @@ class JsonlStore(BaseStore):
         finally:
             os.close(fd)
 
-    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+    def list_page(
+        self, prefix: str | None, limit: int | None, offset: int
+    ) -> builtins.list[SessionInfo]:
+        """Every file listed, then filtered, sorted and sliced."""
+        return page_of(self._list_all(), prefix, limit, offset)
+
+    def expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
+        return expired_among(self._list_all(), self.last_append, cutoff)
+
+    def _open_quietly(self, session_id: str) -> BaseSession:
+        """A session of the store over the log, outside its cache (closed after one use)."""
+        return self.open_session(self._host, session_id)
+
+    def delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
         """All or nothing: the log is renamed aside first, so a directory the process may not
         write (or any other failure before that) leaves the session whole and raises
         :class:`StorageError`; only then is it emptied under the writers' lock (a session
@@ -401,7 +365,7 @@ class JsonlStore(BaseStore):
             finally:
                 os.close(fd)
         for kind in meta_kinds:
-            self._meta_set(kind, session_id, None)
+            self.meta.set(kind, session_id, None)
         stem = path[: -len(SUFFIX)]
         for extra in (stem + ID_SUFFIX, path + QUARANTINE_SUFFIX):
             try:
@@ -412,7 +376,7 @@ class JsonlStore(BaseStore):
                 raise StorageError(f"cannot delete {extra}: {exc}") from exc
         return existed
 
-    def _last_append(self, session_id: str) -> _dt.datetime | None:
+    def last_append(self, session_id: str) -> _dt.datetime | None:
         path = self.path_for(session_id)
         try:
             fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
@@ -432,12 +396,133 @@ class JsonlStore(BaseStore):
             return decode_line(line).time
         except msgspec.DecodeError:
             pass
-        session = self._open_session(session_id)  # reads up to a torn tail, writing nothing
+        session = self._open_quietly(session_id)  # reads up to a torn tail, writing nothing
         try:
             events = session.read(after=max(0, session.latest_seq - 1))
             return events[-1].time if events else None
         finally:
             session.close()
+
+
+
+
+def _jsonl_parts(
+    store: JsonlStore,
+    make_catalog: Callable[[JsonlHost, str, JsonlLayout, int], JsonlCatalog],
+    directory: str | os.PathLike[str],
+    *,
+    on_corrupt: OnCorrupt = "raise",
+    max_open_files: int | None = None,
+    create: bool = True,
+    dialect: Dialect = "agentsession",
+    sealed: bool = False,
+) -> StoreParts:
+    """Check a JSONL store's options, set its public settings and build its parts over
+    ``directory`` (created owner-only when missing, unless ``create`` is False)."""
+    if on_corrupt not in ("raise", "quarantine"):
+        raise UsageError(f"on_corrupt must be 'raise' or 'quarantine', not {on_corrupt!r}")
+    if dialect not in ("agentsession", "agentkit"):
+        raise UsageError(f"dialect must be 'agentsession' or 'agentkit', not {dialect!r}")
+    layout = layout_for(dialect)
+    refused = layout.encryption_refused
+    if refused is not None and sealed:
+        raise UsageError(refused)
+    store.dialect = dialect
+    if max_open_files is not None and (
+        not isinstance(max_open_files, int) or max_open_files < 1
+    ):
+        raise UsageError(f"max_open_files must be an int >= 1, not {max_open_files!r}")
+    store.on_corrupt = on_corrupt
+    store.max_open_files = max_open_files or _default_open_files()
+    root = os.path.abspath(os.fspath(directory))
+    if not create:
+        # Opening an existing store creates nothing, and reading needs no write access
+        # (a read-only mount, a directory of another user): writes fail when they come.
+        if not os.path.isdir(root):
+            what = "it is not a directory" if os.path.exists(root) else "no such directory"
+            raise StoreUnavailable(f"no store at {root} ({what})")
+        if not os.access(root, os.R_OK | os.X_OK):
+            raise StoreUnavailable(f"the store directory {root} is not readable")
+    else:
+        try:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+        except FileExistsError:
+            raise StoreUnavailable(f"{root} exists and is not a directory") from None
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create the store directory {root}: {exc}") from exc
+        if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
+            raise StoreUnavailable(f"the store directory {root} is not readable and writable")
+    real = os.path.realpath(root)
+    catalog = make_catalog(store, real, layout, store.max_open_files)
+    return StoreParts(
+        catalog, catalog.meta, locker=lambda: FileLocker(os.path.join(real, LOCK_DIR))
+    )
+
+
+class JsonlStore(BaseStore):
+    """A directory of JSONL session files. Opened by ``open_store(path)``.
+
+    ``on_corrupt`` decides what a bad line in the middle of a log does: ``"raise"`` (default)
+    raises :class:`~agentsession.errors.CorruptLogError`; ``"quarantine"`` moves it to the
+    session's sidecar file and carries on.
+
+    Logs written by agentkit (the Go package) are read in either dialect, and a file keeps the
+    dialect of its first line when appended to. ``dialect="agentkit"`` (for a directory shared
+    with an agentkit service) also writes new files as agentkit lines and names them as
+    agentkit does (every character outside ``[A-Za-z0-9._-]`` becomes ``_``); two ids that
+    agentkit's naming maps to one file are refused rather than merged. See
+    ``docs/interop.md``.
+
+    Its parts: a :class:`JsonlCatalog`, its layout's meta entries (``.meta``, see
+    :class:`~agentsession.backends.jsonl.meta.MetaFiles`) and a
+    :class:`~agentsession.locks.FileLocker` over ``.locks``.
+    """
+
+    capabilities = Capabilities(inline_appends=True, inline_reads=True)
+
+    dialect: Dialect
+    """The line format and file naming of new session files."""
+    on_corrupt: OnCorrupt
+    """What a bad line in the middle of a log does."""
+    max_open_files: int
+    """Session files this store keeps open at most (default: a quarter of the process's
+    descriptor limit, at most 256); the least recently opened are closed first and reopened
+    when used again."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        on_corrupt: OnCorrupt = "raise",
+        max_open_files: int | None = None,
+        create: bool = True,
+        dialect: Dialect = "agentsession",
+        **options: Any,
+    ) -> None:
+        sealed = options.get("passphrase") is not None or options.get("key") is not None
+        super().__init__(
+            lambda: _jsonl_parts(
+                self,
+                JsonlCatalog,
+                directory,
+                on_corrupt=on_corrupt,
+                max_open_files=max_open_files,
+                create=create,
+                dialect=dialect,
+                sealed=sealed,
+            ),
+            **options,
+        )
+
+    def path_for(self, session_id: str) -> str:
+        """The log file of a session id (safe and injective; see ``agentsession._names``; in
+        the agentkit dialect, agentkit's naming, which is not injective)."""
+        return self._jsonl.path_for(session_id)
+
+    @property
+    def _jsonl(self) -> JsonlCatalog:
+        assert isinstance(self._catalog, JsonlCatalog)
+        return self._catalog
 
 
 def open_jsonl(url: str, **options: Any) -> JsonlStore:

@@ -85,8 +85,8 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as _dt
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -95,8 +95,10 @@ if TYPE_CHECKING:
     import concurrent.futures
 
     from ...aio._backend import AsyncBackend
+    from ...session import SessionHost
 
-from ...contract import Capabilities, SessionInfo
+from ...catalog import StoreParts
+from ...contract import Capabilities, SessionInfo, check_session_id
 from ...errors import StorageError, StoreUnavailable, UsageError
 from ...session import BaseSession
 from ...store import BaseStore
@@ -114,14 +116,319 @@ from .target import DEFAULT_SCHEMA, _Target
 
 __all__ = [
     "DEFAULT_SCHEMA",
+    "PostgresCatalog",
     "PostgresLocker",
     "PostgresLog",
+    "PostgresMeta",
     "PostgresSession",
     "PostgresStore",
     "migrate",
     "open_postgres",
     "turn_lock_key",
 ]
+
+
+# -- the schema, when a store opens ---------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _closed_on_failure(db: Connections, conn: _Conn, doing: str) -> Iterator[None]:
+    """Close ``conn`` when the block fails, and translate a driver error saying what was
+    being done."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        conn.close()
+        raise db.failure(exc, doing) from None
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _no_tables(target: _Target) -> str:
+    """Why a schema without tables is no store."""
+    return f"no store at {target.where}: schema {target.schema!r} holds no agentsession tables"
+
+
+def _prepare_schema(
+    db: Connections, target: _Target, durability: str, auto_migrate: bool, create: bool
+) -> _Conn:
+    """Connect directly (for a precise error when the server is unreachable), check the
+    schema version (one query when it is current) and migrate when allowed; returns the
+    connection, for the pool."""
+    conn = db.connect(db.pool_kwargs())
+    with _closed_on_failure(db, conn, f"preparing schema {target.schema!r}"):
+        if durability == "fsync":
+            row = conn.execute("SHOW fsync").fetchone()
+            if row is not None and row[0] != "on":
+                log.warning(
+                    "%s runs with fsync = %s: durability='fsync' cannot survive a power "
+                    "loss there",
+                    target.where,
+                    row[0],
+                )
+        version = _current_version(conn, target.schema)
+        if not create and version == 0:
+            raise StoreUnavailable(_no_tables(target))
+        if version != LATEST_VERSION:
+            if auto_migrate or version > LATEST_VERSION:
+                _migrate_on(conn, target)
+            else:
+                raise StorageError(
+                    f"schema {target.schema!r} in {target.where} is not at "
+                    f"version {LATEST_VERSION} (it is at version {version}): run "
+                    "agentsession.backends.postgres.migrate() first, or open the store with "
+                    "auto_migrate=True"
+                )
+    return conn
+
+
+def _check_schema_for_reading(db: Connections, target: _Target) -> tuple[_Conn, Statements]:
+    """``read_only``: connect and check the schema version, creating and migrating nothing;
+    returns the connection and the statements for the version found. The current version is
+    read as usual, version 3 as it is (with no event ids); a missing store or any other
+    version raises :class:`StoreUnavailable`."""
+    conn = db.connect(db.pool_kwargs())
+    with _closed_on_failure(db, conn, f"reading schema {target.schema!r}"):
+        version = _current_version(conn, target.schema)
+    problem = None
+    if version == 0:
+        problem = _no_tables(target)
+    elif version > LATEST_VERSION:
+        problem = (
+            f"schema {target.schema!r} in {target.where} has schema version "
+            f"{version}, newer than this agentsession supports ({LATEST_VERSION}): upgrade "
+            "agentsession"
+        )
+    elif version < READABLE_AS_IT_IS:
+        problem = (
+            f"schema {target.schema!r} in {target.where}: schema version "
+            f"{version} is older than {LATEST_VERSION}; run `agentsession migrate`"
+        )
+    if problem is not None:
+        conn.close()
+        raise StoreUnavailable(problem)
+    event_ids = version >= LATEST_VERSION
+    return conn, Statements.for_schema(target.schema, event_ids=event_ids)
+
+
+# -- the store's parts -------------------------------------------------------------------------
+
+
+class PostgresCatalog:
+    """The sessions of one PostgreSQL schema (a :class:`~agentsession.catalog.Catalog`): the
+    ``sessions`` table, one query per question."""
+
+    def __init__(
+        self,
+        target: _Target,
+        db: Connections,
+        sql: Statements,
+        locker: PostgresLocker,
+        reconnect_timeout: float,
+    ) -> None:
+        self._target = target
+        self._db = db
+        self._sql = sql
+        self._locker = locker
+        self._reconnect_timeout = reconnect_timeout
+        """Seconds an append rides out a lost connection (the store's option)."""
+
+    @property
+    def location(self) -> str:
+        """``postgresql://user@host:port/db?schema=...``, without the password."""
+        return self._target.location
+
+    @property
+    def url(self) -> str:
+        """The URL that reopens this store, with its schema (and password, if it had one)."""
+        return self._target.url
+
+    def resolve(self, session_id: str, purpose: str) -> str:
+        return check_session_id(session_id)
+
+    def cache_key(self, session_id: str) -> str:
+        return session_id
+
+    def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
+        log = PostgresLog(
+            self._db, self._sql, check_text("session id", session_id), self._reconnect_timeout
+        )
+        return BaseSession(cast("BaseStore", store), session_id, log)
+
+    def exists(self, session_id: str) -> bool:
+        if not _fits_text(session_id):
+            return False
+        statement = self._sql.exists
+        row = self._db.run(
+            f"checking session {session_id!r}",
+            lambda conn: conn.execute(statement, (session_id,)).fetchone(),
+        )
+        return row is not None
+
+    def list_all(self) -> builtins.list[SessionInfo]:
+        """Every session, unordered (:func:`~agentsession.catalog.page_of` of it is what
+        :meth:`list_page` answers in its query)."""
+        statement = self._sql.list_all
+        rows = self._db.run("listing sessions", lambda conn: conn.execute(statement).fetchall())
+        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
+
+    def list_page(
+        self, prefix: str | None, limit: int | None, offset: int
+    ) -> builtins.list[SessionInfo]:
+        """One query on the ``updated_at`` index, filtered, ordered and sliced there."""
+        if prefix is not None and not _fits_text(prefix):
+            return []
+        statement = self._sql.list
+        params = {"prefix": prefix, "limit": limit, "offset": offset}
+        rows = self._db.run(
+            "listing sessions", lambda conn: conn.execute(statement, params).fetchall()
+        )
+        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
+
+    def expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
+        """One query: the sessions whose ``updated_at`` is before ``cutoff``."""
+        statement = self._sql.expired
+        rows = self._db.run(
+            "listing expired sessions",
+            lambda conn: conn.execute(statement, (cutoff,)).fetchall(),
+        )
+        return [r[0] for r in rows]
+
+    def delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+        if not _fits_text(session_id):
+            return False
+        statements = self._sql
+
+        def delete(conn: _Conn) -> bool:
+            with conn.transaction():
+                # Locking the session row first waits out any append in flight; the events
+                # are deleted by a later statement, whose snapshot includes that append.
+                row = conn.execute(statements.delete_session, (session_id,)).fetchone()
+                conn.execute(statements.delete_events, (session_id,))
+                conn.execute(statements.delete_meta_of, (list(meta_kinds), session_id))
+            return row is not None
+
+        return self._db.run(
+            f"deleting session {session_id!r}",
+            delete,
+            write="the session may or may not have been deleted",
+        )
+
+    def last_append(self, session_id: str) -> _dt.datetime | None:
+        if not _fits_text(session_id):
+            return None
+        statement = self._sql.last_append
+        row = self._db.run(
+            f"reading session {session_id!r}",
+            lambda conn: conn.execute(statement, (session_id,)).fetchone(),
+        )
+        return row[0] if row is not None else None
+
+    def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
+        """``sessions.updated_at`` follows the appends."""
+
+    def storage_bytes(self) -> int | None:
+        return None
+
+    def clean_crash_leftovers(self) -> None:
+        """A transaction leaves nothing behind."""
+
+    def close(self) -> None:
+        self._locker.drop_all()
+        self._db.close()
+
+    def after_fork(self) -> None:
+        """In a forked child: never touch the parent's connections or locks again, and use
+        pools of this process's own (opened when first needed)."""
+        self._db.after_fork()
+        self._locker.forget_after_fork()
+
+
+class PostgresMeta:
+    """The ``meta`` table (a :class:`~agentsession.catalog.MetaStorage`): compare-and-set is
+    one conditional statement."""
+
+    def __init__(
+        self, db: Connections, sql: Statements, clock: Callable[[], _dt.datetime]
+    ) -> None:
+        self._db = db
+        self._sql = sql
+        self._clock = clock
+
+    def get(self, kind: str, key: str) -> str | None:
+        check_text(f"{kind} key", key)
+        statement = self._sql.meta_get
+        row = self._db.run(
+            f"reading {kind} {key!r}",
+            lambda conn: conn.execute(statement, (kind, key)).fetchone(),
+        )
+        return row[0] if row is not None else None
+
+    def list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
+        params: tuple[Any, ...] = ()
+        if kind is None:
+            statement = self._sql.meta_list
+        else:
+            check_text("meta kind", kind)
+            statement, params = self._sql.meta_list_kind, (kind,)
+        rows = self._db.run(
+            "listing the meta entries",
+            lambda conn: conn.execute(statement, params).fetchall(),
+        )
+        return sorted((str(k), str(key), str(v)) for k, key, v in rows)
+
+    def set(self, kind: str, key: str, value: str | None) -> None:
+        check_text(f"{kind} key", key)
+        params: tuple[Any, ...]
+        if value is None:
+            statement, params = self._sql.meta_delete, (kind, key)
+        else:
+            check_text(f"{kind} value", value)
+            statement, params = self._sql.meta_set, (kind, key, value, self._clock())
+        self._db.run(
+            f"writing {kind} {key!r}",
+            lambda conn: conn.execute(statement, params),
+            write=f"the {kind} value may or may not have been written",
+        )
+
+    def add(self, kind: str, key: str, value: str) -> str:
+        check_text(f"{kind} key", key)
+        check_text(f"{kind} value", value)
+        statement = self._sql.meta_add
+        params = {"kind": kind, "key": key, "value": value, "now": self._clock()}
+        row = self._db.run(
+            f"writing {kind} {key!r}",
+            lambda conn: conn.execute(statement, params).fetchone(),
+            write=f"the {kind} value may or may not have been written",
+        )
+        if row is None:  # deleted between the insert and the read: try again
+            return self.add(kind, key, value)
+        return str(row[0])
+
+    def cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        check_text(f"{kind} key", key)
+        if new == expected:  # nothing to write (both None: no entry): one read answers
+            return self.get(kind, key) == expected
+        params: tuple[Any, ...]
+        if new is None:
+            assert expected is not None
+            check_text(f"{kind} value", expected)
+            statement, params = self._sql.meta_cas_delete, (kind, key, expected)
+        elif expected is None:
+            check_text(f"{kind} value", new)
+            statement, params = self._sql.meta_cas_insert, (kind, key, new, self._clock())
+        else:
+            check_text(f"{kind} value", expected)
+            check_text(f"{kind} value", new)
+            statement = self._sql.meta_cas_update
+            params = (new, self._clock(), kind, key, expected)
+        rowcount = self._db.run(
+            f"writing {kind} {key!r}",
+            lambda conn: conn.execute(statement, params).rowcount,
+            write=f"the {kind} value may or may not have been written",
+        )
+        return rowcount == 1
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -161,6 +468,9 @@ class PostgresStore(BaseStore):
       :class:`~agentsession.errors.OutcomeUnknown` (or
       :class:`~agentsession.errors.StoreUnavailable`); 0 raises at once.
 
+    Its parts: a :class:`PostgresCatalog`, a :class:`PostgresMeta` and a
+    :class:`~agentsession.backends.postgres.locks.PostgresLocker` (advisory locks).
+
     ``url`` includes the URL's password when it had one (it must reopen the store); prefer a
     ``.pgpass`` file or ``PGPASSWORD``. Messages and ``location`` never include it.
     """
@@ -184,140 +494,57 @@ class PostgresStore(BaseStore):
         read_only: bool = False,
         **options: Any,
     ) -> None:
-        super().__init__(**options)
-        if not isinstance(reconnect_timeout, (int, float)) or not reconnect_timeout >= 0:
-            raise UsageError(f"reconnect_timeout must be >= 0 seconds, not {reconnect_timeout!r}")
-        self._reconnect_timeout = float(reconnect_timeout)
-        if pool_min_size < 0 or pool_max_size < 1 or pool_min_size > pool_max_size:
-            raise UsageError(
-                f"pool sizes must satisfy 0 <= pool_min_size <= pool_max_size and "
-                f"pool_max_size >= 1 (got {pool_min_size} and {pool_max_size})"
+        def parts() -> StoreParts:
+            if not isinstance(reconnect_timeout, (int, float)) or not reconnect_timeout >= 0:
+                raise UsageError(
+                    f"reconnect_timeout must be >= 0 seconds, not {reconnect_timeout!r}"
+                )
+            if pool_min_size < 0 or pool_max_size < 1 or pool_min_size > pool_max_size:
+                raise UsageError(
+                    f"pool sizes must satisfy 0 <= pool_min_size <= pool_max_size and "
+                    f"pool_max_size >= 1 (got {pool_min_size} and {pool_max_size})"
+                )
+            if lock_pool_max_size < 1:
+                raise UsageError(f"lock_pool_max_size must be >= 1, not {lock_pool_max_size}")
+            if pool_timeout <= 0:
+                raise UsageError(f"pool_timeout must be positive, not {pool_timeout}")
+            target = self._target = _Target.parse(url, schema)
+            db = self._db = Connections(
+                target,
+                durability=self.durability,
+                pool_min_size=pool_min_size,
+                pool_max_size=pool_max_size,
+                lock_pool_max_size=lock_pool_max_size,
+                pool_timeout=pool_timeout,
+                connect_timeout=connect_timeout,
+                prepare_threshold=prepare_threshold,
             )
-        if lock_pool_max_size < 1:
-            raise UsageError(f"lock_pool_max_size must be >= 1, not {lock_pool_max_size}")
-        if pool_timeout <= 0:
-            raise UsageError(f"pool_timeout must be positive, not {pool_timeout}")
-        self._target = _Target.parse(url, schema)
-        self._sql = Statements.for_schema(self._target.schema)
-        self._db = Connections(
-            self._target,
-            durability=self.durability,
-            pool_min_size=pool_min_size,
-            pool_max_size=pool_max_size,
-            lock_pool_max_size=lock_pool_max_size,
-            pool_timeout=pool_timeout,
-            connect_timeout=connect_timeout,
-            prepare_threshold=prepare_threshold,
-        )
-        self._locker = PostgresLocker(self._db, self._target.schema)
-        # One connection, made directly (for the precise error when the server cannot be
-        # reached), checks the schema and then becomes the pool's first connection.
-        try:
-            if read_only:
-                conn = self._check_schema_for_reading()
-            else:
-                conn = self._prepare_schema(auto_migrate, create)
-        except BaseException:
-            self._db.pool.close()  # not open yet, unless something opened it early
-            raise
-        self._db.open(conn)
+            locker = self._locker = PostgresLocker(db, target.schema)
+            # One connection, made directly (for the precise error when the server cannot
+            # be reached), checks the schema and then becomes the pool's first connection.
+            try:
+                if read_only:
+                    conn, sql = _check_schema_for_reading(db, target)
+                else:
+                    conn = _prepare_schema(db, target, self.durability, auto_migrate, create)
+                    sql = Statements.for_schema(target.schema)
+            except BaseException:
+                db.pool.close()  # not open yet, unless something opened it early
+                raise
+            db.open(conn)
+            self._sql = sql
+            return StoreParts(
+                PostgresCatalog(target, db, sql, locker, float(reconnect_timeout)),
+                PostgresMeta(db, sql, self.clock),
+                locker=lambda: locker,
+                async_backend=lambda executor: _async_backend(self, executor, db, sql),
+                reconnect_timeout=float(reconnect_timeout),
+            )
+
+        super().__init__(parts, **options)
 
     # -- the async API ----------------------------------------------------------------------
 
-    def _async_backend(self, executor: concurrent.futures.Executor) -> AsyncBackend:
-        """The async API's backend for this store: appends, reads, ``latest_seq`` and the
-        catch-up of ``messages()`` run natively on psycopg's ``AsyncConnectionPool``, the rest
-        in worker threads (see :mod:`agentsession.backends.postgres.aio`)."""
-        from .aio import PostgresAsyncBackend
-
-        return PostgresAsyncBackend(self, executor, self._db, self._sql)
-
-    def _after_fork(self) -> None:
-        """In a forked child: never touch the parent's connections or locks again, and use
-        pools of this process's own (opened when first needed)."""
-        super()._after_fork()
-        self._db.after_fork()
-        self._locker.forget_after_fork()
-
-    # -- the schema ---------------------------------------------------------------------
-
-    def _prepare_schema(self, auto_migrate: bool, create: bool = True) -> _Conn:
-        """Connect directly (for a precise error when the server is unreachable), check the
-        schema version (one query when it is current) and migrate when allowed; returns the
-        connection, for the pool."""
-        conn = self._db.connect(self._db.pool_kwargs())
-        with self._closed_on_failure(conn, f"preparing schema {self._target.schema!r}"):
-            if self.durability == "fsync":
-                row = conn.execute("SHOW fsync").fetchone()
-                if row is not None and row[0] != "on":
-                    log.warning(
-                        "%s runs with fsync = %s: durability='fsync' cannot survive a power "
-                        "loss there",
-                        self._target.where,
-                        row[0],
-                    )
-            version = _current_version(conn, self._target.schema)
-            if not create and version == 0:
-                raise StoreUnavailable(self._no_tables())
-            if version != LATEST_VERSION:
-                if auto_migrate or version > LATEST_VERSION:
-                    _migrate_on(conn, self._target)
-                else:
-                    raise StorageError(
-                        f"schema {self._target.schema!r} in {self._target.where} is not at "
-                        f"version {LATEST_VERSION} (it is at version {version}): run "
-                        "agentsession.backends.postgres.migrate() first, or open the store with "
-                        "auto_migrate=True"
-                    )
-        return conn
-
-    def _check_schema_for_reading(self) -> _Conn:
-        """``read_only``: connect and check the schema version, creating and migrating
-        nothing. The current version is read as usual, version 3 as it is (with no event
-        ids); a missing store or any other version raises :class:`StoreUnavailable`."""
-        conn = self._db.connect(self._db.pool_kwargs())
-        with self._closed_on_failure(conn, f"reading schema {self._target.schema!r}"):
-            version = _current_version(conn, self._target.schema)
-        problem = None
-        if version == 0:
-            problem = self._no_tables()
-        elif version > LATEST_VERSION:
-            problem = (
-                f"schema {self._target.schema!r} in {self._target.where} has schema version "
-                f"{version}, newer than this agentsession supports ({LATEST_VERSION}): upgrade "
-                "agentsession"
-            )
-        elif version < READABLE_AS_IT_IS:
-            problem = (
-                f"schema {self._target.schema!r} in {self._target.where}: schema version "
-                f"{version} is older than {LATEST_VERSION}; run `agentsession migrate`"
-            )
-        if problem is not None:
-            conn.close()
-            raise StoreUnavailable(problem)
-        if version < LATEST_VERSION:
-            self._sql = Statements.for_schema(self._target.schema, event_ids=False)
-        return conn
-
-    @contextlib.contextmanager
-    def _closed_on_failure(self, conn: _Conn, doing: str) -> Iterator[None]:
-        """Close ``conn`` when the block fails, and translate a driver error saying what was
-        being done."""
-        try:
-            yield
-        except psycopg.Error as exc:
-            conn.close()
-            raise self._db.failure(exc, doing) from None
-        except BaseException:
-            conn.close()
-            raise
-
-    def _no_tables(self) -> str:
-        """Why a schema without tables is no store."""
-        return (
-            f"no store at {self._target.where}: schema {self._target.schema!r} holds no "
-            "agentsession tables"
-        )
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -326,174 +553,16 @@ class PostgresStore(BaseStore):
         """The schema holding this store's tables."""
         return self._target.schema
 
-    @property
-    def location(self) -> str:
-        """``postgresql://user@host:port/db?schema=...``, without the password."""
-        return self._target.location
 
-    @property
-    def url(self) -> str:
-        """The URL that reopens this store, with its schema (and password, if it had one)."""
-        return self._target.url
+def _async_backend(
+    store: PostgresStore, executor: concurrent.futures.Executor, db: Connections, sql: Statements
+) -> AsyncBackend:
+    """The async API's backend for a store: appends, reads, ``latest_seq`` and the catch-up of
+    ``messages()`` run natively on psycopg's ``AsyncConnectionPool``, the rest in worker
+    threads (see :mod:`agentsession.backends.postgres.aio`)."""
+    from .aio import PostgresAsyncBackend
 
-    def _check_text(self, what: str, value: str) -> str:
-        return check_text(what, value)
-
-    # -- BaseStore primitives ---------------------------------------------------------------
-
-    def _open_session(self, session_id: str) -> BaseSession:
-        log = PostgresLog(
-            self._db, self._sql, check_text("session id", session_id), self._reconnect_timeout
-        )
-        return BaseSession(self, session_id, log)
-
-    def _make_locker(self) -> PostgresLocker:
-        return self._locker
-
-    def _exists(self, session_id: str) -> bool:
-        if not _fits_text(session_id):
-            return False
-        statement = self._sql.exists
-        row = self._db.run(
-            f"checking session {session_id!r}",
-            lambda conn: conn.execute(statement, (session_id,)).fetchone(),
-        )
-        return row is not None
-
-    def _list_all(self) -> builtins.list[SessionInfo]:
-        statement = self._sql.list_all
-        rows = self._db.run("listing sessions", lambda conn: conn.execute(statement).fetchall())
-        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
-
-    def _list_page(
-        self, prefix: str | None, limit: int | None, offset: int
-    ) -> builtins.list[SessionInfo]:
-        """One query on the ``updated_at`` index, filtered, ordered and sliced there."""
-        if prefix is not None and not _fits_text(prefix):
-            return []
-        statement = self._sql.list
-        params = {"prefix": prefix, "limit": limit, "offset": offset}
-        rows = self._db.run(
-            "listing sessions", lambda conn: conn.execute(statement, params).fetchall()
-        )
-        return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
-
-    def _expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
-        """One query: the sessions whose ``updated_at`` is before ``cutoff``."""
-        statement = self._sql.expired
-        rows = self._db.run(
-            "listing expired sessions",
-            lambda conn: conn.execute(statement, (cutoff,)).fetchall(),
-        )
-        return [r[0] for r in rows]
-
-    def _delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
-        if not _fits_text(session_id):
-            return False
-        statements = self._sql
-
-        def delete(conn: _Conn) -> bool:
-            with conn.transaction():
-                # Locking the session row first waits out any append in flight; the events
-                # are deleted by a later statement, whose snapshot includes that append.
-                row = conn.execute(statements.delete_session, (session_id,)).fetchone()
-                conn.execute(statements.delete_events, (session_id,))
-                conn.execute(statements.delete_meta_of, (list(meta_kinds), session_id))
-            return row is not None
-
-        return self._db.run(
-            f"deleting session {session_id!r}",
-            delete,
-            write="the session may or may not have been deleted",
-        )
-
-    def _last_append(self, session_id: str) -> _dt.datetime | None:
-        if not _fits_text(session_id):
-            return None
-        statement = self._sql.last_append
-        row = self._db.run(
-            f"reading session {session_id!r}",
-            lambda conn: conn.execute(statement, (session_id,)).fetchone(),
-        )
-        return row[0] if row is not None else None
-
-    def _meta_get(self, kind: str, key: str) -> str | None:
-        self._check_text(f"{kind} key", key)
-        statement = self._sql.meta_get
-        row = self._db.run(
-            f"reading {kind} {key!r}",
-            lambda conn: conn.execute(statement, (kind, key)).fetchone(),
-        )
-        return row[0] if row is not None else None
-
-    def _meta_list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
-        params: tuple[Any, ...] = ()
-        if kind is None:
-            statement = self._sql.meta_list
-        else:
-            self._check_text("meta kind", kind)
-            statement, params = self._sql.meta_list_kind, (kind,)
-        rows = self._db.run(
-            "listing the meta entries",
-            lambda conn: conn.execute(statement, params).fetchall(),
-        )
-        return sorted((str(k), str(key), str(v)) for k, key, v in rows)
-
-    def _meta_set(self, kind: str, key: str, value: str | None) -> None:
-        self._check_text(f"{kind} key", key)
-        params: tuple[Any, ...]
-        if value is None:
-            statement, params = self._sql.meta_delete, (kind, key)
-        else:
-            self._check_text(f"{kind} value", value)
-            statement, params = self._sql.meta_set, (kind, key, value, self.clock())
-        self._db.run(
-            f"writing {kind} {key!r}",
-            lambda conn: conn.execute(statement, params),
-            write=f"the {kind} value may or may not have been written",
-        )
-
-    def _meta_add(self, kind: str, key: str, value: str) -> str:
-        self._check_text(f"{kind} key", key)
-        self._check_text(f"{kind} value", value)
-        statement = self._sql.meta_add
-        params = {"kind": kind, "key": key, "value": value, "now": self.clock()}
-        row = self._db.run(
-            f"writing {kind} {key!r}",
-            lambda conn: conn.execute(statement, params).fetchone(),
-            write=f"the {kind} value may or may not have been written",
-        )
-        if row is None:  # deleted between the insert and the read: try again
-            return self._meta_add(kind, key, value)
-        return str(row[0])
-
-    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
-        self._check_text(f"{kind} key", key)
-        if new == expected:  # nothing to write (both None: no entry): one read answers
-            return self._meta_get(kind, key) == expected
-        params: tuple[Any, ...]
-        if new is None:
-            assert expected is not None
-            self._check_text(f"{kind} value", expected)
-            statement, params = self._sql.meta_cas_delete, (kind, key, expected)
-        elif expected is None:
-            self._check_text(f"{kind} value", new)
-            statement, params = self._sql.meta_cas_insert, (kind, key, new, self.clock())
-        else:
-            self._check_text(f"{kind} value", expected)
-            self._check_text(f"{kind} value", new)
-            statement = self._sql.meta_cas_update
-            params = (new, self.clock(), kind, key, expected)
-        rowcount = self._db.run(
-            f"writing {kind} {key!r}",
-            lambda conn: conn.execute(statement, params).rowcount,
-            write=f"the {kind} value may or may not have been written",
-        )
-        return rowcount == 1
-
-    def _close(self) -> None:
-        self._locker.drop_all()
-        self._db.close()
+    return PostgresAsyncBackend(store, executor, db, sql)
 
 
 def _current_version(conn: _Conn, schema: str) -> int:

@@ -1,0 +1,259 @@
+"""The store side of the storage contract, by composition: a catalog, meta, a locker.
+
+A backend's store is :class:`~agentsession.store.BaseStore` given its parts as a
+:class:`StoreParts`; it does not subclass the store to change what it does (the named store
+classes of the built-in backends derive from ``BaseStore`` only to keep their names, and
+override nothing). The parts:
+
+* a :class:`Catalog`: the sessions as a whole (open one, exists, a page of the listing,
+  expired ids, delete, last append, ...), plus where the store is (``location``, ``url``);
+* a :class:`MetaStorage`: small persisted values by namespace and key, with a compare-and-set
+  that each backend makes atomic across threads, store objects and processes (required: a
+  store whose meta lacks it cannot be constructed);
+* a locker factory (a :class:`~agentsession.locks.Locker` for the turn locks), or the store
+  whose turn locks this one takes (a view of another store's session);
+* optionally the backend's native async I/O and how long an append rides out a lost
+  connection.
+
+What a store class's I/O costs stays a declaration on the class (``capabilities``, a
+:class:`~agentsession.contract.Capabilities`) that the async API reads.
+
+A session's log is the other half of the contract (:mod:`agentsession.storage`): the catalog
+opens a session as ``BaseSession(store, session_id, log)`` over the backend's log storage.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as _dt
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from .contract import SessionInfo
+from .errors import ConflictError
+from .locks import Locker, TurnLock
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+    from .session import BaseSession, SessionHost
+
+__all__ = [
+    "Catalog",
+    "LockHost",
+    "MetaStorage",
+    "StoreParts",
+    "expired_among",
+    "meta_update",
+    "page_of",
+]
+
+META_UPDATE_RETRIES = 1000
+
+
+class Catalog(Protocol):
+    """The sessions of one store as a whole. Every method may be called from any thread; the
+    arguments are checked before (ids by :func:`~agentsession.contract.check_session_id`, or by
+    :meth:`resolve`; a page's limit and offset)."""
+
+    @property
+    def location(self) -> str:
+        """Where the store keeps its data, for people (a directory, a file, a URL without its
+        password)."""
+        ...
+
+    @property
+    def url(self) -> str:
+        """What ``open_store`` takes to open this store again (in another process, say)."""
+        ...
+
+    def resolve(self, session_id: str, purpose: str) -> str:
+        """The id that ``session_id``, as a caller gave it, names; ``purpose`` is ``"open"``
+        (``get``, ``open``), ``"create"`` or ``"lock"`` (``lock``, ``is_locked``). Most
+        catalogs check the id (:func:`~agentsession.contract.check_session_id`) and return it;
+        a store of one session maps ``""`` (and, for a lenient one, every id) to that
+        session's and refuses the ids that name none of its sessions."""
+        ...
+
+    def cache_key(self, session_id: str) -> str:
+        """What identifies the session's storage in the store's session cache (the id, or a
+        resolved path for files)."""
+        ...
+
+    def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
+        """A new session object of ``store`` for ``session_id``:
+        ``BaseSession(store, session_id, log)`` over the backend's
+        :class:`~agentsession.storage.LogStorage`. Called outside the store's locks; it reads
+        nothing when the log opens lazily."""
+        ...
+
+    def exists(self, session_id: str) -> bool:
+        """Whether the session has at least one event."""
+        ...
+
+    def list_page(
+        self, prefix: str | None, limit: int | None, offset: int
+    ) -> builtins.list[SessionInfo]:
+        """The sessions whose id starts with ``prefix`` (None: all), most recently appended
+        first (``updated_at``, then the id, both descending), after skipping ``offset``, at
+        most ``limit`` (None: no limit). A database does it in its query; :func:`page_of`
+        does it over a whole listing."""
+        ...
+
+    def expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
+        """Ids of the sessions whose last append is before ``cutoff`` (a database: one query;
+        :func:`expired_among` asks :meth:`last_append` of each session listed)."""
+        ...
+
+    def last_append(self, session_id: str) -> _dt.datetime | None:
+        """Time of the session's last event, or None when it has none."""
+        ...
+
+    def delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+        """Delete the session's events and everything stored beside them, and its meta
+        entries of ``meta_kinds`` (keyed by the session id), atomically where the backend
+        can; True when it had events."""
+        ...
+
+    def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
+        """Make ``when`` the session's last activity where the backend keeps it apart from its
+        last event's time (JSONL: the file's modification time; a copy keeps the source's);
+        nothing to do where the last event's time is the last activity."""
+        ...
+
+    def storage_bytes(self) -> int | None:
+        """The whole store's size in bytes where the backend keeps no size per session but
+        knows its total (SQLite: the database file and its write-ahead log); None otherwise."""
+        ...
+
+    def clean_crash_leftovers(self) -> None:
+        """Remove what processes killed while writing left behind (temporary files holding
+        wrapped keys, say); run once, when the store is first used (nothing, for a
+        database)."""
+        ...
+
+    def close(self) -> None:
+        """Release files, connections and pools (the store is closed)."""
+        ...
+
+    def after_fork(self) -> None:
+        """In a forked child, before any use: stop sharing descriptors, connections and locks
+        with the parent."""
+        ...
+
+
+class MetaStorage(Protocol):
+    """Small persisted values (the chat layer's identity mappings, the session record, the
+    children index, an encrypted store's key records) by namespace (``kind``) and key. Every
+    method is atomic; names are checked before."""
+
+    def get(self, kind: str, key: str) -> str | None:
+        """The value stored, or None."""
+        ...
+
+    def set(self, kind: str, key: str, value: str | None) -> None:
+        """Store ``value`` atomically (None removes the entry)."""
+        ...
+
+    def add(self, kind: str, key: str, value: str) -> str:
+        """Store ``value`` only when the key has none (the first of two racing writers wins);
+        returns the value stored now."""
+        ...
+
+    def cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        """Compare and set: store ``new`` (None removes the entry) only when the stored value
+        is ``expected`` (None: no entry); True when it was (or when it already held ``new``
+        and ``expected == new``), False when the stored value was another. Required of every
+        backend, atomic across threads, store objects and processes (a lock file, a
+        conditional statement): the building block of the session record and the children
+        index, with no fallback."""
+        ...
+
+    def list(self, kind: str | None) -> builtins.list[tuple[str, str, str]]:
+        """Every stored entry as ``(kind, key, value)``, of one ``kind`` or (None) of every
+        kind, sorted by kind and key: what a whole-store copy enumerates."""
+        ...
+
+
+class LockHost(Protocol):
+    """A store whose turn locks another store takes (:attr:`StoreParts.lock_through`)."""
+
+    def lock(self, session_id: str, timeout: float | None = None) -> TurnLock:
+        """Take the session's turn lock (see ``BaseStore.lock``)."""
+        ...
+
+    def is_locked(self, session_id: str) -> bool:
+        """Whether some thread or process holds the session's turn lock now."""
+        ...
+
+    def holds_lock(self, session_id: str) -> bool:
+        """Whether the caller holds the session's turn lock, taken through this store."""
+        ...
+
+
+@dataclass(frozen=True)
+class StoreParts:
+    """What a backend hands :class:`~agentsession.store.BaseStore`: its storage, by
+    composition."""
+
+    catalog: Catalog
+    """The sessions as a whole."""
+    meta: MetaStorage
+    """Small persisted values, with an atomic compare-and-set."""
+    locker: Callable[[], Locker] | None = None
+    """Makes the turn-lock implementation, when the first lock is taken."""
+    lock_through: LockHost | None = None
+    """Instead of a locker: the store whose turn locks this one takes (a view of one of its
+    sessions), so that the two exclude each other and share their holders."""
+    async_backend: Callable[[concurrent.futures.Executor], object] | None = None
+    """For a store class declaring ``native_async``: makes its
+    ``agentsession.aio.AsyncBackend`` on the async store's executor."""
+    reconnect_timeout: float = 0.0
+    """Seconds an append rides out a lost connection or an unreachable server (0: a file
+    store has none)."""
+
+
+def page_of(
+    infos: Iterable[SessionInfo], prefix: str | None, limit: int | None, offset: int
+) -> builtins.list[SessionInfo]:
+    """:meth:`Catalog.list_page` over a whole listing: filtered by ``prefix``, sorted by
+    ``updated_at`` then id (both descending), sliced."""
+    page = [i for i in infos if prefix is None or i.id.startswith(prefix)]
+    oldest = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+    page.sort(key=lambda i: (i.updated_at or oldest, i.id), reverse=True)
+    return page[offset : None if limit is None else offset + limit]
+
+
+def expired_among(
+    infos: Iterable[SessionInfo],
+    last_append: Callable[[str], _dt.datetime | None],
+    cutoff: _dt.datetime,
+) -> builtins.list[str]:
+    """:meth:`Catalog.expired_ids` over a whole listing: the sessions whose
+    ``last_append(id)`` is before ``cutoff``."""
+    out: builtins.list[str] = []
+    for info in infos:
+        last = last_append(info.id)
+        if last is not None and last < cutoff:
+            out.append(info.id)
+    return out
+
+
+def meta_update(
+    meta: MetaStorage, kind: str, key: str, change: Callable[[str | None], str | None]
+) -> str | None:
+    """Read, change and write one entry atomically (a compare-and-set loop): ``change`` gets
+    the stored value (None: no entry) and returns the new one (None removes it); it may run
+    more than once when other writers change the entry meanwhile. Returns the value stored."""
+    for _ in range(META_UPDATE_RETRIES):
+        current = meta.get(kind, key)
+        wanted = change(current)
+        if wanted == current:
+            return current
+        if meta.cas(kind, key, current, wanted):
+            return wanted
+    raise ConflictError(
+        f"the {kind} entry {key!r} kept changing while it was updated "
+        f"({META_UPDATE_RETRIES} tries)"
+    )
