@@ -123,6 +123,11 @@ class SessionHost(Protocol):
         """Where the store keeps its data, for people."""
         ...
 
+    @property
+    def encrypted(self) -> bool:
+        """Whether the store encrypts its events."""
+        ...
+
     def _meta_get(self, kind: str, key: str) -> str | None:
         """A small persisted value (the store's key record, for a plain session object)."""
         ...

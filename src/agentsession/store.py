@@ -2,12 +2,13 @@
 
 A **store** opens sessions by id and owns what spans sessions: listing, deleting, the turn
 locks, crash recovery over many sessions, and a small key-value primitive (``meta_get`` and
-``meta_set``) that the chat layer keeps its identity mappings in. A backend subclasses
-:class:`BaseStore` and implements the ``_``-prefixed primitives (``_meta_cas`` among them:
-every backend's own, atomic across store objects and processes). ``open_store`` picks the
-backend from a URL through :mod:`agentsession.registry` (which third-party packages extend
-with the entry-point group ``agentsession.backends``, a name mapping a URL scheme to a
-``module:factory``); its names are re-exported here. An encrypted store's keys are a
+``meta_set``) that the chat layer keeps its identity mappings in. A backend does not subclass
+:class:`BaseStore` to change what it does: it hands it its parts
+(:class:`~agentsession.catalog.StoreParts`: a catalog, meta with its own atomic
+compare-and-set, a locker), which the store calls. ``open_store`` picks the backend from a URL
+through :mod:`agentsession.registry` (which third-party packages extend with the entry-point
+group ``agentsession.backends``, a name mapping a URL scheme to a ``module:factory``); its
+names are re-exported here. An encrypted store's keys are a
 :class:`~agentsession.keys.KeyLifecycle` the store holds.
 """
 
@@ -107,7 +108,11 @@ class _CacheEntry:
 
 
 class BaseStore:
-    """Shared behaviour of every backend's store: the session cache, TTL, context manager."""
+    """Every backend's store: the session cache, TTL, encryption, turn locks, hooks, stats,
+    over the backend's parts (``parts``: a :class:`~agentsession.catalog.StoreParts`, or a
+    function that builds it, called once the settings below are checked and set, so that it
+    can read ``durability`` and ``clock``). The named store classes of the built-in backends
+    derive from it only to keep their names and constructors; they override nothing."""
 
     capabilities: ClassVar[Capabilities] = Capabilities()
     """What the backend's I/O costs, for the async API's placement (see

@@ -94,7 +94,7 @@ class MetaStore(Protocol):
         ...
 
     def cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
-        """Compare and set (see ``BaseStore._meta_cas``)."""
+        """Compare and set (see :meth:`agentsession.catalog.MetaStorage.cas`)."""
         ...
 
     def list(self, kind: str | None) -> list[tuple[str, str, str]]:

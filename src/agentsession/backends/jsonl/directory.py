@@ -183,7 +183,7 @@ class JsonlCatalog:
             untrack_open=self._untrack_open,
             write_id_sidecar=self._write_id_sidecar,
             quarantine=self._quarantine,
-            encrypted=store._keyring is not None,
+            encrypted=store.encrypted,
         )
         log = JsonlLog(self._host, files, session_id, path)
         session = BaseSession(store, session_id, log)
@@ -416,9 +416,10 @@ def _jsonl_parts(
     create: bool = True,
     dialect: Dialect = "agentsession",
     sealed: bool = False,
-) -> StoreParts:
+) -> tuple[JsonlCatalog, StoreParts]:
     """Check a JSONL store's options, set its public settings and build its parts over
-    ``directory`` (created owner-only when missing, unless ``create`` is False)."""
+    ``directory`` (created owner-only when missing, unless ``create`` is False): its catalog,
+    and the parts with it."""
     if on_corrupt not in ("raise", "quarantine"):
         raise UsageError(f"on_corrupt must be 'raise' or 'quarantine', not {on_corrupt!r}")
     if dialect not in ("agentsession", "agentkit"):
@@ -454,7 +455,7 @@ def _jsonl_parts(
             raise StoreUnavailable(f"the store directory {root} is not readable and writable")
     real = os.path.realpath(root)
     catalog = make_catalog(store, real, layout, store.max_open_files)
-    return StoreParts(
+    return catalog, StoreParts(
         catalog, catalog.meta, locker=lambda: FileLocker(os.path.join(real, LOCK_DIR))
     )
 
@@ -500,8 +501,9 @@ class JsonlStore(BaseStore):
         **options: Any,
     ) -> None:
         sealed = options.get("passphrase") is not None or options.get("key") is not None
-        super().__init__(
-            lambda: _jsonl_parts(
+
+        def parts() -> StoreParts:
+            self._files, built = _jsonl_parts(
                 self,
                 JsonlCatalog,
                 directory,
@@ -510,19 +512,19 @@ class JsonlStore(BaseStore):
                 create=create,
                 dialect=dialect,
                 sealed=sealed,
-            ),
-            **options,
-        )
+            )
+            return built
+
+        super().__init__(parts, **options)
+
+    _files: JsonlCatalog
+    """The store's catalog: its session files."""
 
     def path_for(self, session_id: str) -> str:
         """The log file of a session id (safe and injective; see ``agentsession._names``; in
         the agentkit dialect, agentkit's naming, which is not injective)."""
-        return self._jsonl.path_for(session_id)
+        return self._files.path_for(session_id)
 
-    @property
-    def _jsonl(self) -> JsonlCatalog:
-        assert isinstance(self._catalog, JsonlCatalog)
-        return self._catalog
 
 
 def open_jsonl(url: str, **options: Any) -> JsonlStore:

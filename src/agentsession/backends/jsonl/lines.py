@@ -1,5 +1,5 @@
 """Reading JSONL lines of either dialect without a session: line heads, a line's event or
-time, and the short reads ``list()`` and ``_last_append`` make of a log's ends."""
+time, and the short reads ``list()`` and ``last_append`` make of a log's ends."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import stat
 from collections.abc import Sequence
 from typing import Any
 
+from ...catalog import StoreParts
 from ...contract import SessionInfo, check_session_id
 from ...errors import SessionNotFound, StorageError, StoreUnavailable, UsageError
 from ...interop.jsonl_layout import SUFFIX, JsonlLayout
@@ -152,18 +153,21 @@ class JsonlFileStore(JsonlStore):
             if not isinstance(sid, str) or not sid.strip():
                 raise UsageError(f"a session id is required for {file}")
             self.session_id = sid
-            self._file_catalog = JsonlFileCatalog(
+            self._file = JsonlFileCatalog(
                 host, root, layout, max_open_files, name=name, session_id=sid
             )
-            return self._file_catalog
+            return self._file
 
-        BaseStore.__init__(
-            self,
-            lambda: _jsonl_parts(
+        def parts() -> StoreParts:
+            self._files, built = _jsonl_parts(
                 self, catalog, os.path.dirname(raw), sealed=sealed, **jsonl
-            ),
-            **options,
-        )
+            )
+            return built
+
+        BaseStore.__init__(self, parts, **options)
+
+    _file: JsonlFileCatalog
+    """The store's catalog: its one file."""
 
     session_id: str
     """The id of the file's one session."""
@@ -171,7 +175,7 @@ class JsonlFileStore(JsonlStore):
     @property
     def file_path(self) -> str:
         """The session's file (agentkit's ``FilePath``)."""
-        return self._file_catalog.file
+        return self._file.file
 
     @property
     def session(self) -> BaseSession:
