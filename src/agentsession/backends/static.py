@@ -156,9 +156,8 @@ class StaticCatalog:
         """The session's store cleans its own."""
 
     def close(self) -> None:
-        """Closing a static store closes the session's files or connections (the session
-        reopens them when used again), never the store that holds the session."""
-        self._session.close()
+        """Nothing of its own: the store's cache closes the session object (which reopens its
+        files or connections when used again), never the store that holds the session."""
 
     def after_fork(self) -> None:
         """The session's store handles forks."""
