@@ -28,7 +28,7 @@ import builtins
 import datetime as _dt
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from .contract import SessionInfo
 from .errors import ConflictError
@@ -43,6 +43,7 @@ __all__ = [
     "Catalog",
     "LockHost",
     "MetaStorage",
+    "Purpose",
     "StoreParts",
     "expired_among",
     "meta_update",
@@ -50,6 +51,9 @@ __all__ = [
 ]
 
 META_UPDATE_RETRIES = 1000
+
+Purpose = Literal["open", "create", "lock"]
+"""What an id is resolved for (:meth:`Catalog.resolve`)."""
 
 
 class Catalog(Protocol):
@@ -68,7 +72,7 @@ class Catalog(Protocol):
         """What ``open_store`` takes to open this store again (in another process, say)."""
         ...
 
-    def resolve(self, session_id: str, purpose: str) -> str:
+    def resolve(self, session_id: str, purpose: Purpose) -> str:
         """The id that ``session_id``, as a caller gave it, names; ``purpose`` is ``"open"``
         (``get``, ``open``), ``"create"`` or ``"lock"`` (``lock``, ``is_locked``). Most
         catalogs check the id (:func:`~agentsession.contract.check_session_id`) and return it;
@@ -84,8 +88,7 @@ class Catalog(Protocol):
     def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
         """A new session object of ``store`` for ``session_id``:
         ``BaseSession(store, session_id, log)`` over the backend's
-        :class:`~agentsession.storage.LogStorage`. Called outside the store's locks; it reads
-        nothing when the log opens lazily."""
+        :class:`~agentsession.storage.LogStorage`. Called outside the store's locks."""
         ...
 
     def exists(self, session_id: str) -> bool:

@@ -30,9 +30,9 @@ store class declares (``capabilities``, a :class:`~agentsession.contract.Capabil
 from its name: ``in_memory`` (memory), ``inline_appends`` and ``inline_reads`` (JSONL), nothing
 (threads: SQLite, the static store, third-party backends), ``native_async`` (PostgreSQL).
 
-**Native async storage**: a store class declaring ``native_async`` implements
-``_async_backend(executor)`` (reached through the public
-:meth:`~agentsession.store.BaseStore.async_backend`), returning a subclass of
+**Native async storage**: a store class declaring ``native_async`` hands its store the
+function ``async_backend(executor)`` among its parts (``StoreParts.async_backend``, reached
+through the public :meth:`~agentsession.store.BaseStore.async_backend`), returning a subclass of
 :class:`AsyncBackend` whose :meth:`~AsyncBackend.native_log` gives a session's log storage as
 coroutines (a :class:`NativeLog`). The async session then runs ``append``,
 ``append_many``, ``read``, ``latest_seq``, ``messages`` and ``entries`` as the sync API's own
