@@ -461,14 +461,6 @@ def test_backends_compose_the_session_instead_of_subclassing_it() -> None:
 # (``self._x``, ``cls._x``), dunder names and namedtuple's public-by-convention methods.
 _NAMEDTUPLE_METHODS = {"_replace", "_asdict", "_fields", "_make"}
 
-# Store classes that still reach into the session or their base store's primitives; they move
-# to composition one by one. The set may only shrink: an entry no longer found fails the test.
-PRIVATE_REACHES_LEFT = {
-    "backends/static.py:self._session._store",
-    "backends/static.py:session._store",
-}
-
-
 def _reaches(tree: ast.AST) -> set[str]:
     """The ``_``-prefixed attributes of other objects that ``tree`` reads or calls."""
     return {
@@ -485,13 +477,12 @@ def _reaches(tree: ast.AST) -> set[str]:
 def test_no_backend_reaches_into_another_object() -> None:
     """A backend module touches no ``_``-prefixed attribute but its own objects' (``self``,
     ``cls``): not the session's, not another backend object's (the native async path uses the
-    PostgreSQL log's and connections' public methods), not its base store's but those listed
-    in :data:`PRIVATE_REACHES_LEFT`."""
+    PostgreSQL log's and connections' public methods), not its base store's."""
     found = set()
     for path in sorted((SRC / "backends").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         found |= {f"{path.relative_to(SRC).as_posix()}:{reach}" for reach in _reaches(tree)}
-    assert found == PRIVATE_REACHES_LEFT
+    assert found == set()
 
 
 def test_the_reach_check_sees_what_it_must() -> None:
@@ -512,10 +503,8 @@ def test_the_reach_check_sees_what_it_must() -> None:
 # The store side is composed too (agentsession.catalog): a backend hands BaseStore its parts
 # (a catalog, meta, a locker). Its named store class derives from BaseStore only to keep its
 # name (isinstance, constructors, public attributes): a facade whose __init__ builds the parts
-# and whose other members are the backend's own public API, overriding nothing of BaseStore.
-# Private members left on a facade, for the async PostgreSQL path that still calls them; the
-# set may only shrink.
-FACADE_PRIVATES_LEFT: set[str] = set()
+# and whose other members are the backend's own public API, overriding nothing of BaseStore
+# and keeping no private method (what a backend does lives in its parts).
 
 _CLASS_BOOKKEEPING = {
     "__annotations__",
@@ -570,7 +559,7 @@ def test_backend_store_classes_are_facades_that_override_nothing() -> None:
             assert not hasattr(base, name), f"{cls.__name__} overrides BaseStore.{name}"
             if name.startswith("_") and callable(getattr(cls, name)):
                 privates.add(f"{cls.__name__}.{name}")
-    assert privates == FACADE_PRIVATES_LEFT
+    assert privates == set()
 
 
 def _hooks_of(cls: ast.ClassDef) -> list[str]:

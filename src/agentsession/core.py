@@ -330,6 +330,13 @@ class SessionPlans:
         """What the log storage may know of the session, as the sync driver hands it over."""
         return self._session._view
 
+    @property
+    def host(self) -> SessionHost:
+        """The store the session belongs to (its settings: durability, TTL, clock), for a
+        store that serves another store's session (:class:`~agentsession.backends.static.
+        StaticStore`)."""
+        return self._session._store
+
 
 def _nothing() -> Plan[list[int]]:
     """The plan of an empty batch: nothing to do."""

@@ -142,7 +142,7 @@ class StaticCatalog:
         if self._host is None:
             raise UsageError(
                 f"session {self._session.id!r} has no store to delete it from "
-                f"(its host is a {type(self._session._store).__name__})"
+                f"(its host is a {type(self._session.plans.host).__name__})"
             )
         return self._host.delete(self._session.id)
 
@@ -178,7 +178,7 @@ class StaticStore(BaseStore):
             raise UsageError(
                 f"a static store needs a session object, not {type(session).__name__}"
             )
-        holder = session._store
+        holder = session.plans.host
         host = holder if isinstance(holder, BaseStore) else None
         meta = MetaInMemory()
         catalog = StaticCatalog(session, host, meta, any_id)

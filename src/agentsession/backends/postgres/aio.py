@@ -1,7 +1,8 @@
 """PostgreSQL for the async API: psycopg's native ``AsyncConnectionPool`` instead of threads.
 
-:meth:`PostgresStore._async_backend <agentsession.backends.postgres.store.PostgresStore>`
-returns a :class:`PostgresAsyncBackend`, which has a pool of its own (the store's server,
+A :class:`~agentsession.backends.postgres.PostgresStore`'s parts
+(:attr:`StoreParts.async_backend <agentsession.catalog.StoreParts.async_backend>`) make a
+:class:`PostgresAsyncBackend`, which has a pool of its own (the store's server,
 settings, sizes and checks; opened on the event loop that first uses it, closed with the async
 store) and gives each plain PostgreSQL session a :class:`PostgresNativeLog`: the session's log
 storage as coroutines (:class:`agentsession.ops.AsyncLog`). The async session drives the sync
