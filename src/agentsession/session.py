@@ -50,12 +50,13 @@ from .core import (
     SessionHost,
     SessionPlans,
     _check_read,
+    _replace,
     check_event,
 )
 from .crypto import is_sealed
 from .derive import Deriver, IndexedMessage
 from .errors import StorageError, UsageError
-from .events import COMPACTION, USER_MESSAGE, Event
+from .events import COMPACTION, USER_MESSAGE, Event, new_event_id
 from .media import StoragePolicy
 from .messages import Message
 from .ops import Plan, drive
@@ -278,44 +279,59 @@ class BaseSession(SessionCore):
         """:meth:`append` without tracing: :meth:`_append_one_plan`, driven synchronously.
 
         The sync driver's fast lane: when the plan would do nothing but the single-event
-        operation (:meth:`_in_lane`), it performs that operation itself and hands the outcome
-        to the same parts of the plan (:meth:`_one_failed`, :meth:`_one_stored`), which saves
-        making a generator on every append of an agent loop."""
-        prepared = self._prepare(event, None)
+        operation (a plain session that has seen events, no TTL, no marker, an id not stored,
+        nothing unsure, no older ids to read first), it performs that operation itself and
+        takes the stored event in, or hands the outcome to the same parts of the plan
+        (:meth:`_one_failed`, :meth:`_one_stored`). It is the hot path of an agent loop: no
+        generator, no call that the common case does not need."""
+        # _prepare, inlined
+        prepared = check_event(event, self._id)
+        if not prepared.id:
+            prepared = _replace(prepared, id=new_event_id())
+        if prepared.time is None or prepared.seq:
+            prepared = _replace(prepared, seq=0, time=prepared.time or self._store.clock())
         with self._lock:
-            if self._in_lane(prepared):
-                log = self._log
-                try:
-                    if log is not None:  # the composed log, without the delegating call
-                        stored = log.append_one(self._view, prepared, False)
-                    else:
-                        stored = self._storage_append_one(prepared, False)
-                except BaseException as exc:
-                    return drive(self._one_failed(prepared, -1, exc), self)
-                if stored is not None:
-                    if stored.seq != 1 and stored.type != USER_MESSAGE:
-                        return self._take_one(stored)
-                    return drive(self._one_stored(prepared, stored, -1), self)
+            if (
+                self._cipher is None
+                and self._latest_seq
+                and not self._unsure
+                and self._store.ttl is None
+                and prepared.type != COMPACTION
+            ):
+                if self._ids_todo:
+                    self._index_window()
+                if prepared.id not in self._ids and not (
+                    self._ids_from > 1 and self._needs_cover((prepared,))
+                ):
+                    log = self._log
+                    try:
+                        if log is not None:  # the composed log, without the delegating call
+                            stored = log.append_one(self._view, prepared, False)
+                        else:
+                            stored = self._storage_append_one(prepared, False)
+                    except BaseException as exc:
+                        return drive(self._one_failed(prepared, -1, exc), self)
+                    if stored is not None:
+                        seq = stored.seq
+                        if seq == 1 or (stored.type == USER_MESSAGE and self._may_cap()):
+                            return drive(self._one_stored(prepared, stored, -1), self)
+                        # _take_one, inlined
+                        self._window.append(stored)
+                        self._latest_seq = seq
+                        ids = self._ids  # (a reload while appending may have replaced it)
+                        ids[stored.id] = seq
+                        if len(ids) > _ID_LIMIT:
+                            self._forget_old_ids()
+                        return seq
             return drive(self._append_one_plan(prepared), self)
 
-    def _in_lane(self, prepared: Event) -> bool:
-        """Whether an append of ``prepared`` is the single-event operation and nothing else: a
-        plain session that has seen events, no TTL, no marker, an id not stored, not unsure,
-        and no older ids to read first. Pure."""
-        if (
-            self._cipher is not None
-            or not self._latest_seq
-            or self._store.ttl is not None
-            or self._unsure
-            or prepared.type == COMPACTION
-        ):
+    def _may_cap(self) -> bool:
+        """Whether a user message appended now may be over a history cap: False when
+        :meth:`_history_cap_plan` would answer no cap without reading anything."""
+        if self._replaying:
             return False
-        if self._ids_todo:
-            self._index_window()
-        known = self._ids.get(prepared.id)
-        if known is not None:
-            return False
-        return not (self._ids_from > 1 and self._needs_cover((prepared,)))
+        own = self._own_cap
+        return own is None or own[0] != self._generation or bool(own[1] or self._store.max_messages)
 
     def _one_failed(self, prepared: Event, marker: int, exc: BaseException) -> Plan[int]:
         """After an append of ``prepared`` raised ``exc``: ride out a lost connection
