@@ -17,6 +17,7 @@ from typing import Literal
 import msgspec
 
 from ..._names import safe_name, unsafe_name
+from ...codec import encoder
 from ...errors import StorageError
 from ...events import Event, decode_event, encode_event
 from ...interop.agentkit_layout import AGENTKIT_LAYOUT, AGENTKIT_LINES, LINE_START
@@ -28,8 +29,16 @@ MORE = b'"more":true,'
 """The flag on every line of a batch but its last (``docs/format.md``)."""
 
 
+_encode = encoder.encode
+
+
 def _one_line(event: Event) -> bytes:
-    return encode_event(event) + b"\n"
+    """One event's line: :func:`~agentsession.events.encode_event`, with its common case (no
+    lone surrogate to escape) made here, for the single-event append."""
+    try:
+        return _encode(event) + b"\n"
+    except UnicodeEncodeError:
+        return encode_event(event) + b"\n"
 
 
 def _bodies(events: Sequence[Event]) -> list[bytes]:
