@@ -124,6 +124,7 @@ _raw_checker = msgspec.json.Decoder(msgspec.Raw)
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_NOT_MARKS = bytes(b for b in range(256) if b not in b"[{\n\r")
 
 
 def pretty(raw: bytes, indent: int = 2) -> bytes:
@@ -172,10 +173,17 @@ def check_json(
         raise UsageError(f"{what} is nested too deeply") from None
     except UsageError as exc:  # raised by a payload struct's own checks
         raise UsageError(f"{what} is not valid: {exc}") from None
-    # Each level takes two bytes ("[" and "]"), so only longer values can be too deep.
-    if len(raw) > 2 * MAX_JSON_DEPTH and json_depth(raw) > MAX_JSON_DEPTH:
-        raise UsageError(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
-    if raw.find(10) >= 0 or raw.find(13) >= 0:  # whitespace between tokens (strings escape it)
+    # Raw newlines are whitespace between tokens (strings escape them). Each level takes two
+    # bytes ("[" and "]"), so only longer values can be too deep: one pass over such a value
+    # keeps the bytes that open a level and the newlines, and only a value with more of them
+    # than MAX_JSON_DEPTH has its depth measured.
+    if len(raw) <= 2 * MAX_JSON_DEPTH:
+        marks = raw
+    else:
+        marks = raw.translate(None, _NOT_MARKS)
+        if len(marks) > MAX_JSON_DEPTH and json_depth(raw) > MAX_JSON_DEPTH:
+            raise UsageError(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+    if marks.find(10) >= 0 or marks.find(13) >= 0:
         return encode(decode(raw))
     return raw
 
