@@ -1069,12 +1069,22 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
             allowed = [allowed]
         session.append(Event(type="test/pretty", data=msgspec.Raw(b'{\n  "a": [1,\n 2]\n}')))
         session.append(Event.new("test/deep-ok", allowed))
+        # Long values too: one pretty-printed (a raw CR LF far from the start), and one that
+        # opens more arrays than the deepest nesting allowed, side by side (two levels deep).
+        text = "x" * 600
+        long_pretty = b'{"text": "%s",\r\n  "b": [1,\n 2]}' % text.encode()
+        session.append(Event(type="test/pretty-long", data=msgspec.Raw(long_pretty)))
+        wide = [[] for _ in range(300)]
+        session.append(Event.new("test/wide", wide))
         again = self.reopen(store, tmp_path)
         try:
             events = again.get("boundary").read()
-            assert [e.type for e in events] == ["test/pretty", "test/deep-ok"]
+            kinds = ["test/pretty", "test/deep-ok", "test/pretty-long", "test/wide"]
+            assert [e.type for e in events] == kinds
             assert decode(events[0].data) == {"a": [1, 2]}
             assert decode(events[1].data) == allowed
+            assert bytes(events[2].data) == b'{"text":"%s","b":[1,2]}' % text.encode()
+            assert decode(events[3].data) == wide
         finally:
             if again is not store:
                 again.close()
