@@ -1074,7 +1074,7 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance):
         text = "x" * 600
         long_pretty = b'{"text": "%s",\r\n  "b": [1,\n 2]}' % text.encode()
         session.append(Event(type="test/pretty-long", data=msgspec.Raw(long_pretty)))
-        wide = [[] for _ in range(300)]
+        wide: list[list[int]] = [[] for _ in range(300)]
         session.append(Event.new("test/wide", wide))
         again = self.reopen(store, tmp_path)
         try:
