@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence, Sized
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from .. import _trace
 from ..children import DEFAULT_MERGE_LOCK_TIMEOUT, SessionRecord
@@ -24,6 +24,8 @@ from ._recorder import AsyncRecording
 
 if TYPE_CHECKING:
     from types import TracebackType
+
+    from typing_extensions import Unpack
 
 __all__ = ["AsyncSession", "AsyncStep", "AsyncTurn", "SessionHost"]
 
@@ -165,20 +167,41 @@ class AsyncSession:
             user_message=getattr(event, "type", None) == USER_MESSAGE,
         )
 
-    async def _append_natively(self, native: NativeLog, event: Event) -> int:
-        sync = self._sync
-        prepared = sync.plans.append(event)  # checked and stamped once, here
-        plan = functools.partial(_once, prepared)
+    async def _traced(
+        self,
+        native: NativeLog,
+        op: str,
+        plan: Callable[[], Plan[T]],
+        kind: CallKind,
+        span_name: str,
+        counted: Literal["events", "messages"] | None = None,
+        **fields: Unpack[_trace.Attributes],
+    ) -> T:
+        """:meth:`_drive`, in a span ``span_name`` while tracing is on: the session's id and
+        backend, ``fields``, and the length of the result as ``counted``."""
         if not _trace.enabled:
-            return await self._drive(native, "append", plan, "append")
-        with _trace.span(
-            "agentsession.append",
-            session_id=sync.id,
-            backend=_trace.backend_of(sync),
-            events=1,
-            event_type=getattr(event, "type", None),
-        ):
-            return await self._drive(native, "append", plan, "append")
+            return await self._drive(native, op, plan, kind)
+        sync = self._sync
+        attributes: _trace.Attributes = {
+            **fields,
+            "session_id": sync.id,
+            "backend": _trace.backend_of(sync),
+        }
+        with _trace.span(span_name, **attributes) as span:
+            result = await self._drive(native, op, plan, kind)
+            if counted == "events":
+                span.set(events=len(cast("Sized", result)))
+            elif counted == "messages":
+                span.set(messages=len(cast("Sized", result)))
+            return result
+
+    async def _append_natively(self, native: NativeLog, event: Event) -> int:
+        prepared = self._sync.plans.append(event)  # checked and stamped once, here
+        plan = functools.partial(_once, prepared)
+        event_type = getattr(event, "type", None)
+        return await self._traced(
+            native, "append", plan, "append", "agentsession.append", events=1, event_type=event_type
+        )
 
     async def append_many(
         self, events: Sequence[Event], *, expect_seq: int | None = None
@@ -201,31 +224,19 @@ class AsyncSession:
     async def _append_many_natively(
         self, native: NativeLog, events: Sequence[Event], expect_seq: int | None
     ) -> list[int]:
-        sync = self._sync
-        plan = functools.partial(_once, sync.plans.append_many(events, expect_seq))
-        if not _trace.enabled:
-            return await self._drive(native, "append_many", plan, "append")
-        with _trace.span(
-            "agentsession.append", session_id=sync.id, backend=_trace.backend_of(sync)
-        ) as span:
-            seqs = await self._drive(native, "append_many", plan, "append")
-            span.set(events=len(seqs))
-            return seqs
+        plan = functools.partial(_once, self._sync.plans.append_many(events, expect_seq))
+        return await self._traced(
+            native, "append_many", plan, "append", "agentsession.append", counted="events"
+        )
 
     async def read(self, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in seq order, at most ``limit``."""
         native = self._store.backend.native_log(self._sync)
         if native is not None:
-            sync = self._sync
-            plan = functools.partial(sync.plans.read, after, limit)
-            if not _trace.enabled:
-                return await self._drive(native, "read", plan, "read")
-            with _trace.span(
-                "agentsession.read", session_id=sync.id, backend=_trace.backend_of(sync)
-            ) as span:
-                found = await self._drive(native, "read", plan, "read")
-                span.set(events=len(found))
-                return found
+            plan = functools.partial(self._sync.plans.read, after, limit)
+            return await self._traced(
+                native, "read", plan, "read", "agentsession.read", counted="events"
+            )
         return await self._call(
             "read",
             functools.partial(self._sync.read, after, limit),
@@ -240,19 +251,16 @@ class AsyncSession:
         (:meth:`agentsession.BaseSession.messages`)."""
         native = self._store.backend.native_log(self._sync)
         if native is not None:
-            sync = self._sync
-            plan = functools.partial(sync.plans.messages, agent, max_tool_result_bytes)
-            if not _trace.enabled:
-                return await self._drive(native, "messages", plan, "read")
-            with _trace.span(
+            plan = functools.partial(self._sync.plans.messages, agent, max_tool_result_bytes)
+            return await self._traced(
+                native,
+                "messages",
+                plan,
+                "read",
                 "agentsession.messages",
-                session_id=sync.id,
-                backend=_trace.backend_of(sync),
+                counted="messages",
                 agent=agent or None,
-            ) as span:
-                history = await self._drive(native, "messages", plan, "read")
-                span.set(messages=len(history))
-                return history
+            )
         fn = functools.partial(
             self._sync.messages, agent, max_tool_result_bytes=max_tool_result_bytes
         )
