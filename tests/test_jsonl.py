@@ -874,3 +874,42 @@ def test_a_catch_up_that_fails_under_the_file_lock_releases_it(
     assert texts(JsonlStore(tmp_path).get("s")) == ["one", "two", "four"]
     mine.close()
     theirs.close()
+
+
+def _log_ending_in_a_moved_marker(tmp_path: Path) -> Path:
+    """A log whose last line is its compaction marker, moved there from the middle: the lines
+    before it carry higher seqs than the marker's."""
+    store = JsonlStore(tmp_path)
+    session = store.get("s")
+    for n in range(6):
+        session.append(Event.new("user/message", Message.user(f"m{n}")))
+    session.compact(Message.user("summary"), keep_turns=1)
+    for n in range(3):
+        session.append(Event.new("user/message", Message.user(f"after {n}")))
+    store.close()
+    path = tmp_path / "s.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    marker = next(i for i, line in enumerate(lines) if b'"session/compaction"' in line)
+    lines[marker], lines[-1] = lines[-1], lines[marker]
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+def test_a_tail_that_a_line_before_it_overtakes_is_corrupt(tmp_path: Path) -> None:
+    """Opening reads the log from its last compaction marker; when a line before the marker
+    has a higher seq (lines moved), the marker's seq is not the log's latest: the damage is
+    reported, never an append reusing a seq."""
+    _log_ending_in_a_moved_marker(tmp_path)
+    with pytest.raises(CorruptLogError, match="jumps ahead"):
+        JsonlStore(tmp_path).get("s")
+
+
+def test_a_tail_that_a_line_before_it_overtakes_is_quarantined(tmp_path: Path) -> None:
+    path = _log_ending_in_a_moved_marker(tmp_path)
+    session = JsonlStore(tmp_path, on_corrupt="quarantine").get("s")
+    seqs = [event.seq for event in session.read()]
+    assert seqs == sorted(set(seqs))
+    assert session.latest_seq == seqs[-1]
+    assert session.append(Event.new("test/n")) == seqs[-1] + 1
+    stored = [json.loads(line)["seq"] for line in path.read_bytes().splitlines() if line.strip()]
+    assert stored == sorted(set(stored))  # no seq twice in the file

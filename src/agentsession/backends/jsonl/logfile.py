@@ -60,6 +60,9 @@ _BACK_CHUNK = 1 << 20
 _TAIL_BYTES = 64 << 10
 """How much of the end of a log opening a session reads (whole lines): the events that
 ``latest_seq``, a TTL check and a read of recent events need, without the history."""
+_ORDER_PROBE_LINES = 64
+"""How many blank (quarantined) lines before a log's tail opening steps over to find the seq
+the tail must follow."""
 _SEARCH_SPAN = 64 << 10  # below this many bytes, reading beats seeking
 # Why opening a log to write can fail where opening it to read would not.
 _READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
@@ -349,6 +352,12 @@ class JsonlLog:
             while not events and begin > 0:  # only blank (quarantined) lines in the tail
                 begin = self._line_start_before(max(0, begin - _TAIL_BYTES))
                 events = self._decode_region(begin, size, tail=True)
+            if begin > 0 and events and self._out_of_order_before(begin, events[0].seq):
+                # A line before the tail carries a seq the tail does not follow (lines moved,
+                # pasted or damaged): the tail's last seq is not the log's. Read the whole
+                # log, whose line checks find the damage (raise, or move the lines aside).
+                begin = 0
+                events = self._decode_region(0, size, tail=True)
         except _BadLine as bad:
             if not locked:
                 return self._load_tail(False, window, bad.offset)  # read as if it were cut
@@ -356,6 +365,22 @@ class JsonlLog:
             return self._load_tail(True, window)
         self._size = size
         return events, begin == 0
+
+    def _out_of_order_before(self, begin: int, first: int) -> bool:
+        """Whether the last readable line before ``begin`` (a line start; blank, quarantined
+        lines stepped over, at most :data:`_ORDER_PROBE_LINES` of them) has a seq of ``first``
+        or above, the seq of the line at ``begin``: seqs rise through a log, so the tail that
+        starts there does not end the log."""
+        end = begin
+        for _ in range(_ORDER_PROBE_LINES):
+            if end <= 0:
+                return False
+            start = self._line_start_before(end - 1)
+            found = SEQ_HEAD.match(os.pread(self._fd, HEAD_BYTES, start))
+            if found is not None:
+                return head_seq(found) >= first
+            end = start
+        return False
 
     def _ends_in_open_batch(self, size: int) -> bool:
         start = self._line_start_before(size - 1)
