@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import click
 from rich.markup import escape
@@ -341,13 +344,44 @@ def tail_command(
         out.flush()
         return batch[-1].seq if batch else 0
 
-    last = emit(session.read(after=last)) or last
-    try:
-        while follow:
+    if not follow:
+        emit(session.read(after=last))
+        return
+    with _stopped_by_ctrl_c() as stopped:
+        last = emit(session.read(after=last)) or last
+        while not stopped():
             time.sleep(interval)
+            if stopped():
+                break
             last = emit(session.read(after=last)) or last
+    raise click.exceptions.Exit(EXIT_INTERRUPTED)  # Ctrl-C is how -f ends
+
+
+@contextlib.contextmanager
+def _stopped_by_ctrl_c() -> Iterator[Callable[[], bool]]:
+    """While the block runs, a first Ctrl-C (SIGINT) asks it to stop (the function yielded
+    turns true) instead of raising ``KeyboardInterrupt`` wherever it lands, which could leave
+    a lock taken halfway and hang the store's closing; a second Ctrl-C interrupts at once.
+    Outside the main thread (no signal handlers there), Ctrl-C raises as usual."""
+    asked = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield asked.is_set
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None:  # a handler not installed from Python
+        previous = signal.default_int_handler
+
+    def on_sigint(signum: int, frame: object) -> None:
+        asked.set()
+        signal.signal(signal.SIGINT, previous)  # the next Ctrl-C interrupts
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield asked.is_set
     except KeyboardInterrupt:
-        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None  # Ctrl-C is how -f ends
+        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _message_lines(message: Message) -> Iterator[str]:
