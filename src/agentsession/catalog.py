@@ -7,9 +7,12 @@ override nothing). The parts:
 
 * a :class:`Catalog`: the sessions as a whole (open one, exists, a page of the listing,
   expired ids, delete, last append, ...), plus where the store is (``location``, ``url``);
+  deriving from :class:`CatalogDefaults`, a backend writes seven members (six of the
+  protocol's fifteen, and ``list_all``, the listing as a whole) and takes the other nine;
 * a :class:`MetaStorage`: small persisted values by namespace and key, with a compare-and-set
   that each backend makes atomic across threads, store objects and processes (required: a
-  store whose meta lacks it cannot be constructed);
+  store whose meta lacks it cannot be constructed); :class:`MetaInMemory` is one in this
+  process's memory;
 * a locker factory (a :class:`~agentsession.locks.Locker` for the turn locks), or the store
   whose turn locks this one takes (a view of another store's session);
 * optionally the backend's native async I/O and how long an append rides out a lost
@@ -24,13 +27,15 @@ opens a session as ``BaseSession(store, session_id, log)`` over the backend's lo
 
 from __future__ import annotations
 
+import abc
 import builtins
 import datetime as _dt
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from .contract import SessionInfo
+from .contract import SessionInfo, check_session_id
 from .errors import ConflictError
 from .locks import Locker, TurnLock
 
@@ -41,7 +46,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Catalog",
+    "CatalogDefaults",
     "LockHost",
+    "MetaInMemory",
     "MetaStorage",
     "Purpose",
     "StoreParts",
@@ -146,6 +153,69 @@ class Catalog(Protocol):
         ...
 
 
+class CatalogDefaults(abc.ABC):
+    """What most catalogs answer alike, for a :class:`Catalog` to derive from (a helper, not
+    a base of the store: it holds no state and calls nothing but the catalog's own members).
+
+    A catalog deriving from it writes ``location``, ``url``, ``open_session``, ``exists``,
+    :meth:`list_all`, ``last_append`` and ``delete``, and gets the rest, each of which it
+    overrides where its backend does more:
+
+    * :meth:`resolve`: the id checked (:func:`~agentsession.contract.check_session_id`);
+      :meth:`cache_key`: the id itself;
+    * :meth:`list_page` and :meth:`expired_ids` over :meth:`list_all`, with :func:`page_of`
+      and :func:`expired_among` (a database answers both in a query instead);
+    * :meth:`set_last_activity`, :meth:`clean_crash_leftovers`, :meth:`close` and
+      :meth:`after_fork` do nothing, :meth:`storage_bytes` is None: a backend whose last
+      activity is its last event's time, that a crash leaves nothing of, that holds no file,
+      connection or lock of its own and keeps sizes per session (or none)."""
+
+    @abc.abstractmethod
+    def list_all(self) -> builtins.list[SessionInfo]:
+        """Every session that has events, in any order (what :meth:`list_page` and
+        :meth:`expired_ids` filter; a catalog answering both in queries still has it, for
+        checking them against the defaults)."""
+
+    @abc.abstractmethod
+    def last_append(self, session_id: str) -> _dt.datetime | None:
+        """See :meth:`Catalog.last_append` (what :meth:`expired_ids` asks of each session)."""
+
+    def resolve(self, session_id: str, purpose: Purpose) -> str:
+        """The id as given, checked."""
+        return check_session_id(session_id)
+
+    def cache_key(self, session_id: str) -> str:
+        """The id itself."""
+        return session_id
+
+    def list_page(
+        self, prefix: str | None, limit: int | None, offset: int
+    ) -> builtins.list[SessionInfo]:
+        """:meth:`list_all` filtered, sorted and sliced (:func:`page_of`)."""
+        return page_of(self.list_all(), prefix, limit, offset)
+
+    def expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
+        """The sessions of :meth:`list_all` last appended before ``cutoff``
+        (:func:`expired_among`)."""
+        return expired_among(self.list_all(), self.last_append, cutoff)
+
+    def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:  # noqa: B027 - a default, not abstract
+        """Nothing: the last event's time is the last activity."""
+
+    def storage_bytes(self) -> int | None:
+        """None: no total apart from the sessions' sizes."""
+        return None
+
+    def clean_crash_leftovers(self) -> None:  # noqa: B027 - a default, not abstract
+        """Nothing: a crash leaves nothing behind."""
+
+    def close(self) -> None:  # noqa: B027 - a default, not abstract
+        """Nothing to release."""
+
+    def after_fork(self) -> None:  # noqa: B027 - a default, not abstract
+        """Nothing is shared with another process."""
+
+
 class MetaStorage(Protocol):
     """Small persisted values (the chat layer's identity mappings, the session record, the
     children index, an encrypted store's key records) by namespace (``kind``) and key. Every
@@ -177,6 +247,47 @@ class MetaStorage(Protocol):
         """Every stored entry as ``(kind, key, value)``, of one ``kind`` or (None) of every
         kind, sorted by kind and key: what a whole-store copy enumerates."""
         ...
+
+
+class MetaInMemory:
+    """Meta entries in a dict in this process's memory (the memory store's and a static
+    store's :class:`MetaStorage`), atomic under ``lock``."""
+
+    def __init__(self, lock: threading.RLock | threading.Lock | None = None) -> None:
+        self.entries: dict[tuple[str, str], str] = {}
+        """The values by ``(kind, key)``."""
+        self.lock = lock if lock is not None else threading.Lock()
+        """Held by every method (a memory store shares it with its logs)."""
+
+    def get(self, kind: str, key: str) -> str | None:
+        with self.lock:
+            return self.entries.get((kind, key))
+
+    def set(self, kind: str, key: str, value: str | None) -> None:
+        with self.lock:
+            if value is None:
+                self.entries.pop((kind, key), None)
+            else:
+                self.entries[(kind, key)] = value
+
+    def add(self, kind: str, key: str, value: str) -> str:
+        with self.lock:
+            return self.entries.setdefault((kind, key), value)
+
+    def cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        with self.lock:
+            if self.entries.get((kind, key)) != expected:
+                return False
+            if new is None:
+                self.entries.pop((kind, key), None)
+            else:
+                self.entries[(kind, key)] = new
+            return True
+
+    def list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
+        with self.lock:
+            items = [(k, key, v) for (k, key), v in self.entries.items() if kind in (None, k)]
+        return sorted(items)
 
 
 class LockHost(Protocol):

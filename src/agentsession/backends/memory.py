@@ -4,15 +4,14 @@ Every session of a store lives in a list inside that store; nothing survives the
 Everything is composed, nothing subclassed to change behaviour: :class:`MemoryLog` is the whole
 of a session's storage (the :class:`~agentsession.storage.LogStorage` contract: the session is
 the library's :class:`~agentsession.BaseSession`, given the log); :class:`MemoryCatalog` (a
-:class:`~agentsession.catalog.Catalog`) keeps the lists, :class:`MetaInMemory` (a
-:class:`~agentsession.catalog.MetaStorage`) the meta values; :class:`MemoryStore` only hands
-them, with a :class:`~agentsession.locks.ThreadLocker`, to
+:class:`~agentsession.catalog.Catalog`) keeps the lists, a
+:class:`~agentsession.catalog.MetaInMemory` (re-exported here) the meta values;
+:class:`MemoryStore` only hands them, with a :class:`~agentsession.locks.ThreadLocker`, to
 :class:`~agentsession.store.BaseStore`.
 """
 
 from __future__ import annotations
 
-import builtins
 import datetime as _dt
 import threading
 from collections.abc import Sequence
@@ -20,8 +19,8 @@ from typing import Any
 
 import msgspec
 
-from ..catalog import StoreParts, expired_among, page_of
-from ..contract import Capabilities, SessionInfo, check_session_id
+from ..catalog import CatalogDefaults, MetaInMemory, StoreParts
+from ..contract import Capabilities, SessionInfo
 from ..events import Event
 from ..locks import ThreadLocker
 from ..session import BaseSession, SessionHost
@@ -137,50 +136,10 @@ class MemoryLog:
         return [] if log is None else log
 
 
-class MetaInMemory:
-    """Meta entries in a dict in this process's memory (the memory store's and a static
-    store's :class:`~agentsession.catalog.MetaStorage`), atomic under ``lock``."""
-
-    def __init__(self, lock: threading.RLock | threading.Lock | None = None) -> None:
-        self.entries: dict[tuple[str, str], str] = {}
-        """The values by ``(kind, key)``."""
-        self.lock = lock if lock is not None else threading.Lock()
-        """Held by every method (a memory store shares it with its logs)."""
-
-    def get(self, kind: str, key: str) -> str | None:
-        with self.lock:
-            return self.entries.get((kind, key))
-
-    def set(self, kind: str, key: str, value: str | None) -> None:
-        with self.lock:
-            if value is None:
-                self.entries.pop((kind, key), None)
-            else:
-                self.entries[(kind, key)] = value
-
-    def add(self, kind: str, key: str, value: str) -> str:
-        with self.lock:
-            return self.entries.setdefault((kind, key), value)
-
-    def cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
-        with self.lock:
-            if self.entries.get((kind, key)) != expected:
-                return False
-            if new is None:
-                self.entries.pop((kind, key), None)
-            else:
-                self.entries[(kind, key)] = new
-            return True
-
-    def list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
-        with self.lock:
-            items = [(k, key, v) for (k, key), v in self.entries.items() if kind in (None, k)]
-        return sorted(items)
-
-
-class MemoryCatalog:
+class MemoryCatalog(CatalogDefaults):
     """The sessions of a :class:`MemoryStore`: a dict of lists, under one lock shared with
-    its meta (deleting a session drops its log and its entries together)."""
+    its meta (deleting a session drops its log and its entries together); the rest is
+    :class:`~agentsession.catalog.CatalogDefaults` (the listing filtered in Python)."""
 
     location = url = "memory:"  # memory is not shared: the URL opens a new, empty store
 
@@ -190,12 +149,6 @@ class MemoryCatalog:
         self.meta = MetaInMemory(self._lock)
         """The store's meta, under the same lock."""
 
-    def resolve(self, session_id: str, purpose: str) -> str:
-        return check_session_id(session_id)
-
-    def cache_key(self, session_id: str) -> str:
-        return session_id
-
     def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
         log = MemoryLog(self._logs, self._lock, session_id, str(id(self)))
         return BaseSession(store, session_id, log)
@@ -204,7 +157,7 @@ class MemoryCatalog:
         with self._lock:
             return bool(self._logs.get(session_id))
 
-    def _infos(self) -> list[SessionInfo]:
+    def list_all(self) -> list[SessionInfo]:
         with self._lock:
             return [
                 SessionInfo(
@@ -213,12 +166,6 @@ class MemoryCatalog:
                 for sid, log in self._logs.items()
                 if log
             ]
-
-    def list_page(self, prefix: str | None, limit: int | None, offset: int) -> list[SessionInfo]:
-        return page_of(self._infos(), prefix, limit, offset)
-
-    def expired_ids(self, cutoff: _dt.datetime) -> list[str]:
-        return expired_among(self._infos(), self.last_append, cutoff)
 
     def last_append(self, session_id: str) -> _dt.datetime | None:
         with self._lock:
@@ -230,21 +177,6 @@ class MemoryCatalog:
             for kind in meta_kinds:
                 self.meta.set(kind, session_id, None)
             return bool(self._logs.pop(session_id, None))
-
-    def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
-        """The last event's time is the last activity."""
-
-    def storage_bytes(self) -> int | None:
-        return None
-
-    def clean_crash_leftovers(self) -> None:
-        """A crash leaves nothing in memory."""
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def after_fork(self) -> None:
-        """Nothing is shared with another process."""
 
 
 class MemoryStore(BaseStore):
