@@ -67,9 +67,9 @@ from urllib.parse import quote, unquote
 
 import msgspec
 
-from ..catalog import StoreParts
+from ..catalog import CatalogDefaults, StoreParts
 from ..codec import decode, encode
-from ..contract import Capabilities, SessionInfo, check_session_id
+from ..contract import Capabilities, SessionInfo
 from ..errors import (
     ConflictError,
     CorruptLogError,
@@ -855,9 +855,13 @@ def _rows(key: int, first: int, fields: list[tuple[Any, ...]]) -> list[tuple[Any
 # -- the store ---------------------------------------------------------------------------------
 
 
-class SqliteCatalog:
+class SqliteCatalog(CatalogDefaults):
     """The sessions of one database file (a :class:`~agentsession.catalog.Catalog`): the
-    ``sessions`` table and the view ``session_summary``, through the file's connections."""
+    ``sessions`` table and the view ``session_summary``, through the file's connections.
+    From :class:`~agentsession.catalog.CatalogDefaults`: ``resolve``, ``cache_key``, and
+    nothing to do for ``set_last_activity`` (the last event's time is the last activity),
+    ``clean_crash_leftovers`` (a transaction leaves nothing behind) and ``after_fork`` (the
+    file's connections and write lock forget the parent's by themselves)."""
 
     def __init__(self, db: _Database, clock: Callable[[], _dt.datetime]) -> None:
         self._db = db
@@ -873,12 +877,6 @@ class SqliteCatalog:
     def url(self) -> str:
         """``sqlite:///`` and the database's absolute path (so four slashes on POSIX)."""
         return "sqlite:///" + quote(self._path)
-
-    def resolve(self, session_id: str, purpose: str) -> str:
-        return check_session_id(session_id)
-
-    def cache_key(self, session_id: str) -> str:
-        return session_id
 
     def _error(self, action: str, exc: sqlite3.Error, session_id: str = "") -> SessionError:
         return _storage_error(exc, action, self._path, session_id)
@@ -994,9 +992,6 @@ class SqliteCatalog:
             raise self._error("deleting from", exc, session_id) from exc
         return row is not None
 
-    def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
-        """The last event's time is the last activity."""
-
     def storage_bytes(self) -> int | None:
         """The database file's size with its write-ahead log's (no size is kept per
         session)."""
@@ -1005,14 +1000,8 @@ class SqliteCatalog:
             if os.path.exists(path)
         )
 
-    def clean_crash_leftovers(self) -> None:
-        """A transaction leaves nothing behind."""
-
     def close(self) -> None:
         self._db.close()
-
-    def after_fork(self) -> None:
-        """The file's connections and write lock forget the parent's by themselves."""
 
 
 class SqliteMeta:

@@ -34,21 +34,25 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Sequence
 
-from ..catalog import StoreParts, page_of
+from ..catalog import CatalogDefaults, MetaInMemory, StoreParts
 from ..contract import Capabilities, SessionInfo, check_session_id
 from ..errors import SessionNotFound, UsageError
 from ..events import Event
 from ..locks import ThreadLocker
 from ..session import BaseSession, SessionHost
 from ..store import BaseStore
-from .memory import MetaInMemory
 
 __all__ = ["StaticCatalog", "StaticStore"]
 
 
-class StaticCatalog:
+class StaticCatalog(CatalogDefaults):
     """The catalog of a :class:`StaticStore`: one session object, asked of the store that
-    holds it (``host``, None when the session's host is not a store)."""
+    holds it (``host``, None when the session's host is not a store). Of
+    :class:`~agentsession.catalog.CatalogDefaults` it keeps the listing's page, the id as
+    cache key, and doing nothing for the rest of the life cycle: the session's store keeps
+    its activity, cleans its own leftovers and handles forks, and closing the static store
+    leaves to the store's cache to close the session object (which reopens its files or
+    connections when used again), never the store that holds the session."""
 
     def __init__(
         self, session: BaseSession, host: BaseStore | None, meta: MetaInMemory, any_id: bool
@@ -97,9 +101,6 @@ class StaticCatalog:
             sid, f"session not found: {sid!r} (the static store holds only {self._session.id!r})"
         )
 
-    def cache_key(self, session_id: str) -> str:
-        return session_id
-
     def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
         return self._session
 
@@ -115,14 +116,14 @@ class StaticCatalog:
         found = self._session.read(after=latest - 1, limit=1) if latest else []
         return found[-1] if found else None
 
-    def list_page(self, prefix: str | None, limit: int | None, offset: int) -> list[SessionInfo]:
+    def list_all(self) -> list[SessionInfo]:
         last = self._last_event() if self.exists(self._session.id) else None
         if last is None:
             return []
-        info = SessionInfo(id=self._session.id, updated_at=last.time, last_seq=last.seq)
-        return page_of([info], prefix, limit, offset)
+        return [SessionInfo(id=self._session.id, updated_at=last.time, last_seq=last.seq)]
 
     def expired_ids(self, cutoff: _dt.datetime) -> list[str]:
+        """The session when its last event is before ``cutoff`` (one read of it)."""
         last = self.last_append(self._session.id)
         return [self._session.id] if last is not None and last < cutoff else []
 
@@ -145,22 +146,6 @@ class StaticCatalog:
                 f"(its host is a {type(self._session.plans.host).__name__})"
             )
         return self._host.delete(self._session.id)
-
-    def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
-        """The session's store keeps its activity."""
-
-    def storage_bytes(self) -> int | None:
-        return None
-
-    def clean_crash_leftovers(self) -> None:
-        """The session's store cleans its own."""
-
-    def close(self) -> None:
-        """Nothing of its own: the store's cache closes the session object (which reopens its
-        files or connections when used again), never the store that holds the session."""
-
-    def after_fork(self) -> None:
-        """The session's store handles forks."""
 
 
 class StaticStore(BaseStore):

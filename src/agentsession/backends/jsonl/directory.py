@@ -18,8 +18,8 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from ..._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, atomic_write
-from ...catalog import StoreParts, expired_among, page_of
-from ...contract import Capabilities, SessionInfo, check_session_id
+from ...catalog import CatalogDefaults, StoreParts
+from ...contract import Capabilities, SessionInfo
 from ...errors import StorageError, StoreUnavailable, UsageError
 from ...interop.jsonl_layout import SUFFIX, Dialect, JsonlLayout
 from ...locks import FileLocker
@@ -76,11 +76,13 @@ class JsonlHost(LogHost, SessionHost, Protocol):
     need."""
 
 
-class JsonlCatalog:
+class JsonlCatalog(CatalogDefaults):
     """The sessions of a JSONL directory (a :class:`~agentsession.catalog.Catalog`): one log
     file per session, named by the store's layout, with the ids the names cannot hold beside
     them; it bounds the session files kept open. ``host`` holds the settings its logs read
-    (``durability``, ``on_corrupt``)."""
+    (``durability``, ``on_corrupt``). From :class:`~agentsession.catalog.CatalogDefaults`:
+    ``resolve``, ``storage_bytes`` (every listed session has its size), and ``list_page`` and
+    ``expired_ids`` over every file listed, filtered, sorted and sliced."""
 
     def __init__(
         self, host: JsonlHost, root: str, layout: JsonlLayout, max_open_files: int
@@ -110,9 +112,6 @@ class JsonlCatalog:
     def url(self) -> str:
         """The store's directory (a path is what ``open_store`` takes)."""
         return self._root
-
-    def resolve(self, session_id: str, purpose: str) -> str:
-        return check_session_id(session_id)
 
     def cache_key(self, session_id: str) -> str:
         # A layout whose names are not injective never shares a session object by path.
@@ -196,10 +195,6 @@ class JsonlCatalog:
         :meth:`MetaFiles.clean_crash_leftovers`)."""
         self._meta_files.clean_crash_leftovers()
 
-    def storage_bytes(self) -> int | None:
-        """Every listed session has its size."""
-        return None
-
     def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
         """Set the log file's modification time (what ``list()`` reports as ``updated_at``)."""
         session = self._open_quietly(session_id)
@@ -262,7 +257,7 @@ class JsonlCatalog:
             raise StorageError(f"cannot look up session {session_id!r}: {exc}") from exc
         return stat.S_ISREG(st.st_mode) and st.st_size > 0
 
-    def _list_all(self) -> list[SessionInfo]:
+    def list_all(self) -> builtins.list[SessionInfo]:
         out = []
         try:
             entries = list(os.scandir(self._root))
@@ -312,15 +307,6 @@ class JsonlCatalog:
             return last_seq, created
         finally:
             os.close(fd)
-
-    def list_page(
-        self, prefix: str | None, limit: int | None, offset: int
-    ) -> builtins.list[SessionInfo]:
-        """Every file listed, then filtered, sorted and sliced."""
-        return page_of(self._list_all(), prefix, limit, offset)
-
-    def expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
-        return expired_among(self._list_all(), self.last_append, cutoff)
 
     def _open_quietly(self, session_id: str) -> BaseSession:
         """A session of the store over the log, outside its cache (closed after one use)."""

@@ -84,7 +84,7 @@ class JsonlFileCatalog(JsonlCatalog):
     def exists(self, session_id: str) -> bool:
         return self._mine(session_id) and super().exists(session_id)
 
-    def _list_all(self) -> list[SessionInfo]:
+    def list_all(self) -> list[SessionInfo]:
         name = os.path.basename(self.file)
         try:
             st = os.lstat(self.file)

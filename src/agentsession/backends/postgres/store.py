@@ -97,8 +97,8 @@ if TYPE_CHECKING:
     from ...aio._backend import AsyncBackend
     from ...session import SessionHost
 
-from ...catalog import StoreParts
-from ...contract import Capabilities, SessionInfo, check_session_id
+from ...catalog import CatalogDefaults, StoreParts
+from ...contract import Capabilities, SessionInfo
 from ...errors import StorageError, StoreUnavailable, UsageError
 from ...session import BaseSession
 from ...store import BaseStore
@@ -215,9 +215,13 @@ def _check_schema_for_reading(db: Connections, target: _Target) -> tuple[_Conn, 
 # -- the store's parts -------------------------------------------------------------------------
 
 
-class PostgresCatalog:
+class PostgresCatalog(CatalogDefaults):
     """The sessions of one PostgreSQL schema (a :class:`~agentsession.catalog.Catalog`): the
-    ``sessions`` table, one query per question."""
+    ``sessions`` table, one query per question. From
+    :class:`~agentsession.catalog.CatalogDefaults`: ``resolve``, ``cache_key``,
+    ``storage_bytes``, and nothing to do for ``set_last_activity`` (``sessions.updated_at``
+    follows the appends) and ``clean_crash_leftovers`` (a transaction leaves nothing
+    behind)."""
 
     def __init__(
         self,
@@ -243,12 +247,6 @@ class PostgresCatalog:
     def url(self) -> str:
         """The URL that reopens this store, with its schema (and password, if it had one)."""
         return self._target.url
-
-    def resolve(self, session_id: str, purpose: str) -> str:
-        return check_session_id(session_id)
-
-    def cache_key(self, session_id: str) -> str:
-        return session_id
 
     def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
         log = PostgresLog(
@@ -324,15 +322,6 @@ class PostgresCatalog:
             lambda conn: conn.execute(statement, (session_id,)).fetchone(),
         )
         return row[0] if row is not None else None
-
-    def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
-        """``sessions.updated_at`` follows the appends."""
-
-    def storage_bytes(self) -> int | None:
-        return None
-
-    def clean_crash_leftovers(self) -> None:
-        """A transaction leaves nothing behind."""
 
     def close(self) -> None:
         self._locker.drop_all()
