@@ -388,14 +388,14 @@ class JsonlLog:
 
     def _line_start_before(self, end: int) -> int:
         """Offset of the first byte after the last newline strictly before ``end``."""
-        pos = end
+        pos, step = end, 4096  # most lines are shorter: read little first, more when needed
         while pos > 0:
-            begin = max(0, pos - 65536)
+            begin = max(0, pos - step)
             chunk = os.pread(self._fd, pos - begin, begin)
             nl = chunk.rfind(b"\n")
             if nl != -1:
                 return begin + nl + 1
-            pos = begin
+            pos, step = begin, min(step * 2, 65536)
         return 0
 
     def _complete_end(self, size: int) -> int:

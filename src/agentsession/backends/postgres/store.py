@@ -508,7 +508,7 @@ class PostgresStore(BaseStore):
                 connect_timeout=connect_timeout,
                 prepare_threshold=prepare_threshold,
             )
-            locker = self._locker = PostgresLocker(db, target.schema)
+            locker = PostgresLocker(db, target.schema)
             # One connection, made directly (for the precise error when the server cannot
             # be reached), checks the schema and then becomes the pool's first connection.
             try:
@@ -521,7 +521,6 @@ class PostgresStore(BaseStore):
                 db.pool.close()  # not open yet, unless something opened it early
                 raise
             db.open(conn)
-            self._sql = sql
             return StoreParts(
                 PostgresCatalog(target, db, sql, locker, float(reconnect_timeout)),
                 PostgresMeta(db, sql, self.clock),
