@@ -32,8 +32,9 @@ import builtins
 import datetime as _dt
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
+
+import msgspec
 
 from .contract import SessionInfo, check_session_id
 from .errors import ConflictError
@@ -306,8 +307,7 @@ class LockHost(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class StoreParts:
+class StoreParts(msgspec.Struct, frozen=True):
     """What a backend hands :class:`~agentsession.store.BaseStore`: its storage, by
     composition."""
 

@@ -9,7 +9,6 @@ and the backwards scan for a compaction marker call it and never ask which one i
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import io
 import itertools
@@ -87,8 +86,7 @@ class LogHost(Protocol):
     on_corrupt: Literal["raise", "quarantine"]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class LogFiles:
+class LogFiles(msgspec.Struct, frozen=True):
     """What a log file needs of the JSONL store that holds it, handed to it when it is made:
     the store's layout and its services for session files."""
 
