@@ -353,3 +353,15 @@ class TestAsyncPostgresStore(AsyncConformance):
         schema = self.schemas.setdefault(tmp_path, new_schema_name())
         options.setdefault("pool_max_size", 4)
         return url_with_schema(schema), options
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not DSN, reason=SKIP_REASON)
+class TestAsyncPostgresStoreEncrypted(TestAsyncPostgresStore):
+    """An encrypted PostgreSQL store: sealing, opening and the session keys run natively."""
+
+    encryption_key = bytes(range(32))
+
+    def open_args(self, tmp_path: Path, **options: Any) -> tuple[str, dict[str, Any]]:
+        options.setdefault("key", self.encryption_key)
+        return super().open_args(tmp_path, **options)

@@ -563,3 +563,31 @@ def test_a_sealed_append_into_a_log_created_again_stores_an_id_of_the_new_life_o
     assert fresh.append(ags.Event.new("test/n", {"i": 1}, id="X")) == 1
     assert held.append(ags.Event.new("test/n", {"i": 1}, id="X")) == 1
     assert [e.id for e in store.get("s").read()] == ["X"]
+
+
+def test_the_pipeline_reads_and_records_session_keys_only_through_its_plans_operations() -> None:
+    """Every key read or recorded by an append, a read, a reload or a replaced log's new life
+    is a MetaGet or MetaAdd operation of a plan (which the async driver awaits natively): the
+    key ring's own meta primitives are never called on the way."""
+    from agentsession.crypto import _Meta
+
+    store = ags.open_store("memory:", key=KEY)
+    ring = store._keyring
+    assert ring is not None
+
+    def refuse(*args: object) -> str:
+        raise AssertionError(f"the key ring read the store's meta itself: {args}")
+
+    ring._meta = _Meta(refuse, refuse, refuse)
+    session = store.get("s")
+    say(session, "one")
+    session.append_many([Event.new("test/n", {"n": 1}), Event.new("test/n", {"n": 2})])
+    session._load()  # reopened: the key is read again
+    assert [e.seq for e in session.read()] == [1, 2, 3]
+    assert [m.text for m in session.messages()] == ["one"]
+    store.delete("s")
+    fresh = store.get("s")
+    say(fresh, "new life")  # a new key
+    assert say(session, "held") == 2  # the held object reopens into the new life, its key read
+    assert [m.text for m in store.get("s").messages()] == ["new life", "held"]
+    assert store._meta_get(SESSION_KIND, "s") is not None

@@ -151,7 +151,7 @@ def test_appends_reads_and_messages_run_natively_with_no_task_in_the_executor(ur
 @pytest.mark.parametrize(
     ("options", "events", "threaded"),
     [
-        ({"key": bytes(32)}, ["test/n"], True),  # sealed appends
+        ({"key": bytes(32)}, ["test/n"], False),  # sealed appends: the key read natively
         ({"max_messages": 4}, [USER_MESSAGE], False),  # the history cap: the plan's, native
         ({"max_messages": 4}, [ASSISTANT_MESSAGE], False),
         ({"offload": "always"}, ["test/n"], True),
@@ -581,6 +581,114 @@ def test_a_deleted_and_recreated_session_is_detected_natively(url: str) -> None:
                 await session.append_many([said("planned")], expect_seq=planned_at)
             assert [m.text for m in await session.messages()] == ["x", "y", "z"]
             check_window(session, stored_log(url, "s"))
+
+    run(main())
+
+
+# -- encrypted sessions --------------------------------------------------------------------------
+
+KEY = bytes(range(32))
+
+
+def test_an_encrypted_session_seals_opens_and_keys_natively_with_no_task_in_the_executor(
+    url: str, schema: str
+) -> None:
+    """A new session's key is recorded, an existing one's read, events sealed and opened, all
+    on the pool: the sync API (another store object) reads back the plaintext, and a store
+    opened without the key sees only sealed payloads."""
+
+    async def main() -> None:
+        executor = CountingExecutor()
+        async with open_async_store(url, executor=executor, key=KEY) as store:
+            assert isinstance(store.backend, PostgresAsyncBackend)
+            session = await store.get("s")
+            opened = len(executor.submitted)
+            assert await session.append(said("secret one")) == 1  # records a new key
+            assert await session.append_many([said("secret two", USER_MESSAGE), said("3")]) == [
+                2,
+                3,
+            ]
+            assert [m.text for m in await session.messages()] == ["secret one", "secret two", "3"]
+            assert len(executor.submitted) == opened  # nothing went to a thread
+
+            async with open_async_store(url, executor=executor, key=KEY) as again:
+                other = await again.get("s")
+                before = len(executor.submitted)
+                assert [e.seq for e in await other.read(after=1)] == [2, 3]  # opened natively
+                assert await other.append(said("four")) == 4
+                assert len(executor.submitted) == before
+            assert [m.text for m in await session.messages()] == [
+                "secret one",
+                "secret two",
+                "3",
+                "four",
+            ]
+
+        with open_store(url, key=KEY) as sync_store:
+            texts = [m.text for m in sync_store.get("s").messages()]
+            assert texts == ["secret one", "secret two", "3", "four"]
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            payloads = [row[0] for row in conn.execute("SELECT data::text FROM events")]
+            keys = conn.execute(
+                "SELECT count(*) FROM meta WHERE kind = 'crypto-session' AND key = 's'"
+            ).fetchone()
+        assert len(payloads) == 4 and not any("secret" in p for p in payloads)
+        assert keys == (1,)
+
+    run(main())
+
+
+def test_two_async_stores_keying_a_new_session_at_once_agree_on_one_key(url: str) -> None:
+    """Two store objects append the first events of a session at once, natively: one key is
+    recorded (the second writer takes the first's), and every event opens."""
+
+    async def main() -> None:
+        async with (
+            open_async_store(url, key=KEY) as one,
+            open_async_store(url, key=KEY) as two,
+        ):
+            first, second = await one.get("s"), await two.get("s")
+
+            async def write(session: AsyncSession, name: str) -> None:
+                for i in range(5):
+                    await session.append(said(f"{name} {i}"))
+
+            await asyncio.gather(write(first, "a"), write(second, "b"))
+            texts = sorted(m.text for m in await first.messages())
+            assert texts == sorted([f"a {i}" for i in range(5)] + [f"b {i}" for i in range(5)])
+
+        with open_store(url, key=KEY) as sync_store:
+            assert len(sync_store.get("s").read()) == 10
+
+    run(main())
+
+
+def test_a_native_read_of_a_session_deleted_and_recreated_under_a_new_key_opens_it(
+    url: str,
+) -> None:
+    """The cached key of a log's old life is dropped when the log is found replaced: the new
+    life's key is read natively and its events open."""
+
+    async def main() -> None:
+        executor = CountingExecutor()
+        async with open_async_store(url, executor=executor, key=KEY) as store:
+            session = await store.get("s")
+            await session.append_many([said("old 1"), said("old 2")])
+            with open_store(url, key=KEY) as other:
+                other.delete("s")
+                other.get("s").append_many([said("new 1"), said("new 2"), said("new 3")])
+            before = len(executor.submitted)
+            assert [m.text for m in await session.messages()] == ["new 1", "new 2", "new 3"]
+            assert await session.append(said("mine")) == 4
+            assert len(executor.submitted) == before
+        with open_store(url, key=KEY) as sync_store:
+            assert [m.text for m in sync_store.get("s").messages()] == [
+                "new 1",
+                "new 2",
+                "new 3",
+                "mine",
+            ]
 
     run(main())
 

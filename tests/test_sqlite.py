@@ -632,9 +632,6 @@ class _SeenView:
     def admits(self, foreign: object, events: object) -> bool:
         return True
 
-    def seal_is_stale(self) -> bool:
-        return False
-
 
 def test_a_log_whose_session_was_deleted_and_created_again_answers_reopen_and_writes_nothing(
     store: SqliteStore,

@@ -32,7 +32,15 @@ from .backoff import Backoff
 from .codec import check_json, encode
 from .compaction import plan_compaction, plan_prune
 from .contract import Durability
-from .crypto import SHRED_NOTICE, STORE_KIND, KeyRing, SessionCipher, is_sealed
+from .crypto import (
+    ACTIVE_KIND,
+    SESSION_KIND,
+    SHRED_NOTICE,
+    STORE_KIND,
+    KeyRing,
+    SessionCipher,
+    is_sealed,
+)
 from .derive import Deriver, IndexedMessage
 from .errors import (
     ConflictError,
@@ -60,6 +68,7 @@ from .messages import Message
 from .ops import (
     Append,
     AppendOne,
+    MetaAdd,
     MetaGet,
     Open,
     OpenTail,
@@ -130,6 +139,11 @@ class SessionHost(Protocol):
 
     def _meta_get(self, kind: str, key: str) -> str | None:
         """A small persisted value (the store's key record, for a plain session object)."""
+        ...
+
+    def _meta_add(self, kind: str, key: str, value: str) -> str:
+        """Store a small value unless one is stored; returns the value stored (a session's
+        key record)."""
         ...
 
 
@@ -271,9 +285,6 @@ class _View:
     def admits(self, foreign: Sequence[Event], events: Sequence[Event]) -> bool:
         return self._session._admits(foreign, events)
 
-    def seal_is_stale(self) -> bool:
-        return self._session._seal_is_stale()
-
 
 class SessionPlans:
     """The pipeline's plans of one session (:attr:`BaseSession.plans`), for a driver other
@@ -361,11 +372,7 @@ class SessionCore:
         self._derivers: dict[str | None, Deriver] = {}
         ring = store._keyring
         self._cipher: SessionCipher | None = None if ring is None else ring.cipher(session_id)
-        self._generation = 0  # counts reloads and resets (a sealed append checks it)
-        # While a sealed append writes: the generation its events were sealed in. A backend
-        # that finds the log deleted or created again under its write lock writes nothing
-        # then (see _seal_is_stale), so nothing is stored under a dead life's key.
-        self._sealed_in: int | None = None
+        self._generation = 0  # counts reloads and resets (a child's cap checks it)
         self._own_cap: tuple[int, int] | None = None  # (generation, a child's max_messages)
         # Ids of the events this object has seen (loaded, read while catching up, appended),
         # to their seqs: an append of one of them stores nothing (see _stored_seqs_plan). A loaded
@@ -405,7 +412,7 @@ class SessionCore:
         events, complete = yield _OPEN_TAIL
         self._loaded_ms = loaded_ms
         if self._cipher is not None:
-            self._cipher._drop()  # (re)opened, perhaps a new life: read its key afresh
+            self._cipher.forget_key()  # (re)opened, perhaps a new life: read it afresh
         if events:
             events = yield from self._from_storage(events)
         self._set_window(events, complete)
@@ -456,14 +463,6 @@ class SessionCore:
         self._set_window(events, False, same_life=True)
         self._full = True
 
-    def _seal_is_stale(self) -> bool:
-        """Whether the events being appended were sealed for a life of the log that this
-        object has since found replaced (deleted, perhaps created again): a backend checks it
-        under its write lock, after catching up, and then writes nothing, as when the latest
-        seq does not match a conditional append's (the append seals again for the new life)."""
-        sealed_in = self._sealed_in
-        return sealed_in is not None and sealed_in != self._generation
-
     def _from_storage(self, events: list[Event]) -> Plan[list[Event]]:
         """Events read from storage, opened when the store is encrypted."""
         cipher = self._cipher
@@ -481,7 +480,7 @@ class SessionCore:
             raise cipher.shredded()
         try:
             try:
-                return [cipher.open(event) for event in events]
+                return (yield from self._open_events(cipher, events))
             except EncryptionError:
                 if not any(not is_sealed(event) for event in events):
                     raise
@@ -492,13 +491,41 @@ class SessionCore:
             self._reset()
             raise
 
+    def _open_events(self, cipher: SessionCipher, events: list[Event]) -> Plan[list[Event]]:
+        """:meth:`SessionCipher.open` of each event with the session's key, read first when
+        not cached; a cached key that does not open them is read again once (it may be an
+        old life's)."""
+        cached = cipher.keyed
+        if not cached:
+            yield from self._key_plan(cipher, sealing=False)
+        try:
+            return [cipher.open(event, primed=True) for event in events]
+        except EncryptionError:
+            if not cached:
+                raise
+        cipher.forget_key()
+        yield from self._key_plan(cipher, sealing=False)
+        return [cipher.open(event, primed=True) for event in events]
+
+    def _key_plan(self, cipher: SessionCipher, *, sealing: bool) -> Plan[None]:
+        """Give ``cipher`` the session's key and, when ``sealing``, the session's active key
+        id, read from the store's meta; sealing, a session without a key gets a new one
+        (recorded unless another writer recorded one first: that one is taken)."""
+        record = None
+        if not cipher.keyed:
+            record = yield MetaGet(SESSION_KIND, self._id)
+            if record is None and sealing:
+                record = yield MetaAdd(SESSION_KIND, self._id, cipher.new_key_record())
+        active = (yield MetaGet(ACTIVE_KIND, self._id)) if sealing else None
+        cipher.prime(record, active, sealing=sealing)
+
     def _open_quarantining(self, cipher: SessionCipher, events: list[Event]) -> Plan[list[Event]]:
         """:meth:`SessionCipher.open` of each event, leaving out the unsealed ones that the
         backend moves aside (``_quarantine_unsealed``); raises for any other."""
         opened = []
         for event in events:
             try:
-                opened.append(cipher.open(event))
+                opened.extend((yield from self._open_events(cipher, [event])))
             except EncryptionError as exc:
                 if is_sealed(event) or not (yield Quarantine(event, str(exc))):
                     raise
@@ -537,7 +564,7 @@ class SessionCore:
         """Forget all state: the stored log was deleted or replaced underneath us."""
         self._generation += 1
         if self._cipher is not None:
-            self._cipher._drop()  # a new life has a new key
+            self._cipher.forget_key()  # a new life has a new key
         self._window = []
         self._window_start = 1
         self._full = True
@@ -969,18 +996,16 @@ class SessionCore:
                 if self._latest_seq != expect_seq:
                     return []
                 base = expect_seq
-            generation = self._generation
+            if cipher.needs_key(sealing=True):
+                yield from self._key_plan(cipher, sealing=True)
             sealed = [cipher.seal(event, base + i) for i, event in enumerate(batch, start=1)]
-            key = cipher.sealed_with()
-            self._sealed_in = generation
-            try:
-                if len(sealed) == 1:
-                    one = yield AppendOne(sealed[0], marker == 0)
-                    if one is not None:
-                        return [_replace(batch[0], seq=one.seq)]
-                appended = yield Append(sealed, marker, base)
-            finally:
-                self._sealed_in = None
+            # Appended only at ``base`` and in the life read (else REOPEN): a sealed event
+            # never lands at a seq, or in a life, other than the one it was sealed for.
+            if len(sealed) == 1:
+                one = yield AppendOne(sealed[0], marker == 0)
+                if one is not None:
+                    return [_replace(batch[0], seq=one.seq)]
+            appended = yield Append(sealed, marker, base)
             if isinstance(appended, Reopen):
                 yield from self._reopen()
                 if not self._admits((), batch):
@@ -993,11 +1018,6 @@ class SessionCore:
             if not stored and not self._admits((), batch):
                 return []  # other writers stored some of the batch: _append_fresh sorts it
             if stored:
-                if self._generation != generation and key is not None:
-                    # A backend that does not check _seal_is_stale wrote into a log that was
-                    # deleted and created again while we appended: make sure the key we
-                    # sealed with is the new life's key.
-                    cipher.adopt(key)
                 return [_replace(e, seq=s.seq) for e, s in zip(batch, stored, strict=True)]
             if expect_seq is not None and self._latest_seq != expect_seq:
                 return []

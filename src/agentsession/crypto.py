@@ -486,6 +486,45 @@ class SessionCipher:
         self._active = None
         self._aeads.clear()
 
+    # -- keys given by a plan -----------------------------------------------------------------
+    # The session pipeline (agentsession.core) reads and records the session's key with
+    # storage operations of its plans (so that the async driver can await them), then gives
+    # the cipher what it read: needs_key, new_key_record, prime, and open(primed=True), which
+    # never reads the store's meta itself.
+
+    def forget_key(self) -> None:
+        """Forget the cached key (the log was opened again, perhaps in a new life: its key
+        is read afresh)."""
+        self._drop()
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the session's key is cached (given by :meth:`prime`, or read)."""
+        return self._key is not None
+
+    def needs_key(self, *, sealing: bool) -> bool:
+        """Whether :meth:`prime` must be given the session's key record first (and, to seal,
+        the session's active key id) before :meth:`open` with ``primed=True`` or
+        :meth:`seal`."""
+        return self._key is None or (sealing and self._active is None)
+
+    def new_key_record(self) -> str:
+        """A new random session key, wrapped by the store key: what to record as the session's
+        key (``meta_add`` of ``SESSION_KIND``) when it has none."""
+        ring = self._ring
+        return ring._wrap_session_key(self._id, os.urandom(32))
+
+    def prime(self, record: str | None, active: str | None = None, *, sealing: bool) -> None:
+        """Take the session's key ``record`` as read from the store's meta (None: the session
+        has none; ignored when a key is cached) and, when ``sealing``, its active key id
+        ``active`` (None: ``k1``). Raises
+        :class:`SessionShredded` for a shredded session and :class:`EncryptionError` for a
+        record that does not open."""
+        if record is not None and self._key is None:
+            self._key = self._ring._unwrap_session_key(self._id, record)
+        if sealing:
+            self._active = active or "k1"
+
     def _session_key(self, *, create: bool) -> bytes | None:
         if self._key is not None:
             return self._key
@@ -510,10 +549,7 @@ class SessionCipher:
         if aead is None:
             key = self._session_key(create=create)
             if key is None:
-                raise EncryptionError(
-                    f"session {self._id!r} in {self._ring._where} has no key (deleted or "
-                    "never written with encryption)"
-                )
+                raise self._no_key()
             from cryptography.hazmat.primitives import hashes
             from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -521,6 +557,12 @@ class SessionCipher:
             data_key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(key)
             aead = self._aeads[kid] = _crypto().AESGCM(data_key)
         return aead
+
+    def _no_key(self) -> EncryptionError:
+        return EncryptionError(
+            f"session {self._id!r} in {self._ring._where} has no key (deleted or never "
+            "written with encryption)"
+        )
 
     def _aad_v2(self, event: Event, seq: int) -> bytes:
         """The associated data of format 2: the session id and every field of ``event`` stored
@@ -558,11 +600,16 @@ class SessionCipher:
         # which the append pipeline makes sure is ``seq``.
         return _replace(clear, data=msgspec.Raw(data))
 
-    def open(self, event: Event) -> Event:
+    def open(self, event: Event, *, primed: bool = False) -> Event:
         """The plaintext of a stored event. Raises :class:`EncryptionError` naming the session
         and seq when the event is not sealed (in an encrypted store every event is: see
         :func:`unsealed_error`) or its box does not open (tampered with, moved, or any field
-        stored in clear changed)."""
+        stored in clear changed).
+
+        ``primed``: the key is the one :meth:`prime` was given, and the store's meta is not
+        read (a box that does not open with it is an error: the caller reads the key again
+        and retries, as a plan does); otherwise a box that does not open with the cached key
+        is tried once more with the key read again (it may be an old life's)."""
         raw = bytes(event.data)
         if raw.startswith(_HEAD_V2):
             version = 2
@@ -584,10 +631,15 @@ class SessionCipher:
             raise self._not_opening(event)
         else:
             aad = self._aad(event.seq, event.type)
-        plain = self._decrypt(kid, box, aad)
-        if plain is None and self._key is not None:
-            self._drop()  # the cached key may be an old life's: read the session's key again
+        if primed:
+            if self._key is None:
+                raise self._no_key()
             plain = self._decrypt(kid, box, aad)
+        else:
+            plain = self._decrypt(kid, box, aad)
+            if plain is None and self._key is not None:
+                self._drop()  # the cached key may be an old life's: read it again
+                plain = self._decrypt(kid, box, aad)
         if plain is None:
             raise self._not_opening(event)
         if plain.endswith(_PLAIN_TAIL) and plain[:1] == b"[":
@@ -657,26 +709,6 @@ class SessionCipher:
 
     def _decrypt(self, kid: str, box: bytes, aad: bytes) -> bytes | None:
         return _open_box(self._aead(kid, create=False), box, aad)
-
-    def sealed_with(self) -> bytes | None:
-        """The session key the latest :meth:`seal` used (for :meth:`adopt`)."""
-        return self._key
-
-    def adopt(self, key: bytes) -> None:
-        """After an append that found the log deleted and created again: make sure ``key``,
-        which the events were sealed with, is the session's key now (recording it when the new
-        life has none yet); raises :class:`EncryptionError` when another process made
-        another."""
-        ring, sid = self._ring, self._id
-        record = ring._meta.add(SESSION_KIND, sid, ring._wrap_session_key(sid, key))
-        if not hmac.compare_digest(ring._unwrap_session_key(sid, record), key):
-            self._drop()
-            raise EncryptionError(
-                f"session {sid!r} in {ring._where} was deleted and created again by another "
-                "process while this one appended: the events just appended are sealed under "
-                "the old life's key and cannot be read"
-            )
-        self._key = key
 
 
 _PLAIN = msgspec.json.Decoder(tuple[msgspec.Raw, dict[str, Any], str])

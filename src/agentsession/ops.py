@@ -16,8 +16,9 @@ This is the shape of psycopg's generators and waiting functions, and of httpx's 
 the logic cannot drift between the sync and the async API, because there is only one.
 
 A plan's storage is the session's log storage (for the append, refresh, open and read
-operations) and the session's store (for :class:`MetaGet`); what an operation calls is typed by
-the :class:`SyncLog` and :class:`AsyncLog` protocols below.
+operations) and the session's store (for :class:`MetaGet` and :class:`MetaAdd`: the encryption
+keys); what an operation calls is typed by the :class:`SyncLog` and :class:`AsyncLog` protocols
+below.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "Append",
     "AppendOne",
     "AsyncLog",
+    "MetaAdd",
     "MetaGet",
     "Op",
     "Open",
@@ -73,6 +75,8 @@ class SyncLog(Protocol):
 
     def _meta(self, kind: str, key: str) -> str | None: ...
 
+    def _meta_add(self, kind: str, key: str, value: str) -> str: ...
+
 
 class AsyncLog(Protocol):
     """What the async driver awaits: the native coroutines of a log storage. Each may return
@@ -92,6 +96,8 @@ class AsyncLog(Protocol):
     async def read(self, after: int, limit: int | None) -> list[Event] | Any: ...
 
     async def meta(self, kind: str, key: str) -> str | Any | None: ...
+
+    async def meta_add(self, kind: str, key: str, value: str) -> str | Any: ...
 
 
 class Op(msgspec.Struct):
@@ -221,6 +227,25 @@ class MetaGet(Op):
             if result is not NotImplemented:
                 return result
         return log._meta(self.kind, self.key)
+
+
+class MetaAdd(Op):
+    """Store ``value`` as the store's value (``kind``, ``key``) unless it has one; the plan is
+    sent the value stored (``value``, or the one another writer stored first)."""
+
+    kind: str
+    key: str
+    value: str
+
+    def run(self, log: SyncLog) -> str:
+        return log._meta_add(self.kind, self.key, self.value)
+
+    async def arun(self, log: SyncLog, native: AsyncLog | None) -> Any:
+        if native is not None:
+            result = await native.meta_add(self.kind, self.key, self.value)
+            if result is not NotImplemented:
+                return result
+        return log._meta_add(self.kind, self.key, self.value)
 
 
 class Quarantine(Op):

@@ -234,6 +234,11 @@ class BaseSession(SessionCore):
         """The store's meta value (``kind``, ``key``), for :class:`~agentsession.ops.MetaGet`."""
         return self._store._meta_get(kind, key)
 
+    def _meta_add(self, kind: str, key: str, value: str) -> str:
+        """The store's meta ``add`` (``value`` unless the entry has one; returns what is
+        stored), for :class:`~agentsession.ops.MetaAdd`."""
+        return self._store._meta_add(kind, key, value)
+
     # -- state ----------------------------------------------------------------------------
 
     def _load(self) -> None:

@@ -6,9 +6,7 @@ exactly these operations and nothing else; it never stamps, validates or decodes
 never touches the session's window, ids or derived history.
 
 What the storage may know of the session is a :class:`LogView`: the latest seq the session has
-taken in, the id check it must make under its write lock (:meth:`LogView.admits`) and whether
-a sealed batch was sealed for a life of the log the session has since left
-(:meth:`LogView.seal_is_stale`).
+taken in and the id check it must make under its write lock (:meth:`LogView.admits`).
 
 **Lives.** A log can be deleted and created again under a session object. The storage names
 that as a value instead of reaching into the session: :meth:`LogStorage.refresh` and
@@ -60,11 +58,6 @@ class LogView(Protocol):
         of their ids is stored): asked under the storage's write lock, after catching up."""
         ...
 
-    def seal_is_stale(self) -> bool:
-        """Whether the batch being appended was sealed for a life of the log the session has
-        since found replaced (write nothing then)."""
-        ...
-
 
 class LogStorage(Protocol):
     """One session's log in a backend (see the module docstring). Every method is called
@@ -97,7 +90,7 @@ class LogStorage(Protocol):
         """Store ``events`` (seq 0, stamped) atomically after what is stored now; returns the
         events other writers appended since ``view.seen_seq``, then the stored events with
         their seqs (empty: nothing written, because ``expect_seq`` did not match the stored
-        latest seq, ``view.admits`` refused, or ``view.seal_is_stale()``). ``marker`` is the
+        latest seq or ``view.admits`` refused). ``marker`` is the
         index of the last compaction marker in the batch that rebuilds the history (-1:
         none). :data:`REOPEN`: the log the view read is gone; nothing written."""
         ...

@@ -92,7 +92,6 @@ class MemoryLog:
             base = len(log)
             if (
                 (expect_seq is not None and base != expect_seq)
-                or view.seal_is_stale()
                 or not view.admits(foreign, events)
             ):
                 return foreign, []

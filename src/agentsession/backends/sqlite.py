@@ -770,7 +770,7 @@ class SqliteLog:
             if fast and key is not None and first + count - 1 <= _MAX_SEQ:
                 # Fast path: no one else appended and the session is the one we read. The
                 # view is asked all the same: the session may have reopened since it checked.
-                if view.seal_is_stale() or not view.admits((), events):
+                if not view.admits((), events):
                     conn.execute("ROLLBACK")
                     return [], 0
                 try:
@@ -791,7 +791,6 @@ class SqliteLog:
                     self._life = key  # a life read first here (as in _catch_up) is this log's
                 if (
                     (expect_seq is not None and first - 1 != expect_seq)
-                    or view.seal_is_stale()
                     or not view.admits(foreign, events)
                 ):
                     conn.execute("ROLLBACK")  # nothing written, not even a new session row

@@ -740,7 +740,7 @@ class JsonlLog:
         self, view: LogView, events: list[Event], marker: int, expect_seq: int | None
     ) -> tuple[list[Event], list[Event]] | Reopen:
         """Under the file lock: catch up, then write the batch with one ``write()`` (nothing
-        when ``expect_seq``, ``view.seal_is_stale()`` or ``view.admits`` say so)."""
+        when ``expect_seq`` or ``view.admits`` say so)."""
         # Encoded before the lock is taken where the dialect can (agentkit's lines need the
         # seqs, so they are encoded under it).
         early = self._lines.encode_early(events)
@@ -753,7 +753,6 @@ class JsonlLog:
                 first = (foreign[-1].seq if foreign else seen) + 1
                 if (
                     (expect_seq is not None and first - 1 != expect_seq)
-                    or view.seal_is_stale()
                     or not view.admits(foreign, events)
                 ):
                     return foreign, []

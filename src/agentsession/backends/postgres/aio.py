@@ -25,12 +25,14 @@ would otherwise keep ``asyncio.run`` from returning); the next loop then gets a 
 store closed while the pool's loop is open but idle (the loop ``Runner.run_sync`` of the
 OpenAI Agents SDK keeps between runs) runs that loop until the pool is closed.
 
-These calls run in worker threads instead (as every other call): on an encrypted store (opening
-a session's key reads the store's meta in the sync code); on a subclass's session, or one
-without a PostgreSQL log of this store; when a worker thread holds the session's lock (the loop
-never waits for another thread's storage work); when the call comes from an event loop other
-than the pool's while that one is still open (a pool whose loop was closed is replaced by one
-on the new loop).
+On an encrypted store the plans read and record the session's key as operations too
+(:class:`~agentsession.ops.MetaGet`, :class:`~agentsession.ops.MetaAdd`:
+:meth:`PostgresNativeLog.meta` and :meth:`~PostgresNativeLog.meta_add`), and seal and open
+events on the loop (AES-GCM of a few kilobytes). These calls run in worker threads instead (as
+every other call): on a subclass's session, or one without a PostgreSQL log of this store; when
+a worker thread holds the session's lock (the loop never waits for another thread's storage
+work); when the call comes from an event loop other than the pool's while that one is still
+open (a pool whose loop was closed is replaced by one on the new loop).
 
 **Cancellation.** An append's plan runs in a task of its own (:meth:`PostgresNativeLog.drive`)
 and its statement, one autocommit transaction (committed whole or not at all), in another
@@ -197,6 +199,19 @@ class PostgresNativeLog:
         rows = await self._fetch((action, statement, (kind, key)), raw=False)
         return rows[0][0] if rows else None
 
+    async def meta_add(self, kind: str, key: str, value: str) -> str:
+        """The store's ``meta_add``: ``value`` unless the entry has one; the value stored."""
+        check_text(f"{kind} key", key)
+        check_text(f"{kind} value", value)
+        action = f"writing {kind} {key!r}"
+        statement = self._backend.statements.meta_add
+        clock = self.session.plans.host.clock
+        while True:  # an entry deleted between the insert and the read: try again
+            params = {"kind": kind, "key": key, "value": value, "now": clock()}
+            rows = await self._fetch((action, statement, params), raw=False)
+            if rows:
+                return str(rows[0][0])
+
     async def append(
         self, events: list[Event], marker: int, expect_seq: int | None
     ) -> tuple[list[Event], list[Event]] | Reopen:
@@ -208,8 +223,6 @@ class PostgresNativeLog:
         pg, view = self.pg, self.view
         if pg.stale:
             return REOPEN
-        if view.seal_is_stale():
-            return pg.refused(expect_seq, await self.refresh())
         if not view.admits((), events):  # (after opening again: the pipeline checks first)
             return [], []
         seen = view.seen_seq
@@ -231,7 +244,9 @@ class PostgresNativeLog:
 
     # -- the steps ----------------------------------------------------------------------------
 
-    async def _fetch(self, request: Request, *, raw: bool = True) -> list[_Row]:
+    async def _fetch(
+        self, request: Request | tuple[str, bytes, dict[str, Any]], *, raw: bool = True
+    ) -> list[_Row]:
         pool = self._pool
         assert pool is not None, "connect() first"
         action, statement, params = request
@@ -354,10 +369,8 @@ class PostgresAsyncBackend(AsyncBackend):
 
     def native_log(self, session: BaseSession) -> PostgresNativeLog | None:
         """``session``'s log storage on this backend's pool, for the running event loop: for
-        a plain session of this store (None for an encrypted one, a subclass's, which may
-        store differently, or one whose log is not a PostgreSQL log of this store)."""
-        if session.encrypted:
-            return None
+        a session of this store (None for a subclass's, which may store differently, or one
+        whose log is not a PostgreSQL log of this store)."""
         native = self._logs.get(session)
         loop = asyncio.get_running_loop()
         if native is None or native.loop is not loop:  # its queue belongs to a loop of its own
@@ -467,7 +480,7 @@ class PostgresAsyncBackend(AsyncBackend):
         pool: _Pool,
         action: str,
         statement: bytes,
-        params: tuple[Any, ...],
+        params: tuple[Any, ...] | dict[str, Any],
         raw: bool = True,
     ) -> list[_Row]:
         """The rows of a read statement, as the store's connections' ``fetch`` (``raw``:

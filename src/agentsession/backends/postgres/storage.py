@@ -477,8 +477,6 @@ class PostgresLog:
         a seq beyond the session's are read right after it (:meth:`catch_up_request`)."""
         if self._stale:
             return REOPEN
-        if view.seal_is_stale():
-            return self.refused(expect_seq, self.refresh(view))
         if not view.admits((), events):  # (after opening again: the pipeline checks first)
             return [], []
         seen = view.seen_seq
