@@ -585,6 +585,37 @@ def test_a_deleted_and_recreated_session_is_detected_natively(url: str) -> None:
     run(main())
 
 
+def test_single_appends_take_the_fast_statement_natively(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first append (which creates the session's row: the general path), each single
+    append is the sync log's fast statement (``append_next``), awaited on the pool."""
+    fast: list[bool] = []
+    store_one = postgres_aio._store_one
+
+    async def counted(*args: Any) -> bool:
+        fast.append(await store_one(*args))
+        return fast[-1]
+
+    monkeypatch.setattr(postgres_aio, "_store_one", counted)
+
+    async def main() -> None:
+        async with open_async_store(url) as store:
+            session = await store.get("s")
+            assert await session.append(said("first")) == 1
+            assert fast == []
+            for n in range(2, 5):
+                assert await session.append(said(f"n{n}")) == n
+            assert fast == [True, True, True]
+            with open_store(url) as other:
+                other.get("s").append(said("theirs"))
+            assert await session.append(said("mine")) == 6  # refused, then the general path
+            assert fast == [True, True, True, False]
+        assert [e.seq for e in stored_log(url, "s")] == [1, 2, 3, 4, 5, 6]
+
+    run(main())
+
+
 # -- encrypted sessions --------------------------------------------------------------------------
 
 KEY = bytes(range(32))
@@ -708,21 +739,26 @@ class Interleave:
             "after_statement": [],
         }
         self.threads: list[tuple[threading.Thread, list[BaseException]]] = []
-        fetch, store_batch = PostgresAsyncBackend.fetch, postgres_aio._store_batch
+        fetch = PostgresAsyncBackend.fetch
 
         async def fetch_then(self_: Any, *args: Any) -> Any:
             rows = await fetch(self_, *args)
             self.run("after_fetch")
             return rows
 
-        async def store_batch_around(*args: Any) -> Any:
-            self.run("before_statement")
-            landed = await store_batch(*args)
-            self.run("after_statement")
-            return landed
+        def around(store: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            async def statement(*args: Any) -> Any:
+                self.run("before_statement")
+                landed = await store(*args)
+                self.run("after_statement")
+                return landed
+
+            return statement
 
         monkeypatch.setattr(PostgresAsyncBackend, "fetch", fetch_then)
-        monkeypatch.setattr(postgres_aio, "_store_batch", store_batch_around)
+        # The general path's statement and the single-event fast path's.
+        monkeypatch.setattr(postgres_aio, "_store_batch", around(postgres_aio._store_batch))
+        monkeypatch.setattr(postgres_aio, "_store_one", around(postgres_aio._store_one))
 
     def run(self, point: str) -> None:
         steps, self.at[point] = self.at[point], []
@@ -1042,9 +1078,10 @@ def test_a_cancelled_append_gets_cancelled_error_once_its_statement_has_finished
 def test_an_interrupted_statement_leaves_nothing_and_the_session_reloads(
     url: str, schema: str
 ) -> None:
-    """The statement's own task interrupted (as when the event loop shuts down): psycopg
-    cancels it in the server, the caller gets ``CancelledError``, nothing was written, and the
-    session object, which cannot know that, reloads when next used."""
+    """The task running the append's plan interrupted during its statement (as when the event
+    loop shuts down): psycopg cancels the statement in the server, the caller gets
+    ``CancelledError``, nothing was written, and the session object, which cannot know that,
+    reloads when next used."""
 
     async def main() -> None:
         async with open_async_store(url) as store:
@@ -1057,7 +1094,7 @@ def test_an_interrupted_statement_leaves_nothing_and_the_session_reloads(
                 writes = [
                     t
                     for t in asyncio.all_tasks()
-                    if getattr(t.get_coro(), "__name__", "") == "_write"
+                    if getattr(t.get_coro(), "__name__", "") == "adrive"
                 ]
                 assert len(writes) == 1
                 writes[0].cancel()

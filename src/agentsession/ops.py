@@ -91,6 +91,8 @@ class AsyncLog(Protocol):
         self, events: list[Event], marker: int, expect_seq: int | None
     ) -> tuple[list[Event], list[Event]] | Any: ...
 
+    async def append_one(self, event: Event, marker: bool) -> Event | Any | None: ...
+
     async def refresh(self) -> list[Event] | Any: ...
 
     async def read(self, after: int, limit: int | None) -> list[Event] | Any: ...
@@ -177,7 +179,8 @@ class AppendOne(Op):
 
     async def arun(self, log: SyncLog, native: AsyncLog | None) -> Any:
         if native is not None:
-            return None  # a native log takes every append through its general path
+            result = await native.append_one(self.event, self.marker)
+            return None if result is NotImplemented else result  # None: the general path
         return self.run(log)
 
 

@@ -15,8 +15,8 @@ same statements and parameters and takes the rows in (``open_request``/``opened`
 ``refresh_request``/``take_refresh``, ``append_request``/``take_append``,
 ``catch_up_request``, ``decode``), so that a plan cannot tell them apart and the log's state
 (its life, whether it must open again) is one object's. What the log may know of the session
-comes through the session's public plans (``session.plans.log``, ``session.plans.view``). Only
-the single-event fast path is not native (``AppendOne`` takes the general path, also one
+comes through the session's public plans (``session.plans.log``, ``session.plans.view``). The
+single-event fast path is native too (``AppendOne``: the sync log's ``append_next``
 statement).
 
 The pool closes with the async store, or, left open, when its event loop shuts down (a task
@@ -34,19 +34,19 @@ a worker thread holds the session's lock (the loop never waits for another threa
 work); when the call comes from an event loop other than the pool's while that one is still
 open (a pool whose loop was closed is replaced by one on the new loop).
 
-**Cancellation.** An append's plan runs in a task of its own (:meth:`PostgresNativeLog.drive`)
-and its statement, one autocommit transaction (committed whole or not at all), in another
-(``_write``). Cancelled before the plan started a write (waiting for the session's queue, a
-catch-up, waiting for a pooled connection), the plan is interrupted where it waits, with
-nothing written. Once it has started one, the cancellation does not reach it: the plan runs to
-its end (the statement finished, its outcome taken into the session object: the batch's events
-are in the window, or nothing was written) and then the caller gets ``CancelledError``, as for
-work handed to a worker thread; so nothing lands later. psycopg would otherwise cancel the
-query in the server and, cancelled again, close the connection with the outcome unknown. Should
-the statement's task itself be interrupted (the event loop shutting down), or the plan's after
-its write, the session object reloads from storage when next used (the log answers
-:data:`~agentsession.storage.REOPEN` until it has opened again). Reads are interrupted where
-they wait.
+**Cancellation.** An append's plan runs in a task of its own (:meth:`PostgresNativeLog.drive`),
+shielded from the caller's cancellation once it has started its statement (``_write``: one
+autocommit transaction, committed whole or not at all). Cancelled before the plan started a
+write (waiting for the session's queue, a catch-up, waiting for a pooled connection), the plan
+is interrupted where it waits, with nothing written. Once it has started one, the cancellation
+does not reach it: the plan runs to its end (the statement finished, its outcome taken into the
+session object: the batch's events are in the window, or nothing was written) and then the
+caller gets ``CancelledError``, as for work handed to a worker thread; so nothing lands later.
+psycopg would otherwise cancel the query in the server and, cancelled again, close the
+connection with the outcome unknown. Should the plan's task itself be interrupted after its
+write started (the event loop shutting down), the session object reloads from storage when next
+used (the log answers :data:`~agentsession.storage.REOPEN` until it has opened again). Reads
+are interrupted where they wait.
 """
 
 from __future__ import annotations
@@ -56,8 +56,10 @@ import concurrent.futures
 import contextlib
 import logging
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
+import msgspec
 import psycopg
 import psycopg_pool
 
@@ -70,7 +72,7 @@ from ...session import BaseSession
 from ...storage import REOPEN, LogView, Reopen
 from ...store import BaseStore
 from .schema import Statements
-from .storage import PostgresLog, Request, check_text
+from .storage import AppendRequest, PostgresLog, Request, check_text
 
 __all__ = ["PostgresAsyncBackend", "PostgresHost", "PostgresLog", "PostgresNativeLog"]
 
@@ -212,6 +214,17 @@ class PostgresNativeLog:
             if rows:
                 return str(rows[0][0])
 
+    async def append_one(self, event: Event, marker: bool) -> Event | None:
+        """``PostgresLog.append_one``: the fast path's one statement, at the seq after the
+        latest the session object has seen and in the life the log read; None (nothing
+        written) to take the general path."""
+        seq = self.view.seen_seq + 1
+        request = self.pg.append_one_request(event, marker, seq - 1)
+        if request is None:
+            return None
+        stored = await self._settled_write(request, _store_one)
+        return msgspec.structs.replace(event, seq=seq) if stored else None
+
     async def append(
         self, events: list[Event], marker: int, expect_seq: int | None
     ) -> tuple[list[Event], list[Event]] | Reopen:
@@ -227,9 +240,8 @@ class PostgresNativeLog:
             return [], []
         seen = view.seen_seq
         request = pg.append_request(events, marker, seen if expect_seq is None else expect_seq)
-        base, life = await self._settled_write(
-            request.action, request.unknown, request.statement, request.params, request.raw
-        )
+        row = await self._settled_write(request, _store_batch)
+        base, life = (-1, -1) if row is None else (int(row[0]), int(row[1]))
         if base < 0:  # another writer appended first, or the life is gone: nothing written
             return pg.refused(expect_seq, await self.refresh())
         pg.take_append(life)
@@ -253,38 +265,24 @@ class PostgresNativeLog:
         return await self._backend.fetch(pool, action, statement, params, raw)
 
     async def _settled_write(
-        self, action: str, unknown: str, statement: bytes, params: Any, raw: bool
-    ) -> tuple[int, int]:
-        """Run the append's statement (``base, life``; ``-1, -1``: nothing written) in a task
-        of its own; from then on a cancellation of the caller waits for the plan to end (see
-        :meth:`drive`)."""
+        self, request: AppendRequest, run: Callable[[_Conn, AppendRequest], Awaitable[T]]
+    ) -> T:
+        """Run an append's statement with ``run`` on a pooled connection (handed back here),
+        as the sync log runs it: a driver error is translated; a lost connection leaves the
+        outcome unknown. From the moment the statement starts, a cancellation of the caller
+        waits for the plan, whose task is shielded, to end (see :meth:`drive`)."""
         pool = self._pool
         assert pool is not None, "connect() first"
-        conn = await self._backend.getconn(pool, action)  # cancelled here: nothing done
-        self._writing = True
-        return await asyncio.ensure_future(
-            self._write(pool, conn, action, unknown, statement, params, raw)
-        )
-
-    async def _write(
-        self,
-        pool: _Pool,
-        conn: _Conn,
-        action: str,
-        unknown: str,
-        statement: bytes,
-        params: Any,
-        raw: bool,
-    ) -> tuple[int, int]:
-        """The append's statement on ``conn`` (handed back here), as the sync log runs it: a
-        driver error is translated; a lost connection leaves the outcome unknown."""
         backend = self._backend
+        conn = await backend.getconn(pool, request.action)  # cancelled here: nothing done
+        self._writing = True
         try:
-            row = await _store_batch(conn, statement, params, raw)
+            result = await run(conn, request)
         except psycopg.Error as exc:
             lost = conn.closed or conn.broken
             await backend.putconn(pool, conn)
-            raise backend.host.failure(exc, action, unknown if lost else "") from None
+            unknown = request.unknown if lost else ""
+            raise backend.host.failure(exc, request.action, unknown) from None
         except BaseException:
             # Interrupted (the loop shutting down): whether the batch was stored is unknown
             # here, so the log opens again when next used.
@@ -292,7 +290,7 @@ class PostgresNativeLog:
             await backend.putconn(pool, conn, shielded=True)
             raise
         await backend.putconn(pool, conn)
-        return (-1, -1) if row is None else (int(row[0]), int(row[1]))
+        return result
 
     async def _catch_up_to(self, after: int, base: int, count: int) -> list[Event]:
         """``PostgresLog``'s catch-up: other writers' events between seq ``after`` and the
@@ -313,11 +311,19 @@ class PostgresNativeLog:
                 raise pg.catch_up_failed(base, count, exc) from exc
 
 
-async def _store_batch(conn: _Conn, statement: bytes, params: Any, raw: bool) -> _Row | None:
+async def _store_batch(conn: _Conn, request: AppendRequest) -> _Row | None:
     """Run an append's statement: its one row (``base, life``), or None (nothing written)."""
-    if raw:
+    statement, params = request.statement, request.params
+    if request.raw:
         return await (await psycopg.AsyncRawCursor(conn).execute(statement, params)).fetchone()
     return await (await conn.execute(statement, params)).fetchone()
+
+
+async def _store_one(conn: _Conn, request: AppendRequest) -> bool:
+    """Run the fast path's statement: whether it wrote its one row."""
+    cursor = psycopg.AsyncRawCursor(conn)
+    await cursor.execute(request.statement, request.params)
+    return cursor.rowcount == 1
 
 
 def _close_on_idle_loop(loop: asyncio.AbstractEventLoop, guard: asyncio.Task[None]) -> None:

@@ -448,23 +448,32 @@ class PostgresLog:
     def read(self, after: int, limit: int | None) -> list[Event]:
         return _events_of(self._db.fetch(*self.read_request(after, limit)), self._id)
 
+    def append_one_request(self, event: Event, marker: bool, seen: int) -> AppendRequest | None:
+        """The fast path's statement for ``event`` at seq ``seen + 1`` (``append_next``, on a
+        raw cursor; it writes one row or none), or None when this log knows no row yet or must
+        open again: the general path then appends."""
+        life = self._life
+        if life is None or self._stale:
+            return None
+        params = _append_next_params(self._id, event, seen + 1, marker, life)
+        return AppendRequest(self._one_action, _UNKNOWN, self._sql.append_next, params, True)
+
     def append_one(self, view: LogView, event: Event, marker: bool) -> Event | None:
         """The fast path: one statement that updates the session row and inserts the event
         with seq ``seen_seq + 1``, only if the row still has that latest seq and this log's
         life (``append_next``). None, having written nothing, when this log knows no row yet,
         another writer appended, or the session was deleted or created again: the general
         path then appends and catches up."""
-        life = self._life
-        if life is None or self._stale:
-            return None
         seq = view.seen_seq + 1
-        statement = self._sql.append_next
-        params = _append_next_params(self._id, event, seq, marker, life)
+        request = self.append_one_request(event, marker, seq - 1)
+        if request is None:
+            return None
+        statement, params = request.statement, request.params
 
         def append(conn: _Conn) -> int:
             return conn.append_cursor().execute(statement, params).rowcount
 
-        stored = self._db.run(self._one_action, append, write=_UNKNOWN)
+        stored = self._db.run(request.action, append, write=request.unknown)
         return _replace(event, seq=seq) if stored == 1 else None
 
     def append(
