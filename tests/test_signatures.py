@@ -29,6 +29,7 @@ from agentsession import BaseSession, BaseStore, Step, Turn, TurnLock, contract
 from agentsession.aio import AsyncSession, AsyncStep, AsyncStore, AsyncTurn, AsyncTurnLock
 from agentsession.aio._store import AsyncLifecycleHook
 from agentsession.children import LifecycleHook
+from agentsession.fencing import Lease
 
 # -- the allow-lists --------------------------------------------------------------------------
 
@@ -36,6 +37,14 @@ SYNC_ONLY: Mapping[tuple[str, str], str] = {
     ("BaseStore", "capabilities"): (
         "what the backend's I/O costs, declared for the async API's placement: read on "
         "store.sync; the async store's placement is store.backend"
+    ),
+    ("BaseStore", "current_lease"): (
+        "the sync lease current in the thread or task; an async task reads the same one "
+        "(store.sync.current_lease), entered by `async with store.lock(...)`"
+    ),
+    ("Lease", "current"): (
+        "a sync context manager over the context of the caller; `async with` on the async "
+        "lock makes its lease current in the task"
     ),
     ("BaseStore", "async_backend"): (
         "the hook the async API opens a backend's native async I/O through; the async store "
@@ -83,12 +92,15 @@ ASYNC_ONLY: Mapping[tuple[str, str], str] = {
         "one is taken by store.lock() itself"
     ),
     ("AsyncTurnLock", "timeout"): "the wait it was asked for, kept until it is taken",
+    ("AsyncTurnLock", "steal_after"): "the steal it was asked for, kept until it is taken",
+    ("AsyncTurnLock", "lease"): "the sync lease it took (an async lock is made before it is taken)",
 }
 """Public names of an async class that its sync counterpart deliberately lacks."""
 
 STAYS_PLAIN: Mapping[tuple[str, str], str] = {
     ("AsyncStore", "lock"): "returns an AsyncTurnLock, taken by `async with` or `await`",
     ("AsyncStore", "holds_lock"): "reads the held-lock registry in memory: no I/O",
+    ("AsyncTurnLock", "lost_error"): "marks the lease lost in memory: no I/O",
     ("AsyncStore", "add_lifecycle_hook"): "registers a function: no I/O",
     ("AsyncStore", "remove_lifecycle_hook"): "unregisters a function: no I/O",
     ("AsyncSession", "turn"): "returns an AsyncTurn, entered by `async with`",
@@ -117,6 +129,7 @@ TO_ASYNC: Mapping[object, object] = {
     Turn: AsyncTurn,
     Step: AsyncStep,
     TurnLock: AsyncTurnLock,
+    Lease: AsyncTurnLock,
 }
 """The sync API's classes, and what the async API returns in their place."""
 
@@ -128,7 +141,7 @@ PAIRS: list[tuple[type, type]] = [
     (BaseSession, AsyncSession),
     (Turn, AsyncTurn),
     (Step, AsyncStep),
-    (TurnLock, AsyncTurnLock),
+    (Lease, AsyncTurnLock),
 ]
 
 PROTOCOLS: list[tuple[type, type]] = [
@@ -233,10 +246,10 @@ def _instance_attributes(cls: type) -> set[str]:
     if cls is AsyncTurnLock:
         lock = AsyncTurnLock(None, "s", None)  # type: ignore[arg-type]  # never taken
         return {n for n in vars(lock) if not n.startswith("_")}
-    if cls not in (Turn, Step, TurnLock):
+    if cls not in (Turn, Step, Lease):
         return set()
     with MemoryStore() as store:
-        if cls is TurnLock:
+        if cls is Lease:
             with store.lock("s") as lock:
                 return {n for n in vars(lock) if not n.startswith("_")}
         with store.get("s").turn() as turn:

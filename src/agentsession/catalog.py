@@ -38,7 +38,8 @@ import msgspec
 
 from .contract import SessionInfo, check_session_id
 from .errors import ConflictError
-from .locks import Locker, TurnLock
+from .fencing import Lease
+from .locks import Locker
 
 if TYPE_CHECKING:
     import concurrent.futures
@@ -294,8 +295,18 @@ class MetaInMemory:
 class LockHost(Protocol):
     """A store whose turn locks another store takes (:attr:`StoreParts.lock_through`)."""
 
-    def lock(self, session_id: str, timeout: float | None = None) -> TurnLock:
+    def lock(
+        self,
+        session_id: str,
+        timeout: float | None = None,
+        ttl: float | None = None,
+        steal_after: float | None = None,
+    ) -> Lease:
         """Take the session's turn lock (see ``BaseStore.lock``)."""
+        ...
+
+    def current_lease(self, session_id: str) -> Lease | None:
+        """The session's lease current in this context, taken through this store."""
         ...
 
     def is_locked(self, session_id: str) -> bool:

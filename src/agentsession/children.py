@@ -67,7 +67,7 @@ from .events import (
     SubagentStart,
     fork_in,
 )
-from .locks import TurnLock
+from .fencing import Lease
 from .messages import Message
 
 __all__ = [
@@ -238,7 +238,13 @@ class ChildHost(Protocol):
 
     def exists(self, session_id: str) -> bool: ...
 
-    def lock(self, session_id: str, timeout: float | None = None) -> TurnLock: ...
+    def lock(
+        self,
+        session_id: str,
+        timeout: float | None = None,
+        ttl: float | None = None,
+        steal_after: float | None = None,
+    ) -> Lease: ...
 
     def holds_lock(self, session_id: str) -> bool: ...
 

@@ -18,7 +18,7 @@ import msgspec
 
 from .errors import UsageError
 from .events import Event
-from .locks import TurnLock
+from .fencing import Lease
 from .messages import Message, ToolCall
 
 __all__ = [
@@ -177,8 +177,14 @@ class Store(Protocol):
         """Delete a session (with ``recursive``, its child sessions first); returns whether it
         existed."""
 
-    def lock(self, session_id: str, timeout: float | None = None) -> TurnLock:
-        """Take the session's turn lock (a context manager)."""
+    def lock(
+        self,
+        session_id: str,
+        timeout: float | None = None,
+        ttl: float | None = None,
+        steal_after: float | None = None,
+    ) -> Lease:
+        """Take the session's turn lock: a lease with a fencing epoch (a context manager)."""
 
     def is_locked(self, session_id: str) -> bool:
         """Whether some thread or process holds the session's turn lock now."""

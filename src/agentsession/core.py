@@ -64,6 +64,7 @@ from .events import (
     made_here_since,
     new_event_id,
 )
+from .lease import LEASE_KIND, HeldLease, fence_epoch, load_lease
 from .messages import Message
 from .ops import (
     Append,
@@ -144,6 +145,10 @@ class SessionHost(Protocol):
     def _meta_add(self, kind: str, key: str, value: str) -> str:
         """Store a small value unless one is stored; returns the value stored (a session's
         key record)."""
+        ...
+
+    def current_lease(self, session_id: str) -> HeldLease | None:
+        """The session's lease current in this context (its appends carry its epoch)."""
         ...
 
 
@@ -373,6 +378,12 @@ class SessionCore:
         ring = store._keyring
         self._cipher: SessionCipher | None = None if ring is None else ring.cipher(session_id)
         self._generation = 0  # counts reloads and resets (a child's cap checks it)
+        # Fencing (see _fenced): the lease of the append being made (for _admits), the epoch
+        # of the lease whose record this object checked since it opened the log (0: none),
+        # and the newest fence it took in since.
+        self._appending_lease: HeldLease | None = None
+        self._fence_checked = 0
+        self._fence_seen = 0
         self._own_cap: tuple[int, int] | None = None  # (generation, a child's max_messages)
         # Ids of the events this object has seen (loaded, read while catching up, appended),
         # to their seqs: an append of one of them stores nothing (see _stored_seqs_plan). A loaded
@@ -546,6 +557,7 @@ class SessionCore:
         self._generation += 1
         if not same_life:
             self._ids = {}
+            self._fence_checked = self._fence_seen = 0  # read anew: a lease checks again
         self._ids_todo = bool(events)
         self._window = events
         self._derivers = {}
@@ -563,6 +575,7 @@ class SessionCore:
     def _reset(self) -> None:
         """Forget all state: the stored log was deleted or replaced underneath us."""
         self._generation += 1
+        self._fence_checked = self._fence_seen = 0
         if self._cipher is not None:
             self._cipher.forget_key()  # a new life has a new key
         self._window = []
@@ -582,8 +595,41 @@ class SessionCore:
         return self._window
 
     def _ingest(self, events: Sequence[Event]) -> None:
-        """Take in events read from storage (other writers'): their markers are decoded here."""
+        """Take in events read from storage (other writers'): their markers are decoded here,
+        and, once a lease was checked here, their fences (``session/lease``) noted."""
+        if self._fence_checked and events:
+            self._fence_seen = max(self._fence_seen, fence_epoch(events))
         self._extend(events, _marker_index(events))
+
+    # -- fencing --------------------------------------------------------------------------
+
+    def _fenced(self) -> Plan[HeldLease | None]:
+        """The lease current for this session's appends (see :mod:`agentsession.fencing`),
+        checked before a write, or None: raises :class:`~agentsession.errors.LeaseLost` when
+        another worker took the lock over. The first check of a lease since this object
+        opened the log reads the lease record (fences stored before then are not in the
+        window); from then on the fences among what it takes in are noted, and the backend's
+        write-lock check (:meth:`_admits`) refuses an append that finds a newer one."""
+        lease = self._store.current_lease(self._id)
+        self._appending_lease = lease
+        if lease is None:
+            return None
+        epoch = lease.epoch
+        if lease.lost:
+            raise lease.lost_error()
+        if self._fence_checked != epoch:
+            record = load_lease((yield MetaGet(LEASE_KIND, self._id)))
+            if record is None or record.epoch != epoch:
+                raise lease.lost_error(0 if record is None else record.epoch)
+            self._fence_checked = epoch
+        if self._fence_seen > epoch:
+            raise lease.lost_error(self._fence_seen)
+        return lease
+
+    @staticmethod
+    def _fenced_in(events: Sequence[Event], epoch: int) -> bool:
+        """Whether ``events`` hold a fence of a lease newer than ``epoch``."""
+        return fence_epoch(events) > epoch
 
     def _extend(self, events: Sequence[Event], marker: int) -> None:
         """Add stored events to the window; ``marker`` is the index of the last one that
@@ -704,6 +750,7 @@ class SessionCore:
             if self._cipher is None:
                 if not self._latest_seq:
                     yield from self._check_still_plain()
+                yield from self._fenced()
                 stored = yield AppendOne(prepared, marker == 0)
             if stored is None:
                 # The general path: other writers' events are checked for the id under the
@@ -793,6 +840,9 @@ class SessionCore:
         (:meth:`_append_fresh`)."""
         if self._ids_todo:
             self._index_window()
+        lease = self._appending_lease
+        if lease is not None and foreign and self._fenced_in(foreign, lease.epoch):
+            return False  # another worker took the lock over: nothing is written
         ids = self._ids
         # Seqs start at 1, so 0 (absent) is never above ``oldest``.
         if not foreign:
@@ -929,6 +979,12 @@ class SessionCore:
         while backoff.next_try():
             if pause := backoff.contention_pause():  # writers are racing for this session
                 yield Pause(pause)
+            lease = yield from self._fenced()
+            if lease is not None and expect_seq is not None and expect_seq > self._latest_seq:
+                # A backend may write after expect_seq without reading what lies between:
+                # a fence there is read first.
+                yield from self._refresh_plan()
+                lease = yield from self._fenced()
             foreign: list[Event]
             if self._cipher is not None:
                 foreign, stored = [], (yield from self._append_sealed(todo, marker, expect_seq))
@@ -941,6 +997,8 @@ class SessionCore:
                     continue
                 foreign, stored = appended
             self._ingest(foreign)
+            if lease is not None and not stored and self._fence_seen > lease.epoch:
+                raise lease.lost_error(self._fence_seen)  # refused under the write lock
             if stored:
                 if self._cipher is None and stored[0].seq == 1:
                     yield from self._check_still_plain()  # made encrypted while this wrote
@@ -996,6 +1054,7 @@ class SessionCore:
                 if self._latest_seq != expect_seq:
                     return []
                 base = expect_seq
+            yield from self._fenced()
             if cipher.needs_key(sealing=True):
                 yield from self._key_plan(cipher, sealing=True)
             sealed = [cipher.seal(event, base + i) for i, event in enumerate(batch, start=1)]

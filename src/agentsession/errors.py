@@ -27,6 +27,7 @@ __all__ = [
     "ConflictError",
     "CorruptLogError",
     "DuplicateSession",
+    "LeaseLost",
     "LockTimeout",
     "OutcomeUnknown",
     "SessionError",
@@ -120,6 +121,25 @@ class LockTimeout(SessionError, TimeoutError):
         )
         self.session_id = session_id
         self.timeout = timeout
+
+
+class LeaseLost(SessionError):
+    """The turn lock's lease the caller holds is no longer current: another worker took the
+    conversation's lock since (it stole the lock from a holder that had not renewed, took over
+    an expired lease, or a lock that went with its holder's connection). An append made under
+    that lease was refused and wrote nothing; stop the turn. ``epoch`` is the lease's, and
+    ``current`` the newer epoch found (0 when unknown)."""
+
+    def __init__(self, session_id: str, epoch: int, current: int = 0, message: str = "") -> None:
+        newer = f" (the lock is at epoch {current} now)" if current else ""
+        super().__init__(
+            message
+            or f"the lease of session {session_id!r} at epoch {epoch} is lost: another worker "
+            f"took the turn lock{newer}; nothing was written"
+        )
+        self.session_id = session_id
+        self.epoch = epoch
+        self.current = current
 
 
 class ChildStateError(SessionError):

@@ -45,6 +45,7 @@ __all__ = [
     "RUN_FINISH",
     "SESSION_DISCARD",
     "SESSION_FORK",
+    "SESSION_LEASE",
     "SESSION_MERGE",
     "SESSION_RECOVERY",
     "SKILL_LOAD",
@@ -77,6 +78,7 @@ __all__ = [
     "RunFinish",
     "SessionDiscard",
     "SessionFork",
+    "SessionLease",
     "SessionMerge",
     "SessionRecovery",
     "SkillLoad",
@@ -129,6 +131,7 @@ SESSION_RECOVERY: Final = "session/recovery"
 SESSION_FORK: Final = "session/fork"
 SESSION_MERGE: Final = "session/merge"
 SESSION_DISCARD: Final = "session/discard"
+SESSION_LEASE: Final = "session/lease"
 SUBAGENT_START: Final = "subagent/start"
 SUBAGENT_END: Final = "subagent/end"
 PERMISSION_REQUEST: Final = "permission/request"
@@ -460,6 +463,21 @@ class SessionDiscard(_Payload, frozen=True):
     """Why it was discarded."""
 
 
+class SessionLease(_Payload, frozen=True):
+    """``session/lease``: a worker took the conversation's turn lock over from a holder that
+    had not released it (see ``docs/concurrency.md``). Every append made under an older
+    lease after this event is refused (:class:`~agentsession.errors.LeaseLost`). Not part of
+    the derived history."""
+
+    epoch: int
+    """The new lease's epoch."""
+    previous: int = 0
+    """The epoch of the lease taken over."""
+    reason: str = ""
+    """``stolen`` (the holder had not renewed for ``steal_after``), ``expired`` (its ``ttl``
+    ran out) or ``unreleased`` (its lock went with its process or database connection)."""
+
+
 class SubagentEnd(_Payload, frozen=True):
     """``subagent/end``: a subagent finished."""
 
@@ -539,6 +557,7 @@ PAYLOAD_TYPES: Final[Mapping[str, type[Any]]] = {
     SESSION_FORK: SessionFork,
     SESSION_MERGE: SessionMerge,
     SESSION_DISCARD: SessionDiscard,
+    SESSION_LEASE: SessionLease,
     SUBAGENT_START: SubagentStart,
     SUBAGENT_END: SubagentEnd,
     PERMISSION_REQUEST: PermissionRequest,

@@ -151,6 +151,11 @@ class _HeldRegistry:
         self._mutex = threading.Lock()
 
     def acquire(self, session_id: str, timeout: float | None) -> TurnLock:
+        return TurnLock(self, session_id, self.take(session_id, timeout))
+
+    def take(self, session_id: str, timeout: float | None) -> object:
+        """Take the backend's lock of ``session_id`` for the calling thread or task (re-entry
+        refused); returns its handle, for a :class:`TurnLock` or :meth:`release`."""
         key = (id(self), session_id)
         held = _held_here.get()
         me = _owner()
@@ -168,7 +173,7 @@ class _HeldRegistry:
             self._handles[session_id] = handle
             self._owners[session_id] = me
         _held_here.set(held | {key})
-        return TurnLock(self, session_id, handle)
+        return handle
 
     def held_here(self, session_id: str) -> bool:
         """Whether this thread (or asyncio task) holds the session's lock through this

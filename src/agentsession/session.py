@@ -57,6 +57,7 @@ from .crypto import is_sealed
 from .derive import Deriver, IndexedMessage
 from .errors import StorageError, UsageError
 from .events import COMPACTION, USER_MESSAGE, Event, new_event_id
+from .fencing import leases_here as _leases_here
 from .media import StoragePolicy
 from .messages import Message
 from .ops import Plan, drive
@@ -302,6 +303,7 @@ class BaseSession(SessionCore):
                 and not self._unsure
                 and self._store.ttl is None
                 and prepared.type != COMPACTION
+                and (not _leases_here() or self._fence_current())
             ):
                 if self._ids_todo:
                     self._index_window()
@@ -329,6 +331,18 @@ class BaseSession(SessionCore):
                             self._forget_old_ids()
                         return seq
             return drive(self._append_one_plan(prepared), self)
+
+    def _fence_current(self) -> bool:
+        """Whether an append may take the fast lane under the lease current for this session
+        (none, or one checked here and not fenced since): the single-event operation writes
+        only when nothing was stored since this object looked, so no fence can be missed."""
+        lease = self._store.current_lease(self._id)
+        self._appending_lease = lease
+        return lease is None or (
+            not lease.lost
+            and self._fence_checked == lease.epoch
+            and self._fence_seen <= lease.epoch
+        )
 
     def _may_cap(self) -> bool:
         """Whether a user message appended now may be over a history cap: False when

@@ -18,6 +18,7 @@ import builtins
 import datetime as _dt
 import os
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -42,9 +43,11 @@ from .errors import (
     SessionNotFound,
     UsageError,
 )
-from .events import Event
+from .events import SESSION_LEASE, Event, SessionLease
+from .fencing import Lease, Leases, current_lease
 from .keys import KeyLifecycle
-from .locks import TurnLock, _HeldRegistry
+from .lease import LeaseRecord
+from .locks import _HeldRegistry
 from .recovery import recover_store
 from .registry import migrate_store, open_url, path_of, register_backend
 from .session import BaseSession
@@ -190,6 +193,7 @@ class BaseStore:
         self._cache_lock = threading.Lock()
         self._closed = False
         self._held_locks: _HeldRegistry | None = None
+        self._lease_manager: Leases | None = None
         self._hooks: builtins.list[children.LifecycleHook] = []
         # The backend's parts, built once the settings above are checked and set (a backend
         # reads durability and the clock while it builds them).
@@ -559,19 +563,60 @@ class BaseStore:
                 self._held_locks = _HeldRegistry(self._make_locker())
             return self._held_locks
 
-    def lock(self, session_id: str, timeout: float | None = None) -> TurnLock:
+    def _leases(self) -> Leases:
+        registry = self._locks()
+        with self._cache_lock:
+            if self._lease_manager is None or self._lease_manager.registry is not registry:
+                self._lease_manager = Leases(registry, self._meta_get, self._meta_cas, self._fence)
+            return self._lease_manager
+
+    def lock(
+        self,
+        session_id: str,
+        timeout: float | None = None,
+        ttl: float | None = None,
+        steal_after: float | None = None,
+    ) -> Lease:
         """Take the session's turn lock: one holder at a time across threads and processes
-        (and machines, on PostgreSQL). ``timeout`` in seconds (None waits for ever, 0 tries
-        once); raises :class:`~agentsession.errors.LockTimeout` when it runs out. Not
-        reentrant: a second ``lock`` of the same session from the thread that holds it raises
-        :class:`~agentsession.errors.UsageError`. Use as a context manager."""
+        (and machines, on PostgreSQL). Returns a :class:`~agentsession.fencing.Lease`, whose
+        ``epoch`` grows by one at every acquisition; inside ``with store.lock(...) as lease:``
+        every append to the session through this store carries the epoch, and one made after
+        another worker took the lock over raises :class:`~agentsession.errors.LeaseLost`,
+        writing nothing (see :mod:`agentsession.fencing` and ``docs/concurrency.md``).
+
+        ``timeout`` in seconds (None waits for ever, 0 tries once); raises
+        :class:`~agentsession.errors.LockTimeout` when it runs out. ``ttl``: the lease expires
+        unless renewed (a background thread renews it while it is held), and a waiter may
+        then take it over. ``steal_after``: take the lock from a holder that has not renewed
+        for that many seconds, even one whose process still holds the backend's lock
+        (stopped, hung). Not reentrant: a second ``lock`` of the same session from the
+        thread that holds it raises :class:`~agentsession.errors.UsageError`."""
         self._check_open()
         sid = self._catalog.resolve(session_id, "lock")
         if self._lock_through is not None:
-            return self._lock_through.lock(sid, timeout)
+            return self._lock_through.lock(sid, timeout, ttl, steal_after)
         if timeout is not None and timeout < 0:
             raise UsageError(f"lock timeout must be >= 0 or None, not {timeout}")
-        return self._locks().acquire(sid, timeout)
+        return self._leases().acquire(sid, timeout, ttl, steal_after)
+
+    def _fence(self, lease: Lease, previous: LeaseRecord) -> None:
+        """Append the ``session/lease`` event of ``lease``, taken over from ``previous``'s
+        holder, under ``lease``: from then on an append under an older epoch is refused."""
+        if previous.expired(time.time_ns() // 1_000_000):
+            reason = "expired"
+        else:
+            reason = "unreleased" if previous.os and lease.backend_lock else "stolen"
+        payload = SessionLease(epoch=lease.epoch, previous=previous.epoch, reason=reason)
+        with lease.current():
+            self.get(lease.session_id).append(Event.new(SESSION_LEASE, payload))
+
+    def current_lease(self, session_id: str) -> Lease | None:
+        """The lease of ``session_id`` current in this thread or asyncio task (entered with
+        ``with store.lock(...)``, through this store), or None: what its appends carry."""
+        if self._lock_through is not None:
+            return self._lock_through.current_lease(session_id)
+        registry = self._held_locks
+        return None if registry is None else current_lease(registry, session_id)
 
     def is_locked(self, session_id: str) -> bool:
         """Whether some thread or process holds the session's turn lock now."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import concurrent.futures
+import contextlib
 import functools
 import inspect
 import logging
@@ -16,9 +17,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ..children import ChildInfo, LifecycleEvent, LifecycleHook
 from ..contract import SessionInfo, StoreRecoveryReport
-from ..errors import LockTimeout, UsageError
+from ..errors import LeaseLost, LockTimeout, UsageError
 from ..events import Event
-from ..locks import TurnLock
+from ..fencing import Lease
 from ..session import BaseSession
 from ..stats import SessionStats, StoreStats
 from ..store import BaseStore, open_store
@@ -75,19 +76,80 @@ class AsyncTurnLock:
     before ``CancelledError`` propagates.
     """
 
-    def __init__(self, store: AsyncStore, session_id: str, timeout: float | None) -> None:
+    def __init__(
+        self,
+        store: AsyncStore,
+        session_id: str,
+        timeout: float | None,
+        ttl: float | None = None,
+        steal_after: float | None = None,
+    ) -> None:
         self._store = store
         self.session_id = session_id
         """The session whose turns this lock serialises."""
         self.timeout = timeout
         """Seconds to wait for it (None: for ever; 0: one try)."""
-        self._lock: TurnLock | None = None
+        self.ttl = ttl
+        """Seconds the lease lasts without renewal (None: it does not expire)."""
+        self.steal_after = steal_after
+        """Take the lock from a holder that has not renewed for that long (None: never)."""
+        self._lock: Lease | None = None
+        self._current: contextlib.AbstractContextManager[Lease] | None = None
         self._taken = False
 
     @property
     def held(self) -> bool:
-        """True from when it is taken until it is released (or its store closed)."""
-        return self._lock is not None and self._lock.held
+        """True from when it is taken until it is released (or its store closed, or its
+        lease known lost), as far as this process knows (no I/O)."""
+        return self._lock is not None and self._lock.locally_held
+
+    @property
+    def lease(self) -> Lease:
+        """The sync lease taken (its ``epoch``, ``stolen``, ``lost``); raises
+        :class:`~agentsession.errors.UsageError` before it is taken."""
+        if self._lock is None:
+            raise UsageError(f"the turn lock of session {self.session_id!r} is not taken")
+        return self._lock
+
+    @property
+    def epoch(self) -> int:
+        """The lease's fencing epoch (see :class:`agentsession.fencing.Lease`)."""
+        return self.lease.epoch
+
+    @property
+    def stolen(self) -> bool:
+        """Whether the lease was taken over from a holder that had not released it."""
+        return self.lease.stolen
+
+    @property
+    def lost(self) -> bool:
+        """Whether the lease is known lost (no I/O)."""
+        return self._lock is not None and self._lock.lost
+
+    @property
+    def locally_held(self) -> bool:
+        """Whether the lease is held as far as this process knows (no I/O): :attr:`held`."""
+        return self.held
+
+    @property
+    def backend_lock(self) -> bool:
+        """Whether the lease also holds the backend's lock."""
+        return self.lease.backend_lock
+
+    @property
+    def scope(self) -> object:
+        """The lock registry the lease belongs to (its store's)."""
+        return self.lease.scope
+
+    def lost_error(self, current: int = 0) -> LeaseLost:
+        """Mark the lease lost; the error to raise."""
+        return self.lease.lost_error(current)
+
+    async def renew(self) -> None:
+        """Renew the lease now (in a worker thread); raises
+        :class:`~agentsession.errors.LeaseLost` when another worker took it."""
+        lease = self.lease
+        await self._store._call("lock.renew", lease.renew, kind="lock", propagate=True)
 
     async def acquire(self) -> AsyncTurnLock:
         """Take the lock (see the class); returns this object, held."""
@@ -104,11 +166,13 @@ class AsyncTurnLock:
             try:
                 self._lock = await store._call(
                     "lock.try",
-                    functools.partial(store.sync.lock, self.session_id, first),
+                    functools.partial(
+                        store.sync.lock, self.session_id, first, self.ttl, self.steal_after
+                    ),
                     kind="lock",
                     args={"session_id": self.session_id},
                     propagate=True,
-                    undo=TurnLock.release,
+                    undo=Lease.release,
                 )
                 return self
             except LockTimeout:
@@ -127,6 +191,9 @@ class AsyncTurnLock:
         lock, self._lock = self._lock, None
         if lock is None:
             return
+        current, self._current = self._current, None
+        if current is not None:
+            current.__exit__(None, None, None)
         if self._store.closed:
             lock.release()  # only forgets it: closing the store released it
             return
@@ -140,6 +207,9 @@ class AsyncTurnLock:
     async def __aenter__(self) -> AsyncTurnLock:
         if not self._taken:
             await self.acquire()
+        # Current in this task: its appends to the session carry the lease's epoch.
+        self._current = self.lease.current()
+        self._current.__enter__()
         return self
 
     async def __aexit__(
@@ -344,10 +414,18 @@ class AsyncStore:
         (or its sync store): no I/O (:meth:`agentsession.BaseStore.holds_lock`)."""
         return self._sync.holds_lock(session_id)
 
-    def lock(self, session_id: str, timeout: float | None = None) -> AsyncTurnLock:
+    def lock(
+        self,
+        session_id: str,
+        timeout: float | None = None,
+        ttl: float | None = None,
+        steal_after: float | None = None,
+    ) -> AsyncTurnLock:
         """The session's turn lock, taken by ``async with`` or ``await`` (see
-        :class:`AsyncTurnLock`); ``timeout`` in seconds (None waits for ever, 0 tries once)."""
-        return AsyncTurnLock(self, session_id, timeout)
+        :class:`AsyncTurnLock`); ``timeout`` in seconds (None waits for ever, 0 tries once);
+        ``ttl`` and ``steal_after`` as :meth:`agentsession.BaseStore.lock`'s. Inside ``async
+        with`` its lease is current in the task: appends carry its epoch."""
+        return AsyncTurnLock(self, session_id, timeout, ttl, steal_after)
 
     async def is_locked(self, session_id: str) -> bool:
         """Whether some task, thread or process holds the session's turn lock now."""
