@@ -1,0 +1,80 @@
+"""What an append under a lease (``with store.lock(...)``: a fenced append) costs against one
+without, on every backend, measured in one run.
+
+    python benchmarks/lease.py [--appends 2000] [--rounds 5] [--postgres DSN]
+
+Each round appends ``--appends`` events one call each to a fresh session, first without a lease
+and then inside ``with store.lock(id)``, alternating, and keeps each case's best round. The
+ratio is the lease's rate over the plain rate [target >= 0.91, that is <= 1.10x the cost].
+The DSN comes from ``--postgres`` or ``AGENTSESSION_TEST_POSTGRES_DSN`` (a fresh schema,
+dropped at the end); without one PostgreSQL is left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import agentsession as ags
+
+
+def run(url: str, appends: int, leased: bool, sid: str) -> float:
+    with ags.open_store(url) as store:
+        session = store.get(sid)
+        session.append(ags.Event.new("bench/first", {}))
+        events = [ags.Event.new("bench/n", {"n": i}) for i in range(appends)]
+        if leased:
+            with store.lock(sid, timeout=10):
+                start = time.perf_counter()
+                for event in events:
+                    session.append(event)
+                return time.perf_counter() - start
+        start = time.perf_counter()
+        for event in events:
+            session.append(event)
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--appends", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--postgres", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN"))
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="agentsession-lease-"))
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    urls = {"memory": "memory:", "jsonl": str(work / "jsonl"), "sqlite": f"sqlite:///{work}/s.db"}
+    if args.postgres:
+        sep = "&" if "?" in args.postgres else "?"
+        urls["postgresql"] = f"{args.postgres}{sep}schema={schema}"
+    try:
+        print(f"{args.appends} appends per round, best of {args.rounds}\n")
+        print(f"{'backend':<12}{'plain/s':>12}{'leased/s':>12}{'ratio':>8}{'target':>9}")
+        for name, url in urls.items():
+            count = args.appends if name != "postgresql" else max(args.appends // 10, 50)
+            best = {False: float("inf"), True: float("inf")}
+            for round_ in range(args.rounds):
+                for leased in (False, True):
+                    sid = f"{name}-{round_}-{leased}"
+                    best[leased] = min(best[leased], run(url, count, leased, sid))
+            plain, leased_rate = count / best[False], count / best[True]
+            print(
+                f"{name:<12}{plain:>12,.0f}{leased_rate:>12,.0f}"
+                f"{leased_rate / plain:>8.2f}{'>= 0.91':>9}"
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if args.postgres:
+            import psycopg
+
+            with psycopg.connect(args.postgres, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+if __name__ == "__main__":
+    main()
