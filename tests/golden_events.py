@@ -257,8 +257,25 @@ def events_since_0_3() -> list[ev.Event]:
 
 
 def all_event_types_events() -> list[ev.Event]:
-    """Every pinned event: :func:`canonical_events` then :func:`events_since_0_3`."""
-    return canonical_events() + events_since_0_3()
+    """Every pinned event: :func:`canonical_events`, :func:`events_since_0_3`, then
+    :func:`events_since_0_5`."""
+    return canonical_events() + events_since_0_3() + events_since_0_5()
+
+
+def events_since_0_5() -> list[ev.Event]:
+    """What revision 5 added, pinned by ``golden/events-0.5.jsonl``: the turn lock's fence
+    (``session/lease``)."""
+    return [
+        ev.Event(
+            seq=4,
+            type=ev.SESSION_LEASE,
+            time=T0 + dt.timedelta(seconds=4),
+            data=ev.Event.new(
+                ev.SESSION_LEASE, ev.SessionLease(epoch=8, previous=7, reason="stolen")
+            ).data,
+            id="0199a1b2c3d47004800012345678abcd",
+        ),
+    ]
 
 
 

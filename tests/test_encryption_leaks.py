@@ -335,11 +335,13 @@ VISIBLE_META = (
     "active",
     "cli",
     "compaction-effect",
+    "lease",
 )
 """The meta namespaces an encrypted store keeps in clear (docs/security.md says why): key
 records, agent bindings (agent names, which every event stores in clear too), the
-active-session map and the CLI pointer (session ids and entry keys), and the sentence an
-integration records about what compaction does not change (the library's own text)."""
+active-session map and the CLI pointer (session ids and entry keys), the sentence an
+integration records about what compaction does not change (the library's own text), and the
+turn lock's lease records (epochs, a random token, times)."""
 
 
 def test_every_meta_entry_of_an_encrypted_store_is_sealed_or_documented_visible(

@@ -149,7 +149,7 @@ def test_an_expired_lease_is_taken_over_and_a_live_one_renews(url: str) -> None:
 
 _HOLDER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     import agentsession as ags
     from agentsession.errors import LeaseLost
     url, ttl = sys.argv[1], float(sys.argv[2])
@@ -248,10 +248,10 @@ def test_a_postgresql_lease_whose_connection_is_killed_is_fenced_once_taken() ->
 
 _WORKER = textwrap.dedent(
     """
-    import sys
+    import os, sys, time
     import agentsession as ags
     from agentsession.errors import LeaseLost, LockTimeout
-    url, name, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    url, name, turns, holder = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     store = ags.open_store(url)
     session = store.get("s")
     done = 0
@@ -259,8 +259,11 @@ _WORKER = textwrap.dedent(
         try:
             with store.lock("s", timeout=0.5, ttl=0.3, steal_after=0.6) as lease:
                 meta = {"epoch": lease.epoch}
+                with open(holder, "w") as f:  # for the test: whom to stop
+                    f.write(str(os.getpid()))
                 with session.turn(user=name) as turn:
                     turn.user(f"{name} {done}")
+                    time.sleep(0.02)  # a model call: the lease is held for a while
                     session.append(ags.Event.new("test/mark", {"epoch": lease.epoch}, meta=meta))
                     turn.assistant(f"answer {done}")
                 done += 1
@@ -275,24 +278,30 @@ _WORKER = textwrap.dedent(
 def test_processes_contending_with_random_stops_never_write_after_a_fence(
     tmp_path: Path, backend: str
 ) -> None:
-    """Four workers take the lease for a turn each, again and again, while the test stops and
-    resumes them at random: no worker's event lands after a fence of a newer epoch, every
+    """Eight workers take the lease for a turn each, again and again, while the test stops
+    and resumes them at random: no worker's event lands after a fence of a newer epoch, every
     turn that finished is whole, and the history stays derivable."""
     url = str(tmp_path / "store") if backend == "jsonl" else f"sqlite:///{tmp_path}/s.db"
+    holder = tmp_path / "holder"  # the pid of the latest worker to take the lease
     workers = [
-        subprocess.Popen([sys.executable, "-c", _WORKER, url, f"w{i}", "6"]) for i in range(4)
+        subprocess.Popen([sys.executable, "-c", _WORKER, url, f"w{i}", "6", str(holder)])
+        for i in range(8)
     ]
     rng = random.Random(7)
     try:
         deadline = time.monotonic() + 120
         while any(w.poll() is None for w in workers) and time.monotonic() < deadline:
-            victim = rng.choice(workers)
+            # Mostly the worker holding the lease now, sometimes any other.
+            pid = int(holder.read_text() or 0) if holder.exists() else 0
+            by_pid = {w.pid: w for w in workers}
+            victim = by_pid.get(pid) if rng.random() < 0.7 else None
+            victim = victim or rng.choice(workers)
             if victim.poll() is None:
                 os.kill(victim.pid, signal.SIGSTOP)
-                time.sleep(rng.uniform(0.05, 0.9))
+                time.sleep(rng.uniform(0.35, 0.9))  # beyond the ttl: its lease expires
                 os.kill(victim.pid, signal.SIGCONT)
-            time.sleep(rng.uniform(0.0, 0.2))
-        assert [w.wait(60) for w in workers] == [0, 0, 0, 0]
+            time.sleep(rng.uniform(0.0, 0.1))
+        assert [w.wait(60) for w in workers] == [0] * 8
     finally:
         for w in workers:
             if w.poll() is None:
@@ -307,6 +316,13 @@ def test_processes_contending_with_random_stops_never_write_after_a_fence(
                 newest = max(newest, decode(event.data, SessionLease).epoch)
             elif event.type == "test/mark":
                 assert json.loads(bytes(event.data))["epoch"] >= newest, event.seq
+        assert fences(store, "s"), "no lease was taken over: the stops never hit a holder"
         marks = [e for e in log if e.type == "test/mark"]
-        assert len(marks) >= 24  # every worker finished its six turns
+        assert len(marks) >= 48  # every worker finished its six turns
+        for start in (e for e in log if e.type == "turn/start"):
+            # Every turn a worker finished is whole: its start, mark and answer carry its id.
+            turn = [e for e in log if e.meta.get("turn_id") == start.meta.get("turn_id")]
+            kinds = [e.type for e in turn]
+            if "turn/end" in kinds:
+                assert kinds[:2] == ["turn/start", "user/message"], kinds
         store.get("s").messages()

@@ -15,11 +15,13 @@ from .golden_events import (
     canonical_events,
     events_since_0_3,
     events_since_0_4,
+    events_since_0_5,
 )
 
 GOLDEN = Path(__file__).parent / "golden" / "events-v1.jsonl"
 SINCE_0_3 = Path(__file__).parent / "golden" / "events-0.3.jsonl"
 SINCE_0_4 = Path(__file__).parent / "golden" / "events-0.4.jsonl"
+SINCE_0_5 = Path(__file__).parent / "golden" / "events-0.5.jsonl"
 
 
 def test_every_event_type_is_pinned_by_the_golden_files() -> None:
@@ -44,6 +46,25 @@ def test_what_0_4_added_matches_its_golden_lines_byte_for_byte() -> None:
     assert all(line.endswith(b',"id":"%s"}\n' % e.id.encode()) for line, e in
                zip(lines, events_since_0_4(), strict=True))
     assert [decode_event(line) for line in lines] == events_since_0_4()
+
+
+def test_what_revision_5_added_matches_its_golden_lines_byte_for_byte() -> None:
+    lines = [encode_event(e) + b"\n" for e in events_since_0_5()]
+    if os.environ.get("AGENTSESSION_UPDATE_GOLDEN"):
+        SINCE_0_5.write_bytes(b"".join(lines))
+    assert SINCE_0_5.read_bytes().splitlines(keepends=True) == lines
+    decoded = [decode_event(line) for line in SINCE_0_5.read_bytes().splitlines()]
+    assert decoded == events_since_0_5()
+    assert [type(e.payload()) for e in decoded] == [PAYLOAD_TYPES[e.type] for e in decoded]
+
+
+def test_a_fence_in_a_log_stays_out_of_the_history(tmp_path: Path) -> None:
+    """A log holding revision 5's ``session/lease`` loads, and the fence is no message."""
+    (tmp_path / "fenced.jsonl").write_bytes(SINCE_0_4.read_bytes() + SINCE_0_5.read_bytes())
+    with open_store(tmp_path) as store:
+        session = store.get("fenced")
+        assert [e.type for e in session.read()][-1] == "session/lease"
+        assert [m.text for m in session.messages()] == ["deploy it", "deployed"]
 
 
 def test_a_0_4_log_recognises_a_retried_event_by_its_stored_id(tmp_path: Path) -> None:

@@ -188,7 +188,9 @@ class Lease(TurnLock):
         self._released = True
         self._stop.set()
         try:
-            if not self._lost:
+            # Not in a forked child (its copy must leave the parent's lease alone), nor after
+            # the store dropped every lock (closed).
+            if not self._lost and self._registry.generation == self._generation:
                 self._leases.mark_released(self)
         finally:
             super().release()
@@ -253,6 +255,7 @@ class Leases:
         fence: Fence,
     ) -> None:
         self.registry = registry
+        self._lost_while_alive = bool(getattr(registry.locker, "lost_while_alive", False))
         self._get = meta_get
         self._cas = meta_cas
         self._fence = fence
@@ -340,9 +343,15 @@ class Leases:
             if handle is not None:
                 self.registry.release(session_id, handle)
             return None  # another worker changed the record meanwhile: look again
+        # Taken over from a holder that did not release it. When the backend's lock came with
+        # it, that holder is gone (a file or thread lock is only dropped with its process or
+        # by its release) unless the backend can lose a lock under a live holder
+        # (PostgreSQL's connection): only then, and for a lease taken by its record, can the
+        # old holder still write, and the log is fenced.
         taken_over = record is not None and not record.released
+        fence = taken_over and (handle is None or self._lost_while_alive)
         lease = Lease(self, session_id, handle, new, stolen=taken_over)
-        if taken_over:
+        if fence:
             assert record is not None
             try:
                 self._fence(lease, record)

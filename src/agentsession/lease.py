@@ -52,9 +52,12 @@ class LeaseRecord(msgspec.Struct, frozen=True, omit_defaults=True):
         return self.ttl is not None and now - self.renewed > self.ttl
 
     def stale(self, now: int, steal_after: float | None) -> bool:
-        """Whether a waiter with ``steal_after`` may take the lease over at ``now``."""
+        """Whether a waiter with ``steal_after`` may take the lease over at ``now`` from a
+        holder that has not released it: it expired, or has not renewed for ``steal_after``
+        seconds. (A released lease whose backend lock is still held is not taken: whoever
+        holds that lock holds it without a lease record, as a forked child's copy would.)"""
         if self.released:
-            return True
+            return False
         if self.expired(now):
             return True
         return steal_after is not None and now - self.renewed >= steal_after * 1000

@@ -47,7 +47,10 @@ __all__ = [
 
 
 class Locker(Protocol):
-    """What a backend provides for turn locks."""
+    """What a backend provides for turn locks. A locker whose holder can lose a lock while
+    its process lives (PostgreSQL's, on a connection the server ends) says so with a class
+    attribute ``lost_while_alive = True``: taking such a lock over from a holder that did not
+    release it then fences the session's log (:mod:`agentsession.fencing`)."""
 
     def acquire(self, session_id: str, timeout: float | None) -> object:
         """Block until the lock is held (or raise :class:`LockTimeout`); returns a handle."""

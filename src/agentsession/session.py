@@ -58,6 +58,7 @@ from .derive import Deriver, IndexedMessage
 from .errors import StorageError, UsageError
 from .events import COMPACTION, USER_MESSAGE, Event, new_event_id
 from .fencing import leases_here as _leases_here
+from .lease import HeldLease
 from .media import StoragePolicy
 from .messages import Message
 from .ops import Plan, drive
@@ -96,6 +97,9 @@ class BaseSession(SessionCore):
     def __init__(self, store: SessionHost, session_id: str, log: LogStorage | None = None) -> None:
         self._log = log
         self._lock = threading.RLock()
+        # The fast lane's lease lookup, kept while the context's current leases are the same.
+        self._leases_seen: tuple[object, ...] = ()
+        self._lease_found: HeldLease | None = None
         super().__init__(store, session_id)
         _live_sessions.add(self)
         if log is not None:
@@ -303,7 +307,7 @@ class BaseSession(SessionCore):
                 and not self._unsure
                 and self._store.ttl is None
                 and prepared.type != COMPACTION
-                and (not _leases_here() or self._fence_current())
+                and (not (leases := _leases_here()) or self._fence_current(leases))
             ):
                 if self._ids_todo:
                     self._index_window()
@@ -332,11 +336,17 @@ class BaseSession(SessionCore):
                         return seq
             return drive(self._append_one_plan(prepared), self)
 
-    def _fence_current(self) -> bool:
+    def _fence_current(self, leases: tuple[object, ...]) -> bool:
         """Whether an append may take the fast lane under the lease current for this session
         (none, or one checked here and not fenced since): the single-event operation writes
-        only when nothing was stored since this object looked, so no fence can be missed."""
-        lease = self._store.current_lease(self._id)
+        only when nothing was stored since this object looked, so no fence can be missed.
+        ``leases`` are the context's current leases: while they are the same tuple, the
+        session's lease among them is the one found last time."""
+        if leases is self._leases_seen:
+            lease = self._lease_found
+        else:
+            lease = self._store.current_lease(self._id)
+            self._leases_seen, self._lease_found = leases, lease
         self._appending_lease = lease
         return lease is None or (
             not lease.lost

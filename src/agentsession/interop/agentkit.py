@@ -143,6 +143,7 @@ from ..events import (
     RUN_FINISH,
     SESSION_DISCARD,
     SESSION_FORK,
+    SESSION_LEASE,
     SESSION_MERGE,
     SESSION_RECOVERY,
     SKILL_LOAD,
@@ -253,8 +254,9 @@ EVENT_TYPE_TABLE: Final[tuple[tuple[str, str, str], ...]] = (
 """Every agentkit event type (``agentkit/events.go``): Go constant, agentkit string,
 agentsession type. All 27 have an agentsession type of the same string."""
 
-AGENTSESSION_ONLY_TYPES: Final = (SESSION_FORK, SESSION_MERGE, SESSION_DISCARD)
-"""agentsession's event types that agentkit has no equivalent of (child sessions). In its
+AGENTSESSION_ONLY_TYPES: Final = (SESSION_FORK, SESSION_MERGE, SESSION_DISCARD, SESSION_LEASE)
+"""agentsession's event types that agentkit has no equivalent of (child sessions, the turn
+lock's fences). In its
 dialect they are written under the same type string, which agentkit keeps as it is and leaves
 out of its derived history."""
 

@@ -155,6 +155,11 @@ class PostgresLocker:
         except psycopg_pool.PoolClosed:
             conn.close()
 
+    lost_while_alive = True
+    """A holder can lose its lock while its process lives (a connection the server ended): a
+    worker that takes it over from a holder that did not release it fences the log
+    (:mod:`agentsession.fencing`)."""
+
     def alive(self, handle: object) -> bool:
         """Whether the connection holding ``handle``'s lock is still open on the server's side
         (a poll of its socket, no round trip): a lock whose connection the server ended is
