@@ -326,3 +326,26 @@ def test_processes_contending_with_random_stops_never_write_after_a_fence(
             if "turn/end" in kinds:
                 assert kinds[:2] == ["turn/start", "user/message"], kinds
         store.get("s").messages()
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_a_killed_file_lock_holder_is_taken_over_without_a_fence(
+    tmp_path: Path, backend: str
+) -> None:
+    """A file lock is dropped only with its holder's process (or by its release): taking it
+    over from a holder killed with SIGKILL bumps the epoch but writes nothing to the log,
+    since the old holder can write nothing more."""
+    url = str(tmp_path / "store") if backend == "jsonl" else f"sqlite:///{tmp_path}/s.db"
+    holder = _holder(url, 0)
+    try:
+        assert holder.stdout is not None
+        epoch = int(holder.stdout.readline().split()[1])
+        holder.kill()
+        holder.wait(30)
+        with ags.open_store(url) as store, store.lock("s", timeout=10) as lease:
+            assert lease.epoch == epoch + 1 and lease.stolen and lease.backend_lock
+            assert [e.type for e in store.get("s").read()] == ["assistant/message"]
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()

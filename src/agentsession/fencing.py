@@ -16,10 +16,10 @@ change is a compare-and-set, so two workers never get the same epoch. The record
 deleted with the session, so epochs keep growing across a delete.
 
 **Taking the lock.** A worker first takes the backend's lock (``flock``, an advisory lock, a
-thread lock), then moves the record to the next epoch. When the record it finds was not
-released (its holder died, or lost its PostgreSQL connection while its process lives on), or
-when it takes the lease without the backend's lock (a steal: see below), it also appends a
-``session/lease`` event (:class:`~agentsession.events.SessionLease`) before ``lock`` returns.
+thread lock), then moves the record to the next epoch. When it takes the lease without the backend's lock
+(a steal or an expiry: see below), or the record it finds was not released and the backend
+can lose a lock under a live holder (a PostgreSQL connection the server ended), it also appends
+a ``session/lease`` event (:class:`~agentsession.events.SessionLease`) before ``lock`` returns.
 That event is the fence: it is in the log, ordered with every other append, and an append
 under an older epoch that finds it among the events stored since it last looked (which every
 backend reads under its write lock before writing) is refused, atomically with the write. An
