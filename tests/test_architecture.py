@@ -34,6 +34,8 @@ CORE_NAMES = {
     "ImagePart",
     "IncompleteTurn",
     "EncryptionError",
+    "Lease",
+    "LeaseLost",
     "LockTimeout",
     "Message",
     "Part",

@@ -32,6 +32,7 @@ from .errors import (
     CorruptLogError,
     DuplicateSession,
     EncryptionError,
+    LeaseLost,
     LockTimeout,
     OutcomeUnknown,
     SessionError,
@@ -42,6 +43,7 @@ from .errors import (
     UsageError,
 )
 from .events import Event
+from .fencing import Lease
 from .locks import TurnLock
 from .messages import (
     AttachmentRef,
@@ -76,6 +78,8 @@ __all__ = [
     "ImagePart",
     "IncompleteTurn",
     "EncryptionError",
+    "Lease",
+    "LeaseLost",
     "LockTimeout",
     "OutcomeUnknown",
     "Message",

@@ -16,16 +16,16 @@ change is a compare-and-set, so two workers never get the same epoch. The record
 deleted with the session, so epochs keep growing across a delete.
 
 **Taking the lock.** A worker first takes the backend's lock (``flock``, an advisory lock, a
-thread lock), then moves the record to the next epoch. When it takes the lease without the backend's lock
-(a steal or an expiry: see below), or the record it finds was not released and the backend
-can lose a lock under a live holder (a PostgreSQL connection the server ended), it also appends
-a ``session/lease`` event (:class:`~agentsession.events.SessionLease`) before ``lock`` returns.
-That event is the fence: it is in the log, ordered with every other append, and an append
-under an older epoch that finds it among the events stored since it last looked (which every
-backend reads under its write lock before writing) is refused, atomically with the write. An
-append whose session object has not looked since its lease was taken reads the record once
-first. Releasing marks the record released, so the next ordinary acquisition writes nothing
-to the log.
+thread lock), then moves the record to the next epoch. When it takes the lease without the
+backend's lock (a steal or an expiry: see below), or the record it finds was not released and
+the backend can lose a lock under a live holder (a PostgreSQL connection the server ended), it
+also appends a ``session/lease`` event (:class:`~agentsession.events.SessionLease`) before
+``lock`` returns. That event is the fence: it is in the log, ordered with every other append,
+and an append under an older epoch that finds it among the events stored since it last looked
+(which every backend reads under its write lock before writing) is refused, atomically with the
+write. An append whose session object has not looked since its lease was taken reads the record
+once first. Releasing marks the record released, so the next ordinary acquisition writes
+nothing to the log.
 
 **Expiry and steals.** With ``ttl=`` the lease expires unless renewed: a daemon thread renews
 it every ``ttl / 3`` while it is held (it stops with the process, or while the process is
