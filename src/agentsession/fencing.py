@@ -231,6 +231,8 @@ class Lease(TurnLock):
 
     def _renew_loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
+            if self._registry.generation != self._generation:
+                return  # the store was closed (or this is a forked child): nothing to renew
             try:
                 if not self._leases.renew(self):
                     self._lost = True
