@@ -349,3 +349,15 @@ def test_a_killed_file_lock_holder_is_taken_over_without_a_fence(
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+def test_a_ttl_lease_stops_renewing_when_its_store_closes(tmp_path: Path) -> None:
+    store = ags.open_store(tmp_path / "store")
+    lease = store.lock("s", ttl=0.05)
+    renewer = lease._renewer
+    assert renewer is not None and renewer.is_alive()
+    store.close()
+    renewer.join(5)
+    assert not renewer.is_alive()
+    assert not lease.locally_held
+    lease.release()  # harmless after the close
