@@ -31,6 +31,7 @@ __all__ = [
     "LockTimeout",
     "OutcomeUnknown",
     "SessionError",
+    "SessionBusy",
     "SessionExpired",
     "SessionNotFound",
     "SessionShredded",
@@ -140,6 +141,23 @@ class LeaseLost(SessionError):
         self.session_id = session_id
         self.epoch = epoch
         self.current = current
+
+
+class SessionBusy(SessionError):
+    """A delivery with the ``reject`` policy (``store.deliver(..., policy="reject")``) found a
+    turn running in the conversation (its latest ``turn/start`` has no ``turn/end`` yet):
+    nothing was recorded; tell the sender to try again later. ``session_id`` is the
+    conversation, ``turn_id`` the running turn's id (empty when unknown)."""
+
+    def __init__(self, session_id: str, turn_id: str = "", message: str = "") -> None:
+        running = f" (turn {turn_id!r})" if turn_id else ""
+        super().__init__(
+            message
+            or f"session {session_id!r} is busy: a turn is running{running}, and the delivery's "
+            "policy is 'reject'; nothing was recorded"
+        )
+        self.session_id = session_id
+        self.turn_id = turn_id
 
 
 class ChildStateError(SessionError):

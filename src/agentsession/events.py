@@ -43,6 +43,7 @@ __all__ = [
     "RETRY_END",
     "RETRY_START",
     "RUN_FINISH",
+    "SESSION_DELIVERY",
     "SESSION_DISCARD",
     "SESSION_FORK",
     "SESSION_LEASE",
@@ -76,6 +77,7 @@ __all__ = [
     "RetryEnd",
     "RetryStart",
     "RunFinish",
+    "SessionDelivery",
     "SessionDiscard",
     "SessionFork",
     "SessionLease",
@@ -132,6 +134,7 @@ SESSION_FORK: Final = "session/fork"
 SESSION_MERGE: Final = "session/merge"
 SESSION_DISCARD: Final = "session/discard"
 SESSION_LEASE: Final = "session/lease"
+SESSION_DELIVERY: Final = "session/delivery"
 SUBAGENT_START: Final = "subagent/start"
 SUBAGENT_END: Final = "subagent/end"
 PERMISSION_REQUEST: Final = "permission/request"
@@ -478,6 +481,21 @@ class SessionLease(_Payload, frozen=True):
     ran out) or ``unreleased`` (its lock went with its process or database connection)."""
 
 
+class SessionDelivery(_Payload, frozen=True):
+    """``session/delivery``: an incoming user message recorded by ``store.deliver`` (the
+    inbox, see :mod:`agentsession.inbox` and ``docs/concurrency.md``), waiting for a worker to
+    process it in a turn. The event's ``id`` is the delivery's id (a chat platform's event id
+    makes a retried delivery a no-op), its ``agent`` and ``user`` the delivery's. Not part of
+    the derived history: the turn that processes it records the message as its user
+    message."""
+
+    message: Message
+    """The user's message."""
+    policy: str = "enqueue"
+    """What the delivery does when a turn is running: ``enqueue`` (processed after it) or
+    ``reject`` (refused; such a delivery is stored only when no turn was running)."""
+
+
 class SubagentEnd(_Payload, frozen=True):
     """``subagent/end``: a subagent finished."""
 
@@ -558,6 +576,7 @@ PAYLOAD_TYPES: Final[Mapping[str, type[Any]]] = {
     SESSION_MERGE: SessionMerge,
     SESSION_DISCARD: SessionDiscard,
     SESSION_LEASE: SessionLease,
+    SESSION_DELIVERY: SessionDelivery,
     SUBAGENT_START: SubagentStart,
     SUBAGENT_END: SubagentEnd,
     PERMISSION_REQUEST: PermissionRequest,

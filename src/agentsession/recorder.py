@@ -614,6 +614,10 @@ class Turn(_Recording):
         self._open = False
         self._entered = False
         self._buffer: list[Event] | None = None  # the open step's events, when batching
+        # Set by the inbox (Delivery.start_turn): more meta for turn/start (the delivery it
+        # claims), and what to record right after it (the delivery's user message).
+        self._start_meta: dict[str, Any] | None = None
+        self._after_start: Callable[[Turn], object] | None = None
         # The session's own check and stamp of an event (BaseSession._prepare), so that a
         # buffered event fails at the helper call, not when its step is written.
         prepare = getattr(session, "_prepare", None)
@@ -657,6 +661,8 @@ class Turn(_Recording):
             run = run_context()
             if run is not None and run.run_id:
                 meta = {**meta, META_RUN_ID: run.run_id}
+            if self._start_meta:
+                meta = {**self._start_meta, **meta}
             start = Event.new(TURN_START, TurnStart(), agent=self.agent, meta=meta)
             self.start_seq = self.session.append(start)  # never buffered
         except BaseException:
@@ -665,6 +671,13 @@ class Turn(_Recording):
             raise
         self._open = self._entered = True
         self._context = with_turn_id(self.turn_id)
+        after = self._after_start
+        if after is not None:
+            try:
+                after(self)
+            except BaseException as exc:
+                self.__exit__(type(exc), exc, exc.__traceback__)
+                raise
         return self
 
     def timed_out(self, partial: str | None = None) -> None:

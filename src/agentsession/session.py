@@ -37,7 +37,7 @@ import datetime as _dt
 import os
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from . import _trace, children
@@ -57,7 +57,10 @@ from .crypto import is_sealed
 from .derive import Deriver, IndexedMessage
 from .errors import StorageError, UsageError
 from .events import COMPACTION, USER_MESSAGE, Event, new_event_id
+from .fencing import Lease
 from .fencing import leases_here as _leases_here
+from .inbox import Delivery
+from .inbox import pending as _pending
 from .lease import HeldLease
 from .media import StoragePolicy
 from .messages import Message
@@ -535,6 +538,23 @@ class BaseSession(SessionCore):
         helpers return seq 0 while their step is buffered, and a crash loses the step in
         progress whole. Without it (the default) every helper appends at once."""
         return Turn(self, agent, user, metadata, storage=storage, batch_steps=batch_steps)
+
+    def pending(self, lease: Lease, *, retry_unfinished: bool = False) -> Iterator[Delivery]:
+        """The inbox's deliveries not claimed yet, in delivery (seq) order, for the worker
+        holding ``lease`` (the session's, held: :class:`~agentsession.errors.UsageError`
+        otherwise): ``for d in session.pending(lease): with d.start_turn() as turn: ...``
+        (see :mod:`agentsession.inbox`).
+
+        A generator: it reads the log again after each delivery it yields, so one delivered
+        while draining is yielded too. A delivery is claimed once a ``turn/start`` naming it
+        is stored (:meth:`~agentsession.inbox.Delivery.start_turn`); with
+        ``retry_unfinished=True`` those whose claiming turn never wrote its own ``turn/end``
+        (its worker died) are yielded again. First, as the lease holder knows no other turn
+        is live, turns a crashed worker left open are closed
+        (:func:`~agentsession.recovery.repair_incomplete`). Raises
+        :class:`~agentsession.errors.LeaseLost` when the lease is known lost before a
+        yield."""
+        return _pending(self, lease, retry_unfinished=retry_unfinished)
 
     def compact(
         self,

@@ -45,9 +45,12 @@ from .errors import (
 )
 from .events import SESSION_LEASE, Event, SessionLease
 from .fencing import Lease, Leases, current_lease
+from .inbox import Delivery, check_policy
+from .inbox import deliver as _deliver
 from .keys import KeyLifecycle
 from .lease import LeaseRecord
 from .locks import _HeldRegistry
+from .messages import Message
 from .recovery import recover_store
 from .registry import migrate_store, open_url, path_of, register_backend
 from .session import BaseSession
@@ -134,6 +137,7 @@ class BaseStore:
         passphrase: str | None = None,
         key: bytes | None = None,
         max_loaded_events: int | None = None,
+        default_delivery_policy: str = "enqueue",
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
@@ -153,6 +157,7 @@ class BaseStore:
             raise UsageError(
                 f"max_loaded_events must be an int >= 1 or None, not {max_loaded_events!r}"
             )
+        check_policy(default_delivery_policy)
         self._keys = KeyLifecycle(
             self,
             passphrase,
@@ -181,6 +186,9 @@ class BaseStore:
         loaded window as usual. A session object that holds its events already (it appended
         them to a log that was empty when it opened it, or loaded them before) is not cut
         back. ``read()`` still returns every stored event."""
+        self.default_delivery_policy = default_delivery_policy
+        """The policy of a :meth:`deliver` that names none: ``"enqueue"`` (the default) or
+        ``"reject"`` (see :mod:`agentsession.inbox`)."""
         self.durability: Durability = durability
         """What an acknowledged append survives (see :data:`Durability`)."""
         self.ttl = ttl
@@ -599,6 +607,35 @@ class BaseStore:
             raise UsageError(f"lock timeout must be >= 0 or None, not {timeout}")
         return self._leases().acquire(sid, timeout, ttl, steal_after)
 
+    def deliver(
+        self,
+        session_id: str,
+        message: Message | str,
+        *,
+        id: str | None = None,
+        policy: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Delivery:
+        """Record an incoming user message in the conversation's inbox, durably and without
+        the turn lock: a ``session/delivery`` event, which a worker holding the lock drains
+        with ``session.pending(lease)`` (see :mod:`agentsession.inbox` and
+        ``docs/concurrency.md``). Returns the stored :class:`~agentsession.inbox.Delivery`.
+
+        ``message``: a user :class:`~agentsession.Message` or a string. ``id``: the
+        delivery's id (a chat platform's event id): delivering an id the log holds already
+        stores nothing and returns the first delivery (within the append pipeline's id
+        window). ``policy``: ``"enqueue"`` (processed after the running turn) or
+        ``"reject"`` (raises :class:`~agentsession.errors.SessionBusy` while a turn runs,
+        recording nothing); None takes :attr:`default_delivery_policy`; any other raises
+        :class:`~agentsession.errors.UsageError`. ``agent``, ``user`` and ``meta`` are stored
+        on the event (the agent it is addressed to, the sender, platform annotations)."""
+        self._check_open()
+        return _deliver(
+            self, session_id, message, id=id, policy=policy, agent=agent, user=user, meta=meta
+        )
+
     def _fence(self, lease: Lease, previous: LeaseRecord) -> None:
         """Append the ``session/lease`` event of ``lease``, taken over from ``previous``'s
         holder, under ``lease``: from then on an append under an older epoch is refused."""
@@ -757,6 +794,7 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     (backends without a schema just get ``create=False``). ``options`` go to the backend:
     ``durability`` (``"flush"`` or ``"fsync"``), ``ttl`` (a ``timedelta``),
     ``max_cached_sessions``, ``cache_idle_ttl``, ``clock``, ``max_messages``,
+    ``default_delivery_policy`` (``"enqueue"`` or ``"reject"``: see :meth:`BaseStore.deliver`),
     ``max_loaded_events`` (derive each session's history from at most its latest N events,
     from the first turn boundary among them: see :attr:`BaseStore.max_loaded_events`); for JSONL
     ``on_corrupt`` (``"raise"`` or ``"quarantine"``) and ``max_open_files``; for SQLite
