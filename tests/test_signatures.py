@@ -21,15 +21,23 @@ import inspect
 import operator
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Mapping
 
 import pytest
 
 from agentsession import BaseSession, BaseStore, Step, Turn, TurnLock, contract
-from agentsession.aio import AsyncSession, AsyncStep, AsyncStore, AsyncTurn, AsyncTurnLock
+from agentsession.aio import (
+    AsyncDelivery,
+    AsyncSession,
+    AsyncStep,
+    AsyncStore,
+    AsyncTurn,
+    AsyncTurnLock,
+)
 from agentsession.aio._store import AsyncLifecycleHook
 from agentsession.children import LifecycleHook
 from agentsession.fencing import Lease
+from agentsession.inbox import Delivery
 
 # -- the allow-lists --------------------------------------------------------------------------
 
@@ -106,6 +114,10 @@ STAYS_PLAIN: Mapping[tuple[str, str], str] = {
     ("AsyncSession", "turn"): "returns an AsyncTurn, entered by `async with`",
     ("AsyncTurn", "step"): "returns an AsyncStep, entered by `async with`",
     ("AsyncTurn", "timed_out"): "marks the turn in memory: no I/O",
+    ("AsyncSession", "pending"): (
+        "an async generator (`async for d in session.pending(lock)`), as the sync one is a "
+        "generator; each step of it is a call"
+    ),
 }
 """Sync methods whose async counterpart is a plain method, not a coroutine function."""
 
@@ -122,6 +134,15 @@ WIDENED: Mapping[tuple[str, str, str], str] = {
 }
 """Async parameters whose type is a union holding the sync one and more."""
 
+STRUCTURAL: Mapping[tuple[str, str, str], str] = {
+    ("AsyncSession", "pending", "lease"): (
+        "takes the sync lease or any taken lock holding one (HeldLease, a protocol: the "
+        "AsyncTurnLock is defined in aio._store, which imports aio._session)"
+    ),
+}
+"""Async parameters whose type is a union holding the sync one (unmapped) and a protocol that
+the sync type's async counterpart satisfies."""
+
 TO_ASYNC: Mapping[object, object] = {
     BaseStore: AsyncStore,
     BaseSession: AsyncSession,
@@ -130,8 +151,11 @@ TO_ASYNC: Mapping[object, object] = {
     Step: AsyncStep,
     TurnLock: AsyncTurnLock,
     Lease: AsyncTurnLock,
+    Delivery: AsyncDelivery,
+    Generator[Delivery, None, None]: AsyncIterator[AsyncDelivery],
 }
-"""The sync API's classes, and what the async API returns in their place."""
+"""The sync API's classes, and what the async API returns in their place (a sync generator
+of deliveries is an async iterator of async ones)."""
 
 PROTOCOL_TO_CLASS: Mapping[object, object] = {contract.Session: BaseSession}
 """A protocol's return types, as the class implementing it declares them (a subtype)."""
@@ -160,6 +184,20 @@ def _public(cls: type) -> dict[str, object]:
         if not name.startswith("_"):
             members[name] = inspect.getattr_static(cls, name)
     return members
+
+
+def _without(member: object, param: str) -> Callable[..., object]:
+    """``member`` (a method) seen without its parameter ``param``, for the comparison."""
+    fn = member.fget if isinstance(member, property) else member
+    assert callable(fn)
+    signature = inspect.signature(fn, eval_str=True)
+
+    def stand_in(*args: object, **kwargs: object) -> object:
+        raise NotImplementedError
+
+    params = [p for p in signature.parameters.values() if p.name != param]
+    stand_in.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return stand_in
 
 
 def _signature(member: object) -> inspect.Signature:
@@ -301,6 +339,15 @@ def test_every_public_signature_is_the_same_sync_and_async(
         def widened(param: str, name: str = name) -> bool:
             return (async_cls.__name__, name, param) in WIDENED
 
+        for param in _signature(sync).parameters.values():
+            if (async_cls.__name__, name, param.name) in STRUCTURAL:
+                held = _signature(asynchronous).parameters[param.name].annotation
+                if param.annotation not in _union_members(held):
+                    problems.append(f"{where}({param.name}): {held} lacks {param.annotation}")
+                # the protocol is checked against the async counterpart by the inbox tests
+                sync = _without(sync, param.name)
+                asynchronous = _without(asynchronous, param.name)
+
         problems += _compare(
             where, _signature(sync), _signature(asynchronous), TO_ASYNC, widened
         )
@@ -332,10 +379,10 @@ def test_every_allow_list_entry_is_still_needed() -> None:
     for table2 in (STAYS_PLAIN, BECOMES_COROUTINE):
         for cls_name, name in table2:
             assert name in _public(classes[cls_name]), f"{cls_name}.{name} is gone"
-    for cls_name, name, _param in WIDENED:
+    for cls_name, name, _param in [*WIDENED, *STRUCTURAL]:
         assert name in _public(classes[cls_name]), f"{cls_name}.{name} is gone"
     for reason in [*SYNC_ONLY.values(), *ASYNC_ONLY.values(), *STAYS_PLAIN.values(),
-                   *BECOMES_COROUTINE.values(), *WIDENED.values()]:
+                   *BECOMES_COROUTINE.values(), *WIDENED.values(), *STRUCTURAL.values()]:
         assert reason.strip()
 
 

@@ -34,7 +34,7 @@ such a turn with a ``turn/end`` of its own, which does not count as finishing it
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
@@ -330,7 +330,7 @@ def _check_lease(session: InboxSession, lease: Lease) -> None:
 
 def pending(
     session: InboxSession, lease: Lease, *, retry_unfinished: bool = False
-) -> Iterator[Delivery]:
+) -> Generator[Delivery, None, None]:
     """``session.pending``: see :meth:`agentsession.BaseSession.pending`."""
     from .recorder import _open_turns, _open_turns_lock, _session_key
     from .recovery import repair_incomplete, scan_all_incomplete

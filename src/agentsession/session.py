@@ -37,7 +37,7 @@ import datetime as _dt
 import os
 import threading
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from . import _trace, children
@@ -539,7 +539,9 @@ class BaseSession(SessionCore):
         progress whole. Without it (the default) every helper appends at once."""
         return Turn(self, agent, user, metadata, storage=storage, batch_steps=batch_steps)
 
-    def pending(self, lease: Lease, *, retry_unfinished: bool = False) -> Iterator[Delivery]:
+    def pending(
+        self, lease: Lease, *, retry_unfinished: bool = False
+    ) -> Generator[Delivery, None, None]:
         """The inbox's deliveries not claimed yet, in delivery (seq) order, for the worker
         holding ``lease`` (the session's, held: :class:`~agentsession.errors.UsageError`
         otherwise): ``for d in session.pending(lease): with d.start_turn() as turn: ...``

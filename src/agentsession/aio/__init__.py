@@ -44,11 +44,12 @@ with the measurements behind it.
 from __future__ import annotations
 
 from ._backend import AsyncBackend, Call
-from ._session import AsyncSession, AsyncStep, AsyncTurn
+from ._session import AsyncDelivery, AsyncSession, AsyncStep, AsyncTurn
 from ._store import AsyncStore, AsyncTurnLock, open_async_store
 
 __all__ = [
     "AsyncBackend",
+    "AsyncDelivery",
     "AsyncSession",
     "AsyncStep",
     "AsyncStore",

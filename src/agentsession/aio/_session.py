@@ -4,8 +4,9 @@ coroutines, each delegating to the sync object it wraps (see :mod:`agentsession.
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 import functools
-from collections.abc import Callable, Mapping, Sequence, Sized
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from .. import _trace
@@ -13,6 +14,8 @@ from ..children import DEFAULT_MERGE_LOCK_TIMEOUT, SessionRecord
 from ..context import turn_id, with_turn_id
 from ..derive import IndexedMessage
 from ..events import USER_MESSAGE, Event
+from ..fencing import Lease
+from ..inbox import Delivery
 from ..media import StoragePolicy
 from ..messages import Message
 from ..ops import Plan
@@ -27,7 +30,14 @@ if TYPE_CHECKING:
 
     from typing_extensions import Unpack
 
-__all__ = ["AsyncSession", "AsyncStep", "AsyncTurn", "SessionHost"]
+__all__ = [
+    "AsyncDelivery",
+    "AsyncSession",
+    "AsyncStep",
+    "AsyncTurn",
+    "HeldLease",
+    "SessionHost",
+]
 
 T = TypeVar("T")
 
@@ -70,6 +80,15 @@ class SessionHost(Protocol):
 
     def lock(self, session_id: str, timeout: float | None = None) -> _Lock:
         """The session's turn lock."""
+
+
+class HeldLease(Protocol):
+    """A taken turn lock that holds a sync lease: an
+    :class:`~agentsession.aio.AsyncTurnLock` (``async with astore.lock(...) as lock``)."""
+
+    @property
+    def lease(self) -> Lease:
+        """The sync lease taken."""
 
 
 def _has_user_message(events: Sequence[object]) -> bool:
@@ -329,6 +348,32 @@ class AsyncSession:
         sync = self._sync.turn(agent, user, metadata, storage=storage, batch_steps=batch_steps)
         return AsyncTurn(self, sync)
 
+    def pending(
+        self, lease: HeldLease | Lease, *, retry_unfinished: bool = False
+    ) -> AsyncIterator[AsyncDelivery]:
+        """The inbox's deliveries not claimed yet, in delivery (seq) order, for the task
+        holding ``lease`` (the async lock taken with ``async with astore.lock(...)``, or its
+        sync lease): ``async for d in session.pending(lock): async with d.start_turn() as
+        turn: ...`` (:meth:`agentsession.BaseSession.pending`; each step of the sync
+        generator runs as one call)."""
+        return self._pending(lease, retry_unfinished)
+
+    async def _pending(
+        self, lease: HeldLease | Lease, retry_unfinished: bool
+    ) -> AsyncIterator[AsyncDelivery]:
+        sync_lease = lease.lease if not isinstance(lease, Lease) else lease
+        generator = self._sync.pending(sync_lease, retry_unfinished=retry_unfinished)
+        try:
+            while True:
+                delivery = await self._call(
+                    "pending", functools.partial(next, generator, None), "read"
+                )
+                if delivery is None:
+                    return
+                yield AsyncDelivery(self, delivery)
+        finally:
+            await self._call("pending.close", generator.close, "other", shield=True)
+
     # -- child sessions and the session record ------------------------------------------------
 
     async def fork(
@@ -433,6 +478,77 @@ class AsyncSession:
 
     def __repr__(self) -> str:
         return f"<AsyncSession {self.id!r} at {self.location}>"
+
+
+class AsyncDelivery:
+    """One incoming user message of the inbox, for asyncio: the sync
+    :class:`~agentsession.inbox.Delivery` it wraps, with :meth:`start_turn` opening an
+    :class:`AsyncTurn`. Made by ``await astore.deliver(...)`` and yielded by
+    ``session.pending(lock)``."""
+
+    def __init__(self, session: AsyncSession, delivery: Delivery) -> None:
+        self._session = session
+        self._delivery = delivery
+
+    @property
+    def sync(self) -> Delivery:
+        """The sync delivery this wraps."""
+        return self._delivery
+
+    @property
+    def session_id(self) -> str:
+        """The conversation."""
+        return self._delivery.session_id
+
+    @property
+    def id(self) -> str:
+        """The delivery's id."""
+        return self._delivery.id
+
+    @property
+    def seq(self) -> int:
+        """The seq of its ``session/delivery`` event."""
+        return self._delivery.seq
+
+    @property
+    def message(self) -> Message:
+        """The user's message."""
+        return self._delivery.message
+
+    @property
+    def policy(self) -> str:
+        """The policy it was delivered with."""
+        return self._delivery.policy
+
+    @property
+    def agent(self) -> str:
+        """The agent it is addressed to (empty: none named)."""
+        return self._delivery.agent
+
+    @property
+    def user(self) -> str:
+        """The end user who sent it (empty: not given)."""
+        return self._delivery.user
+
+    @property
+    def time(self) -> _dt.datetime | None:
+        """When it was stored (UTC)."""
+        return self._delivery.time
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The meta given to ``deliver``."""
+        return self._delivery.meta
+
+    def start_turn(self, **turn_kwargs: Any) -> AsyncTurn:
+        """A turn that processes this delivery: ``async with delivery.start_turn(...) as
+        turn:`` (see :meth:`agentsession.inbox.Delivery.start_turn`: its ``turn/start``
+        claims the delivery, its user message is recorded right after it)."""
+        turn = self._delivery.start_turn(**turn_kwargs)
+        return AsyncTurn(self._session, turn)
+
+    def __repr__(self) -> str:
+        return f"<AsyncDelivery of {self._delivery!r}>"
 
 
 class AsyncTurn(AsyncRecording):

@@ -20,11 +20,13 @@ from ..contract import SessionInfo, StoreRecoveryReport
 from ..errors import LeaseLost, LockTimeout, UsageError
 from ..events import Event
 from ..fencing import Lease
+from ..inbox import Delivery
+from ..messages import Message
 from ..session import BaseSession
 from ..stats import SessionStats, StoreStats
 from ..store import BaseStore, open_store
 from ._backend import AsyncBackend, Call, CallKind, Offload, backend_for, default_max_threads
-from ._session import AsyncSession
+from ._session import AsyncDelivery, AsyncSession
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -406,6 +408,34 @@ class AsyncStore:
     async def purge_expired(self) -> builtins.list[str]:
         """Delete every expired session; returns their ids."""
         return await self._call("store.purge_expired", self._sync.purge_expired)
+
+    # -- the inbox ----------------------------------------------------------------------------
+
+    async def deliver(
+        self,
+        session_id: str,
+        message: Message | str,
+        *,
+        id: str | None = None,
+        policy: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> AsyncDelivery:
+        """Record an incoming user message in the conversation's inbox, without the turn
+        lock; returns the stored delivery (:meth:`agentsession.BaseStore.deliver`: a repeated
+        ``id`` returns the first, ``policy="reject"`` raises
+        :class:`~agentsession.errors.SessionBusy` while a turn runs)."""
+        sync = self._sync
+
+        def run() -> tuple[Delivery, BaseSession]:
+            delivery = sync.deliver(
+                session_id, message, id=id, policy=policy, agent=agent, user=user, meta=meta
+            )
+            return delivery, sync.get(session_id)
+
+        delivery, session = await self._call("store.deliver", run, kind="append")
+        return AsyncDelivery(self._wrap(session), delivery)
 
     # -- turn locks and recovery --------------------------------------------------------------
 
