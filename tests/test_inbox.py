@@ -1,0 +1,391 @@
+"""The inbox (``agentsession.inbox``): ``store.deliver`` without the lock, ``session.pending``
+under it, ``Delivery.start_turn``; the enqueue and reject policies; a worker killed mid-turn;
+three delivering processes and two workers killed and restarted at random; the async API.
+
+The PostgreSQL cases need ``AGENTSESSION_TEST_POSTGRES_DSN`` and are skipped without it."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import agentsession as ags
+from agentsession import Message
+from agentsession.aio import open_async_store
+from agentsession.aio._session import HeldLease
+from agentsession.errors import SessionBusy, UsageError
+from agentsession.events import (
+    EVENT_TYPES,
+    SESSION_DELIVERY,
+    SESSION_RECOVERY,
+    TURN_END,
+    TURN_START,
+    SessionDelivery,
+)
+from agentsession.inbox import META_DELIVERY
+
+from .test_conformance_postgres import DSN, drop_schemas, new_schema_name, url_with_schema
+
+
+@pytest.fixture(params=["memory", "jsonl", "sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store URL of every backend."""
+    if request.param == "memory":
+        yield "memory:"
+    elif request.param == "jsonl":
+        yield str(tmp_path / "store")
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        if not DSN:
+            pytest.skip("set AGENTSESSION_TEST_POSTGRES_DSN to run the PostgreSQL cases")
+        schema = new_schema_name()
+        try:
+            yield url_with_schema(schema)
+        finally:
+            drop_schemas([schema])
+
+
+@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store URL shared by processes."""
+    if request.param == "jsonl":
+        yield str(tmp_path / "store")
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        if not DSN:
+            pytest.skip("set AGENTSESSION_TEST_POSTGRES_DSN to run the PostgreSQL cases")
+        schema = new_schema_name()
+        try:
+            yield url_with_schema(schema)
+        finally:
+            drop_schemas([schema])
+
+
+def roles_and_texts(session: ags.BaseSession) -> list[tuple[str, str]]:
+    return [(m.role, m.text) for m in session.messages()]
+
+
+def test_deliver_pending_and_start_turn(url: str) -> None:
+    with ags.open_store(url) as store:
+        first = store.deliver("c", "hello", id="evt-1", user="U1", meta={"channel": "C1"})
+        assert (first.id, first.seq, first.policy, first.user) == ("evt-1", 1, "enqueue", "U1")
+        assert first.message == Message.user("hello") and first.meta == {"channel": "C1"}
+        again = store.deliver("c", "hello, retried by the platform", id="evt-1")
+        assert (again.seq, again.message.text) == (first.seq, "hello")  # the first one
+        store.deliver("c", Message.user("second"), id="evt-2")
+        session = store.get("c")
+        assert session.messages() == []  # deliveries are not history
+        assert [e.type for e in session.read()] == [SESSION_DELIVERY, SESSION_DELIVERY]
+        with store.lock("c", timeout=5) as lease:
+            seen = []
+            for delivery in session.pending(lease):
+                seen.append(delivery.id)
+                with delivery.start_turn(agent="bot") as turn:
+                    turn.assistant(f"re: {delivery.message.text}")
+            assert seen == ["evt-1", "evt-2"]
+            assert list(session.pending(lease)) == []  # exactly once
+        assert roles_and_texts(session) == [
+            ("user", "hello"),
+            ("assistant", "re: hello"),
+            ("user", "second"),
+            ("assistant", "re: second"),
+        ]
+        starts = [e for e in session.read() if e.type == TURN_START]
+        assert [s.meta[META_DELIVERY] for s in starts] == ["evt-1", "evt-2"]
+        users = [e for e in session.read() if e.type == "user/message"]
+        assert [u.user for u in users] == ["U1", ""]  # the delivery's sender
+
+
+def test_enqueue_while_a_turn_runs_is_processed_after_it_and_reject_refuses(url: str) -> None:
+    with ags.open_store(url) as store:
+        store.deliver("c", "one")
+        session = store.get("c")
+        with store.lock("c", timeout=5) as lease:
+            order = []
+            for delivery in session.pending(lease):
+                order.append(delivery.message.text)
+                with delivery.start_turn() as turn:
+                    if delivery.message.text == "one":
+                        before = session.latest_seq
+                        with pytest.raises(SessionBusy, match="busy"):
+                            store.deliver("c", "refused", policy="reject")
+                        assert session.latest_seq == before  # nothing recorded
+                        store.deliver("c", "two")  # enqueue: after this turn
+                    turn.assistant(f"answer {delivery.message.text}")
+            assert order == ["one", "two"]
+        assert roles_and_texts(session) == [
+            ("user", "one"),
+            ("assistant", "answer one"),
+            ("user", "two"),
+            ("assistant", "answer two"),
+        ]
+        # No turn runs now: reject records it; a repeat of its id returns it even mid-turn.
+        accepted = store.deliver("c", "three", id="r3", policy="reject")
+        with session.turn() as turn:
+            assert store.deliver("c", "three", id="r3", policy="reject").seq == accepted.seq
+            turn.user("direct")
+            turn.assistant("ok")
+        texts = [e.decode(SessionDelivery).message.text for e in session.read()
+                 if e.type == SESSION_DELIVERY]
+        assert texts == ["one", "two", "three"]
+
+
+def test_policies_are_validated() -> None:
+    with pytest.raises(UsageError, match="unknown delivery policy"):
+        ags.open_store("memory:", default_delivery_policy="later")
+    store = ags.open_store("memory:", default_delivery_policy="reject")
+    assert store.default_delivery_policy == "reject"
+    assert store.deliver("c", "hi").policy == "reject"
+    for policy in ("interrupt", "merge", "rollback"):
+        with pytest.raises(UsageError, match="not supported yet"):
+            store.deliver("c", "hi", policy=policy)
+    with pytest.raises(UsageError, match="unknown"):
+        store.deliver("c", "hi", policy="whenever")
+    with pytest.raises(UsageError, match="user message"):
+        store.deliver("c", Message.assistant("hi"))
+    assert "session/delivery" in EVENT_TYPES
+
+
+def test_pending_needs_this_sessions_held_lease() -> None:
+    store = ags.open_store("memory:")
+    store.deliver("c", "hi")
+    with store.lock("other") as other, pytest.raises(UsageError, match="not 'c'"):
+        next(store.get("c").pending(other))
+    lease = store.lock("c")
+    lease.release()
+    with pytest.raises(UsageError, match="not held"):
+        next(store.get("c").pending(lease))
+
+
+def test_a_delivery_arriving_while_draining_is_yielded_in_order() -> None:
+    store = ags.open_store("memory:")
+    for i in range(3):
+        store.deliver("c", f"m{i}")
+    session = store.get("c")
+    seen = []
+    with store.lock("c") as lease:
+        for delivery in session.pending(lease):
+            seen.append(delivery.message.text)
+            if delivery.message.text == "m0":
+                store.deliver("c", "m3")
+            with delivery.start_turn() as turn:
+                turn.assistant("ok")
+    assert seen == ["m0", "m1", "m2", "m3"]
+
+
+_CRASHER = textwrap.dedent(
+    """
+    import sys, time
+    import agentsession as ags
+    store = ags.open_store(sys.argv[1])
+    session = store.get("c")
+    with store.lock("c", timeout=10, ttl=0.5) as lease:
+        for delivery in session.pending(lease):
+            turn = delivery.start_turn(agent="bot")
+            turn.__enter__()
+            print("started", delivery.id, flush=True)
+            time.sleep(60)
+    """
+)
+
+
+def test_a_worker_killed_mid_turn_leaves_the_delivery_claimed(shared_url: str) -> None:
+    with ags.open_store(shared_url) as store:
+        store.deliver("c", "crash on me", id="d1")
+        store.deliver("c", "after it", id="d2")
+        worker = subprocess.Popen(
+            [sys.executable, "-c", _CRASHER, shared_url], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert worker.stdout is not None
+            assert worker.stdout.readline().split() == ["started", "d1"]
+        finally:
+            worker.kill()
+            worker.wait(30)
+        session = store.get("c")
+        with store.lock("c", timeout=10, steal_after=1) as lease:
+            assert [d.id for d in session.pending(lease)] == ["d2"]  # d1 is claimed
+        log = session.read()
+        assert [e.type for e in log if e.type in (TURN_END, SESSION_RECOVERY)] == [
+            TURN_END,
+            SESSION_RECOVERY,
+        ]  # pending closed the crashed turn
+        with store.lock("c", timeout=10, steal_after=1) as lease:
+            retried = list(session.pending(lease, retry_unfinished=True))
+            assert [d.id for d in retried] == ["d1", "d2"]
+            for delivery in retried:
+                with delivery.start_turn(agent="bot") as turn:
+                    turn.assistant(f"done {delivery.id}")
+            assert list(session.pending(lease, retry_unfinished=True)) == []
+        assert roles_and_texts(session) == [
+            ("user", "crash on me"),  # recorded once, by the crashed turn
+            ("assistant", "done d1"),
+            ("user", "after it"),
+            ("assistant", "done d2"),
+        ]
+
+
+_DELIVERER = textwrap.dedent(
+    """
+    import random, sys, time
+    import agentsession as ags
+    url, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    rng = random.Random(name)
+    store = ags.open_store(url)
+    sent = []
+    for i in range(count):
+        if sent and i % 10 == 9:
+            again = rng.choice(sent)   # the platform retries an event id
+            store.deliver("c", f"dup of {again}", id=again)
+        else:
+            key = f"{name}-{i}"
+            store.deliver("c", f"{name} {i}", id=key, user=name)
+            sent.append(key)
+        time.sleep(rng.uniform(0, 0.03))
+    store.close()
+    """
+)
+
+_DRAINER = textwrap.dedent(
+    """
+    import os, sys, time
+    import agentsession as ags
+    from agentsession.errors import LeaseLost, LockTimeout
+    url, stop = sys.argv[1], sys.argv[2]
+    store = ags.open_store(url)
+    session = store.get("c")
+    while True:
+        done = 0
+        try:
+            with store.lock("c", timeout=0.5, ttl=0.6, steal_after=1.5) as lease:
+                for delivery in session.pending(lease, retry_unfinished=True):
+                    with delivery.start_turn(agent="bot") as turn:
+                        time.sleep(0.002)
+                        turn.assistant(f"done {delivery.id}")
+                    done += 1
+        except (LeaseLost, LockTimeout):
+            continue
+        if not done:
+            if os.path.exists(stop):
+                break
+            time.sleep(0.02)
+    store.close()
+    """
+)
+
+
+@pytest.mark.slow
+def test_three_deliverers_and_two_workers_killed_at_random(
+    shared_url: str, tmp_path: Path
+) -> None:
+    """300 deliveries (every tenth a repeat of an earlier id) from three processes, drained by
+    two workers contending for the lease while the test kills one with SIGKILL now and then
+    and restarts it: every delivery is completed exactly once, in delivery order (one whose
+    turn was killed is retried and completed once), repeats are ignored, and the history
+    holds each message once."""
+    with ags.open_store(shared_url):
+        pass  # create the store (schema, directory) before the processes race to
+    stop = tmp_path / "stop"
+    rng = random.Random(11)
+
+    def drainer() -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", _DRAINER, shared_url, str(stop)])
+
+    deliverers = [
+        subprocess.Popen([sys.executable, "-c", _DELIVERER, shared_url, f"p{i}", "100"])
+        for i in range(3)
+    ]
+    workers = [drainer(), drainer()]
+    kills = 0
+    try:
+        deadline = time.monotonic() + 60
+        time.sleep(0.5)
+        while any(p.poll() is None for p in deliverers) and time.monotonic() < deadline:
+            time.sleep(rng.uniform(0.1, 0.3))
+            index = rng.randrange(len(workers))
+            workers[index].send_signal(signal.SIGKILL)
+            workers[index].wait(30)
+            kills += 1
+            workers[index] = drainer()
+        assert [p.wait(60) for p in deliverers] == [0, 0, 0]
+        stop.touch()
+        assert [w.wait(60) for w in workers] == [0, 0]
+    finally:
+        for p in [*deliverers, *workers]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert kills >= 2
+    with ags.open_store(shared_url) as store:
+        log = store.get("c").read()
+        deliveries = [e for e in log if e.type == SESSION_DELIVERY]
+        ids = [e.id for e in deliveries]
+        assert len(ids) == len(set(ids)) == 270  # the 30 repeats stored nothing
+        assert not any("dup of" in e.decode(SessionDelivery).message.text for e in deliveries)
+        seq_of = {e.id: e.seq for e in deliveries}
+        starts = {e.meta["turn_id"]: e.meta[META_DELIVERY] for e in log if e.type == TURN_START}
+        ended = [e.meta["turn_id"] for e in log if e.type == TURN_END and "turn_id" in e.meta]
+        completed = [starts[t] for t in ended]
+        assert sorted(completed) == sorted(ids)  # completed exactly once
+        assert [seq_of[d] for d in completed] == sorted(seq_of[d] for d in completed)
+        assert set(starts.values()) == set(ids)  # processed at least once
+        messages = store.get("c").messages()
+        users = [m.text for m in messages if m.role == "user"]
+        by_id = {e.id: e.decode(SessionDelivery).message.text for e in deliveries}
+        assert users == [by_id[d] for d in completed]  # each once, in delivery order
+        roles = [m.role for m in messages]
+        assert roles[0] == "user" and roles[-1] == "assistant"
+        assert all(not (a == b == "user") for a, b in itertools.pairwise(roles))
+
+
+def test_the_async_inbox(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with open_async_store(tmp_path / "s") as store:
+            first = await store.deliver("c", "hello", id="e1")
+            again = await store.deliver("c", "hello again", id="e1")
+            assert (again.seq, again.message.text) == (first.seq, "hello")
+            await store.deliver("c", "second")
+            session = await store.get("c")
+            async with store.lock("c", timeout=5) as lock:
+                held: HeldLease = lock
+                seen = []
+                async for delivery in session.pending(held):
+                    seen.append(delivery.message.text)
+                    async with delivery.start_turn(agent="bot") as turn:
+                        with pytest.raises(SessionBusy):
+                            await store.deliver("c", "no", policy="reject")
+                        await turn.assistant(f"re: {delivery.message.text}")
+                assert seen == ["hello", "second"]
+                assert [d async for d in session.pending(lock.lease)] == []
+            texts = [(m.role, m.text) for m in await session.messages()]
+            assert texts == [
+                ("user", "hello"),
+                ("assistant", "re: hello"),
+                ("user", "second"),
+                ("assistant", "re: second"),
+            ]
+
+    asyncio.run(main())
+
+
+def test_an_encrypted_store_seals_deliveries(tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
+    with ags.open_store(tmp_path / "s", passphrase="secret words") as store:
+        store.deliver("c", "the secret plan")
+        with store.lock("c") as lease:
+            for delivery in store.get("c").pending(lease):
+                assert delivery.message.text == "the secret plan"
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "s").rglob("*") if p.is_file())
+    assert b"the secret plan" not in raw
