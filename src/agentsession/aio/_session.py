@@ -348,7 +348,7 @@ class AsyncSession:
         sync = self._sync.turn(agent, user, metadata, storage=storage, batch_steps=batch_steps)
         return AsyncTurn(self, sync)
 
-    def pending(
+    async def pending(
         self, lease: HeldLease | Lease, *, retry_unfinished: bool = False
     ) -> AsyncIterator[AsyncDelivery]:
         """The inbox's deliveries not claimed yet, in delivery (seq) order, for the task
@@ -356,11 +356,6 @@ class AsyncSession:
         sync lease): ``async for d in session.pending(lock): async with d.start_turn() as
         turn: ...`` (:meth:`agentsession.BaseSession.pending`; each step of the sync
         generator runs as one call)."""
-        return self._pending(lease, retry_unfinished)
-
-    async def _pending(
-        self, lease: HeldLease | Lease, retry_unfinished: bool
-    ) -> AsyncIterator[AsyncDelivery]:
         sync_lease = lease.lease if not isinstance(lease, Lease) else lease
         generator = self._sync.pending(sync_lease, retry_unfinished=retry_unfinished)
         try:
