@@ -22,7 +22,7 @@ import pytest
 import agentsession as ags
 from agentsession import Message
 from agentsession.aio import open_async_store
-from agentsession.aio._session import HeldLease
+from agentsession.aio._session import LeaseHolder
 from agentsession.errors import SessionBusy, UsageError
 from agentsession.events import (
     EVENT_TYPES,
@@ -359,7 +359,7 @@ def test_the_async_inbox(tmp_path: Path) -> None:
             await store.deliver("c", "second")
             session = await store.get("c")
             async with store.lock("c", timeout=5) as lock:
-                held: HeldLease = lock
+                held: LeaseHolder = lock
                 seen = []
                 async for delivery in session.pending(held):
                     seen.append(delivery.message.text)

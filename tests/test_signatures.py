@@ -136,7 +136,7 @@ WIDENED: Mapping[tuple[str, str, str], str] = {
 
 STRUCTURAL: Mapping[tuple[str, str, str], str] = {
     ("AsyncSession", "pending", "lease"): (
-        "takes the sync lease or any taken lock holding one (HeldLease, a protocol: the "
+        "takes the sync lease or any taken lock holding one (LeaseHolder, a protocol: the "
         "AsyncTurnLock is defined in aio._store, which imports aio._session)"
     ),
 }

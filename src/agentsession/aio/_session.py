@@ -35,7 +35,7 @@ __all__ = [
     "AsyncSession",
     "AsyncStep",
     "AsyncTurn",
-    "HeldLease",
+    "LeaseHolder",
     "SessionHost",
 ]
 
@@ -82,7 +82,7 @@ class SessionHost(Protocol):
         """The session's turn lock."""
 
 
-class HeldLease(Protocol):
+class LeaseHolder(Protocol):
     """A taken turn lock that holds a sync lease: an
     :class:`~agentsession.aio.AsyncTurnLock` (``async with astore.lock(...) as lock``)."""
 
@@ -349,7 +349,7 @@ class AsyncSession:
         return AsyncTurn(self, sync)
 
     async def pending(
-        self, lease: HeldLease | Lease, *, retry_unfinished: bool = False
+        self, lease: LeaseHolder | Lease, *, retry_unfinished: bool = False
     ) -> AsyncIterator[AsyncDelivery]:
         """The inbox's deliveries not claimed yet, in delivery (seq) order, for the task
         holding ``lease`` (the async lock taken with ``async with astore.lock(...)``, or its
