@@ -264,7 +264,8 @@ def all_event_types_events() -> list[ev.Event]:
 
 def events_since_0_5() -> list[ev.Event]:
     """What revision 5 added, pinned by ``golden/events-0.5.jsonl``: the turn lock's fence
-    (``session/lease``)."""
+    (``session/lease``) and the inbox's deliveries (``session/delivery``: one with the default
+    policy, left out of the JSON, and platform meta; one with ``reject``)."""
     return [
         ev.Event(
             seq=4,
@@ -274,6 +275,29 @@ def events_since_0_5() -> list[ev.Event]:
                 ev.SESSION_LEASE, ev.SessionLease(epoch=8, previous=7, reason="stolen")
             ).data,
             id="0199a1b2c3d47004800012345678abcd",
+        ),
+        ev.Event(
+            seq=5,
+            type=ev.SESSION_DELIVERY,
+            user="U1",
+            time=T0 + dt.timedelta(seconds=5),
+            data=ev.Event.new(
+                ev.SESSION_DELIVERY, ev.SessionDelivery(message=Message.user("and roll back"))
+            ).data,
+            meta={"channel": "C1"},
+            id="slack:Ev0001",
+        ),
+        ev.Event(
+            seq=6,
+            type=ev.SESSION_DELIVERY,
+            agent="coder",
+            user="U2",
+            time=T0 + dt.timedelta(seconds=6),
+            data=ev.Event.new(
+                ev.SESSION_DELIVERY,
+                ev.SessionDelivery(message=Message.user("status?"), policy="reject"),
+            ).data,
+            id="slack:Ev0002",
         ),
     ]
 

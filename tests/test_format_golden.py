@@ -59,11 +59,17 @@ def test_what_revision_5_added_matches_its_golden_lines_byte_for_byte() -> None:
 
 
 def test_a_fence_in_a_log_stays_out_of_the_history(tmp_path: Path) -> None:
-    """A log holding revision 5's ``session/lease`` loads, and the fence is no message."""
+    """A log holding revision 5's ``session/lease`` and ``session/delivery`` loads, and
+    neither the fence nor the deliveries are messages (a delivery enters the history as the
+    user message of the turn that processes it)."""
     (tmp_path / "fenced.jsonl").write_bytes(SINCE_0_4.read_bytes() + SINCE_0_5.read_bytes())
     with open_store(tmp_path) as store:
         session = store.get("fenced")
-        assert [e.type for e in session.read()][-1] == "session/lease"
+        assert [e.type for e in session.read()][-3:] == [
+            "session/lease",
+            "session/delivery",
+            "session/delivery",
+        ]
         assert [m.text for m in session.messages()] == ["deploy it", "deployed"]
 
 

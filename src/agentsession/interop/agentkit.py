@@ -141,6 +141,7 @@ from ..events import (
     RETRY_END,
     RETRY_START,
     RUN_FINISH,
+    SESSION_DELIVERY,
     SESSION_DISCARD,
     SESSION_FORK,
     SESSION_LEASE,
@@ -254,9 +255,15 @@ EVENT_TYPE_TABLE: Final[tuple[tuple[str, str, str], ...]] = (
 """Every agentkit event type (``agentkit/events.go``): Go constant, agentkit string,
 agentsession type. All 27 have an agentsession type of the same string."""
 
-AGENTSESSION_ONLY_TYPES: Final = (SESSION_FORK, SESSION_MERGE, SESSION_DISCARD, SESSION_LEASE)
+AGENTSESSION_ONLY_TYPES: Final = (
+    SESSION_FORK,
+    SESSION_MERGE,
+    SESSION_DISCARD,
+    SESSION_LEASE,
+    SESSION_DELIVERY,
+)
 """agentsession's event types that agentkit has no equivalent of (child sessions, the turn
-lock's fences). In its
+lock's fences, the inbox's deliveries). In its
 dialect they are written under the same type string, which agentkit keeps as it is and leaves
 out of its derived history."""
 
