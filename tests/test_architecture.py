@@ -69,6 +69,8 @@ CORE_NAMES = {
 }
 
 CHAT_NAMES = {
+    "EVENT_ID_KEY",
+    "deliver",
     "TENANT_TOOL_WORK_DIR",
     "ActorRef",
     "Command",

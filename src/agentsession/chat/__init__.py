@@ -43,6 +43,7 @@ from .identity import (
     set_active_session,
     set_cli_current,
 )
+from .inbox import EVENT_ID_KEY, deliver
 from .routing import (
     OutboundEvent,
     RouteRef,
@@ -58,6 +59,8 @@ from .routing import (
 from .workspace import TENANT_TOOL_WORK_DIR, WorkspaceStores, tenant_resolver
 
 __all__ = [
+    "EVENT_ID_KEY",
+    "deliver",
     "TENANT_TOOL_WORK_DIR",
     "ActorRef",
     "Command",
