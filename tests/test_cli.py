@@ -644,7 +644,7 @@ def test_demo_runs_end_to_end_and_can_run_again(tmp_path: Path) -> None:
         assert "agentsession --store demo-dir show slack:C002" in proc.stdout
     store = ags.open_store(tmp_path / "demo-dir")
     sessions = {info.id: store.get(info.id) for info in store.list()}
-    assert len(sessions) == 4  # one of them a subagent's child session
+    assert len(sessions) == 5  # one of them a subagent's child session, one the inbox scene's
     events = {sid: s.read() for sid, s in sessions.items()}
     recoveries = [e for evs in events.values() for e in evs if e.type == "session/recovery"]
     assert len(recoveries) == 1

@@ -55,11 +55,20 @@ def assert_complete(directory: Path) -> None:
             "slack:C002",
             "cli:demo",
             "cli:demo:child:researcher",
+            "slack:C003:t:1712350000.1",
         }
         [child] = store.children_of("cli:demo")
         assert (child.id, child.state) == ("cli:demo:child:researcher", "merged")
         assert store.get("cli:demo").messages()[-1].author == "researcher"
         assert any(e.type == "session/recovery" for e in store.get("slack:C002").read())
+        double = store.get("slack:C003:t:1712350000.1")
+        assert [m.text for m in double.messages()] == [
+            "Deploy staging",
+            "Done: deploy staging.",
+            "and production too",
+            "Done: and production too.",
+        ]
+        assert [e.id for e in double.read() if e.type == "session/delivery"] == ["Ev100", "Ev101"]
         compacted = store.get("slack:C001:t:1712345678.9").read()
         assert compacted[-1].type == "session/compaction"
     finally:

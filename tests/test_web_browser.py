@@ -175,7 +175,7 @@ def assert_nothing_ran(driver: WebDriver) -> None:
 
 def test_the_sessions_list(browser: WebDriver, base_url: str) -> None:
     browser.get(base_url)
-    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#session-rows tr")) == 6)
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#session-rows tr")) == 7)
     wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, "#session-rows .pending"))
     assert "recovered" in session_row(browser, "slack:C002").text
     assert "compacted" in session_row(browser, "slack:C001:t:1712345678.9").text
@@ -185,7 +185,7 @@ def test_the_sessions_list(browser: WebDriver, base_url: str) -> None:
     shot(browser, "sessions")
     box = browser.find_element(By.ID, "q")
     box.send_keys("C00")
-    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#session-rows tr")) == 2)
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#session-rows tr")) == 3)
     box.clear()
     box.send_keys("nothing-like-this")
     wait(browser, lambda d: d.find_element(By.ID, "empty").is_displayed())
@@ -339,11 +339,11 @@ def test_the_agent_filter_finds_the_agents_named_in_events(
 ) -> None:
     """No demo session's record names an agent; their events name demo-coder."""
     browser.get(base_url)
-    wait(browser, lambda d: len(listed(d)) == 6)
+    wait(browser, lambda d: len(listed(d)) == 7)
     box = browser.find_element(By.ID, "agent")
     box.send_keys("demo-coder")
     wait(browser, lambda d: sorted(listed(d)) == ["cli:demo", "slack:C001:t:1712345678.9",
-                                                  "slack:C002"])
+                                                  "slack:C002", "slack:C003:t:1712350000.1"])
     box.clear()
     box.send_keys("researcher")
     wait(browser, lambda d: listed(d) == ["cli:demo:child:researcher"])

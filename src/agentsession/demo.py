@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .derive import INTERRUPTED_TOOL_RESULT_TEXT
-from .errors import StorageError, UsageError
+from .errors import SessionBusy, StorageError, UsageError
 from .messages import Message, ToolCall
 from .session import BaseSession
 from .store import BaseStore, open_store
@@ -44,6 +44,7 @@ LONG = "slack:C001:t:1712345678.9"
 SHORT = "cli:demo"
 CRASHED = "slack:C002"
 CHILD = "cli:demo:child:researcher"
+DOUBLE = "slack:C003:t:1712350000.1"
 Tool = Callable[..., str]
 
 
@@ -308,6 +309,37 @@ class DemoResult(msgspec.Struct, frozen=True):
     """The commands it suggests to explore the store."""
 
 
+def _double_texting(store: BaseStore) -> list[str]:
+    """Scene 7: messages delivered to the conversation's inbox (no lock) while a worker holding
+    its lease answers the first: a second one is queued, the platform's retry of it is stored
+    once, and one sent with ``policy="reject"`` is refused; the worker then answers the queued
+    one in a turn of its own. Returns what to print."""
+    lines = []
+    first = store.deliver(DOUBLE, "Deploy staging", id="Ev100", user="U1")
+    lines.append(f"delivered {first.id}: {escape(first.message.text)!r} (no lock needed)")
+    session = store.get(DOUBLE)
+    with store.lock(DOUBLE, timeout=5) as lease:
+        for delivery in session.pending(lease):
+            with delivery.start_turn(agent=AGENT) as turn:
+                if delivery.id == first.id:
+                    queued = store.deliver(DOUBLE, "and production too", id="Ev101", user="U1")
+                    retry = store.deliver(DOUBLE, "and production too", id="Ev101", user="U1")
+                    lines.append(
+                        f"while the agent answers, {queued.id} is queued; the platform's retry "
+                        f"of it is the same delivery (seq {retry.seq} = {queued.seq})"
+                    )
+                    try:
+                        store.deliver(DOUBLE, "never mind", id="Ev102", policy="reject")
+                    except SessionBusy:
+                        lines.append("Ev102, sent with policy=reject, is refused: a turn runs")
+                answer = f"Done: {delivery.message.text.lower()}."
+                turn.assistant(answer)
+            lines.append(f"turn for {delivery.id}: assistant: {escape(answer)}")
+    history = [m.text for m in session.messages(agent=AGENT)]
+    lines.append(f"the history, in order: {escape(' / '.join(history))}")
+    return lines
+
+
 def run_demo(directory: str | os.PathLike[str], console: Console | None = None) -> DemoResult:
     """Run the whole demo and leave its store in ``directory`` (created, or replaced when an
     earlier demo made it).
@@ -423,6 +455,10 @@ def _run(root: Path, build: Path, directory: str, console: Console) -> DemoResul
             f"   {before} messages → {after} (summary + the last two turns); all "
             f"{long_session.latest_seq} events stay on disk\n"
         )
+        say("[bold]7.[/] Double texting: the user writes again while the agent answers:")
+        for line in _double_texting(store):
+            say(f"   {line}")
+        say("")
         sessions = {info.id: info.last_seq for info in store.list()}
     finally:
         store.close()
