@@ -432,6 +432,9 @@ def test_handles_never_show_a_payload_or_a_secret(recorded: agentsession.BaseSto
     assert_clean(repr(agentsession.load_run_state(seen["session"]).usage))
     with agentsession.open_store("memory:") as copy:
         assert_clean(repr(agentsession.copy_store(recorded, copy)))  # a CopyReport
+    with recorded.lock(SECRET, timeout=5) as lease:  # a Lease: no holder token, no payload
+        assert re.fullmatch(r"<Lease '.*' epoch \d+ taken>", repr(lease)), repr(lease)
+        assert lease._record.holder not in repr(lease)
 
 
 def test_memory_and_sqlite_store_reprs_name_only_their_location(tmp_path: Path) -> None:
@@ -527,6 +530,7 @@ def test_every_public_class_is_covered_by_a_repr_check() -> None:
         "Turn",
         "Step",
         "TurnLock",
+        "Lease",
         "RecoveryReport",
         "StoreRecoveryReport",
         "SessionInfo",
