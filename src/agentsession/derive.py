@@ -14,6 +14,10 @@ The rules (agentkit's ``DeriveMessages``, with its gaps closed):
   tool messages; ``turn/continue`` contributes its messages; ``skill/load`` becomes a user
   message carrying the rendered skill, held back while tool calls are unanswered so that tool
   results follow their calls directly.
+* **Rollback**: a ``session/rollback`` marker (a delivery with the ``rollback`` policy ended a
+  running turn) leaves out every event from the turn's ``turn/start`` up to the marker that
+  carries the turn's id (``meta["turn_id"]``), whatever the agent filter. Nothing is deleted;
+  an incremental deriver that already applied those events asks for a rebuild.
 * **Pairing**: tool results pair with calls by id, first come first served, so ids repeated across
   steps stay correct. A result with no open call before it is left out. When a user or assistant
   message arrives while calls are unanswered, or at the end of the log, each unanswered call is
@@ -36,6 +40,7 @@ from .events import (
     ASSISTANT_MESSAGE,
     COMPACTION,
     SESSION_FORK,
+    SESSION_ROLLBACK,
     SKILL_LOAD,
     TOOL_RESULT,
     TURN_CONTINUE,
@@ -43,6 +48,7 @@ from .events import (
     Compaction,
     Event,
     SessionFork,
+    SessionRollback,
     SkillLoad,
     TurnContinue,
     compaction_of,
@@ -179,6 +185,8 @@ class Deriver:
         self._standins: dict[str, deque[_Slot]] = {}
         self._pending: list[IndexedMessage] = []
         self._floor = 0  # a legacy marker hides every event up to its before_seq
+        # Rolled-back turns: turn id -> [(its turn/start seq, the marker's seq)].
+        self._rolled: dict[str, list[tuple[int, int]]] = {}
         self.summary: IndexedMessage | None = None
         """The summary entry of the compaction the history starts from (None when none)."""
 
@@ -188,6 +196,9 @@ class Deriver:
     def from_events(cls, events: Sequence[Event], agent: str | None = None) -> Deriver:
         """A deriver that has applied ``events`` (a whole log, or a log from a compaction on)."""
         deriver = cls(agent)
+        for event in events:
+            if event.type == SESSION_ROLLBACK:
+                deriver._note_rollback(event)
         start = 0
         for i in range(len(events) - 1, -1, -1):
             event = events[i]
@@ -221,11 +232,39 @@ class Deriver:
         """Whether ``event`` takes part under this deriver's agent filter."""
         return self.agent is None or not event.agent or event.agent == self.agent
 
+    def _note_rollback(self, event: Event) -> bool:
+        """Take in a ``session/rollback`` marker; True when it was new."""
+        marker = _decode_or_none(event, SessionRollback)
+        if not isinstance(marker, SessionRollback) or not marker.turn_id:
+            return False
+        span = (marker.turn_start_seq, event.seq)
+        spans = self._rolled.setdefault(marker.turn_id, [])
+        if span in spans:
+            return False
+        spans.append(span)
+        return True
+
+    def _rolled_back(self, event: Event) -> bool:
+        """Whether ``event`` belongs to a rolled-back turn."""
+        turn = event.meta.get("turn_id") if event.meta else None
+        if not isinstance(turn, str):
+            return False
+        spans = self._rolled.get(turn)
+        return bool(spans) and any(first <= event.seq < last for first, last in spans or ())
+
     def feed(self, event: Event) -> bool:
-        """Apply one event. False means a legacy compaction needs a rebuild (nothing changed)."""
+        """Apply one event. False means a legacy compaction marker, or a rollback marker of a
+        turn whose events were applied already, needs a rebuild (nothing changed)."""
         if event.seq and event.seq <= self.last_seq:
             return True
-        if event.type == COMPACTION and self.passes(event):
+        if event.type == SESSION_ROLLBACK:
+            marker = _decode_or_none(event, SessionRollback)
+            if isinstance(marker, SessionRollback) and marker.turn_id:
+                known = (marker.turn_start_seq, event.seq) in self._rolled.get(marker.turn_id, ())
+                if not known and marker.turn_start_seq <= self.last_seq:
+                    return False  # the turn's events were applied: derive again from the log
+                self._note_rollback(event)
+        elif event.type == COMPACTION and self.passes(event):
             data = compaction_of(event)
             if data is not None:
                 if not data.rebuilds_history:
@@ -242,6 +281,8 @@ class Deriver:
 
     def _apply(self, event: Event) -> None:
         if not self.passes(event) or (event.seq and event.seq <= self._floor):
+            return
+        if self._rolled and self._rolled_back(event):
             return
         kind = event.type
         if kind in (USER_MESSAGE, ASSISTANT_MESSAGE):

@@ -49,6 +49,7 @@ __all__ = [
     "SESSION_LEASE",
     "SESSION_MERGE",
     "SESSION_RECOVERY",
+    "SESSION_ROLLBACK",
     "SKILL_LOAD",
     "STEP_END",
     "STEP_START",
@@ -83,6 +84,7 @@ __all__ = [
     "SessionLease",
     "SessionMerge",
     "SessionRecovery",
+    "SessionRollback",
     "SkillLoad",
     "StepEnd",
     "StepStart",
@@ -135,6 +137,7 @@ SESSION_MERGE: Final = "session/merge"
 SESSION_DISCARD: Final = "session/discard"
 SESSION_LEASE: Final = "session/lease"
 SESSION_DELIVERY: Final = "session/delivery"
+SESSION_ROLLBACK: Final = "session/rollback"
 SUBAGENT_START: Final = "subagent/start"
 SUBAGENT_END: Final = "subagent/end"
 PERMISSION_REQUEST: Final = "permission/request"
@@ -492,8 +495,27 @@ class SessionDelivery(_Payload, frozen=True):
     message: Message
     """The user's message."""
     policy: str = "enqueue"
-    """What the delivery does when a turn is running: ``enqueue`` (processed after it) or
-    ``reject`` (refused; such a delivery is stored only when no turn was running)."""
+    """What the delivery does when a turn is running: ``enqueue`` (processed after it),
+    ``reject`` (refused; such a delivery is stored only when no turn was running),
+    ``interrupt`` (the running turn is ended at its next step boundary, then the delivery is
+    processed), ``merge`` (handed to the running turn at its next step, recorded as one of its
+    user messages) or ``rollback`` (as ``interrupt``, and the ended turn is left out of the
+    history: see :class:`SessionRollback`)."""
+
+
+class SessionRollback(_Payload, frozen=True):
+    """``session/rollback``: a delivery with the ``rollback`` policy ended a running turn,
+    which is left out of the derived history from then on: every event from the turn's
+    ``turn/start`` (``turn_start_seq``) to this marker that carries the turn's id
+    (``meta["turn_id"]``) takes no part in it. Nothing is deleted from the log. Written by
+    the recorder right after the turn's ``turn/end``."""
+
+    turn_id: str = ""
+    """The id of the turn rolled back."""
+    turn_start_seq: int = 0
+    """Seq of its ``turn/start``."""
+    delivery: str = ""
+    """The id of the delivery that rolled it back."""
 
 
 class SubagentEnd(_Payload, frozen=True):
@@ -577,6 +599,7 @@ PAYLOAD_TYPES: Final[Mapping[str, type[Any]]] = {
     SESSION_DISCARD: SessionDiscard,
     SESSION_LEASE: SessionLease,
     SESSION_DELIVERY: SessionDelivery,
+    SESSION_ROLLBACK: SessionRollback,
     SUBAGENT_START: SubagentStart,
     SUBAGENT_END: SubagentEnd,
     PERMISSION_REQUEST: PermissionRequest,
