@@ -12,6 +12,7 @@
     ├── SessionExpired                the session outlived the store's TTL
     ├── DuplicateSession              a session with that id already exists
     ├── LockTimeout                   the turn lock was not taken in time (also a ``TimeoutError``)
+    ├── TurnInterrupted               a delivery interrupted the running turn (``turn.step()``)
     ├── ChildStateError               a child session was already merged or discarded
     └── UsageError                    the caller passed something invalid (also a ``ValueError``)
 
@@ -37,6 +38,7 @@ __all__ = [
     "SessionShredded",
     "StorageError",
     "StoreUnavailable",
+    "TurnInterrupted",
     "UsageError",
 ]
 
@@ -158,6 +160,26 @@ class SessionBusy(SessionError):
         )
         self.session_id = session_id
         self.turn_id = turn_id
+
+
+class TurnInterrupted(SessionError):
+    """A delivery with the ``interrupt`` or ``rollback`` policy arrived while this turn ran
+    (``store.deliver(..., policy="interrupt")``): raised by ``turn.step()`` at the turn's next
+    step boundary. Let it escape the turn's ``with`` block: the turn is closed (its unanswered
+    tool calls answered, its ``turn/end`` naming the delivery; with ``rollback`` the turn is
+    also left out of the history) and the delivery stays pending, so ``session.pending``
+    yields it next. ``session_id`` is the conversation, ``turn_id`` the interrupted turn's id,
+    ``delivery_id`` the delivery's id and ``policy`` its policy."""
+
+    def __init__(
+        self, session_id: str, turn_id: str, delivery_id: str, policy: str = "interrupt"
+    ) -> None:
+        verb = "rolled back" if policy == "rollback" else "interrupted"
+        super().__init__(f"{verb} by delivery {delivery_id}")
+        self.session_id = session_id
+        self.turn_id = turn_id
+        self.delivery_id = delivery_id
+        self.policy = policy
 
 
 class ChildStateError(SessionError):

@@ -90,11 +90,11 @@ META_DELIVERY: Final = "delivery"
 """The meta key naming a delivery's id on the ``turn/start`` that claims it and on the user
 message that turn records for it."""
 
-DELIVERY_POLICIES: Final = ("enqueue", "reject")
+DELIVERY_POLICIES: Final = ("enqueue", "reject", "interrupt", "merge", "rollback")
 """The delivery policies supported."""
 
-UNSUPPORTED_POLICIES: Final = ("interrupt", "merge", "rollback")
-"""Double-texting policies named by the design and not supported yet."""
+UNSUPPORTED_POLICIES: Final[tuple[str, ...]] = ()
+"""Double-texting policies named by the design and not supported yet (none left)."""
 
 
 def check_policy(policy: object) -> str:
@@ -172,6 +172,7 @@ class Delivery:
         """Make ``turn`` (not entered yet) claim this delivery and record its message."""
         turn._start_meta = {META_DELIVERY: self.id}
         turn._after_start = self._record_message
+        turn._watch_inbox = True  # interrupt, merge and rollback act at its step boundaries
 
     def _record_message(self, turn: Turn) -> None:
         from .recorder import _message_event
@@ -208,7 +209,8 @@ class InboxState:
         self.finished: set[str] = set()
         """Turn ids with their own ``turn/end``."""
         self.recorded: set[str] = set()
-        """Delivery ids whose user message a turn recorded."""
+        """Delivery ids whose user message a turn recorded (the turn that claimed it, or a
+        running turn a ``merge`` delivery was handed to)."""
         self.ids: dict[str, Event] = {}
         """Delivery id -> its event."""
         self._latest_start: Event | None = None
@@ -362,6 +364,8 @@ def pending(
             claimed = event.id in state.claims
             if claimed and not (retry_unfinished and state.unfinished(event.id)):
                 continue
+            if not claimed and event.id in state.recorded:
+                continue  # a merge delivery handed to the turn that was running
             if not lease.locally_held:
                 raise lease.lost_error()
             yield Delivery(session, event, recorded=event.id in state.recorded)

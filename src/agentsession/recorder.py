@@ -70,13 +70,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .context import ContextToken, run_context, turn_id, with_turn_id
 from .contract import Session
-from .errors import LockTimeout, UsageError
+from .errors import LockTimeout, TurnInterrupted, UsageError
 from .events import (
     ASSISTANT_MESSAGE,
     OVERFLOW_RECOVERY,
     RETRY_END,
     RETRY_START,
     RUN_FINISH,
+    SESSION_DELIVERY,
+    SESSION_ROLLBACK,
     SKILL_LOAD,
     STEP_END,
     STEP_START,
@@ -97,6 +99,8 @@ from .events import (
     RetryEnd,
     RetryStart,
     RunFinish,
+    SessionDelivery,
+    SessionRollback,
     SkillLoad,
     StepEnd,
     StepStart,
@@ -137,6 +141,8 @@ __all__ = [
 
 META_TURN_ID: Final = "turn_id"
 """``event.meta`` key of the id of the turn that recorded the event (every recorded event)."""
+
+_META_DELIVERY: Final = "delivery"  # agentsession.inbox.META_DELIVERY (inbox imports this module)
 
 META_RUN_ID: Final = "run_id"
 """``event.meta`` key of the context's run id, on a ``turn/start`` recorded inside a
@@ -618,6 +624,17 @@ class Turn(_Recording):
         # claims), and what to record right after it (the delivery's user message).
         self._start_meta: dict[str, Any] | None = None
         self._after_start: Callable[[Turn], object] | None = None
+        # Set by the inbox too: watch the log for deliveries at each step boundary
+        # (interrupt, merge, rollback). What was seen: the log read up to _inbox_cursor, the
+        # interrupting delivery (id, policy), the merge deliveries not handed over yet, the
+        # ids handed over, and the messages the latest step boundary handed over.
+        self._watch_inbox = False
+        self._inbox_cursor = 0
+        self._interruption: tuple[str, str] | None = None
+        self._raised: TurnInterrupted | None = None
+        self._merge_queue: list[tuple[str, Message]] = []
+        self._merged: set[str] = set()
+        self._new_messages: list[Message] = []
         # The session's own check and stamp of an event (BaseSession._prepare), so that a
         # buffered event fails at the helper call, not when its step is written.
         prepare = getattr(session, "_prepare", None)
@@ -710,10 +727,78 @@ class Turn(_Recording):
         return tuple(self._buffer or ())
 
     def step(self) -> Step:
-        """A new step (use as a context manager)."""
+        """A new step (use as a context manager).
+
+        In a turn opened by the inbox (``delivery.start_turn()``) this is the step boundary
+        where deliveries that arrived while the turn ran take effect (one read of the log):
+        one with the ``interrupt`` or ``rollback`` policy makes this call raise
+        :class:`~agentsession.errors.TurnInterrupted` (see :attr:`interrupted`); those with
+        the ``merge`` policy are recorded as user messages of this turn, in delivery order
+        (``meta["delivery"]`` naming each), and returned by :meth:`new_messages`."""
+        self._new_step_check()
+        self._boundary()
+        return Step(self, self.steps)
+
+    def _new_step_check(self) -> None:
         if not self._open:
             raise UsageError("open the turn (with session.turn(...)) before its steps")
-        return Step(self, self.steps)
+
+    def _poll(self) -> None:
+        """Read the log written since the last look for deliveries (inbox turns only)."""
+        if not self._watch_inbox or not self._open or self._interruption is not None:
+            return
+        events = self.session.read(max(self._inbox_cursor, self.start_seq))
+        if not events:
+            return
+        self._inbox_cursor = events[-1].seq
+        queued = {delivery for delivery, _ in self._merge_queue}
+        for event in events:
+            if event.type != SESSION_DELIVERY:
+                continue
+            payload = event.decode(SessionDelivery)
+            if payload.policy in ("interrupt", "rollback"):
+                self._interruption = (event.id, payload.policy)
+                return  # what follows is for the turns after this one
+            if payload.policy == "merge" and event.id not in self._merged | queued:
+                self._merge_queue.append((event.id, payload.message))
+                queued.add(event.id)
+
+    def _boundary(self) -> None:
+        """The step boundary: raise :class:`TurnInterrupted` when a delivery interrupts the
+        turn, else hand the merged deliveries over (recorded as the turn's user messages)."""
+        self._poll()
+        if self._interruption is not None:
+            delivery, policy = self._interruption
+            self._raised = TurnInterrupted(self.session.id, self.turn_id, delivery, policy)
+            raise self._raised
+        handed: list[Message] = []
+        if self._step is None:  # never inside an open step
+            queue, self._merge_queue = self._merge_queue, []
+            for delivery, message in queue:
+                metadata = dict(self.metadata or {})
+                metadata[_META_DELIVERY] = delivery
+                event = _message_event(
+                    self, USER_MESSAGE, message, user=self.user_id, metadata=metadata
+                )
+                self._append(event)
+                self._merged.add(delivery)
+                handed.append(message)
+        self._new_messages = handed
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether a delivery with the ``interrupt`` or ``rollback`` policy arrived while this
+        turn ran (inbox turns only; reading it reads the log written since the last look).
+        The next :meth:`step` raises :class:`~agentsession.errors.TurnInterrupted`; stays
+        true once the turn is closed."""
+        self._poll()
+        return self._interruption is not None
+
+    def new_messages(self) -> list[Message]:
+        """The messages of ``merge`` deliveries the latest :meth:`step` handed over to this
+        turn (recorded as its user messages just before that step): add them to what the model
+        sees next. Empty when there were none."""
+        return list(self._new_messages)
 
     def _live(self) -> Turn:
         if not self._open:
@@ -769,6 +854,8 @@ class Turn(_Recording):
         try:
             if exc is not None:
                 self._answer_open_calls(exc)
+            elif self._raised is not None:  # TurnInterrupted was caught inside the turn
+                self._answer_open_calls(self._raised)
             elif self._timed_out:
                 self._answer_open_calls(TimeoutError())
         finally:
@@ -788,11 +875,23 @@ class Turn(_Recording):
                         self.partial = ""
                 finally:
                     self._end(exc, timed_out)
+                    raised = self._raised
+                    if raised is not None and raised.policy == "rollback":
+                        marker = SessionRollback(
+                            turn_id=self.turn_id,
+                            turn_start_seq=self.start_seq,
+                            delivery=raised.delivery_id,
+                        )
+                        self.session.append(
+                            Event.new(SESSION_ROLLBACK, marker, agent=self.agent)
+                        )
 
     def _end(self, exc: BaseException | None, timed_out: bool) -> None:
         """Write ``turn/end`` (carrying ``exc``, or a ``TimeoutError`` for a turn marked timed
         out) and give the context back its turn id from before the turn."""
         try:
+            if exc is None and self._raised is not None:
+                exc = self._raised  # caught inside the turn: still what ended it
             if exc is not None:
                 error: TurnError | None = TurnError(type(exc).__name__, str(exc))
             else:

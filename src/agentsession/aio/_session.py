@@ -650,8 +650,27 @@ class AsyncTurn(AsyncRecording):
         self._turn.timed_out(partial)
 
     def step(self) -> AsyncStep:
-        """A new step: ``async with turn.step() as step: ...``."""
-        return AsyncStep(self, self._turn.step())
+        """A new step: ``async with turn.step() as step: ...``. In a turn opened by the inbox,
+        entering it is the step boundary of :meth:`agentsession.Turn.step` (one read of the
+        log, off the event loop): it raises :class:`~agentsession.errors.TurnInterrupted` for
+        an ``interrupt`` or ``rollback`` delivery, and hands ``merge`` deliveries over
+        (:meth:`new_messages`)."""
+        turn = self._turn
+        turn._new_step_check()
+        return AsyncStep(self, Step(turn, turn.steps), boundary=True)
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether a delivery with the ``interrupt`` or ``rollback`` policy was seen by this
+        turn (:attr:`agentsession.Turn.interrupted`), as of its latest step boundary: reading
+        it does no I/O here; entering the next step looks at the log and raises
+        :class:`~agentsession.errors.TurnInterrupted` then."""
+        return self._turn._interruption is not None
+
+    def new_messages(self) -> list[Message]:
+        """The messages of ``merge`` deliveries the latest step boundary handed over to this
+        turn (:meth:`agentsession.Turn.new_messages`)."""
+        return self._turn.new_messages()
 
     def _kind(self) -> CallKind:
         return "buffered" if self._turn.buffering else "append"
@@ -708,10 +727,11 @@ class AsyncStep(AsyncRecording):
     or a cancellation in the block answers the step's open calls with error results and
     closes the step (with ``batch_steps``, writes it), shielded from the cancellation."""
 
-    def __init__(self, turn: AsyncTurn, step: Step) -> None:
+    def __init__(self, turn: AsyncTurn, step: Step, *, boundary: bool = False) -> None:
         self._turn = turn
         self._step = step
         self._recording = step
+        self._boundary = boundary  # the turn's step boundary is still to be crossed
 
     @property
     def sync(self) -> Step:
@@ -752,6 +772,9 @@ class AsyncStep(AsyncRecording):
 
     async def __aenter__(self) -> AsyncStep:
         step = self._step
+        if self._boundary:
+            self._boundary = False
+            await self._turn.session._call("step.boundary", self._turn.sync._boundary, "append")
         kind: CallKind = "buffered" if self._turn.batch_steps else "append"
         try:
             await self._turn.session._call("step.enter", step.__enter__, kind)
