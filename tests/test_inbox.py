@@ -1,5 +1,6 @@
 """The inbox (``agentsession.inbox``): ``store.deliver`` without the lock, ``session.pending``
-under it, ``Delivery.start_turn``; the enqueue and reject policies; a worker killed mid-turn;
+under it, ``Delivery.start_turn``; the enqueue, reject, interrupt, merge and rollback
+policies; a worker killed mid-turn;
 three delivering processes and two workers killed and restarted at random; the async API.
 
 The PostgreSQL cases need ``AGENTSESSION_TEST_POSTGRES_DSN`` and are skipped without it."""
@@ -23,16 +24,20 @@ import agentsession as ags
 from agentsession import Message
 from agentsession.aio import open_async_store
 from agentsession.aio._session import LeaseHolder
-from agentsession.errors import SessionBusy, UsageError
+from agentsession.errors import SessionBusy, TurnInterrupted, UsageError
 from agentsession.events import (
     EVENT_TYPES,
     SESSION_DELIVERY,
     SESSION_RECOVERY,
+    SESSION_ROLLBACK,
     TURN_END,
     TURN_START,
     SessionDelivery,
+    SessionRollback,
+    TurnEnd,
 )
 from agentsession.inbox import META_DELIVERY
+from agentsession.messages import ToolCall
 
 from .test_conformance_postgres import DSN, drop_schemas, new_schema_name, url_with_schema
 
@@ -149,8 +154,7 @@ def test_policies_are_validated() -> None:
     assert store.default_delivery_policy == "reject"
     assert store.deliver("c", "hi").policy == "reject"
     for policy in ("interrupt", "merge", "rollback"):
-        with pytest.raises(UsageError, match="not supported yet"):
-            store.deliver("c", "hi", policy=policy)
+        assert store.deliver("c", "hi", policy=policy).policy == policy
     with pytest.raises(UsageError, match="unknown"):
         store.deliver("c", "hi", policy="whenever")
     with pytest.raises(UsageError, match="user message"):
@@ -389,3 +393,225 @@ def test_an_encrypted_store_seals_deliveries(tmp_path: Path) -> None:
                 assert delivery.message.text == "the secret plan"
     raw = b"".join(p.read_bytes() for p in (tmp_path / "s").rglob("*") if p.is_file())
     assert b"the secret plan" not in raw
+
+
+def _drain_with_a_second_message(
+    store: ags.BaseStore, policy: str
+) -> tuple[ags.BaseSession, list[str], list[bool]]:
+    """Deliver "first"; its turn makes a tool call left unanswered in step 0, during which
+    "second" is delivered with ``policy``; step 1 answers. Returns the session, the
+    deliveries' texts in the order turns started for them, and ``turn.interrupted`` as read
+    after step 0 of each turn and after TurnInterrupted."""
+    store.deliver("c", "first", id="d1")
+    session = store.get("c")
+    started: list[str] = []
+    seen: list[bool] = []
+    caught: list[tuple[str, str, str, str]] = []
+    with store.lock("c", timeout=5) as lease:
+        for delivery in session.pending(lease):
+            text = delivery.message.text
+            started.append(text)
+            try:
+                with delivery.start_turn(agent="bot") as turn:
+                    with turn.step() as step:
+                        step.assistant(f"calling for {text}", tool_calls=[ToolCall("c1", "ls")])
+                        if text == "first":
+                            store.deliver("c", "second", id="d2", policy=policy)
+                    seen.append(turn.interrupted)
+                    with turn.step() as step:
+                        merged = [m.text for m in turn.new_messages()]
+                        step.assistant(f"answer to {text}" + "".join(f" + {m}" for m in merged))
+            except TurnInterrupted as exc:
+                caught.append((exc.delivery_id, exc.policy, exc.session_id, exc.turn_id))
+                seen.append(turn.interrupted)
+        assert list(session.pending(lease)) == []
+    if caught:
+        assert caught == [("d2", policy, "c", session.read()[1].meta["turn_id"])]
+    return session, started, seen
+
+
+def _turn_ends(session: ags.BaseSession) -> list[tuple[str, str] | None]:
+    out: list[tuple[str, str] | None] = []
+    for event in session.read():
+        if event.type == TURN_END:
+            error = event.decode(TurnEnd).error
+            out.append(None if error is None else (error.type, error.message))
+    return out
+
+
+def test_interrupt_ends_the_running_turn_at_its_next_step(url: str) -> None:
+    with ags.open_store(url) as store:
+        session, started, seen = _drain_with_a_second_message(store, "interrupt")
+        assert started == ["first", "second"]
+        assert seen == [True, True, False]  # after step 0; after the raise; second turn
+        assert roles_and_texts(session) == [
+            ("user", "first"),
+            ("assistant", "calling for first"),
+            ("tool", ""),  # the unanswered call, answered as interrupted
+            ("user", "second"),
+            ("assistant", "calling for second"),
+            ("tool", ""),  # step 1 of the second turn did not answer it either
+            ("assistant", "answer to second"),
+        ]
+        answer = session.messages()[2].tool_results[0]
+        assert answer.call_id == "c1" and answer.is_error
+        assert answer.content == (
+            "tool call did not complete: the turn failed with TurnInterrupted: "
+            "interrupted by delivery d2"
+        )
+        assert _turn_ends(session) == [("TurnInterrupted", "interrupted by delivery d2"), None]
+        starts = [e.meta[META_DELIVERY] for e in session.read() if e.type == TURN_START]
+        assert starts == ["d1", "d2"]
+
+
+def test_merge_hands_the_message_to_the_running_turn(url: str) -> None:
+    with ags.open_store(url) as store:
+        session, started, seen = _drain_with_a_second_message(store, "merge")
+        assert started == ["first"]  # "second" joined the turn: no turn of its own
+        assert seen == [False]
+        assert roles_and_texts(session) == [
+            ("user", "first"),
+            ("assistant", "calling for first"),
+            ("tool", ""),  # closed by the merged user message (the interrupted stand-in)
+            ("user", "second"),
+            ("assistant", "answer to first + second"),
+        ]
+        users = [e for e in session.read() if e.type == "user/message"]
+        assert [u.meta[META_DELIVERY] for u in users] == ["d1", "d2"]
+        assert _turn_ends(session) == [None]
+
+
+def test_rollback_discards_the_running_turn_and_deletes_nothing(url: str) -> None:
+    with ags.open_store(url) as store:
+        session, started, seen = _drain_with_a_second_message(store, "rollback")
+        assert started == ["first", "second"]
+        assert seen == [True, True, False]  # after step 0; after the raise; second turn
+        assert roles_and_texts(session) == [
+            ("user", "second"),
+            ("assistant", "calling for second"),
+            ("tool", ""),
+            ("assistant", "answer to second"),
+        ]
+        log = session.read()
+        assert [e.type for e in log] == [
+            SESSION_DELIVERY,
+            TURN_START,
+            "user/message",
+            "step/start",
+            "assistant/message",
+            SESSION_DELIVERY,
+            "step/end",
+            "tool/result",
+            TURN_END,
+            SESSION_ROLLBACK,  # nothing of the first turn is deleted
+            TURN_START,
+            "user/message",
+            "step/start",
+            "assistant/message",
+            "step/end",
+            "step/start",
+            "assistant/message",
+            "step/end",
+            TURN_END,
+        ]
+        marker = log[9].decode(SessionRollback)
+        assert (marker.turn_id, marker.turn_start_seq, marker.delivery) == (
+            log[1].meta["turn_id"],
+            log[1].seq,
+            "d2",
+        )
+        assert _turn_ends(session) == [("TurnInterrupted", "rolled back by delivery d2"), None]
+        # A fresh session object (derived from the log alone) agrees.
+        assert roles_and_texts(store.get("c")) == roles_and_texts(session)
+
+
+def test_a_policy_delivery_with_no_turn_running_starts_a_turn(url: str) -> None:
+    with ags.open_store(url) as store:
+        for i, policy in enumerate(("interrupt", "merge", "rollback")):
+            store.deliver("c", f"m{i}", policy=policy)
+        session = store.get("c")
+        with store.lock("c", timeout=5) as lease:
+            for delivery in session.pending(lease):
+                with delivery.start_turn() as turn:
+                    assert not turn.interrupted
+                    with turn.step() as step:
+                        assert turn.new_messages() == []
+                        step.assistant(f"re: {delivery.message.text}")
+        assert roles_and_texts(session) == [
+            ("user", "m0"),
+            ("assistant", "re: m0"),
+            ("user", "m1"),
+            ("assistant", "re: m1"),
+            ("user", "m2"),
+            ("assistant", "re: m2"),
+        ]
+
+
+def test_a_turn_not_opened_by_the_inbox_is_not_interrupted() -> None:
+    store = ags.open_store("memory:")
+    session = store.get("c")
+    with session.turn() as turn:
+        turn.user("direct")
+        store.deliver("c", "later", policy="interrupt")
+        assert not turn.interrupted
+        with turn.step() as step:
+            step.assistant("ok")
+    with store.lock("c") as lease:
+        assert [d.message.text for d in session.pending(lease)] == ["later"]
+
+
+def test_interrupt_caught_inside_the_turn_still_ends_it_so() -> None:
+    store = ags.open_store("memory:")
+    store.deliver("c", "first", id="d1")
+    session = store.get("c")
+    with store.lock("c") as lease:
+        delivery = next(session.pending(lease))
+        with delivery.start_turn() as turn:
+            with turn.step() as step:
+                step.assistant("calling", tool_calls=[ToolCall("c1", "ls")])
+            store.deliver("c", "stop", id="d2", policy="interrupt")
+            with pytest.raises(TurnInterrupted):
+                turn.step()
+            with pytest.raises(TurnInterrupted):
+                turn.step()  # still
+    assert _turn_ends(session) == [("TurnInterrupted", "interrupted by delivery d2")]
+    assert session.messages()[-1].tool_results[0].content.endswith("delivery d2")
+
+
+def test_the_async_policies(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with open_async_store(tmp_path / "s") as store:
+            await store.deliver("c", "first", id="d1")
+            session = await store.get("c")
+            started = []
+            caught: list[tuple[str, bool]] = []
+            async with store.lock("c", timeout=5) as lock:
+                async for delivery in session.pending(lock):
+                    started.append(delivery.message.text)
+                    try:
+                        async with delivery.start_turn(agent="bot") as turn:
+                            async with turn.step() as step:
+                                await step.assistant("one")
+                                if delivery.message.text == "first":
+                                    await store.deliver("c", "more", id="d2", policy="merge")
+                            async with turn.step() as step:
+                                assert not turn.interrupted
+                                merged = [m.text for m in turn.new_messages()]
+                                await step.assistant(f"two {merged}")
+                                if delivery.message.text == "first":
+                                    await store.deliver("c", "new", id="d3", policy="rollback")
+                            async with turn.step() as step:
+                                await step.assistant("three")
+                    except TurnInterrupted as exc:
+                        caught.append((exc.delivery_id, turn.interrupted))
+            assert started == ["first", "new"]
+            assert caught == [("d3", True)]
+            texts = [(m.role, m.text) for m in await session.messages()]
+            assert texts == [
+                ("user", "new"),
+                ("assistant", "one"),
+                ("assistant", "two []"),
+                ("assistant", "three"),
+            ]
+
+    asyncio.run(main())

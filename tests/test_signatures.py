@@ -114,6 +114,10 @@ STAYS_PLAIN: Mapping[tuple[str, str], str] = {
     ("AsyncSession", "turn"): "returns an AsyncTurn, entered by `async with`",
     ("AsyncTurn", "step"): "returns an AsyncStep, entered by `async with`",
     ("AsyncTurn", "timed_out"): "marks the turn in memory: no I/O",
+    ("AsyncTurn", "new_messages"): (
+        "returns what the latest step boundary handed over, kept in memory: no I/O (the "
+        "boundary's read is done when the AsyncStep is entered)"
+    ),
     ("AsyncSession", "pending"): (
         "an async generator (`async for d in session.pending(lock)`), as the sync one is a "
         "generator; each step of it is a call"
