@@ -265,7 +265,8 @@ def all_event_types_events() -> list[ev.Event]:
 def events_since_0_5() -> list[ev.Event]:
     """What revision 5 added, pinned by ``golden/events-0.5.jsonl``: the turn lock's fence
     (``session/lease``) and the inbox's deliveries (``session/delivery``: one with the default
-    policy, left out of the JSON, and platform meta; one with ``reject``)."""
+    policy, left out of the JSON, and platform meta; one with ``reject``), and the marker of a
+    turn a ``rollback`` delivery discarded (``session/rollback``)."""
     return [
         ev.Event(
             seq=4,
@@ -298,6 +299,21 @@ def events_since_0_5() -> list[ev.Event]:
                 ev.SessionDelivery(message=Message.user("status?"), policy="reject"),
             ).data,
             id="slack:Ev0002",
+        ),
+        ev.Event(
+            seq=7,
+            type=ev.SESSION_ROLLBACK,
+            agent="coder",
+            time=T0 + dt.timedelta(seconds=7),
+            data=ev.Event.new(
+                ev.SESSION_ROLLBACK,
+                ev.SessionRollback(
+                    turn_id="t-1",
+                    turn_start_seq=2,
+                    delivery="slack:Ev0003",
+                ),
+            ).data,
+            id="0199a1b2c3d47007800012345678abcd",
         ),
     ]
 

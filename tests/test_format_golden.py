@@ -59,18 +59,21 @@ def test_what_revision_5_added_matches_its_golden_lines_byte_for_byte() -> None:
 
 
 def test_a_fence_in_a_log_stays_out_of_the_history(tmp_path: Path) -> None:
-    """A log holding revision 5's ``session/lease`` and ``session/delivery`` loads, and
-    neither the fence nor the deliveries are messages (a delivery enters the history as the
-    user message of the turn that processes it)."""
+    """A log holding revision 5's ``session/lease``, ``session/delivery`` and
+    ``session/rollback`` loads, and neither the fence, the deliveries nor the marker are
+    messages (a delivery enters the history as the user message of the turn that processes
+    it); the marker leaves its turn's events (turn ``t-1`` from seq 2 on: "deployed") out."""
     (tmp_path / "fenced.jsonl").write_bytes(SINCE_0_4.read_bytes() + SINCE_0_5.read_bytes())
     with open_store(tmp_path) as store:
         session = store.get("fenced")
-        assert [e.type for e in session.read()][-3:] == [
+        assert [e.type for e in session.read()][-4:] == [
             "session/lease",
             "session/delivery",
             "session/delivery",
+            "session/rollback",
         ]
-        assert [m.text for m in session.messages()] == ["deploy it", "deployed"]
+        assert [m.text for m in session.messages()] == ["deploy it"]
+        assert len(session.read()) == 7  # nothing deleted
 
 
 def test_a_0_4_log_recognises_a_retried_event_by_its_stored_id(tmp_path: Path) -> None:
