@@ -349,3 +349,37 @@ def test_an_event_the_deriver_cannot_use_is_left_out_with_a_warning(
         history = derive.messages([good, bad])
     assert [m.text for m in history] == ["hi"]
     assert "seq 2 (user/message)" in caplog.text and "not a valid Message" in caplog.text
+
+
+def test_a_rollback_marker_leaves_its_turn_out_by_turn_id_and_seq_range() -> None:
+    """``session/rollback`` hides the events from ``turnStartSeq`` up to the marker carrying
+    the turn's id: others (no turn id, another turn, after the marker) stay; an incremental
+    deriver that applied the turn asks for a rebuild, and the rebuild agrees."""
+    from agentsession.events import SESSION_ROLLBACK, SessionRollback
+
+    def stamped(kind: str, payload: object, seq: int, turn: str | None) -> Event:
+        meta = {} if turn is None else {"turn_id": turn}
+        made = Event.new(kind, payload, meta=meta)
+        return Event(seq=seq, type=made.type, data=made.data, meta=made.meta)
+
+    events = [
+        stamped(USER_MESSAGE, Message.user("kept before"), 1, "t0"),
+        stamped(USER_MESSAGE, Message.user("rolled"), 2, "t1"),
+        stamped(ASSISTANT_MESSAGE, Message.assistant("x", tool_calls=[ToolCall("c", "r")]), 3,
+                "t1"),
+        stamped(USER_MESSAGE, Message.user("no turn id"), 4, None),
+        stamped(TOOL_RESULT, ToolResult("c", "r", "late"), 5, "t1"),
+        stamped(SESSION_ROLLBACK, SessionRollback(turn_id="t1", turn_start_seq=2,
+                                                  delivery="d"), 6, None),
+        stamped(USER_MESSAGE, Message.user("same id, later"), 7, "t1"),
+    ]
+    expected = ["kept before", "no turn id", "same id, later"]
+    assert [m.text for m in derive.messages(events)] == expected
+    incremental = Deriver()
+    assert incremental.feed_all(events[:5])
+    assert not incremental.feed(events[5])  # applied already: rebuild
+    assert incremental.last_seq == 5  # nothing changed
+    fresh = Deriver()
+    assert fresh.feed_all(events[:1])
+    assert fresh.feed_all(events[5:6] + events[6:])  # a marker of a turn not applied yet
+    assert [m.text for m in fresh.messages()] == ["kept before", "same id, later"]

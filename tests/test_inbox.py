@@ -414,6 +414,7 @@ def _drain_with_a_second_message(
             try:
                 with delivery.start_turn(agent="bot") as turn:
                     with turn.step() as step:
+                        assert session.messages()[-1].text == text  # derived mid-turn
                         step.assistant(f"calling for {text}", tool_calls=[ToolCall("c1", "ls")])
                         if text == "first":
                             store.deliver("c", "second", id="d2", policy=policy)
