@@ -29,7 +29,20 @@ such a turn with a ``turn/end`` of its own, which does not count as finishing it
   appends: a turn that starts in between does not refuse the delivery, which is then
   processed after that turn, as ``enqueue`` would.
 
-``interrupt``, ``merge`` and ``rollback`` are not supported yet (:class:`UsageError`).
+* ``interrupt``: the running turn, if the inbox opened it (``delivery.start_turn``), is told
+  at its next step boundary: ``turn.interrupted`` becomes true and ``turn.step()`` raises
+  :class:`~agentsession.errors.TurnInterrupted`; escaping the turn, it answers the turn's
+  unanswered tool calls and ends it with a ``turn/end`` naming the delivery. The delivery
+  stays unclaimed, so ``pending`` yields it next.
+* ``merge``: the running inbox turn's next ``turn.step()`` records the message as one of its
+  user messages (``meta["delivery"]``, which claims it: ``pending`` skips it) and
+  ``turn.new_messages()`` returns it.
+* ``rollback``: as ``interrupt``, and after the turn's ``turn/end`` a ``session/rollback``
+  marker (:class:`~agentsession.events.SessionRollback`) leaves that turn out of the derived
+  history; nothing is deleted.
+
+With no turn running, or a turn the inbox did not open, these three are processed as
+``enqueue``. See "The inbox" in ``docs/concurrency.md`` for timelines and limits.
 """
 
 from __future__ import annotations
@@ -141,7 +154,8 @@ class Delivery:
         self.message = payload.message
         """The user's message."""
         self.policy = payload.policy
-        """The policy it was delivered with (``enqueue`` or ``reject``)."""
+        """The policy it was delivered with (``enqueue``, ``reject``, ``interrupt``, ``merge``
+        or ``rollback``)."""
         self.agent = event.agent
         """The agent it is addressed to (empty: none named)."""
         self.user = event.user

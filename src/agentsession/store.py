@@ -187,8 +187,9 @@ class BaseStore:
         them to a log that was empty when it opened it, or loaded them before) is not cut
         back. ``read()`` still returns every stored event."""
         self.default_delivery_policy = default_delivery_policy
-        """The policy of a :meth:`deliver` that names none: ``"enqueue"`` (the default) or
-        ``"reject"`` (see :mod:`agentsession.inbox`)."""
+        """The policy of a :meth:`deliver` that names none: ``"enqueue"`` (the default),
+        ``"reject"``, ``"interrupt"``, ``"merge"`` or ``"rollback"`` (see
+        :mod:`agentsession.inbox`)."""
         self.durability: Durability = durability
         """What an acknowledged append survives (see :data:`Durability`)."""
         self.ttl = ttl
@@ -626,9 +627,13 @@ class BaseStore:
         ``message``: a user :class:`~agentsession.Message` or a string. ``id``: the
         delivery's id (a chat platform's event id): delivering an id the log holds already
         stores nothing and returns the first delivery (within the append pipeline's id
-        window). ``policy``: ``"enqueue"`` (processed after the running turn) or
+        window). ``policy``: ``"enqueue"`` (processed after the running turn),
         ``"reject"`` (raises :class:`~agentsession.errors.SessionBusy` while a turn runs,
-        recording nothing); None takes :attr:`default_delivery_policy`; any other raises
+        recording nothing), ``"interrupt"`` (the running inbox turn's next ``turn.step()``
+        raises :class:`~agentsession.errors.TurnInterrupted`; then processed), ``"merge"``
+        (handed to the running inbox turn at its next step as one of its user messages) or
+        ``"rollback"`` (as interrupt, and that turn is left out of the history); None takes
+        :attr:`default_delivery_policy`; any other raises
         :class:`~agentsession.errors.UsageError`. ``agent``, ``user`` and ``meta`` are stored
         on the event (the agent it is addressed to, the sender, platform annotations)."""
         self._check_open()
@@ -794,7 +799,8 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     (backends without a schema just get ``create=False``). ``options`` go to the backend:
     ``durability`` (``"flush"`` or ``"fsync"``), ``ttl`` (a ``timedelta``),
     ``max_cached_sessions``, ``cache_idle_ttl``, ``clock``, ``max_messages``,
-    ``default_delivery_policy`` (``"enqueue"`` or ``"reject"``: see :meth:`BaseStore.deliver`),
+    ``default_delivery_policy`` (``"enqueue"``, ``"reject"``, ``"interrupt"``, ``"merge"`` or
+    ``"rollback"``: see :meth:`BaseStore.deliver`),
     ``max_loaded_events`` (derive each session's history from at most its latest N events,
     from the first turn boundary among them: see :attr:`BaseStore.max_loaded_events`); for JSONL
     ``on_corrupt`` (``"raise"`` or ``"quarantine"``) and ``max_open_files``; for SQLite
