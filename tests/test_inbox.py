@@ -586,6 +586,7 @@ def test_the_async_policies(tmp_path: Path) -> None:
             session = await store.get("c")
             started = []
             caught: list[tuple[str, bool]] = []
+            handed: list[list[str]] = []
             async with store.lock("c", timeout=5) as lock:
                 async for delivery in session.pending(lock):
                     started.append(delivery.message.text)
@@ -598,6 +599,7 @@ def test_the_async_policies(tmp_path: Path) -> None:
                             async with turn.step() as step:
                                 assert not turn.interrupted
                                 merged = [m.text for m in turn.new_messages()]
+                                handed.append(merged)
                                 await step.assistant(f"two {merged}")
                                 if delivery.message.text == "first":
                                     await store.deliver("c", "new", id="d3", policy="rollback")
@@ -607,6 +609,8 @@ def test_the_async_policies(tmp_path: Path) -> None:
                         caught.append((exc.delivery_id, turn.interrupted))
             assert started == ["first", "new"]
             assert caught == [("d3", True)]
+            assert handed == [["more"], []]
+            # "more" joined the first turn, so the rollback left it out with that turn.
             texts = [(m.role, m.text) for m in await session.messages()]
             assert texts == [
                 ("user", "new"),
