@@ -50,6 +50,14 @@ SYNC_ONLY: Mapping[tuple[str, str], str] = {
         "the sync lease current in the thread or task; an async task reads the same one "
         "(store.sync.current_lease), entered by `async with store.lock(...)`"
     ),
+    ("Turn", "step_boundary"): (
+        "the boundary a sync driver makes before its own step; the async turn makes it when "
+        "its step is entered (`async with turn.step()`)"
+    ),
+    ("Turn", "interruption_seen"): (
+        "what the latest look at the log saw, without I/O; the async turn's `interrupted` is "
+        "that already"
+    ),
     ("Lease", "current"): (
         "a sync context manager over the context of the caller; `async with` on the async "
         "lock makes its lease current in the task"

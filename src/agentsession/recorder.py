@@ -739,6 +739,19 @@ class Turn(_Recording):
         self._boundary()
         return Step(self, self.steps)
 
+    def step_boundary(self) -> None:
+        """The step boundary of :meth:`step` without making the step (for a driver that makes
+        it itself, as the async API does when its step is entered): raises
+        :class:`~agentsession.errors.TurnInterrupted` or hands ``merge`` deliveries over."""
+        self._new_step_check()
+        self._boundary()
+
+    @property
+    def interruption_seen(self) -> bool:
+        """Whether an ``interrupt`` or ``rollback`` delivery was seen as of the latest look at
+        the log (no I/O; :attr:`interrupted` looks again)."""
+        return self._interruption is not None
+
     def _new_step_check(self) -> None:
         if not self._open:
             raise UsageError("open the turn (with session.turn(...)) before its steps")

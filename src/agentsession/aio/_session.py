@@ -13,6 +13,7 @@ from .. import _trace
 from ..children import DEFAULT_MERGE_LOCK_TIMEOUT, SessionRecord
 from ..context import turn_id, with_turn_id
 from ..derive import IndexedMessage
+from ..errors import UsageError
 from ..events import USER_MESSAGE, Event
 from ..fencing import Lease
 from ..inbox import Delivery
@@ -656,7 +657,8 @@ class AsyncTurn(AsyncRecording):
         an ``interrupt`` or ``rollback`` delivery, and hands ``merge`` deliveries over
         (:meth:`new_messages`)."""
         turn = self._turn
-        turn._new_step_check()
+        if not turn.is_open:
+            raise UsageError("open the turn (with session.turn(...)) before its steps")
         return AsyncStep(self, Step(turn, turn.steps), boundary=True)
 
     @property
@@ -665,7 +667,7 @@ class AsyncTurn(AsyncRecording):
         turn (:attr:`agentsession.Turn.interrupted`), as of its latest step boundary: reading
         it does no I/O here; entering the next step looks at the log and raises
         :class:`~agentsession.errors.TurnInterrupted` then."""
-        return self._turn._interruption is not None
+        return self._turn.interruption_seen
 
     def new_messages(self) -> list[Message]:
         """The messages of ``merge`` deliveries the latest step boundary handed over to this
@@ -774,7 +776,9 @@ class AsyncStep(AsyncRecording):
         step = self._step
         if self._boundary:
             self._boundary = False
-            await self._turn.session._call("step.boundary", self._turn.sync._boundary, "append")
+            await self._turn.session._call(
+                "step.boundary", self._turn.sync.step_boundary, "append"
+            )
         kind: CallKind = "buffered" if self._turn.batch_steps else "append"
         try:
             await self._turn.session._call("step.enter", step.__enter__, kind)
