@@ -24,24 +24,14 @@ from agentsession import Event, Message
 from agentsession.errors import LeaseLost, LockTimeout, UsageError
 from agentsession.events import SESSION_LEASE, SessionLease, decode
 
+from .store_urls import store_url
 from .test_conformance_postgres import DSN, drop_schemas, new_schema_name, url_with_schema
 
 
 @pytest.fixture(params=["jsonl", "sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store URL shared by processes, of every backend that has one."""
-    if request.param == "jsonl":
-        yield str(tmp_path / "store")
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-    else:
-        if not DSN:
-            pytest.skip("set AGENTSESSION_TEST_POSTGRES_DSN to run the PostgreSQL cases")
-        schema = new_schema_name()
-        try:
-            yield url_with_schema(schema)
-        finally:
-            drop_schemas([schema])
+    yield from store_url(request.param, tmp_path)
 
 
 def said(text: str) -> Event:

@@ -39,43 +39,19 @@ from agentsession.events import (
 from agentsession.inbox import META_DELIVERY
 from agentsession.messages import ToolCall
 
-from .test_conformance_postgres import DSN, drop_schemas, new_schema_name, url_with_schema
+from .store_urls import store_url
 
 
 @pytest.fixture(params=["memory", "jsonl", "sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store URL of every backend."""
-    if request.param == "memory":
-        yield "memory:"
-    elif request.param == "jsonl":
-        yield str(tmp_path / "store")
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-    else:
-        if not DSN:
-            pytest.skip("set AGENTSESSION_TEST_POSTGRES_DSN to run the PostgreSQL cases")
-        schema = new_schema_name()
-        try:
-            yield url_with_schema(schema)
-        finally:
-            drop_schemas([schema])
+    yield from store_url(request.param, tmp_path)
 
 
 @pytest.fixture(params=["jsonl", "sqlite", "postgres"])
 def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store URL shared by processes."""
-    if request.param == "jsonl":
-        yield str(tmp_path / "store")
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-    else:
-        if not DSN:
-            pytest.skip("set AGENTSESSION_TEST_POSTGRES_DSN to run the PostgreSQL cases")
-        schema = new_schema_name()
-        try:
-            yield url_with_schema(schema)
-        finally:
-            drop_schemas([schema])
+    yield from store_url(request.param, tmp_path)
 
 
 def roles_and_texts(session: ags.BaseSession) -> list[tuple[str, str]]:
