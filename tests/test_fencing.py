@@ -264,14 +264,14 @@ _WORKER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 def test_processes_contending_with_random_stops_never_write_after_a_fence(
-    tmp_path: Path, backend: str
+    url: str, tmp_path: Path
 ) -> None:
     """Eight workers take the lease for a turn each, again and again, while the test stops
     and resumes them at random: no worker's event lands after a fence of a newer epoch, every
     turn that finished is whole, and the history stays derivable."""
-    url = str(tmp_path / "store") if backend == "jsonl" else f"sqlite:///{tmp_path}/s.db"
+    with ags.open_store(url):
+        pass  # create the store (schema, directory) before the processes race to
     holder = tmp_path / "holder"  # the pid of the latest worker to take the lease
     workers = [
         subprocess.Popen([sys.executable, "-c", _WORKER, url, f"w{i}", "6", str(holder)])
