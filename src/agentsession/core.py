@@ -626,11 +626,6 @@ class SessionCore:
             raise lease.lost_error(self._fence_seen)
         return lease
 
-    @staticmethod
-    def _fenced_in(events: Sequence[Event], epoch: int) -> bool:
-        """Whether ``events`` hold a fence of a lease newer than ``epoch``."""
-        return fence_epoch(events) > epoch
-
     def _extend(self, events: Sequence[Event], marker: int) -> None:
         """Add stored events to the window; ``marker`` is the index of the last one that
         rebuilds history on its own (-1: none), already decided by the append pipeline."""
@@ -841,7 +836,7 @@ class SessionCore:
         if self._ids_todo:
             self._index_window()
         lease = self._appending_lease
-        if lease is not None and foreign and self._fenced_in(foreign, lease.epoch):
+        if lease is not None and foreign and fence_epoch(foreign) > lease.epoch:
             return False  # another worker took the lock over: nothing is written
         ids = self._ids
         # Seqs start at 1, so 0 (absent) is never above ``oldest``.

@@ -53,7 +53,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from .errors import LeaseLost, LockTimeout, UsageError
-from .lease import LEASE_KIND, LeaseRecord, dump_lease, load_lease
+from .events import SessionLease
+from .lease import LEASE_KIND, LeaseRecord, dump_lease, load_lease, now_ms
 from .locks import TurnLock
 
 if TYPE_CHECKING:
@@ -62,10 +63,6 @@ if TYPE_CHECKING:
     from .locks import _HeldRegistry
 
 __all__ = ["Lease", "Leases", "current_lease", "leases_here"]
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
 
 _current: contextvars.ContextVar[tuple[Lease, ...]] = contextvars.ContextVar(
     "agentsession_current_leases", default=()
@@ -165,7 +162,7 @@ class Lease(TurnLock):
         if record is None or record.epoch != self.epoch or record.holder != self._record.holder:
             self._lost = True
             return False
-        return not record.expired(_now_ms())
+        return not record.expired(now_ms())
 
     def renew(self) -> None:
         """Renew the lease now (``ttl`` leases renew themselves in the background); raises
@@ -241,8 +238,8 @@ class Lease(TurnLock):
                 continue
 
 
-Fence = Callable[[Lease, LeaseRecord], None]
-"""Appends the ``session/lease`` event of a lease taken over from ``LeaseRecord``'s holder."""
+Fence = Callable[[Lease, SessionLease], None]
+"""Appends a lease's ``session/lease`` event (its payload given) under that lease."""
 
 
 class Leases:
@@ -287,7 +284,7 @@ class Leases:
         while True:
             raw = self._get(LEASE_KIND, session_id)
             record = load_lease(raw)
-            now = _now_ms()
+            now = now_ms()
             # Poll when something may change without the backend's lock being released:
             # a lease that may expire or be stolen, or one held by its record alone.
             polling = steal_after is not None or (
@@ -355,8 +352,12 @@ class Leases:
         lease = Lease(self, session_id, handle, new, stolen=taken_over)
         if fence:
             assert record is not None
+            if record.expired(now):
+                reason = "expired"
+            else:
+                reason = "unreleased" if record.os and handle is not None else "stolen"
             try:
-                self._fence(lease, record)
+                self._fence(lease, SessionLease(new.epoch, record.epoch, reason))
             except BaseException:
                 lease.release()
                 raise
@@ -370,7 +371,7 @@ class Leases:
         mine = lease._record
         if record is None or record.epoch != mine.epoch or record.holder != mine.holder:
             return False
-        renewed = msgspec.structs.replace(record, renewed=_now_ms())
+        renewed = msgspec.structs.replace(record, renewed=now_ms())
         if self._swap(lease.session_id, raw, renewed):
             lease._record = renewed
             return True

@@ -348,16 +348,15 @@ def pending(
     session: InboxSession, lease: Lease, *, retry_unfinished: bool = False
 ) -> Generator[Delivery, None, None]:
     """``session.pending``: see :meth:`agentsession.BaseSession.pending`."""
-    from .recorder import _open_turns, _open_turns_lock, _session_key
+    from .recorder import has_open_turn
     from .recovery import repair_incomplete, scan_all_incomplete
 
     _check_lease(session, lease)
-    with _open_turns_lock:
-        if _session_key(session) in _open_turns:
-            raise UsageError(
-                f"session {session.id!r} has an open turn in this process: finish it before "
-                "draining the inbox"
-            )
+    if has_open_turn(session):
+        raise UsageError(
+            f"session {session.id!r} has an open turn in this process: finish it before "
+            "draining the inbox"
+        )
     events = session.read()
     # The lease holder knows no other turn is live: a turn left open was its worker's crash.
     incomplete = scan_all_incomplete(events)

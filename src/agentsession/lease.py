@@ -7,6 +7,7 @@ pipeline (:mod:`agentsession.core`) checks an append's lease against the record 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -23,6 +24,7 @@ __all__ = [
     "dump_lease",
     "fence_epoch",
     "load_lease",
+    "now_ms",
 ]
 
 
@@ -80,6 +82,11 @@ def dump_lease(record: LeaseRecord) -> str:
     return _ENCODER.encode(record).decode()
 
 
+
+
+def now_ms() -> int:
+    """Now, in Unix milliseconds: the clock of the lease records."""
+    return time.time_ns() // 1_000_000
 
 
 def fence_epoch(events: Sequence[Event]) -> int:

@@ -135,6 +135,7 @@ __all__ = [
     "Step",
     "Turn",
     "error_tool_result",
+    "has_open_turn",
     "set_context_defaults",
     "timeout_annotation",
 ]
@@ -429,6 +430,12 @@ def _session_key(session: Session) -> tuple[str, ...]:
     if isinstance(identity, tuple):
         return identity
     return ("object", str(id(session)))
+
+
+def has_open_turn(session: Session) -> bool:
+    """Whether a turn of ``session``'s log is open in this process (entered, not closed)."""
+    with _open_turns_lock:
+        return _session_key(session) in _open_turns
 
 
 class Step(_Recording):

@@ -18,7 +18,6 @@ import builtins
 import datetime as _dt
 import os
 import threading
-import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -48,7 +47,6 @@ from .fencing import Lease, Leases, current_lease
 from .inbox import Delivery, check_policy
 from .inbox import deliver as _deliver
 from .keys import KeyLifecycle
-from .lease import LeaseRecord
 from .locks import _HeldRegistry
 from .messages import Message
 from .recovery import recover_store
@@ -575,7 +573,7 @@ class BaseStore:
     def _leases(self) -> Leases:
         registry = self._locks()
         with self._cache_lock:
-            if self._lease_manager is None or self._lease_manager.registry is not registry:
+            if self._lease_manager is None:
                 self._lease_manager = Leases(registry, self._meta_get, self._meta_cas, self._fence)
             return self._lease_manager
 
@@ -641,14 +639,9 @@ class BaseStore:
             self, session_id, message, id=id, policy=policy, agent=agent, user=user, meta=meta
         )
 
-    def _fence(self, lease: Lease, previous: LeaseRecord) -> None:
-        """Append the ``session/lease`` event of ``lease``, taken over from ``previous``'s
-        holder, under ``lease``: from then on an append under an older epoch is refused."""
-        if previous.expired(time.time_ns() // 1_000_000):
-            reason = "expired"
-        else:
-            reason = "unreleased" if previous.os and lease.backend_lock else "stolen"
-        payload = SessionLease(epoch=lease.epoch, previous=previous.epoch, reason=reason)
+    def _fence(self, lease: Lease, payload: SessionLease) -> None:
+        """Append ``lease``'s ``session/lease`` event under it: from then on an append under
+        an older epoch is refused."""
         with lease.current():
             self.get(lease.session_id).append(Event.new(SESSION_LEASE, payload))
 
