@@ -165,6 +165,37 @@ def test_a_delivery_arriving_while_draining_is_yielded_in_order() -> None:
     assert seen == ["m0", "m1", "m2", "m3"]
 
 
+def test_deliveries_merged_while_draining_are_not_yielded_again() -> None:
+    """The drain learns of deliveries written during a turn when the ones it knew are done;
+    a merge delivery the turn took in by then is not yielded, nor is an unused delivery."""
+    store = ags.open_store("memory:")
+    for i in range(3):
+        store.deliver("c", f"m{i}", id=f"d{i}")
+    session = store.get("c")
+    seen = []
+    with store.lock("c") as lease:
+        for delivery in session.pending(lease):
+            seen.append(delivery.id)
+            if delivery.id == "d1":
+                continue  # not processed: passed over, not yielded again
+            with delivery.start_turn() as turn:
+                if delivery.id == "d0":
+                    store.deliver("c", "joined", id="m", policy="merge")
+                    store.deliver("c", "later", id="d3")
+                with turn.step() as step:
+                    step.assistant(f"re {delivery.id} + {len(turn.new_messages())}")
+    assert seen == ["d0", "d1", "d2", "d3"]
+    assert roles_and_texts(session) == [
+        ("user", "m0"),
+        ("user", "joined"),
+        ("assistant", "re d0 + 1"),
+        ("user", "m2"),
+        ("assistant", "re d2 + 0"),
+        ("user", "later"),
+        ("assistant", "re d3 + 0"),
+    ]
+
+
 _CRASHER = textwrap.dedent(
     """
     import sys, time

@@ -77,6 +77,9 @@ class InboxSession(Session, Protocol):
     def turn(self, *args: Any, **kwargs: Any) -> Turn:
         """A new turn."""
 
+    def _recent(self, seq: int) -> Event | None:
+        """The event at ``seq`` if held in memory (no I/O), else None."""
+
 
 class InboxStore(Protocol):
     """What the inbox needs of a store (a :class:`~agentsession.BaseStore`)."""
@@ -165,6 +168,7 @@ class Delivery:
         self.meta: dict[str, Any] = dict(event.meta)
         """The meta given to ``deliver`` (platform annotations)."""
         self._recorded = recorded
+        self._turn: Turn | None = None  # the turn start_turn opened
 
     def start_turn(self, **turn_kwargs: Any) -> Turn:
         """A turn that processes this delivery: ``with delivery.start_turn(...) as turn:``.
@@ -187,6 +191,7 @@ class Delivery:
         turn._start_meta = {META_DELIVERY: self.id}
         turn._after_start = self._record_message
         turn._watch_inbox = True  # interrupt, merge and rollback act at its step boundaries
+        self._turn = turn
 
     def _record_message(self, turn: Turn) -> None:
         from .recorder import _message_event
@@ -319,7 +324,8 @@ def deliver(
         id=id,
     )
     seq = session.append(event)
-    stored = session.read(seq - 1, 1)
+    recent = session._recent(seq)  # the append just took it in: no read
+    stored = [recent] if recent is not None else session.read(seq - 1, 1)
     if not stored or stored[0].type != SESSION_DELIVERY:
         kind = stored[0].type if stored else "nothing"
         raise UsageError(
@@ -361,8 +367,8 @@ def pending(
     # The lease holder knows no other turn is live: a turn left open was its worker's crash.
     incomplete = scan_all_incomplete(events)
     if incomplete:
-        for turn in incomplete:
-            repair_incomplete(session, turn)
+        for cut in incomplete:
+            repair_incomplete(session, cut)
         events = session.read()
     state = InboxState()
     state.feed(events)
@@ -381,7 +387,14 @@ def pending(
                 continue  # a merge delivery handed to the turn that was running
             if not lease.locally_held:
                 raise lease.lost_error()
-            yield Delivery(session, event, recorded=event.id in state.recorded)
+            delivery = Delivery(session, event, recorded=event.id in state.recorded)
+            yield delivery
+            opened = delivery._turn
+            if opened is not None and not opened.is_open and not opened._merged:
+                # Its turn claimed it and handed nothing else over; under the lease nothing
+                # else claims deliveries: what others wrote meanwhile (new deliveries) is read
+                # when the ones known are done.
+                continue
             break
         else:
             new = session.read(cursor)

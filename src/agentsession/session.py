@@ -458,6 +458,16 @@ class BaseSession(SessionCore):
                 return events
         return self._read(after, limit)
 
+    def _recent(self, seq: int) -> Event | None:
+        """The event at ``seq`` when the window of recent events holds it, as :meth:`read`
+        would return it, without I/O and without catching up (None: :meth:`read` it)."""
+        with self._lock:
+            window = self._window
+            if window and window[-1].seq == seq:
+                return window[-1]  # the common case: the append just made
+            served = self._from_window(seq - 1, 1)
+            return served[0] if served and served[0].seq == seq else None
+
     def _read(self, after: int, limit: int | None) -> list[Event]:
         """:meth:`read` without tracing: :meth:`_read_plan`, with the catch-up in the sync
         lane (:meth:`_refresh`)."""
