@@ -35,15 +35,18 @@ from .errors import (
     LeaseLost,
     LockTimeout,
     OutcomeUnknown,
+    SessionBusy,
     SessionError,
     SessionExpired,
     SessionNotFound,
     StorageError,
     StoreUnavailable,
+    TurnInterrupted,
     UsageError,
 )
 from .events import Event
 from .fencing import Lease
+from .inbox import Delivery
 from .locks import TurnLock
 from .messages import (
     AttachmentRef,
@@ -71,6 +74,7 @@ __all__ = [
     "ConflictError",
     "CopyReport",
     "CorruptLogError",
+    "Delivery",
     "DuplicateSession",
     "Durability",
     "Event",
@@ -87,6 +91,7 @@ __all__ = [
     "RecoveryReport",
     "RunState",
     "Session",
+    "SessionBusy",
     "SessionError",
     "SessionExpired",
     "SessionInfo",
@@ -98,6 +103,7 @@ __all__ = [
     "StoreUnavailable",
     "TextPart",
     "ThinkingPart",
+    "TurnInterrupted",
     "ToolCall",
     "ToolResult",
     "Turn",
