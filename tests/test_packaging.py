@@ -435,9 +435,6 @@ def test_handles_never_show_a_payload_or_a_secret(recorded: agentsession.BaseSto
     with recorded.lock(SECRET, timeout=5) as lease:  # a Lease: no holder token, no payload
         assert re.fullmatch(r"<Lease '.*' epoch \d+ taken>", repr(lease)), repr(lease)
         assert lease._record.holder not in repr(lease)
-    delivery = recorded.deliver("inbox", SECRET, id="d1")  # a Delivery: no message
-    assert repr(delivery) == "<Delivery 'd1' seq=1 session='inbox'>"
-    assert_clean(repr(delivery))
 
 
 def test_memory_and_sqlite_store_reprs_name_only_their_location(tmp_path: Path) -> None:
@@ -534,7 +531,6 @@ def test_every_public_class_is_covered_by_a_repr_check() -> None:
         "Step",
         "TurnLock",
         "Lease",
-        "Delivery",
         "RecoveryReport",
         "StoreRecoveryReport",
         "SessionInfo",

@@ -35,18 +35,15 @@ from .errors import (
     LeaseLost,
     LockTimeout,
     OutcomeUnknown,
-    SessionBusy,
     SessionError,
     SessionExpired,
     SessionNotFound,
     StorageError,
     StoreUnavailable,
-    TurnInterrupted,
     UsageError,
 )
 from .events import Event
 from .fencing import Lease
-from .inbox import Delivery
 from .locks import TurnLock
 from .messages import (
     AttachmentRef,
@@ -74,7 +71,6 @@ __all__ = [
     "ConflictError",
     "CopyReport",
     "CorruptLogError",
-    "Delivery",
     "DuplicateSession",
     "Durability",
     "Event",
@@ -91,7 +87,6 @@ __all__ = [
     "RecoveryReport",
     "RunState",
     "Session",
-    "SessionBusy",
     "SessionError",
     "SessionExpired",
     "SessionInfo",
@@ -103,7 +98,6 @@ __all__ = [
     "StoreUnavailable",
     "TextPart",
     "ThinkingPart",
-    "TurnInterrupted",
     "ToolCall",
     "ToolResult",
     "Turn",
