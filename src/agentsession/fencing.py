@@ -42,13 +42,15 @@ Times compare Unix milliseconds of different processes, and machines on PostgreS
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
@@ -183,7 +185,7 @@ class Lease(TurnLock):
         if self._released:
             return
         self._released = True
-        self._stop.set()
+        self._stop_renewing()
         try:
             # Not in a forked child (its copy must leave the parent's lease alone), nor after
             # the store dropped every lock (closed).
@@ -224,7 +226,17 @@ class Lease(TurnLock):
         self._renewer = threading.Thread(
             target=self._renew_loop, args=(interval,), name="agentsession-lease", daemon=True
         )
+        _renewing.add(self)
         self._renewer.start()
+
+    def _stop_renewing(self) -> None:
+        """Stop the renewal thread and wait for a renewal under way to finish (bounded), so
+        that none touches the store after the release, nor while the interpreter exits."""
+        self._stop.set()
+        renewer = self._renewer
+        if renewer is not None and renewer is not threading.current_thread():
+            renewer.join(_JOIN_TIMEOUT)
+        _renewing.discard(self)
 
     def _renew_loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
@@ -236,6 +248,20 @@ class Lease(TurnLock):
                     return
             except Exception:  # storage unavailable now: try again at the next interval
                 continue
+
+
+_JOIN_TIMEOUT: Final = 5.0
+"""How long a release (or the interpreter's exit) waits for a renewal under way."""
+
+_renewing: weakref.WeakSet[Lease] = weakref.WeakSet()
+"""The leases whose renewal thread runs: stopped before the interpreter exits (a daemon
+thread inside a database driver while the interpreter is torn down can crash it)."""
+
+
+@atexit.register
+def _stop_all_renewals() -> None:
+    for lease in list(_renewing):
+        lease._stop_renewing()
 
 
 Fence = Callable[[Lease, SessionLease], None]
