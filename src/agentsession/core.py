@@ -151,6 +151,10 @@ class SessionHost(Protocol):
         """The session's lease current in this context (its appends carry its epoch)."""
         ...
 
+    def holds_lock(self, session_id: str) -> bool:
+        """Whether the caller holds the session's turn lock (no I/O)."""
+        ...
+
 
 def _seq_of(event: Event) -> int:
     return event.seq

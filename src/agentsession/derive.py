@@ -18,6 +18,12 @@ The rules (agentkit's ``DeriveMessages``, with its gaps closed):
   running turn) leaves out every event from the turn's ``turn/start`` up to the marker that
   carries the turn's id (``meta["turn_id"]``), whatever the agent filter. Nothing is deleted;
   an incremental deriver that already applied those events asks for a rebuild.
+* **Rewind**: a ``session/rewind`` marker (``session.rewind``, ``retry``, ``edit``) makes the
+  history the one that stood right after its ``to_seq``; what follows it continues that one.
+  The events it takes out stay in the log and come back when a later rewind goes back to a
+  seq among them: :func:`live_events` gives the events the history is made of, whatever the
+  agent filter. An incremental deriver that meets a rewind to before its last event asks for
+  a rebuild.
 * **Pairing**: tool results pair with calls by id, first come first served, so ids repeated across
   steps stay correct. A result with no open call before it is left out. When a user or assistant
   message arrives while calls are unanswered, or at the end of the log, each unanswered call is
@@ -30,16 +36,21 @@ The output therefore always passes :func:`agentsession.validation.provider_error
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from .errors import NewerFormat
 from .events import (
     ASSISTANT_MESSAGE,
     COMPACTION,
+    EVENT_TYPES,
+    FORMAT_REVISION,
     SESSION_FORK,
+    SESSION_REWIND,
     SESSION_ROLLBACK,
     SKILL_LOAD,
     TOOL_RESULT,
@@ -48,6 +59,7 @@ from .events import (
     Compaction,
     Event,
     SessionFork,
+    SessionRewind,
     SessionRollback,
     SkillLoad,
     TurnContinue,
@@ -61,7 +73,10 @@ __all__ = [
     "Deriver",
     "IndexedMessage",
     "index_messages_for_compaction",
+    "check_revision",
     "interrupted_tool_result",
+    "live_events",
+    "rewind_target",
     "messages",
     "prune_tool_results",
     "render_skill",
@@ -121,6 +136,79 @@ def render_skill(skill: SkillLoad) -> str:
         f"<skill_resources>\n{hint}</skill_resources>\n\n"
         f"<skill_instructions>\n{skill.body}\n</skill_instructions>\n</skill_content>"
     )
+
+
+class _Revision(msgspec.Struct, rename="camel"):
+    min_revision: int = 0
+
+
+def check_revision(event: Event) -> None:
+    """Raise :class:`~agentsession.errors.NewerFormat` when ``event``'s payload asks for a
+    format revision newer than :data:`~agentsession.events.FORMAT_REVISION` (its
+    ``minRevision``): an event a newer version wrote, whose meaning this one does not know."""
+    try:
+        needed = decode(event.data, _Revision).min_revision
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        return
+    if needed > FORMAT_REVISION:
+        raise NewerFormat(
+            f"event seq {event.seq} ({event.type}) needs format revision {needed}; this "
+            f"version of agentsession reads up to revision {FORMAT_REVISION}: upgrade it to "
+            "read this session"
+        )
+
+
+def rewind_target(event: Event) -> int | None:
+    """The ``to_seq`` of a ``session/rewind`` marker: the seq whose history it goes back to;
+    None (with a warning) for a marker that does not decode or names no earlier seq.
+    Raises :class:`~agentsession.errors.NewerFormat` for a marker of a newer revision."""
+    check_revision(event)
+    marker = _decode_or_none(event, SessionRewind)
+    if not isinstance(marker, SessionRewind):
+        return None
+    if not 0 <= marker.to_seq < event.seq:
+        log.warning(
+            "ignored the rewind marker at seq %d: to_seq %d is not an earlier seq",
+            event.seq,
+            marker.to_seq,
+        )
+        return None
+    return marker.to_seq
+
+
+def live_events(events: Sequence[Event]) -> Sequence[Event]:
+    """The events the derived history is made of, in seq order: ``events`` (a log, or its
+    tail, in seq order) without rewind markers and without the events a rewind took out.
+
+    Each event extends the history as it stood before it; a rewind to seq ``t`` makes the
+    history the one that stood right after ``t``, so the events after ``t`` up to the marker
+    leave it (a later rewind to a seq among them brings them back). A rewind to a seq before
+    the first of ``events`` leaves none of the earlier ones. ``events`` itself when it holds
+    no rewind (no copy)."""
+    if not any(event.type == SESSION_REWIND for event in events):
+        return events
+    seqs: list[int] = []
+    heads: list[int] = []  # index of the history's last event right after each event (-1)
+    parents: list[int] = []  # index of the history's event before each event (-1)
+    head = -1
+    first = events[0].seq
+    for index, event in enumerate(events):
+        parents.append(head)
+        if event.type == SESSION_REWIND:
+            target = rewind_target(event)
+            if target is not None:
+                at = bisect.bisect_right(seqs, target) - 1
+                head = heads[at] if target >= first and at >= 0 else -1
+        else:
+            head = index
+        seqs.append(event.seq)
+        heads.append(head)
+    chain: list[Event] = []
+    while head >= 0:
+        chain.append(events[head])
+        head = parents[head]
+    chain.reverse()
+    return chain
 
 
 class IndexedMessage(msgspec.Struct, frozen=True):
@@ -196,6 +284,8 @@ class Deriver:
     def from_events(cls, events: Sequence[Event], agent: str | None = None) -> Deriver:
         """A deriver that has applied ``events`` (a whole log, or a log from a compaction on)."""
         deriver = cls(agent)
+        last = events[-1].seq if events else 0
+        events = live_events(events)
         for event in events:
             if event.type == SESSION_ROLLBACK:
                 deriver._note_rollback(event)
@@ -221,11 +311,12 @@ class Deriver:
                 for earlier in events:
                     if earlier.seq > data.before_seq and earlier.type != COMPACTION:
                         deriver._apply(earlier)
-                deriver.last_seq = max(event.seq, events[-1].seq)
+                deriver.last_seq = max(event.seq, last)
                 return deriver
             break
         for event in events[start:]:
             deriver.feed(event)
+        deriver.last_seq = max(deriver.last_seq, last)
         return deriver
 
     def passes(self, event: Event) -> bool:
@@ -253,11 +344,16 @@ class Deriver:
         return bool(spans) and any(first <= event.seq < last for first, last in spans or ())
 
     def feed(self, event: Event) -> bool:
-        """Apply one event. False means a legacy compaction marker, or a rollback marker of a
-        turn whose events were applied already, needs a rebuild (nothing changed)."""
+        """Apply one event. False means a legacy compaction marker, a rollback marker of a
+        turn whose events were applied already, or a rewind to before the last event fed,
+        needs a rebuild (nothing changed)."""
         if event.seq and event.seq <= self.last_seq:
             return True
-        if event.type == SESSION_ROLLBACK:
+        if event.type == SESSION_REWIND:
+            target = rewind_target(event)
+            if target is not None and target < self.last_seq:
+                return False  # events after the target were applied: derive again
+        elif event.type == SESSION_ROLLBACK:
             marker = _decode_or_none(event, SessionRollback)
             if isinstance(marker, SessionRollback) and marker.turn_id:
                 known = (marker.turn_start_seq, event.seq) in self._rolled.get(marker.turn_id, ())
@@ -311,6 +407,8 @@ class Deriver:
             if isinstance(fork, SessionFork):  # a child's inherited history
                 for msg in fork.messages:
                     self._message(msg, event.seq, msg.role == "user")
+        elif kind not in EVENT_TYPES and b'"minRevision"' in bytes(event.data):
+            check_revision(event)
 
     def _start_from(self, data: Compaction, seq: int) -> None:
         self.summary = None if data.summary is None else IndexedMessage(data.summary, seq)

@@ -30,6 +30,7 @@ __all__ = [
     "DuplicateSession",
     "LeaseLost",
     "LockTimeout",
+    "NewerFormat",
     "OutcomeUnknown",
     "SessionError",
     "SessionBusy",
@@ -76,6 +77,13 @@ class CorruptLogError(StorageError):
         self.line = line
         self.offset = offset
         self.session_id = session_id
+
+
+class NewerFormat(CorruptLogError):
+    """The log holds an event that a newer revision of the format wrote and that this version
+    cannot read correctly (its payload's ``minRevision`` is above
+    :data:`agentsession.events.FORMAT_REVISION`): the history is refused rather than derived
+    wrongly. Upgrade agentsession to read it."""
 
 
 class OutcomeUnknown(StorageError):

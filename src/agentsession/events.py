@@ -30,6 +30,7 @@ __all__ = [
     "CORE_NAMESPACES",
     "EVENT_TYPES",
     "FINISH_BLOCKED",
+    "FORMAT_REVISION",
     "FINISH_COMPLETED",
     "FINISH_STATUSES",
     "MAX_EVENT_ID_CHARS",
@@ -49,6 +50,7 @@ __all__ = [
     "SESSION_LEASE",
     "SESSION_MERGE",
     "SESSION_RECOVERY",
+    "SESSION_REWIND",
     "SESSION_ROLLBACK",
     "SKILL_LOAD",
     "STEP_END",
@@ -84,6 +86,7 @@ __all__ = [
     "SessionLease",
     "SessionMerge",
     "SessionRecovery",
+    "SessionRewind",
     "SessionRollback",
     "SkillLoad",
     "StepEnd",
@@ -138,6 +141,12 @@ SESSION_DISCARD: Final = "session/discard"
 SESSION_LEASE: Final = "session/lease"
 SESSION_DELIVERY: Final = "session/delivery"
 SESSION_ROLLBACK: Final = "session/rollback"
+SESSION_REWIND: Final = "session/rewind"
+
+FORMAT_REVISION: Final = 6
+"""The newest revision of the line format this version reads and writes (``docs/format.md``).
+A payload's ``minRevision`` above it makes the derived history refuse the log
+(:class:`~agentsession.errors.NewerFormat`)."""
 SUBAGENT_START: Final = "subagent/start"
 SUBAGENT_END: Final = "subagent/end"
 PERMISSION_REQUEST: Final = "permission/request"
@@ -518,6 +527,26 @@ class SessionRollback(_Payload, frozen=True):
     """The id of the delivery that rolled it back."""
 
 
+class SessionRewind(_Payload, frozen=True):
+    """``session/rewind`` (since revision 6): from this marker on, the derived history is the
+    one that stood right after seq ``to_seq`` (earlier than the marker), and what is appended
+    next continues it. The events between stay in the log (``read()`` returns them) and
+    take no part in the history; a later rewind to a seq between them brings them back (a
+    rewind is undone by rewinding to the seq just before it). Never earlier than the latest
+    compaction marker (see ``docs/rewind.md``)."""
+
+    to_seq: int = 0
+    """The seq the history goes back to: it is as it stood right after this event."""
+    kind: str = "rewind"
+    """What asked for it: ``rewind``, ``retry``, ``edit``, or an integration
+    (``openai.pop``, ``adk.rewind``)."""
+    reason: str = ""
+    """Why, as the caller put it (free text)."""
+    min_revision: int = 0
+    """The format revision a reader must know to derive a history from this log (6): a reader
+    that knows an older one refuses rather than show the rewound turns."""
+
+
 class SubagentEnd(_Payload, frozen=True):
     """``subagent/end``: a subagent finished."""
 
@@ -600,6 +629,7 @@ PAYLOAD_TYPES: Final[Mapping[str, type[Any]]] = {
     SESSION_LEASE: SessionLease,
     SESSION_DELIVERY: SessionDelivery,
     SESSION_ROLLBACK: SessionRollback,
+    SESSION_REWIND: SessionRewind,
     SUBAGENT_START: SubagentStart,
     SUBAGENT_END: SubagentEnd,
     PERMISSION_REQUEST: PermissionRequest,

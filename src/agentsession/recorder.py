@@ -631,6 +631,8 @@ class Turn(_Recording):
         # claims), and what to record right after it (the delivery's user message).
         self._start_meta: dict[str, Any] | None = None
         self._after_start: Callable[[Turn], object] | None = None
+        # Set by rewind's retry and edit: what to append before turn/start (the rewind marker).
+        self._before_start: Callable[[Turn], object] | None = None
         # Set by the inbox too: watch the log for deliveries at each step boundary
         # (interrupt, merge, rollback). What was seen: the log read up to _inbox_cursor, the
         # interrupting delivery (id, policy), the merge deliveries not handed over yet, the
@@ -681,6 +683,9 @@ class Turn(_Recording):
                 )
             _open_turns[key] = self
         try:
+            before = self._before_start
+            if before is not None:
+                before(self)
             meta = self._stamp
             run = run_context()
             if run is not None and run.run_id:

@@ -66,6 +66,8 @@ from .media import StoragePolicy
 from .messages import Message
 from .ops import Plan, drive
 from .recorder import Turn
+from .rewind import again as _again
+from .rewind import rewind as _rewind
 from .storage import LogStorage, Reopen
 
 # ID_WINDOW, Clock, SessionHost, SessionPlans and check_event live in agentsession.core and are
@@ -549,6 +551,49 @@ class BaseSession(SessionCore):
         progress whole. Without it (the default) every helper appends at once."""
         return Turn(self, agent, user, metadata, storage=storage, batch_steps=batch_steps)
 
+    def rewind(
+        self,
+        *,
+        to_turn: int | str | None = None,
+        to_seq: int | None = None,
+        reason: str | None = None,
+    ) -> int:
+        """Go back in the conversation: append a ``session/rewind`` marker after which the
+        derived history (``messages()``, ``entries()``, the converters) is the one that stood
+        right after ``to_seq``, or after the end of turn ``to_turn`` (its turn id, or any seq
+        inside it); the turns after that point leave it, and what is appended next continues
+        it. Nothing is deleted: ``read()`` returns every event, and rewinding to the seq just
+        before a rewind marker undoes it. Returns the marker's seq.
+
+        A ``to_seq`` inside a turn moves to just before the turn's ``turn/start`` (turns stay
+        whole). Raises :class:`~agentsession.errors.UsageError` for a point not in the log,
+        one before the latest compaction marker (a compaction is a floor: what it summarised
+        stays summarised), and while a turn runs, unless the caller holds the session's turn
+        lock. The marker is planned at a seq and appended only if nothing was appended since
+        (planned again otherwise). See :mod:`agentsession.rewind` and ``docs/rewind.md``."""
+        return _rewind(self, self._holds_lock, to_seq=to_seq, to_turn=to_turn, reason=reason)
+
+    def retry(self, *, agent: str | None = None) -> Turn:
+        """Regenerate the last answer: a turn (enter it: ``with session.retry() as turn:``)
+        whose entering rewinds to before the last turn that holds a user message and records
+        that turn's user message(s) again right after its ``turn/start``; ``agent`` is the
+        new turn's (as :meth:`turn`'s). Nothing is written until it is entered."""
+        return _again(self, self._holds_lock, None, None, "retry", {"agent": agent})
+
+    def edit(self, turn_seq: int, new_message: Message | str, *, agent: str | None = None) -> Turn:
+        """Edit an earlier message: a turn (enter it: ``with session.edit(seq, "...") as
+        turn:``) whose entering rewinds to before the turn that holds seq ``turn_seq`` (its
+        ``turn/start`` or its user message: an ``entries()`` seq) and records
+        ``new_message`` (a user message or a str) right after its ``turn/start``. The turns
+        after it leave the history with it. Nothing is written until it is entered."""
+        if isinstance(turn_seq, bool) or not isinstance(turn_seq, int):
+            raise UsageError(f"edit needs the seq of a turn, not {turn_seq!r}")
+        return _again(self, self._holds_lock, turn_seq, new_message, "edit", {"agent": agent})
+
+    def _holds_lock(self) -> bool:
+        """Whether the caller holds this session's turn lock (no I/O)."""
+        return self._store.holds_lock(self._id)
+
     def pending(
         self, lease: Lease, *, retry_unfinished: bool = False
     ) -> Generator[Delivery, None, None]:
@@ -557,8 +602,9 @@ class BaseSession(SessionCore):
         otherwise): ``for d in session.pending(lease): with d.start_turn() as turn: ...``
         (see :mod:`agentsession.inbox`).
 
-        A generator: it reads the log again after each delivery it yields, so one delivered
-        while draining is yielded too. A delivery is claimed once a ``turn/start`` naming it
+        A generator: it reads the log again when the deliveries it knows are done (and after
+        a turn that took ``merge`` deliveries over), so one delivered while draining is
+        yielded too. A delivery is claimed once a ``turn/start`` naming it
         is stored (:meth:`~agentsession.inbox.Delivery.start_turn`); with
         ``retry_unfinished=True`` those whose claiming turn never wrote its own ``turn/end``
         (its worker died) are yielded again. First, as the lease holder knows no other turn

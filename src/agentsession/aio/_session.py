@@ -321,6 +321,30 @@ class AsyncSession:
         )
         return await self._call("compact", fn)
 
+    async def rewind(
+        self,
+        *,
+        to_turn: int | str | None = None,
+        to_seq: int | None = None,
+        reason: str | None = None,
+    ) -> int:
+        """Go back in the conversation with a rewind marker; returns its seq
+        (:meth:`agentsession.BaseSession.rewind`)."""
+        fn = functools.partial(self._sync.rewind, to_turn=to_turn, to_seq=to_seq, reason=reason)
+        return await self._call("rewind", fn)
+
+    def retry(self, *, agent: str | None = None) -> AsyncTurn:
+        """Regenerate the last answer: ``async with session.retry() as turn:``
+        (:meth:`agentsession.BaseSession.retry`)."""
+        return AsyncTurn(self, self._sync.retry(agent=agent))
+
+    def edit(
+        self, turn_seq: int, new_message: Message | str, *, agent: str | None = None
+    ) -> AsyncTurn:
+        """Edit an earlier message: ``async with session.edit(seq, "...") as turn:``
+        (:meth:`agentsession.BaseSession.edit`)."""
+        return AsyncTurn(self, self._sync.edit(turn_seq, new_message, agent=agent))
+
     async def prune(self, max_messages: int, agent: str | None = None) -> int | None:
         """Cap the history at ``max_messages`` derived messages
         (:meth:`agentsession.BaseSession.prune`)."""
