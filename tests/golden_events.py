@@ -257,9 +257,36 @@ def events_since_0_3() -> list[ev.Event]:
 
 
 def all_event_types_events() -> list[ev.Event]:
-    """Every pinned event: :func:`canonical_events`, :func:`events_since_0_3`, then
-    :func:`events_since_0_5`."""
-    return canonical_events() + events_since_0_3() + events_since_0_5()
+    """Every pinned event: :func:`canonical_events`, :func:`events_since_0_3`,
+    :func:`events_since_0_5`, then :func:`events_since_0_6`."""
+    return canonical_events() + events_since_0_3() + events_since_0_5() + events_since_0_6()
+
+
+def events_since_0_6() -> list[ev.Event]:
+    """What revision 6 added, pinned by ``golden/events-0.6.jsonl``: after the revision 4
+    golden lines (seqs 1 to 3) and revision 5's (4 to 7), a ``session/rewind`` back to seq 0
+    (an empty history) written by ``retry`` with a reason, then one back to seq 7, the seq
+    before the first marker, which undoes it."""
+    return [
+        ev.Event(
+            seq=8,
+            type=ev.SESSION_REWIND,
+            agent="coder",
+            time=T0 + dt.timedelta(seconds=8),
+            data=ev.Event.new(
+                ev.SESSION_REWIND,
+                ev.SessionRewind(to_seq=0, kind="retry", reason="regenerate", min_revision=6),
+            ).data,
+            id="0199a1b2c3d47008800012345678abcd",
+        ),
+        ev.Event(
+            seq=9,
+            type=ev.SESSION_REWIND,
+            time=T0 + dt.timedelta(seconds=9),
+            data=ev.Event.new(ev.SESSION_REWIND, ev.SessionRewind(to_seq=7, min_revision=6)).data,
+            id="0199a1b2c3d47009800012345678abcd",
+        ),
+    ]
 
 
 def events_since_0_5() -> list[ev.Event]:

@@ -16,12 +16,14 @@ from .golden_events import (
     events_since_0_3,
     events_since_0_4,
     events_since_0_5,
+    events_since_0_6,
 )
 
 GOLDEN = Path(__file__).parent / "golden" / "events-v1.jsonl"
 SINCE_0_3 = Path(__file__).parent / "golden" / "events-0.3.jsonl"
 SINCE_0_4 = Path(__file__).parent / "golden" / "events-0.4.jsonl"
 SINCE_0_5 = Path(__file__).parent / "golden" / "events-0.5.jsonl"
+SINCE_0_6 = Path(__file__).parent / "golden" / "events-0.6.jsonl"
 
 
 def test_every_event_type_is_pinned_by_the_golden_files() -> None:
@@ -56,6 +58,29 @@ def test_what_revision_5_added_matches_its_golden_lines_byte_for_byte() -> None:
     decoded = [decode_event(line) for line in SINCE_0_5.read_bytes().splitlines()]
     assert decoded == events_since_0_5()
     assert [type(e.payload()) for e in decoded] == [PAYLOAD_TYPES[e.type] for e in decoded]
+
+
+def test_what_revision_6_added_matches_its_golden_lines_byte_for_byte() -> None:
+    lines = [encode_event(e) + b"\n" for e in events_since_0_6()]
+    if os.environ.get("AGENTSESSION_UPDATE_GOLDEN"):
+        SINCE_0_6.write_bytes(b"".join(lines))
+    assert SINCE_0_6.read_bytes().splitlines(keepends=True) == lines
+    decoded = [decode_event(line) for line in SINCE_0_6.read_bytes().splitlines()]
+    assert decoded == events_since_0_6()
+    assert [type(e.payload()) for e in decoded] == [PAYLOAD_TYPES[e.type] for e in decoded]
+
+
+def test_a_rewound_log_loads_and_its_rewinds_apply(tmp_path: Path) -> None:
+    """Revision 6's markers, after revisions 4 and 5's lines: the first rewinds to an empty
+    history, the second undoes it; read() keeps every event."""
+    body = SINCE_0_4.read_bytes() + SINCE_0_5.read_bytes()
+    first, second = SINCE_0_6.read_bytes().splitlines(keepends=True)
+    (tmp_path / "rewound.jsonl").write_bytes(body + first)
+    (tmp_path / "undone.jsonl").write_bytes(body + first + second)
+    with open_store(tmp_path) as store:
+        assert store.get("rewound").messages() == []
+        assert [m.text for m in store.get("undone").messages()] == ["deploy it"]
+        assert len(store.get("undone").read()) == 9
 
 
 def test_a_fence_in_a_log_stays_out_of_the_history(tmp_path: Path) -> None:

@@ -147,6 +147,7 @@ from ..events import (
     SESSION_LEASE,
     SESSION_MERGE,
     SESSION_RECOVERY,
+    SESSION_REWIND,
     SESSION_ROLLBACK,
     SKILL_LOAD,
     STEP_END,
@@ -263,11 +264,13 @@ AGENTSESSION_ONLY_TYPES: Final = (
     SESSION_LEASE,
     SESSION_DELIVERY,
     SESSION_ROLLBACK,
+    SESSION_REWIND,
 )
 """agentsession's event types that agentkit has no equivalent of (child sessions, the turn
-lock's fences, the inbox's deliveries and its rollback markers). In its
+lock's fences, the inbox's deliveries, its rollback markers and rewinds). In its
 dialect they are written under the same type string, which agentkit keeps as it is and leaves
-out of its derived history (so agentkit's history still holds a rolled-back turn)."""
+out of its derived history (so agentkit's history still holds a rolled-back or rewound
+turn)."""
 
 EVENT_TYPES: Final[Mapping[str, str]] = {ak: ours for _, ak, ours in EVENT_TYPE_TABLE}
 """agentkit event type string → agentsession event type."""

@@ -45,6 +45,7 @@ from ._processes import child_env as _child_env
 from ._processes import run_released
 from .children import ChildSessionConformance
 from .encryption import EncryptionConformance
+from .rewind import RewindConformance
 
 __all__ = [
     "FakeClock",
@@ -241,7 +242,7 @@ def _payloads(events: list[Event]) -> list[Any]:
     return [decode(e.data) for e in events]
 
 
-class StoreConformance(EncryptionConformance, ChildSessionConformance):
+class StoreConformance(EncryptionConformance, ChildSessionConformance, RewindConformance):
     """Subclass per backend and implement :meth:`make_store`."""
 
     durable: bool = True
