@@ -120,6 +120,8 @@ STAYS_PLAIN: Mapping[tuple[str, str], str] = {
     ("AsyncStore", "add_lifecycle_hook"): "registers a function: no I/O",
     ("AsyncStore", "remove_lifecycle_hook"): "unregisters a function: no I/O",
     ("AsyncSession", "turn"): "returns an AsyncTurn, entered by `async with`",
+    ("AsyncSession", "retry"): "returns an AsyncTurn, entered by `async with` (which rewinds)",
+    ("AsyncSession", "edit"): "returns an AsyncTurn, entered by `async with` (which rewinds)",
     ("AsyncTurn", "step"): "returns an AsyncStep, entered by `async with`",
     ("AsyncTurn", "timed_out"): "marks the turn in memory: no I/O",
     ("AsyncTurn", "new_messages"): (

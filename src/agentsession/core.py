@@ -24,11 +24,12 @@ import bisect
 import datetime as _dt
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import msgspec
 
 from .backoff import Backoff
+from .branching import shift
 from .codec import check_json, encode
 from .compaction import plan_compaction, plan_prune
 from .contract import Durability
@@ -41,9 +42,10 @@ from .crypto import (
     SessionCipher,
     is_sealed,
 )
-from .derive import Deriver, IndexedMessage
+from .derive import Deriver, IndexedMessage, check_revision
 from .errors import (
     ConflictError,
+    CorruptLogError,
     EncryptionError,
     OutcomeUnknown,
     SessionExpired,
@@ -55,9 +57,11 @@ from .events import (
     COMPACTION,
     MAX_EVENT_ID_CHARS,
     PAYLOAD_TYPES,
+    SESSION_BRANCH,
     USER_MESSAGE,
     Compaction,
     Event,
+    SessionBranch,
     check_event_type,
     compaction_of,
     fork_in,
@@ -77,6 +81,7 @@ from .ops import (
     Plan,
     Quarantine,
     Read,
+    ReadOrigin,
     Refresh,
 )
 from .storage import LogStorage, LogView, Reopen
@@ -153,6 +158,18 @@ class SessionHost(Protocol):
 
     def holds_lock(self, session_id: str) -> bool:
         """Whether the caller holds the session's turn lock (no I/O)."""
+        ...
+
+    def get(self, session_id: str) -> Any:
+        """The session with this id (a branch reads its origin's events through it)."""
+        ...
+
+    def exists(self, session_id: str) -> bool:
+        """Whether the session has events."""
+        ...
+
+    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        """The store's meta compare-and-set."""
         ...
 
 
@@ -376,6 +393,13 @@ class SessionCore:
         self._id = session_id
         self._window: list[Event] = []
         self._window_start = 1
+        # A branch (agentsession.branching): the origin and the seq its history shares up to
+        # (_base; 0: not a branch), its first own seq (_first = _base + 1), and the origin's
+        # events up to _base, read once per life when a history needs them.
+        self._base = 0
+        self._first = 1
+        self._origin: str | None = None
+        self._prefix: list[Event] | None = None
         self._full = True  # whether the window reaches back to the latest marker (or seq 1)
         self._latest_seq = 0
         self._derivers: dict[str | None, Deriver] = {}
@@ -413,6 +437,8 @@ class SessionCore:
 
         def _run(self, plan: Plan[T]) -> T: ...
 
+        def _shift_log(self, base: int) -> None: ...
+
         def _one_failed(self, prepared: Event, marker: int, exc: BaseException) -> Plan[int]: ...
 
         def _one_stored(self, prepared: Event, stored: Event, marker: int) -> Plan[int]: ...
@@ -430,6 +456,7 @@ class SessionCore:
             self._cipher.forget_key()  # (re)opened, perhaps a new life: read it afresh
         if events:
             events = yield from self._from_storage(events)
+            events = yield from self._branch_plan(events)
         self._set_window(events, complete)
         marker = _marker_index(events)
         if marker >= 0:
@@ -453,13 +480,14 @@ class SessionCore:
         is then longer than the cap, and what lies before is not read). A compacted log so
         reads at most about twice its window, as without the cap."""
         cap = self._store.max_loaded_events
-        if cap is None or self._latest_seq <= cap:
+        if cap is None or self._latest_seq - self._base <= cap:
             events, complete = yield _OPEN
             events = yield from self._from_storage(events)
             self._set_window(events, complete)
             self._full = True
             return
         floor = self._latest_seq - cap  # the window never reaches back to this seq
+        floor = max(floor, self._base)  # (nor into a branch's shared history)
         events = self._window[bisect.bisect_right(self._window, floor, key=_seq_of) :]
         start = events[0].seq if events else self._latest_seq + 1
         span = max(64, self._latest_seq - start + 1)
@@ -568,10 +596,10 @@ class SessionCore:
         self._full = complete
         if events:
             self._latest_seq = events[-1].seq
-            self._window_start = 1 if complete else events[0].seq
+            self._window_start = self._first if complete else events[0].seq
         else:
-            self._latest_seq = 0
-            self._window_start = 1
+            self._latest_seq = self._base
+            self._window_start = self._first
             self._full = True
         start = self._window_start
         self._ids_from = min(self._ids_from, start) if same_life else start
@@ -583,13 +611,13 @@ class SessionCore:
         if self._cipher is not None:
             self._cipher.forget_key()  # a new life has a new key
         self._window = []
-        self._window_start = 1
+        self._window_start = self._first  # a branch stays one: its log's first event stays
         self._full = True
-        self._latest_seq = 0
+        self._latest_seq = self._base
         self._derivers = {}
         self._ids = {}
         self._ids_todo = False
-        self._ids_from = 1
+        self._ids_from = self._first
 
     def _full_window(self) -> Plan[list[Event]]:
         """The window from the latest compaction marker on, loading it when only the tail
@@ -661,7 +689,7 @@ class SessionCore:
     def _ensure_window_from(self, seq: int) -> Plan[None]:
         """Make the window hold every event from ``seq`` on; with the store's
         ``max_loaded_events`` cap, only those among the latest ``max_loaded_events``."""
-        first = max(seq, 1)
+        first = max(seq, self._first)
         cap = self._store.max_loaded_events
         if cap is not None:
             first = max(first, self._latest_seq - cap + 1)
@@ -688,6 +716,8 @@ class SessionCore:
         """The log this object read is gone (deleted, perhaps created again): forget it and
         open the log again at its tail."""
         self._reset()
+        if self._base:
+            self._unbranch()  # another life of the log: read its first event again
         yield from self._load_plan()
 
     def _take_in(self, events: list[Event]) -> Plan[None]:
@@ -785,7 +815,7 @@ class SessionCore:
         the latest :data:`ID_WINDOW` seqs this object has read (None: not stored there)."""
         if self._ids_todo:
             self._index_window()
-        if self._ids_from > 1 and self._needs_cover(batch):
+        if self._ids_from > self._first and self._needs_cover(batch):
             yield from self._cover_ids()
         seqs = [self._ids.get(event.id) for event in batch]
         if seqs[0] is None and all(seq is None for seq in seqs):
@@ -804,7 +834,7 @@ class SessionCore:
         object knows the ids only from seq ``_ids_from`` on, short of the id window, and the
         batch holds an id that could be stored before that (one the application chose, or one
         made elsewhere or before the log was opened; ids made here since then cannot)."""
-        if self._ids_from <= max(1, self._latest_seq - ID_WINDOW + 1):
+        if self._ids_from <= max(self._first, self._latest_seq - ID_WINDOW + 1):
             return False
         since = self._loaded_ms
         return not all(made_here_since(event.id, since) for event in batch)
@@ -816,7 +846,7 @@ class SessionCore:
         events reach it through its catch-ups."""
         if self._ids_todo:
             self._index_window()
-        floor = max(1, self._latest_seq - ID_WINDOW + 1)
+        floor = max(self._first, self._latest_seq - ID_WINDOW + 1)
         end = self._ids_from
         after = floor - 1
         while after + 1 < end:
@@ -1109,8 +1139,82 @@ class SessionCore:
         return self._window[start:end]
 
     def _read_stored(self, after: int, limit: int | None) -> Plan[list[Event]]:
+        shared: list[Event] = []
+        base = self._base
+        if after < base:  # a branch: its first events are its origin's
+            count = base - after if limit is None else min(limit, base - after)
+            shared = yield ReadOrigin(self._origin or "", after, count)
+            if limit is not None:
+                limit -= len(shared)
+                if limit <= 0:
+                    return shared
+            after = base
         events = yield Read(after, limit)
-        return (yield from self._from_storage(events))
+        return shared + (yield from self._from_storage(events))
+
+    # -- branches -------------------------------------------------------------------------
+
+    def _branch_plan(self, events: list[Event]) -> Plan[list[Event]]:
+        """Opened at its tail (``events``, at its own seqs, opened): when the log's first
+        event is a ``session/branch`` marker, become that branch (its seqs shifted past the
+        shared history from now on) and return ``events`` shifted; else ``events``."""
+        first = events[0]
+        if first.seq != 1:
+            head = yield Read(0, 1)
+            if not head or head[0].type != SESSION_BRANCH:
+                return events
+            first = (yield from self._from_storage(head))[0]
+        if first.seq != 1 or first.type != SESSION_BRANCH:
+            return events
+        try:
+            marker = first.decode(SessionBranch)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CorruptLogError(
+                f"session {self._id!r}: its branch marker does not decode: {exc}",
+                session_id=self._id,
+            ) from None
+        check_revision(first)
+        if not marker.origin or marker.origin_seq < 0:
+            raise CorruptLogError(
+                f"session {self._id!r}: its branch marker names no origin",
+                session_id=self._id,
+            )
+        self._base = marker.origin_seq
+        self._first = marker.origin_seq + 1
+        self._origin = marker.origin
+        self._prefix = None
+        if self._cipher is not None:
+            self._cipher.seq_offset = marker.origin_seq
+        self._shift_log(marker.origin_seq)
+        return shift(events, marker.origin_seq)
+
+    def _unbranch(self) -> None:
+        """Forget being a branch (the log was deleted or replaced: read its first event
+        again)."""
+        self._base = 0
+        self._first = 1
+        self._origin = None
+        self._prefix = None
+        if self._cipher is not None:
+            self._cipher.seq_offset = 0
+        self._shift_log(0)
+
+    def _shared_plan(self) -> Plan[list[Event]]:
+        """A branch's shared history: its origin's events up to the branch seq (read once per
+        life of the log); empty for a session that is not a branch."""
+        if not self._base:
+            return []
+        if self._prefix is None:
+            self._prefix = yield ReadOrigin(self._origin or "", 0, self._base)
+        return self._prefix
+
+    def _history_events(self) -> Plan[list[Event]]:
+        """The events a history is derived from: the full window, after a branch's shared
+        history when the window starts at the branch (no compaction of its own cut it)."""
+        window = yield from self._full_window()
+        if self._base and self._window_start <= self._first:
+            return (yield from self._shared_plan()) + window
+        return window
 
     def _deriver(self, agent: str | None) -> Plan[Deriver]:
         deriver = self._fed_deriver(agent)
@@ -1134,8 +1238,8 @@ class SessionCore:
     def _build_deriver(self, agent: str | None) -> Plan[Deriver]:
         yield from self._full_window()
         probe = Deriver(agent)
-        need = 1
-        if self._window_start > 1:
+        need = self._first
+        if self._window_start > self._first:
             for event in reversed(self._window):
                 if event.type != COMPACTION or not probe.passes(event):
                     continue
@@ -1146,6 +1250,8 @@ class SessionCore:
                 break
             yield from self._ensure_window_from(need)
         events = self._window
+        if self._base and self._window_start <= self._first:
+            events = (yield from self._shared_plan()) + events  # a branch's shared history
         if need < self._window_start:
             # The loading cap stopped the window short of where this history starts: derive
             # from the first turn boundary in it (keeping a legacy marker before that), so the
@@ -1203,7 +1309,7 @@ class SessionCore:
         def plan() -> Plan[Compaction | None]:
             deriver = yield from self._deriver(agent)  # loads the full window first
             return plan_compaction(
-                self._window,
+                (yield from self._history_events()),
                 deriver,
                 self._latest_seq,
                 summary,
@@ -1219,7 +1325,7 @@ class SessionCore:
     def _prune_plan(self, max_messages: int, agent: str | None) -> Plan[int | None]:
         def plan() -> Plan[Compaction | None]:
             deriver = yield from self._deriver(agent)  # loads the full window first
-            return plan_prune(self._window, deriver, max_messages)
+            return plan_prune((yield from self._history_events()), deriver, max_messages)
 
         return (yield from self._append_marker(plan, agent))
 

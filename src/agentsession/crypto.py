@@ -473,6 +473,10 @@ class SessionCipher:
         self._id = session_id
         self._key: bytes | None = None
         self._active: str | None = None
+        self.seq_offset = 0
+        """What to take off an event's seq for its associated data: a branch's events are
+        sealed at the seqs its own log stores them at, which its reads shift past the
+        history it shares (:class:`~agentsession.events.SessionBranch`)."""
         self._aeads: dict[str, Any] = {}
         self._aad_prefix = _event_aad_prefix(session_id)
         self._aad_prefix_v2 = _event_aad_prefix_v2(session_id)
@@ -594,7 +598,7 @@ class SessionCipher:
         # What is stored in clear: meta and user go into the box, so they are stored empty.
         clear = _replace(event, meta={}, user="") if meta or user else event
         nonce = _nonce()
-        box = nonce + aead.encrypt(nonce, plain, self._aad_v2(clear, seq))
+        box = nonce + aead.encrypt(nonce, plain, self._aad_v2(clear, seq - self.seq_offset))
         data = _BOX_ENCODER.encode(_SealedBox(SEALED_FORMAT, kid, box))  # base64 in C code
         # The seq stays the caller's (0): the backend writes the seq it stores the event at,
         # which the append pipeline makes sure is ``seq``.
@@ -624,13 +628,14 @@ class SessionCipher:
             problem = f"{self._where(event)}: the sealed payload is malformed or not base64"
             raise EncryptionError(problem) from None
         kid, box = envelope.kid, envelope.box
+        stored_seq = event.seq - self.seq_offset
         if version == 2:
-            aad = self._aad_v2(event, event.seq)
+            aad = self._aad_v2(event, stored_seq)
         elif event.meta or event.user:
             # Format 1 sealed meta and user too, and stored them empty: set ones were added.
             raise self._not_opening(event)
         else:
-            aad = self._aad(event.seq, event.type)
+            aad = self._aad(stored_seq, event.type)
         if primed:
             if self._key is None:
                 raise self._no_key()

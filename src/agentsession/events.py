@@ -44,6 +44,7 @@ __all__ = [
     "RETRY_END",
     "RETRY_START",
     "RUN_FINISH",
+    "SESSION_BRANCH",
     "SESSION_DELIVERY",
     "SESSION_DISCARD",
     "SESSION_FORK",
@@ -80,6 +81,7 @@ __all__ = [
     "RetryEnd",
     "RetryStart",
     "RunFinish",
+    "SessionBranch",
     "SessionDelivery",
     "SessionDiscard",
     "SessionFork",
@@ -142,6 +144,7 @@ SESSION_LEASE: Final = "session/lease"
 SESSION_DELIVERY: Final = "session/delivery"
 SESSION_ROLLBACK: Final = "session/rollback"
 SESSION_REWIND: Final = "session/rewind"
+SESSION_BRANCH: Final = "session/branch"
 
 FORMAT_REVISION: Final = 6
 """The newest revision of the line format this version reads and writes (``docs/format.md``).
@@ -547,6 +550,22 @@ class SessionRewind(_Payload, frozen=True):
     that knows an older one refuses rather than show the rewound turns."""
 
 
+class SessionBranch(_Payload, frozen=True):
+    """``session/branch`` (since revision 6): the first event (its own seq 1) of a branch,
+    whose history starts with session ``origin``'s as it stood right after seq
+    ``origin_seq``, without copying it. The branch's own events come after that prefix: this
+    marker reads back at seq ``origin_seq + 1`` and the events after it follow (see
+    ``docs/rewind.md``)."""
+
+    origin: str = ""
+    """The id of the session branched from."""
+    origin_seq: int = 0
+    """The seq of ``origin`` the branch's history shares up to (after which it diverges)."""
+    min_revision: int = 0
+    """The format revision a reader must know (6): an older reader refuses the branch rather
+    than show its own events without the shared history."""
+
+
 class SubagentEnd(_Payload, frozen=True):
     """``subagent/end``: a subagent finished."""
 
@@ -630,6 +649,7 @@ PAYLOAD_TYPES: Final[Mapping[str, type[Any]]] = {
     SESSION_DELIVERY: SessionDelivery,
     SESSION_ROLLBACK: SessionRollback,
     SESSION_REWIND: SessionRewind,
+    SESSION_BRANCH: SessionBranch,
     SUBAGENT_START: SubagentStart,
     SUBAGENT_END: SubagentEnd,
     PERMISSION_REQUEST: PermissionRequest,

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from . import children
+from .branching import branches_problem, live_branches
 from .catalog import Catalog
 from .contract import check_session_id
 from .crypto import (
@@ -51,6 +52,10 @@ class KeyHost(children.ChildHost, Protocol):
     def _open_session(self, session_id: str) -> BaseSession: ...
 
     def _drop_cached(self, session_id: str) -> None: ...
+
+    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool: ...
+
+    def exists(self, session_id: str) -> bool: ...
 
 
 class KeyLifecycle:
@@ -149,6 +154,16 @@ class KeyLifecycle:
         """Shred the session, and with ``recursive`` its children first; returns the ids
         shredded (see :meth:`agentsession.store.BaseStore.shred`)."""
         self.required()
+        branches = live_branches(self._store, session_id)
+        if branches and not recursive:
+            raise UsageError(
+                branches_problem(session_id, branches, "shred(recursive=True) shreds")
+            )
+        shredded = [
+            shred_id
+            for branch in branches
+            for shred_id in self.shred(branch.id, recursive=True, keep_children=keep_children)
+        ]
         below = children.descendants(self._store, session_id)
         if recursive:
             # Deepest first: an interrupted run leaves every parent whose children are not all
@@ -167,7 +182,7 @@ class KeyLifecycle:
             order = [session_id]
         for target in order:
             self.shred_one(target)
-        return order
+        return shredded + order
 
     def shred_one(self, session_id: str) -> None:
         """Shred one session, whatever its children: the notice, the entries beside its log,

@@ -45,6 +45,7 @@ __all__ = [
     "Plan",
     "Quarantine",
     "Read",
+    "ReadOrigin",
     "Refresh",
     "SyncLog",
     "adrive",
@@ -70,6 +71,8 @@ class SyncLog(Protocol):
     def _storage_refresh(self) -> list[Event] | Reopen: ...
 
     def _storage_read(self, after: int, limit: int | None) -> list[Event]: ...
+
+    def _origin_read(self, origin: str, after: int, count: int) -> list[Event]: ...
 
     def _quarantine_unsealed(self, event: Event, reason: str) -> bool: ...
 
@@ -212,6 +215,21 @@ class Read(Op):
             result = await native.read(self.after, self.limit)
             if result is not NotImplemented:
                 return result
+        return self.run(log)
+
+
+class ReadOrigin(Op):
+    """A branch's shared history: session ``origin``'s events with ``seq > after``, ``count``
+    of them (the origin reads them, with its own key)."""
+
+    origin: str
+    after: int
+    count: int
+
+    def run(self, log: SyncLog) -> list[Event]:
+        return log._origin_read(self.origin, self.after, self.count)
+
+    async def arun(self, log: SyncLog, native: AsyncLog | None) -> Any:
         return self.run(log)
 
 

@@ -26,21 +26,25 @@ The rules (``docs/rewind.md``):
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from .branching import BranchRef, add_branch
 from .contract import Session
 from .derive import live_events
-from .errors import ConflictError, UsageError
+from .errors import ConflictError, DuplicateSession, UsageError
 from .events import (
     COMPACTION,
     FORMAT_REVISION,
+    SESSION_BRANCH,
     SESSION_RECOVERY,
     SESSION_REWIND,
     TURN_END,
     TURN_START,
     USER_MESSAGE,
     Event,
+    SessionBranch,
     SessionRecovery,
     SessionRewind,
 )
@@ -51,10 +55,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REWIND_KINDS",
+    "BranchStore",
     "RewindSession",
     "TurnSpan",
     "plan_rewind",
     "again",
+    "branch",
     "rewind",
     "turn_spans",
 ]
@@ -157,6 +163,7 @@ def plan_rewind(
     before_turn: int | None = None,
     holds_lock: bool = False,
     session_id: str = "",
+    branching: bool = False,
 ) -> tuple[int, TurnSpan | None]:
     """Where a rewind of the log ``events`` (every event, in seq order) goes: the seq whose
     history it restores, and the turn it goes back before (``before_turn``, for retry and
@@ -165,17 +172,19 @@ def plan_rewind(
     history up to that turn's end) and ``before_turn`` (a seq inside a turn: the history
     before it). Raises :class:`~agentsession.errors.UsageError` for a point that is not in
     the log, one before the latest compaction marker, or while a turn runs that the caller
-    does not hold the lock of."""
+    does not hold the lock of. ``branching``: where a branch starts, which may be before the
+    latest compaction and inside a running turn (moved to before it)."""
     given = [
         name
         for name, value in (("to_seq", to_seq), ("to_turn", to_turn), ("before_turn", before_turn))
         if value is not None
     ]
     if len(given) != 1:
-        raise UsageError("give exactly one of to_seq and to_turn")
+        names = "at_seq and at_turn" if branching else "to_seq and to_turn"
+        raise UsageError(f"give exactly one of {names}")
     latest = events[-1].seq if events else 0
     who = f"session {session_id!r}"
-    running = _running(events)
+    running = None if branching else _running(events)
     if running is not None and not holds_lock:
         raise UsageError(
             f"{who} has a turn running (from seq {running.start}): rewind it under the "
@@ -207,7 +216,7 @@ def plan_rewind(
             target, span = span.end, None
         else:
             target = span.start - 1
-    floor = max((e.seq for e in events if e.type == COMPACTION), default=0)
+    floor = 0 if branching else max((e.seq for e in events if e.type == COMPACTION), default=0)
     if target < floor:
         raise UsageError(
             f"{who}: seq {target} is before the compaction marker at seq {floor}; a rewind "
@@ -352,3 +361,61 @@ def again(
     turn._before_start = before
     turn._after_start = after
     return turn
+
+
+class BranchStore(Protocol):
+    """What making a branch needs of a store (a :class:`~agentsession.BaseStore`)."""
+
+    def get(self, session_id: str) -> Any:
+        """The session with this id."""
+
+    def exists(self, session_id: str) -> bool:
+        """Whether it has events."""
+
+    def _meta_get(self, kind: str, key: str) -> str | None:
+        """A meta value."""
+
+    def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        """A meta compare-and-set."""
+
+
+def branch(
+    session: RewindSession,
+    store: BranchStore,
+    *,
+    at_turn: int | str | None,
+    at_seq: int | None,
+    branch_id: str | None,
+) -> Any:
+    """``session.branch``: see :meth:`agentsession.BaseSession.branch`."""
+    events = session.read()
+    if not events:
+        raise UsageError(f"session {session.id!r} is empty: there is nothing to branch from")
+    if at_turn is None and at_seq is None:
+        at_seq = events[-1].seq  # the head (before a turn still running)
+    point, _ = plan_rewind(
+        events, to_seq=at_seq, to_turn=at_turn, session_id=session.id, branching=True
+    )
+    if branch_id is None:
+        branch_id = f"{session.id}~{uuid.uuid4().hex[:12]}"
+    elif not isinstance(branch_id, str) or not branch_id:
+        raise UsageError(f"a branch id is a non-empty string, not {branch_id!r}")
+    if branch_id == session.id:
+        raise UsageError("a branch needs an id of its own")
+    target = store.get(branch_id)
+    ref = BranchRef(branch_id, point)
+    # Listed first: a branch is never unlisted (an entry whose marker was not written is
+    # dropped when the list is read).
+    add_branch(store._meta_get, store._meta_cas, session.id, ref)
+    marker = Event.new(
+        SESSION_BRANCH,
+        SessionBranch(origin=session.id, origin_seq=point, min_revision=FORMAT_REVISION),
+    )
+    try:
+        target.append_many([marker], expect_seq=0)
+    except ConflictError:
+        raise DuplicateSession(
+            f"session {branch_id!r} exists already: a branch needs a new id"
+        ) from None
+    target._load()  # reads its marker: from now on it is the branch
+    return target

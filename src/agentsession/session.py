@@ -41,6 +41,8 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from . import _trace, children
+from .branching import BranchRef, ShiftedLog
+from .branching import live_branches as _live_branches
 from .core import (
     _ID_LIMIT,
     _RETRYABLE,
@@ -55,7 +57,7 @@ from .core import (
 )
 from .crypto import is_sealed
 from .derive import Deriver, IndexedMessage
-from .errors import StorageError, UsageError
+from .errors import CorruptLogError, StorageError, UsageError
 from .events import COMPACTION, USER_MESSAGE, Event, new_event_id
 from .fencing import Lease
 from .fencing import leases_here as _leases_here
@@ -67,6 +69,7 @@ from .messages import Message
 from .ops import Plan, drive
 from .recorder import Turn
 from .rewind import again as _again
+from .rewind import branch as _branch
 from .rewind import rewind as _rewind
 from .storage import LogStorage, Reopen
 
@@ -168,6 +171,36 @@ class BaseSession(SessionCore):
         if self._log is not None:
             self._log.after_fork()
 
+    def _shift_log(self, base: int) -> None:
+        """Compose the log storage for a branch whose shared history ends at ``base`` (0: not
+        a branch): :class:`~agentsession.branching.ShiftedLog` around the backend's."""
+        log = self._log
+        inner = log.inner if isinstance(log, ShiftedLog) else log
+        if inner is None:
+            if base:
+                raise UsageError(
+                    f"{type(self).__name__} stores without a log storage: it cannot hold a "
+                    "branch"
+                )
+            return
+        self._log = ShiftedLog(inner, base) if base else inner
+
+    def _origin_read(self, origin: str, after: int, count: int) -> list[Event]:
+        """A branch's shared history: ``count`` events of ``origin`` after seq ``after``, as
+        the origin reads them (its key, its own shared history when it is a branch too)."""
+        if origin == self._id:
+            raise CorruptLogError(
+                f"session {self._id!r} names itself as its branch origin", session_id=self._id
+            )
+        events: list[Event] = self._store.get(origin).read(after, count)
+        if len(events) != count or (events and events[-1].seq != after + count):
+            raise CorruptLogError(
+                f"session {self._id!r} is a branch of {origin!r} up to seq {self._base}, "
+                f"whose events {after + 1}..{after + count} are gone (deleted or replaced)",
+                session_id=self._id,
+            )
+        return events
+
     def _required_log(self) -> LogStorage:
         log = self._log
         if log is None:
@@ -231,7 +264,9 @@ class BaseSession(SessionCore):
         caught up with other writers: the full window is loaded and is the whole log, or the
         history of this agent filter was derived before. Read it holding :attr:`state_lock`,
         or as a hint."""
-        return self._full and (self._window_start == 1 or (agent or None) in self._derivers)
+        return self._full and (
+            (self._window_start == 1 and not self._base) or (agent or None) in self._derivers
+        )
 
     # -- drivers --------------------------------------------------------------------------
 
@@ -593,6 +628,39 @@ class BaseSession(SessionCore):
     def _holds_lock(self) -> bool:
         """Whether the caller holds this session's turn lock (no I/O)."""
         return self._store.holds_lock(self._id)
+
+    @property
+    def origin(self) -> BranchRef | None:
+        """For a branch: the session it branched from and the seq its history shares up to
+        (``BranchRef(id, seq)``); None for a session that is not a branch. No I/O."""
+        origin = self._origin
+        return None if origin is None else BranchRef(origin, self._base)
+
+    def branch(
+        self,
+        *,
+        at_turn: int | str | None = None,
+        at_seq: int | None = None,
+        id: str | None = None,
+    ) -> BaseSession:
+        """A new session whose history starts with this one's as it stood right after
+        ``at_seq`` (moved to before the turn it falls inside), or after the end of turn
+        ``at_turn`` (its turn id, or a seq inside it), or at the head when neither is given;
+        nothing is copied: the branch stores one ``session/branch`` marker and reads the
+        shared part from this session, then diverges with its own appends. Its seqs go on
+        from the point (the marker is at ``point + 1``). ``id``: the branch's id (default:
+        this id, ``~`` and 12 hex digits); an id that exists raises
+        :class:`~agentsession.errors.DuplicateSession`. Listed by :meth:`branches`; its
+        :attr:`origin` names this session and the point. See :mod:`agentsession.branching`."""
+        made: BaseSession = _branch(
+            self, self._store, at_turn=at_turn, at_seq=at_seq, branch_id=id
+        )
+        return made
+
+    def branches(self) -> list[BranchRef]:
+        """The branches of this session that exist, in the order they were made, each as
+        ``BranchRef(id, seq)`` (``seq``: where its history leaves this one's)."""
+        return _live_branches(self._store, self._id)
 
     def pending(
         self, lease: Lease, *, retry_unfinished: bool = False

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from . import _trace, children
+from .branching import BRANCHES_KIND, branches_problem, live_branches, remove_branch
 from .catalog import Catalog, MetaStorage, StoreParts, meta_update
 from .codec import utcnow
 from .contract import (
@@ -74,6 +75,7 @@ SESSION_META_KINDS: tuple[str, ...] = (
     children.RECORD_KIND,
     children.CHILDREN_KIND,
     "adk-snapshot",
+    BRANCHES_KIND,
 )
 """Meta namespaces keyed by session id, whose entries are deleted with their session (the chat
 layer's agent binding lives in ``bind``; an encrypted store's session keys in
@@ -522,6 +524,11 @@ class BaseStore:
         """
         self._check_open()
         sid = check_session_id(session_id)
+        branches = live_branches(self, sid)
+        if branches and not recursive:
+            raise UsageError(branches_problem(sid, branches, "delete(recursive=True) deletes"))
+        for branch in branches:
+            self.delete(branch.id, recursive=True)
         if recursive:
             # Shredded children too: a shredded parent's index keeps its children's ids.
             for child in children.children_of(self, sid):
@@ -540,6 +547,9 @@ class BaseStore:
         probe: BaseSession | None = None
         try:
             probe = self._open_session(session_id)
+            origin = probe.origin
+            if origin is not None:
+                remove_branch(self._meta_get, self._meta_cas, origin.id, session_id)
             children.forget(self, probe)
         except SessionError:
             pass

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from .. import _trace
+from ..branching import BranchRef
 from ..children import DEFAULT_MERGE_LOCK_TIMEOUT, SessionRecord
 from ..context import turn_id, with_turn_id
 from ..derive import IndexedMessage
@@ -344,6 +345,28 @@ class AsyncSession:
         """Edit an earlier message: ``async with session.edit(seq, "...") as turn:``
         (:meth:`agentsession.BaseSession.edit`)."""
         return AsyncTurn(self, self._sync.edit(turn_seq, new_message, agent=agent))
+
+    @property
+    def origin(self) -> BranchRef | None:
+        """For a branch: the session it branched from and the seq (no I/O;
+        :attr:`agentsession.BaseSession.origin`)."""
+        return self._sync.origin
+
+    async def branch(
+        self,
+        *,
+        at_turn: int | str | None = None,
+        at_seq: int | None = None,
+        id: str | None = None,
+    ) -> AsyncSession:
+        """A new session sharing this one's history up to a point, without copying it
+        (:meth:`agentsession.BaseSession.branch`)."""
+        fn = functools.partial(self._sync.branch, at_turn=at_turn, at_seq=at_seq, id=id)
+        return self._store._wrap(await self._call("branch", fn, "hooks"))
+
+    async def branches(self) -> list[BranchRef]:
+        """This session's branches (:meth:`agentsession.BaseSession.branches`)."""
+        return await self._call("branches", self._sync.branches, "read")
 
     async def prune(self, max_messages: int, agent: str | None = None) -> int | None:
         """Cap the history at ``max_messages`` derived messages
