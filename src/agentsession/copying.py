@@ -35,6 +35,7 @@ from typing import Final
 
 import msgspec
 
+from .branching import BRANCHES_KIND, branch_refs
 from .children import (
     CHILDREN_KIND,
     RECORD_KIND,
@@ -227,6 +228,7 @@ class _Copier:
                 "it cannot be copied"
             )
         entries = self._source_entries(set(wanted), shredded)
+        wanted = self._origins_first(wanted)
         by_session: dict[str, list[_Entry]] = {}
         store_wide: list[_Entry] = []
         wanted_set = set(wanted)
@@ -272,6 +274,34 @@ class _Copier:
             meta_kept=self.meta_kept,
         )
 
+    def _origins_first(self, wanted: Sequence[str]) -> list[str]:
+        """``wanted`` with every branch after its origin (a branch reads its shared history
+        from its origin, in the destination too); :class:`UsageError` for a branch whose
+        origin is neither copied nor in the destination."""
+        origin_of = {
+            ref.id: origin
+            for _, origin, raw in self.src._meta_list(BRANCHES_KIND)
+            for ref in branch_refs(raw)
+        }
+        chosen = set(wanted)
+        for sid in wanted:
+            origin = origin_of.get(sid)
+            if origin is not None and origin not in chosen and not self.dst.exists(origin):
+                raise UsageError(
+                    f"session {sid!r} is a branch of {origin!r}, which is neither copied nor "
+                    f"in {self.dst.location}: copy it too (the branch reads its history from "
+                    "it)"
+                )
+
+        def depth(sid: str) -> int:
+            seen = 0
+            while sid in origin_of and seen < len(origin_of):
+                sid = origin_of[sid]
+                seen += 1
+            return seen
+
+        return sorted(wanted, key=depth)
+
     def _copy_shreddable(self, sid: str, present: bool) -> str:
         """:meth:`_copy_session`, or ``shredded`` when a whole-store copy meets a session whose
         shredding was interrupted (the notice is in its log, its key not yet destroyed)."""
@@ -301,11 +331,23 @@ class _Copier:
             if have > total:
                 raise self._not_a_copy(sid, have)
             after = 0
+            origin = reader.origin
+            fresh_copy = not have
+            if origin is not None:
+                # A branch is copied as one: its marker first (the destination's session
+                # becomes the branch), then its own events; the shared part stays its origin's.
+                after = origin.seq
+                if not have:
+                    marker = reader.read(after=after, limit=1)
+                    writer.append_many(marker, expect_seq=0)
+                    writer._load()
+                    self.events += 1
+                    have = writer.latest_seq
             while after < total:
                 batch = reader.read(after=after, limit=BATCH)
                 if not batch:
                     break
-                for offset, event in enumerate(batch, after + 1):
+                for offset, event in enumerate(batch, after + 1):  # (a branch: from its marker)
                     if event.seq != offset:
                         raise SessionError(
                             f"session {sid!r} in {src.location} has no event at seq {offset} "
@@ -334,7 +376,7 @@ class _Copier:
         info = self.infos.get(sid)
         if info is not None and info.updated_at is not None:
             dst._catalog.set_last_activity(sid, info.updated_at)
-        if have == 0:
+        if fresh_copy:
             return "copied"
         return "skipped" if have == total else "completed"
 
