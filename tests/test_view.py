@@ -368,6 +368,7 @@ def test_rows_encode_as_json_tagged_by_kind() -> None:
         "depth": 0,
         "agent": "coder",
         "time": "2026-01-02T03:04:05Z",
+        "rewound": False,
         "user": "U1",
     }
     decoded = msgspec.json.decode(msgspec.json.encode(rows), type=list[view.AnyRow])
@@ -384,9 +385,9 @@ def row_classes() -> list[type[Row]]:
 
 def test_every_row_class_has_its_kind_as_its_json_tag_and_a_docstring() -> None:
     classes = row_classes()
-    assert len(classes) == 21
+    assert len(classes) == 22
     kinds = [cls.kind for cls in classes if cls is not Row]
-    assert len(set(kinds)) == len(kinds) == 20
+    assert len(set(kinds)) == len(kinds) == 21
     for cls in classes:
         assert (cls.__doc__ or "").strip(), cls
         if cls is not Row:

@@ -6,6 +6,11 @@ only decides how rows look; what an event *means* for a person reading the sessi
 here once. Rows are frozen :mod:`msgspec` structs tagged by ``kind``, so
 ``msgspec.json.encode(rows)`` gives each as an object with a ``"kind"`` key.
 
+A log with ``session/rewind`` markers (``session.rewind``, ``retry``, ``edit``) keeps every
+event: each marker becomes a :class:`RewindRow`, and every row whose event the derived history
+no longer holds (:func:`agentsession.derive.live_events`) has ``rewound`` set, so a renderer
+can grey it out without hiding it.
+
 Long texts (message text, tool-call arguments, tool results, summaries, unknown payloads) are
 cut to :data:`PREVIEW_CHARS` characters ending in ``…`` and a message's thinking is folded to a
 short marker, unless ``full=True``. Texts keep their newlines: putting a row on one line is the
@@ -14,6 +19,7 @@ renderer's business.
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final, TypeAlias
@@ -22,6 +28,8 @@ import msgspec
 
 from .. import events as ev
 from ..codec import encode
+from ..derive import live_events, rewind_target
+from ..errors import NewerFormat
 from ..events import Event
 from ..messages import Message, RefusalPart, ThinkingPart, ToolCall, ToolResult
 
@@ -36,6 +44,7 @@ __all__ = [
     "ForkRow",
     "MergeRow",
     "RecoveryRow",
+    "RewindRow",
     "Row",
     "RunFinishRow",
     "SkillLoadRow",
@@ -90,6 +99,11 @@ class Row(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     """The event's agent (may be empty)."""
     time: _dt.datetime | None = None
     """When the event was appended (UTC), when known."""
+    rewound: bool = False
+    """True when a later ``session/rewind`` took the event out of the derived history (it
+    is not among :func:`agentsession.derive.live_events`; for a :class:`RewindRow`, when a
+    later rewind went back past the marker, undoing it): the model no longer sees it, but
+    the log keeps it, so renderers show it muted rather than hide it."""
 
 
 class TurnStartRow(Row, frozen=True, kw_only=True, tag="turn_start"):
@@ -274,6 +288,21 @@ class RecoveryRow(Row, frozen=True, kw_only=True, tag="recovery"):
     """Why the repair was needed."""
 
 
+class RewindRow(Row, frozen=True, kw_only=True, tag="rewind"):
+    """``session/rewind``: the history went back to the one that stood right after seq
+    ``to_seq``; the events between that seq and this marker stay in the log, marked
+    ``rewound``."""
+
+    kind: ClassVar[str] = "rewind"
+    rewind_kind: str = "rewind"
+    """What asked for it: ``rewind``, ``retry``, ``edit``, ``openai.pop`` or ``adk.rewind``
+    (:data:`agentsession.rewind.REWIND_KINDS`)."""
+    to_seq: int = 0
+    """The seq the history went back to: it is as it stood right after that event."""
+    reason: str = ""
+    """Why, as the caller put it (a preview unless ``full``); "" when none was given."""
+
+
 class SubagentStartRow(Row, frozen=True, kw_only=True, tag="subagent_start"):
     """``subagent/start``: work was delegated to a subagent."""
 
@@ -420,6 +449,7 @@ AnyRow: TypeAlias = (
     | TodoRow
     | CompactionRow
     | RecoveryRow
+    | RewindRow
     | SubagentStartRow
     | SubagentEndRow
     | ForkRow
@@ -606,6 +636,15 @@ def _row(event: Event, nest: _Nesting, full: bool) -> Row:
             reason=record.reason,
             **base,
         )
+    if kind == ev.SESSION_REWIND:
+        marker = event.decode(ev.SessionRewind)
+        return RewindRow(
+            depth=depth,
+            rewind_kind=marker.kind,
+            to_seq=marker.to_seq,
+            reason=_preview(marker.reason, full),
+            **base,
+        )
     if kind == ev.SUBAGENT_START:
         sub = event.decode(ev.SubagentStart)
         return SubagentStartRow(
@@ -696,12 +735,52 @@ def _event_row(event: Event, depth: int, full: bool) -> EventRow:
     )
 
 
+def _rewound_seqs(events: Sequence[Event]) -> frozenset[int]:
+    """The seqs of ``events`` (in seq order) whose rows are marked ``rewound``: the events
+    other than markers that :func:`~agentsession.derive.live_events` leaves out, and the
+    markers that a later rewind undid. Empty for a log without markers, and for one whose
+    markers a newer format revision wrote (whose meaning this version does not know)."""
+    markers = [event for event in events if event.type == ev.SESSION_REWIND]
+    if not markers:
+        return frozenset()
+    try:
+        live = {event.seq for event in live_events(events)}
+        targets = {event.seq: rewind_target(event) for event in markers}
+    except NewerFormat:
+        return frozenset()
+    # The history's path, walked back from the log's end: a marker in effect is passed through
+    # and jumps to the event it went back to, skipping the markers in between (undone).
+    seqs = [event.seq for event in events]
+    first = seqs[0]
+    in_effect: set[int] = set()
+    index = len(events) - 1
+    while index >= 0:
+        seq = seqs[index]
+        if seq not in targets:
+            index -= 1
+            continue
+        in_effect.add(seq)
+        target = targets[seq]
+        if target is None:  # a marker that names no earlier seq changes nothing
+            index -= 1
+        else:
+            index = bisect.bisect_right(seqs, target) - 1 if target >= first else -1
+    return frozenset(
+        event.seq
+        for event in events
+        if (event.seq not in in_effect if event.seq in targets else event.seq not in live)
+    )
+
+
 def transcript_rows(events: Sequence[Event], *, full: bool = False) -> list[Row]:
     """One row per event of ``events`` (a log in seq order), for a person reading the session.
 
     Turn and step markers set the nesting that every row's ``depth`` reports; a ``turn/end``
     row totals the ``usage`` rows since its turn began. Long texts are previews and thinking is
-    folded unless ``full``. Never raises for stored data: an event whose payload does not
+    folded unless ``full``. A ``session/rewind`` marker is a :class:`RewindRow`, and the rows
+    of the events a rewind took out of the history (and of the markers a later rewind undid)
+    have ``rewound`` set, as ``events`` tells it: for the tail of a log, as it stood at the
+    tail's last event. Never raises for stored data: an event whose payload does not
     decode as its type's becomes an :class:`EventRow` carrying the raw JSON, and still nests
     by its type (a broken ``step/start`` opens a step, a broken ``turn/end`` closes its turn).
     """
@@ -719,4 +798,10 @@ def transcript_rows(events: Sequence[Event], *, full: bool = False) -> list[Row]
             rows.append(_event_row(event, nest.depth, full))
             if event.type == ev.STEP_START:
                 nest.step = True
+    rewound = _rewound_seqs(events)
+    if rewound:
+        rows = [
+            msgspec.structs.replace(row, rewound=True) if row.seq in rewound else row
+            for row in rows
+        ]
     return rows
