@@ -3,13 +3,20 @@ every row whose event a rewind took out of the history is marked ``rewound`` (ne
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import msgspec
 import pytest
+from click.testing import CliRunner
 
 import agentsession as ags
 from agentsession import Message
+from agentsession.cli import _output as cli_output
+from agentsession.cli import cli
+from agentsession.cli.transcript import REWOUND_MARK
 from agentsession.derive import live_events
 from agentsession.events import SESSION_REWIND, Event, SessionRewind
 from agentsession.view import AnyRow, EventRow, RewindRow, Row, transcript_rows
@@ -194,3 +201,66 @@ def test_rewind_rows_encode_and_decode(session: ags.BaseSession) -> None:
     assert transcript_rows(session.read(), full=True)[-1] == msgspec.structs.replace(
         rows[-1], reason="x" * 400
     )
+
+
+# -- agentsession show -------------------------------------------------------------------------
+
+
+def show(url: str, *args: str, env: dict[str, str] | None = None) -> str:
+    result = CliRunner().invoke(
+        cli, ["--store", url, "show", *args], env={"COLUMNS": "200", **(env or {})}
+    )
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def retried_store(tmp_path: Path) -> str:
+    """A JSONL store whose session ``c`` has three turns, a rewind to the end of the first
+    (seq 13, to 8) and a retry of the second (seq 14, to 4) with its new turn (15-18)."""
+    url = str(tmp_path / "store")
+    with ags.open_store(url) as store:
+        session = store.get("c")
+        users = three_turns(session)
+        session.rewind(to_turn=users[1], reason="wrong path")
+        with session.retry() as turn:
+            turn.assistant("a1 again")
+    return url
+
+
+def test_show_marks_rewound_rows_and_says_where_the_history_went(tmp_path: Path) -> None:
+    url = retried_store(tmp_path)
+    out = show(url, "c").splitlines()
+    lines = {int(line[:5]): line[6:] for line in out if line[:5].strip().isdigit()}
+    assert sorted(lines) == list(range(1, 19))
+    marked = [seq for seq, line in lines.items() if line.startswith(f"{REWOUND_MARK} ")]
+    assert marked == [*range(5, 14)]
+    assert lines[6] == f"{REWOUND_MARK} │ user: q1"
+    assert lines[13].startswith(f"{REWOUND_MARK}  REWIND  rewind: history back to seq 8 ")
+    assert "(undone by a later rewind) · wrong path" in lines[13]
+    assert lines[14].startswith(" REWIND  retry: history back to seq 4 ")
+    assert lines[17] == "│ assistant: a1 again"
+    rows = [json.loads(line) for line in show(url, "c", "--json", "--rows").splitlines()]
+    assert [row["seq"] for row in rows if row["rewound"]] == [*range(5, 14)]
+    assert rows[13]["kind"] == "rewind" and rows[13]["rewind_kind"] == "retry"
+
+
+def test_show_dims_rewound_rows_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = retried_store(tmp_path)
+    monkeypatch.setattr(cli_output, "is_terminal", lambda stream: True)
+    out = show(url, "c", env={"FORCE_COLOR": "1"})
+    gutter = re.compile(r"^\x1b\[2m +(\d+)\x1b\[0m\x1b\[2m \x1b\[0m")
+    bodies = {}
+    for line in out.splitlines():
+        if found := gutter.match(line):
+            bodies[int(found[1])] = line[found.end() :]
+    assert sorted(bodies) == list(range(1, 19))
+    for seq, body in bodies.items():
+        styles = [s.split(";") for s in re.findall(r"\x1b\[([0-9;]*)m", body) if s != "0"]
+        if 5 <= seq <= 13:  # faint (SGR 2) throughout, after the mark
+            assert body.startswith(f"\x1b[2m{REWOUND_MARK} "), body
+            assert styles and all("2" in style for style in styles), body
+        else:
+            assert REWOUND_MARK not in body.split("marked")[0], body
+            assert not any("2" in style for style in styles), body

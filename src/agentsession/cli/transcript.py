@@ -175,43 +175,64 @@ def _transcript(
         yield "", _forked_line(rows[0], rows)
     for row in rows:
         seq = f"{row.seq:>5}"
-        indent = "│ " * row.depth
-        who = f" [dim]({_n(row.agent)})[/]" if row.agent else ""
         if isinstance(row, view.TurnStartRow):
-            user = f" · user {_n(row.user)}" if row.user else ""
             yield "", ""
-            yield seq, f"[bold cyan]┌─ turn[/]{who}{user} · {_when(row.time)}"
-        elif isinstance(row, view.TurnEndRow):
-            tokens = (row.input_tokens, row.output_tokens)
-            usage = f" · {tokens[0]} in / {tokens[1]} out tokens" if any(tokens) else ""
-            error = ""
-            if row.error_type or row.error_message:
-                failure = _e(f"{row.error_type} {row.error_message}".strip())
-                error = f" · [bold red]failed: {failure}[/]"
-            steps = f"{row.steps} step" + ("" if row.steps == 1 else "s")
-            yield seq, f"[bold cyan]└─ end of turn[/] · {steps}{usage}{error}"
-        elif isinstance(row, view.StepStartRow):
-            yield seq, f"{indent}[cyan]┌ step {row.step}[/]"
-        elif isinstance(row, view.StepEndRow):
-            yield seq, f"{indent}[cyan]└ end of step {row.step}[/]"
-        elif isinstance(row, view.RecoveryRow):
-            closed = f"closed step {row.closed_step}" if row.closed_step >= 0 else "no open step"
-            yield (
-                seq,
-                f"[bold white on red] RECOVERY [/] the turn from seq {row.turn_start_seq} "
-                f"was cut off: {row.orphan_results} tool call(s) answered as interrupted, "
-                f"{closed}",
-            )
-        elif isinstance(row, view.CompactionRow):
-            summary = _short(row.summary, limit) if row.summary else "(prune, no summary)"
-            yield (
-                seq,
-                f"[bold black on yellow] COMPACTION [/] {_n(row.compaction_kind)}: history "
-                f"before seq {row.first_kept_seq} replaced; {row.kept_messages} messages kept"
-                f" · {_e(summary)}",
-            )
-        else:
-            yield seq, f"{indent}{_row_markup(row, limit)}"
+        body = _line_markup(row, limit)
+        if row.rewound:
+            # Out of the history since a rewind, still in the log: muted, and marked for
+            # output without colour.
+            body = f"[dim]{REWOUND_MARK} {body}[/dim]"
+        yield seq, body
+
+
+REWOUND_MARK = "↶"
+"""What ``show`` puts before a row whose event a rewind took out of the history (the row is
+also dim on a terminal)."""
+
+
+def _line_markup(row: view.Row, limit: int) -> str:
+    """The Rich markup of one transcript row after its seq: the turn and step frames, the
+    banners, and :func:`_row_markup` indented by the row's depth."""
+    indent = "│ " * row.depth
+    who = f" [dim]({_n(row.agent)})[/]" if row.agent else ""
+    if isinstance(row, view.TurnStartRow):
+        user = f" · user {_n(row.user)}" if row.user else ""
+        return f"[bold cyan]┌─ turn[/]{who}{user} · {_when(row.time)}"
+    if isinstance(row, view.TurnEndRow):
+        tokens = (row.input_tokens, row.output_tokens)
+        usage = f" · {tokens[0]} in / {tokens[1]} out tokens" if any(tokens) else ""
+        error = ""
+        if row.error_type or row.error_message:
+            failure = _e(f"{row.error_type} {row.error_message}".strip())
+            error = f" · [bold red]failed: {failure}[/]"
+        steps = f"{row.steps} step" + ("" if row.steps == 1 else "s")
+        return f"[bold cyan]└─ end of turn[/] · {steps}{usage}{error}"
+    if isinstance(row, view.StepStartRow):
+        return f"{indent}[cyan]┌ step {row.step}[/]"
+    if isinstance(row, view.StepEndRow):
+        return f"{indent}[cyan]└ end of step {row.step}[/]"
+    if isinstance(row, view.RecoveryRow):
+        closed = f"closed step {row.closed_step}" if row.closed_step >= 0 else "no open step"
+        return (
+            f"[bold white on red] RECOVERY [/] the turn from seq {row.turn_start_seq} "
+            f"was cut off: {row.orphan_results} tool call(s) answered as interrupted, "
+            f"{closed}"
+        )
+    if isinstance(row, view.CompactionRow):
+        summary = _short(row.summary, limit) if row.summary else "(prune, no summary)"
+        return (
+            f"[bold black on yellow] COMPACTION [/] {_n(row.compaction_kind)}: history "
+            f"before seq {row.first_kept_seq} replaced; {row.kept_messages} messages kept"
+            f" · {_e(summary)}"
+        )
+    if isinstance(row, view.RewindRow):
+        reason = f" · {_e(_short(row.reason, limit))}" if row.reason else ""
+        undone = " (undone by a later rewind)" if row.rewound else ""
+        return (
+            f"{indent}[bold white on blue] REWIND [/] {_n(row.rewind_kind)}{who}: history back "
+            f"to seq {row.to_seq} (what followed it is marked {REWOUND_MARK}){undone}{reason}"
+        )
+    return f"{indent}{_row_markup(row, limit)}"
 
 
 def _print_transcript(pairs: Iterable[tuple[str, str]]) -> None:
