@@ -637,12 +637,12 @@ def _row(event: Event, nest: _Nesting, full: bool) -> Row:
             **base,
         )
     if kind == ev.SESSION_REWIND:
-        marker = event.decode(ev.SessionRewind)
+        back = event.decode(ev.SessionRewind)
         return RewindRow(
             depth=depth,
-            rewind_kind=marker.kind,
-            to_seq=marker.to_seq,
-            reason=_preview(marker.reason, full),
+            rewind_kind=back.kind,
+            to_seq=back.to_seq,
+            reason=_preview(back.reason, full),
             **base,
         )
     if kind == ev.SUBAGENT_START:
