@@ -1302,3 +1302,39 @@ def test_the_viewer_serves_a_read_only_store(how: str, backend: str) -> None:
             log_text = stop(process)
         assert "Traceback" not in log_text, log_text
         assert tree_snapshot(store_dir) == before
+
+
+def test_rewound_rows_are_marked_and_the_model_view_leaves_them_out(
+    client: TestClient, store: ags.BaseStore
+) -> None:
+    session = store.get("chat:rewound")
+    for i in range(3):  # turns at seqs 1-4, 5-8, 9-12
+        with session.turn(agent="coder") as turn:
+            turn.user(f"question {i}")
+            turn.assistant(f"answer {i}")
+    session.rewind(to_turn=6, reason="wrong path")  # 13: back to seq 8
+    with session.retry(agent="coder") as turn:  # 14: back to seq 4; the turn 15-18
+        turn.assistant("answer 1 again")
+    rows = get_json(client, "/api/session/rows", id="chat:rewound")["rows"]
+    assert strip_html(rows) == stored_rows(store, "chat:rewound")
+    assert [row["seq"] for row in rows if row["rewound"]] == [*range(5, 14)]
+    markers = [row for row in rows if row["kind"] == "rewind"]
+    assert [(m["seq"], m["rewind_kind"], m["to_seq"], m["reason"]) for m in markers] == [
+        (13, "rewind", 8, "wrong path"),
+        (14, "retry", 4, ""),
+    ]
+    # A page is marked as the log stood at its last event; the page greys earlier ones again.
+    first = get_json(client, "/api/session/rows", id="chat:rewound", limit=12)["rows"]
+    assert not any(row["rewound"] for row in first)
+    last = get_json(client, "/api/session/rows", id="chat:rewound", after=12, limit=6)["rows"]
+    assert [(row["seq"], row["rewound"]) for row in last[:2]] == [(13, True), (14, False)]
+    # What the model sees: the history after the rewinds, nothing of the rewound turns.
+    page = get_json(client, "/api/session/messages", id="chat:rewound")
+    assert [m["text"] for m in page["messages"]] == [
+        "question 0",
+        "answer 0",
+        "question 1",
+        "answer 1 again",
+    ]
+    stats = get_json(client, "/api/session/stats", id="chat:rewound")
+    assert len(stats["turns"]) == 4  # every turn ran, rewound or not

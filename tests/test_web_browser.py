@@ -441,3 +441,57 @@ def test_integration_records_are_hidden_behind_a_toggle(
     browser.get(base_url + "session?id=cli%3Ademo")
     wait(browser, loaded)
     assert not browser.find_element(By.ID, "integration").is_displayed()
+
+
+def test_rewound_rows_are_greyed_and_left_out_of_what_the_model_sees(
+    browser: WebDriver, base_url: str, store_dir: Path
+) -> None:
+    sid = "rw:retried"
+    store = ags.open_store(store_dir, create=False)
+    try:
+        session = store.get(sid)
+        for i in range(3):  # turns at seqs 1-4, 5-8, 9-12
+            with session.turn(agent="coder") as turn:
+                turn.user(f"question {i}")
+                turn.assistant(f"answer {i}")
+        session.rewind(to_turn=6, reason="wrong path")  # 13: back to seq 8
+        with session.retry(agent="coder") as turn:  # 14: back to seq 4; the turn 15-18
+            turn.assistant("answer 1 again")
+        browser.get(base_url + "session?id=" + quote(sid, safe=""))
+        wait(browser, lambda d: loaded(d) and "live" in d.find_element(By.ID, "live").text
+             and "connecting" not in d.find_element(By.ID, "live").text)
+
+        def greyed(d: WebDriver) -> list[int]:
+            found = d.execute_script(
+                "return [...document.querySelectorAll('#rows .rewound')]"
+                ".map(n => Number(n.id.slice(4)))"
+            )
+            return sorted(found)
+
+        assert greyed(browser) == [*range(5, 14)]
+        turn = browser.find_element(By.ID, "seq-5")
+        assert turn.tag_name == "details" and "rewound" in turn.text  # the turn's summary
+        assert float(turn.value_of_css_property("opacity")) < 1
+        row = browser.find_element(By.ID, "seq-6")
+        assert "question 1" in row.text and row.is_displayed()  # greyed, still readable
+        assert float(row.value_of_css_property("opacity")) == 1  # not greyed twice
+        marker = browser.find_element(By.CSS_SELECTOR, "#seq-14 .banner.rewind")
+        assert "REWIND" in marker.text and "retry" in marker.text
+        assert "history back to seq 4" in marker.text
+        assert "wrong path" in browser.find_element(By.ID, "seq-13").text
+        assert float(browser.find_element(By.ID, "seq-14").value_of_css_property("opacity")) == 1
+        shot(browser, "rewound-rows")
+        # A rewind appended now, to right after the first marker, undoes the retry: the page
+        # greys and brings back the rows it had shown.
+        session.rewind(to_seq=13)
+        wait(browser, lambda d: greyed(d) == [*range(9, 13), *range(14, 19)])
+        # What the model sees leaves every rewound row out.
+        browser.find_element(By.ID, "view-model").click()
+        wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#messages .msg")) == 4)
+        shown = browser.find_element(By.ID, "messages").text
+        assert "question 0" in shown and "answer 1" in shown
+        assert "question 2" not in shown and "answer 1 again" not in shown
+        browser.find_element(By.ID, "view-stored").click()
+    finally:
+        store.delete(sid)
+        store.close()

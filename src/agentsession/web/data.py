@@ -473,6 +473,9 @@ def rows_page(session: BaseSession, after: int = 0, limit: int = 200) -> dict[st
     :func:`agentsession.view.transcript_rows` gives for those events within the whole log
     (``full=True``: texts whole; the page folds them), as :func:`row_dicts`.
 
+    A row's ``rewound`` is as the log stood at the page's last event: a rewind in a later
+    page may take out (or bring back) rows of this one, which the page marks again.
+
     Returns ``{"rows", "after", "next_after", "latest_seq", "done"}``: ask for the next page
     with ``after=next_after``; ``done`` when the page reached the latest seq."""
     events = session.read(after=after, limit=limit)

@@ -436,6 +436,12 @@
             (row.closed_step >= 0 ? "closed step " + row.closed_step : "no open step") +
             (row.reason ? " · " + row.reason : ""));
           return c;
+        case "rewind":
+          c.className = "banner rewind";
+          append(c, el("span", "tag", "REWIND"), row.rewind_kind, who(row),
+            ": history back to seq " + row.to_seq + " (what followed it is greyed: out of the " +
+            "history the model sees, still in the log)" + (row.reason ? " · " + row.reason : ""));
+          return c;
         case "subagent_start":
           append(c, el("span", "label", "subagent " + row.subagent),
             "started" + (row.background ? " (in the background)" : "") + " in session ",
@@ -526,9 +532,58 @@
       button.setAttribute("aria-pressed", String(showing));
     }
 
+    // Rewinds: every row shown, in seq order, with the seq a rewind marker goes back to (null
+    // for any other event, -1 for a marker that names no earlier seq). A row is greyed
+    // ("rewound") when the history no longer holds its event, as the rows shown tell it: the
+    // server marks each row as of the last row of its page, and a later rewind greys (or, when
+    // it undoes one, brings back) rows shown before, so the page walks the path again.
+    const path = [];
+    let rewindPending = false;
+
+    function notePath(row, node) {
+      const marker = row.kind === "rewind";
+      const valid = marker && row.to_seq >= 0 && row.to_seq < row.seq;
+      path.push({ seq: row.seq, target: marker ? (valid ? row.to_seq : -1) : null });
+      if (row.rewound) node.classList.add("rewound");
+      if (marker && !rewindPending) {
+        rewindPending = true;
+        queueMicrotask(() => { rewindPending = false; markRewound(); });
+      }
+    }
+
+    // The rule of agentsession.derive.live_events, walked back from the last row shown: an
+    // event extends the history before it; a marker makes it the one right after its seq.
+    function markRewound() {
+      const kept = new Set();
+      let i = path.length - 1;
+      while (i >= 0) {
+        const { seq, target } = path[i];
+        kept.add(seq);
+        if (target === null || target < 0) { i -= 1; continue; }
+        let low = 0;
+        let high = i;  // the last index before i whose seq is at most target
+        while (low < high) {
+          const mid = (low + high) >> 1;
+          if (path[mid].seq <= target) low = mid + 1; else high = mid;
+        }
+        i = low - 1;
+      }
+      for (const { seq } of path) {
+        const node = document.getElementById("seq-" + seq);
+        if (node) node.classList.toggle("rewound", !kept.has(seq));
+      }
+    }
+
     function addRow(row) {
       pager.after = Math.max(pager.after, row.seq);
       noteRow(row);
+      const node = placeRow(row);
+      if (node) notePath(row, node);
+    }
+
+    // Puts the row on the page; returns its element (a turn's or step's block for their
+    // start).
+    function placeRow(row) {
       if (row.kind === "turn_start") {
         openStep = null;
         const details = el("details", "turn");
@@ -538,12 +593,12 @@
         const totals = el("span", "dim");
         append(summary, "turn", row.agent ? " (" + row.agent + ")" : "",
           row.user ? " · user " + row.user : "", " · " + fmtTime(row.time) + " · seq " + row.seq, " ",
-          totals);
+          totals, el("span", "rewound-note", " · rewound: out of the history"));
         const body = el("div", "body");
         append(details, summary, body);
         rowsBox.appendChild(details);
         openTurn = { details, body, totals };
-        return;
+        return details;
       }
       if (row.kind === "step_start") {
         const parent = openTurn ? openTurn.body : rowsBox;
@@ -556,7 +611,7 @@
         append(details, summary, body);
         parent.appendChild(details);
         openStep = { details, body, hint, hints: [] };
-        return;
+        return details;
       }
       if (row.kind === "step_end") {
         const box = rowBox(row, el("span", "dim", "end of step " + row.step));
@@ -566,7 +621,7 @@
         } else {
           containerFor(row).appendChild(box);
         }
-        return;
+        return box;
       }
       if (row.kind === "turn_end") {
         openStep = null;
@@ -585,7 +640,7 @@
         } else {
           rowsBox.appendChild(box);
         }
-        return;
+        return box;
       }
       const target = containerFor(row);
       if (row.kind === "tool_result" && calls.has(row.call_id)) {
@@ -604,11 +659,13 @@
           const ms = new Date(row.time) - new Date(begin);
           if (ms >= 0) call.took.textContent = "took " + fmtMs(ms);
         }
-        call.results.appendChild(rowBox(row, resultContent(row)));
-        return;
+        const box = rowBox(row, resultContent(row));
+        call.results.appendChild(box);
+        return box;
       }
       const content = row.kind === "tool_result" ? resultContent(row) : rowContent(row);
-      target.appendChild(rowBox(row, content));
+      const box = rowBox(row, content);
+      target.appendChild(box);
       if (openStep && target === openStep.body) {
         if (row.kind === "assistant_message") {
           for (const call of row.tool_calls || []) stepHint(openStep, "→ " + call.name);
@@ -619,6 +676,7 @@
           stepHint(openStep, fmtNum(row.input_tokens) + " in / " + fmtNum(row.output_tokens) + " out");
         }
       }
+      return box;
     }
 
     function updateProgress() {
@@ -947,6 +1005,7 @@
       openStep = null;
       calls.clear();
       started.clear();
+      path.length = 0;
       rowsBox.replaceChildren();
       rowsBox.classList.remove("typed");
       integrationRows = 0;
