@@ -264,3 +264,16 @@ def test_show_dims_rewound_rows_on_a_terminal(
         else:
             assert REWOUND_MARK not in body.split("marked")[0], body
             assert not any("2" in style for style in styles), body
+
+
+def test_a_bad_marker_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+    events = numbered(
+        ("user/message", Message.user("a")),
+        (SESSION_REWIND, SessionRewind(to_seq=7)),
+    )
+    with caplog.at_level("WARNING"):
+        rows = transcript_rows(events)
+    assert rewound(rows) == []
+    assert [r.getMessage() for r in caplog.records if "to_seq 7" in r.getMessage()] == [
+        "ignored the rewind marker at seq 2: to_seq 7 is not an earlier seq"
+    ]

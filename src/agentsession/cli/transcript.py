@@ -287,7 +287,9 @@ def show_command(state: State, session_id: str, full: bool, as_json: bool, rows:
     """Show a session's transcript, grouped by turn and step.
 
     A child session (forked for a subagent) starts with the parent and the parent's seq it
-    was forked at; in a parent, the subagent lines name the child session, to show next."""
+    was forked at; in a parent, the subagent lines name the child session, to show next.
+    Rows a rewind (or retry, or edit) took out of the history stay, dim and after a ↶; each
+    rewind is a REWIND line naming the seq the history went back to."""
     if rows and not as_json:
         raise UsageError("--rows goes with --json (it chooses what --json prints)")
     session = state.existing(session_id, read_only=True)

@@ -28,7 +28,7 @@ import msgspec
 
 from .. import events as ev
 from ..codec import encode
-from ..derive import live_events, rewind_target
+from ..derive import live_events
 from ..errors import NewerFormat
 from ..events import Event
 from ..messages import Message, RefusalPart, ThinkingPart, ToolCall, ToolResult
@@ -735,6 +735,17 @@ def _event_row(event: Event, depth: int, full: bool) -> EventRow:
     )
 
 
+def _target(marker: Event) -> int | None:
+    """The seq a rewind marker goes back to, by the rule of
+    :func:`agentsession.derive.rewind_target` (None for a marker that does not decode or
+    names no earlier seq), without its warning: ``live_events`` gave that one already."""
+    try:
+        to_seq = marker.decode(ev.SessionRewind).to_seq
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        return None
+    return to_seq if 0 <= to_seq < marker.seq else None
+
+
 def _rewound_seqs(events: Sequence[Event]) -> frozenset[int]:
     """The seqs of ``events`` (in seq order) whose rows are marked ``rewound``: the events
     other than markers that :func:`~agentsession.derive.live_events` leaves out, and the
@@ -745,9 +756,9 @@ def _rewound_seqs(events: Sequence[Event]) -> frozenset[int]:
         return frozenset()
     try:
         live = {event.seq for event in live_events(events)}
-        targets = {event.seq: rewind_target(event) for event in markers}
     except NewerFormat:
         return frozenset()
+    targets = {event.seq: _target(event) for event in markers}
     # The history's path, walked back from the log's end: a marker in effect is passed through
     # and jumps to the event it went back to, skipping the markers in between (undone).
     seqs = [event.seq for event in events]
