@@ -266,7 +266,8 @@ def events_since_0_6() -> list[ev.Event]:
     """What revision 6 added, pinned by ``golden/events-0.6.jsonl``: after the revision 4
     golden lines (seqs 1 to 3) and revision 5's (4 to 7), a ``session/rewind`` back to seq 0
     (an empty history) written by ``retry`` with a reason, then one back to seq 7, the seq
-    before the first marker, which undoes it."""
+    before the first marker, which undoes it; and a branch's ``session/branch`` marker, as
+    the branch's own log stores it (at its seq 1)."""
     return [
         ev.Event(
             seq=8,
@@ -285,6 +286,17 @@ def events_since_0_6() -> list[ev.Event]:
             time=T0 + dt.timedelta(seconds=9),
             data=ev.Event.new(ev.SESSION_REWIND, ev.SessionRewind(to_seq=7, min_revision=6)).data,
             id="0199a1b2c3d47009800012345678abcd",
+        ),
+        # A branch's marker as its own log stores it (its seq 1; it reads back at 13).
+        ev.Event(
+            seq=1,
+            type=ev.SESSION_BRANCH,
+            time=T0 + dt.timedelta(seconds=10),
+            data=ev.Event.new(
+                ev.SESSION_BRANCH,
+                ev.SessionBranch(origin="slack:C1:t:1", origin_seq=12, min_revision=6),
+            ).data,
+            id="0199a1b2c3d4700a800012345678abcd",
         ),
     ]
 

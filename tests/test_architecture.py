@@ -305,6 +305,7 @@ CORE_IMPORTS = {
     "typing",
     "msgspec",
     "agentsession.backoff",
+    "agentsession.branching",  # shifting a branch's events past its shared history (pure)
     "agentsession.codec",
     "agentsession.compaction",
     "agentsession.contract",

@@ -74,13 +74,30 @@ def test_a_rewound_log_loads_and_its_rewinds_apply(tmp_path: Path) -> None:
     """Revision 6's markers, after revisions 4 and 5's lines: the first rewinds to an empty
     history, the second undoes it; read() keeps every event."""
     body = SINCE_0_4.read_bytes() + SINCE_0_5.read_bytes()
-    first, second = SINCE_0_6.read_bytes().splitlines(keepends=True)
+    first, second = SINCE_0_6.read_bytes().splitlines(keepends=True)[:2]
     (tmp_path / "rewound.jsonl").write_bytes(body + first)
     (tmp_path / "undone.jsonl").write_bytes(body + first + second)
     with open_store(tmp_path) as store:
         assert store.get("rewound").messages() == []
         assert [m.text for m in store.get("undone").messages()] == ["deploy it"]
         assert len(store.get("undone").read()) == 9
+
+
+def test_a_branch_log_from_the_golden_marker_reads_its_origin(tmp_path: Path) -> None:
+    """Revision 6's branch marker as the first line of a log makes that log a branch of the
+    session it names, at the seq it names; its own events follow the shared part."""
+    origin = events_since_0_4()  # seqs 1..3: "deploy it", "deployed", webhook
+    body = b"".join(encode_event(e) + b"\n" for e in origin)
+    (tmp_path / "o.jsonl").write_bytes(body)
+    marker = SINCE_0_6.read_bytes().splitlines(keepends=True)[2].replace(
+        b'"origin":"slack:C1:t:1","originSeq":12', b'"origin":"o","originSeq":2'
+    )
+    (tmp_path / "b.jsonl").write_bytes(marker)
+    with open_store(tmp_path) as store:
+        branch = store.get("b")
+        assert branch.origin is not None and (branch.origin.id, branch.origin.seq) == ("o", 2)
+        assert [e.seq for e in branch.read()] == [1, 2, 3]
+        assert [m.text for m in branch.messages()] == ["deploy it", "deployed"]
 
 
 def test_a_fence_in_a_log_stays_out_of_the_history(tmp_path: Path) -> None:

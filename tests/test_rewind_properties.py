@@ -1,11 +1,12 @@
-"""Property tests of rewind, retry, edit and compaction against a reference model.
+"""Property tests of rewind, retry, edit, branch and compaction against a reference model.
 
 For any sequence of turns (some with an answered tool call), rewinds to any seq or turn,
-retries, edits and compactions, the derived history equals the model's, passes
-``provider_errors``, and ``read()`` holds every event appended. The model knows the rules by
-itself: the history right after each seq, a point inside a turn moved to before the turn, the
-latest compaction a floor, a compaction summarising the live history and keeping its latest
-turns. It runs on memory, and (fewer examples) on JSONL and SQLite, where a fresh store
+retries, edits, branches (the program goes on in the branch) and compactions, the derived
+history equals the model's, passes ``provider_errors``, and ``read()`` holds every event
+appended (a branch's: its origin's up to the point, then its own). The model knows the rules
+by itself: the history right after each seq, a point inside a turn moved to before the turn,
+the latest compaction a floor, a compaction summarising the live history and keeping its
+latest turns, a branch sharing the history up to its point. It runs on memory, and (fewer examples) on JSONL and SQLite, where a fresh store
 derives the same history from the log alone."""
 
 from __future__ import annotations
@@ -48,11 +49,13 @@ class History:
 
 @dataclass
 class Model:
+    id: str = "p"  # the session the program writes to now (a branch after a branch op)
     seq: int = 0
     floor: int = 0
     now: History = field(default_factory=History)
     at: dict[int, History] = field(default_factory=lambda: {0: History()})
     move: dict[int, int] = field(default_factory=dict)  # a seq inside a turn -> before it
+    compactions: list[int] = field(default_factory=list)
 
     def add(self, history: History) -> int:
         self.seq += 1
@@ -75,6 +78,17 @@ class Model:
             self.add(before)
         turn = MTurn(start, start + 1, start + count - 1, tuple(msgs))
         self.add(History(before.summary, (*before.turns, turn)))
+
+    def branch(self, at_seq: int) -> None:
+        """Go on in a branch made at ``at_seq``: the history up to the point is shared, the
+        marker follows it."""
+        point = self.move.get(at_seq, at_seq)
+        self.seq = point
+        self.at = {k: v for k, v in self.at.items() if k <= point}
+        self.move = {k: v for k, v in self.move.items() if k <= point}
+        self.compactions = [c for c in self.compactions if c <= point]
+        self.floor = max(self.compactions, default=0)
+        self.add(self.at[point])
 
     def target(self, to_seq: int) -> int | None:
         """Where a rewind to ``to_seq`` goes (None: refused by the floor)."""
@@ -106,6 +120,7 @@ ops = st.lists(
         st.tuples(st.just("retry"), st.booleans(), st.just(0.0)),
         st.tuples(st.just("edit"), st.booleans(), st.floats(0, 1)),
         st.tuples(st.just("compact"), st.booleans(), st.just(0.0)),
+        st.tuples(st.just("branch"), st.booleans(), st.floats(0, 1)),
     ),
     max_size=14,
 )
@@ -171,6 +186,14 @@ def run(store: ags.BaseStore, program: list[tuple[str, bool, float]]) -> Model:
             seq = model.add(History(f"S{counter}", history.turns[-kept:]))
             assert marker == seq
             model.floor = seq
+            model.compactions.append(seq)
+        elif op == "branch":
+            at_seq = round(where * model.seq)
+            if not model.seq:
+                continue
+            session = session.branch(at_seq=at_seq, id=f"p{counter}")
+            model.branch(at_seq)
+            model.id = session.id
         assert session.latest_seq == model.seq
         check(session, model)
     return model
@@ -207,4 +230,4 @@ def test_rewinds_follow_the_model_on_disk(
         model = run(store, program)
     with ags.open_store(url) as store:  # derived from the log alone
         if model.seq:
-            check(store.get("p"), model)
+            check(store.get(model.id), model)

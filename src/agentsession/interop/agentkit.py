@@ -141,6 +141,7 @@ from ..events import (
     RETRY_END,
     RETRY_START,
     RUN_FINISH,
+    SESSION_BRANCH,
     SESSION_DELIVERY,
     SESSION_DISCARD,
     SESSION_FORK,
@@ -265,9 +266,10 @@ AGENTSESSION_ONLY_TYPES: Final = (
     SESSION_DELIVERY,
     SESSION_ROLLBACK,
     SESSION_REWIND,
+    SESSION_BRANCH,
 )
 """agentsession's event types that agentkit has no equivalent of (child sessions, the turn
-lock's fences, the inbox's deliveries, its rollback markers and rewinds). In its
+lock's fences, the inbox's deliveries, its rollback markers, rewinds and branch markers). In its
 dialect they are written under the same type string, which agentkit keeps as it is and leaves
 out of its derived history (so agentkit's history still holds a rolled-back or rewound
 turn)."""

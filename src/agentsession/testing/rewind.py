@@ -1,9 +1,11 @@
-"""The rewind rules every backend holds (mixed into
+"""The rewind and branch rules every backend holds (mixed into
 :class:`~agentsession.testing.conformance.StoreConformance`): a rewind leaves the turns after
 its point out of the derived history and nothing out of ``read()``, is undone by rewinding to
 the seq before it, keeps turns whole, stops at the latest compaction, refuses while another
 worker's turn runs, is planned again when another writer appended first, and a second store
-on the same data derives the same history from the log alone."""
+on the same data derives the same history from the log alone; a branch shares its origin's
+history up to its point, diverges, reads back the same from a second store, and keeps its
+origin from being deleted alone."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from ..branching import BranchRef
 from ..errors import UsageError
-from ..events import SESSION_REWIND, SessionRewind
+from ..events import SESSION_BRANCH, SESSION_REWIND, SessionRewind
 from ..session import BaseSession
 from ..store import BaseStore
 
@@ -142,3 +145,34 @@ class RewindConformance:
             turn.user("q2")
             session.rewind(to_turn=users[0])
         assert _texts(session) == ["u:q0", "a:a0"]
+
+    def test_a_branch_shares_its_origins_history_and_diverges(
+        self, store: BaseStore, tmp_path: Path
+    ) -> None:
+        origin = store.get("rw")
+        users = _turns(origin, 3)
+        branch = origin.branch(at_turn=users[0], id="rw-branch")
+        point = users[0] + 2
+        assert branch.origin == BranchRef("rw", point)
+        assert origin.branches() == [BranchRef("rw-branch", point)]
+        with branch.turn() as turn:
+            turn.user("qb")
+            turn.assistant("ab")
+        assert _texts(branch) == ["u:q0", "a:a0", "u:qb", "a:ab"]
+        assert _texts(origin)[-2:] == ["u:q2", "a:a2"]
+        log = branch.read()
+        assert [e.seq for e in log] == list(range(1, point + 6))
+        assert log[:point] == origin.read()[:point] and log[point].type == SESSION_BRANCH
+        with pytest.raises(UsageError, match="branch"):
+            store.delete("rw")
+        other = self.reopen(store, tmp_path)
+        try:
+            again = other.get("rw-branch")
+            assert again.origin == BranchRef("rw", point)
+            assert _texts(again) == ["u:q0", "a:a0", "u:qb", "a:ab"]
+            assert again.read(after=point) == log[point:]
+        finally:
+            if other is not store:
+                other.close()
+        assert store.delete("rw", recursive=True)
+        assert not store.exists("rw-branch")
