@@ -6,8 +6,9 @@ history equals the model's, passes ``provider_errors``, and ``read()`` holds eve
 appended (a branch's: its origin's up to the point, then its own). The model knows the rules
 by itself: the history right after each seq, a point inside a turn moved to before the turn,
 the latest compaction a floor, a compaction summarising the live history and keeping its
-latest turns, a branch sharing the history up to its point. It runs on memory, and (fewer examples) on JSONL and SQLite, where a fresh store
-derives the same history from the log alone."""
+latest turns, a branch sharing the history up to its point. It runs on memory, and (fewer
+examples) on JSONL and SQLite, where a fresh store derives the same history from the log
+alone."""
 
 from __future__ import annotations
 
