@@ -1,10 +1,10 @@
-"""The ``agentsession`` command line: inspect, follow, repair, compact and copy sessions.
+"""The ``agentsession`` command line: inspect, follow, repair, compact, rewind and copy sessions.
 
 A thin click layer over the library: each module of this package is one group of commands
 that parses its arguments, calls the library and prints (``sessions``: ls, stats, rm;
 ``transcript``: show, tail, messages; ``keys``: rekey, shred; ``maintenance``: repair, compact,
-copy, migrate; ``serve``; ``imports``; ``demo``), over what they share (``_output``: printing
-and exit statuses; ``_state``: opening stores and their keys; ``_group``: the group and its
+rewind, copy, migrate; ``serve``; ``imports``; ``demo``), over what they share (``_output``:
+printing and exit statuses; ``_state``: opening stores and their keys; ``_group``: the group and its
 global options). The store is chosen by ``--store URL`` or the
 ``AGENTSESSION_STORE`` environment variable (default: the JSONL directory ``./.agentsession``).
 

@@ -1,4 +1,5 @@
-"""``repair``, ``compact``, ``copy`` and ``migrate``: the commands that keep a store well."""
+"""``repair``, ``compact``, ``rewind``, ``copy`` and ``migrate``: the commands that keep a store
+well, and take a conversation back."""
 
 from __future__ import annotations
 
@@ -18,7 +19,17 @@ from ..messages import Message
 from ..session import BaseSession
 from ..store import BaseStore, migrate_store
 from ._group import CONTEXT, _examples, cli, pass_state
-from ._output import EXIT_ERROR, _echo, _fail, _json_line, _listing, _progress, _quiet, clean
+from ._output import (
+    EXIT_ERROR,
+    _echo,
+    _fail,
+    _json_line,
+    _listing,
+    _progress,
+    _quiet,
+    _short,
+    clean,
+)
 from ._state import (
     _DST_KEY_HINT,
     DST_PASSPHRASE_ENV,
@@ -224,6 +235,123 @@ def compact_command(
         f"{marker.first_kept_seq} is now the summary, {len(marker.retained_tail)} "
         "messages kept"
     )
+
+
+def _turn_point(value: str) -> int | str:
+    """``--to-turn``'s value: digits are a seq inside the turn, anything else its turn id."""
+    text = value.strip()
+    if not text:
+        raise UsageError("--to-turn needs a turn id or a seq, not an empty string")
+    return int(text) if text.isdigit() else text
+
+
+def _gist(message: Message) -> str:
+    """A message in a few words, on one line: its text, else its tool calls or results."""
+    if message.text:
+        return _short(message.text, 80)
+    if message.tool_calls:
+        return "calls " + ", ".join(call.name for call in message.tool_calls)
+    if message.tool_results:
+        return "results of " + ", ".join(result.name for result in message.tool_results)
+    return "(no text)"
+
+
+@cli.command(
+    "rewind",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession rewind slack:C001 --to-turn 12 --reason 'wrong answer'",
+        "agentsession rewind slack:C001 --to-seq 40",
+        "agentsession rewind slack:C001 --to-turn 0f3c9a2e --json",
+    ),
+)
+@click.argument("session_id")
+@click.option(
+    "--to-seq",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Go back to the history as it stood right after this seq (a seq inside a turn moves "
+    "to just before that turn).",
+)
+@click.option(
+    "--to-turn",
+    default=None,
+    help="Go back to the end of this turn: its turn id, or any seq inside it (digits are a "
+    "seq). That turn stays, the later ones leave the history.",
+)
+@click.option("--reason", default=None, help="Why, recorded in the marker.")
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the session's turn lock (a running turn holds it).",
+)
+@click.option(
+    "--no-lock",
+    is_flag=True,
+    help="Do not take the turn lock; the rewind is then refused while a turn has no end.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@pass_state
+def rewind_command(
+    state: State,
+    session_id: str,
+    to_seq: int | None,
+    to_turn: str | None,
+    reason: str | None,
+    lock_timeout: float,
+    no_lock: bool,
+    as_json: bool,
+) -> None:
+    """Go back in a conversation: append a rewind marker after which the history is the one
+    that stood at an earlier point (nothing is deleted: show still prints every event, and a
+    later rewind can bring the rewound turns back).
+
+    Takes the session's turn lock first, so it never cuts into a turn an agent is running;
+    the marker is appended only if nothing was appended while it was planned. A rewind never
+    goes back past the latest compaction (docs/rewind.md)."""
+    if (to_seq is None) == (to_turn is None):
+        raise UsageError("give exactly one of --to-seq N and --to-turn TURN")
+    point = _turn_point(to_turn) if to_turn is not None else None
+    session = state.existing(session_id)
+    store = state.store()
+    with contextlib.ExitStack() as held:
+        if not no_lock:
+            try:
+                held.enter_context(store.lock(session_id, timeout=lock_timeout))
+            except LockTimeout:
+                raise LockTimeout(
+                    session_id,
+                    lock_timeout,
+                    f"session {session_id!r} is busy: its turn lock is held (an agent is running "
+                    f"a turn); waited {lock_timeout:g} s. Try again later",
+                ) from None
+        seq = session.rewind(to_seq=to_seq, to_turn=point, reason=reason)
+    marker = session.read(after=seq - 1, limit=1)[0].decode(ev.SessionRewind)
+    entries = session.entries()
+    last = entries[-1] if entries else None
+    if as_json:
+        _json_line(
+            {
+                "session_id": session_id,
+                "seq": seq,
+                "to_seq": marker.to_seq,
+                "messages": len(entries),
+                "last": None
+                if last is None
+                else {"seq": last.seq, "role": last.message.role, "text": last.message.text},
+            }
+        )
+        return
+    if last is None:
+        ends = "the history is now empty"
+    else:
+        ends = (
+            f"the history now has {len(entries)} messages and ends with seq {last.seq}, "
+            f"{last.message.role}: {_gist(last.message)}"
+        )
+    _echo(clean(f"{session_id}: rewound to seq {marker.to_seq} (marker at seq {seq}); {ends}"))
 
 
 @cli.command(
