@@ -27,9 +27,9 @@ def store(tmp_path: Path) -> ags.BaseStore:
     return ags.open_store(tmp_path)
 
 
-def test_store_offers_new_and_session(store: ags.BaseStore) -> None:
+def test_store_offers_the_default_commands(store: ags.BaseStore) -> None:
     registry = default_commands(store)
-    assert [c.name for c in registry.commands()] == ["new", "session"]
+    assert [c.name for c in registry.commands()] == ["edit", "new", "retry", "session"]
     reply = registry.dispatch("/new")
     assert reply is not None and reply.startswith("cli:")
     assert registry.dispatch("/session") is not None
