@@ -55,6 +55,7 @@ log = logging.getLogger("agentsession.backends.jsonl")
 _T = TypeVar("_T")
 
 _CHUNK = 4 << 20
+_SMALL_CHUNK = 16 << 10  # what a read of a few events takes at a time
 _BACK_CHUNK = 1 << 20
 _TAIL_BYTES = 64 << 10
 """How much of the end of a log opening a session reads (whole lines): the events that
@@ -465,11 +466,13 @@ class JsonlLog:
             events.extend(batch)
         return events
 
-    def _iter_region(self, begin: int, end: int, *, tail: bool) -> Iterator[list[Event]]:
+    def _iter_region(
+        self, begin: int, end: int, *, tail: bool, chunk: int = _CHUNK
+    ) -> Iterator[list[Event]]:
         pos = begin
         prev = 0 if begin == 0 else -1  # -1: the seq before a line in the middle is not known
         while pos < end:
-            want = min(_CHUNK, end - pos)
+            want = min(chunk, end - pos)
             buf = pread_all(self._fd, want, pos)
             if pos + len(buf) < end:
                 cut = buf.rfind(b"\n") + 1
@@ -818,7 +821,9 @@ class JsonlLog:
         out: list[Event] = []
         try:
             begin = self._offset_after(after, self._size) if after else 0
-            for batch in self._iter_region(begin, self._size, tail=False):
+            # A few events (a branch's marker, the latest ones): a small region at a time.
+            chunk = _SMALL_CHUNK if limit is not None and limit <= 32 else _CHUNK
+            for batch in self._iter_region(begin, self._size, tail=False, chunk=chunk):
                 if batch and batch[0].seq > after:
                     out.extend(batch)  # seqs rise: the whole batch is after the seq
                 else:
