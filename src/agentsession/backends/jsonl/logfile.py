@@ -467,12 +467,21 @@ class JsonlLog:
         return events
 
     def _iter_region(
-        self, begin: int, end: int, *, tail: bool, chunk: int = _CHUNK
+        self,
+        begin: int,
+        end: int,
+        *,
+        tail: bool,
+        span: int = _CHUNK,
+        lines: int | None = None,
     ) -> Iterator[list[Event]]:
+        """The events of the lines from ``begin`` to ``end``, a region of about ``span``
+        bytes at a time; with ``lines``, at most that many lines of each region (a read of a
+        few events decodes no line beyond them)."""
         pos = begin
         prev = 0 if begin == 0 else -1  # -1: the seq before a line in the middle is not known
         while pos < end:
-            want = min(chunk, end - pos)
+            want = min(span, end - pos)
             buf = pread_all(self._fd, want, pos)
             if pos + len(buf) < end:
                 cut = buf.rfind(b"\n") + 1
@@ -481,6 +490,14 @@ class JsonlLog:
                     buf = pread_all(self._fd, nl + 1 - pos, pos)
                     cut = len(buf)
                 buf = buf[:cut]
+            if lines is not None:
+                stop = 0
+                for _ in range(lines):
+                    stop = buf.find(b"\n", stop) + 1
+                    if not stop:
+                        break
+                if stop:
+                    buf = buf[:stop]
             chunk = self._decode_chunk(buf, pos, end, tail=tail, prev=prev)
             if chunk:
                 prev = chunk[-1].seq
@@ -822,8 +839,13 @@ class JsonlLog:
         try:
             begin = self._offset_after(after, self._size) if after else 0
             # A few events (a branch's marker, the latest ones): a small region at a time.
-            chunk = _SMALL_CHUNK if limit is not None and limit <= 32 else _CHUNK
-            for batch in self._iter_region(begin, self._size, tail=False, chunk=chunk):
+            few = limit is not None and limit <= 32
+            regions = (
+                self._iter_region(begin, self._size, tail=False, span=_SMALL_CHUNK, lines=limit)
+                if few
+                else self._iter_region(begin, self._size, tail=False)
+            )
+            for batch in regions:
                 if batch and batch[0].seq > after:
                     out.extend(batch)  # seqs rise: the whole batch is after the seq
                 else:
