@@ -248,3 +248,18 @@ def test_the_async_api(tmp_path: Path) -> None:
     assert messages == ["q0", "a0", "qb"]
     assert origin == BranchRef("o", 4)
     assert branches == [BranchRef("b", 4)]
+
+
+def test_a_forged_index_entry_is_not_believed(tmp_path: Path) -> None:
+    """The branch index is stored in clear: an entry naming a session that is not that
+    branch is neither listed nor deleted with the origin."""
+    with ags.open_store(tmp_path) as store:
+        origin = store.get("o")
+        turns(origin, 1)
+        turns(store.get("victim"), 1)
+        origin.branch(id="b")
+        store._meta_set("branches", "o", '[["b",4],["victim",4]]')
+        assert origin.branches() == [BranchRef("b", 4)]
+        store._meta_set("branches", "o", '[["b",4],["victim",4]]')
+        store.delete("o", recursive=True)
+        assert store.exists("victim") and not store.exists("b")

@@ -26,7 +26,7 @@ while it has branches unless ``recursive=True`` (which removes them first).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -118,12 +118,20 @@ class BranchHost(Protocol):
 
     def exists(self, session_id: str) -> bool: ...
 
+    def get(self, session_id: str) -> Any: ...
+
 
 def live_branches(store: BranchHost, origin: str) -> list[BranchRef]:
-    """``origin``'s branches that exist (an entry whose branch was never written, or is gone,
-    is dropped from the index on the way)."""
+    """``origin``'s branches: the entries of its index whose session exists and is that branch
+    (its own marker, sealed on an encrypted store, names this origin and seq: the index is
+    stored in clear, so an entry alone is never believed). Other entries (a branch never
+    written, or gone) are dropped from the index on the way."""
     refs = branch_refs(store._meta_get(BRANCHES_KIND, origin))
-    live = [ref for ref in refs if store.exists(ref.id)]
+    live = [
+        ref
+        for ref in refs
+        if store.exists(ref.id) and store.get(ref.id).origin == BranchRef(origin, ref.seq)
+    ]
     if len(live) != len(refs):
         gone = {ref.id for ref in refs} - {ref.id for ref in live}
         _update(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import children
 from .branching import branches_problem, live_branches
@@ -56,6 +56,8 @@ class KeyHost(children.ChildHost, Protocol):
     def _meta_cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool: ...
 
     def exists(self, session_id: str) -> bool: ...
+
+    def get(self, session_id: str) -> Any: ...
 
 
 class KeyLifecycle:
