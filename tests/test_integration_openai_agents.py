@@ -49,10 +49,12 @@ from openai.types.responses.response_reasoning_item import Summary
 from agentsession import BaseStore, UsageError, open_store
 from agentsession.aio import AsyncSession
 from agentsession.integrations import openai_agents
+from agentsession.events import COMPACTION, SESSION_REWIND, SessionRewind
 from agentsession.integrations.openai_agents import (
     CLEAR,
     ITEM,
     POP,
+    REWIND_KIND,
     OpenAIAgentsSession,
 )
 from agentsession.messages import ThinkingPart
@@ -1263,8 +1265,10 @@ _mirror_ops = st.lists(
 @given(_mirror_ops)
 def test_the_derived_history_is_always_that_of_the_live_items(ops: list[tuple[Any, ...]]) -> None:
     """Whatever was added, popped and cleared, ``messages()`` is the history a fresh session
-    gets from the live items, added in the batches they were added in (a pop's marker holds
-    the items that remain as one batch), and it is provider-valid."""
+    gets from the live items, added in the batches they were added in (a pop written as a
+    rewind marker leaves the other items of its batch as they were; one written as the
+    mirror's compaction marker holds the items that remain as one batch), and it is
+    provider-valid."""
     store = open_store("memory:")
 
     async def scenario() -> None:
@@ -1278,7 +1282,12 @@ def test_the_derived_history_is_always_that_of_the_live_items(ops: list[tuple[An
                 live = [item for batch in batches for item in batch]
                 popped = await session.pop_item()
                 assert popped == (live[-1] if live else None)
-                batches = [live[:-1]] if len(live) > 1 else []
+                last = (await (await session.log()).read())[-1] if live else None
+                if last is not None and last.type == SESSION_REWIND:
+                    batches[-1] = batches[-1][:-1]
+                    batches = [batch for batch in batches if batch]
+                else:
+                    batches = [live[:-1]] if len(live) > 1 else []
             else:
                 await session.clear_session()
                 batches = []
@@ -1323,15 +1332,17 @@ def test_pop_and_clear_are_events_and_nothing_is_deleted(
             (3, ITEM),
             (4, "user/message"),
             (5, POP),
-            (6, "session/compaction"),
+            (6, SESSION_REWIND),
             (7, CLEAR),
-            (8, "session/compaction"),
+            (8, COMPACTION),
             (9, ITEM),
             (10, "user/message"),
         ]
         assert json.loads(events[4].raw) == {"itemSeq": 3}
         assert bytes(events[2].data) == b'{"role":"user","content":"b"}'
-        assert events[5].meta == {openai_agents.META_KEY: {"pop": 3}}
+        assert events[5].decode(SessionRewind) == SessionRewind(
+            to_seq=2, kind=REWIND_KIND, min_revision=6
+        )
         assert events[7].meta == {openai_agents.META_KEY: {"clear": True}}
         history = await log.messages()
         assert [m.text for m in history] == ["c"] and provider_errors(history) == []
@@ -1340,7 +1351,7 @@ def test_pop_and_clear_are_events_and_nothing_is_deleted(
     run(scenario())
 
 
-def test_without_the_mirror_only_items_pops_and_clears_are_written(
+def test_without_the_mirror_only_items_pops_their_rewinds_and_clears_are_written(
     make_session: Callable[..., OpenAIAgentsSession],
 ) -> None:
     session = make_session("plain", mirror_messages=False)
@@ -1352,7 +1363,9 @@ def test_without_the_mirror_only_items_pops_and_clears_are_written(
         await session.pop_item()
         await session.clear_session()
         log = await session.log()
-        assert [e.type for e in await log.read()] == [ITEM, ITEM, POP, CLEAR]
+        events = await log.read()
+        assert [e.type for e in events] == [ITEM, ITEM, POP, SESSION_REWIND, CLEAR]
+        assert events[3].decode(SessionRewind).to_seq == 1
         assert await log.messages() == []
 
     run(scenario())

@@ -64,11 +64,14 @@ from ..errors import ConflictError, UsageError
 from ..events import (
     ASSISTANT_MESSAGE,
     COMPACTION,
+    FORMAT_REVISION,
+    SESSION_REWIND,
     TOOL_RESULT,
     USAGE,
     USER_MESSAGE,
     Compaction,
     Event,
+    SessionRewind,
     Usage,
 )
 from ..messages import Message
@@ -79,7 +82,15 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import SessionSettings
 
-__all__ = ["CLEAR", "COMPACTION_EFFECT", "ITEM", "META_KEY", "POP", "OpenAIAgentsSession"]
+__all__ = [
+    "CLEAR",
+    "COMPACTION_EFFECT",
+    "ITEM",
+    "META_KEY",
+    "POP",
+    "REWIND_KIND",
+    "OpenAIAgentsSession",
+]
 
 COMPACTION_EFFECT: Final = (
     "the OpenAI Agents SDK sends its item list (openai_agents/item events), which a "
@@ -96,6 +107,9 @@ POP: Final = "openai_agents/pop"
 """Event type of a pop: ``{"itemSeq": n}``, the seq of the ``openai_agents/item`` removed."""
 CLEAR: Final = "openai_agents/clear"
 """Event type of ``clear_session()``: every item before it is gone from the item list."""
+REWIND_KIND: Final = "openai.pop"
+"""The ``kind`` of the ``session/rewind`` marker a pop appends after its ``openai_agents/pop``
+(to the seq before the popped item), so that the derived history loses the item too."""
 
 _POP_TRIES = 1000
 """How often ``pop_item`` decides again when other writers keep appending first."""
@@ -408,6 +422,9 @@ class OpenAIAgentsSession:
         self._floor = 0
         self._complete = False
         self._pending: set[int] = set()
+        # The seq of the latest compaction marker among the events read (0: none): a pop's
+        # rewind marker never goes back past it.
+        self._compacted = 0
 
     @property
     def session_settings(self) -> SessionSettings | None:
@@ -483,6 +500,8 @@ class OpenAIAgentsSession:
                 raws.clear()
                 self._pending.clear()
                 self._complete = True
+            elif kind == COMPACTION:
+                self._compacted = max(self._compacted, seq)
             seen = seq
         self._seen = seen
 
@@ -526,6 +545,8 @@ class OpenAIAgentsSession:
                     older_raws.append(event.data)
             elif kind == POP:
                 pending.add(self._popped(event))
+            elif kind == COMPACTION:
+                self._compacted = max(self._compacted, seq)
             elif kind == CLEAR:
                 self._complete = True
                 break
@@ -539,9 +560,10 @@ class OpenAIAgentsSession:
         if self._complete:
             pending.clear()
 
-    async def _live(self, want: int | None) -> tuple[list[_Json], int, int]:
+    async def _live(self, want: int | None) -> tuple[list[_Json], list[int], int, int]:
         """The live items' JSON (all of them, or the latest ``want``), caught up with the log;
-        with the seq of the last of them (0: none) and the seq of the log they reflect."""
+        with their seqs, the seq of the log they reflect and that of its latest compaction
+        marker after the first of them (0: none; an earlier one may show too)."""
         session = await self.log()
         if self._seen < 0 and want is None:
             events = await session.read()
@@ -566,8 +588,9 @@ class OpenAIAgentsSession:
             with self._lock:
                 raws = self._raws
                 if self._complete or (want is not None and len(raws) >= want):
-                    last = self._seqs[-1] if raws else 0
-                    return (raws[:] if want is None else raws[-want:]), last, self._seen
+                    if want is None:
+                        return raws[:], self._seqs[:], self._seen, self._compacted
+                    return raws[-want:], self._seqs[-want:], self._seen, self._compacted
                 floor = self._floor
             after = 0 if want is None else max(0, floor - span)
             events = await session.read(after=after, limit=floor - after)
@@ -587,7 +610,7 @@ class OpenAIAgentsSession:
         if want == 0:
             await self.log()  # raises when closed, as every other call
             return []
-        raws, _, _ = await self._live(want)
+        raws, _, _, _ = await self._live(want)
         return _decode_items(raws)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -613,33 +636,64 @@ class OpenAIAgentsSession:
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the most recent item and return it (None when there is none).
 
-        Appends ``openai_agents/pop`` (and the mirror's marker) only if the log still ends
-        where the item list it read ends; when another writer appended first, it reads again
-        and decides again, so concurrent pops (in any process) each get a different item."""
+        Appends ``openai_agents/pop`` and, in the same write, what takes the item out of the
+        derived history: a ``session/rewind`` marker (kind ``openai.pop``) to the seq before
+        the item, or, where the history cannot go back there (a compaction marker after the
+        item, or a mirrored message read from the item and the one before it), the mirror's
+        compaction marker. The write is made only if the log still ends where the item list
+        it read ends; when another writer appended first, it reads again and decides again,
+        so concurrent pops (in any process) each get a different item."""
         session = await self.log()
         backoff = Backoff(tries=_POP_TRIES)
         while backoff.next_try():
             await _contend(backoff)
-            # The mirror's marker carries the items that remain: it needs all of them.
-            raws, item_seq, base = await self._live(None if self._mirror else 1)
+            raws, seqs, base, compacted = await self._live(2 if self._mirror else 1)
             if not raws:
                 return None
-            events = [Event.new(POP, _Pop(item_seq))]
-            if self._mirror:
-                events.append(_rebuild(raws[:-1], base + 2, {"pop": item_seq}))
+            events = self._pop_events(seqs, compacted)
+            if events is None:
+                # The mirror's marker carries the items that remain: it needs all of them.
+                raws, seqs, base, _ = await self._live(None)
+                if not raws:
+                    return None
+                events = [
+                    Event.new(POP, _Pop(seqs[-1])),
+                    _rebuild(raws[:-1], base + 2, {"pop": seqs[-1]}),
+                ]
             try:
-                seqs = await session.append_many(events, expect_seq=base)
+                written = await session.append_many(events, expect_seq=base)
             except ConflictError:
                 continue
             with self._lock:
                 if self._seen == base:
-                    self._remove(item_seq)
-                    self._seen = seqs[-1]
+                    self._remove(seqs[-1])
+                    self._seen = written[-1]
+                    if events[-1].type == COMPACTION:
+                        self._compacted = written[-1]
             return cast("TResponseInputItem", decode(raws[-1]))
         raise ConflictError(
             f"session {self.session_id!r}: other writers kept appending while pop_item "
             f"decided ({_POP_TRIES} tries)"
         )
+
+    def _pop_events(self, seqs: Sequence[int], compacted: int) -> list[Event] | None:
+        """What a pop of the item at ``seqs[-1]`` appends when a rewind marker can take it out
+        of the derived history (``seqs``: the latest live items' seqs, two of them with the
+        mirror; ``compacted``: the latest compaction marker's seq). None when the mirror's
+        compaction marker is needed instead: a compaction marker lies after the item (a rewind
+        never goes back past one), or the item right before it in the log is a live item with
+        no mirrored message between them, so a message after the popped item may have been
+        read from both (an assistant's reasoning and reply, say) and would be lost whole.
+        Without the mirror, only the ``openai_agents/pop`` then."""
+        item_seq = seqs[-1]
+        pop = Event.new(POP, _Pop(item_seq))
+        adjacent = len(seqs) > 1 and seqs[-2] == item_seq - 1
+        if compacted >= item_seq or (self._mirror and adjacent):
+            return None if self._mirror else [pop]
+        marker = SessionRewind(
+            to_seq=item_seq - 1, kind=REWIND_KIND, min_revision=FORMAT_REVISION
+        )
+        return [pop, Event.new(SESSION_REWIND, marker)]
 
     async def clear_session(self) -> None:
         """Empty the item list: appends ``openai_agents/clear`` and the mirror's marker (the log
@@ -670,6 +724,8 @@ class OpenAIAgentsSession:
                 self._pending.clear()
                 self._seen = self._floor = seq
                 self._complete = True
+                if self._mirror:
+                    self._compacted = seq
 
     async def record_usage(self, result: Any) -> int:
         """Store the token usage of a run as ``usage`` events, one per model response, and
