@@ -16,7 +16,9 @@ import asyncio
 import concurrent.futures
 import importlib.util
 import json
+import shutil
 import textwrap
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar, cast
@@ -48,8 +50,9 @@ from openai.types.responses.response_reasoning_item import Summary
 
 from agentsession import BaseStore, UsageError, open_store
 from agentsession.aio import AsyncSession
+from agentsession.derive import live_events
+from agentsession.events import COMPACTION, SESSION_REWIND, USER_MESSAGE, Event, SessionRewind
 from agentsession.integrations import openai_agents
-from agentsession.events import COMPACTION, SESSION_REWIND, SessionRewind
 from agentsession.integrations.openai_agents import (
     CLEAR,
     ITEM,
@@ -57,9 +60,10 @@ from agentsession.integrations.openai_agents import (
     REWIND_KIND,
     OpenAIAgentsSession,
 )
-from agentsession.messages import ThinkingPart
+from agentsession.messages import Message, ThinkingPart
 from agentsession.testing._processes import run_released
 from agentsession.validation import provider_errors
+from agentsession.view.transcript import transcript_rows
 
 from .test_conformance_postgres import DSN, drop_schemas, new_schema_name, url_with_schema
 
@@ -1369,6 +1373,149 @@ def test_without_the_mirror_only_items_pops_their_rewinds_and_clears_are_written
         assert await log.messages() == []
 
     run(scenario())
+
+
+async def _history_of(store: BaseStore, batches: list[list[Any]]) -> list[Any]:
+    """The derived history of a fresh session given ``batches`` (its mirror, as written)."""
+    fresh = OpenAIAgentsSession(f"reference-{uuid.uuid4().hex}", store)
+    for batch in batches:
+        await fresh.add_items(cast("Any", batch))
+    return await (await fresh.log()).messages()
+
+
+REASONING = {"type": "reasoning", "id": "rs", "summary": [{"type": "summary_text", "text": "hm"}]}
+REPLY = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}
+
+
+def test_a_pop_is_a_rewind_marker_the_history_and_the_rows_follow() -> None:
+    store = open_store("memory:")
+
+    async def scenario() -> None:
+        session = OpenAIAgentsSession("rewound", store)
+        await session.add_items([{"role": "user", "content": "q"}])
+        await session.add_items([REASONING])
+        await session.add_items(
+            [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]
+        )
+        log = await session.log()
+        for _ in range(2):  # "y" then "x": each right after a mirrored message
+            await session.pop_item()
+            assert (await log.read())[-1].type == SESSION_REWIND
+        await session.add_items([{"type": "web_search_call", "id": "ws"}])  # no message
+        assert await session.pop_item() == {"type": "web_search_call", "id": "ws"}
+        events = await log.read()
+        assert [e.type for e in events[-2:]] == [POP, SESSION_REWIND]
+        marker = events[-1].decode(SessionRewind)
+        assert marker.kind == REWIND_KIND == "openai.pop" and marker.to_seq == 12
+        earlier = [events[i].decode(SessionRewind).to_seq for i in (9, 11)]
+        assert earlier == [6, 4]
+        assert not any(e.type == COMPACTION for e in events)  # nothing restated
+        history = await log.messages()
+        question = {"role": "user", "content": "q"}
+        assert history == await _history_of(store, [[question], [REASONING]])
+        assert [e.seq for e in live_events(events)] == [1, 2, 3, 4]
+        rows = transcript_rows(events)
+        rewound = {row.seq for row in rows if row.rewound}
+        assert rewound and rewound <= set(range(5, 15)) and 8 in rewound
+
+    try:
+        run(scenario())
+    finally:
+        store.close()
+
+
+def test_a_pop_the_mirror_cannot_rewind_exactly_restates_what_remains() -> None:
+    """The reasoning and the reply of one batch are one assistant message, written after the
+    reply: a rewind to before the reply would lose the reasoning too, so the pop writes the
+    mirror's marker; so does a pop of an item before a compaction marker."""
+    store = open_store("memory:")
+
+    async def scenario() -> None:
+        session = OpenAIAgentsSession("restated", store)
+        await session.add_items([{"role": "user", "content": "q"}])
+        await session.add_items([REASONING, REPLY])
+        assert await session.pop_item() == REPLY
+        log = await session.log()
+        events = await log.read()
+        assert [e.type for e in events[-2:]] == [POP, COMPACTION]
+        assert not any(e.type == SESSION_REWIND for e in events)
+        want = await _history_of(store, [[{"role": "user", "content": "q"}, REASONING]])
+        assert await log.messages() == want and want[-1].role == "assistant"
+        # The item before that marker cannot be rewound past it either.
+        assert await session.pop_item() == REASONING
+        assert (await log.read())[-1].type == COMPACTION
+        want = await _history_of(store, [[{"role": "user", "content": "q"}]])
+        assert await log.messages() == want
+        await session.add_items([{"role": "user", "content": "a"}])
+        await session.add_items([{"role": "user", "content": "b"}])
+        assert await log.compact("earlier", first_kept_seq=(await log.latest_seq()))
+        assert await session.pop_item() == {"role": "user", "content": "b"}
+        assert (await log.read())[-1].type == COMPACTION
+        assert contents(await session.get_items()) == ["q", "a"]
+
+    try:
+        run(scenario())
+    finally:
+        store.close()
+
+
+def test_without_the_mirror_a_pop_before_a_compaction_writes_no_rewind_marker() -> None:
+    store = open_store("memory:")
+
+    async def scenario() -> None:
+        session = OpenAIAgentsSession("plain", store, mirror_messages=False)
+        await session.add_items([{"role": "user", "content": "a"}])
+        log = await session.log()
+        await log.append(Event.new(USER_MESSAGE, Message.user("typed")))
+        assert await log.compact("before", first_kept_seq=2)
+        assert await session.pop_item() == {"role": "user", "content": "a"}
+        assert (await log.read())[-1].type == POP
+        assert await session.get_items() == []
+
+    try:
+        run(scenario())
+    finally:
+        store.close()
+
+
+GOLDEN = Path(__file__).parent / "golden" / "openai_agents"
+
+
+@pytest.mark.parametrize("session_id", ["mirrored", "plain"])
+def test_a_log_written_before_pops_were_rewinds_reads_the_same(
+    session_id: str, tmp_path: Path
+) -> None:
+    """tests/golden/openai_agents/make.py: pops written as ``openai_agents/pop`` with the
+    mirror's compaction marker (or alone), read by this version: the same items, whole or
+    from the end, the same history; a pop on it now goes on from there."""
+    spec = importlib.util.spec_from_file_location("golden_make", GOLDEN / "make.py")
+    assert spec is not None and spec.loader is not None
+    made = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(made)
+    directory = tmp_path / "store"
+    shutil.copytree(GOLDEN / "jsonl", directory)
+    store = open_store(directory)
+
+    async def scenario() -> None:
+        log = store.get(session_id)
+        assert not any(e.type == SESSION_REWIND for e in log.read())
+        assert await OpenAIAgentsSession(session_id, store).get_items() == made.ITEMS
+        for n in (1, 2, 3):
+            got = await OpenAIAgentsSession(session_id, store).get_items(limit=n)
+            assert got == made.ITEMS[-n:]
+        want = ["after the clear", "second"] if session_id == "mirrored" else []
+        assert [m.text for m in log.messages()] == want
+        session = OpenAIAgentsSession(session_id, store, mirror_messages=session_id == "mirrored")
+        assert await session.pop_item() == made.ITEMS[-1]
+        # The old pop's compaction marker lies after the item: no rewind goes back past it.
+        assert log.read()[-1].type == (COMPACTION if session_id == "mirrored" else SESSION_REWIND)
+        assert [m.text for m in log.messages()] == want[:1]
+        assert await OpenAIAgentsSession(session_id, store).get_items() == made.ITEMS[:-1]
+
+    try:
+        run(scenario())
+    finally:
+        store.close()
 
 
 def test_objects_of_one_session_see_each_others_writes(

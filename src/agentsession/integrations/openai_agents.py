@@ -16,7 +16,8 @@ encrypted or not. Its async methods are calls of :mod:`agentsession.aio`.
 **The log.** Every item is one event ``openai_agents/item`` whose payload is the item's JSON,
 so :meth:`~OpenAIAgentsSession.get_items` returns it exactly as it was added. Popping an item
 appends ``openai_agents/pop`` (naming the popped item's seq) and clearing appends
-``openai_agents/clear``: nothing is ever deleted, and the item list is derived from the log. A
+``openai_agents/clear``: nothing is ever deleted, and the item list is derived from the log
+(from these events alone, as in logs written before pops wrote rewind markers). A
 pop is a conditional append (``append_many(..., expect_seq=)``) made against the item list it
 was decided on, so of two processes popping at once each gets a different item (or None),
 and an item added meanwhile is never popped unseen.
@@ -29,12 +30,17 @@ system messages as ``user/message``, the assistant's messages, reasoning and fun
 ``messages()``, ``agentsession show`` and ``messages``, the viewer and the provider converters
 see the conversation, and a function call that never got its output (a run killed mid-tool)
 has the interrupted stand-in there. The built-in tools' items, custom tool calls and item
-references have no neutral form and are in the item list only. A pop or a clear is mirrored by
-a compaction marker (kind ``prune``, ``meta["openai_agents"]`` naming the pop or the clear)
-appended in the same conditional batch: the derived history after it is the mirror of the
-items that remain (nothing after a clear), so what ``messages()`` shows never disagrees with
-``get_items()``. A pop's marker carries the remaining items' messages, so it costs O(items)
-to write. ``record_usage(result)`` stores a run's token usage as ``usage`` events.
+references have no neutral form and are in the item list only. A pop appends, in the same
+conditional batch, a ``session/rewind`` marker (kind :data:`REWIND_KIND`) to the seq before the
+popped item, so the derived history is again the one from before the item was added (and the
+viewer and ``agentsession show`` show the pop as a rewind); where that history would not be the
+mirror of the remaining items (a compaction marker after the item, or a message read from it
+and the live item right before it), and at a clear, a compaction marker (kind ``prune``,
+``meta["openai_agents"]`` naming the pop or the clear) is appended instead, after which the
+derived history is the mirror of the items that remain (nothing after a clear). So what
+``messages()`` shows never disagrees with ``get_items()``. Such a pop's marker carries the
+remaining items' messages, so it costs O(items) to write; a rewind marker costs O(1).
+``record_usage(result)`` stores a run's token usage as ``usage`` events.
 ``mirror_messages=False`` writes the items alone (``messages()`` is then empty). Sessions
 written before the mirror existed have none for their earlier items.
 
