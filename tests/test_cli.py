@@ -1318,6 +1318,7 @@ READ_COMMANDS = [
     ("tail", "slack:C002"),
     ("repair", "--all", "--dry-run"),
     ("repair", "slack:C002", "--dry-run"),
+    ("branch", "slack:C002", "--list"),
 ]
 TORN = b'{"seq":5,"type":"user/message","da'
 
@@ -1565,6 +1566,7 @@ SQLITE_READ_COMMANDS = [
     ("messages", "slack:C002"),
     ("tail", "slack:C002"),
     ("repair", "--all", "--dry-run"),
+    ("branch", "slack:C002", "--list"),
 ]
 
 

@@ -1,12 +1,14 @@
-"""The ``agentsession`` command line: inspect, follow, repair, compact, rewind and copy sessions.
+"""The ``agentsession`` command line: inspect, follow, repair, compact, rewind, branch and copy
+sessions.
 
 A thin click layer over the library: each module of this package is one group of commands
 that parses its arguments, calls the library and prints (``sessions``: ls, stats, rm;
 ``transcript``: show, tail, messages; ``keys``: rekey, shred; ``maintenance``: repair, compact,
-rewind, copy, migrate; ``serve``; ``imports``; ``demo``), over what they share (``_output``:
-printing and exit statuses; ``_state``: opening stores and their keys; ``_group``: the group and its
-global options). The store is chosen by ``--store URL`` or the
-``AGENTSESSION_STORE`` environment variable (default: the JSONL directory ``./.agentsession``).
+rewind, branch (``branch --list`` lists branches), copy, migrate; ``serve``; ``imports``;
+``demo``), over what they share (``_output``: printing and exit statuses; ``_state``: opening
+stores and their keys; ``_group``: the group and its global options). The store is chosen by
+``--store URL`` or the ``AGENTSESSION_STORE`` environment variable (default: the JSONL
+directory ``./.agentsession``).
 
 Conventions every command follows:
 
@@ -30,11 +32,12 @@ Conventions every command follows:
   (exit 4) rather than create one; ``migrate`` too, but for PostgreSQL, where it creates the
   store's tables (the deploy step).
 * **Reading writes nothing**: ``ls``, ``stats``, ``show``, ``messages``, ``tail``, ``repair
-  --dry-run`` and ``serve`` change no byte of the store (a torn JSONL tail is read up to, and
-  left for the next writer) and work on a store the process may only read; a write to such a
-  store fails with one line saying why (``docs/safety.md``). They (and ``copy``'s source and
-  ``import --dry-run``) open it with ``read_only=True``, so an older SQL schema is never
-  migrated: it is read as it is, or refused saying to run ``agentsession migrate``.
+  --dry-run``, ``branch --list`` and ``serve`` change no byte of the store (a torn JSONL tail is
+  read up to, and left for the next writer) and work on a store the process may only read; a
+  write to such a store fails with one line saying why (``docs/safety.md``). They (and
+  ``copy``'s source and ``import --dry-run``) open it with ``read_only=True``, so an older SQL
+  schema is never migrated: it is read as it is, or refused saying to run ``agentsession
+  migrate``.
 * **Global options** (``--store``, ``--key-file``, ``--debug``) go before the command or after
   it; given on both sides, the one after wins.
 * **Encrypted stores** (``docs/security.md``): the key comes from ``--key-file PATH`` or the

@@ -1,5 +1,5 @@
-"""``repair``, ``compact``, ``rewind``, ``copy`` and ``migrate``: the commands that keep a store
-well, and take a conversation back."""
+"""``repair``, ``compact``, ``rewind``, ``branch``, ``copy`` and ``migrate``: the commands that
+keep a store well, take a conversation back and branch it."""
 
 from __future__ import annotations
 
@@ -10,17 +10,19 @@ from typing import Any
 import click
 
 from .. import events as ev
+from ..branching import BRANCHES_KIND, BranchRef, branch_refs
 from ..compaction import COMPACTION_EFFECT_KIND
 from ..contract import StoreRecoveryReport
 from ..copying import copy_store
 from ..crypto import EncryptionError
-from ..errors import LockTimeout, StoreUnavailable, UsageError
+from ..errors import DuplicateSession, LockTimeout, StoreUnavailable, UsageError
 from ..messages import Message
 from ..session import BaseSession
 from ..store import BaseStore, migrate_store
 from ._group import CONTEXT, _examples, cli, pass_state
 from ._output import (
     EXIT_ERROR,
+    _columns,
     _echo,
     _fail,
     _json_line,
@@ -237,11 +239,12 @@ def compact_command(
     )
 
 
-def _turn_point(value: str) -> int | str:
-    """``--to-turn``'s value: digits are a seq inside the turn, anything else its turn id."""
+def _turn_point(value: str, option: str = "--to-turn") -> int | str:
+    """A turn option's value (``--to-turn``, ``--at-turn``): digits are a seq inside the
+    turn, anything else its turn id."""
     text = value.strip()
     if not text:
-        raise UsageError("--to-turn needs a turn id or a seq, not an empty string")
+        raise UsageError(f"{option} needs a turn id or a seq, not an empty string")
     return int(text) if text.isdigit() else text
 
 
@@ -352,6 +355,131 @@ def rewind_command(
             f"{last.message.role}: {_gist(last.message)}"
         )
     _echo(clean(f"{session_id}: rewound to seq {marker.to_seq} (marker at seq {seq}); {ends}"))
+
+
+def _listed_branches(store: BaseStore, session_id: str) -> list[BranchRef]:
+    """``session.branches()`` without its clean-up: the branches the index lists that exist,
+    read without writing (an entry whose branch is gone is left for the next writer)."""
+    refs = branch_refs(store.meta_get(BRANCHES_KIND, session_id))
+    return [ref for ref in refs if store.exists(ref.id)]
+
+
+def _list_branches(state: State, session_id: str, as_json: bool) -> None:
+    """``branch --list``: the session's origin (for a branch) and its branches."""
+    session = state.existing(session_id, read_only=True)
+    refs = _listed_branches(state.store(read_only=True), session_id)
+    origin = session.origin
+    if as_json:
+        _json_line(
+            {
+                "session_id": session_id,
+                "origin": None if origin is None else {"id": origin.id, "seq": origin.seq},
+                "branches": [{"id": ref.id, "seq": ref.seq} for ref in refs],
+            }
+        )
+        return
+    sid = clean(session_id)
+    if origin is not None:
+        _echo(f"{sid}: a branch of {clean(origin.id)} at seq {origin.seq}")
+    if not refs:
+        _echo(f"{sid}: no branches")
+        return
+    _echo(f"{sid}: {len(refs)} {'branch' if len(refs) == 1 else 'branches'}")
+    table = [["id", "seq"], *([clean(ref.id), str(ref.seq)] for ref in refs)]
+    for line in _columns(table, right=(1,)):
+        _echo(line)
+
+
+@cli.command(
+    "branch",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession branch slack:C001",
+        "agentsession branch slack:C001 --at-turn 12 --id slack:C001:try-2",
+        "agentsession branch slack:C001 --at-seq 40 --json",
+        "agentsession branch slack:C001 --list",
+    ),
+)
+@click.argument("session_id")
+@click.option(
+    "--at-seq",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Branch from the history as it stood right after this seq (a seq inside a turn "
+    "moves to just before that turn).",
+)
+@click.option(
+    "--at-turn",
+    default=None,
+    help="Branch from the end of this turn: its turn id, or any seq inside it (digits are a "
+    "seq). Without --at-seq and --at-turn the branch starts at the head (before a turn "
+    "still running).",
+)
+@click.option(
+    "--id",
+    "new_id",
+    default=None,
+    help="The branch's id (default: the session's id, '~' and 12 hex digits); it must be new.",
+)
+@click.option(
+    "--list",
+    "list_branches",
+    is_flag=True,
+    help="List the session's branches (id and seq) and, for a branch, its origin; create "
+    "nothing.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@pass_state
+def branch_command(
+    state: State,
+    session_id: str,
+    at_seq: int | None,
+    at_turn: str | None,
+    new_id: str | None,
+    list_branches: bool,
+    as_json: bool,
+) -> None:
+    """Branch a conversation: a new session whose history is this one's up to a point, then
+    its own (nothing is copied: the branch stores one marker and reads the shared part from
+    this session, which is left unchanged). Prints the branch's id, where it leaves its
+    origin and how many messages its history has; --list lists the branches instead
+    (docs/rewind.md)."""
+    if list_branches:
+        if at_seq is not None or at_turn is not None or new_id is not None:
+            raise UsageError("--list takes none of --at-seq, --at-turn and --id")
+        _list_branches(state, session_id, as_json)
+        return
+    if at_seq is not None and at_turn is not None:
+        raise UsageError("give at most one of --at-seq N and --at-turn TURN")
+    point = _turn_point(at_turn, "--at-turn") if at_turn is not None else None
+    session = state.existing(session_id)
+    store = state.store()
+    if new_id is not None and new_id != session_id and store.exists(new_id):
+        # Checked first, so that the origin's list of branches never names it.
+        raise UsageError(f"session {new_id!r} exists already: a branch needs a new id")
+    try:
+        made = session.branch(at_seq=at_seq, at_turn=point, id=new_id)
+    except DuplicateSession:  # created meanwhile by another writer
+        raise UsageError(
+            f"session {new_id!r} exists already: a branch needs a new id"
+        ) from None
+    origin = made.origin
+    assert origin is not None  # a branch names its origin
+    entries = made.entries()
+    if as_json:
+        _json_line(
+            {"id": made.id, "origin": origin.id, "seq": origin.seq, "messages": len(entries)}
+        )
+        return
+    if entries:
+        last = entries[-1]
+        history = (
+            f"its history has {len(entries)} messages and ends with seq {last.seq}, "
+            f"{last.message.role}: {_gist(last.message)}"
+        )
+    else:
+        history = "its history is empty"
+    _echo(clean(f"{made.id}: branched from {origin.id} at seq {origin.seq}; {history}"))
 
 
 @cli.command(
