@@ -288,11 +288,17 @@ def test_list_json(url: str) -> None:
     }
 
 
-def test_list_writes_nothing_and_leaves_out_branches_that_are_gone(url: str) -> None:
+def test_list_writes_nothing_and_leaves_out_entries_that_are_no_branch(url: str) -> None:
     assert invoke(url, "branch", SID, "--at-turn", "5", "--id", "cli:b1")[0] == 0
     store = ags.open_store(url)
-    # An entry whose branch was never written (a writer stopped between the two).
-    store.meta_set(BRANCHES_KIND, SID, '[["cli:b1",8],["cli:gone",4]]')
+    store.get("cli:other").append_many([ags.Event.new("app/note", {"n": 1})])
+    # An entry whose branch was never written (a writer stopped between the two), one naming
+    # a session that is no branch, and one with a seq its marker does not name.
+    store.meta_set(
+        BRANCHES_KIND,
+        SID,
+        '[["cli:b1",8],["cli:gone",4],["cli:other",4],["cli:b1",4]]',
+    )
     store.close()
     before = snapshot(url)
     code, out, err = invoke(url, "branch", SID, "--list", "--json")

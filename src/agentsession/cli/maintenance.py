@@ -358,10 +358,15 @@ def rewind_command(
 
 
 def _listed_branches(store: BaseStore, session_id: str) -> list[BranchRef]:
-    """``session.branches()`` without its clean-up: the branches the index lists that exist,
-    read without writing (an entry whose branch is gone is left for the next writer)."""
+    """``session.branches()`` without its clean-up, so that listing writes nothing: the
+    entries of the index whose session exists and whose own marker names this origin and seq
+    (the index alone is never believed); the other entries are left for the next writer."""
     refs = branch_refs(store.meta_get(BRANCHES_KIND, session_id))
-    return [ref for ref in refs if store.exists(ref.id)]
+    return [
+        ref
+        for ref in refs
+        if store.exists(ref.id) and store.get(ref.id).origin == BranchRef(session_id, ref.seq)
+    ]
 
 
 def _list_branches(state: State, session_id: str, as_json: bool) -> None:
