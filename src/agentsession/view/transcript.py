@@ -11,6 +11,11 @@ event: each marker becomes a :class:`RewindRow`, and every row whose event the d
 no longer holds (:func:`agentsession.derive.live_events`) has ``rewound`` set, so a renderer
 can grey it out without hiding it.
 
+A branch (``session.branch``) reads back as its origin's events up to the point it left them,
+then its ``session/branch`` marker, then its own events: the marker becomes a
+:class:`BranchRow`, which sits exactly where the branch's history leaves its origin's (the
+rows before it are the origin's events, shared).
+
 Long texts (message text, tool-call arguments, tool results, summaries, unknown payloads) are
 cut to :data:`PREVIEW_CHARS` characters ending in ``…`` and a message's thinking is folded to a
 short marker, unless ``full=True``. Texts keep their newlines: putting a row on one line is the
@@ -38,6 +43,7 @@ __all__ = [
     "PREVIEW_CHARS",
     "AnyRow",
     "AssistantMessageRow",
+    "BranchRow",
     "CompactionRow",
     "DiscardRow",
     "EventRow",
@@ -303,6 +309,19 @@ class RewindRow(Row, frozen=True, kw_only=True, tag="rewind"):
     """Why, as the caller put it (a preview unless ``full``); "" when none was given."""
 
 
+class BranchRow(Row, frozen=True, kw_only=True, tag="branch"):
+    """``session/branch``: this session is a branch (``session.branch``); its history is
+    session ``origin``'s as it stood right after seq ``origin_seq`` (the rows before this
+    one, the origin's events), continued by its own events (the rows after it). The row
+    sits at seq ``origin_seq + 1``: where the branch leaves its origin."""
+
+    kind: ClassVar[str] = "branch"
+    origin: str = ""
+    """The id of the session branched from."""
+    origin_seq: int = 0
+    """The origin's seq the branch shares its history up to."""
+
+
 class SubagentStartRow(Row, frozen=True, kw_only=True, tag="subagent_start"):
     """``subagent/start``: work was delegated to a subagent."""
 
@@ -450,6 +469,7 @@ AnyRow: TypeAlias = (
     | CompactionRow
     | RecoveryRow
     | RewindRow
+    | BranchRow
     | SubagentStartRow
     | SubagentEndRow
     | ForkRow
@@ -645,6 +665,9 @@ def _row(event: Event, nest: _Nesting, full: bool) -> Row:
             reason=_preview(back.reason, full),
             **base,
         )
+    if kind == ev.SESSION_BRANCH:
+        point = event.decode(ev.SessionBranch)
+        return BranchRow(depth=depth, origin=point.origin, origin_seq=point.origin_seq, **base)
     if kind == ev.SUBAGENT_START:
         sub = event.decode(ev.SubagentStart)
         return SubagentStartRow(
@@ -788,7 +811,8 @@ def transcript_rows(events: Sequence[Event], *, full: bool = False) -> list[Row]
 
     Turn and step markers set the nesting that every row's ``depth`` reports; a ``turn/end``
     row totals the ``usage`` rows since its turn began. Long texts are previews and thinking is
-    folded unless ``full``. A ``session/rewind`` marker is a :class:`RewindRow`, and the rows
+    folded unless ``full``. A ``session/branch`` marker is a :class:`BranchRow`. A
+    ``session/rewind`` marker is a :class:`RewindRow`, and the rows
     of the events a rewind took out of the history (and of the markers a later rewind undid)
     have ``rewound`` set, as ``events`` tells it: for the tail of a log, as it stood at the
     tail's last event. Never raises for stored data: an event whose payload does not
