@@ -41,6 +41,7 @@ __all__ = [
     "add_branch",
     "branch_refs",
     "branches_problem",
+    "listed_branches",
     "live_branches",
     "remove_branch",
     "shift",
@@ -141,6 +142,14 @@ def live_branches(store: BranchHost, origin: str) -> list[BranchRef]:
             lambda now: [ref for ref in now if ref.id not in gone],
         )
     return live
+
+
+def listed_branches(store: BranchHost, origin: str) -> list[BranchRef]:
+    """``origin``'s branches that exist, as :func:`live_branches` finds them, but writing
+    nothing: an entry whose branch is gone is skipped, not dropped from the index (for
+    readers, such as the viewer and ``agentsession show``, that must not write)."""
+    refs = branch_refs(store._meta_get(BRANCHES_KIND, origin))
+    return [ref for ref in refs if store.exists(ref.id)]
 
 
 def branches_problem(origin: str, branches: Sequence[BranchRef], remedy: str) -> str:
