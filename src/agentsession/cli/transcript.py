@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import view
+from ..branching import BranchRef, listed_branches
 from ..codec import pretty
 from ..errors import UsageError
 from ..events import Event, encode, encode_event
@@ -156,13 +157,30 @@ def _forked_line(fork: view.ForkRow, rows: Sequence[view.Row]) -> str:
     )
 
 
+def _branch_lines(
+    origin: BranchRef | None, branches: Sequence[BranchRef]
+) -> Iterator[str]:
+    """The markup of the lines under a session's header about its branches: the session it
+    branched from and where, and the branches that leave it."""
+    if origin is not None:
+        yield f"[bold]branch of {_n(origin.id)} at seq {origin.seq}[/]"
+    if branches:
+        listed = ", ".join(f"{_n(ref.id)} (from seq {ref.seq})" for ref in branches)
+        yield f"[bold]branches:[/] {listed}"
+
+
 def _transcript(
-    session: BaseSession, events: Sequence[Event], full: bool
+    session: BaseSession,
+    events: Sequence[Event],
+    full: bool,
+    branches: Sequence[BranchRef] = (),
 ) -> Iterator[tuple[str, str]]:
     """``(gutter, body)`` pairs of Rich markup for a person reading the session, grouped by
     turn and step: the rows of :func:`agentsession.view.transcript_rows`. The gutter is the
     event's seq ("" for the header and the blank line before a turn); every stored value is
-    escaped for markup, and control characters are escaped by the caller."""
+    escaped for markup, and control characters are escaped by the caller. A branch's header
+    names its origin and the seq it leaves it at; ``branches`` (the session's own) are listed
+    under it, each with the seq it leaves this session at."""
     limit = 0 if full else view.PREVIEW_CHARS
     rows = view.transcript_rows(events, full=full)
     turns = sum(1 for row in rows if isinstance(row, view.TurnStartRow))
@@ -173,6 +191,8 @@ def _transcript(
     )
     if rows and isinstance(rows[0], view.ForkRow):
         yield "", _forked_line(rows[0], rows)
+    for line in _branch_lines(session.origin, branches):
+        yield "", line
     for row in rows:
         seq = f"{row.seq:>5}"
         if isinstance(row, view.TurnStartRow):
@@ -225,6 +245,14 @@ def _line_markup(row: view.Row, limit: int) -> str:
             f"before seq {row.first_kept_seq} replaced; {row.kept_messages} messages kept"
             f" · {_e(summary)}"
         )
+    if isinstance(row, view.BranchRow):
+        shared = (
+            f"its events up to seq {row.origin_seq} are above (shared), this branch's own "
+            "follow"
+            if row.origin_seq
+            else "at its start: nothing shared"
+        )
+        return f"{indent}[bold white on green] BRANCH [/] of session {_n(row.origin)}: {shared}"
     if isinstance(row, view.RewindRow):
         reason = f" · {_e(_short(row.reason, limit))}" if row.reason else ""
         undone = " (undone by a later rewind)" if row.rewound else ""
@@ -289,7 +317,10 @@ def show_command(state: State, session_id: str, full: bool, as_json: bool, rows:
     A child session (forked for a subagent) starts with the parent and the parent's seq it
     was forked at; in a parent, the subagent lines name the child session, to show next.
     Rows a rewind (or retry, or edit) took out of the history stay, dim and after a ↶; each
-    rewind is a REWIND line naming the seq the history went back to."""
+    rewind is a REWIND line naming the seq the history went back to. A branch (made with
+    session.branch) starts with "branch of ORIGIN at seq N" and shows its origin's events up
+    to there, then a BRANCH line where it leaves them; a session with branches lists them
+    under its header, each with the seq it leaves at."""
     if rows and not as_json:
         raise UsageError("--rows goes with --json (it chooses what --json prints)")
     session = state.existing(session_id, read_only=True)
@@ -301,7 +332,9 @@ def show_command(state: State, session_id: str, full: bool, as_json: bool, rows:
     if as_json:
         _write_bytes(b"".join(encode_event(event) + b"\n" for event in events))
         return
-    _print_transcript(_transcript(session, events, full))
+    store = state.store(read_only=True)
+    branches = listed_branches(store, session.id)
+    _print_transcript(_transcript(session, events, full, branches))
 
 
 def _event_line(event: Event) -> str:
