@@ -35,6 +35,7 @@ from starlette.testclient import TestClient
 
 import agentsession as ags
 from agentsession import events as ev
+from agentsession.branching import BRANCHES_KIND, BranchRef, add_branch
 from agentsession.cli import cli
 from agentsession.events import encode_event
 from agentsession.view import transcript_rows
@@ -518,6 +519,50 @@ def test_the_summary_links_parent_and_children(client: TestClient, store: ags.Ba
     missing = client.get("/api/session", params={"id": "no:such"})
     assert missing.status_code == 404 and "no:such" in missing.json()["error"]
     assert client.get("/api/session").status_code == 400
+
+
+def test_the_summary_names_a_branchs_origin_and_a_sessions_branches(
+    client: TestClient, store: ags.BaseStore
+) -> None:
+    plain = get_json(client, "/api/session", id="chat:main")
+    assert plain["origin"] is None and plain["branches"] == []
+    origin = store.get("chat:tree")
+    for n in range(2):
+        with origin.turn() as turn:
+            turn.user(f"q{n}")
+            turn.assistant(f"a{n}")
+    first = origin.branch(at_seq=4, id="chat:tree/b1")
+    with first.turn() as turn:
+        turn.user("only in b1")
+    origin.branch(id=ODD_ID + "~b")  # an odd id round-trips
+    add_branch(store._meta_get, store._meta_cas, "chat:tree", BranchRef("gone", 4))
+    index = store._meta_get(BRANCHES_KIND, "chat:tree")
+    summary = get_json(client, "/api/session", id="chat:tree")
+    assert summary["origin"] is None
+    assert summary["branches"] == [
+        {"id": "chat:tree/b1", "seq": 4},
+        {"id": ODD_ID + "~b", "seq": 8},
+    ]
+    assert store._meta_get(BRANCHES_KIND, "chat:tree") == index  # the viewer writes nothing
+    branch = get_json(client, "/api/session", id="chat:tree/b1")
+    assert branch["origin"] == {"id": "chat:tree", "seq": 4} and branch["branches"] == []
+    assert branch["latest_seq"] == 8
+    rows = get_json(client, "/api/session/rows", id="chat:tree/b1")["rows"]
+    assert strip_html(rows) == stored_rows(store, "chat:tree/b1")
+    assert [row["kind"] for row in rows] == [
+        "turn_start", "user_message", "assistant_message", "turn_end",  # the origin's
+        "branch",
+        "turn_start", "user_message", "turn_end",  # its own
+    ]
+    assert rows[4]["seq"] == 5 and rows[4]["origin"] == "chat:tree"
+    assert rows[4]["origin_seq"] == 4
+    assert rows[1]["text"] == "q0" and rows[6]["text"] == "only in b1"
+    # The page carries the switcher's place, the script fills it.
+    page = client.get("/session", params={"id": "chat:tree"}).text
+    assert 'id="branching"' in page
+    script = client.get("/static/app.js").text
+    assert '"origin: " + s.origin.id + " at seq "' in script
+    assert '" (from seq " + branch.seq + ")"' in script
 
 
 @pytest.mark.parametrize("limit", [1, 3, 7, DEFAULT_PAGE_ROWS])

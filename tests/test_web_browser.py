@@ -27,7 +27,7 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 import agentsession as ags  # noqa: E402
 from agentsession.demo import run_demo  # noqa: E402
@@ -494,4 +494,59 @@ def test_rewound_rows_are_greyed_and_left_out_of_what_the_model_sees(
         browser.find_element(By.ID, "view-stored").click()
     finally:
         store.delete(sid)
+        store.close()
+
+
+def test_a_session_with_branches_shows_a_switcher_that_opens_them(
+    browser: WebDriver, base_url: str, store_dir: Path
+) -> None:
+    store = ags.open_store(store_dir, create=False)
+    try:
+        origin = store.get("br:origin")
+        for i in range(2):  # turns at seqs 1-4 and 5-8
+            with origin.turn(agent="coder") as turn:
+                turn.user(f"question {i}")
+                turn.assistant(f"answer {i}")
+        first = origin.branch(at_seq=4, id="br:first")
+        with first.turn(agent="coder") as turn:  # seqs 6-9, after the marker at 5
+            turn.user("asked only in the first branch")
+            turn.assistant("answered only in the first branch")
+        origin.branch(id="br:second")
+        browser.get(base_url + "session?id=" + quote("br:origin", safe=""))
+        wait(browser, loaded)
+        switcher = browser.find_element(By.ID, "branching")
+        assert switcher.is_displayed() and "2 branches" in switcher.text
+        choice = Select(browser.find_element(By.ID, "branch"))
+        assert [o.text for o in choice.options] == [
+            "this session: br:origin", "br:first (from seq 4)", "br:second (from seq 8)"
+        ]
+        assert choice.first_selected_option.text == "this session: br:origin"
+        # The rows where a branch leaves say so.
+        assert "branch br:first leaves here" in browser.find_element(By.ID, "seq-4").text
+        assert "branch br:second leaves here" in browser.find_element(By.ID, "seq-8").text
+        shot(browser, "branch-switcher")
+        choice.select_by_visible_text("br:first (from seq 4)")
+        wait(browser, lambda d: "id=br%3Afirst" in d.current_url and loaded(d))
+        assert browser.find_element(By.ID, "title").text == "br:first"
+        own = browser.find_element(By.ID, "seq-7")
+        assert "asked only in the first branch" in own.text and own.is_displayed()
+        banner = browser.find_element(By.CSS_SELECTOR, "#seq-5 .banner.branch")
+        assert "BRANCH" in banner.text and "of session br:origin at its seq 4" in banner.text
+        assert "question 0" in browser.find_element(By.ID, "seq-2").text  # shared
+        assert not browser.find_elements(By.ID, "seq-10")  # the origin's second turn is not
+        assert "question 1" not in browser.find_element(By.ID, "rows").text
+        back = Select(browser.find_element(By.ID, "branch"))
+        assert [o.text for o in back.options] == [
+            "this session: br:first", "origin: br:origin at seq 4"
+        ]
+        assert "a branch" in browser.find_element(By.ID, "branching").text
+        shot(browser, "branch-transcript")
+        assert_nothing_ran(browser)
+        # A session without branches shows no switcher.
+        browser.get(base_url + "session?id=cli%3Ademo")
+        wait(browser, loaded)
+        assert not browser.find_element(By.ID, "branching").is_displayed()
+        assert not browser.find_elements(By.ID, "branch")
+    finally:
+        store.delete("br:origin", recursive=True)
         store.close()

@@ -28,6 +28,7 @@ import msgspec
 
 from .. import children
 from .. import events as ev
+from ..branching import listed_branches
 from ..codec import encode, pretty
 from ..contract import SessionInfo
 from ..events import Event, encode_event
@@ -52,6 +53,7 @@ __all__ = [
     "CONTEXT_CHUNK",
     "BadgeCache",
     "Badges",
+    "BranchLink",
     "ChildLink",
     "InterruptedCall",
     "ListedSession",
@@ -374,6 +376,16 @@ class ChildLink(msgspec.Struct, frozen=True, kw_only=True):
     """What it was asked to do."""
 
 
+class BranchLink(msgspec.Struct, frozen=True, kw_only=True):
+    """A session and a seq of it, for the branch switcher: a branch's origin, or one of a
+    session's branches (:class:`agentsession.branching.BranchRef` as a JSON object)."""
+
+    id: str
+    """The session id."""
+    seq: int
+    """Where the branch's history leaves its origin's: the origin's seq it shares up to."""
+
+
 class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     """The header of the transcript page: cheap facts about one session (no full read)."""
 
@@ -394,6 +406,12 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     """The parent's seq it was forked at (0 when not a child)."""
     children: list[ChildLink]
     """Its child sessions, in fork order."""
+    origin: BranchLink | None
+    """For a branch (``session.branch``): the session it branched from and that session's
+    seq its history shares up to; None for a session that is not a branch."""
+    branches: list[BranchLink]
+    """Its branches that exist, in the order they were made, each with the seq of this
+    session where it leaves it."""
     agent_id: str
     """The agent its session record names ("" when none)."""
     model: str
@@ -406,11 +424,13 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 def session_summary(store: BaseStore, session_id: str) -> SessionSummary:
     """The header facts of a session: its latest seq, its record (first event and a meta
-    entry), its parent and its children index. Raises
+    entry), its parent and its children index, its origin (when it is a branch) and its
+    branch index (one meta entry, and whether each branch listed exists). Raises
     :class:`~agentsession.errors.SessionNotFound` when it has no events."""
     session = store.open(session_id)
     record = session.info()
     latest = session.latest_seq
+    origin = session.origin
     return SessionSummary(
         id=session.id,
         latest_seq=latest,
@@ -422,6 +442,10 @@ def session_summary(store: BaseStore, session_id: str) -> SessionSummary:
         children=[
             ChildLink(id=c.id, agent=c.agent, state=c.state, fork_seq=c.fork_seq, task=c.task)
             for c in store.children_of(session_id)
+        ],
+        origin=None if origin is None else BranchLink(id=origin.id, seq=origin.seq),
+        branches=[
+            BranchLink(id=ref.id, seq=ref.seq) for ref in listed_branches(store, session.id)
         ],
         agent_id=record.agent_id,
         model=record.model,

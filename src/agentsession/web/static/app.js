@@ -442,6 +442,15 @@
             ": history back to seq " + row.to_seq + " (what followed it is greyed: out of the " +
             "history the model sees, still in the log)" + (row.reason ? " · " + row.reason : ""));
           return c;
+        case "branch":
+          // Where this branch leaves its origin: the rows above are the origin's events.
+          c.className = "banner branch";
+          append(c, el("span", "tag", "BRANCH"), "of session ",
+            sessionLink(row.origin, row.origin_seq), row.origin_seq
+              ? " at its seq " + row.origin_seq + ": the rows above are its events (shared), " +
+                "the rows below this branch's own"
+              : " at its start: nothing shared, the rows below are this branch's own");
+          return c;
         case "subagent_start":
           append(c, el("span", "label", "subagent " + row.subagent),
             "started" + (row.background ? " (in the background)" : "") + " in session ",
@@ -579,6 +588,19 @@
       noteRow(row);
       const node = placeRow(row);
       if (node) notePath(row, node);
+      if (node && branchPoints.has(row.seq)) noteBranches(node, branchPoints.get(row.seq));
+    }
+
+    // The branches that leave this session at a seq (its branch index, from the header):
+    // the row of that seq says so, linking to each branch where it leaves.
+    const branchPoints = new Map();  // seq -> branches leaving right after it
+
+    function noteBranches(node, branches) {
+      for (const branch of branches) {
+        const note = el("div", "branch-note");
+        append(note, "↳ branch ", sessionLink(branch.id, branch.seq + 1), " leaves here");
+        node.appendChild(note);
+      }
     }
 
     // Puts the row on the page; returns its element (a turn's or step's block for their
@@ -757,6 +779,7 @@
           ", forked at its seq " + s.fork_point);
         p.hidden = false;
       }
+      if (s.origin || s.branches.length) branchSwitcher(s);
       if (s.children.length) {
         const box = document.getElementById("children");
         const list = el("ul");
@@ -770,6 +793,41 @@
         box.hidden = false;
       }
       return s;
+    }
+
+    // The branch switcher, for a branch or a session with branches: this session, its origin
+    // (opened at the seq the branch leaves it) and its branches (opened where each leaves
+    // this one); choosing one opens it.
+    function branchSwitcher(s) {
+      const box = document.getElementById("branching");
+      const select = el("select");
+      select.id = "branch";
+      select.autocomplete = "off";  // Back shows this session chosen, not the one left for
+      select.appendChild(new Option("this session: " + s.id, "", true, true));
+      if (s.origin) {
+        const option = new Option("origin: " + s.origin.id + " at seq " + s.origin.seq,
+          sessionHref(s.origin.id, s.origin.seq));
+        option.dataset.session = s.origin.id;
+        select.appendChild(option);
+      }
+      for (const branch of s.branches) {
+        const option = new Option(branch.id + " (from seq " + branch.seq + ")",
+          sessionHref(branch.id, branch.seq + 1));
+        option.dataset.session = branch.id;
+        select.appendChild(option);
+        if (!branchPoints.has(branch.seq)) branchPoints.set(branch.seq, []);
+        branchPoints.get(branch.seq).push(branch);
+      }
+      select.addEventListener("change", () => {
+        if (select.value) location.href = select.value;
+      });
+      const label = el("label", "switcher");
+      const n = s.branches.length;
+      const own = n === 1 ? "1 branch" : fmtNum(n) + " branches";
+      const what = s.origin ? "a branch" + (n ? " with " + own : "") : own;
+      append(label, what + ": ", select);
+      box.appendChild(label);
+      box.hidden = false;
     }
 
     function drawBars(figure, bars, options) {
@@ -1013,11 +1071,13 @@
       delete rowsBox.dataset.loaded;
       messagesBox.replaceChildren();
       messagesState.offset = 0;
-      for (const id of ["meta", "badges", "parent", "children"]) {
+      branchPoints.clear();
+      for (const id of ["meta", "badges", "parent", "children", "branching"]) {
         document.getElementById(id).replaceChildren();
       }
       document.getElementById("parent").hidden = true;
       document.getElementById("children").hidden = true;
+      document.getElementById("branching").hidden = true;
       document.getElementById("error").hidden = true;
     }
 
