@@ -73,6 +73,9 @@ def test_listed_branches_skips_a_gone_branch_without_writing() -> None:
         turns(origin, 1)
         origin.branch(id="o-b")
         add_branch(store._meta_get, store._meta_cas, "o", BranchRef("gone", 1))
+        # An entry naming a session that is not that branch is not believed either.
+        store.get("other").append(Event.new("user/message", ags.Message.user("x")))
+        add_branch(store._meta_get, store._meta_cas, "o", BranchRef("other", 1))
         before = store._meta_get(BRANCHES_KIND, "o")
         assert listed_branches(store, "o") == [BranchRef("o-b", 4)]
         assert store._meta_get(BRANCHES_KIND, "o") == before  # nothing written

@@ -128,11 +128,7 @@ def live_branches(store: BranchHost, origin: str) -> list[BranchRef]:
     stored in clear, so an entry alone is never believed). Other entries (a branch never
     written, or gone) are dropped from the index on the way."""
     refs = branch_refs(store._meta_get(BRANCHES_KIND, origin))
-    live = [
-        ref
-        for ref in refs
-        if store.exists(ref.id) and store.get(ref.id).origin == BranchRef(origin, ref.seq)
-    ]
+    live = [ref for ref in refs if _is_branch(store, origin, ref)]
     if len(live) != len(refs):
         gone = {ref.id for ref in refs} - {ref.id for ref in live}
         _update(
@@ -144,12 +140,19 @@ def live_branches(store: BranchHost, origin: str) -> list[BranchRef]:
     return live
 
 
+def _is_branch(store: BranchHost, origin: str, ref: BranchRef) -> bool:
+    """Whether the index entry ``ref`` of ``origin`` is believed: its session exists and its
+    own marker names this origin and seq."""
+    return store.exists(ref.id) and store.get(ref.id).origin == BranchRef(origin, ref.seq)
+
+
 def listed_branches(store: BranchHost, origin: str) -> list[BranchRef]:
-    """``origin``'s branches that exist, as :func:`live_branches` finds them, but writing
-    nothing: an entry whose branch is gone is skipped, not dropped from the index (for
-    readers, such as the viewer and ``agentsession show``, that must not write)."""
+    """``origin``'s branches, the ones :func:`live_branches` finds, but writing nothing: an
+    entry not believed (a branch never written, gone, or whose marker does not name this
+    origin and seq) is skipped, not dropped from the index (for readers, such as the viewer
+    and ``agentsession show``, that must not write)."""
     refs = branch_refs(store._meta_get(BRANCHES_KIND, origin))
-    return [ref for ref in refs if store.exists(ref.id)]
+    return [ref for ref in refs if _is_branch(store, origin, ref)]
 
 
 def branches_problem(origin: str, branches: Sequence[BranchRef], remedy: str) -> str:
