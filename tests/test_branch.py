@@ -84,6 +84,13 @@ def test_where_a_branch_starts(url: str) -> None:
         assert texts(empty) == [] and empty.latest_seq == 1
         with pytest.raises(DuplicateSession):
             origin.branch(id="from-nothing")
+        store.get("taken").append(ags.Event.new("app/x", {}))
+        with pytest.raises(DuplicateSession):
+            origin.branch(id="taken")  # the index is not touched either
+        listed = store._meta_get("branches", "o") or ""
+        assert listed.count('"from-nothing"') == 1 and '"taken"' not in listed
+        with pytest.raises(UsageError, match="own"):
+            origin.branch(id="o")
         with pytest.raises(UsageError):
             origin.branch(at_seq=1, at_turn=users[0])
         with pytest.raises(UsageError):

@@ -41,7 +41,6 @@ __all__ = [
     "add_branch",
     "branch_refs",
     "branches_problem",
-    "listed_branches",
     "live_branches",
     "remove_branch",
     "shift",
@@ -125,34 +124,15 @@ class BranchHost(Protocol):
 def live_branches(store: BranchHost, origin: str) -> list[BranchRef]:
     """``origin``'s branches: the entries of its index whose session exists and is that branch
     (its own marker, sealed on an encrypted store, names this origin and seq: the index is
-    stored in clear, so an entry alone is never believed). Other entries (a branch never
-    written, or gone) are dropped from the index on the way."""
+    stored in clear, so an entry alone is never believed). Writes nothing: an entry not
+    believed (a branch never written, or gone) is skipped, and a deleted branch takes its own
+    entry off (:func:`remove_branch`)."""
     refs = branch_refs(store._meta_get(BRANCHES_KIND, origin))
-    live = [ref for ref in refs if _is_branch(store, origin, ref)]
-    if len(live) != len(refs):
-        gone = {ref.id for ref in refs} - {ref.id for ref in live}
-        _update(
-            store._meta_get,
-            store._meta_cas,
-            origin,
-            lambda now: [ref for ref in now if ref.id not in gone],
-        )
-    return live
-
-
-def _is_branch(store: BranchHost, origin: str, ref: BranchRef) -> bool:
-    """Whether the index entry ``ref`` of ``origin`` is believed: its session exists and its
-    own marker names this origin and seq."""
-    return store.exists(ref.id) and store.get(ref.id).origin == BranchRef(origin, ref.seq)
-
-
-def listed_branches(store: BranchHost, origin: str) -> list[BranchRef]:
-    """``origin``'s branches, the ones :func:`live_branches` finds, but writing nothing: an
-    entry not believed (a branch never written, gone, or whose marker does not name this
-    origin and seq) is skipped, not dropped from the index (for readers, such as the viewer
-    and ``agentsession show``, that must not write)."""
-    refs = branch_refs(store._meta_get(BRANCHES_KIND, origin))
-    return [ref for ref in refs if _is_branch(store, origin, ref)]
+    return [
+        ref
+        for ref in refs
+        if store.exists(ref.id) and store.get(ref.id).origin == BranchRef(origin, ref.seq)
+    ]
 
 
 def branches_problem(origin: str, branches: Sequence[BranchRef], remedy: str) -> str:

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from .branching import BranchRef, add_branch
+from .branching import BranchRef, add_branch, remove_branch
 from .contract import Session
 from .derive import live_events
 from .errors import ConflictError, DuplicateSession, UsageError
@@ -195,8 +195,9 @@ def plan_rewind(
     span: TurnSpan | None = None
     if to_seq is not None:
         if isinstance(to_seq, bool) or not isinstance(to_seq, int) or not 0 <= to_seq <= latest:
+            name = "at_seq" if branching else "to_seq"
             raise UsageError(
-                f"{who}: to_seq must be a seq of the log (0..{latest}), not {to_seq!r}"
+                f"{who}: {name} must be a seq of the log (0..{latest}), not {to_seq!r}"
             )
         target = to_seq
         # The history as it stood right after to_seq: a turn it ends inside is left out whole.
@@ -402,10 +403,13 @@ def branch(
         raise UsageError(f"a branch id is a non-empty string, not {branch_id!r}")
     if branch_id == session.id:
         raise UsageError("a branch needs an id of its own")
+    taken = DuplicateSession(f"session {branch_id!r} exists already: a branch needs a new id")
+    if store.exists(branch_id):
+        raise taken
     target = store.get(branch_id)
     ref = BranchRef(branch_id, point)
-    # Listed first: a branch is never unlisted (an entry whose marker was not written is
-    # dropped when the list is read).
+    # Listed first: a branch is never unlisted (an entry whose marker is not written is not
+    # believed, and is taken off when another writer took the id first).
     add_branch(store._meta_get, store._meta_cas, session.id, ref)
     marker = Event.new(
         SESSION_BRANCH,
@@ -414,8 +418,7 @@ def branch(
     try:
         target.append_many([marker], expect_seq=0)
     except ConflictError:
-        raise DuplicateSession(
-            f"session {branch_id!r} exists already: a branch needs a new id"
-        ) from None
+        remove_branch(store._meta_get, store._meta_cas, session.id, branch_id)
+        raise taken from None
     target._load()  # reads its marker: from now on it is the branch
     return target

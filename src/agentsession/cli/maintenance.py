@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from .. import events as ev
-from ..branching import BRANCHES_KIND, BranchRef, branch_refs
 from ..compaction import COMPACTION_EFFECT_KIND
 from ..contract import StoreRecoveryReport
 from ..copying import copy_store
@@ -357,22 +356,10 @@ def rewind_command(
     _echo(clean(f"{session_id}: rewound to seq {marker.to_seq} (marker at seq {seq}); {ends}"))
 
 
-def _listed_branches(store: BaseStore, session_id: str) -> list[BranchRef]:
-    """``session.branches()`` without its clean-up, so that listing writes nothing: the
-    entries of the index whose session exists and whose own marker names this origin and seq
-    (the index alone is never believed); the other entries are left for the next writer."""
-    refs = branch_refs(store.meta_get(BRANCHES_KIND, session_id))
-    return [
-        ref
-        for ref in refs
-        if store.exists(ref.id) and store.get(ref.id).origin == BranchRef(session_id, ref.seq)
-    ]
-
-
 def _list_branches(state: State, session_id: str, as_json: bool) -> None:
     """``branch --list``: the session's origin (for a branch) and its branches."""
     session = state.existing(session_id, read_only=True)
-    refs = _listed_branches(state.store(read_only=True), session_id)
+    refs = session.branches()  # reads only
     origin = session.origin
     if as_json:
         _json_line(

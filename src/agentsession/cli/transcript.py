@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import view
-from ..branching import BranchRef, listed_branches
+from ..branching import BranchRef, live_branches
 from ..codec import pretty
 from ..errors import UsageError
 from ..events import Event, encode, encode_event
@@ -333,7 +333,7 @@ def show_command(state: State, session_id: str, full: bool, as_json: bool, rows:
         _write_bytes(b"".join(encode_event(event) + b"\n" for event in events))
         return
     store = state.store(read_only=True)
-    branches = listed_branches(store, session.id)
+    branches = live_branches(store, session.id)
     _print_transcript(_transcript(session, events, full, branches))
 
 

@@ -28,7 +28,7 @@ import msgspec
 
 from .. import children
 from .. import events as ev
-from ..branching import listed_branches
+from ..branching import live_branches
 from ..codec import encode, pretty
 from ..contract import SessionInfo
 from ..events import Event, encode_event
@@ -445,7 +445,7 @@ def session_summary(store: BaseStore, session_id: str) -> SessionSummary:
         ],
         origin=None if origin is None else BranchLink(id=origin.id, seq=origin.seq),
         branches=[
-            BranchLink(id=ref.id, seq=ref.seq) for ref in listed_branches(store, session.id)
+            BranchLink(id=ref.id, seq=ref.seq) for ref in live_branches(store, session.id)
         ],
         agent_id=record.agent_id,
         model=record.model,
