@@ -30,6 +30,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
+from .errors import SessionError
 from .events import Event
 from .storage import LogStorage, LogView, Reopen
 
@@ -127,12 +128,20 @@ def live_branches(store: BranchHost, origin: str) -> list[BranchRef]:
     stored in clear, so an entry alone is never believed). Writes nothing: an entry not
     believed (a branch never written, or gone) is skipped, and a deleted branch takes its own
     entry off (:func:`remove_branch`)."""
-    refs = branch_refs(store._meta_get(BRANCHES_KIND, origin))
     return [
         ref
-        for ref in refs
-        if store.exists(ref.id) and store.get(ref.id).origin == BranchRef(origin, ref.seq)
+        for ref in branch_refs(store._meta_get(BRANCHES_KIND, origin))
+        if _is(store, origin, ref)
     ]
+
+
+def _is(store: BranchHost, origin: str, ref: BranchRef) -> bool:
+    """Whether ``ref`` is a branch of ``origin`` (a session that cannot be opened, shredded
+    say, cannot show it is, and is not counted)."""
+    try:
+        return store.exists(ref.id) and store.get(ref.id).origin == BranchRef(origin, ref.seq)
+    except SessionError:
+        return False
 
 
 def branches_problem(origin: str, branches: Sequence[BranchRef], remedy: str) -> str:

@@ -1160,7 +1160,10 @@ class SessionCore:
         shared history from now on) and return ``events`` shifted; else ``events``."""
         first = events[0]
         if first.seq != 1:
-            head = yield Read(0, 1)
+            try:
+                head = yield Read(0, 1)
+            except (CorruptLogError, ValueError):
+                return events  # a first event that does not read is no marker: a full read says
             if not head or head[0].type != SESSION_BRANCH:
                 return events
             first = (yield from self._from_storage(head))[0]

@@ -524,7 +524,7 @@ class BaseStore:
         """
         self._check_open()
         sid = check_session_id(session_id)
-        branches = live_branches(self, sid)
+        branches = live_branches(self, sid) if self._catalog.exists(sid) else []
         if branches and not recursive:
             raise UsageError(branches_problem(sid, branches, "delete(recursive=True) deletes"))
         for branch in branches:
