@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import functools
 import importlib.util
+import itertools
 import json
 import multiprocessing
 import os
@@ -41,23 +42,28 @@ from google.adk.events.event_actions import EventActions
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
+from google.adk.platform import time as platform_time
+from google.adk.platform import uuid as platform_uuid
 from google.adk.runners import Runner
-from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
+from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.adk.sessions.session import Session
 from google.adk.sessions.sqlite_session_service import SqliteSessionService
 from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
 from agentsession import open_store
-from agentsession.aio import AsyncStore
+from agentsession.aio import AsyncSession, AsyncStore
 from agentsession.children import read_session_value
 from agentsession.errors import EncryptionError
-from agentsession.events import COMPACTION
+from agentsession.events import COMPACTION, FORMAT_REVISION, SESSION_REWIND, SessionRewind
+from agentsession.events import Event as LogEvent
 from agentsession.integrations.adk import (
     ADK_EVENT,
     ADK_SESSION,
     APP_STATE_KIND,
     COMPACTION_ID_PREFIX,
+    REWIND_KIND,
     SNAPSHOT_KIND,
     USER_STATE_KIND,
     AgentSessionService,
@@ -1598,3 +1604,236 @@ def test_a_summarised_range_never_hides_a_kept_event_when_the_clock_went_back() 
     assert compaction is not None
     assert compaction.start_timestamp == 10.0
     assert compaction.end_timestamp < 20.0  # seq 3 stays in the request; seq 2 is sent too
+
+
+# ---------------------------------------------------------------------------------------------
+# ADK's rewind (Runner.rewind_async): stored as ADK stores it, and recorded as a rewind marker
+# so that the derived history leaves the rewound invocations out as ADK's readers do.
+
+
+def _repeatable() -> None:
+    """Make ADK's ids and clock repeatable in the running context, so two services driven
+    through the same steps are given the same events."""
+    ids = itertools.count(1)
+    clock = itertools.count(1)
+    platform_uuid.set_id_provider(lambda: f"id-{next(ids)}")
+    platform_time.set_time_provider(lambda: 1_700_000_000.0 + next(clock))
+
+
+async def _ask_city(runner: Runner, city: str) -> None:
+    """One turn of ``runner`` in session ``s``: a question about ``city``, whose user event
+    also sets session state."""
+    message = types.Content(role="user", parts=[types.Part(text=f"Weather in {city}?")])
+    delta = {"city": city, f"asked:{city}": True}
+    async for _ in runner.run_async(
+        user_id="ada", session_id="s", new_message=message, state_delta=delta
+    ):
+        pass
+
+
+def _invocations(session: Session) -> list[str]:
+    """The invocation ids of ``session``'s events, in order of their first event."""
+    return list(dict.fromkeys(e.invocation_id for e in session.events))
+
+
+async def _rewinding(service: BaseSessionService) -> tuple[Runner, list[Session]]:
+    """Three turns (Paris, Oslo, Rome), ADK's rewind before Oslo's, a turn about Bern, then a
+    rewind before Rome's (rewound already: ADK's readers then keep Paris and Oslo), all
+    through ADK's ``Runner`` over ``service``, with repeatable ids and clock; the runner and
+    the session as ``get_session`` returned it after each rewind and at the end."""
+    _repeatable()
+    runner = _weather_runner(service)
+    await service.create_session(app_name="app", user_id="ada", session_id="s")
+    for city in ("Paris", "Oslo", "Rome"):
+        await _ask_city(runner, city)
+    seen: list[Session] = []
+
+    async def rewind(before: int) -> None:
+        got = await service.get_session(app_name="app", user_id="ada", session_id="s")
+        assert got is not None
+        invocation = _invocations(got)[before]
+        await runner.rewind_async(
+            user_id="ada", session_id="s", rewind_before_invocation_id=invocation
+        )
+        after = await service.get_session(app_name="app", user_id="ada", session_id="s")
+        assert after is not None
+        seen.append(after)
+
+    await rewind(1)  # before Oslo
+    await _ask_city(runner, "Bern")
+    await rewind(2)  # before Rome
+    await _ask_city(runner, "Kyiv")
+    final = await service.get_session(app_name="app", user_id="ada", session_id="s")
+    assert final is not None
+    seen.append(final)
+    return runner, seen
+
+
+def _markers(log: Any) -> list[tuple[int, SessionRewind, LogEvent]]:
+    """The ``session/rewind`` markers of ``log``: seq, payload, event."""
+    return [(e.seq, e.decode(SessionRewind), e) for e in log.read() if e.type == SESSION_REWIND]
+
+
+def _first_seq(log: Any, invocation: str) -> int:
+    """The seq of the first ``adk/event`` of ``invocation`` in ``log``."""
+    return next(
+        e.seq for e in log.read() if e.type == ADK_EVENT and e.meta.get("turn_id") == invocation
+    )
+
+
+@asynctest
+async def test_adks_rewind_reads_back_as_adks_own_service_and_leaves_the_derived_history(
+    session_service: AgentSessionService,
+) -> None:
+    reference = InMemorySessionService()  # type: ignore[no-untyped-call]
+    ref_runner, expected = await _rewinding(reference)
+    runner, got = await _rewinding(session_service)
+    # ADK reads the session back as its own service gives it: every event (the rewound ones
+    # and the rewind events with their reversing state deltas), the same state.
+    assert [s.events for s in got] == [s.events for s in expected]
+    assert [s.state for s in got] == [s.state for s in expected]
+    # (ADK's reversing delta sets a key the rewind took back to None.)
+    assert got[-1].state == {
+        "city": "Kyiv",
+        "asked:Paris": True,
+        "asked:Oslo": True,
+        "asked:Rome": None,
+        "asked:Bern": None,
+        "asked:Kyiv": True,
+    }
+    # ... and its runner sends the model the same requests.
+    assert _sent(runner) == _sent(ref_runner)
+    assert _texts(_sent(runner)[-1]) == [
+        "user: Weather in Paris?",
+        "model: call {'city': 'Paris'}",
+        "user: response {'result': 'sunny in Paris'}",
+        "model: The weather: sunny in Paris.",
+        "user: Weather in Oslo?",
+        "model: call {'city': 'Oslo'}",
+        "user: response {'result': 'sunny in Oslo'}",
+        "model: The weather: sunny in Oslo.",
+        "user: Weather in Kyiv?",
+        "model: call {'city': 'Kyiv'}",
+        "user: response {'result': 'sunny in Kyiv'}",
+    ]
+
+    # The derived history leaves the rewound invocations out, as ADK's readers do.
+    log = storage_of(session_service, got[-1])
+    messages = log.messages()
+    assert [m.text for m in messages if m.role == "user"] == [
+        "Weather in Paris?",
+        "Weather in Oslo?",
+        "Weather in Kyiv?",
+    ]
+    assert not any("Rome" in m.text or "Bern" in m.text for m in messages)
+    assert provider_errors(messages) == []
+
+    # One marker per rewind, right after the stored rewind event, to the seq before the first
+    # event of the invocation rewound.
+    paris, oslo, rome = _invocations(got[0])[:3]
+    rewinds = [e for e in got[-1].events if e.actions.rewind_before_invocation_id]
+    assert [e.actions.rewind_before_invocation_id for e in rewinds] == [oslo, rome]
+    markers = _markers(log)
+    assert [(m.kind, m.to_seq, m.min_revision) for _, m, _ in markers] == [
+        (REWIND_KIND, _first_seq(log, oslo) - 1, FORMAT_REVISION),
+        (REWIND_KIND, _first_seq(log, rome) - 1, FORMAT_REVISION),
+    ]
+    events = {e.seq: e for e in log.read()}
+    for (seq, marker, event), rewind in zip(markers, rewinds, strict=True):
+        stored = events[seq - 1]
+        assert stored.type == ADK_EVENT and stored.meta["adk"] == rewind.id
+        assert event.meta == {"turn_id": rewind.invocation_id}
+        assert marker.kind == "adk.rewind"
+    assert paris in {e.meta.get("turn_id") for e in log.read()}
+
+
+@asynctest
+async def test_a_rewind_before_an_unknown_invocation_writes_no_marker(
+    session_service: AgentSessionService,
+) -> None:
+    reference = InMemorySessionService()  # type: ignore[no-untyped-call]
+    results = []
+    for service in (reference, session_service):
+        _repeatable()
+        session = await service.create_session(app_name="app", user_id="ada", session_id="s")
+        await service.append_event(
+            session, Event(invocation_id="i1", author="user", content=text("Hello"))
+        )
+        unknown = EventActions(rewind_before_invocation_id="nowhere", state_delta={"k": 1})
+        await service.append_event(
+            session, Event(invocation_id="i2", author="user", actions=unknown)
+        )
+        results.append(await service.get_session(app_name="app", user_id="ada", session_id="s"))
+    expected, got = results
+    assert expected is not None and got is not None
+    assert (got.events, got.state) == (expected.events, expected.state)
+    log = storage_of(session_service, got)
+    assert _markers(log) == []
+    assert [m.text for m in log.messages()] == ["Hello"]
+
+
+@asynctest
+async def test_a_rewind_back_past_the_latest_compaction_writes_no_marker(
+    session_service: AgentSessionService,
+) -> None:
+    runner = _weather_runner(session_service)
+    await session_service.create_session(app_name="app", user_id="ada", session_id="s")
+    for city in ("Paris", "Oslo", "Rome"):
+        await _ask_city(runner, city)
+    log = storage_of(session_service, await _get(session_service))
+    compacted = log.compact("Ada asked about Paris and Oslo.", keep_turns=1)
+    assert compacted is not None
+    before = [m.text for m in log.messages()]
+    # Rome's turn was kept, but it is before the marker: a rewind goes back no further.
+    rome = _invocations(await _get(session_service))[2]
+    await runner.rewind_async(user_id="ada", session_id="s", rewind_before_invocation_id=rome)
+    assert _markers(log) == []
+    assert [m.text for m in log.messages()] == before
+    # The rewind event is stored all the same (ADK reads it back and honours it).
+    got = await _get(session_service)
+    assert [e.actions.rewind_before_invocation_id for e in got.events][-1] == rome
+    # An invocation after the marker can be rewound.
+    await _ask_city(runner, "Bern")
+    bern = _invocations(await _get(session_service))[-1]
+    await runner.rewind_async(user_id="ada", session_id="s", rewind_before_invocation_id=bern)
+    [(_, marker, _)] = _markers(log)
+    assert marker.to_seq == _first_seq(log, bern) - 1 >= compacted
+    assert [m.text for m in log.messages()] == before
+    assert not any("Bern" in m.text for m in log.messages())
+
+
+@asynctest
+async def test_a_compaction_appended_while_a_rewind_is_planned_is_not_gone_back_past(
+    session_service: AgentSessionService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = _weather_runner(session_service)
+    await session_service.create_session(app_name="app", user_id="ada", session_id="s")
+    for city in ("Paris", "Oslo"):
+        await _ask_city(runner, city)
+    log = storage_of(session_service, await _get(session_service))
+    oslo = _invocations(await _get(session_service))[1]
+    tries: list[int | None] = []
+    append_many = AsyncSession.append_many
+
+    async def another_writer_first(
+        self: AsyncSession, events: Any, *, expect_seq: int | None = None
+    ) -> list[int]:
+        tries.append(expect_seq)
+        if len(tries) == 1:  # another writer compacts between the plan and the write
+            assert log.compact("Paris.", keep_turns=1) is not None
+        return await append_many(self, events, expect_seq=expect_seq)
+
+    monkeypatch.setattr(AsyncSession, "append_many", another_writer_first)
+    await runner.rewind_async(user_id="ada", session_id="s", rewind_before_invocation_id=oslo)
+    monkeypatch.undo()
+    assert len(tries) == 2 and tries[0] is not None and tries[1] == tries[0] + 1
+    assert _markers(log) == []  # planned again: the marker would go back past the compaction
+    got = await _get(session_service)
+    assert got.events[-1].actions.rewind_before_invocation_id == oslo
+    assert [e.type for e in log.read()][-2:] == [COMPACTION, ADK_EVENT]
+
+
+async def _get(service: AgentSessionService) -> Session:
+    got = await service.get_session(app_name="app", user_id="ada", session_id="s")
+    assert got is not None
+    return got

@@ -38,7 +38,7 @@ the invocation id as ``meta["turn_id"]``. ADK marks no end of an invocation, so 
 invocation for a cut-off turn); the derived history pairs calls and results by id, so
 ``messages()`` stays provider-valid (a call still waiting, a long-running tool's, has the
 interrupted stand-in until its response arrives). ``mirror_messages=False`` writes the
-``adk/event`` alone.
+``adk/event`` alone (and a rewind's marker, below).
 
 **State.** ADK has four scopes, kept where each belongs:
 
@@ -67,11 +67,27 @@ covers the ADK events the marker summarised and whose content is the summary's t
 content builder sends the summary in their place (a marker without a summary leaves those
 events out instead). Derived on read; nothing new is stored.
 
+**Rewind.** ADK's rewind (``Runner.rewind_async(..., rewind_before_invocation_id=X)``) appends
+an ADK event whose ``actions.rewind_before_invocation_id`` is ``X`` and whose ``state_delta``
+reverses the session state; it is stored like any other (its delta folded), and ADK's readers
+leave out the invocations it rewound. So that the derived history (``messages()``, ``show``,
+the viewer) leaves them out too, the same atomic batch ends with a ``session/rewind`` marker
+(kind ``adk.rewind``, :data:`REWIND_KIND`) whose ``to_seq`` is the seq right before the first
+``adk/event`` of invocation ``X`` (by ``meta["turn_id"]``). No marker is written when no
+``adk/event`` has that invocation id (ADK ignores an unknown id too), nor when that seq is
+before the latest ``session/compaction`` marker: a rewind never goes back past the latest
+compaction, so ADK's reading then leaves the invocations out and the derived history keeps
+them. The marker depends on the log as it stands, so this one append is conditional
+(``expect_seq``): when another writer came first, the marker is planned again on the events it
+added (a compaction among them raises the floor).
+
 **Concurrency.** Appends never fail because another writer came first: two processes appending
 to one session both land, in one order (the log's), and no ``StaleSessionError`` is ever
-raised. The caller's ``Session`` object is brought up to date on each append: the events other
-writers stored since the object last saw the log are added to it (with their state deltas)
-before the new one, so its ``events`` and ``state`` are what ``get_session`` would return.
+raised. (A rewind's append, planned again each time another writer came first, gives up with
+:class:`~agentsession.errors.ConflictError` after 1000 tries in a row.) The caller's
+``Session`` object is brought up to date on each append: the events other writers stored
+since the object last saw the log are added to it (with their state deltas) before the new
+one, so its ``events`` and ``state`` are what ``get_session`` would return.
 A genuinely conflicting write, two writers setting the same key, is decided by order, with no
 error: the last ``state_delta`` in log order wins for session keys, the last compare-and-set for
 ``user:``/``app:`` keys. An error would not help: ADK's runner does not reload and retry (the
@@ -88,6 +104,7 @@ is stored again (ADK's in-memory service deduplicates it; its SQL services refus
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import functools
 import math
@@ -124,6 +141,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..aio import AsyncSession, AsyncStore
 from ..aio._backend import default_max_threads
+from ..backoff import Backoff
 from ..children import (
     read_session_value,
     read_store_value,
@@ -132,14 +150,23 @@ from ..children import (
 )
 from ..codec import decode, encode
 from ..compaction import memory_cutoff_seq
-from ..errors import DuplicateSession, EncryptionError, SessionShredded, UsageError
+from ..errors import (
+    ConflictError,
+    DuplicateSession,
+    EncryptionError,
+    SessionShredded,
+    UsageError,
+)
 from ..events import (
     ASSISTANT_MESSAGE,
     COMPACTION,
+    FORMAT_REVISION,
+    SESSION_REWIND,
     TOOL_RESULT,
     USAGE,
     USER_MESSAGE,
     Event,
+    SessionRewind,
     compaction_of,
 )
 from ..messages import Message, Part, TextPart, ThinkingPart, ToolCall, ToolResult
@@ -151,6 +178,7 @@ __all__ = [
     "ADK_EVENT",
     "COMPACTION_ID_PREFIX",
     "ADK_SESSION",
+    "REWIND_KIND",
     "AgentSessionService",
     "StoreTarget",
     "session_key",
@@ -177,6 +205,10 @@ SNAPSHOT_KIND: Final = "adk-snapshot"
 """Meta namespace of the session-state snapshots, keyed by agentsession session id."""
 SNAPSHOT_EVERY: Final = 64
 """An append that crosses a multiple of this many seqs writes the session-state snapshot."""
+REWIND_KIND: Final = "adk.rewind"
+"""The ``kind`` of the ``session/rewind`` marker that records ADK's rewind
+(``Runner.rewind_async``)."""
+_REWIND_TRIES = 1000
 _MAX_CACHED = 256
 _MARKER = "agentsession:"
 
@@ -477,6 +509,64 @@ def _marker_seq(session: AdkSession) -> int:
 def _crosses(seqs: Sequence[int]) -> bool:
     """Whether a batch stored at ``seqs`` covers a multiple of :data:`SNAPSHOT_EVERY`."""
     return seqs[-1] // SNAPSHOT_EVERY > (seqs[0] - 1) // SNAPSHOT_EVERY
+
+
+# -- ADK's rewind as a rewind marker -------------------------------------------------------------
+
+
+def _rewind_target(events: Sequence[Event], invocation_id: str) -> int | None:
+    """The seq a ``session/rewind`` marker for ADK's rewind before ``invocation_id`` goes back
+    to, in the log ``events`` (in seq order): the seq right before the invocation's first
+    ``adk/event`` (the first whose ``meta["turn_id"]`` is the id), so the derived history is
+    the one that stood before the invocation began, as ADK's own reading
+    (``google.adk.events._rewind_events._apply_rewinds``) leaves it. None, for no marker,
+    when no ``adk/event`` has that invocation id (ADK ignores an unknown one too) or when that
+    seq is before the latest ``session/compaction`` marker (a rewind never goes back past the
+    latest compaction: the turns it summarised stay summarised)."""
+    first = next(
+        (e.seq for e in events if e.type == ADK_EVENT and e.meta.get("turn_id") == invocation_id),
+        None,
+    )
+    if first is None:
+        return None
+    floor = max((e.seq for e in events if e.type == COMPACTION), default=0)
+    return first - 1 if first - 1 >= floor else None
+
+
+async def _append_rewind(
+    log: AsyncSession, batch: Sequence[Event], invocation_id: str
+) -> list[int]:
+    """Append ``batch`` (an ADK rewind event and its mirror) followed, in the same write, by
+    the ``session/rewind`` marker (kind ``adk.rewind``) to :func:`_rewind_target`'s seq, if
+    there is one. The marker is planned on the log as it stands and the write is made only if
+    nothing was appended since (``expect_seq``); when another writer came first, the events
+    it added are read and the marker planned again (a compaction marker among them may have
+    raised the floor)."""
+    events = await log.read()
+    meta = {"turn_id": batch[0].meta["turn_id"]} if "turn_id" in batch[0].meta else {}
+    backoff = Backoff(tries=_REWIND_TRIES)
+    while backoff.next_try():
+        if pause := backoff.contention_pause():
+            await asyncio.sleep(pause)
+        planned_at = events[-1].seq if events else 0
+        target = _rewind_target(events, invocation_id)
+        written = list(batch)
+        if target is not None:
+            marker = SessionRewind(
+                to_seq=target,
+                kind=REWIND_KIND,
+                reason=f"before invocation {invocation_id}",
+                min_revision=FORMAT_REVISION,
+            )
+            written.append(Event.new(SESSION_REWIND, marker, meta=meta))
+        try:
+            return await log.append_many(written, expect_seq=planned_at)
+        except ConflictError:
+            events += await log.read(planned_at)
+    raise ConflictError(
+        f"session {log.id!r}: other writers kept appending while ADK's rewind before "
+        f"invocation {invocation_id!r} was written ({_REWIND_TRIES} tries)"
+    )
 
 
 # -- compaction markers as ADK compaction events -------------------------------------------------
@@ -984,7 +1074,12 @@ class AgentSessionService(BaseSessionService):
         try:
             # The append is the async API's own (inline, in a thread or native, as the
             # backend places it); the rest of this call runs only in the rare cases it names.
-            seqs = [await log.append(batch[0])] if len(batch) == 1 else await log.append_many(batch)
+            if event.actions.rewind_before_invocation_id:
+                seqs = await _append_rewind(log, batch, event.actions.rewind_before_invocation_id)
+            elif len(batch) == 1:
+                seqs = [await log.append(batch[0])]
+            else:
+                seqs = await log.append_many(batch)
             if seqs[0] == 1:
                 # The log had no events: the session was deleted (or never created). Take
                 # back what this append started.
