@@ -581,6 +581,28 @@ def test_clear_keeps_the_log_and_every_reader_starts_after_it(backend: Backend) 
     ]
 
 
+def test_a_rewind_is_honoured_by_the_history_as_by_messages(backend: Backend) -> None:
+    """``session.rewind`` (and its undo) changes what LangChain is sent, as it changes
+    ``session.messages()``: for a history object that read before it and for a fresh one."""
+    session_id = new_id()
+    history = AgentSessionChatHistory(session_id, store=backend.writer)
+    history.add_messages([HumanMessage("one"), AIMessage("two", id="r2")])
+    history.add_messages([HumanMessage("three"), AIMessage("four", id="r4")])
+    assert len(history.messages) == 4
+    session = backend.writer.get(session_id)
+    marker = session.rewind(to_seq=2)
+    expected = [HumanMessage("one"), AIMessage("two", id="r2")]
+    assert history.messages == expected  # read before: reads again
+    assert AgentSessionChatHistory(session_id, store=backend.open()).messages == expected
+    assert [m.text for m in session.messages()] == ["one", "two"]
+    history.add_messages([HumanMessage("five")])
+    assert history.messages == [*expected, HumanMessage("five")]
+    session.rewind(to_seq=marker - 1)  # undone: the history before the first rewind
+    assert [m.content for m in history.messages] == ["one", "two", "three", "four"]
+    fresh = AgentSessionChatHistory(session_id, store=backend.open())
+    assert [m.content for m in fresh.messages] == ["one", "two", "three", "four"]
+
+
 def test_clear_works_while_calls_are_unanswered_and_on_an_empty_session() -> None:
     history, session = _memory_history()
     history.clear()

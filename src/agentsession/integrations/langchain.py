@@ -40,7 +40,9 @@ order, from the latest compaction marker on: no interrupted stand-ins for unansw
 and no results left out, unlike the provider-valid ``session.messages()``. A marker is
 honoured: its summary comes first, then the messages it kept, each rebuilt exactly when its
 event is still found between the marker's ``first_kept_seq`` and the marker (otherwise from
-its neutral form), then what follows.
+its neutral form), then what follows. A rewind (``session.rewind``, ``retry``, ``edit``) is
+honoured too: what it took out of the history is not read, and a history object that read
+it before reads again.
 
 **Clearing** deletes nothing: :meth:`~AgentSessionChatHistory.clear` appends a compaction
 marker with no summary and nothing kept (kind ``prune``, ``meta["langchain"] ==
@@ -77,12 +79,13 @@ from langchain_core.messages import (
 
 from ..aio import AsyncSession, AsyncStore, open_async_store
 from ..context import turn_id
-from ..derive import render_skill
+from ..derive import live_events, render_skill, rewind_target
 from ..errors import ConflictError, UsageError
 from ..events import (
     ASSISTANT_MESSAGE,
     COMPACTION,
     SESSION_FORK,
+    SESSION_REWIND,
     SKILL_LOAD,
     TOOL_RESULT,
     TURN_CONTINUE,
@@ -676,8 +679,14 @@ def _refresh(state: _State | None, agent: str | None) -> _Steps[_State]:
         events = yield _Read(state.last_seq, None)
         if not events:
             return state
+        if any(e.type == SESSION_REWIND and _goes_back(e, state.last_seq) for e in events):
+            return (yield from _refresh(None, agent))  # a rewind: read the history again
         messages, last, in_turn = list(state.messages), state.last_seq, state.in_turn
-    for event in events:
+    stored_last = events[-1].seq if events else 0
+    # What a rewind took out of the history is not read (the window starts at the latest
+    # compaction, which no rewind goes back past).
+    live = live_events(events)
+    for event in live:
         if event.seq <= last:
             continue
         last = event.seq
@@ -709,7 +718,13 @@ def _refresh(state: _State | None, agent: str | None) -> _Steps[_State]:
         elif kind == TURN_END:
             in_turn = False
         messages.extend(_from_event(event))
-    return _State(messages, last, in_turn)
+    return _State(messages, max(last, stored_last), in_turn)
+
+
+def _goes_back(marker: Event, last: int) -> bool:
+    """Whether a rewind marker takes out of the history something read up to ``last``."""
+    target = rewind_target(marker)
+    return target is not None and target < last
 
 
 def history_from_events(events: Sequence[Event], agent: str | None = None) -> list[BaseMessage]:
