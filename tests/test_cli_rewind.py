@@ -15,45 +15,13 @@ import agentsession as ags
 from agentsession.cli import cli
 from agentsession.events import SESSION_REWIND, SessionRewind
 
-from .store_urls import store_url
-
-SID = "cli:chat"
-
-
-def invoke(url: str, *args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, ["--store", url, *args], env={"COLUMNS": "200"})
-    return result.exit_code, result.stdout, result.stderr
+from .cli_chat_store import SID, chat_store, events, invoke, texts
 
 
 @pytest.fixture(params=["jsonl", "sqlite"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A store holding ``SID``: three turns (seqs 1-4, 5-8, 9-12), each a question and its
-    answer."""
-    for found in store_url(request.param, tmp_path):
-        store = ags.open_store(found)
-        session = store.get(SID)
-        for n in range(3):
-            with session.turn(agent="coder") as turn:
-                turn.user(f"question {n}")
-                turn.assistant(f"answer {n}")
-        store.close()
-        yield found
-
-
-def texts(url: str, session_id: str = SID) -> list[str]:
-    store = ags.open_store(url)
-    try:
-        return [m.text for m in store.get(session_id).messages()]
-    finally:
-        store.close()
-
-
-def events(url: str, session_id: str = SID) -> list[ags.Event]:
-    store = ags.open_store(url)
-    try:
-        return store.get(session_id).read()
-    finally:
-        store.close()
+    """A store holding ``SID``: three turns (seqs 1-4, 5-8, 9-12)."""
+    yield from chat_store(request.param, tmp_path)
 
 
 def turn_id(url: str, index: int) -> str:
