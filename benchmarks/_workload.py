@@ -1,8 +1,10 @@
-"""The transcript workload shared by the benchmarks: what an agent loop appends."""
+"""The transcript workload shared by the benchmarks: what an agent loop appends; and how a
+case is timed (its best round)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import agentsession as ags
@@ -31,3 +33,13 @@ def transcript(turns: int, agent: str = "coder") -> Iterator[tuple[str, Any]]:
             yield "step/end", ags.events.StepEnd(step=step)
         yield "assistant/message", ags.Message.assistant(_text(500, turn))
         yield "turn/end", ags.events.TurnEnd(steps=STEPS_PER_TURN)
+
+
+def best(fn: Callable[[], object], rounds: int) -> float:
+    """The shortest of ``rounds`` runs of ``fn``, in seconds."""
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)

@@ -19,10 +19,10 @@ import argparse
 import os
 import shutil
 import tempfile
-import time
-import uuid
-from collections.abc import Callable
 from pathlib import Path
+
+from _postgres import drop_schema, postgres_url
+from _workload import best
 
 import agentsession as ags
 
@@ -39,8 +39,8 @@ def fill(session: ags.BaseSession, count: int, tag: str) -> None:
 
 
 def size_of(url: str, work: Path) -> int:
-    """What the store holds, in bytes (files for JSONL and SQLite, the schema's relations on
-    PostgreSQL)."""
+    """What the store holds, in bytes: its files for JSONL, the rows' column bytes for SQLite
+    (the file grows by whole pages) and the schema's rows on PostgreSQL."""
     if url.startswith("postgresql"):
         import psycopg
 
@@ -53,16 +53,20 @@ def size_of(url: str, work: Path) -> int:
                 f'SELECT coalesce(sum(pg_column_size(m.*)), 0) FROM "{schema}".meta m'
             ).fetchone()
             return int(row[0] if row else 0) + int(meta[0] if meta else 0)
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            rows = conn.execute(
+                "SELECT (SELECT coalesce(sum(length(session_id) + length(type) + length(agent)"
+                " + length(user) + length(time) + length(data) + coalesce(length(meta), 0)"
+                " + 16), 0) FROM events) + (SELECT coalesce(sum(length(kind) + length(key)"
+                " + length(value) + length(updated_at)), 0) FROM meta)"
+                " + (SELECT coalesce(sum(length(id) + length(created_at) + 16), 0)"
+                " FROM sessions)"
+            ).fetchone()
+        return int(rows[0])
     return sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
-
-
-def best(fn: Callable[[], None], rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:
@@ -72,11 +76,10 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="agentsession-branch-"))
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    schema = ""
     urls = {"jsonl": str(work / "jsonl"), "sqlite": f"sqlite:///{work}/s.db"}
     if args.postgres:
-        sep = "&" if "?" in args.postgres else "?"
-        urls["postgresql"] = f"{args.postgres}{sep}schema={schema}"
+        urls["postgresql"], schema = postgres_url(args.postgres)
     try:
         print(f"latest 20 events after opening, best of {args.rounds}\n")
         print(
@@ -115,11 +118,8 @@ def main() -> None:
         print("\ntargets: branch/plain and young/plain <= 2.00; bytes O(1)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        if args.postgres:
-            import psycopg
-
-            with psycopg.connect(args.postgres, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        if schema:
+            drop_schema(args.postgres, schema)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ import os
 import shutil
 import tempfile
 import time
-import uuid
 from pathlib import Path
+
+from _postgres import drop_schema, postgres_url
 
 import agentsession as ags
 
@@ -55,11 +56,10 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="agentsession-inbox-"))
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    schema = ""
     urls = {"memory": "memory:", "jsonl": str(work / "jsonl"), "sqlite": f"sqlite:///{work}/s.db"}
     if args.postgres:
-        sep = "&" if "?" in args.postgres else "?"
-        urls["postgresql"] = f"{args.postgres}{sep}schema={schema}"
+        urls["postgresql"], schema = postgres_url(args.postgres)
     try:
         print(f"{args.messages} messages per round, best of {args.rounds}\n")
         print(f"{'backend':<12}{'direct/s':>11}{'inbox/s':>11}{'ratio':>8}{'target':>9}")
@@ -79,11 +79,8 @@ def main() -> None:
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        if args.postgres:
-            import psycopg
-
-            with psycopg.connect(args.postgres, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        if schema:
+            drop_schema(args.postgres, schema)
 
 
 if __name__ == "__main__":

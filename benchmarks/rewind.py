@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import time
 from pathlib import Path
+
+from _workload import best
 
 import agentsession as ags
 from agentsession.derive import messages
@@ -34,16 +35,6 @@ def build(store: ags.BaseStore, sid: str, turns: int, rewind_every_other: bool, 
             turn.assistant(f"answer {i} " + "y" * 400)
         if rewind_every_other and i % 2:
             session.rewind(to_seq=session.latest_seq - 4)
-
-
-def best(fn: object, rounds: int) -> float:
-    assert callable(fn)
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:
