@@ -337,6 +337,9 @@ class StoreParts(msgspec.Struct, frozen=True):
     reconnect_timeout: float = 0.0
     """Seconds an append rides out a lost connection or an unreachable server (0: a file
     store has none)."""
+    watcher: Callable[[], object] | None = None
+    """Makes the :class:`agentsession.follow.Watcher` that tells followers of appends other
+    processes make (None: :class:`agentsession.follow.PollWatcher`)."""
 
 
 def page_of(

@@ -172,6 +172,9 @@ class SessionHost(Protocol):
         """The store's meta compare-and-set."""
         ...
 
+    _changes: Any
+    """The store object's followers (:class:`agentsession.follow.ChangeHub`)."""
+
 
 def _seq_of(event: Event) -> int:
     return event.seq
@@ -396,6 +399,7 @@ class SessionCore:
         # A branch (agentsession.branching): the origin and the seq its history shares up to
         # (_base; 0: not a branch), its first own seq (_first = _base + 1), and the origin's
         # events up to _base, read once per life when a history needs them.
+        self._lives = 0  # how often the log was found gone and opened anew (SessionReset)
         self._base = 0
         self._first = 1
         self._origin: str | None = None
@@ -716,6 +720,7 @@ class SessionCore:
         """The log this object read is gone (deleted, perhaps created again): forget it and
         open the log again at its tail."""
         self._reset()
+        self._lives += 1
         if self._base:
             self._unbranch()  # another life of the log: read its first event again
         yield from self._load_plan()

@@ -36,6 +36,7 @@ __all__ = [
     "SessionBusy",
     "SessionExpired",
     "SessionNotFound",
+    "SessionReset",
     "SessionShredded",
     "StorageError",
     "StoreUnavailable",
@@ -132,6 +133,20 @@ class LockTimeout(SessionError, TimeoutError):
         )
         self.session_id = session_id
         self.timeout = timeout
+
+
+class SessionReset(SessionError):
+    """The session followed (``session.follow()``) was deleted, and perhaps created again,
+    while it was followed: what was yielded belongs to the log's previous life. ``first_seq``
+    is the seq the new life starts at (the caller reloads from there, or gives up)."""
+
+    def __init__(self, session_id: str, first_seq: int) -> None:
+        super().__init__(
+            f"session {session_id!r} was deleted (perhaps created again) while followed; its "
+            f"new life starts at seq {first_seq}"
+        )
+        self.session_id = session_id
+        self.first_seq = first_seq
 
 
 class LeaseLost(SessionError):

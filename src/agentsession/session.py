@@ -37,7 +37,7 @@ import datetime as _dt
 import os
 import threading
 import weakref
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from . import _trace, children
@@ -61,6 +61,7 @@ from .errors import CorruptLogError, StorageError, UsageError
 from .events import COMPACTION, USER_MESSAGE, Event, new_event_id
 from .fencing import Lease
 from .fencing import leases_here as _leases_here
+from .follow import follow as _follow
 from .inbox import Delivery
 from .inbox import pending as _pending
 from .lease import HeldLease
@@ -322,8 +323,13 @@ class BaseSession(SessionCore):
                 events=1,
                 event_type=event.type if isinstance(event, Event) else None,
             ):
-                return self._append_one(event)
-        return self._append_one(event)
+                seq = self._append_one(event)
+        else:
+            seq = self._append_one(event)
+        changes = self._store._changes
+        if changes.followed:  # wake this store object's followers at once
+            changes.notify(self._id)
+        return seq
 
     def _append_one(self, event: Event) -> int:
         """:meth:`append` without tracing: :meth:`_append_one_plan`, driven synchronously.
@@ -467,8 +473,12 @@ class BaseSession(SessionCore):
             ) as span:
                 seqs = self._run(self._append_batch_plan(batch, expect_seq))
                 span.set(events=len(seqs))
-                return seqs
-        return self._run(self._append_batch_plan(batch, expect_seq))
+        else:
+            seqs = self._run(self._append_batch_plan(batch, expect_seq))
+        changes = self._store._changes
+        if changes.followed:  # wake this store object's followers at once
+            changes.notify(self._id)
+        return seqs
 
     # -- reading --------------------------------------------------------------------------
 
@@ -628,6 +638,24 @@ class BaseSession(SessionCore):
     def _holds_lock(self) -> bool:
         """Whether the caller holds this session's turn lock (no I/O)."""
         return self._store.holds_lock(self._id)
+
+    @property
+    def life(self) -> int:
+        """How many times this object found its log gone (deleted, perhaps created again) and
+        opened it anew: a follower that sees it change raises
+        :class:`~agentsession.errors.SessionReset`. No I/O."""
+        return self._lives
+
+    def follow(
+        self, *, after: int | None = None, timeout: float | None = None
+    ) -> Iterator[Event]:
+        """The events after seq ``after`` (None: the latest now) as they are appended, by any
+        process, in seq order, each once: ``for event in session.follow(): ...``. Waits for
+        new ones until ``timeout`` seconds pass with nothing new (None: for ever) or the
+        iterator is closed. Raises :class:`~agentsession.errors.SessionReset` when the session
+        is deleted (and perhaps created again) while followed. See
+        :mod:`agentsession.follow`."""
+        return _follow(self, self._store._changes, after, timeout)
 
     @property
     def origin(self) -> BranchRef | None:

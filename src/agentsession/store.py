@@ -21,7 +21,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, cast, overload
 
 from . import _trace, children
 from .branching import BRANCHES_KIND, branches_problem, live_branches, remove_branch
@@ -45,6 +45,7 @@ from .errors import (
 )
 from .events import SESSION_LEASE, Event, SessionLease
 from .fencing import Lease, Leases, current_lease
+from .follow import ChangeHub, PollWatcher, Watcher
 from .inbox import Delivery, check_policy
 from .inbox import deliver as _deliver
 from .keys import KeyLifecycle
@@ -226,6 +227,11 @@ class BaseStore:
         self._lock_through = built.lock_through
         self._async_factory = built.async_backend
         self._reconnect_timeout = float(built.reconnect_timeout)
+        make_watcher = built.watcher
+        self._changes = ChangeHub(
+            cast("Callable[[], Watcher]", make_watcher) if make_watcher is not None else PollWatcher
+        )
+        """This store object's followers and the watcher of other processes' appends."""
         _live_stores.add(self)
 
     # -- the composed parts --------------------------------------------------------------
@@ -740,6 +746,7 @@ class BaseStore:
             self._cache.clear()
         for entry in entries:
             entry.session.close()
+        self._changes.close()
         if not self._closed:
             self._closed = True
             try:

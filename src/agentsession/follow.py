@@ -1,0 +1,234 @@
+"""Live feeds: ``session.follow()`` yields a conversation's events as any process appends them.
+
+A follower reads what is new (``session.read(after)``, which catches up with other writers),
+yields it, and when there is nothing new waits for a sign that the log may have grown. The
+signs come from the store's :class:`ChangeHub`: appends made through the same store object
+wake followers at once, and the backend's :class:`Watcher` reports appends other processes
+make (PostgreSQL ``LISTEN/NOTIFY``, inotify on a JSONL directory, SQLite's
+``PRAGMA data_version``, or polling where a backend has nothing better). A follower also reads
+again after :data:`FALLBACK` seconds without a sign, so a lost notification delays an event,
+never loses it. Each event is yielded once, in seq order: the follower keeps the seq it has
+yielded up to and reads after it.
+
+A session deleted (and perhaps created again) while followed raises
+:class:`~agentsession.errors.SessionReset` carrying the new life's first seq: what was yielded
+belongs to the old life, and the caller decides whether to start over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Final, Protocol
+
+from .errors import SessionReset, UsageError
+from .events import Event
+
+if TYPE_CHECKING:
+    from .session import BaseSession
+
+__all__ = [
+    "FALLBACK",
+    "ChangeHub",
+    "PollWatcher",
+    "Subscription",
+    "Watcher",
+    "follow",
+]
+
+FALLBACK: Final = 1.0
+"""Seconds a follower waits for a sign before it reads again anyway (a lost notification)."""
+
+
+class Watcher(Protocol):
+    """How a backend learns of appends other processes make (one per store object, run in a
+    thread of the store's :class:`ChangeHub` while something follows)."""
+
+    def run(self, changed: Callable[[str | None], None], stop: threading.Event) -> None:
+        """Until ``stop`` is set, call ``changed(session_id)`` when that session's log may
+        have grown (``changed(None)``: any session's may have); return soon after ``stop``
+        is set. An error ends the watching; followers then fall back to reading every
+        :data:`FALLBACK` seconds."""
+
+
+class PollWatcher:
+    """The watcher of a backend that has no sign of its own: "any session may have grown",
+    every ``interval`` seconds (each follower then reads what is new)."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = interval
+        """Seconds between two signs."""
+
+    def run(self, changed: Callable[[str | None], None], stop: threading.Event) -> None:
+        while not stop.wait(self.interval):
+            changed(None)
+
+
+class Subscription:
+    """One follower's wake-up: set by the hub when its session may have grown."""
+
+    def __init__(self, hub: ChangeHub, session_id: str | None) -> None:
+        self.session_id = session_id
+        """The session followed (None: every session of the store)."""
+        self._hub = hub
+        self._event = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_event: asyncio.Event | None = None
+
+    def _wake(self) -> None:
+        self._event.set()
+        loop, event = self._loop, self._async_event
+        if loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nothing waits there
+                loop.call_soon_threadsafe(event.set)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a sign; True when there was one (since the last
+        wait, or during this one)."""
+        woke = self._event.wait(timeout)
+        self._event.clear()
+        return woke
+
+    async def await_sign(self, timeout: float) -> bool:
+        """:meth:`wait` on the running event loop (cancellable)."""
+        if self._async_event is None:
+            self._loop = asyncio.get_running_loop()
+            self._async_event = asyncio.Event()
+            if self._event.is_set():
+                self._async_event.set()
+        try:
+            await asyncio.wait_for(self._async_event.wait(), timeout)
+            woke = True
+        except TimeoutError:
+            woke = False
+        self._async_event.clear()
+        self._event.clear()
+        return woke
+
+    def close(self) -> None:
+        """Stop waking this follower."""
+        self._hub._drop(self)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ChangeHub:
+    """One store object's followers and its watcher: :meth:`notify` wakes the followers of a
+    session (or all), and the watcher thread runs while anything is subscribed."""
+
+    def __init__(self, make_watcher: Callable[[], Watcher] | None) -> None:
+        self._make_watcher = make_watcher
+        self._lock = threading.Lock()
+        self._subs: dict[str | None, set[Subscription]] = {}
+        self._count = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def followed(self) -> bool:
+        """Whether anything is subscribed (no lock: a hint for the append path)."""
+        return self._count > 0
+
+    def subscribe(self, session_id: str | None) -> Subscription:
+        """A subscription to ``session_id``'s appends (None: every session's)."""
+        sub = Subscription(self, session_id)
+        with self._lock:
+            self._subs.setdefault(session_id, set()).add(sub)
+            self._count += 1
+            if self._thread is None and self._make_watcher is not None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._watch, args=(self._stop,), name="agentsession-watch", daemon=True
+                )
+                self._thread.start()
+        return sub
+
+    def _drop(self, sub: Subscription) -> None:
+        stop = None
+        with self._lock:
+            subs = self._subs.get(sub.session_id)
+            if subs is None or sub not in subs:
+                return
+            subs.discard(sub)
+            if not subs:
+                del self._subs[sub.session_id]
+            self._count -= 1
+            if not self._count and self._thread is not None:
+                stop, self._thread = self._stop, None
+        if stop is not None:
+            stop.set()
+
+    def notify(self, session_id: str | None) -> None:
+        """Wake the followers of ``session_id`` (None: every follower), and those of the whole
+        store."""
+        with self._lock:
+            if session_id is None:
+                woken = [s for subs in self._subs.values() for s in subs]
+            else:
+                woken = [*self._subs.get(session_id, ()), *self._subs.get(None, ())]
+        for sub in woken:
+            sub._wake()
+
+    def _watch(self, stop: threading.Event) -> None:
+        assert self._make_watcher is not None
+        try:
+            self._make_watcher().run(self.notify, stop)
+        except Exception:
+            return
+
+    def close(self) -> None:
+        """Stop the watcher thread (followers still subscribed fall back to polling)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            stop = self._stop
+        stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(2.0)
+
+
+def _check(after: int | None, timeout: float | None) -> None:
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+        raise UsageError(f"follow(after=...) needs a seq >= 0 or None, not {after!r}")
+    if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
+        raise UsageError(f"follow(timeout=...) needs seconds >= 0 or None, not {timeout!r}")
+
+
+def follow(
+    session: BaseSession, hub: ChangeHub, after: int | None, timeout: float | None
+) -> Iterator[Event]:
+    """``session.follow``: see :meth:`agentsession.BaseSession.follow`."""
+    _check(after, timeout)
+    return _follow(session, hub, after, timeout)
+
+
+def _follow(
+    session: BaseSession, hub: ChangeHub, after: int | None, timeout: float | None
+) -> Iterator[Event]:
+    with hub.subscribe(session.id) as sub:
+        cursor = session.latest_seq if after is None else after
+        life = session.life
+        quiet_since = time.monotonic()
+        while True:
+            events = session.read(cursor)
+            if session.life != life:
+                raise SessionReset(session.id, 1)  # a new life starts at seq 1
+            if events:
+                for event in events:
+                    yield event
+                    cursor = event.seq
+                quiet_since = time.monotonic()
+                continue
+            wait = FALLBACK
+            if timeout is not None:
+                left = timeout - (time.monotonic() - quiet_since)
+                if left <= 0:
+                    return
+                wait = min(wait, left)
+            sub.wait(wait)
