@@ -200,7 +200,7 @@ def test_every_sync_operation_has_an_async_one() -> None:
 
 def test_operations_that_do_io_are_coroutines() -> None:
     sync_only = {"turn", "lock", "step", "timed_out", "new_messages", "add_lifecycle_hook",
-                 "remove_lifecycle_hook", "holds_lock", "retry", "edit"}
+                 "remove_lifecycle_hook", "holds_lock", "retry", "edit", "subscribe"}
     for cls in (AsyncSession, AsyncStore, AsyncTurn, AsyncStep):
         for name in {n for n in dir(cls) if not n.startswith("_")}:
             attr = inspect.getattr_static(cls, name)

@@ -36,7 +36,9 @@ from agentsession.aio import (
 )
 from agentsession.aio._store import AsyncLifecycleHook
 from agentsession.children import LifecycleHook
+from agentsession.events import Event
 from agentsession.fencing import Lease
+from agentsession.follow import Change
 from agentsession.inbox import Delivery
 
 # -- the allow-lists --------------------------------------------------------------------------
@@ -132,6 +134,15 @@ STAYS_PLAIN: Mapping[tuple[str, str], str] = {
         "an async generator (`async for d in session.pending(lock)`), as the sync one is a "
         "generator; each step of it is a call"
     ),
+    ("AsyncSession", "follow"): (
+        "an async generator (`async for e in session.follow()`), as the sync one is a "
+        "generator; it waits on the event loop, cancellable"
+    ),
+    ("AsyncStore", "changes"): (
+        "an async generator (`async for c in store.changes()`), as the sync one is a "
+        "generator; each step of it is a call"
+    ),
+    ("AsyncSession", "subscribe"): "returns a Subscription (no I/O), awaited by await_sign",
 }
 """Sync methods whose async counterpart is a plain method, not a coroutine function."""
 
@@ -167,9 +178,12 @@ TO_ASYNC: Mapping[object, object] = {
     Lease: AsyncTurnLock,
     Delivery: AsyncDelivery,
     Generator[Delivery, None, None]: AsyncIterator[AsyncDelivery],
+    Generator[Event, None, None]: AsyncIterator[Event],
+    Generator[Change, None, None]: AsyncIterator[Change],
 }
 """The sync API's classes, and what the async API returns in their place (a sync generator
-of deliveries is an async iterator of async ones)."""
+of deliveries is an async iterator of async ones; of events or changes, an async iterator of
+the same)."""
 
 PROTOCOL_TO_CLASS: Mapping[object, object] = {contract.Session: BaseSession}
 """A protocol's return types, as the class implementing it declares them (a subtype)."""

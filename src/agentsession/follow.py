@@ -19,23 +19,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as _dt
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Final, Protocol
+from collections.abc import Callable, Generator
+from typing import Any, Final, Protocol
 
+import msgspec
+
+from .contract import SessionInfo
 from .errors import SessionReset, UsageError
 from .events import Event
 
-if TYPE_CHECKING:
-    from .session import BaseSession
+
+class FollowedSession(Protocol):
+    """What following needs of a session (a :class:`~agentsession.BaseSession`)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def latest_seq(self) -> int: ...
+
+    @property
+    def life(self) -> int: ...
+
+    def read(self, after: int = 0, limit: int | None = None) -> list[Event]: ...
 
 __all__ = [
     "FALLBACK",
+    "Change",
     "ChangeHub",
+    "ChangesHost",
+    "FollowedSession",
     "PollWatcher",
     "Subscription",
     "Watcher",
+    "changes",
+    "check",
     "follow",
 ]
 
@@ -193,7 +214,8 @@ class ChangeHub:
             thread.join(2.0)
 
 
-def _check(after: int | None, timeout: float | None) -> None:
+def check(after: int | None, timeout: float | None) -> None:
+    """:class:`UsageError` unless ``after`` is a seq or None and ``timeout`` seconds or None."""
     if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
         raise UsageError(f"follow(after=...) needs a seq >= 0 or None, not {after!r}")
     if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
@@ -201,16 +223,16 @@ def _check(after: int | None, timeout: float | None) -> None:
 
 
 def follow(
-    session: BaseSession, hub: ChangeHub, after: int | None, timeout: float | None
-) -> Iterator[Event]:
+    session: FollowedSession, hub: ChangeHub, after: int | None, timeout: float | None
+) -> Generator[Event, None, None]:
     """``session.follow``: see :meth:`agentsession.BaseSession.follow`."""
-    _check(after, timeout)
+    check(after, timeout)
     return _follow(session, hub, after, timeout)
 
 
 def _follow(
-    session: BaseSession, hub: ChangeHub, after: int | None, timeout: float | None
-) -> Iterator[Event]:
+    session: FollowedSession, hub: ChangeHub, after: int | None, timeout: float | None
+) -> Generator[Event, None, None]:
     with hub.subscribe(session.id) as sub:
         cursor = session.latest_seq if after is None else after
         life = session.life
@@ -232,3 +254,133 @@ def _follow(
                     return
                 wait = min(wait, left)
             sub.wait(wait)
+
+
+class Change(msgspec.Struct, frozen=True, kw_only=True):
+    """One item of ``store.changes()``: session ``session_id`` was created, grew, or was
+    deleted."""
+
+    session_id: str
+    """The session."""
+    kind: str
+    """``created`` (it has events now and had none), ``appended`` (it grew) or ``deleted``."""
+    seq: int
+    """Its latest seq now (0 when deleted)."""
+    time: _dt.datetime | None = None
+    """When it was last appended to, when the store knows it (None for a deletion)."""
+    position: str = ""
+    """Where the feed is: pass it back as ``store.changes(after=...)`` to resume after this
+    change."""
+
+
+class ChangesHost(Protocol):
+    """What the store-wide feed needs of a store (a :class:`~agentsession.BaseStore`)."""
+
+    def list(self, *, prefix: str | None = None) -> list[SessionInfo]: ...
+
+    def get(self, session_id: str) -> Any: ...
+
+
+def _position(time: _dt.datetime | None, session_id: str) -> str:
+    return f"{time.isoformat() if time else ''}|{session_id}"
+
+
+def _resume_point(after: str) -> tuple[_dt.datetime, str]:
+    stamp, sep, sid = after.partition("|")
+    try:
+        when = _dt.datetime.fromisoformat(stamp) if stamp else _MIN
+    except ValueError:
+        when = None
+    if not sep or when is None:
+        raise UsageError(f"changes(after=...) needs a position a Change gave, not {after!r}")
+    return when, sid
+
+
+_MIN: Final = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+
+
+def changes(
+    store: ChangesHost,
+    hub: ChangeHub,
+    prefix: str | None,
+    after: str | None,
+    timeout: float | None,
+) -> Generator[Change, None, None]:
+    """``store.changes``: see :meth:`agentsession.BaseStore.changes`."""
+    if prefix is not None and not isinstance(prefix, str):
+        raise UsageError(f"changes(prefix=...) needs a string or None, not {prefix!r}")
+    resume = None if after is None else _resume_point(after)
+    check(None, timeout)
+    return _changes(store, hub, prefix, resume, after, timeout)
+
+
+def _fingerprint(info: SessionInfo) -> tuple[object, ...]:
+    return (info.last_seq, info.size, info.updated_at)
+
+
+def _changes(
+    store: ChangesHost,
+    hub: ChangeHub,
+    prefix: str | None,
+    resume: tuple[_dt.datetime, str] | None,
+    after_text: str | None,
+    timeout: float | None,
+) -> Generator[Change, None, None]:
+    def seq_of(info: SessionInfo) -> int:
+        if info.last_seq >= 0:
+            return info.last_seq
+        latest: int = store.get(info.id).latest_seq  # the listing does not know it: ask the log
+        return latest
+
+    with hub.subscribe(None) as sub:
+        listing = {info.id: info for info in store.list(prefix=prefix)}
+        dated = sorted(
+            (i for i in listing.values() if i.updated_at is not None),
+            key=lambda i: (i.updated_at or _MIN, i.id),
+        )
+        cursor = _position(dated[-1].updated_at, dated[-1].id) if dated else ""
+        if resume is not None:
+            cursor = after_text or cursor
+            for info in dated:  # what changed since the position, oldest first
+                if (info.updated_at or _MIN, info.id) > resume:
+                    cursor = _position(info.updated_at, info.id)
+                    yield Change(
+                        session_id=info.id,
+                        kind="appended",
+                        seq=seq_of(info),
+                        time=info.updated_at,
+                        position=cursor,
+                    )
+        quiet_since = time.monotonic()
+        while True:
+            wait = FALLBACK
+            if timeout is not None:
+                left = timeout - (time.monotonic() - quiet_since)
+                if left <= 0:
+                    return
+                wait = min(wait, left)
+            sub.wait(wait)
+            now = {info.id: info for info in store.list(prefix=prefix)}
+            found: list[Change] = []
+            for sid, info in now.items():
+                before = listing.get(sid)
+                if before is None or _fingerprint(before) != _fingerprint(info):
+                    found.append(
+                        Change(
+                            session_id=sid,
+                            kind="created" if before is None else "appended",
+                            seq=seq_of(info),
+                            time=info.updated_at,
+                            position=_position(info.updated_at, sid),
+                        )
+                    )
+            gone = [sid for sid in listing if sid not in now]
+            found.sort(key=lambda c: (c.time or _MIN, c.session_id))
+            if found:
+                cursor = found[-1].position
+            for sid in gone:  # (a deletion is seen only while the feed runs)
+                found.append(Change(session_id=sid, kind="deleted", seq=0, position=cursor))
+            listing = now
+            if found:
+                quiet_since = time.monotonic()
+            yield from found

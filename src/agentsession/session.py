@@ -37,7 +37,7 @@ import datetime as _dt
 import os
 import threading
 import weakref
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from . import _trace, children
@@ -61,6 +61,7 @@ from .errors import CorruptLogError, StorageError, UsageError
 from .events import COMPACTION, USER_MESSAGE, Event, new_event_id
 from .fencing import Lease
 from .fencing import leases_here as _leases_here
+from .follow import Subscription
 from .follow import follow as _follow
 from .inbox import Delivery
 from .inbox import pending as _pending
@@ -648,7 +649,7 @@ class BaseSession(SessionCore):
 
     def follow(
         self, *, after: int | None = None, timeout: float | None = None
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         """The events after seq ``after`` (None: the latest now) as they are appended, by any
         process, in seq order, each once: ``for event in session.follow(): ...``. Waits for
         new ones until ``timeout`` seconds pass with nothing new (None: for ever) or the
@@ -656,6 +657,15 @@ class BaseSession(SessionCore):
         is deleted (and perhaps created again) while followed. See
         :mod:`agentsession.follow`."""
         return _follow(self, self._store._changes, after, timeout)
+
+    def subscribe(self) -> Subscription:
+        """A wake-up for a loop of its own that reads what is new (as :meth:`follow` does):
+        ``sub.wait(seconds)`` returns when this session may have grown (an append through
+        this store object, or one another process made, as the backend reports it), True,
+        or when the time is up, False; ``await sub.await_sign(seconds)`` on an event loop.
+        Close it (``with session.subscribe() as sub:``). No I/O."""
+        sub: Subscription = self._store._changes.subscribe(self._id)
+        return sub
 
     @property
     def origin(self) -> BranchRef | None:

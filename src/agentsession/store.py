@@ -20,7 +20,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast, overload
 
 from . import _trace, children
@@ -45,7 +45,8 @@ from .errors import (
 )
 from .events import SESSION_LEASE, Event, SessionLease
 from .fencing import Lease, Leases, current_lease
-from .follow import ChangeHub, PollWatcher, Watcher
+from .follow import Change, ChangeHub, PollWatcher, Watcher
+from .follow import changes as _changes
 from .inbox import Delivery, check_policy
 from .inbox import deliver as _deliver
 from .keys import KeyLifecycle
@@ -592,6 +593,25 @@ class BaseStore:
             if self._lease_manager is None:
                 self._lease_manager = Leases(registry, self._meta_get, self._meta_cas, self._fence)
             return self._lease_manager
+
+    def changes(
+        self,
+        *,
+        prefix: str | None = None,
+        after: str | None = None,
+        timeout: float | None = None,
+    ) -> Generator[Change, None, None]:
+        """A store-wide feed for dashboards and session lists: a
+        :class:`~agentsession.follow.Change` each time a session (whose id starts with
+        ``prefix``) is created, grows or is deleted, as any process writes: ``for change in
+        store.changes(): ...``. ``after``: a :attr:`Change.position
+        <agentsession.follow.Change.position>` the caller kept, to resume (first the sessions
+        appended to since then, oldest first); None starts from now. Runs until ``timeout``
+        seconds pass with no change (None: for ever) or the iterator is closed. Read from the
+        store's listing at each sign of an append (see :mod:`agentsession.follow`); a
+        deletion is seen only while the feed runs."""
+        self._check_open()
+        return _changes(self, self._changes, prefix, after, timeout)
 
     def lock(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import functools
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
@@ -14,9 +15,11 @@ from ..branching import BranchRef
 from ..children import DEFAULT_MERGE_LOCK_TIMEOUT, SessionRecord
 from ..context import turn_id, with_turn_id
 from ..derive import IndexedMessage
-from ..errors import UsageError
+from ..errors import SessionReset, UsageError
 from ..events import USER_MESSAGE, Event
 from ..fencing import Lease
+from ..follow import FALLBACK, Subscription
+from ..follow import check as check_follow
 from ..inbox import Delivery
 from ..media import StoragePolicy
 from ..messages import Message
@@ -395,6 +398,49 @@ class AsyncSession:
         turn id are taken from the calling task's context."""
         sync = self._sync.turn(agent, user, metadata, storage=storage, batch_steps=batch_steps)
         return AsyncTurn(self, sync)
+
+    @property
+    def life(self) -> int:
+        """How often the log was found gone and opened anew (no I/O;
+        :attr:`agentsession.BaseSession.life`)."""
+        return self._sync.life
+
+    def subscribe(self) -> Subscription:
+        """A wake-up for a loop of its own: ``await sub.await_sign(seconds)``
+        (:meth:`agentsession.BaseSession.subscribe`; no I/O)."""
+        return self._sync.subscribe()
+
+    async def follow(
+        self, *, after: int | None = None, timeout: float | None = None
+    ) -> AsyncIterator[Event]:
+        """The events after seq ``after`` (None: the latest now) as any process appends them,
+        in seq order, each once: ``async for event in session.follow(): ...``; until
+        ``timeout`` seconds pass with nothing new (None: for ever), the iterator is closed or
+        the task cancelled (:meth:`agentsession.BaseSession.follow`). Raises
+        :class:`~agentsession.errors.SessionReset` when the session is deleted while
+        followed."""
+        check_follow(after, timeout)
+        with self._sync.subscribe() as sub:
+            cursor = await self.latest_seq() if after is None else after
+            life = self._sync.life
+            quiet_since = time.monotonic()
+            while True:
+                events = await self.read(cursor)
+                if self._sync.life != life:
+                    raise SessionReset(self.id, 1)  # a new life starts at seq 1
+                if events:
+                    for event in events:
+                        yield event
+                        cursor = event.seq
+                    quiet_since = time.monotonic()
+                    continue
+                wait = FALLBACK
+                if timeout is not None:
+                    left = timeout - (time.monotonic() - quiet_since)
+                    if left <= 0:
+                        return
+                    wait = min(wait, left)
+                await sub.await_sign(wait)
 
     async def pending(
         self, lease: LeaseHolder | Lease, *, retry_unfinished: bool = False

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ..children import ChildInfo, LifecycleEvent, LifecycleHook
@@ -20,6 +20,7 @@ from ..contract import SessionInfo, StoreRecoveryReport
 from ..errors import LeaseLost, LockTimeout, UsageError
 from ..events import Event
 from ..fencing import Lease
+from ..follow import Change
 from ..inbox import Delivery
 from ..messages import Message
 from ..session import BaseSession
@@ -410,6 +411,28 @@ class AsyncStore:
         return await self._call("store.purge_expired", self._sync.purge_expired)
 
     # -- the inbox ----------------------------------------------------------------------------
+
+    async def changes(
+        self,
+        *,
+        prefix: str | None = None,
+        after: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[Change]:
+        """The store-wide feed of created, grown and deleted sessions
+        (:meth:`agentsession.BaseStore.changes`): ``async for change in store.changes():``;
+        each step of the sync feed runs as one call."""
+        generator = self._sync.changes(prefix=prefix, after=after, timeout=timeout)
+        try:
+            while True:
+                change = await self._call(
+                    "changes", functools.partial(next, generator, None), kind="read"
+                )
+                if change is None:
+                    return
+                yield change
+        finally:
+            await self._call("changes.close", generator.close, kind="other", shield=True)
 
     async def deliver(
         self,
