@@ -671,3 +671,33 @@ def test_a_held_session_starts_over_when_its_log_is_deleted_and_created_again(
     assert held.append(Event.new("test/n", {"n": "after"})) == 2
     assert [e.payload() for e in other.get("s").read()] == [{"n": "new"}, {"n": "after"}]
     other.close()
+
+
+def test_opening_another_store_on_the_file_keeps_this_process_seeing_other_writers(
+    db: Path,
+) -> None:
+    """Opening a second store object on a database this process has open must not touch the
+    file: closing a descriptor of it drops this process's SQLite locks, and a writer process
+    closing its last connection would then delete the write-ahead log under our connections,
+    which would read a stale database from then on."""
+    import subprocess
+    import sys
+
+    first = open_db(db)
+    session = first.get("s")
+    session.append(Event.new("test/n"))
+    assert session.read()  # a connection with its locks
+    second = open_db(db)  # the file exists: it is not opened again
+    writer = (
+        "import sys, agentsession as ags\n"
+        "store = ags.open_store(sys.argv[1])\n"
+        "for i in range(20):\n"
+        "    store.get('s').append(ags.Event.new('test/n', {'i': i}))\n"
+        "store.close()\n"
+    )
+    for _ in range(3):
+        subprocess.run([sys.executable, "-c", writer, f"sqlite:///{db}"], check=True, timeout=60)
+    assert session.latest_seq == 61
+    assert second.get("s").latest_seq == 61
+    first.close()
+    second.close()

@@ -1113,10 +1113,19 @@ class SqliteMeta:
 
 
 def _create_file(path: str) -> None:
+    """Create the database file (owner-only) unless it exists. An existing file is not
+    opened: closing a descriptor of it would drop every POSIX lock this process's SQLite
+    connections hold on it, and another process closing its last connection would then take
+    them for gone and delete the write-ahead log under them (they would read a stale
+    database from then on)."""
     directory = os.path.dirname(path)
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileExistsError:
+            return
         os.close(fd)
     except OSError as exc:
         raise StoreUnavailable(f"cannot create the database {path}: {exc}") from exc
