@@ -210,7 +210,7 @@ def test_four_writer_processes_and_three_followers(shared_url: str) -> None:
                         if len(got) >= stop_at:
                             break  # closes this follower; the next round starts at cursor
             results[name] = got
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [
