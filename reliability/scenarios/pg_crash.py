@@ -166,6 +166,7 @@ def _writer(
         rng = random.Random(seed)
         store = ags.open_store(url, durability="fsync", pool_max_size=2)
         session = store.get(session_id)
+        report("ready")  # opened: the fault may come now (an open does not ride it out)
         for n in range(appends):
             if rng.random() < 0.3:
                 keys = [f"K:{tag}-{n}a", f"K:{tag}-{n}b"]
@@ -235,6 +236,13 @@ def _writers_under_fault(
         spawn(_writer(url, sessions[1], f"t{trial}w2", appends, rng.randrange(1 << 30))),
     ]
     try:
+        # The fault falls while the writers append, not while a slow machine still starts
+        # them: opening a store does not ride out a crash, its appends do.
+        pump(
+            procs,
+            time.monotonic() + 60,
+            until=lambda: all("ready" in p.lines or p.exited for p in procs),
+        )
         pump(procs, time.monotonic() + rng.uniform(0.05, 0.3))
         fault(rng)
         pump(procs, time.monotonic() + 120)
