@@ -29,6 +29,7 @@ from .layout import layout_for
 from .lines import decode_line, first_time, last_line, last_seq_of
 from .logfile import JsonlLog, LogFiles, LogHost
 from .meta import MetaFiles
+from .watch import FileWatcher
 
 try:
     import fcntl
@@ -248,6 +249,22 @@ class JsonlCatalog(CatalogDefaults):
     def _id_of(self, name: str) -> str | None:
         return self._layout.id_of(os.path.join(self._root, name), self._claimed_by)
 
+    def session_of_name(self, name: str) -> str | None:
+        """The session whose log is the file ``name`` of the store's directory, when the
+        name tells it for sure: the id it spells or the one recorded beside it (with agentkit's
+        names, which are not injective, only a recorded id); None otherwise."""
+        if self._layout.injective:
+            return self._id_of(name)
+        try:
+            return self._claimed_by(os.path.join(self._root, name))
+        except StorageError:
+            return None
+
+    def watcher(self) -> FileWatcher:
+        """A watcher of the store's session files, for its followers (see
+        :class:`~agentsession.backends.jsonl.watch.FileWatcher`)."""
+        return FileWatcher(self._root, self.session_of_name)
+
     def exists(self, session_id: str) -> bool:
         try:
             st = os.lstat(self.path_for(session_id))
@@ -442,7 +459,10 @@ def _jsonl_parts(
     real = os.path.realpath(root)
     catalog = make_catalog(store, real, layout, store.max_open_files)
     return catalog, StoreParts(
-        catalog, catalog.meta, locker=lambda: FileLocker(os.path.join(real, LOCK_DIR))
+        catalog,
+        catalog.meta,
+        locker=lambda: FileLocker(os.path.join(real, LOCK_DIR)),
+        watcher=catalog.watcher,
     )
 
 
@@ -461,8 +481,10 @@ class JsonlStore(BaseStore):
     ``docs/interop.md``.
 
     Its parts: a :class:`JsonlCatalog`, its layout's meta entries (``.meta``, see
-    :class:`~agentsession.backends.jsonl.meta.MetaFiles`) and a
-    :class:`~agentsession.locks.FileLocker` over ``.locks``.
+    :class:`~agentsession.backends.jsonl.meta.MetaFiles`), a
+    :class:`~agentsession.locks.FileLocker` over ``.locks`` and, for its followers, a
+    :class:`~agentsession.backends.jsonl.watch.FileWatcher` of its directory (inotify on
+    Linux, a poll of the files elsewhere).
     """
 
     capabilities = Capabilities(inline_appends=True, inline_reads=True)

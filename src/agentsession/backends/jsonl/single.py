@@ -16,6 +16,7 @@ from ...interop.jsonl_layout import SUFFIX, JsonlLayout
 from ...session import BaseSession, SessionHost
 from ...store import BaseStore
 from .directory import JsonlCatalog, JsonlHost, JsonlStore, _jsonl_parts
+from .watch import FileWatcher
 
 __all__ = ["JsonlFileCatalog", "JsonlFileStore", "open_jsonl_file"]
 
@@ -80,6 +81,13 @@ class JsonlFileCatalog(JsonlCatalog):
 
     def _id_of(self, name: str) -> str | None:
         return self.session_id if name == os.path.basename(self.file) else None
+
+    def watcher(self) -> FileWatcher:
+        """A watcher of the one file (see
+        :class:`~agentsession.backends.jsonl.watch.FileWatcher`)."""
+        return FileWatcher(
+            os.path.dirname(self.file), self.session_of_name, only=os.path.basename(self.file)
+        )
 
     def exists(self, session_id: str) -> bool:
         return self._mine(session_id) and super().exists(session_id)
