@@ -65,7 +65,7 @@ def _watch_threads() -> int:
 
 
 def _no_watch_thread() -> bool:
-    return _until(lambda: _watch_threads() == 0, 3)
+    return _until(lambda: _watch_threads() == 0, 10)
 
 
 def _until(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
@@ -144,10 +144,10 @@ def test_the_watcher_thread_ends_when_the_store_closes(
 
     thread = threading.Thread(target=follow)
     thread.start()
-    assert _until(lambda: _watch_threads() == 1, 3)
+    assert _until(lambda: _watch_threads() == 1, 10)
     store.close()
     assert _no_watch_thread()
-    thread.join(5)  # its next read, at the latest after follow.FALLBACK, finds the store closed
+    thread.join(10)  # woken by the close, its next read finds the store closed
     assert not thread.is_alive()
     assert len(ended) == 1 and isinstance(ended[0], ags.UsageError)
 
