@@ -67,8 +67,10 @@ __all__ = [
     "MIGRATIONS",
     "READABLE_AS_IT_IS",
     "Migration",
+    "NOTIFY_ID_BYTES",
     "Statements",
     "apply_migrations",
+    "notify_channel",
     "schema_version",
 ]
 
@@ -193,8 +195,33 @@ def migration_lock_key(schema: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+def notify_channel(schema: str) -> str:
+    """The ``LISTEN``/``NOTIFY`` channel on which the appends to ``schema``'s sessions are
+    announced: ``agentsession_`` and the first 16 hex digits of the SHA-256 of the schema
+    name in UTF-8 (one channel per schema, lowercase ASCII, well under the 63-byte limit of a
+    channel name whatever the schema is called)."""
+    return "agentsession_" + hashlib.sha256(schema.encode()).hexdigest()[:16]
+
+
+NOTIFY_ID_BYTES = 7900
+"""The longest session id (in UTF-8 bytes) an append's notification carries: PostgreSQL's
+payloads must be shorter than 8000 bytes, and the seq and a space come first. The
+notification of an append to a session with a longer id carries the seq alone."""
+
+# What each append statement's RETURNING adds (the sessions row's ``id`` and ``last_seq``
+# after the append): the notification, sent when the transaction commits, of nothing when the
+# statement writes nothing. Its payload is ``"<last_seq> <session id>"``, or ``"<last_seq>"``
+# when the id is too long to fit.
+_NOTIFY = (
+    "pg_notify({channel}, CASE WHEN octet_length(id) <= "
+    + str(NOTIFY_ID_BYTES)
+    + " THEN last_seq::text || ' ' || id ELSE last_seq::text END)"
+)
+
+
 def _render(template: str, schema: str) -> bytes:
-    return sql.SQL(template).format(s=sql.Identifier(schema)).as_bytes(None)
+    notify = sql.SQL(_NOTIFY).format(channel=sql.Literal(notify_channel(schema)))
+    return sql.SQL(template).format(s=sql.Identifier(schema), notify=notify).as_bytes(None)
 
 
 def schema_version(
@@ -288,7 +315,7 @@ WITH s AS (
     SET last_seq = $2::bigint, updated_at = $3,
         compaction_seq = greatest(compaction_seq, $4::bigint)
     WHERE id = $1 AND last_seq = $2::bigint - 1 AND life = $5::bigint
-    RETURNING id
+    RETURNING id, {notify}
 )
 INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event, eid)
 SELECT $1, $2::bigint, $6, $7, $8, $3, $9::bytea, $10::bytea, $11::bytea, $12 FROM s
@@ -313,7 +340,7 @@ WITH s AS (
                               ELSE s.compaction_seq END
     WHERE $4::bigint IS NULL
        OR (s.last_seq = $4::bigint AND ($5::bigint IS NULL OR s.life = $5::bigint))
-    RETURNING s.last_seq - 1 AS base, s.life AS life
+    RETURNING s.last_seq - 1 AS base, s.life AS life, {notify}
 ), inserted AS (
     INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event,
                             eid)
@@ -340,7 +367,7 @@ WITH s AS (
     WHERE %(expect)s::bigint IS NULL
        OR (s.last_seq = %(expect)s::bigint
            AND (%(life)s::bigint IS NULL OR s.life = %(life)s::bigint))
-    RETURNING s.last_seq - %(n)s AS base, s.life AS life
+    RETURNING s.last_seq - %(n)s AS base, s.life AS life, {notify}
 ), inserted AS (
     INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event,
                             eid)
@@ -463,7 +490,9 @@ class Statements:
             expired=render(
                 "SELECT id FROM {s}.sessions WHERE updated_at < %s ORDER BY updated_at, id"
             ),
-            delete_session=render("DELETE FROM {s}.sessions WHERE id = %s RETURNING last_seq"),
+            delete_session=render(
+                "DELETE FROM {s}.sessions WHERE id = %s RETURNING last_seq, {notify}"
+            ),
             delete_events=render("DELETE FROM {s}.events WHERE session_id = %s"),
             delete_meta_of=render("DELETE FROM {s}.meta WHERE kind = ANY(%s) AND key = %s"),
             meta_get=render("SELECT value FROM {s}.meta WHERE kind = %s AND key = %s"),
