@@ -49,6 +49,14 @@ _POOL_NAME_PREFIXES = ("agentsession/", "agentsession-lock/", "agentsession-asyn
 """How the store's pools are named (then the schema): ``name`` and ``application_name``. The
 third is the async API's pool (:mod:`agentsession.backends.postgres.aio`)."""
 
+_WATCH_NAME_PREFIX = "agentsession-watch/"
+"""The ``application_name`` of the connection that listens for appends (then the schema;
+:mod:`agentsession.backends.postgres.watch`)."""
+
+_WATCH_CONNECT_TIMEOUT = 2
+"""Seconds the listening connection waits for the server when connecting (libpq's least):
+its thread looks at its ``stop`` only between attempts."""
+
 
 class _PoolConnectNoise(logging.Filter):
     """A filter on psycopg_pool's logger (``psycopg.pool``): its per-attempt "error connecting
@@ -193,6 +201,22 @@ class Connections:
         return {
             **self._connect_kwargs,
             **({"application_name": self._pool_name} if self._app_name else {}),
+        }
+
+    def watch_kwargs(self) -> dict[str, Any]:
+        """How the connection that listens for appends is made: as the pools' (autocommit),
+        with TCP keepalives (so a server that vanished is noticed while it waits), never
+        preparing a statement, and connecting within :data:`_WATCH_CONNECT_TIMEOUT` seconds."""
+        name = f"{_WATCH_NAME_PREFIX}{self.target.schema}"
+        return {
+            **self._connect_kwargs,
+            "prepare_threshold": None,
+            "connect_timeout": _WATCH_CONNECT_TIMEOUT,
+            **({"application_name": name} if self._app_name else {}),
+            "keepalives": 1,
+            "keepalives_idle": 15,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
         }
 
     def _make_pools(

@@ -109,10 +109,12 @@ from .schema import (
     READABLE_AS_IT_IS,
     Statements,
     apply_migrations,
+    notify_channel,
     schema_version,
 )
 from .storage import PostgresLog, PostgresSession, _fits_text, check_text
 from .target import DEFAULT_SCHEMA, _Target
+from .watch import PostgresWatcher
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -527,6 +529,7 @@ class PostgresStore(BaseStore):
                 locker=lambda: locker,
                 async_backend=lambda executor: _async_backend(self, executor, db, sql),
                 reconnect_timeout=float(reconnect_timeout),
+                watcher=lambda: PostgresWatcher(db, notify_channel(target.schema)),
             )
 
         super().__init__(parts, **options)
