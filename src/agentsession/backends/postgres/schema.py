@@ -70,6 +70,7 @@ __all__ = [
     "NOTIFY_ID_BYTES",
     "Statements",
     "apply_migrations",
+    "listen_lock_key",
     "notify_channel",
     "schema_version",
 ]
@@ -203,6 +204,14 @@ def notify_channel(schema: str) -> str:
     return "agentsession_" + hashlib.sha256(schema.encode()).hexdigest()[:16]
 
 
+def listen_lock_key(schema: str) -> int:
+    """The 64-bit advisory lock key whose holders are the connections listening on
+    ``schema``'s channel: each holds it shared while it listens, and an append notifies only
+    when it cannot take it exclusively for an instant (someone listens)."""
+    digest = hashlib.sha256(b"agentsession-listen\x00" + schema.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 NOTIFY_ID_BYTES = 7900
 """The longest session id (in UTF-8 bytes) an append's notification carries: PostgreSQL's
 payloads must be shorter than 8000 bytes, and the seq and a space come first. The
@@ -211,16 +220,22 @@ notification of an append to a session with a longer id carries the seq alone.""
 # What each append statement's RETURNING adds (the sessions row's ``id`` and ``last_seq``
 # after the append): the notification, sent when the transaction commits, of nothing when the
 # statement writes nothing. Its payload is ``"<last_seq> <session id>"``, or ``"<last_seq>"``
-# when the id is too long to fit.
-_NOTIFY = (
-    "pg_notify({channel}, CASE WHEN octet_length(id) <= "
-    + str(NOTIFY_ID_BYTES)
-    + " THEN last_seq::text || ' ' || id ELSE last_seq::text END)"
-)
+# when the id is too long to fit. It is sent only while something listens (holds the listen
+# lock shared; the exclusive try and its release are one expression, so nothing is held
+# past it): a transaction that notifies takes a lock, at commit, that every other notifying
+# transaction of the server waits for, through its WAL flush, so notifying when nobody
+# listens would cost concurrent writers their group commits for nothing.
+_NOTIFY = """CASE WHEN CASE WHEN pg_try_advisory_lock({key}::bigint)
+                 THEN pg_advisory_unlock({key}::bigint) IS NULL ELSE true END
+     THEN pg_notify({channel}, CASE WHEN octet_length(id) <= """ + str(NOTIFY_ID_BYTES) + """
+                               THEN last_seq::text || ' ' || id ELSE last_seq::text END)
+     END"""
 
 
 def _render(template: str, schema: str) -> bytes:
-    notify = sql.SQL(_NOTIFY).format(channel=sql.Literal(notify_channel(schema)))
+    notify = sql.SQL(_NOTIFY).format(
+        channel=sql.Literal(notify_channel(schema)), key=sql.Literal(listen_lock_key(schema))
+    )
     return sql.SQL(template).format(s=sql.Identifier(schema), notify=notify).as_bytes(None)
 
 

@@ -11,11 +11,13 @@ the transaction commits, and never when it rolls back or writes nothing.
 
 :class:`PostgresWatcher` is the store's :class:`~agentsession.follow.Watcher`: while something
 follows a session of the store object, it holds a connection of its own (outside the pools)
-that ``LISTEN``\\ s on the channel and turns each notification into ``changed(session_id)``
-(``changed(None)`` for a payload without an id). A lost connection is made again with a
-growing pause (20 ms, doubling up to 1 s, for as long as anything follows), and then
-``changed(None)`` tells every follower to read again: notifications sent while nobody listened
-are lost.
+that ``LISTEN``\\ s on the channel, holds the schema's listen lock shared (appends notify
+only while someone holds it: see
+:func:`~agentsession.backends.postgres.schema.listen_lock_key`), and turns each notification
+into ``changed(session_id)`` (``changed(None)`` for a payload without an id). A lost
+connection is made again with a growing pause (20 ms, doubling up to 1 s, for as long as
+anything follows), and then ``changed(None)`` tells every follower to read again:
+notifications sent while nobody listened are lost.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from psycopg import sql
 from ...backoff import Backoff
 from ...errors import StorageError
 from .connections import Connections, _Conn, log
+from .schema import listen_lock_key
 
 __all__ = ["POLL", "PostgresWatcher", "session_of"]
 
@@ -48,15 +51,20 @@ def session_of(payload: str) -> str | None:
 
 class PostgresWatcher:
     """Tells a store's followers of the appends other processes make: ``LISTEN`` on the
-    store's channel on a connection of its own (see :mod:`this module
-    <agentsession.backends.postgres.watch>`). ``db`` is the store's connections (how to reach
-    the server, and the translation of its errors, without the password), ``channel`` the
-    schema's channel."""
+    store's channel on a connection of its own, holding the schema's listen lock
+    (:func:`~agentsession.backends.postgres.schema.listen_lock_key`) shared so that appends
+    notify (see :mod:`this module <agentsession.backends.postgres.watch>`). ``db`` is the
+    store's connections (how to reach the server, and the translation of its errors, without
+    the password), ``channel`` the schema's channel."""
 
     def __init__(self, db: Connections, channel: str) -> None:
         self._db = db
         self._channel = channel
-        self._listen = b"LISTEN " + sql.Identifier(channel).as_bytes(None)
+        key = listen_lock_key(db.target.schema)
+        self._listen = b"LISTEN %s; SELECT pg_advisory_lock_shared(%d)" % (
+            sql.Identifier(channel).as_bytes(None),
+            key,
+        )
         self._doing = f"listening for appends to {db.target.location}"
 
     @property
