@@ -240,3 +240,20 @@ def test_four_writer_processes_and_three_followers(shared_url: str) -> None:
             mine = [e.payload()["i"] for e in got if e.payload().get("w") == str(w)]
             assert mine == list(range(per_writer)), (name, w)
     assert set(results) == {"a", "b", "c"}
+
+
+def test_a_session_that_does_not_exist_yet_is_followed_from_its_creation(
+    shared_url: str,
+) -> None:
+    with ags.open_store(shared_url) as store, ags.open_store(shared_url) as other:
+        follower = store.get("later").follow(after=0, timeout=10)
+
+        def create() -> None:
+            time.sleep(0.2)
+            other.get("later").append_many([note(0), note(1)])
+
+        thread = threading.Thread(target=create)
+        thread.start()
+        assert [next(follower).seq, next(follower).seq] == [1, 2]  # no SessionReset
+        follower.close()
+        thread.join()

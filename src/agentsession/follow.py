@@ -238,14 +238,20 @@ def _follow(
     session: FollowedSession, hub: ChangeHub, after: int | None, timeout: float | None
 ) -> Generator[Event, None, None]:
     with hub.subscribe(session.id) as sub:
-        cursor = session.latest_seq if after is None else after
+        latest = session.latest_seq
+        cursor = latest if after is None else after
         life = session.life
+        existed = latest > 0  # a session that had no events yet has no life to lose
         quiet_since = time.monotonic()
         while True:
             events = session.read(cursor)
             if session.life != life:
-                raise SessionReset(session.id, 1)  # a new life starts at seq 1
+                if existed:
+                    raise SessionReset(session.id, 1)  # a new life starts at seq 1
+                life = session.life  # it came to be: follow its first life
+                events = session.read(cursor)
             if events:
+                existed = True
                 for event in events:
                     yield event
                     cursor = event.seq

@@ -421,14 +421,20 @@ class AsyncSession:
         followed."""
         check_follow(after, timeout)
         with self._sync.subscribe() as sub:
-            cursor = await self.latest_seq() if after is None else after
+            latest = await self.latest_seq()
+            cursor = latest if after is None else after
             life = self._sync.life
+            existed = latest > 0  # a session that had no events yet has no life to lose
             quiet_since = time.monotonic()
             while True:
                 events = await self.read(cursor)
                 if self._sync.life != life:
-                    raise SessionReset(self.id, 1)  # a new life starts at seq 1
+                    if existed:
+                        raise SessionReset(self.id, 1)  # a new life starts at seq 1
+                    life = self._sync.life  # it came to be: follow its first life
+                    events = await self.read(cursor)
                 if events:
+                    existed = True
                     for event in events:
                         yield event
                         cursor = event.seq
