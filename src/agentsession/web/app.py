@@ -10,18 +10,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.cookies
-import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote_plus
 
-import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,6 +28,7 @@ from ..codec import encode
 from ..errors import EncryptionError, SessionError, SessionNotFound, UsageError
 from ..store import BaseStore
 from . import data
+from .stream import DEFAULT_HEARTBEAT, TOKEN_CHARS, create_stream_app
 
 __all__ = [
     "CONTENT_SECURITY_POLICY",
@@ -71,8 +70,6 @@ _MAX_PAGE_ROWS: Final = 2000
 _MAX_LIST: Final = 500
 _MAX_MESSAGES: Final = 2000
 _MAX_BADGE_IDS: Final = 200
-_PING_SECONDS: Final = 15.0
-_TOKEN_CHARS: Final = re.compile(r"[A-Za-z0-9._~+/=-]{8,}")
 
 _UNAUTHORIZED: Final = (
     "This agentsession server needs its access token. Open the URL that `agentsession serve` "
@@ -222,7 +219,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def _routes(
-    store: BaseStore, listing: data.ListingCache, poll_interval: float
+    store: BaseStore, listing: data.ListingCache, stream_app: Starlette
 ) -> list[Route | Mount]:
     badge_cache = data.BadgeCache()
     pages = {
@@ -321,55 +318,6 @@ def _routes(
 
         return _json(await run_in_threadpool(compute))
 
-    async def stream(request: Request) -> Response:
-        sid = _session_id(request)
-        # A reconnecting EventSource sends the last id it saw: "SEQ:HASH", the seq and the
-        # mark of the event it ends at (data.event_mark), or "0".
-        resume = request.headers.get("last-event-id", "")
-        seq, marked, _ = resume.partition(":")
-        if seq.isdigit() and len(seq) < 19:
-            after, mark = int(seq), (resume if marked else None)
-        else:
-            after = _int(request, "after", 0, 0, 2**62)
-            mark = request.query_params.get("mark") or None
-        tail = await run_in_threadpool(lambda: data.RowTail(store.open(sid), after, mark))
-        state = request.app.state
-
-        async def events() -> AsyncIterator[bytes]:
-            state.active_streams += 1
-            try:
-                yield b"retry: 1000\n\n"
-                quiet = 0.0
-                restarts = 0
-                while True:
-                    batch = await run_in_threadpool(tail.poll) if restarts == tail.restarts else []
-                    if restarts != tail.restarts:
-                        # Deleted, or created again: the reader starts over (the new life's
-                        # rows up to latest_seq come from the rows endpoint; later ones here).
-                        restarts = tail.restarts
-                        body = encode({"latest_seq": tail.restarted_at})
-                        yield b"id: 0\nevent: reset\ndata: %s\n\n" % body
-                        continue
-                    if batch:
-                        quiet = 0.0
-                        body = encode({"rows": batch, "next_after": tail.after})
-                        mark = tail.mark.encode()
-                        yield b"id: %s\nevent: rows\ndata: %s\n\n" % (mark, body)
-                        continue
-                    quiet += poll_interval
-                    if quiet >= _PING_SECONDS:
-                        quiet = 0.0
-                        yield b": ping\n\n"
-                    await anyio.sleep(poll_interval)
-            finally:
-                state.active_streams -= 1
-
-        return StreamingResponse(
-            events(),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
-
     return [
         Route("/", page("index"), methods=["GET", "HEAD"]),
         Route("/session", page("session"), methods=["GET", "HEAD"]),
@@ -380,7 +328,7 @@ def _routes(
         Route("/api/session/messages", messages, methods=["GET", "HEAD"]),
         Route("/api/session/event", event, methods=["GET", "HEAD"]),
         Route("/api/session/stats", stats, methods=["GET", "HEAD"]),
-        Route("/api/session/stream", stream, methods=["GET"]),
+        Mount("/stream", app=stream_app),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
 
@@ -403,7 +351,7 @@ def create_app(
     *,
     token: str | None = None,
     allowed_hosts: Iterable[str] | None = None,
-    poll_interval: float = 0.25,
+    heartbeat: float = DEFAULT_HEARTBEAT,
     listing_ttl: float = 2.0,
 ) -> Starlette:
     """The read-only viewer of ``store`` as an ASGI application (serve it with uvicorn).
@@ -412,10 +360,11 @@ def create_app(
     HttpOnly, SameSite=Strict cookie the page's later requests carry), the cookie, or an
     ``Authorization: Bearer`` header; compared in constant time. Without a token, only
     requests whose ``Host`` is a loopback name are answered (``allowed_hosts`` replaces that
-    list; with a token, any ``Host`` is). ``poll_interval`` is how often (seconds) an open
-    live tail checks its session for new events; ``listing_ttl`` how long the sessions page
-    reuses a ``store.list()``. The store stays the caller's to close."""
-    if token is not None and not _TOKEN_CHARS.fullmatch(token):
+    list; with a token, any ``Host`` is). The live tail is :func:`create_stream_app`'s, mounted
+    at ``/stream`` (behind the same token and ``Host`` checks); ``heartbeat`` is the seconds
+    between its ``: ping`` comments. ``listing_ttl`` is how long the sessions page reuses a
+    ``store.list()``. The store stays the caller's to close."""
+    if token is not None and not TOKEN_CHARS.fullmatch(token):
         raise UsageError(
             "the access token must be at least 8 characters of A-Z a-z 0-9 . _ ~ + / = - "
             "(it travels in a URL and a cookie)"
@@ -426,11 +375,13 @@ def create_app(
     else:
         hosts = None if token is not None else LOOPBACK_HOSTS
     listing = data.ListingCache(store, ttl=listing_ttl)
+    # The guard around the viewer checks every request, the stream's included.
+    stream_app = create_stream_app(store, heartbeat=heartbeat)
     app = Starlette(
-        routes=_routes(store, listing, poll_interval),
+        routes=_routes(store, listing, stream_app),
         exception_handlers={SessionError: _session_error, HTTPException: _http_error},
     )
     app.state.store = store
-    app.state.active_streams = 0
+    app.state.stream = stream_app
     app.add_middleware(_Guard, token=token, allowed_hosts=hosts)
     return app

@@ -46,6 +46,7 @@ from ..recovery import scan_all_incomplete
 from ..session import BaseSession
 from ..store import BaseStore
 from ..view import transcript_rows
+from ..view.live import CONTEXT_CHUNK, context_before
 from .markdown import render_markdown
 
 __all__ = [
@@ -58,13 +59,13 @@ __all__ = [
     "InterruptedCall",
     "ListedSession",
     "ListingCache",
-    "RowTail",
     "SessionsPage",
     "SessionSummary",
     "Stats",
     "ToolDuration",
     "TurnTokens",
     "badges_of",
+    "event_at",
     "event_mark",
     "list_sessions",
     "message_views",
@@ -76,9 +77,6 @@ __all__ = [
     "session_stats",
     "session_summary",
 ]
-
-CONTEXT_CHUNK: Final = 512
-"""Events read per step when looking back for the ``turn/start`` before a page."""
 
 _MARKDOWN_KINDS: Final = frozenset({"user_message", "assistant_message"})
 
@@ -394,8 +392,9 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     latest_seq: int
     """Its highest seq (its number of events)."""
     latest_mark: str
-    """The :func:`event_mark` of its latest event: given to the live tail with
-    ``after=latest_seq``, it tells the tail whether the session was created again since."""
+    """The :func:`event_mark` of its latest event: the page compares it with the mark the
+    live tail reports for its starting point, to tell whether the session was created again
+    since."""
     location: str
     """Where it is stored."""
     encrypted: bool
@@ -434,7 +433,7 @@ def session_summary(store: BaseStore, session_id: str) -> SessionSummary:
     return SessionSummary(
         id=session.id,
         latest_seq=latest,
-        latest_mark=event_mark(_event_at(session, latest)),
+        latest_mark=event_mark(event_at(session, latest)),
         location=session.location,
         encrypted=store.encrypted,
         parent=record.parent,
@@ -452,32 +451,6 @@ def session_summary(store: BaseStore, session_id: str) -> SessionSummary:
         created_at=record.created_at,
         updated_at=record.updated_at,
     )
-
-
-def _last_turn_start(events: Sequence[Event]) -> int | None:
-    """The index of the last ``turn/start`` of ``events`` (None when there is none)."""
-    for index in range(len(events) - 1, -1, -1):
-        if events[index].type == ev.TURN_START:
-            return index
-    return None
-
-
-def _context_before(session: BaseSession, after: int) -> list[Event]:
-    """The events from the latest ``turn/start`` at or before seq ``after`` up to ``after``
-    (from seq 1 when there is none; [] for ``after`` 0): read backwards in chunks of
-    :data:`CONTEXT_CHUNK`. A ``turn/start`` resets all the nesting state of
-    :func:`transcript_rows`, so rows computed from there equal the rows of the whole log."""
-    context: list[Event] = []
-    high = after
-    while high > 0:
-        low = max(0, high - CONTEXT_CHUNK)
-        chunk = [e for e in session.read(after=low, limit=high - low) if e.seq <= high]
-        start = _last_turn_start(chunk)
-        if start is not None:
-            return chunk[start:] + context
-        context = chunk + context
-        high = low
-    return context
 
 
 def row_dicts(rows: Sequence[msgspec.Struct]) -> list[dict[str, Any]]:
@@ -506,7 +479,7 @@ def rows_page(session: BaseSession, after: int = 0, limit: int = 200) -> dict[st
     latest = session.latest_seq
     if not events:
         return {"rows": [], "after": after, "next_after": after, "latest_seq": latest, "done": True}
-    context = _context_before(session, after)
+    context = context_before(session, after)
     rows = transcript_rows([*context, *events], full=True)[len(context) :]
     last = events[-1].seq
     return {
@@ -529,83 +502,16 @@ def event_mark(event: Event | None) -> str:
     return f"{event.seq}:{hashlib.blake2b(what.encode(), digest_size=8).hexdigest()}"
 
 
-def _event_at(session: BaseSession, seq: int) -> Event | None:
+def event_at(session: BaseSession, seq: int) -> Event | None:
     """The event with ``seq`` (None for 0 or when the log has none)."""
     found = session.read(after=seq - 1, limit=1) if seq > 0 else []
     return found[0] if found and found[0].seq == seq else None
 
 
-class RowTail:
-    """Rows of the events a session gets after a seq, as they arrive (the live tail).
-
-    Keeps the events since the latest ``turn/start`` (the context of new rows), so each new
-    batch costs its own events, not a look back. Follows the session across a delete and a
-    create again: the event at :attr:`after` is checked on every poll (it is in memory: the
-    session's tail), and when it is gone or another one (see :func:`event_mark`), the tail
-    starts over at the new life's latest seq and counts a restart (:attr:`restarts`); what
-    the new life holds up to there is for the reader to load (the rows endpoint)."""
-
-    def __init__(self, session: BaseSession, after: int, mark: str | None = None) -> None:
-        """Follow ``session`` after seq ``after``; ``mark``, when given, is the
-        :func:`event_mark` of the event at ``after`` as the reader saw it: another event
-        there (or none) means the reader saw another life, and the tail starts over at
-        once."""
-        self.session = session
-        """The session followed."""
-        self.after = after
-        """The seq of the last event turned into rows."""
-        self.restarts = 0
-        """How many times the tail found the session deleted or created again, and started
-        over."""
-        self.restarted_at = 0
-        """The latest seq of the new life when the tail last started over (its rows up to
-        there were not streamed)."""
-        self._last = _event_at(session, after)
-        self._context = _context_before(session, after)
-        if after > 0 and (self._last is None or mark not in (None, event_mark(self._last))):
-            self._restart()
-
-    @property
-    def mark(self) -> str:
-        """The :func:`event_mark` of the event at :attr:`after`."""
-        return event_mark(self._last) if self.after else "0"
-
-    def _restart(self) -> None:
-        latest = self.session.latest_seq
-        self._last = _event_at(self.session, latest)
-        self.after = latest if self._last is not None else 0
-        self._context = _context_before(self.session, self.after)
-        self.restarts += 1
-        self.restarted_at = self.after
-
-    def poll(self, limit: int = 500) -> list[dict[str, Any]]:
-        """The rows of up to ``limit`` events after :attr:`after` ([] when there is none
-        yet, and when the tail has just started over on a new life), as :func:`row_dicts`;
-        advances :attr:`after`."""
-        last = self._last
-        if last is None:
-            events = self.session.read(after=self.after, limit=limit)
-        else:
-            events = self.session.read(after=self.after - 1, limit=limit + 1)
-            if not events or event_mark(events[0]) != event_mark(last):
-                self._restart()  # deleted, and perhaps created again: another life
-                return []
-            events = events[1:]
-        if not events:
-            return []
-        combined = [*self._context, *events]
-        rows = transcript_rows(combined, full=True)[len(self._context) :]
-        start = _last_turn_start(combined)
-        self._context = combined if start is None else combined[start:]
-        self.after = events[-1].seq
-        self._last = events[-1]
-        return row_dicts(rows)
-
-
 def raw_event(session: BaseSession, seq: int) -> bytes | None:
     """The stored JSON line of the event with ``seq`` (``docs/format.md``), pretty-printed;
     None when there is no such event."""
-    found = _event_at(session, seq)
+    found = event_at(session, seq)
     return None if found is None else pretty(encode_event(found))
 
 

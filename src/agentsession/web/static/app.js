@@ -999,13 +999,17 @@
 
     // -- the live tail ----------------------------------------------------------------------
 
-    // The stream after seq `after`, whose event the page saw as `mark`: the server checks it
-    // is still that event, and sends "reset" when the session was deleted or created again.
+    // The stream (the stream app mounted at stream/, docs/web.md) after seq `after` (null:
+    // after the latest seq), whose event the page saw as `mark`. A reconnecting EventSource
+    // resumes after the last id it got (Last-Event-ID): every connection starts with "start",
+    // naming the seq it goes on after and the mark of the event there, and another mark than
+    // the one the page saw there means the session was deleted and created again meanwhile.
     function follow(after, mark) {
       const mine = life;
-      const current = new EventSource("api/session/stream?id=" + enc + "&after=" + after +
-        "&mark=" + encodeURIComponent(mark));
+      const current = new EventSource("stream/?id=" + enc +
+        (after === null ? "" : "&after=" + after));
       source = current;
+      let seen = { seq: after, mark };  // the last event the stream brought
       current.addEventListener("open", () => {
         if (mine !== life) return;
         live.textContent = "● live";
@@ -1021,12 +1025,36 @@
           retryTimer = setTimeout(begin, 2000);
         }
       });
+      current.addEventListener("start", (message) => {
+        if (mine !== life) return;
+        const start = JSON.parse(message.data);
+        if (seen.seq === null) {
+          seen = { seq: start.after, mark: start.mark };
+        } else if (start.after !== seen.seq || start.mark !== seen.mark) {
+          begin();  // another life of the session than the one shown
+          return;
+        }
+        pager.latest = Math.max(pager.latest, start.latest_seq);
+        updateProgress();
+      });
       current.addEventListener("reset", () => {
         if (mine === life) begin();
       });
-      current.addEventListener("rows", (message) => {
+      current.addEventListener("reload", () => {
         if (mine !== life) return;
-        const batch = JSON.parse(message.data);
+        // The page fell behind the session by more than the server keeps for it: the pager
+        // brings the rows it missed, and a new stream goes on from the latest seq.
+        current.close();
+        pager.done = false;
+        updateProgress();
+        loadMore();
+        follow(null, null);
+      });
+      current.addEventListener("row", (message) => {
+        if (mine !== life) return;
+        const row = JSON.parse(message.data);
+        seen = { seq: row.seq, mark: row.mark };
+        const batch = { rows: [row], next_after: row.seq };
         pager.latest = Math.max(pager.latest, batch.next_after);
         if (pager.done && !pager.loading) {
           const fresh = batch.rows.filter((r) => r.seq > pager.after);

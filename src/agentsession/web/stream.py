@@ -1,0 +1,287 @@
+"""A session's events as Server-Sent Events, resumable: :func:`create_stream_app`.
+
+``GET /?id=SESSION`` (wherever the app is mounted) answers ``text/event-stream``:
+
+* first ``id: N``, ``event: start``, ``data: {"after": N, "mark": ..., "latest_seq": L}``: the
+  seq the stream goes on after (``?after=``, the ``Last-Event-ID`` header of a reconnecting
+  client, else the session's latest seq) and the :func:`~agentsession.web.data.event_mark` of
+  the event there (``"0"`` for none), so that a client that saw another event at that seq (a
+  session deleted and created again while it was away) knows to load it anew;
+* then one message per event, in seq order, each once: ``id: SEQ``, ``event: row``, ``data:``
+  the event's transcript row as the viewer's rows endpoint gives it
+  (:func:`agentsession.web.data.row_dicts`, nested within the whole log) with the event's
+  ``mark`` added;
+* ``: ping`` comment lines while nothing happens (every ``heartbeat`` seconds);
+* ``event: reset`` (``data: {"first_seq": 1}``) when the session is deleted, and perhaps created
+  again, while followed, then the end of the stream;
+* ``event: reload`` (``data: {"from": SEQ}``) when the client reads more slowly than the session
+  grows and more than ``buffer`` events wait for it: the events from ``SEQ`` on were not sent,
+  the stream ends, and the client loads them otherwise (the rows endpoint, or a new stream);
+* ``event: failed`` (``data: {"error": ...}``) when the session cannot be read (a wrong key),
+  then the end.
+
+Each client's events come from ``session.follow()`` in a thread of its own, which stops soon
+after the client goes. See ``docs/web.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import re
+import threading
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..codec import encode
+from ..errors import SessionError, SessionNotFound, SessionReset, UsageError
+from ..events import Event
+from ..session import BaseSession
+from ..store import BaseStore
+from ..view.live import LiveRows
+from . import data
+
+__all__ = [
+    "DEFAULT_BUFFER",
+    "DEFAULT_HEARTBEAT",
+    "TOKEN_CHARS",
+    "create_stream_app",
+]
+
+DEFAULT_HEARTBEAT: Final = 15.0
+"""Seconds between two ``: ping`` comments on an idle stream (proxies close silent ones)."""
+DEFAULT_BUFFER: Final = 1000
+"""Events that may wait for one slow client before its stream ends with ``reload``."""
+TOKEN_CHARS: Final = re.compile(r"[A-Za-z0-9._~+/=-]{8,}")
+"""What an access token may be made of (it travels in a URL and a cookie)."""
+
+_STOP_CHECK: Final = 1.0
+"""Seconds a follower thread waits without news before it checks whether its client left."""
+_BATCH: Final = 500
+"""Events turned into rows at once."""
+_UNAUTHORIZED: Final = (
+    "This event stream needs its access token: send the header 'Authorization: Bearer TOKEN' "
+    "or add ?token=TOKEN to the address.\n"
+)
+
+
+class _Feed:
+    """One client's events: a thread follows the session and fills a bounded buffer that the
+    response drains. Overfilled, the buffer is dropped and the feed ends with ``reload``."""
+
+    def __init__(
+        self, session: BaseSession, after: int, limit: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._session = session
+        self._after = after
+        self._limit = limit
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._items: deque[Event] = deque()
+        self._end: tuple[str, dict[str, Any]] | None = None
+        self._stop = threading.Event()
+        self._ready = asyncio.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="agentsession-stream", daemon=True
+        )
+
+    def start(self) -> None:
+        """Start following."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to stop (it does within about a second)."""
+        self._stop.set()
+
+    def _signal(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads any more
+            self._loop.call_soon_threadsafe(self._ready.set)
+
+    def _finish(self, kind: str, body: dict[str, Any]) -> None:
+        with self._lock:
+            if self._end is None:
+                self._end = (kind, body)
+        self._signal()
+
+    def _run(self) -> None:
+        cursor = self._after
+        session = self._session
+        try:
+            life = session.life
+            while not self._stop.is_set():
+                for event in session.follow(after=cursor, timeout=_STOP_CHECK):
+                    if self._stop.is_set():
+                        return
+                    with self._lock:
+                        if len(self._items) >= self._limit:
+                            # Behind by a whole buffer: drop it, and let the client load
+                            # what it did not get some other way.
+                            first = self._items[0].seq
+                            self._items.clear()
+                            self._end = ("reload", {"from": first})
+                            overflowed = True
+                        else:
+                            self._items.append(event)
+                            overflowed = False
+                    self._signal()
+                    if overflowed:
+                        return
+                    cursor = event.seq
+                if session.life != life:
+                    raise SessionReset(session.id, 1)
+        except SessionReset as reset:
+            self._finish("reset", {"first_seq": reset.first_seq})
+        except Exception as exc:  # a wrong key, a store gone: the client is told, not hung
+            self._finish("failed", {"error": str(exc) or type(exc).__name__})
+
+    async def take(self, timeout: float) -> tuple[list[Event], tuple[str, dict[str, Any]] | None]:
+        """The events waiting (at most a batch) and how the feed ended (None while it goes
+        on); waits up to ``timeout`` seconds for either (([], None) when nothing came)."""
+        for attempt in range(2):
+            self._ready.clear()
+            with self._lock:
+                if self._items or self._end is not None:
+                    count = min(len(self._items), _BATCH)
+                    batch = [self._items.popleft() for _ in range(count)]
+                    end = self._end if not self._items else None
+                    if self._items:
+                        self._ready.set()
+                    return batch, end
+            if attempt == 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._ready.wait(), timeout)
+        return [], None
+
+
+def _row_dicts(rows: LiveRows, batch: list[Event]) -> list[dict[str, Any]]:
+    return data.row_dicts(rows.rows(batch))
+
+
+def _message(kind: str, body: Any, ident: int | None = None) -> bytes:
+    head = b"id: %d\n" % ident if ident is not None else b""
+    return head + b"event: " + kind.encode() + b"\ndata: " + encode(body) + b"\n\n"
+
+
+def _resume_point(request: Request) -> int | None:
+    """Where the client wants the stream to go on after: ``Last-Event-ID`` (its seq part),
+    else ``?after=``, else None (the latest seq)."""
+    last = request.headers.get("last-event-id", "").strip()
+    seq = last.partition(":")[0]
+    if seq.isdigit() and len(seq) < 19:
+        return int(seq)
+    raw = request.query_params.get("after")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or len(raw) >= 19:
+        raise _BadRequest("after must be a seq: an integer >= 0")
+    return int(raw)
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _presented(request: Request) -> str | None:
+    """The token a request presents: ``?token=`` or ``Authorization: Bearer``."""
+    values = request.query_params.getlist("token")
+    if values:
+        return values[0] if len(set(values)) == 1 else None
+    scheme, _, credential = request.headers.get("authorization", "").partition(" ")
+    return credential.strip() if scheme.lower() == "bearer" else None
+
+
+def create_stream_app(
+    store: BaseStore,
+    *,
+    token: str | None = None,
+    heartbeat: float = DEFAULT_HEARTBEAT,
+    buffer: int = DEFAULT_BUFFER,
+) -> Starlette:
+    """An ASGI application (Starlette) serving one session's events as Server-Sent Events at
+    ``GET /?id=SESSION`` wherever it is mounted (see :mod:`agentsession.web.stream` for the
+    messages): resumable with ``Last-Event-ID`` or ``?after=SEQ``, a ``: ping`` every
+    ``heartbeat`` seconds, at most ``buffer`` events waiting for a slow client (then
+    ``reload`` and the end). With ``token``, every request must present it
+    (``Authorization: Bearer TOKEN`` or ``?token=TOKEN``, compared in constant time) or gets
+    401; the token is never echoed. Nothing is written to the store, which stays the caller's
+    to close; ``app.state.active_streams`` counts the open streams."""
+    if token is not None and (not isinstance(token, str) or not TOKEN_CHARS.fullmatch(token)):
+        raise UsageError(
+            "the access token must be at least 8 characters of A-Z a-z 0-9 . _ ~ + / = - "
+            "(it travels in a URL)"
+        )
+    if isinstance(heartbeat, bool) or not isinstance(heartbeat, int | float) or heartbeat <= 0:
+        raise UsageError(f"heartbeat must be a number of seconds > 0, not {heartbeat!r}")
+    if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
+        raise UsageError(f"buffer must be a number of events >= 1, not {buffer!r}")
+    secret = token.encode() if token is not None else None
+
+    async def stream(request: Request) -> Response:
+        if secret is not None:
+            presented = _presented(request)
+            if presented is None or not hmac.compare_digest(presented.encode(), secret):
+                return PlainTextResponse(_UNAUTHORIZED, status_code=401)
+        sid = request.query_params.get("id")
+        if not sid:
+            return PlainTextResponse("the session id is missing: ?id=...\n", status_code=400)
+        try:
+            asked = _resume_point(request)
+        except _BadRequest as bad:
+            return PlainTextResponse(f"{bad}\n", status_code=400)
+
+        def prepare() -> tuple[BaseSession, int, str, int, LiveRows]:
+            reader = store.open(sid)
+            latest = reader.latest_seq
+            after = latest if asked is None else asked
+            mark = data.event_mark(data.event_at(reader, after))
+            # The follower reads through its own session object, in its own thread.
+            return store.open(sid), after, mark, latest, LiveRows(reader, after)
+
+        try:
+            followed, after, mark, latest, rows = await run_in_threadpool(prepare)
+        except SessionError as exc:  # a wrong key, say: said once, not streamed
+            status = 404 if isinstance(exc, SessionNotFound) else 500
+            return PlainTextResponse(f"{exc}\n", status_code=status)
+        feed = _Feed(followed, after, buffer, asyncio.get_running_loop())
+        state = request.app.state
+
+        async def events() -> AsyncIterator[bytes]:
+            state.active_streams += 1
+            feed.start()
+            try:
+                yield b"retry: 1000\n\n"
+                yield _message("start", {"after": after, "mark": mark, "latest_seq": latest}, after)
+                while True:
+                    batch, end = await feed.take(heartbeat)
+                    if batch:
+                        dicts = await run_in_threadpool(_row_dicts, rows, batch)
+                        yield b"".join(
+                            _message("row", {**row, "mark": data.event_mark(event)}, event.seq)
+                            for event, row in zip(batch, dicts, strict=True)
+                        )
+                    if end is not None:
+                        yield _message(*end)
+                        return
+                    if not batch:
+                        yield b": ping\n\n"
+            finally:
+                feed.stop()
+                state.active_streams -= 1
+
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    app = Starlette(routes=[Route("/", stream, methods=["GET"])])
+    app.state.active_streams = 0
+    return app
