@@ -30,8 +30,8 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 4
 """No such session, or no store at the path given."""
 EXIT_INTERRUPTED = 130
-"""Ctrl-C (SIGINT) ended the command (as it ends ``tail -f``): 128 + SIGINT, quietly. ``serve``
-runs until Ctrl-C, so for it Ctrl-C is success (0)."""
+"""Ctrl-C (SIGINT) ended the command: 128 + SIGINT, quietly. ``serve`` and ``tail -f``
+run until Ctrl-C, so for them a first Ctrl-C is success (0)."""
 EXIT_BROKEN_PIPE = 141
 """Stdout was closed before the output was written (``| head``): 128 + SIGPIPE, the status a
 shell reports for a Unix tool killed by SIGPIPE. Nothing is printed."""

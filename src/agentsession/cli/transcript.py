@@ -6,7 +6,6 @@ import contextlib
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import click
@@ -16,10 +15,11 @@ from rich.table import Table
 from .. import view
 from ..branching import BranchRef, live_branches
 from ..codec import pretty
-from ..errors import UsageError
+from ..errors import SessionReset, UsageError
 from ..events import Event, encode, encode_event
 from ..messages import FilePart, ImagePart, Message, RefusalPart, TextPart, ThinkingPart
 from ..session import BaseSession
+from ..view.live import LiveRows
 from . import _output
 from ._group import CONTEXT, _examples, cli, pass_state
 from ._output import (
@@ -337,10 +337,20 @@ def show_command(state: State, session_id: str, full: bool, as_json: bool, rows:
     _print_transcript(_transcript(session, events, full, branches))
 
 
-def _event_line(event: Event) -> str:
-    agent = f" {event.agent}" if event.agent else ""
-    data = _short(event.raw.decode("utf-8", "replace"), 200)
-    return clean(f"{event.seq:>6} {_when(event.time)} {event.type}{agent} {data}")
+def _row_pairs(rows: Sequence[view.Row], limit: int) -> Iterator[tuple[str, str]]:
+    """``(gutter, body)`` pairs of ``rows`` as ``show`` prints them (a blank line before a
+    turn, a rewound row dim after the mark), without the session's header."""
+    for row in rows:
+        if isinstance(row, view.TurnStartRow):
+            yield "", ""
+        body = _line_markup(row, limit)
+        if row.rewound:
+            body = f"[dim]{REWOUND_MARK} {body}[/dim]"
+        yield f"{row.seq:>5}", body
+
+
+_STOP_CHECK = 0.25
+"""Seconds ``tail -f`` waits for an event before it looks whether Ctrl-C asked it to stop."""
 
 
 @cli.command(
@@ -348,34 +358,55 @@ def _event_line(event: Event) -> str:
     context_settings=CONTEXT,
     epilog=_examples(
         "agentsession tail slack:C002",
-        "agentsession tail -f -n 0 slack:C002      # waits for a session that does not exist",
+        "agentsession tail -f slack:C002             # and every event appended after them",
+        "agentsession tail -f --after 0 slack:C002   # the whole session, then new events",
+        "agentsession tail -f -n 0 slack:new         # waits for a session that does not exist",
         "agentsession tail slack:C002 --json | head -1",
     ),
 )
 @click.argument("session_id")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing events as they arrive.")
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Keep printing events as they are appended, by any process, until Ctrl-C (exit 0).",
+)
 @click.option(
     "-n",
     "--lines",
     type=click.IntRange(min=0),
-    default=10,
-    show_default=True,
-    help="How many of the latest events to print first.",
+    default=None,
+    help="How many of the latest events to print first (default 10).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print raw JSON lines.")
+@click.option(
+    "--after",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Print the events after this seq instead of the latest ones (0: from the first).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the events as stored, one per line.")
 @click.option(
     "--interval",
     type=click.FloatRange(min=0.01),
-    default=0.2,
-    show_default=True,
-    help="Seconds between checks when following.",
+    default=None,
+    hidden=True,
+    help="Ignored: -f is woken by the appends themselves (kept so that scripts still run).",
 )
 @pass_state
 def tail_command(
-    state: State, session_id: str, follow: bool, lines: int, as_json: bool, interval: float
+    state: State,
+    session_id: str,
+    follow: bool,
+    lines: int | None,
+    after: int | None,
+    as_json: bool,
+    interval: float | None,
 ) -> None:
-    """Print a session's latest events; with -f, follow new ones (also from other processes),
-    waiting for the session when it does not exist yet."""
+    """Print a session's latest events as show prints its rows (--json: as stored); with -f,
+    keep printing the events appended after them, by any process (session.follow()), until
+    Ctrl-C, waiting for the session when it does not exist yet."""
+    if lines is not None and after is not None:
+        raise UsageError("give -n/--lines or --after, not both")
     store = state.store(read_only=True)
     if not store.exists(session_id):
         if not follow:
@@ -390,27 +421,46 @@ def tail_command(
             err=True,
         )
     session = store.get(session_id)
-    latest = session.latest_seq
-    last = max(0, latest - lines)
+    if after is None:
+        after = max(0, session.latest_seq - (10 if lines is None else lines))
+    start = after
     out = sys.stdout
+    rows = None if as_json else LiveRows(session, start, full=False)
 
-    def emit(batch: list[Event]) -> int:
-        for event in batch:
-            out.write((encode_event(event).decode() if as_json else _event_line(event)) + "\n")
+    def emit(batch: Sequence[Event]) -> None:
+        if not batch:
+            return
+        if rows is None:
+            out.write("".join(encode_event(event).decode() + "\n" for event in batch))
+            out.flush()
+            return
+        _print_transcript(_row_pairs(rows.rows(batch), view.PREVIEW_CHARS))
         out.flush()
-        return batch[-1].seq if batch else 0
 
     if not follow:
-        emit(session.read(after=last))
+        emit(session.read(after=start))
         return
     with _stopped_by_ctrl_c() as stopped:
-        last = emit(session.read(after=last)) or last
+        cursor = start
+        life = session.life
         while not stopped():
-            time.sleep(interval)
-            if stopped():
-                break
-            last = emit(session.read(after=last)) or last
-    raise click.exceptions.Exit(EXIT_INTERRUPTED)  # Ctrl-C is how -f ends
+            try:
+                for event in session.follow(after=cursor, timeout=_STOP_CHECK):
+                    emit([event])
+                    cursor = event.seq
+                    if stopped():
+                        break
+                if session.life != life:
+                    raise SessionReset(session.id, 1)
+            except SessionReset:
+                # Deleted, perhaps created again: its new life is printed from its start.
+                click.echo(
+                    clean(f"session {session_id!r} was deleted; following it from seq 1 on"),
+                    err=True,
+                )
+                cursor, life = 0, session.life
+                rows = None if as_json else LiveRows(session, 0, full=False)
+    # Ctrl-C is how -f ends: a clean stop, exit status 0.
 
 
 @contextlib.contextmanager
