@@ -232,7 +232,7 @@ def test_the_pages_have_no_inline_script_or_style_and_load_nothing_from_elsewher
 def test_every_write_method_is_refused(client: TestClient) -> None:
     for method in ("POST", "PUT", "PATCH", "DELETE"):
         for path in ("/", "/api/sessions", "/api/session?id=chat:main", "/static/app.js",
-                     "/api/session/stream?id=chat:main"):
+                     "/stream/?id=chat:main"):
             response = client.request(method, path)
             assert response.status_code == 405, (method, path)
             assert response.headers["allow"] == "GET, HEAD"
@@ -258,7 +258,7 @@ def test_with_a_token_every_request_needs_it(store: ags.BaseStore) -> None:
     app = create_app(store, token=token)
     with TestClient(app, base_url="http://192.0.2.1:8765") as c:
         for path in ("/", "/session?id=chat:main", "/static/app.js", "/api/sessions",
-                     "/api/session/rows?id=chat:main", "/api/session/stream?id=chat:main"):
+                     "/api/session/rows?id=chat:main", "/stream/?id=chat:main"):
             response = c.get(path)
             assert response.status_code == 401, path
             assert "chat:main" not in response.text and "Fix the" not in response.text
@@ -332,8 +332,8 @@ repeated), another case, ``=`` escaped (as uvicorn prints a path), the value esc
 
 @pytest.mark.parametrize("spelling", TOKEN_SPELLINGS)
 @pytest.mark.parametrize(
-    "path", ["/api/sessions?{}", "/api/session/stream?id=chat:1&{}&after=0",
-             "/api/session/stream/{}", "/session?{}&id=a"]
+    "path", ["/api/sessions?{}", "/stream/?id=chat:1&{}&after=0",
+             "/stream/{}", "/session?{}&id=a"]
 )
 def test_no_spelling_of_the_token_parameter_reaches_a_log_line(spelling: str, path: str) -> None:
     line = path.format(spelling)
@@ -967,12 +967,12 @@ def test_serve_debug_logs_requests_on_stderr_without_the_token(tmp_path: Path) -
         base = f"http://127.0.0.1:{announced['port']}"
         with httpx.Client(base_url=base, timeout=10) as http:
             for spelling in TOKEN_SPELLINGS:
-                for path in ("/api/sessions?{}", "/api/session/stream/{}"):
+                for path in ("/api/sessions?{}", "/stream/{}"):
                     http.get(path.format(spelling))
             # The event stream, with the token in its query string and in its path.
-            for path in (f"/api/session/stream?id=chat:1&after=0&token={SECRET}",
-                         f"/api/session/stream?id=chat:1&after=0&tok%65n={SECRET}",
-                         f"/api/session/stream/token={SECRET}?id=chat:1"):
+            for path in (f"/stream/?id=chat:1&after=0&token={SECRET}",
+                         f"/stream/?id=chat:1&after=0&tok%65n={SECRET}",
+                         f"/stream/token={SECRET}?id=chat:1"):
                 with http.stream("GET", path) as response:
                     if response.status_code == 200:
                         next(response.iter_lines())
@@ -986,7 +986,8 @@ def test_serve_debug_logs_requests_on_stderr_without_the_token(tmp_path: Path) -
             out, err = process.communicate(timeout=15)
     # stdout holds the one JSON object and nothing else; the access log went to stderr.
     assert out == ""
-    assert err.count('"GET /api/session') >= 2 * len(TOKEN_SPELLINGS) + 4, err
+    gets = err.count('"GET /api/sessions') + err.count('"GET /stream')
+    assert gets >= 2 * len(TOKEN_SPELLINGS) + 4, err
     assert SECRET not in err and escaped(SECRET) not in err.lower(), err
     assert "token=…" in err
 
@@ -1032,57 +1033,6 @@ def append_from_another_process(store_url: str, session_id: str, text: str) -> N
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=str(ROOT))
-
-
-def read_sse(response: httpx.Response, until: Any, timeout: float = 20) -> list[dict[str, Any]]:
-    """The ``rows`` events of an event stream until ``until(rows so far)`` holds."""
-    got: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    event = ""
-    for line in response.iter_lines():
-        if line.startswith("event: "):
-            event = line[7:]
-        elif line.startswith("data: ") and event == "rows":
-            got.extend(json.loads(line[6:])["rows"])
-            if until(got):
-                return got
-        assert time.monotonic() < deadline, got
-    return got
-
-
-def test_the_live_tail_streams_what_another_process_appends(
-    store: ags.BaseStore, store_url: str
-) -> None:
-    app = create_app(store, poll_interval=0.05)
-    latest = store.open("chat:main").latest_seq
-    with Server(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
-        with http.stream("GET", "/api/session/stream",
-                         params={"id": "chat:main", "after": latest}) as response:
-            assert response.status_code == 200
-            assert response.headers["content-type"].startswith("text/event-stream")
-            assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
-            deadline = time.monotonic() + 10
-            while app.state.active_streams != 1:  # the generator starts after the headers
-                assert time.monotonic() < deadline, app.state.active_streams
-                time.sleep(0.02)
-            append_from_another_process(store_url, "chat:main", "appended <b>elsewhere</b>")
-            rows = read_sse(response, lambda got: any(r["kind"] == "turn_end" for r in got))
-        assert [r["kind"] for r in rows] == ["turn_start", "user_message", "turn_end"]
-        assert rows[0]["seq"] == latest + 1
-        assert rows[1]["text"] == "appended <b>elsewhere</b>"
-        assert "&lt;b&gt;" in rows[1]["html"]
-        assert strip_html(rows) == stored_rows(store, "chat:main")[latest:]
-        # The generator ends when the client goes.
-        deadline = time.monotonic() + 10
-        while app.state.active_streams:
-            assert time.monotonic() < deadline, "the stream outlived its client"
-            time.sleep(0.05)
-        # A reconnecting EventSource resumes after the last id it saw.
-        with http.stream("GET", "/api/session/stream", params={"id": "chat:main", "after": 0},
-                         headers={"Last-Event-ID": str(latest + 1)}) as response:
-            resumed = read_sse(response, lambda got: len(got) >= 2)
-        assert [r["seq"] for r in resumed][:2] == [latest + 2, latest + 3]
-        assert resumed[0]["depth"] == 1  # nested in the turn begun before the resume point
 
 
 def say(store: ags.BaseStore, session_id: str, texts: list[str]) -> None:
@@ -1132,114 +1082,96 @@ def read_events(
     return got
 
 
-def since_last_reset(got: list[tuple[str, str, Any]]) -> tuple[int, list[dict[str, Any]]]:
-    """The latest seq the last ``reset`` announced, and the rows streamed after it."""
-    at = max(i for i, (event, _, _) in enumerate(got) if event == "reset")
-    rows = [row for event, _, data in got[at + 1 :] if event == "rows" for row in data["rows"]]
-    return got[at][2]["latest_seq"], rows
+def rows_of(got: list[tuple[str, str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the ``row`` messages of ``read_events``' result."""
+    return [data for event, _, data in got if event == "row"]
 
 
-def test_the_row_tail_starts_over_on_a_new_life(store: ags.BaseStore, store_url: str) -> None:
-    say(store, "life:1", ["old a", "old b"])
-    session = store.open("life:1")
-    tail = web_data.RowTail(session, session.latest_seq)
-    old_mark = tail.mark
-    assert tail.poll() == [] and tail.restarts == 0
-    say(store, "life:1", ["old c"])
-    assert [r["text"] for r in tail.poll() if r["kind"] == "user_message"] == ["old c"]
-    assert tail.restarts == 0 and tail.after == 9
-    # Created again in another process, longer than what the tail had seen: the tail must not
-    # take the new life's events after seq 9 for the continuation of the old one.
-    create_again_from_another_process(store_url, "life:1", [f"new {n}" for n in range(4)])
-    assert tail.poll() == []
-    assert tail.restarts == 1 and tail.restarted_at == tail.after == 12
-    say(store, "life:1", ["new 4"])
-    assert [r["text"] for r in tail.poll() if r["kind"] == "user_message"] == ["new 4"]
-    # Deleted: the tail starts over at 0, and streams the next life from its first event.
-    store.delete("life:1")
-    assert tail.poll() == [] and tail.restarts == 2 and tail.after == 0
-    say(store, "life:1", ["third life"])
-    assert [r["seq"] for r in tail.poll()] == [1, 2, 3]
-    # A reader who saw another life (its mark) is started over at once; one who saw this one
-    # is not.
-    latest = store.open("life:1").latest_seq
-    assert web_data.RowTail(store.open("life:1"), 3, old_mark).restarts == 1
-    assert web_data.RowTail(store.open("life:1"), 99).restarts == 1
-    same = web_data.RowTail(store.open("life:1"), latest, tail.mark)
-    assert same.restarts == 0 and same.after == latest
+def wait_for_streams(app: Any, count: int) -> None:
+    """Until the viewer's stream app has ``count`` streams open."""
+    deadline = time.monotonic() + 10
+    while app.state.stream.state.active_streams != count:
+        assert time.monotonic() < deadline, app.state.stream.state.active_streams
+        time.sleep(0.02)
+
+
+def test_the_live_tail_streams_what_another_process_appends(
+    store: ags.BaseStore, store_url: str
+) -> None:
+    app = create_app(store)
+    latest = store.open("chat:main").latest_seq
+    with Server(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        with http.stream("GET", "/stream/",
+                         params={"id": "chat:main", "after": latest}) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+            wait_for_streams(app, 1)
+            append_from_another_process(store_url, "chat:main", "appended <b>elsewhere</b>")
+            got = read_events(response.iter_lines(),
+                              lambda got: any(r["kind"] == "turn_end" for r in rows_of(got)))
+        assert got[0][0] == "start" and got[0][2]["after"] == latest
+        rows = rows_of(got)
+        assert [r["kind"] for r in rows] == ["turn_start", "user_message", "turn_end"]
+        assert [int(ident) for event, ident, _ in got if event == "row"] == [
+            latest + 1, latest + 2, latest + 3
+        ]
+        assert rows[1]["text"] == "appended <b>elsewhere</b>"
+        assert "&lt;b&gt;" in rows[1]["html"]
+        assert strip_html([{k: v for k, v in r.items() if k != "mark"} for r in rows]) == (
+            stored_rows(store, "chat:main")[latest:]
+        )
+        # The stream ends when the client goes.
+        wait_for_streams(app, 0)
+        # A reconnecting EventSource resumes after the last id it saw.
+        with http.stream("GET", "/stream/", params={"id": "chat:main", "after": 0},
+                         headers={"Last-Event-ID": str(latest + 1)}) as response:
+            resumed = rows_of(read_events(response.iter_lines(),
+                                          lambda got: len(rows_of(got)) >= 2))
+        assert [r["seq"] for r in resumed][:2] == [latest + 2, latest + 3]
+        assert resumed[0]["depth"] == 1  # nested in the turn begun before the resume point
 
 
 @pytest.mark.parametrize("turns", [1, 5])
-def test_the_live_tail_shows_a_session_created_again_from_its_first_event(
+def test_the_live_tail_resets_on_a_session_created_again(
     store: ags.BaseStore, store_url: str, turns: int
 ) -> None:
     sid = "live:again"
     say(store, sid, ["old 1", "old 2"])
-    app = create_app(store, poll_interval=0.05)
+    app = create_app(store)
     with Server(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
         summary = http.get("/api/session", params={"id": sid}).json()
-        old = {"id": sid, "after": summary["latest_seq"], "mark": summary["latest_mark"]}
-        with http.stream("GET", "/api/session/stream", params=old) as response:
-            deadline = time.monotonic() + 10
-            while app.state.active_streams != 1:
-                assert time.monotonic() < deadline, app.state.active_streams
-                time.sleep(0.02)
-            texts = [f"new {n}" for n in range(turns)]
-            create_again_from_another_process(store_url, sid, texts)
-            lines = response.iter_lines()
-            got = read_events(lines, lambda got: any(e == "reset" for e, _, _ in got))
-            append_from_another_process(store_url, sid, "after the reset")
-
-            def whole_turn(more: list[tuple[str, str, Any]]) -> bool:
-                rows = [r for e, _, d in more if e == "rows" for r in d["rows"]]
-                texts = [r.get("text") for r in rows]
-                return "after the reset" in texts and rows[-1]["kind"] == "turn_end"
-
-            got += read_events(lines, whole_turn)
-        latest, streamed = since_last_reset(got)
-        assert next(e for e, _, _ in got) == "reset"  # no row of the new life came before it
-        # What the page does on "reset": load the new life's rows up to latest_seq, then take
-        # the stream's.
-        first = http.get("/api/session/rows",
-                         params={"id": sid, "after": 0, "limit": max(latest, 1)}).json()
-        loaded = first["rows"] if latest else []
-        assert all(r["seq"] <= latest for r in loaded)
-        shown = strip_html(loaded + streamed)
-        assert shown == stored_rows(store, sid)
-        assert [r["text"] for r in shown if r["kind"] == "user_message"] == [
-            *texts, "after the reset"
-        ]
-        assert shown[0]["seq"] == 1
-        # A reader that comes back with the old life's position is started over at once,
-        # whether it gives the mark in the address or as the EventSource's Last-Event-ID.
-        for params, headers in ((old, {}), ({"id": sid}, {
-                "Last-Event-ID": f"{old['mark']}"})):
-            with http.stream("GET", "/api/session/stream", params=params,
-                             headers=headers) as response:
+        old = {"id": sid, "after": summary["latest_seq"]}
+        with http.stream("GET", "/stream/", params=old) as response:
+            wait_for_streams(app, 1)
+            create_again_from_another_process(store_url, sid, [f"new {n}" for n in range(turns)])
+            got = read_events(response.iter_lines(),
+                              lambda got: any(e == "reset" for e, _, _ in got))
+        # No row of the new life came before the reset, and the stream ended with it.
+        assert [e for e, _, _ in got] == ["start", "reset"]
+        assert got[0][2]["mark"] == summary["latest_mark"]
+        assert got[1][2] == {"first_seq": 1}
+        wait_for_streams(app, 0)
+        # A reader that comes back with the old life's position learns it from the start
+        # message's mark: not the mark it saw there.
+        for params, headers in ((old, {}), ({"id": sid}, {"Last-Event-ID": str(old["after"])})):
+            with http.stream("GET", "/stream/", params=params, headers=headers) as response:
                 again = read_events(response.iter_lines(), lambda got: len(got) >= 1)
-            assert again[0][0] == "reset", again
-            assert again[0][2]["latest_seq"] == store.open(sid).latest_seq
-        # The rows' ids are the marks a reconnecting EventSource sends back: no reset then.
-        mark = got[-1][1]
-        assert mark == web_data.event_mark(store.open(sid).read()[-1])
-        with http.stream("GET", "/api/session/stream", params={"id": sid},
-                         headers={"Last-Event-ID": mark}) as response:
-            append_from_another_process(store_url, sid, "once more")
-            resumed = read_events(response.iter_lines(),
-                                  lambda got: any(e == "rows" for e, _, _ in got))
-        assert [e for e, _, _ in resumed] == ["rows"]
+            assert again[0][0] == "start"
+            assert again[0][2]["after"] == old["after"]
+            assert again[0][2]["mark"] != summary["latest_mark"]
 
 
 def test_the_live_tail_needs_the_token_too(store: ags.BaseStore) -> None:
     token = "stream-token-" + "z" * 20
-    app = create_app(store, token=token, poll_interval=0.05)
+    app = create_app(store, token=token)
     with Server(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
-        refused = http.get("/api/session/stream", params={"id": "chat:main"})
-        assert refused.status_code == 401
-        with http.stream("GET", "/api/session/stream",
+        refused = http.get("/stream/", params={"id": "chat:main"})
+        assert refused.status_code == 401 and token not in refused.text
+        with http.stream("GET", "/stream/",
                          params={"id": "chat:main", "after": 0, "token": token}) as response:
             assert response.status_code == 200
-            rows = read_sse(response, lambda got: len(got) >= 1)
+            rows = rows_of(read_events(response.iter_lines(), lambda got: len(rows_of(got)) >= 1))
         assert rows[0]["seq"] == 1
 
 

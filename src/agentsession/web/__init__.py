@@ -13,5 +13,6 @@ The core library never imports this package; the command line imports it only fo
 from __future__ import annotations
 
 from .app import CONTENT_SECURITY_POLICY, create_app
+from .stream import create_stream_app
 
-__all__ = ["CONTENT_SECURITY_POLICY", "create_app"]
+__all__ = ["CONTENT_SECURITY_POLICY", "create_app", "create_stream_app"]
