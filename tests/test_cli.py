@@ -273,42 +273,79 @@ def test_messages_json_keeps_a_lone_surrogate_escaped(tmp_path: Path) -> None:
 def test_tail_prints_the_latest_events(store_dir: Path) -> None:
     out = invoke(store_dir, "tail", "cli:long", "-n", "3")[1].splitlines()
     assert [line.split()[0] for line in out] == ["14", "15", "16"]
-    assert "turn/end" in out[-1]
+    # As show prints the rows: nested in their turn, the turn's end a frame.
+    shown = invoke(store_dir, "show", "cli:long")[1].splitlines()
+    assert out == shown[-3:]
+    assert "end of turn" in out[-1]
     rows = invoke(store_dir, "tail", "cli:long", "-n", "2", "--json")[1].splitlines()
     assert [json.loads(r)["seq"] for r in rows] == [15, 16]
+    after = invoke(store_dir, "tail", "cli:long", "--after", "12", "--json")[1].splitlines()
+    assert [json.loads(r)["seq"] for r in after] == [13, 14, 15, 16]
+    whole = invoke(store_dir, "tail", "cli:long", "--after", "0")[1].splitlines()
+    assert whole == shown[1:]  # show's without its header
+    code, _, err = invoke(store_dir, "tail", "cli:long", "--after", "1", "-n", "2")
+    assert code == 2 and "not both" in err
 
 
 def test_tail_follow_prints_events_another_process_appends(store_dir: Path) -> None:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agentsession",
-            "--store",
-            str(store_dir),
-            "tail",
-            "-f",
-            "slack:C001",
-            "-n",
-            "1",
-            "--interval",
-            "0.05",
-        ],
+        [sys.executable, "-m", "agentsession", "--store", str(store_dir), "tail", "-f",
+         "slack:C001", "-n", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert proc.stdout is not None
-        first = proc.stdout.readline()
+        first = readline_within(proc.stdout)
         assert first.split()[0] == "9"
-        writer = ags.open_store(store_dir).get("slack:C001")
-        writer.append(ags.Event.new("user/message", ags.Message.user("from elsewhere")))
-        line = proc.stdout.readline()
+        writer = ags.open_store(store_dir)
+        session = writer.get("slack:C001")
+        session.append(ags.Event.new("user/message", ags.Message.user("from elsewhere")))
+        line = readline_within(proc.stdout)
         assert line.split()[0] == "10" and "from elsewhere" in line
+        with session.turn(agent="other") as turn:
+            turn.user("a whole turn")
+        lines = [readline_within(proc.stdout) for _ in range(4)]
+        assert lines[0].strip() == ""  # show's blank line before a turn
+        assert [line.split()[0] for line in lines[1:]] == ["11", "12", "13"]
+        assert "a whole turn" in lines[2] and lines[2].split()[1] == "│"  # nested
+        writer.close()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert (proc.returncode, out, err) == (0, "", "")
     finally:
-        proc.kill()
-        proc.wait()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def test_tail_follow_json_from_a_seq_and_across_a_delete(store_dir: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentsession", "--store", str(store_dir), "tail", "-f",
+         "slack:C001", "--after", "6", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        seqs = [json.loads(readline_within(proc.stdout))["seq"] for _ in range(3)]
+        assert seqs == [7, 8, 9]
+        writer = ags.open_store(store_dir)
+        writer.delete("slack:C001")
+        writer.get("slack:C001").append(ags.Event.new("user/message", ags.Message.user("anew")))
+        writer.close()
+        assert "was deleted" in readline_within(proc.stderr)
+        event = json.loads(readline_within(proc.stdout))
+        assert event["seq"] == 1 and event["data"]["parts"][0]["text"] == "anew"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert (proc.returncode, out, err) == (0, "", "")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
 
 
 # -- repair, compact, copy --------------------------------------------------------------------
@@ -1787,9 +1824,11 @@ def test_ctrl_c_stops_serve_quietly_with_status_0(store_dir: Path) -> None:
     assert interrupt(args, serving) == (0, "", "")
 
 
-def test_ctrl_c_stops_tail_follow_quietly_with_status_130(store_dir: Path) -> None:
-    args = ["tail", "-f", "slack:C001", "-n", "1", "--interval", "0.05", "--store", str(store_dir)]
-    assert interrupt(args) == (130, "", "")
+def test_ctrl_c_stops_tail_follow_quietly_with_status_0(store_dir: Path) -> None:
+    args = ["tail", "-f", "slack:C001", "-n", "1", "--store", str(store_dir)]
+    assert interrupt(args) == (0, "", "")
+    # --interval, from before -f was woken by appends, is still taken (and ignored).
+    assert interrupt([*args, "--interval", "0.05"]) == (0, "", "")
 
 
 def test_stats_tells_message_events_from_the_messages_in_history(tmp_path: Path) -> None:
