@@ -424,18 +424,16 @@ def tail_command(
     if after is None:
         after = max(0, session.latest_seq - (10 if lines is None else lines))
     start = after
-    out = sys.stdout
     rows = None if as_json else LiveRows(session, start, full=False)
 
     def emit(batch: Sequence[Event]) -> None:
         if not batch:
             return
         if rows is None:
-            out.write("".join(encode_event(event).decode() + "\n" for event in batch))
-            out.flush()
+            _write_bytes(b"".join(encode_event(event) + b"\n" for event in batch))
             return
         _print_transcript(_row_pairs(rows.rows(batch), view.PREVIEW_CHARS))
-        out.flush()
+        sys.stdout.flush()
 
     if not follow:
         emit(session.read(after=start))
