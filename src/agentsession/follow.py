@@ -17,7 +17,6 @@ belongs to the old life, and the caller decides whether to start over.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as _dt
 import threading
@@ -98,8 +97,9 @@ class Subscription:
         """The session followed (None: every session of the store)."""
         self._hub = hub
         self._event = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._async_event: asyncio.Event | None = None
+        # Set by await_sign (asyncio is imported only then: a sync follower never needs it).
+        self._loop: Any = None
+        self._async_event: Any = None
 
     def _wake(self) -> None:
         self._event.set()
@@ -117,6 +117,8 @@ class Subscription:
 
     async def await_sign(self, timeout: float) -> bool:
         """:meth:`wait` on the running event loop (cancellable)."""
+        import asyncio
+
         if self._async_event is None:
             self._loop = asyncio.get_running_loop()
             self._async_event = asyncio.Event()
