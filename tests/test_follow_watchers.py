@@ -157,9 +157,18 @@ def _record(
 ) -> tuple[list[str | None], threading.Event, threading.Thread]:
     told: list[str | None] = []
     stop = threading.Event()
-    thread = threading.Thread(target=run, args=(told.append, stop))
+    ready = threading.Event()
+
+    def changed(session_id: str | None) -> None:
+        if not ready.is_set():  # the first sign says it watches: what follows is recorded
+            assert session_id is None
+            ready.set()
+            return
+        told.append(session_id)
+
+    thread = threading.Thread(target=run, args=(changed, stop))
     thread.start()
-    time.sleep(0.2)  # the watch is set up
+    assert ready.wait(10)
     return told, stop, thread
 
 

@@ -47,6 +47,7 @@ class FollowedSession(Protocol):
 
 __all__ = [
     "FALLBACK",
+    "WATCHED_FALLBACK",
     "Change",
     "ChangeHub",
     "ChangesHost",
@@ -60,9 +61,13 @@ __all__ = [
 ]
 
 FALLBACK: Final = 5.0
-"""Seconds a follower waits for a sign before it reads again anyway (a lost notification): the
-longest a lost sign delays an event. Short enough for that, long enough that 100 idle
-followers read about 20 times a second in all."""
+"""Seconds a follower waits for a sign before it reads again anyway, while the store's watcher
+is not (yet) watching: the longest a missed sign delays an event then."""
+
+WATCHED_FALLBACK: Final = 60.0
+"""The same once the watcher has reported that it watches (its first sign): its signs are then
+trusted (a watcher that may have missed appends, after a lost connection or an overflow, says
+"any session may have grown"), and an idle follower reads once a minute."""
 
 
 class Watcher(Protocol):
@@ -71,9 +76,10 @@ class Watcher(Protocol):
 
     def run(self, changed: Callable[[str | None], None], stop: threading.Event) -> None:
         """Until ``stop`` is set, call ``changed(session_id)`` when that session's log may
-        have grown (``changed(None)``: any session's may have); return soon after ``stop``
-        is set. An error ends the watching; followers then fall back to reading every
-        :data:`FALLBACK` seconds."""
+        have grown (``changed(None)``: any session's may have, also when signs may have been
+        lost); return soon after ``stop`` is set. Call ``changed(None)`` once it watches:
+        followers then trust its signs (:data:`WATCHED_FALLBACK`). An error ends the
+        watching; followers then fall back to reading every :data:`FALLBACK` seconds."""
 
 
 class PollWatcher:
@@ -107,6 +113,11 @@ class Subscription:
         if loop is not None and event is not None:
             with contextlib.suppress(RuntimeError):  # its loop is closed: nothing waits there
                 loop.call_soon_threadsafe(event.set)
+
+    @property
+    def fallback(self) -> float:
+        """Seconds to wait for a sign before reading anyway (:attr:`ChangeHub.fallback`)."""
+        return self._hub.fallback
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a sign; True when there was one (since the last
@@ -150,6 +161,7 @@ class ChangeHub:
 
     def __init__(self, make_watcher: Callable[[], Watcher] | None) -> None:
         self._make_watcher = make_watcher
+        self._watching = False  # the watcher signed once, and still runs
         self._lock = threading.Lock()
         self._subs: dict[str | None, set[Subscription]] = {}
         self._count = 0
@@ -201,12 +213,27 @@ class ChangeHub:
         for sub in woken:
             sub._wake()
 
+    @property
+    def fallback(self) -> float:
+        """Seconds a follower waits for a sign before it reads anyway: :data:`WATCHED_FALLBACK`
+        while the watcher watches, :data:`FALLBACK` otherwise."""
+        return WATCHED_FALLBACK if self._watching else FALLBACK
+
     def _watch(self, stop: threading.Event) -> None:
         assert self._make_watcher is not None
+
+        def changed(session_id: str | None) -> None:
+            if not stop.is_set():
+                self._watching = True
+            self.notify(session_id)
+
         try:
-            self._make_watcher().run(self.notify, stop)
+            self._make_watcher().run(changed, stop)
         except Exception:
-            return
+            pass
+        finally:
+            self._watching = False
+            self.notify(None)  # followers read, and wait the short fallback from now on
 
     def close(self) -> None:
         """Stop the watcher thread, and wake every follower (the store is closing: their next
@@ -259,7 +286,7 @@ def _follow(
                     cursor = event.seq
                 quiet_since = time.monotonic()
                 continue
-            wait = FALLBACK
+            wait = hub.fallback
             if timeout is not None:
                 left = timeout - (time.monotonic() - quiet_since)
                 if left <= 0:
@@ -365,7 +392,7 @@ def _changes(
                     )
         quiet_since = time.monotonic()
         while True:
-            wait = FALLBACK
+            wait = hub.fallback
             if timeout is not None:
                 left = timeout - (time.monotonic() - quiet_since)
                 if left <= 0:

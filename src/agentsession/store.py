@@ -766,14 +766,18 @@ class BaseStore:
             self._cache.clear()
         for entry in entries:
             entry.session.close()
-        self._changes.close()
         if not self._closed:
             self._closed = True
             try:
                 if self._held_locks is not None:
                     self._held_locks.release_all()
             finally:
-                self._catalog.close()
+                try:
+                    self._catalog.close()
+                finally:
+                    self._changes.close()  # followers woken now read a closed store
+        else:
+            self._changes.close()
 
     def _after_fork(self) -> None:
         """In a forked child: no lock another parent thread held is held here, and the

@@ -18,7 +18,7 @@ from ..derive import IndexedMessage
 from ..errors import SessionReset, UsageError
 from ..events import USER_MESSAGE, Event
 from ..fencing import Lease
-from ..follow import FALLBACK, Subscription
+from ..follow import Subscription
 from ..follow import check as check_follow
 from ..inbox import Delivery
 from ..media import StoragePolicy
@@ -440,7 +440,7 @@ class AsyncSession:
                         cursor = event.seq
                     quiet_since = time.monotonic()
                     continue
-                wait = FALLBACK
+                wait = sub.fallback
                 if timeout is not None:
                     left = timeout - (time.monotonic() - quiet_since)
                     if left <= 0:

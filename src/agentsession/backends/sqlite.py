@@ -1325,6 +1325,7 @@ class DataVersionWatcher:
 
             version = version_of()
             heads = self._heads(conn)
+            changed(None)  # watching now: what was appended before is read by every follower
             last_change = time.monotonic()
             wait = self.interval
             while not stop.wait(wait):

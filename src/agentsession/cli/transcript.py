@@ -444,6 +444,8 @@ def tail_command(
         while not stopped():
             try:
                 for event in session.follow(after=cursor, timeout=_STOP_CHECK):
+                    if session.life != life:  # a follow begun after a new life began
+                        raise SessionReset(session.id, 1)
                     emit([event])
                     cursor = event.seq
                     if stopped():

@@ -120,6 +120,8 @@ class _Feed:
                 for event in session.follow(after=cursor, timeout=_STOP_CHECK):
                     if self._stop.is_set():
                         return
+                    if session.life != life:  # a follow begun after a new life began
+                        raise SessionReset(session.id, 1)
                     with self._lock:
                         if len(self._items) >= self._limit:
                             # Behind by a whole buffer: drop it, and let the client load

@@ -204,6 +204,7 @@ class FileWatcher:
             self._poll(changed, stop)
             return
         self.mode = "inotify"
+        changed(None)  # watching now: what was appended before is read by every follower
         try:
             while not stop.is_set():
                 events = watch.read(_STOP_CHECK)
@@ -255,6 +256,7 @@ class FileWatcher:
     def _poll(self, changed: Callable[[str | None], None], stop: threading.Event) -> None:
         """The fallback: compare the files' signatures every :attr:`poll_interval`."""
         seen = self._snapshot()
+        changed(None)  # watching now: what was appended before is read by every follower
         while not stop.wait(self.poll_interval):
             now = self._snapshot()
             if now == seen:
