@@ -36,7 +36,7 @@ from .schema import listen_lock_key
 
 __all__ = ["POLL", "PostgresWatcher", "session_of"]
 
-POLL = 0.1
+POLL = 0.25
 """Seconds the watcher waits for a notification before it looks at its ``stop`` again."""
 
 
