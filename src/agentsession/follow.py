@@ -52,6 +52,7 @@ __all__ = [
     "ChangeHub",
     "ChangesHost",
     "FollowedSession",
+    "LocalWatcher",
     "PollWatcher",
     "Subscription",
     "Watcher",
@@ -93,6 +94,16 @@ class PollWatcher:
     def run(self, changed: Callable[[str | None], None], stop: threading.Event) -> None:
         while not stop.wait(self.interval):
             changed(None)
+
+
+class LocalWatcher:
+    """The watcher of a store whose data no other process (nor store object) writes, the
+    memory store: its own appends wake its followers, so it only signs that it watches and
+    waits to be stopped (no look at anything, no idle cost)."""
+
+    def run(self, changed: Callable[[str | None], None], stop: threading.Event) -> None:
+        changed(None)
+        stop.wait()
 
 
 class Subscription:

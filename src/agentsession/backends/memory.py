@@ -22,6 +22,7 @@ import msgspec
 from ..catalog import CatalogDefaults, MetaInMemory, StoreParts
 from ..contract import Capabilities, SessionInfo
 from ..events import Event
+from ..follow import LocalWatcher
 from ..locks import ThreadLocker
 from ..session import BaseSession, SessionHost
 from ..storage import REOPEN, LogView, Reopen
@@ -185,7 +186,8 @@ class MemoryStore(BaseStore):
 
     def __init__(self, **options: Any) -> None:
         catalog = MemoryCatalog()
-        super().__init__(StoreParts(catalog, catalog.meta, locker=ThreadLocker), **options)
+        parts = StoreParts(catalog, catalog.meta, locker=ThreadLocker, watcher=LocalWatcher)
+        super().__init__(parts, **options)
 
 
 def open_memory(url: str, **options: Any) -> MemoryStore:
