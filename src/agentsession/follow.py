@@ -51,6 +51,7 @@ __all__ = [
     "Change",
     "ChangeHub",
     "ChangesHost",
+    "Cursor",
     "FollowedSession",
     "LocalWatcher",
     "PollWatcher",
@@ -274,35 +275,71 @@ def follow(
     return _follow(session, hub, after, timeout)
 
 
+class Cursor:
+    """Where a follower is (the sync and the async ``follow`` share it): the seq it has
+    yielded up to, the life of the log it follows, and how long it may still wait."""
+
+    def __init__(
+        self,
+        session_id: str,
+        latest: int,
+        after: int | None,
+        life: int,
+        timeout: float | None,
+        sub: Subscription,
+    ) -> None:
+        self.seq = latest if after is None else after
+        """The seq yielded up to: the next read is after it."""
+        self._id = session_id
+        self._life = life
+        self._existed = latest > 0  # a session that had no events yet has no life to lose
+        self._timeout = timeout
+        self._sub = sub
+        self._quiet_since = time.monotonic()
+
+    def new_life(self, life: int) -> bool:
+        """Whether the log began a new life since the last look (read again); raises
+        :class:`~agentsession.errors.SessionReset` when the old one had events."""
+        if life == self._life:
+            return False
+        if self._existed:
+            raise SessionReset(self._id, 1)  # a new life starts at seq 1
+        self._life = life  # it came to be: follow its first life
+        return True
+
+    def took(self, events: list[Event]) -> None:
+        """``events`` (read, about to be yielded) move the cursor on."""
+        self._existed = True
+        self.seq = events[-1].seq
+        self._quiet_since = time.monotonic()
+
+    def wait(self) -> float | None:
+        """Seconds to wait for a sign now (None: the timeout passed with nothing new)."""
+        wait = self._sub.fallback
+        if self._timeout is not None:
+            left = self._timeout - (time.monotonic() - self._quiet_since)
+            if left <= 0:
+                return None
+            wait = min(wait, left)
+        return wait
+
+
 def _follow(
     session: FollowedSession, hub: ChangeHub, after: int | None, timeout: float | None
 ) -> Generator[Event, None, None]:
     with hub.subscribe(session.id) as sub:
-        latest = session.latest_seq
-        cursor = latest if after is None else after
-        life = session.life
-        existed = latest > 0  # a session that had no events yet has no life to lose
-        quiet_since = time.monotonic()
+        cursor = Cursor(session.id, session.latest_seq, after, session.life, timeout, sub)
         while True:
-            events = session.read(cursor)
-            if session.life != life:
-                if existed:
-                    raise SessionReset(session.id, 1)  # a new life starts at seq 1
-                life = session.life  # it came to be: follow its first life
-                events = session.read(cursor)
+            events = session.read(cursor.seq)
+            if cursor.new_life(session.life):
+                events = session.read(cursor.seq)
             if events:
-                existed = True
-                for event in events:
-                    yield event
-                    cursor = event.seq
-                quiet_since = time.monotonic()
+                cursor.took(events)
+                yield from events
                 continue
-            wait = hub.fallback
-            if timeout is not None:
-                left = timeout - (time.monotonic() - quiet_since)
-                if left <= 0:
-                    return
-                wait = min(wait, left)
+            wait = cursor.wait()
+            if wait is None:
+                return
             sub.wait(wait)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import functools
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
@@ -15,10 +14,10 @@ from ..branching import BranchRef
 from ..children import DEFAULT_MERGE_LOCK_TIMEOUT, SessionRecord
 from ..context import turn_id, with_turn_id
 from ..derive import IndexedMessage
-from ..errors import SessionReset, UsageError
+from ..errors import UsageError
 from ..events import USER_MESSAGE, Event
 from ..fencing import Lease
-from ..follow import Subscription
+from ..follow import Cursor, Subscription
 from ..follow import check as check_follow
 from ..inbox import Delivery
 from ..media import StoragePolicy
@@ -422,30 +421,19 @@ class AsyncSession:
         check_follow(after, timeout)
         with self._sync.subscribe() as sub:
             latest = await self.latest_seq()
-            cursor = latest if after is None else after
-            life = self._sync.life
-            existed = latest > 0  # a session that had no events yet has no life to lose
-            quiet_since = time.monotonic()
+            cursor = Cursor(self.id, latest, after, self._sync.life, timeout, sub)
             while True:
-                events = await self.read(cursor)
-                if self._sync.life != life:
-                    if existed:
-                        raise SessionReset(self.id, 1)  # a new life starts at seq 1
-                    life = self._sync.life  # it came to be: follow its first life
-                    events = await self.read(cursor)
+                events = await self.read(cursor.seq)
+                if cursor.new_life(self._sync.life):
+                    events = await self.read(cursor.seq)
                 if events:
-                    existed = True
+                    cursor.took(events)
                     for event in events:
                         yield event
-                        cursor = event.seq
-                    quiet_since = time.monotonic()
                     continue
-                wait = sub.fallback
-                if timeout is not None:
-                    left = timeout - (time.monotonic() - quiet_since)
-                    if left <= 0:
-                        return
-                    wait = min(wait, left)
+                wait = cursor.wait()
+                if wait is None:
+                    return
                 await sub.await_sign(wait)
 
     async def pending(
