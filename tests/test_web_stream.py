@@ -23,7 +23,7 @@ import httpx
 
 import agentsession as ags
 from agentsession.errors import UsageError
-from agentsession.web import create_stream_app
+from agentsession.web import create_app, create_stream_app
 
 from . import test_web
 from .test_web import Server, read_events, rows_of, say, stored_rows, strip_html
@@ -260,3 +260,121 @@ def test_a_client_that_falls_behind_gets_reload_instead_of_a_growing_buffer(
     assert got[-1][2] == {"from": len(rows) + 1}
     assert len(rows) < 33 - 5
     assert app.state.active_streams == 0
+
+
+# -- the store-wide feed: /sessions ------------------------------------------------------------
+
+
+def changes_until(lines: Any, until: Any) -> list[tuple[str, str, Any]]:
+    """The messages of a /sessions stream until ``until(changes so far)`` holds."""
+    return read_events(lines, lambda got: until([m for m in got if m[0] == "change"]))
+
+
+def test_the_sessions_feed_reports_created_appended_deleted_and_resumes(
+    store: ags.BaseStore, store_url: str
+) -> None:
+    app = create_stream_app(store, heartbeat=0.2)
+    writer = ags.open_store(store_url)  # another store object writes
+    try:
+        with Server(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+            with http.stream("GET", "/sessions", params={"prefix": "feed:"}) as response:
+                assert response.status_code == 200
+                assert response.headers["content-type"].startswith("text/event-stream")
+                lines = response.iter_lines()
+                start = read_events(lines, lambda got: len(got) >= 1)
+                assert start[0][0] == "start" and start[0][1]
+                # Once a change came, the feed reads on for a second at least: what is
+                # created then comes as created (one created while a feed (re)starts may come
+                # as appended, as after a resume).
+                say(writer, "feed:warm", ["up"])
+                changes_until(lines, lambda c: c and c[-1][2]["seq"] == 3)
+                say(writer, "other:x", ["not under the prefix"])
+                say(writer, "feed:a", ["one"])
+                got = changes_until(lines, lambda c: c and c[-1][2]["seq"] == 3)
+                assert got[0][2]["kind"] == "created"
+                assert {data["session_id"] for _, _, data in got} == {"feed:a"}
+                assert got[-1][2]["time"] is not None
+                say(writer, "feed:a", ["two"])
+                got = changes_until(lines, lambda c: c and c[-1][2]["seq"] == 6)
+                assert {data["kind"] for _, _, data in got} == {"appended"}
+                writer.delete("feed:a")
+                got = changes_until(lines, lambda c: c and c[-1][2]["kind"] == "deleted")
+                assert got[-1][2] == {"session_id": "feed:a", "kind": "deleted", "seq": 0,
+                                      "time": None}
+                say(writer, "feed:b", ["before leaving"])
+                got = changes_until(lines, lambda c: c and c[-1][2]["seq"] == 3)
+                last = got[-1][1]
+                assert "\n" not in last and got[-1][2]["session_id"] == "feed:b"
+            wait_for(app, 0)
+            # Away: one session grows, another is created; back, with the last id seen.
+            say(writer, "feed:b", ["while away"])
+            say(writer, "feed:c", ["while away"])
+            with http.stream("GET", "/sessions", params={"prefix": "feed:"},
+                             headers={"Last-Event-ID": last}) as response:
+                lines = response.iter_lines()
+                got = read_events(lines, lambda got: len(got) >= 3)
+            assert got[0][:2] == ("start", last)
+            assert [(data["session_id"], data["seq"]) for _, _, data in got[1:]] == [
+                ("feed:b", 6), ("feed:c", 3)]
+            wait_for(app, 0)
+    finally:
+        writer.close()
+    # Each client's thread ends soon after its client went.
+    deadline = time.monotonic() + 5
+    while any(t.name == "agentsession-stream" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, threading.enumerate()
+        time.sleep(0.05)
+
+
+def test_the_sessions_feed_needs_the_token_and_a_position_it_sent(
+    store: ags.BaseStore,
+) -> None:
+    app = create_stream_app(store, token=TOKEN, heartbeat=0.1)
+    with Server(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        for params, headers in (
+            ({}, {}),
+            ({"token": TOKEN[:-1] + "x"}, {}),
+            ({}, {"Authorization": f"Bearer {TOKEN}x"}),
+        ):
+            refused = http.get("/sessions", params=params, headers=headers)
+            assert refused.status_code == 401, (params, headers)
+            assert TOKEN[:-1] not in refused.text
+        bad = http.get("/sessions", params={"token": TOKEN},
+                       headers={"Last-Event-ID": "not a position"})
+        assert bad.status_code == 400 and "Last-Event-ID" in bad.text
+        with http.stream("GET", "/sessions", headers={"Authorization": f"Bearer {TOKEN}"}
+                         ) as response:
+            assert response.status_code == 200
+            pings = 0
+            for line in response.iter_lines():
+                pings += line == ": ping"
+                if pings == 2:
+                    break
+        wait_for(app, 0)
+    with pytest.raises(UsageError, match="on_change"):
+        create_stream_app(store, on_change="listing")  # type: ignore[arg-type]
+
+
+def test_the_viewer_serves_the_feed_and_drops_its_cached_listing_on_a_change(
+    store: ags.BaseStore, store_url: str
+) -> None:
+    app = create_app(store, listing_ttl=3600)
+    writer = ags.open_store(store_url)
+    try:
+        with Server(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+            def listed() -> set[str]:
+                page = http.get("/api/sessions", params={"limit": 500}).json()
+                return {s["id"] for s in page["sessions"]}
+
+            assert "viewer:new" not in listed()  # and the listing is kept for an hour
+            with http.stream("GET", "/stream/sessions") as response:
+                lines = response.iter_lines()
+                read_events(lines, lambda got: len(got) >= 1)
+                say(writer, "viewer:new", ["hello"])
+                changes_until(lines, lambda c: any(d["session_id"] == "viewer:new"
+                                                   for _, _, d in c))
+                assert "viewer:new" in listed()
+            assert http.get("/stream/sessions", headers={"Host": "evil.example"}
+                            ).status_code == 400
+    finally:
+        writer.close()

@@ -360,8 +360,9 @@ def create_app(
     HttpOnly, SameSite=Strict cookie the page's later requests carry), the cookie, or an
     ``Authorization: Bearer`` header; compared in constant time. Without a token, only
     requests whose ``Host`` is a loopback name are answered (``allowed_hosts`` replaces that
-    list; with a token, any ``Host`` is). The live tail is :func:`create_stream_app`'s, mounted
-    at ``/stream`` (behind the same token and ``Host`` checks); ``heartbeat`` is the seconds
+    list; with a token, any ``Host`` is). The live tail and the live session list are
+    :func:`create_stream_app`'s, mounted at ``/stream`` and ``/stream/sessions`` (behind the
+    same token and ``Host`` checks); ``heartbeat`` is the seconds
     between its ``: ping`` comments. ``listing_ttl`` is how long the sessions page reuses a
     ``store.list()``. The store stays the caller's to close."""
     if token is not None and not TOKEN_CHARS.fullmatch(token):
@@ -376,7 +377,11 @@ def create_app(
         hosts = None if token is not None else LOOPBACK_HOSTS
     listing = data.ListingCache(store, ttl=listing_ttl)
     # The guard around the viewer checks every request, the stream's included.
-    stream_app = create_stream_app(store, heartbeat=heartbeat)
+    # A change the live session list hears of drops the cached listing first, so that the
+    # page's reload shows it.
+    stream_app = create_stream_app(
+        store, heartbeat=heartbeat, on_change=lambda change: listing.forget()
+    )
     app = Starlette(
         routes=_routes(store, listing, stream_app),
         exception_handlers={SessionError: _session_error, HTTPException: _http_error},

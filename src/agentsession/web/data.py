@@ -148,6 +148,12 @@ class ListingCache:
                 self._agents = {}
             return self._infos
 
+    def forget(self) -> None:
+        """Drop the listing kept: the next :meth:`get` lists the store (a session was created,
+        appended to or deleted)."""
+        with self._lock:
+            self._at = -float("inf")
+
     def agents(
         self, info: SessionInfo, compute: Callable[[str], frozenset[str]]
     ) -> frozenset[str]:

@@ -20,8 +20,20 @@
 * ``event: failed`` (``data: {"error": ...}``) when the session cannot be read (a wrong key),
   then the end.
 
-Each client's events come from ``session.follow()`` in a thread of its own, which stops soon
-after the client goes. See ``docs/web.md``.
+``GET /sessions`` (``?prefix=`` optional) answers the store-wide feed of
+:meth:`~agentsession.BaseStore.changes`:
+
+* first ``id: POSITION``, ``event: start``, ``data: {}``: where the feed goes on after (the
+  ``Last-Event-ID`` of a reconnecting client, else now);
+* then one message per change: ``id: POSITION``, ``event: change``, ``data: {"session_id": ...,
+  "kind": "created" | "appended" | "deleted", "seq": ..., "time": ...}``;
+* ``: ping`` comments, ``reload`` (``data: {}``: changes were dropped for a slow client; its
+  list is to be read anew) and ``failed`` as above.
+
+``POSITION`` is the change's :attr:`~agentsession.follow.Change.position`, percent-encoded
+(a session id may hold a line break). Each client's events or changes come from
+``session.follow()`` or ``store.changes()`` in a thread of its own, which stops within about a
+second after the client goes. See ``docs/web.md``.
 """
 
 from __future__ import annotations
@@ -32,8 +44,9 @@ import hmac
 import re
 import threading
 from collections import deque
-from collections.abc import AsyncIterator
-from typing import Any, Final
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final, Generic, TypeVar
+from urllib.parse import quote, unquote
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -44,6 +57,7 @@ from starlette.routing import Route
 from ..codec import encode
 from ..errors import SessionError, SessionNotFound, SessionReset, UsageError
 from ..events import Event
+from ..follow import Change, _position
 from ..session import BaseSession
 from ..store import BaseStore
 from ..view.live import LiveRows
@@ -67,34 +81,31 @@ _STOP_CHECK: Final = 1.0
 """Seconds a follower thread waits without news before it checks whether its client left."""
 _BATCH: Final = 500
 """Events turned into rows at once."""
+T = TypeVar("T")
 _UNAUTHORIZED: Final = (
     "This event stream needs its access token: send the header 'Authorization: Bearer TOKEN' "
     "or add ?token=TOKEN to the address.\n"
 )
 
 
-class _Feed:
-    """One client's events: a thread follows the session and fills a bounded buffer that the
-    response drains. Overfilled, the buffer is dropped and the feed ends with ``reload``."""
+class _Pump(Generic[T]):
+    """One client's items: a thread (:meth:`_run`) fills a bounded buffer that the response
+    drains. Overfilled, the buffer is dropped and the pump ends with ``reload``."""
 
-    def __init__(
-        self, session: BaseSession, after: int, limit: int, loop: asyncio.AbstractEventLoop
-    ) -> None:
-        self._session = session
-        self._after = after
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
         self._limit = limit
         self._loop = loop
         self._lock = threading.Lock()
-        self._items: deque[Event] = deque()
+        self._items: deque[T] = deque()
         self._end: tuple[str, dict[str, Any]] | None = None
         self._stop = threading.Event()
         self._ready = asyncio.Event()
         self._thread = threading.Thread(
-            target=self._run, name="agentsession-stream", daemon=True
+            target=self._guarded, name="agentsession-stream", daemon=True
         )
 
     def start(self) -> None:
-        """Start following."""
+        """Start the thread."""
         self._thread.start()
 
     def stop(self) -> None:
@@ -111,41 +122,34 @@ class _Feed:
                 self._end = (kind, body)
         self._signal()
 
-    def _run(self) -> None:
-        cursor = self._after
-        session = self._session
+    def _put(self, item: T, reload: Callable[[T], dict[str, Any]]) -> bool:
+        """Queue ``item``; False when a whole buffer waits already: the buffer is dropped, the
+        pump ends with ``reload`` (its data ``reload(the oldest item dropped)``) and the
+        thread must stop."""
+        with self._lock:
+            if len(self._items) >= self._limit:
+                # Behind by a whole buffer: drop it, and let the client load what it did not
+                # get some other way.
+                self._end = ("reload", reload(self._items[0]))
+                self._items.clear()
+                overflowed = True
+            else:
+                self._items.append(item)
+                overflowed = False
+        self._signal()
+        return not overflowed
+
+    def _guarded(self) -> None:
         try:
-            life = session.life
-            while not self._stop.is_set():
-                for event in session.follow(after=cursor, timeout=_STOP_CHECK):
-                    if self._stop.is_set():
-                        return
-                    if session.life != life:  # a follow begun after a new life began
-                        raise SessionReset(session.id, 1)
-                    with self._lock:
-                        if len(self._items) >= self._limit:
-                            # Behind by a whole buffer: drop it, and let the client load
-                            # what it did not get some other way.
-                            first = self._items[0].seq
-                            self._items.clear()
-                            self._end = ("reload", {"from": first})
-                            overflowed = True
-                        else:
-                            self._items.append(event)
-                            overflowed = False
-                    self._signal()
-                    if overflowed:
-                        return
-                    cursor = event.seq
-                if session.life != life:
-                    raise SessionReset(session.id, 1)
-        except SessionReset as reset:
-            self._finish("reset", {"first_seq": reset.first_seq})
+            self._run()
         except Exception as exc:  # a wrong key, a store gone: the client is told, not hung
             self._finish("failed", {"error": str(exc) or type(exc).__name__})
 
-    async def take(self, timeout: float) -> tuple[list[Event], tuple[str, dict[str, Any]] | None]:
-        """The events waiting (at most a batch) and how the feed ended (None while it goes
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    async def take(self, timeout: float) -> tuple[list[T], tuple[str, dict[str, Any]] | None]:
+        """The items waiting (at most a batch) and how the pump ended (None while it goes
         on); waits up to ``timeout`` seconds for either (([], None) when nothing came)."""
         for attempt in range(2):
             self._ready.clear()
@@ -163,12 +167,76 @@ class _Feed:
         return [], None
 
 
+class _Feed(_Pump[Event]):
+    """One client's events: the thread follows the session."""
+
+    def __init__(
+        self, session: BaseSession, after: int, limit: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        super().__init__(limit, loop)
+        self._session = session
+        self._after = after
+
+    def _run(self) -> None:
+        cursor = self._after
+        session = self._session
+        try:
+            life = session.life
+            while not self._stop.is_set():
+                for event in session.follow(after=cursor, timeout=_STOP_CHECK):
+                    if self._stop.is_set():
+                        return
+                    if session.life != life:  # a follow begun after a new life began
+                        raise SessionReset(session.id, 1)
+                    if not self._put(event, lambda oldest: {"from": oldest.seq}):
+                        return
+                    cursor = event.seq
+                if session.life != life:
+                    raise SessionReset(session.id, 1)
+        except SessionReset as reset:
+            self._finish("reset", {"first_seq": reset.first_seq})
+
+
+class _ChangeFeed(_Pump[Change]):
+    """One client's store-wide changes: the thread runs ``store.changes()``, a short while at
+    a time, so that it notices within about a second that its client left."""
+
+    def __init__(
+        self,
+        store: BaseStore,
+        prefix: str | None,
+        after: str,
+        on_change: Callable[[Change], None] | None,
+        limit: int,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        super().__init__(limit, loop)
+        self._store = store
+        self._prefix = prefix
+        self._after = after
+        self._on_change = on_change
+
+    def _run(self) -> None:
+        cursor = self._after
+        while not self._stop.is_set():
+            feed = self._store.changes(prefix=self._prefix, after=cursor, timeout=_STOP_CHECK)
+            with contextlib.closing(feed):
+                for change in feed:
+                    if self._stop.is_set():
+                        return
+                    if self._on_change is not None:
+                        self._on_change(change)
+                    if not self._put(change, lambda oldest: {}):
+                        return
+                    cursor = change.position
+
+
 def _row_dicts(rows: LiveRows, batch: list[Event]) -> list[dict[str, Any]]:
     return data.row_dicts(rows.rows(batch))
 
 
-def _message(kind: str, body: Any, ident: int | None = None) -> bytes:
-    head = b"id: %d\n" % ident if ident is not None else b""
+def _message(kind: str, body: Any, ident: int | str | None = None) -> bytes:
+    head = b"" if ident is None else b"id: " + str(ident).encode() + b"\n"
     return head + b"event: " + kind.encode() + b"\ndata: " + encode(body) + b"\n\n"
 
 
@@ -191,6 +259,25 @@ class _BadRequest(Exception):
     pass
 
 
+def _latest_position(store: BaseStore, prefix: str | None) -> str:
+    """The position of ``store.changes()`` right now: after the session appended to last
+    (of those whose ids start with ``prefix``)."""
+    dated = [info for info in store.list(prefix=prefix) if info.updated_at is not None]
+    if not dated:
+        return _position(None, "")  # before anything: every session to come is news
+    last = max(dated, key=lambda info: (info.updated_at, info.id))
+    return _position(last.updated_at, last.id)
+
+
+def _change_data(change: Change) -> dict[str, Any]:
+    return {
+        "session_id": change.session_id,
+        "kind": change.kind,
+        "seq": change.seq,
+        "time": change.time,
+    }
+
+
 def _presented(request: Request) -> str | None:
     """The token a request presents: ``?token=`` or ``Authorization: Bearer``."""
     values = request.query_params.getlist("token")
@@ -206,15 +293,19 @@ def create_stream_app(
     token: str | None = None,
     heartbeat: float = DEFAULT_HEARTBEAT,
     buffer: int = DEFAULT_BUFFER,
+    on_change: Callable[[Change], None] | None = None,
 ) -> Starlette:
     """An ASGI application (Starlette) serving one session's events as Server-Sent Events at
-    ``GET /?id=SESSION`` wherever it is mounted (see :mod:`agentsession.web.stream` for the
-    messages): resumable with ``Last-Event-ID`` or ``?after=SEQ``, a ``: ping`` every
-    ``heartbeat`` seconds, at most ``buffer`` events waiting for a slow client (then
-    ``reload`` and the end). With ``token``, every request must present it
-    (``Authorization: Bearer TOKEN`` or ``?token=TOKEN``, compared in constant time) or gets
-    401; the token is never echoed. Nothing is written to the store, which stays the caller's
-    to close; ``app.state.active_streams`` counts the open streams."""
+    ``GET /?id=SESSION`` wherever it is mounted, and the store-wide feed of
+    :meth:`~agentsession.BaseStore.changes` at ``GET /sessions`` (see
+    :mod:`agentsession.web.stream` for the messages): resumable with ``Last-Event-ID`` (or
+    ``?after=SEQ`` for a session), a ``: ping`` every ``heartbeat`` seconds, at most ``buffer``
+    events or changes waiting for a slow client (then ``reload`` and the end).
+    ``on_change(change)`` is called, in a feed's thread, for each change before a client of
+    ``/sessions`` is sent it (to drop a cached listing, say). With ``token``, every request
+    must present it (``Authorization: Bearer TOKEN`` or ``?token=TOKEN``, compared in
+    constant time) or gets 401; the token is never echoed. Nothing is written to the store,
+    which stays the caller's to close; ``app.state.active_streams`` counts the open streams."""
     if token is not None and (not isinstance(token, str) or not TOKEN_CHARS.fullmatch(token)):
         raise UsageError(
             "the access token must be at least 8 characters of A-Z a-z 0-9 . _ ~ + / = - "
@@ -224,13 +315,21 @@ def create_stream_app(
         raise UsageError(f"heartbeat must be a number of seconds > 0, not {heartbeat!r}")
     if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
         raise UsageError(f"buffer must be a number of events >= 1, not {buffer!r}")
+    if on_change is not None and not callable(on_change):
+        raise UsageError(f"on_change must be a function of a Change or None, not {on_change!r}")
     secret = token.encode() if token is not None else None
 
-    async def stream(request: Request) -> Response:
+    def refused(request: Request) -> Response | None:
         if secret is not None:
             presented = _presented(request)
             if presented is None or not hmac.compare_digest(presented.encode(), secret):
                 return PlainTextResponse(_UNAUTHORIZED, status_code=401)
+        return None
+
+    async def stream(request: Request) -> Response:
+        denied = refused(request)
+        if denied is not None:
+            return denied
         sid = request.query_params.get("id")
         if not sid:
             return PlainTextResponse("the session id is missing: ?id=...\n", status_code=400)
@@ -284,6 +383,61 @@ def create_stream_app(
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
-    app = Starlette(routes=[Route("/", stream, methods=["GET"])])
+    async def sessions(request: Request) -> Response:
+        denied = refused(request)
+        if denied is not None:
+            return denied
+        prefix = request.query_params.get("prefix") or None
+        last = request.headers.get("last-event-id", "").strip()
+        asked = unquote(last) if last else None
+        if asked is not None:
+            try:  # checked now (the feed's own reading starts in its thread)
+                store.changes(prefix=prefix, after=asked, timeout=0).close()
+            except UsageError:
+                return PlainTextResponse(
+                    "Last-Event-ID must be a position this stream sent\n", status_code=400
+                )
+        try:
+            after = (
+                asked
+                if asked is not None
+                else await run_in_threadpool(_latest_position, store, prefix)
+            )
+        except SessionError as exc:
+            return PlainTextResponse(f"{exc}\n", status_code=500)
+        feed = _ChangeFeed(store, prefix, after, on_change, buffer, asyncio.get_running_loop())
+        state = request.app.state
+
+        async def changes() -> AsyncIterator[bytes]:
+            state.active_streams += 1
+            feed.start()
+            try:
+                yield b"retry: 1000\n\n"
+                yield _message("start", {}, quote(after, safe=""))
+                while True:
+                    batch, end = await feed.take(heartbeat)
+                    if batch:
+                        yield b"".join(
+                            _message("change", _change_data(c), quote(c.position, safe=""))
+                            for c in batch
+                        )
+                    if end is not None:
+                        yield _message(*end)
+                        return
+                    if not batch:
+                        yield b": ping\n\n"
+            finally:
+                feed.stop()
+                state.active_streams -= 1
+
+        return StreamingResponse(
+            changes(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    app = Starlette(
+        routes=[Route("/", stream, methods=["GET"]), Route("/sessions", sessions, methods=["GET"])]
+    )
     app.state.active_streams = 0
     return app
