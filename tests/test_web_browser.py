@@ -192,6 +192,31 @@ def test_the_sessions_list(browser: WebDriver, base_url: str) -> None:
     wait(browser, lambda d: d.find_element(By.ID, "empty").is_displayed())
 
 
+def test_the_sessions_list_shows_a_session_another_store_object_creates(
+    browser: WebDriver, base_url: str, store_dir: Path
+) -> None:
+    browser.get(base_url + "?q=live-list")
+    wait(browser, lambda d: d.find_element(By.ID, "empty").is_displayed()
+         and d.find_element(By.ID, "live").text == "● live")
+    browser.execute_script("window.__same_page = true")
+    store = ags.open_store(store_dir, create=False)
+    try:
+        with store.get("live-list:new").turn(agent="other") as turn:
+            turn.user("created while the list is shown")
+        # No reload of the page: the feed's change reloads the list, filter kept.
+        row = wait(browser, lambda d: session_row(d, "live-list:new")
+                   if d.find_elements(By.CSS_SELECTOR, "#session-rows tr") else None)
+        assert row.find_elements(By.CSS_SELECTOR, "td")[1].text == "3"
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#session-rows tr")) == 1
+        assert browser.find_element(By.ID, "q").get_attribute("value") == "live-list"
+        shot(browser, "sessions-live")
+        store.delete("live-list:new")  # (the other tests count the demo's sessions)
+        wait(browser, lambda d: d.find_element(By.ID, "empty").is_displayed())
+        assert browser.execute_script("return window.__same_page") is True
+    finally:
+        store.close()
+
+
 def test_the_recovered_session_and_a_step_expanded(browser: WebDriver, base_url: str) -> None:
     browser.get(base_url)
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#session-rows tr"))

@@ -223,6 +223,35 @@
     prev.addEventListener("click", () => { state.offset = Math.max(0, state.offset - state.limit); load(); });
     next.addEventListener("click", () => { state.offset += state.limit; load(); });
     load();
+    liveList(load);
+  }
+
+  // The live list: the store-wide feed (the stream app's stream/sessions, docs/web.md). A
+  // change reloads the page of the list shown, its filter and offset kept, at most every
+  // 250 ms; so does a reconnection (a deletion while away is not resumed).
+  function liveList(load) {
+    const live = document.getElementById("live");
+    let timer = 0;
+    let last = 0;
+    let opened = false;
+    function changed() {
+      if (timer) return;
+      timer = setTimeout(() => { timer = 0; last = Date.now(); load(); },
+        Math.max(0, last + 250 - Date.now()));
+    }
+    const source = new EventSource("stream/sessions");
+    source.addEventListener("open", () => {
+      live.textContent = "● live";
+      live.classList.add("on");
+      if (opened) changed();
+      opened = true;
+    });
+    source.addEventListener("error", () => {
+      live.classList.remove("on");
+      live.textContent = source.readyState === EventSource.CLOSED ? "○ not live" : "○ reconnecting";
+    });
+    source.addEventListener("change", changed);
+    source.addEventListener("reload", changed);
   }
 
   // -- the transcript page ---------------------------------------------------------------------
