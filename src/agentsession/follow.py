@@ -60,6 +60,7 @@ __all__ = [
     "changes",
     "check",
     "follow",
+    "position",
 ]
 
 FALLBACK: Final = 5.0
@@ -368,7 +369,10 @@ class ChangesHost(Protocol):
     def get(self, session_id: str) -> Any: ...
 
 
-def _position(time: _dt.datetime | None, session_id: str) -> str:
+def position(time: _dt.datetime | None, session_id: str) -> str:
+    """The feed position of a change to ``session_id`` appended to at ``time`` (None: before
+    any), as :attr:`Change.position` gives it: ``changes(after=position(...))`` resumes after
+    it."""
     return f"{time.isoformat() if time else ''}|{session_id}"
 
 
@@ -425,12 +429,12 @@ def _changes(
             (i for i in listing.values() if i.updated_at is not None),
             key=lambda i: (i.updated_at or _MIN, i.id),
         )
-        cursor = _position(dated[-1].updated_at, dated[-1].id) if dated else ""
+        cursor = position(dated[-1].updated_at, dated[-1].id) if dated else ""
         if resume is not None:
             cursor = after_text or cursor
             for info in dated:  # what changed since the position, oldest first
                 if (info.updated_at or _MIN, info.id) > resume:
-                    cursor = _position(info.updated_at, info.id)
+                    cursor = position(info.updated_at, info.id)
                     yield Change(
                         session_id=info.id,
                         kind="appended",
@@ -458,7 +462,7 @@ def _changes(
                             kind="created" if before is None else "appended",
                             seq=seq_of(info),
                             time=info.updated_at,
-                            position=_position(info.updated_at, sid),
+                            position=position(info.updated_at, sid),
                         )
                     )
             gone = [sid for sid in listing if sid not in now]

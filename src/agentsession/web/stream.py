@@ -57,7 +57,7 @@ from starlette.routing import Route
 from ..codec import encode
 from ..errors import SessionError, SessionNotFound, SessionReset, UsageError
 from ..events import Event
-from ..follow import Change, _position
+from ..follow import Change, position
 from ..session import BaseSession
 from ..store import BaseStore
 from ..view.live import LiveRows
@@ -264,9 +264,9 @@ def _latest_position(store: BaseStore, prefix: str | None) -> str:
     (of those whose ids start with ``prefix``)."""
     dated = [info for info in store.list(prefix=prefix) if info.updated_at is not None]
     if not dated:
-        return _position(None, "")  # before anything: every session to come is news
+        return position(None, "")  # before anything: every session to come is news
     last = max(dated, key=lambda info: (info.updated_at, info.id))
-    return _position(last.updated_at, last.id)
+    return position(last.updated_at, last.id)
 
 
 def _change_data(change: Change) -> dict[str, Any]:
