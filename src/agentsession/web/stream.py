@@ -44,7 +44,7 @@ import hmac
 import re
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, Generic, TypeVar
 from urllib.parse import quote, unquote
 
@@ -287,6 +287,44 @@ def _presented(request: Request) -> str | None:
     return credential.strip() if scheme.lower() == "bearer" else None
 
 
+def _sse(
+    state: Any,
+    feed: Any,
+    start: bytes,
+    render: Callable[[list[Any]], Awaitable[bytes]],
+    heartbeat: float,
+) -> StreamingResponse:
+    """The response of one client's stream: ``start``, then what ``feed`` takes, rendered, a
+    ping when nothing came for ``heartbeat`` seconds, and its end message; the feed's thread
+    is stopped however the client leaves (both streams: a session's rows, the store's
+    changes)."""
+
+    async def messages() -> AsyncIterator[bytes]:
+        state.active_streams += 1
+        feed.start()
+        try:
+            yield b"retry: 1000\n\n"
+            yield start
+            while True:
+                batch, end = await feed.take(heartbeat)
+                if batch:
+                    yield await render(batch)
+                if end is not None:
+                    yield _message(*end)
+                    return
+                if not batch:
+                    yield b": ping\n\n"
+        finally:
+            feed.stop()
+            state.active_streams -= 1
+
+    return StreamingResponse(
+        messages(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
 def create_stream_app(
     store: BaseStore,
     *,
@@ -352,36 +390,16 @@ def create_stream_app(
             status = 404 if isinstance(exc, SessionNotFound) else 500
             return PlainTextResponse(f"{exc}\n", status_code=status)
         feed = _Feed(followed, after, buffer, asyncio.get_running_loop())
-        state = request.app.state
 
-        async def events() -> AsyncIterator[bytes]:
-            state.active_streams += 1
-            feed.start()
-            try:
-                yield b"retry: 1000\n\n"
-                yield _message("start", {"after": after, "mark": mark, "latest_seq": latest}, after)
-                while True:
-                    batch, end = await feed.take(heartbeat)
-                    if batch:
-                        dicts = await run_in_threadpool(_row_dicts, rows, batch)
-                        yield b"".join(
-                            _message("row", {**row, "mark": data.event_mark(event)}, event.seq)
-                            for event, row in zip(batch, dicts, strict=True)
-                        )
-                    if end is not None:
-                        yield _message(*end)
-                        return
-                    if not batch:
-                        yield b": ping\n\n"
-            finally:
-                feed.stop()
-                state.active_streams -= 1
+        async def render(batch: list[Event]) -> bytes:
+            dicts = await run_in_threadpool(_row_dicts, rows, batch)
+            return b"".join(
+                _message("row", {**row, "mark": data.event_mark(event)}, event.seq)
+                for event, row in zip(batch, dicts, strict=True)
+            )
 
-        return StreamingResponse(
-            events(),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        start = _message("start", {"after": after, "mark": mark, "latest_seq": latest}, after)
+        return _sse(request.app.state, feed, start, render, heartbeat)
 
     async def sessions(request: Request) -> Response:
         denied = refused(request)
@@ -406,35 +424,14 @@ def create_stream_app(
         except SessionError as exc:
             return PlainTextResponse(f"{exc}\n", status_code=500)
         feed = _ChangeFeed(store, prefix, after, on_change, buffer, asyncio.get_running_loop())
-        state = request.app.state
 
-        async def changes() -> AsyncIterator[bytes]:
-            state.active_streams += 1
-            feed.start()
-            try:
-                yield b"retry: 1000\n\n"
-                yield _message("start", {}, quote(after, safe=""))
-                while True:
-                    batch, end = await feed.take(heartbeat)
-                    if batch:
-                        yield b"".join(
-                            _message("change", _change_data(c), quote(c.position, safe=""))
-                            for c in batch
-                        )
-                    if end is not None:
-                        yield _message(*end)
-                        return
-                    if not batch:
-                        yield b": ping\n\n"
-            finally:
-                feed.stop()
-                state.active_streams -= 1
+        async def render(batch: list[Change]) -> bytes:
+            return b"".join(
+                _message("change", _change_data(c), quote(c.position, safe="")) for c in batch
+            )
 
-        return StreamingResponse(
-            changes(),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        start = _message("start", {}, quote(after, safe=""))
+        return _sse(request.app.state, feed, start, render, heartbeat)
 
     app = Starlette(
         routes=[Route("/", stream, methods=["GET"]), Route("/sessions", sessions, methods=["GET"])]
