@@ -178,13 +178,12 @@ class ChangeHub:
         self._lock = threading.Lock()
         self._subs: dict[str | None, set[Subscription]] = {}
         self._count = 0
+        self.followed = False
+        """Whether anything is subscribed: a plain attribute, read without a lock by every
+        append (a hint: a follower reads again at its fallback anyway)."""
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
-    @property
-    def followed(self) -> bool:
-        """Whether anything is subscribed (no lock: a hint for the append path)."""
-        return self._count > 0
 
     def subscribe(self, session_id: str | None) -> Subscription:
         """A subscription to ``session_id``'s appends (None: every session's)."""
@@ -192,6 +191,7 @@ class ChangeHub:
         with self._lock:
             self._subs.setdefault(session_id, set()).add(sub)
             self._count += 1
+            self.followed = True
             if self._thread is None and self._make_watcher is not None:
                 self._stop = threading.Event()
                 self._thread = threading.Thread(
@@ -210,6 +210,7 @@ class ChangeHub:
             if not subs:
                 del self._subs[sub.session_id]
             self._count -= 1
+            self.followed = self._count > 0
             if not self._count and self._thread is not None:
                 stop, self._thread = self._stop, None
         if stop is not None:
