@@ -61,7 +61,7 @@ from .errors import CorruptLogError, StorageError, UsageError
 from .events import COMPACTION, USER_MESSAGE, Event, new_event_id
 from .fencing import Lease
 from .fencing import leases_here as _leases_here
-from .follow import Subscription
+from .follow import ChangeHub, Subscription
 from .follow import follow as _follow
 from .inbox import Delivery
 from .inbox import pending as _pending
@@ -107,6 +107,7 @@ class BaseSession(SessionCore):
     def __init__(self, store: SessionHost, session_id: str, log: LogStorage | None = None) -> None:
         self._log = log
         self._lock = threading.RLock()
+        self._hub: ChangeHub = store._changes  # its followers, woken by this object's appends
         # The fast lane's lease lookup, kept while the context's current leases are the same.
         self._leases_seen: tuple[object, ...] = ()
         self._lease_found: HeldLease | None = None
@@ -327,9 +328,8 @@ class BaseSession(SessionCore):
                 seq = self._append_one(event)
         else:
             seq = self._append_one(event)
-        changes = self._store._changes
-        if changes.followed:  # wake this store object's followers at once
-            changes.notify(self._id)
+        if self._hub.followed:  # wake this store object's followers at once
+            self._hub.notify(self._id)
         return seq
 
     def _append_one(self, event: Event) -> int:
@@ -476,9 +476,8 @@ class BaseSession(SessionCore):
                 span.set(events=len(seqs))
         else:
             seqs = self._run(self._append_batch_plan(batch, expect_seq))
-        changes = self._store._changes
-        if changes.followed:  # wake this store object's followers at once
-            changes.notify(self._id)
+        if self._hub.followed:  # wake this store object's followers at once
+            self._hub.notify(self._id)
         return seqs
 
     # -- reading --------------------------------------------------------------------------
