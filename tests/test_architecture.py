@@ -212,6 +212,7 @@ CORE = {
     "agentsession.errors",
     "agentsession.events",
     "agentsession.lease",
+    "agentsession.listing",  # what an append changes in the catalog (pure)
     "agentsession.keys",
     "agentsession.locks",
     "agentsession.backoff",
@@ -317,6 +318,7 @@ CORE_IMPORTS = {
     "agentsession.errors",
     "agentsession.events",
     "agentsession.lease",
+    "agentsession.listing",  # what an append changes in the catalog (pure)
     "agentsession.messages",
     "agentsession.ops",
     "agentsession.storage",

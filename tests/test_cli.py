@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import re
-import select
 import shutil
 import signal
 import sqlite3
@@ -18,7 +17,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
 import click
 import msgspec
@@ -37,6 +35,7 @@ from agentsession.session import SessionHost
 from agentsession.testing.conformance import start_lock_holder
 from agentsession.validation import provider_errors
 
+from .pipes import readline_within, unread
 from .test_conformance_postgres import DSN as PG_DSN
 from .test_conformance_postgres import drop_schemas, new_schema_name, url_with_schema
 
@@ -296,7 +295,7 @@ def test_tail_follow_prints_events_another_process_appends(store_dir: Path) -> N
         text=True,
     )
     try:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
         first = readline_within(proc.stdout)
         assert first.split()[0] == "9"
         writer = ags.open_store(store_dir)
@@ -312,8 +311,9 @@ def test_tail_follow_prints_events_another_process_appends(store_dir: Path) -> N
         assert "a whole turn" in lines[2] and lines[2].split()[1] == "│"  # nested
         writer.close()
         proc.send_signal(signal.SIGINT)
+        left = unread(proc.stdout) + unread(proc.stderr)
         out, err = proc.communicate(timeout=60)
-        assert (proc.returncode, out, err) == (0, "", "")
+        assert (proc.returncode, left, out, err) == (0, "", "", "")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -330,9 +330,8 @@ def test_tail_follow_json_from_a_seq_and_across_a_delete(store_dir: Path) -> Non
     )
     try:
         assert proc.stdout is not None and proc.stderr is not None
-        # The events before -f waits come in one write: the first line is waited for, the
-        # next two are in the reader's buffer with it.
-        lines = [readline_within(proc.stdout), proc.stdout.readline(), proc.stdout.readline()]
+        # The events before -f waits come in one write.
+        lines = [readline_within(proc.stdout) for _ in range(3)]
         seqs = [json.loads(line)["seq"] for line in lines]
         assert seqs == [7, 8, 9]
         writer = ags.open_store(store_dir)
@@ -343,8 +342,9 @@ def test_tail_follow_json_from_a_seq_and_across_a_delete(store_dir: Path) -> Non
         event = json.loads(readline_within(proc.stdout))
         assert event["seq"] == 1 and event["data"]["parts"][0]["text"] == "anew"
         proc.send_signal(signal.SIGINT)
+        left = unread(proc.stdout) + unread(proc.stderr)
         out, err = proc.communicate(timeout=60)
-        assert (proc.returncode, out, err) == (0, "", "")
+        assert (proc.returncode, left, out, err) == (0, "", "", "")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -1205,12 +1205,6 @@ def test_an_unknown_id_suggests_the_one_meant(store_dir: Path, typed: str) -> No
     )
 
 
-def readline_within(stream: IO[str], seconds: float = 60) -> str:
-    """The next line of a child's output; "" when none comes within ``seconds`` (a bound
-    against a hang, far above the time the line takes)."""
-    ready, _, _ = select.select([stream], [], [], seconds)
-    return stream.readline() if ready else ""
-
 
 def test_tail_follow_waits_for_a_session_that_does_not_exist_yet(store_dir: Path) -> None:
     proc = subprocess.Popen(
@@ -1807,8 +1801,9 @@ def interrupt(
         assert first, "no output"
         ready(first)
         proc.send_signal(signal.SIGINT)
+        left = unread(proc.stdout)
         out, err = proc.communicate(timeout=60)
-        return proc.returncode, out, err
+        return proc.returncode, left + out, err
     finally:
         if proc.poll() is None:
             proc.kill()

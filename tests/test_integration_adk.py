@@ -56,7 +56,7 @@ from agentsession import open_store
 from agentsession.aio import AsyncSession, AsyncStore
 from agentsession.children import read_session_value
 from agentsession.errors import EncryptionError
-from agentsession.events import COMPACTION, FORMAT_REVISION, SESSION_REWIND, SessionRewind
+from agentsession.events import COMPACTION, REWIND_REVISION, SESSION_REWIND, SessionRewind
 from agentsession.events import Event as LogEvent
 from agentsession.integrations.adk import (
     ADK_EVENT,
@@ -1735,8 +1735,8 @@ async def test_adks_rewind_reads_back_as_adks_own_service_and_leaves_the_derived
     assert [e.actions.rewind_before_invocation_id for e in rewinds] == [oslo, rome]
     markers = _markers(log)
     assert [(m.kind, m.to_seq, m.min_revision) for _, m, _ in markers] == [
-        (REWIND_KIND, _first_seq(log, oslo) - 1, FORMAT_REVISION),
-        (REWIND_KIND, _first_seq(log, rome) - 1, FORMAT_REVISION),
+        (REWIND_KIND, _first_seq(log, oslo) - 1, REWIND_REVISION),
+        (REWIND_KIND, _first_seq(log, rome) - 1, REWIND_REVISION),
     ]
     events = {e.seq: e for e in log.read()}
     for (seq, marker, event), rewind in zip(markers, rewinds, strict=True):

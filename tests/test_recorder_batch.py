@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import select
 import signal
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
@@ -18,6 +17,8 @@ import agentsession as ags
 from agentsession.context import with_turn_id
 from agentsession.events import TurnEnd
 from agentsession.validation import provider_errors
+
+from .pipes import readline_within
 
 BACKENDS = ["memory", "jsonl", "sqlite"]
 
@@ -358,12 +359,6 @@ _CRASHING_TURN = textwrap.dedent(
     """
 )
 
-
-def readline_within(stream: IO[str], seconds: float = 60.0) -> str:
-    """The next line of a child's output; "" when none comes within ``seconds`` (a bound
-    against a hang, far above the time the line takes)."""
-    ready, _, _ = select.select([stream], [], [], seconds)
-    return stream.readline() if ready else ""
 
 
 def test_a_process_killed_in_a_batched_step_leaves_whole_steps_and_recovers(

@@ -273,8 +273,8 @@ def test_live_events_and_a_newer_revision() -> None:
     ]
     assert [e.seq for e in live_events(log)] == [1, 2, 6]
     assert [m.text for m in messages(log)] == ["a", "b", "d"]
-    newer = [*log, ev(7, SESSION_REWIND, SessionRewind(to_seq=6, min_revision=7))]
-    with pytest.raises(NewerFormat, match="revision 7"):
+    newer = [*log, ev(7, SESSION_REWIND, SessionRewind(to_seq=6, min_revision=8))]
+    with pytest.raises(NewerFormat, match="revision 8"):
         messages(newer)
     unknown = [*log, ev(7, "session/someday", {"minRevision": 9})]
     with pytest.raises(NewerFormat, match="revision 9"):

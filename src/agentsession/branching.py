@@ -26,13 +26,16 @@ while it has branches unless ``recursive=True`` (which removes them first).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
 from .errors import SessionError
 from .events import Event
 from .storage import LogStorage, LogView, Reopen
+
+if TYPE_CHECKING:
+    from .listing import CatalogChange
 
 __all__ = [
     "BRANCHES_KIND",
@@ -180,6 +183,10 @@ class _ShiftedView:
 
     def admits(self, foreign: Sequence[Event], events: Sequence[Event]) -> bool:
         return self._view.admits(shift(foreign, self._base), events)
+
+    def indexed(self, stored: Sequence[Event]) -> CatalogChange | None:
+        # The catalog and documents of a branch carry the seqs its reader presents.
+        return self._view.indexed(shift(stored, self._base))
 
 
 class ShiftedLog:

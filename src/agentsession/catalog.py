@@ -337,6 +337,10 @@ class StoreParts(msgspec.Struct, frozen=True):
     reconnect_timeout: float = 0.0
     """Seconds an append rides out a lost connection or an unreachable server (0: a file
     store has none)."""
+    index: object | None = None
+    """Where the backend keeps catalog rows and search documents (an
+    :class:`agentsession.indexing.CatalogIndex`; None: it keeps none, and the store lists ids
+    and times only)."""
     watcher: Callable[[], object] | None = None
     """Makes the :class:`agentsession.follow.Watcher` that tells followers of appends other
     processes make (None: :class:`agentsession.follow.PollWatcher`)."""

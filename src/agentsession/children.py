@@ -172,6 +172,15 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The parent session id, for a child session ("" otherwise)."""
     fork_seq: int = 0
     """The parent's seq the child was forked at (0 for a session that is not a child)."""
+    title: str = ""
+    """The title set with ``update(title=...)`` ("" when none was: the catalog then shows
+    the first user message's)."""
+    tags: tuple[str, ...] = ()
+    """Tags, for listing (``store.list(where={"tag": ...})``)."""
+    user: str = ""
+    """The user set with ``update(user=...)``."""
+    tenant: str = ""
+    """The tenant set with ``update(tenant=...)``."""
 
 
 class _StoredRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -183,6 +192,10 @@ class _StoredRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     model: str = ""
     metadata: dict[str, str] = {}
     updated_at: _dt.datetime | None = None
+    title: str = ""
+    tags: tuple[str, ...] = ()
+    user: str = ""
+    tenant: str = ""
 
 
 class _IndexEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -1060,6 +1073,10 @@ def record_of(store: ChildHost, session: _Session) -> SessionRecord:
         metadata=dict(stored.metadata),
         parent=fork.parent if fork is not None else "",
         fork_seq=fork.parent_seq if fork is not None else 0,
+        title=stored.title,
+        tags=stored.tags,
+        user=stored.user,
+        tenant=stored.tenant,
     )
 
 
@@ -1072,6 +1089,10 @@ def update_record(
     channel_id: str | None = None,
     model: str | None = None,
     metadata: Mapping[str, str] | None = None,
+    title: str | None = None,
+    tags: Sequence[str] | None = None,
+    user: str | None = None,
+    tenant: str | None = None,
 ) -> SessionRecord:
     """Change the session's record (see :meth:`agentsession.session.BaseSession.update`)."""
     fields: dict[str, Any] = {}
@@ -1080,9 +1101,20 @@ def update_record(
         ("channel_type", channel_type),
         ("channel_id", channel_id),
         ("model", model),
+        ("title", title),
+        ("user", user),
+        ("tenant", tenant),
     ):
         if value is not None:
             fields[name] = _check_text(name, value)
+    if tags is not None:
+        if isinstance(tags, str):
+            raise UsageError("update(tags=...) takes a list of tags, not one string")
+        checked = tuple(dict.fromkeys(tags))
+        for tag in checked:
+            if not isinstance(tag, str) or not tag.strip():
+                raise UsageError(f"a tag must be a non-blank string, not {tag!r}")
+        fields["tags"] = checked
     if metadata is not None:
         fields["metadata"] = _check_metadata(metadata)
     if session.latest_seq == 0:

@@ -19,6 +19,7 @@ import msgspec
 from .errors import UsageError
 from .events import Event
 from .fencing import Lease
+from .listing import Page, UsageTotals
 from .messages import Message, ToolCall
 
 __all__ = [
@@ -83,6 +84,26 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     last_seq: int = -1
     """Highest seq, which is also the number of events (seqs are gap-free); -1 when the
     backend does not know it cheaply."""
+    title: str = ""
+    """The title: set by ``session.update(title=...)``, else the first user message's text,
+    shortened (``docs/catalog.md``)."""
+    tags: tuple[str, ...] = ()
+    """Tags set by ``session.update(tags=...)``."""
+    user: str = ""
+    """The user: set by ``session.update(user=...)``, else the first event's ``user``."""
+    tenant: str = ""
+    """The tenant, set by ``session.update(tenant=...)``."""
+    agents: tuple[str, ...] = ()
+    """The agents whose events the session holds, in order of first appearance."""
+    status: str = "idle"
+    """``live`` (a turn is open and its turn lock held), ``idle``, ``needs_recovery`` (a turn
+    is open and nobody holds its lock), ``shredded`` or ``archived``."""
+    messages: int = 0
+    """User and assistant messages."""
+    turns: int = 0
+    """Turns started."""
+    usage: UsageTotals = UsageTotals()
+    """Tokens and cost of its usage events."""
 
 
 def check_session_id(session_id: object) -> str:
@@ -169,9 +190,17 @@ class Store(Protocol):
         """Whether the session has at least one event."""
 
     def list(
-        self, prefix: str | None = None, limit: int | None = None, offset: int = 0
-    ) -> list[SessionInfo]:
-        """Sessions, most recently appended first."""
+        self,
+        prefix: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        *,
+        where: Mapping[str, object] | None = None,
+        order: str = "updated",
+        cursor: str | None = None,
+    ) -> Page[SessionInfo]:
+        """Sessions, most recently appended first (a page of them, filtered by ``where``:
+        :meth:`agentsession.BaseStore.list`)."""
 
     def delete(self, session_id: str, *, recursive: bool = False) -> bool:
         """Delete a session (with ``recursive``, its child sessions first); returns whether it

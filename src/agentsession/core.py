@@ -69,6 +69,7 @@ from .events import (
     new_event_id,
 )
 from .lease import LEASE_KIND, HeldLease, fence_epoch, load_lease
+from .listing import CatalogChange
 from .messages import Message
 from .ops import (
     Append,
@@ -118,6 +119,16 @@ connection was lost (the write may or may not have landed) or the server could n
 (nothing was sent)."""
 
 
+class Indexer(Protocol):
+    """What the append pipeline asks of its store's catalog settings
+    (:class:`agentsession.indexing.Indexing`)."""
+
+    def change(self, stored: Sequence[Event]) -> CatalogChange | None:
+        """What ``stored`` (plaintext, with seqs) changes in the catalog (None: it keeps
+        none)."""
+        ...
+
+
 class SessionHost(Protocol):
     """What a session needs from its store: the settings of the append pipeline."""
 
@@ -129,6 +140,12 @@ class SessionHost(Protocol):
     """At most this many of the latest events are loaded to derive the history (None: the
     whole window); see :meth:`SessionCore._load_window`."""
     _keyring: KeyRing | None
+
+    @property
+    def _indexing(self) -> Indexer:
+        """What appends change in the store's catalog and search index."""
+        ...
+
     _reconnect_timeout: float
     """Seconds an append keeps retrying after a lost connection or an unreachable server
     (0: it raises at once)."""
@@ -314,6 +331,9 @@ class _View:
     def admits(self, foreign: Sequence[Event], events: Sequence[Event]) -> bool:
         return self._session._admits(foreign, events)
 
+    def indexed(self, stored: Sequence[Event]) -> CatalogChange | None:
+        return self._session._catalog_change(stored)
+
 
 class SessionPlans:
     """The pipeline's plans of one session (:attr:`BaseSession.plans`), for a driver other
@@ -392,6 +412,7 @@ class SessionCore:
 
     def __init__(self, store: SessionHost, session_id: str) -> None:
         self._store = store
+        self._plain_batch: Sequence[Event] | None = None  # the batch being sealed
         self._view = _View(self)
         self._id = session_id
         self._window: list[Event] = []
@@ -863,6 +884,15 @@ class SessionCore:
             after = chunk[-1].seq
         self._ids_from = floor
 
+    def _catalog_change(self, stored: Sequence[Event]) -> CatalogChange | None:
+        """What the batch a backend is storing (``stored``: as stored, sealed on an
+        encrypted store, with its seqs) changes in the store's catalog: made from the plaintext
+        (the batch being sealed, when it is)."""
+        plain = self._plain_batch
+        if plain is not None and len(plain) == len(stored):
+            stored = [_replace(p, seq=s.seq) for p, s in zip(plain, stored, strict=True)]
+        return self._store._indexing.change(stored)
+
     def _admits(self, foreign: Sequence[Event], events: Sequence[Event]) -> bool:
         """Whether none of ``events`` is stored: the check a backend's general append path
         makes under its write lock, after catching up and before it allocates seqs.
@@ -1093,12 +1123,17 @@ class SessionCore:
                 yield from self._key_plan(cipher, sealing=True)
             sealed = [cipher.seal(event, base + i) for i, event in enumerate(batch, start=1)]
             # Appended only at ``base`` and in the life read (else REOPEN): a sealed event
-            # never lands at a seq, or in a life, other than the one it was sealed for.
-            if len(sealed) == 1:
-                one = yield AppendOne(sealed[0], marker == 0)
-                if one is not None:
-                    return [_replace(batch[0], seq=one.seq)]
-            appended = yield Append(sealed, marker, base)
+            # never lands at a seq, or in a life, other than the one it was sealed for. The
+            # catalog's change is made from the plaintext (_catalog_change).
+            self._plain_batch = batch
+            try:
+                if len(sealed) == 1:
+                    one = yield AppendOne(sealed[0], marker == 0)
+                    if one is not None:
+                        return [_replace(batch[0], seq=one.seq)]
+                appended = yield Append(sealed, marker, base)
+            finally:
+                self._plain_batch = None
             if isinstance(appended, Reopen):
                 yield from self._reopen()
                 if not self._admits((), batch):

@@ -406,6 +406,11 @@ class KeyRing:
 
     # -- sessions -------------------------------------------------------------------------
 
+    def field_sealer(self) -> CatalogSealer:
+        """The catalog's sealer: keys derived from the store key (HKDF-SHA256), so every
+        process that opens the store seals and blinds alike (``docs/catalog.md``)."""
+        return CatalogSealer(self._store_key)
+
     def cipher(self, session_id: str) -> SessionCipher:
         """The session's cipher (its keys are read or made when first needed)."""
         with self._lock:
@@ -735,3 +740,62 @@ class _SealedBox(msgspec.Struct):
 
 _BOX = msgspec.json.Decoder(_SealedBox)
 _BOX_ENCODER = msgspec.json.Encoder()
+
+
+class CatalogSealer:
+    """Seals an encrypted store's catalog fields and blinds its search words
+    (:class:`agentsession.listing.FieldSealer`), with two keys derived from the store key.
+
+    * ``seal_field``: AES-SIV (deterministic authenticated encryption, RFC 5297) of the value:
+      equal values seal to equal text, so the catalog can match a filter against sealed
+      values without opening them; the text reveals which sessions share a value (and a
+      value's length), nothing of the value itself.
+    * ``blind``: HMAC-SHA256 of a normalised word, cut to 96 bits, hex: equal words give equal
+      tokens within the store (and only there: another store's key gives others); the index
+      reveals how often each token occurs, and which documents share one.
+    """
+
+    __slots__ = ("_mac_key", "_siv")
+
+    def __init__(self, store_key: bytes) -> None:
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+        def derive(info: bytes, length: int) -> bytes:
+            return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=info).derive(
+                store_key
+            )
+
+        self._siv = _crypto().AESSIV(derive(b"agentsession/catalog-fields", 64))
+        self._mac_key = derive(b"agentsession/search-tokens", 32)
+
+    def __repr__(self) -> str:
+        return "<CatalogSealer>"
+
+    def seal_field(self, value: str) -> str:
+        """``value`` sealed deterministically, as ``~`` and URL-safe base64."""
+        plain = value.encode("utf-8", "surrogatepass")
+        box = self._siv.encrypt(plain, [b"agentsession/catalog-field"])
+        return "~" + base64.urlsafe_b64encode(box).decode().rstrip("=")
+
+    def open_field(self, sealed: str) -> str:
+        """The value :meth:`seal_field` sealed (:class:`EncryptionError` when it does not
+        open: tampered with, or sealed by another store)."""
+        if not sealed.startswith("~"):
+            raise EncryptionError("a catalog field of an encrypted store is not sealed")
+        raw = sealed[1:]
+        try:
+            box = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
+            plain: bytes = self._siv.decrypt(box, [b"agentsession/catalog-field"])
+            return plain.decode("utf-8", "surrogatepass")
+        except Exception:
+            raise EncryptionError(
+                "a sealed catalog field does not open with this store's key"
+            ) from None
+
+    def blind(self, word: str) -> str:
+        """The keyed token of a normalised word (24 hex digits)."""
+        return hmac.new(
+            self._mac_key, word.encode("utf-8", "surrogatepass"), "sha256"
+        ).hexdigest()[:24]
+

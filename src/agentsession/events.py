@@ -31,6 +31,7 @@ __all__ = [
     "EVENT_TYPES",
     "FINISH_BLOCKED",
     "FORMAT_REVISION",
+    "REWIND_REVISION",
     "FINISH_COMPLETED",
     "FINISH_STATUSES",
     "MAX_EVENT_ID_CHARS",
@@ -146,10 +147,15 @@ SESSION_ROLLBACK: Final = "session/rollback"
 SESSION_REWIND: Final = "session/rewind"
 SESSION_BRANCH: Final = "session/branch"
 
-FORMAT_REVISION: Final = 6
+FORMAT_REVISION: Final = 7
 """The newest revision of the line format this version reads and writes (``docs/format.md``).
 A payload's ``minRevision`` above it makes the derived history refuse the log
 (:class:`~agentsession.errors.NewerFormat`)."""
+
+REWIND_REVISION: Final = 6
+"""The revision that added rewinds and branches: the ``minRevision`` their markers carry (a
+reader that knows an older revision refuses the log rather than derive a wrong history)."""
+
 SUBAGENT_START: Final = "subagent/start"
 SUBAGENT_END: Final = "subagent/end"
 PERMISSION_REQUEST: Final = "permission/request"
@@ -347,6 +353,12 @@ class Usage(_Payload, frozen=True):
     reasoning_tokens: int = 0
     """Output tokens spent on reasoning, when the provider reports them (part of
     ``output_tokens``); since revision 3."""
+    model: str = ""
+    """The model that was called, when known (since revision 7): what the store's prices
+    (``store.set_prices``) look a cost up by."""
+    cost: float | None = None
+    """What the call cost, when the application or provider knows it (since revision 7); None:
+    the store's prices decide, when set."""
 
 
 class Todo(_Payload, frozen=True, omit_defaults=False):

@@ -36,7 +36,7 @@ from .derive import live_events
 from .errors import ConflictError, DuplicateSession, UsageError
 from .events import (
     COMPACTION,
-    FORMAT_REVISION,
+    REWIND_REVISION,
     SESSION_BRANCH,
     SESSION_RECOVERY,
     SESSION_REWIND,
@@ -288,7 +288,7 @@ def _append_rewind(
         marker = Event.new(
             SESSION_REWIND,
             SessionRewind(
-                to_seq=target, kind=kind, reason=reason or "", min_revision=FORMAT_REVISION
+                to_seq=target, kind=kind, reason=reason or "", min_revision=REWIND_REVISION
             ),
             agent=agent,
         )
@@ -413,7 +413,7 @@ def branch(
     add_branch(store._meta_get, store._meta_cas, session.id, ref)
     marker = Event.new(
         SESSION_BRANCH,
-        SessionBranch(origin=session.id, origin_seq=point, min_revision=FORMAT_REVISION),
+        SessionBranch(origin=session.id, origin_seq=point, min_revision=REWIND_REVISION),
     )
     try:
         target.append_many([marker], expect_seq=0)

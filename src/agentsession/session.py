@@ -40,7 +40,7 @@ import weakref
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
-from . import _trace, children
+from . import _trace, children, indexing
 from .branching import BranchRef, ShiftedLog
 from .branching import live_branches as _live_branches
 from .core import (
@@ -65,6 +65,7 @@ from .follow import ChangeHub, Subscription
 from .follow import follow as _follow
 from .inbox import Delivery
 from .inbox import pending as _pending
+from .indexing import Fields
 from .lease import HeldLease
 from .media import StoragePolicy
 from .messages import Message
@@ -925,13 +926,20 @@ class BaseSession(SessionCore):
         channel_id: str | None = None,
         model: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        title: str | None = None,
+        tags: Sequence[str] | None = None,
+        user: str | None = None,
+        tenant: str | None = None,
     ) -> children.SessionRecord:
         """Change the session's record in one atomic, durable write (compare-and-set, so
         concurrent updates of different fields never lose each other); returns the record.
-        None leaves a field as it is, ``""`` clears it, and ``metadata`` replaces the whole
-        map. Raises :class:`~agentsession.errors.SessionNotFound` when the session has no
+        None leaves a field as it is, ``""`` clears it, and ``metadata`` (and ``tags``)
+        replaces the whole map (set). ``title``, ``tags``, ``user`` and ``tenant`` are the
+        catalog's too (``store.list(where=...)``; a title set here replaces the one derived
+        from the first user message, ``""`` brings that back only on ``store.reindex``).
+        Raises :class:`~agentsession.errors.SessionNotFound` when the session has no
         events."""
-        return children.update_record(
+        record = children.update_record(
             self._host(),
             self,
             agent_id=agent_id,
@@ -939,7 +947,23 @@ class BaseSession(SessionCore):
             channel_id=channel_id,
             model=model,
             metadata=metadata,
+            title=title,
+            tags=tags,
+            user=user,
+            tenant=tenant,
         )
+        if any(v is not None for v in (title, tags, user, tenant)):
+            indexing.fields_updated(
+                self._store,
+                self._id,
+                Fields(
+                    title=title,
+                    tags=None if tags is None else record.tags,
+                    user=user,
+                    tenant=tenant,
+                ),
+            )
+        return record
 
     def close(self) -> None:
         """Release open files or connections; the session reopens them when used again."""

@@ -18,9 +18,12 @@ log again at its tail and (for an append) tries again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from .events import Event
+
+if TYPE_CHECKING:
+    from .listing import CatalogChange
 
 __all__ = ["REOPEN", "LogStorage", "LogView", "Reopen"]
 
@@ -56,6 +59,13 @@ class LogView(Protocol):
     def admits(self, foreign: Sequence[Event], events: Sequence[Event]) -> bool:
         """Whether ``events`` may be written after the other writers' events ``foreign`` (none
         of their ids is stored): asked under the storage's write lock, after catching up."""
+        ...
+
+    def indexed(self, stored: Sequence[Event]) -> CatalogChange | None:
+        """What the batch ``stored`` (as the storage stores it, with its seqs) changes in the
+        store's catalog and search index (None: the store keeps none): a backend that keeps
+        its index in the log's storage applies it where it stores the batch, atomically with
+        it (``docs/catalog.md``)."""
         ...
 
 

@@ -20,10 +20,12 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast, overload
 
-from . import _trace, children
+import msgspec
+
+from . import _trace, children, indexing
 from .branching import BRANCHES_KIND, branches_problem, live_branches, remove_branch
 from .catalog import Catalog, MetaStorage, StoreParts, meta_update
 from .codec import utcnow
@@ -49,7 +51,9 @@ from .follow import Change, ChangeHub, PollWatcher, Watcher
 from .follow import changes as _changes
 from .inbox import Delivery, check_policy
 from .inbox import deliver as _deliver
+from .indexing import CatalogIndex, Indexing
 from .keys import KeyLifecycle
+from .listing import Hit, Page, Price, Totals
 from .locks import _HeldRegistry
 from .messages import Message
 from .recovery import recover_store
@@ -140,6 +144,8 @@ class BaseStore:
         key: bytes | None = None,
         max_loaded_events: int | None = None,
         default_delivery_policy: str = "enqueue",
+        catalog: bool = True,
+        searchable: bool = True,
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
@@ -222,6 +228,10 @@ class BaseStore:
             )
         self._catalog: Catalog = built.catalog
         """The sessions as a whole (see :class:`agentsession.catalog.Catalog`)."""
+        self._index: CatalogIndex | None = cast("CatalogIndex | None", built.index)
+        """Catalog rows and search documents (None: the backend keeps none)."""
+        self._indexing = Indexing(self, catalog=bool(catalog), searchable=bool(searchable))
+        """What appends keep in the index (``catalog``, ``searchable``), prices, sealer."""
         self._meta: MetaStorage = built.meta
         """Small persisted values (see :class:`agentsession.catalog.MetaStorage`)."""
         self._make_locker = built.locker
@@ -363,7 +373,11 @@ class BaseStore:
         """
         sid = check_session_id(session_id)
         self._check_open()
-        return self._keys.shred(sid, recursive=recursive, keep_children=keep_children)
+        shredded = self._keys.shred(sid, recursive=recursive, keep_children=keep_children)
+        if self._index is not None:
+            for gone in shredded:
+                self._index.shredded(gone)
+        return shredded
 
     def is_shredded(self, session_id: str) -> bool:
         """Whether the session was shredded (its key is destroyed; False in a plain store)."""
@@ -508,15 +522,111 @@ class BaseStore:
         return self._catalog.exists(check_session_id(session_id))
 
     def list(
-        self, prefix: str | None = None, limit: int | None = None, offset: int = 0
-    ) -> list[SessionInfo]:
-        """Sessions whose id starts with ``prefix``, most recently appended first."""
+        self,
+        prefix: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        *,
+        where: Mapping[str, object] | None = None,
+        order: str = "updated",
+        cursor: str | None = None,
+    ) -> Page[SessionInfo]:
+        """Sessions whose id starts with ``prefix``, most recently appended first: a
+        :class:`~agentsession.listing.Page` (a list, with ``next_cursor`` when ``limit`` cut
+        it short).
+
+        ``where`` filters by the catalog's fields (``user``, ``tenant``, ``agent``,
+        ``status``, ``id``: a value or a set of values; ``tag``/``tags``: every one;
+        ``updated``/``created``: ``(after, before)``; ``title``: contained), ``order`` is
+        ``updated`` (the default), ``created`` (both newest first) or ``id``, and ``cursor``
+        (a page's ``next_cursor``) continues a listing after the page that gave it (keyset
+        pagination: stable while sessions are appended to). ``offset`` skips rows, as before
+        cursors. ``docs/catalog.md`` says what each backend keeps."""
         self._check_open()
-        if limit is not None and limit < 0:
-            raise UsageError("list(limit=...) must be >= 0 or None")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise UsageError("list(limit=...) must be an int >= 0 or None")
         if offset < 0:
             raise UsageError("list(offset=...) must be >= 0")
-        return self._catalog.list_page(prefix, limit, offset)
+        if (self._index is None or not self._indexing.catalog) and (
+            where is None and cursor is None and order == "updated"
+        ):
+            # No catalog index: the backend's listing (ids, times, sizes).
+            return Page(self._catalog.list_page(prefix, limit, offset))
+        if limit == 0:
+            return Page()
+        return indexing.list_page(self, prefix, limit, offset, where, order, cursor)
+
+    def search(
+        self,
+        query: str,
+        *,
+        where: Mapping[str, object] | None = None,
+        session_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page[Hit]:
+        """Events whose text holds every word of ``query`` (messages, tool names, arguments
+        and results), best first: a :class:`~agentsession.listing.Page` of
+        :class:`~agentsession.listing.Hit` (session id, seq, role, snippet, rank, and whether
+        the event was rewound or compacted away). ``where`` filters the sessions as in
+        :meth:`list`, ``session_id`` searches one session. On an encrypted store the index
+        holds keyed blind tokens, never words (``docs/catalog.md`` says what that reveals);
+        a store opened with ``searchable=False`` keeps no index and refuses."""
+        self._check_open()
+        if session_id is not None:
+            session_id = check_session_id(session_id)
+        return indexing.search(self, query, where, session_id, limit, cursor)
+
+    def totals(
+        self,
+        *,
+        where: Mapping[str, object] | None = None,
+        group_by: str = "tenant",
+        since: _dt.date | None = None,
+        until: _dt.date | None = None,
+    ) -> builtins.list[Totals]:
+        """Usage (tokens, cost, calls, sessions) summed by ``group_by`` (``tenant``, ``user``,
+        ``agent`` or ``day``) over the sessions matching ``where``, for usage on days from
+        ``since`` up to (not including) ``until`` (UTC), ordered by key."""
+        self._check_open()
+        return indexing.totals(self, where, group_by, since, until)
+
+    def set_prices(self, prices: Mapping[str, Price | Mapping[str, float]]) -> None:
+        """Record what each model's tokens cost, per million (``{"gpt-4o": Price(input=2.5,
+        output=10)}``; ``"*"`` for any model): a usage event appended from then on that
+        carries no ``cost`` gets one from its ``model``'s price, added to the catalog's usage
+        totals. Kept in the store, for every process (one that has the store open already
+        reads them when it opens the store again); earlier usage is not re-priced (``reindex``
+        does that)."""
+        self._check_open()
+        if not isinstance(prices, Mapping):
+            raise UsageError(
+                f"set_prices takes a mapping of model to price, not {type(prices).__name__}"
+            )
+        checked: dict[str, Price] = {}
+        for model, price in prices.items():
+            if not isinstance(model, str):
+                raise UsageError(f"a price's model must be a string, not {model!r}")
+            if isinstance(price, Mapping):
+                try:
+                    price = msgspec.convert(dict(price), Price)
+                except msgspec.ValidationError as exc:
+                    raise UsageError(f"price of {model!r}: {exc}") from None
+            if not isinstance(price, Price):
+                raise UsageError(f"price of {model!r} must be a Price, not {type(price).__name__}")
+            checked[model] = price
+        self._indexing.set_prices(checked)
+
+    def reindex(self, session_ids: Iterable[str] | None = None) -> int:
+        """Rebuild the catalog and search index of ``session_ids`` (None: every session) from
+        their logs; returns how many sessions were read. Needed after a crash left a JSONL
+        store's index behind, after another program wrote the logs, or to re-price usage."""
+        self._check_open()
+        if isinstance(session_ids, str):
+            raise UsageError("reindex takes a list of session ids, not one string")
+        return indexing.reindex(self, session_ids)
 
     def delete(self, session_id: str, *, recursive: bool = False) -> bool:
         """Delete the session's events and everything stored beside them (its record, its

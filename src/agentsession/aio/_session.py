@@ -542,6 +542,10 @@ class AsyncSession:
         channel_id: str | None = None,
         model: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        title: str | None = None,
+        tags: Sequence[str] | None = None,
+        user: str | None = None,
+        tenant: str | None = None,
     ) -> SessionRecord:
         """Change the session's record atomically; returns it
         (:meth:`agentsession.BaseSession.update`)."""
@@ -552,6 +556,10 @@ class AsyncSession:
             channel_id=channel_id,
             model=model,
             metadata=metadata,
+            title=title,
+            tags=tags,
+            user=user,
+            tenant=tenant,
         )
         return await self._call("update", fn)
 

@@ -6,13 +6,22 @@ import asyncio
 import builtins
 import concurrent.futures
 import contextlib
+import datetime as _dt
 import functools
 import inspect
 import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ..children import ChildInfo, LifecycleEvent, LifecycleHook
@@ -22,6 +31,7 @@ from ..events import Event
 from ..fencing import Lease
 from ..follow import Change
 from ..inbox import Delivery
+from ..listing import Hit, Page, Price, Totals
 from ..messages import Message
 from ..session import BaseSession
 from ..stats import SessionStats, StoreStats
@@ -373,11 +383,62 @@ class AsyncStore:
         return await self._call("store.exists", functools.partial(self._sync.exists, session_id))
 
     async def list(
-        self, prefix: str | None = None, limit: int | None = None, offset: int = 0
-    ) -> builtins.list[SessionInfo]:
-        """Sessions whose id starts with ``prefix``, most recently appended first."""
-        fn = functools.partial(self._sync.list, prefix, limit, offset)
+        self,
+        prefix: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        *,
+        where: Mapping[str, object] | None = None,
+        order: str = "updated",
+        cursor: str | None = None,
+    ) -> Page[SessionInfo]:
+        """Sessions whose id starts with ``prefix``, most recently appended first, filtered by
+        ``where``, a page at a time (:meth:`agentsession.BaseStore.list`)."""
+        fn = functools.partial(
+            self._sync.list, prefix, limit, offset, where=where, order=order, cursor=cursor
+        )
         return await self._call("store.list", fn)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        where: Mapping[str, object] | None = None,
+        session_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page[Hit]:
+        """Events whose text holds every word of ``query``
+        (:meth:`agentsession.BaseStore.search`)."""
+        fn = functools.partial(
+            self._sync.search, query, where=where, session_id=session_id, limit=limit,
+            cursor=cursor,
+        )
+        return await self._call("store.search", fn)
+
+    async def totals(
+        self,
+        *,
+        where: Mapping[str, object] | None = None,
+        group_by: str = "tenant",
+        since: _dt.date | None = None,
+        until: _dt.date | None = None,
+    ) -> builtins.list[Totals]:
+        """Usage summed by ``group_by`` (:meth:`agentsession.BaseStore.totals`)."""
+        fn = functools.partial(
+            self._sync.totals, where=where, group_by=group_by, since=since, until=until
+        )
+        return await self._call("store.totals", fn)
+
+    async def set_prices(self, prices: Mapping[str, Price | Mapping[str, float]]) -> None:
+        """Record what each model's tokens cost (:meth:`agentsession.BaseStore.set_prices`)."""
+        await self._call("store.set_prices", functools.partial(self._sync.set_prices, prices))
+
+    async def reindex(self, session_ids: Iterable[str] | None = None) -> int:
+        """Rebuild the catalog and search index from the logs
+        (:meth:`agentsession.BaseStore.reindex`)."""
+        await_fn = functools.partial(self._sync.reindex, session_ids)
+        return await self._call("store.reindex", await_fn)
 
     async def delete(self, session_id: str, *, recursive: bool = False) -> bool:
         """Delete the session (with ``recursive``, its child sessions first); True if it

@@ -23,6 +23,7 @@ from ..catalog import CatalogDefaults, MetaInMemory, StoreParts
 from ..contract import Capabilities, SessionInfo
 from ..events import Event
 from ..follow import LocalWatcher
+from ..indexing import MemoryIndex
 from ..locks import ThreadLocker
 from ..session import BaseSession, SessionHost
 from ..storage import REOPEN, LogView, Reopen
@@ -42,9 +43,15 @@ class MemoryLog:
     :data:`~agentsession.storage.REOPEN` and the session opens it again."""
 
     def __init__(
-        self, logs: dict[str, list[Event]], lock: threading.RLock, session_id: str, store: str
+        self,
+        logs: dict[str, list[Event]],
+        lock: threading.RLock,
+        session_id: str,
+        store: str,
+        index: MemoryIndex | None = None,
     ) -> None:
         self._logs = logs
+        self._index = index
         self._lock = lock
         self._id = session_id
         self._identity = ("memory", store, session_id)
@@ -80,6 +87,7 @@ class MemoryLog:
                 return None
             stored = msgspec.structs.replace(event, seq=len(log) + 1)
             log.append(stored)
+            self._indexed(view, [stored])
             return stored
 
     def append(
@@ -103,7 +111,15 @@ class MemoryLog:
                 for i, event in enumerate(events, start=1)
             ]
             log.extend(stored)
+            self._indexed(view, stored)
             return foreign, stored
+
+    def _indexed(self, view: LogView, stored: list[Event]) -> None:
+        """The store's catalog and documents, changed with the batch (under the same lock)."""
+        if self._index is not None:
+            change = view.indexed(stored)
+            if change is not None:
+                self._index.apply(self._id, change)
 
     def refresh(self, view: LogView) -> list[Event] | Reopen:
         with self._lock:
@@ -148,9 +164,11 @@ class MemoryCatalog(CatalogDefaults):
         self._lock = threading.RLock()
         self.meta = MetaInMemory(self._lock)
         """The store's meta, under the same lock."""
+        self.index = MemoryIndex(self._lock)
+        """The catalog rows and search documents, under the same lock."""
 
     def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
-        log = MemoryLog(self._logs, self._lock, session_id, str(id(self)))
+        log = MemoryLog(self._logs, self._lock, session_id, str(id(self)), self.index)
         return BaseSession(store, session_id, log)
 
     def exists(self, session_id: str) -> bool:
@@ -176,6 +194,7 @@ class MemoryCatalog(CatalogDefaults):
         with self._lock:
             for kind in meta_kinds:
                 self.meta.set(kind, session_id, None)
+            self.index.delete(session_id)
             return bool(self._logs.pop(session_id, None))
 
 
@@ -186,7 +205,9 @@ class MemoryStore(BaseStore):
 
     def __init__(self, **options: Any) -> None:
         catalog = MemoryCatalog()
-        parts = StoreParts(catalog, catalog.meta, locker=ThreadLocker, watcher=LocalWatcher)
+        parts = StoreParts(
+            catalog, catalog.meta, locker=ThreadLocker, watcher=LocalWatcher, index=catalog.index
+        )
         super().__init__(parts, **options)
 
 

@@ -160,7 +160,7 @@ from ..errors import (
 from ..events import (
     ASSISTANT_MESSAGE,
     COMPACTION,
-    FORMAT_REVISION,
+    REWIND_REVISION,
     SESSION_REWIND,
     TOOL_RESULT,
     USAGE,
@@ -556,7 +556,7 @@ async def _append_rewind(
                 to_seq=target,
                 kind=REWIND_KIND,
                 reason=f"before invocation {invocation_id}",
-                min_revision=FORMAT_REVISION,
+                min_revision=REWIND_REVISION,
             )
             written.append(Event.new(SESSION_REWIND, marker, meta=meta))
         try:

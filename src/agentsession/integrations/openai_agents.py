@@ -70,7 +70,7 @@ from ..errors import ConflictError, UsageError
 from ..events import (
     ASSISTANT_MESSAGE,
     COMPACTION,
-    FORMAT_REVISION,
+    REWIND_REVISION,
     SESSION_REWIND,
     TOOL_RESULT,
     USAGE,
@@ -697,7 +697,7 @@ class OpenAIAgentsSession:
         if compacted >= item_seq or (self._mirror and adjacent):
             return None if self._mirror else [pop]
         marker = SessionRewind(
-            to_seq=item_seq - 1, kind=REWIND_KIND, min_revision=FORMAT_REVISION
+            to_seq=item_seq - 1, kind=REWIND_KIND, min_revision=REWIND_REVISION
         )
         return [pop, Event.new(SESSION_REWIND, marker)]
 
