@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -21,6 +21,7 @@ from ._state import NoStore, State, _check_url, open_existing
         "agentsession import agentkit ~/.agentkit/sessions --dry-run",
         "agentsession import agentkit ./sessions --store sqlite:///sessions.db",
         "agentsession import lango ~/.lango/lango.db --store ./.agentsession --json",
+        "agentsession import claude-code ~/.claude/projects/-home-me-app --dry-run",
     ),
 )
 @click.option(
@@ -56,11 +57,18 @@ _IDENTITY_LABELS = {"active": "active session", "bind": "agent binding", "cli": 
 
 
 def _run_import(
-    state: State, store_url: str | None, source: Any, dry_run: bool, as_json: bool
+    state: State,
+    store_url: str | None,
+    source: Any,
+    dry_run: bool,
+    as_json: bool,
+    importer: Callable[..., Any] | None = None,
 ) -> None:
-    """Import a scanned source into the store and print what happened."""
+    """Import a scanned source into the store (with ``importer``, default
+    :func:`~agentsession.interop.importers.import_source`) and print what happened."""
     from ..interop.importers import SessionOutcome, import_source
 
+    importer = importer or import_source
     as_json = as_json or bool(click.get_current_context().meta.get("agentsession.import_json"))
     url = store_url if store_url is not None else state.url
     _check_url(url)
@@ -78,7 +86,7 @@ def _run_import(
             def progress(_outcome: SessionOutcome) -> None:
                 advance()
 
-            report = import_source(source, store, dry_run=dry_run, progress=progress)
+            report = importer(source, store, dry_run=dry_run, progress=progress)
         destination = report.destination or url
         if as_json:
             _json_line(
@@ -139,8 +147,8 @@ def _run_import(
         if dry_run:
             _echo(clean(f"dry run: {counts}; nothing written to {destination}"))
         else:
-            checked = (
-                "event counts and seqs" if report.source_kind == "agentkit" else "event counts"
+            checked = {"agentkit": "event counts and seqs", "claude-code": "entries"}.get(
+                report.source_kind, "event counts"
             )
             _echo(clean(f"{counts} into {destination}; {checked} verified"))
     finally:
@@ -232,3 +240,35 @@ def import_lango_command(
     except SourceNotFound as exc:
         raise NoStore(str(exc)) from None
     _run_import(state, store_url, source, dry_run, as_json)
+
+
+@import_group.command(
+    "claude-code",
+    context_settings=CONTEXT,
+    epilog=_examples(
+        "agentsession import claude-code ~/.claude/projects/-home-me-app --dry-run",
+        "agentsession import claude-code ~/.claude/projects --store sqlite:///sessions.db",
+    ),
+)
+@click.argument("directory")
+@_STORE_OPTION
+@_DRY_RUN_OPTION
+@_JSON_OPTION
+@pass_state
+def import_claude_code_command(
+    state: State, directory: str, store_url: str | None, dry_run: bool, as_json: bool
+) -> None:
+    """Import Claude Code transcripts: a project directory (~/.claude/projects/<project>, its
+    <session>.jsonl files and their subagents' <session>/subagents/*.jsonl) or the projects
+    directory holding several. Each transcript is stored as the Claude Agent SDK integration
+    stores it (claude:<project>:<session>, subagents as child sessions). Running it again
+    appends only what a transcript gained since; a store transcript that is not the start of
+    its file is left as it is."""
+    from ..interop.claude_code import import_claude_code, scan_claude_code_dir
+    from ..interop.importers import SourceNotFound
+
+    try:
+        source = scan_claude_code_dir(directory)
+    except SourceNotFound as exc:
+        raise NoStore(str(exc)) from None
+    _run_import(state, store_url, source, dry_run, as_json, import_claude_code)

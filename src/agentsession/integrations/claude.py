@@ -11,7 +11,8 @@
         ...
 
 :class:`AgentSessionStore` implements the SDK's ``SessionStore`` protocol: the required
-``append`` and ``load``, and the optional ``list_sessions``, ``delete`` and ``list_subkeys``
+``append`` and ``load``, and the optional ``list_sessions``, ``list_session_summaries``,
+``delete`` and ``list_subkeys``
 (subagent transcripts are child sessions of their main transcript's session). Claude Code
 mirrors each transcript line to it as it writes it locally (the SDK's transcript mirror, in
 batches); a ``query()`` with ``resume`` (or ``continue_conversation``) loads the transcript
@@ -29,16 +30,20 @@ The agentsession id of a transcript is ``claude:<project>:<session>[:<subpath>]`
 (:func:`~agentsession.interop.claude_code.session_key`).
 
 The methods are coroutines that run the store's blocking calls in a worker thread
-(``anyio.to_thread``, so they work under asyncio and trio alike); ``list_session_summaries``
-is not implemented (the SDK then lists with ``list_sessions`` and ``load``).
+(``anyio.to_thread``, so they work under asyncio and trio alike). ``list_session_summaries`` is
+implemented too: each ``append`` to a main transcript folds the entries it stored (not those
+stored before) into the session's summary with the SDK's ``fold_session_summary``, a
+compare-and-set of one meta entry (:data:`SUMMARY_META`).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Final, TypeVar, Union
 
 import anyio.to_thread
 
@@ -53,9 +58,14 @@ if TYPE_CHECKING:
         SessionListSubkeysKey,
         SessionStoreEntry,
         SessionStoreListEntry,
+        SessionSummaryEntry,
     )
 
-__all__ = ["ENTRY", "AgentSessionStore", "StoreTarget", "session_key"]
+__all__ = ["ENTRY", "SUMMARY_META", "AgentSessionStore", "StoreTarget", "session_key"]
+
+SUMMARY_META: Final = "claude-summary"
+"""The meta namespace of the sessions' summaries (``list_session_summaries``), keyed by the
+agentsession session id; deleted with the main transcript."""
 
 StoreTarget = Union[str, "os.PathLike[str]", BaseStore, AsyncStore]
 """What ``store=`` takes: a URL or path for :func:`agentsession.open_store`, or an open store."""
@@ -118,7 +128,30 @@ class AgentSessionStore:
             session_key(project, sid, subpath)  # a bad key is still refused
             return
         batch: Sequence[Mapping[str, Any]] = entries
-        await self._run(self._transcripts.append, project, sid, subpath, batch)
+        await self._run(self._append, project, sid, subpath, batch)
+
+    def _append(
+        self, project: str, sid: str, subpath: str | None, entries: Sequence[Mapping[str, Any]]
+    ) -> None:
+        stored = self._transcripts.append(project, sid, subpath, entries).entries
+        if subpath is None and stored:
+            self._fold(project, sid, stored)
+
+    def _fold(self, project: str, sid: str, entries: list[dict[str, Any]]) -> None:
+        """Fold newly stored entries into the session's summary, a compare-and-set of its meta
+        entry (so concurrent appends, in any process, lose no fold), stamped after the append
+        with this host's clock, the one the store stamps appends with."""
+        from claude_agent_sdk import fold_session_summary
+
+        key: SessionKey = {"project_key": project, "session_id": sid}
+
+        def change(old: str | None) -> str:
+            prev: SessionSummaryEntry | None = json.loads(old) if old else None
+            folded = fold_session_summary(prev, key, entries)  # type: ignore[arg-type]
+            folded["mtime"] = max(int(time.time() * 1000), prev["mtime"] if prev else 0)
+            return json.dumps(folded)
+
+        self.store._meta_update(SUMMARY_META, session_key(project, sid), change)
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
         """The key's entries in order, deep-equal to what was appended; None when nothing was
@@ -133,11 +166,30 @@ class AgentSessionStore:
         found = await self._run(self._transcripts.list_sessions, project_key)
         return [{"session_id": sid, "mtime": mtime} for sid, mtime in found]
 
+    async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
+        """The summaries of the project's main transcripts, as the SDK's
+        ``fold_session_summary`` made them in :meth:`append` (kept in the meta namespace
+        :data:`SUMMARY_META`, keyed by session id)."""
+        return await self._run(self._summaries, project_key)
+
+    def _summaries(self, project_key: str) -> list[SessionSummaryEntry]:
+        found: list[SessionSummaryEntry] = []
+        for sid, _ in self._transcripts.list_sessions(project_key):
+            raw = self.store.meta_get(SUMMARY_META, session_key(project_key, sid))
+            if raw is not None:
+                found.append(json.loads(raw))
+        return found
+
     async def delete(self, key: SessionKey) -> None:
-        """Delete a transcript: a main one together with its subagents' transcripts, one with
-        a ``subpath`` alone. Deleting what does not exist does nothing."""
+        """Delete a transcript: a main one together with its subagents' transcripts and its
+        summary, one with a ``subpath`` alone. Deleting what does not exist does nothing."""
         project, sid, subpath = _parts(key)
-        await self._run(self._transcripts.delete, project, sid, subpath)
+        await self._run(self._delete, project, sid, subpath)
+
+    def _delete(self, project: str, sid: str, subpath: str | None) -> None:
+        self._transcripts.delete(project, sid, subpath)
+        if subpath is None:
+            self.store.meta_set(SUMMARY_META, session_key(project, sid), None)
 
     async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
         """The subpaths of the session's subagent transcripts (``subagents/agent-<id>``)."""

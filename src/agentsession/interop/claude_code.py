@@ -46,7 +46,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 from urllib.parse import quote, unquote
 
 import msgspec
@@ -68,6 +68,7 @@ from .importers import ImportReport, SessionOutcome, SourceNotFound
 
 __all__ = [
     "ENTRY",
+    "Appended",
     "ID_PREFIX",
     "SUBAGENT_AGENT",
     "ClaudeCodeSource",
@@ -255,6 +256,15 @@ _entry_decoder = msgspec.json.Decoder()
 # The transcripts in a store.
 
 
+class Appended(NamedTuple):
+    """What :meth:`ClaudeTranscripts.append` stored."""
+
+    events: int
+    """Events stored (entries and their mirror)."""
+    entries: list[dict[str, Any]]
+    """The entries stored, in order (an entry stored before is not among them)."""
+
+
 class ClaudeTranscripts:
     """Claude transcripts in one agentsession store, by the SDK's keys (the sync half of
     :class:`agentsession.integrations.claude.AgentSessionStore`, and what the importer writes
@@ -288,14 +298,19 @@ class ClaudeTranscripts:
         session_id: str,
         subpath: str | None,
         entries: Sequence[Mapping[str, Any]],
-    ) -> None:
+    ) -> Appended:
         """Store ``entries`` (with their mirror) at the end of the transcript, in one atomic
-        append; an entry whose ``uuid`` is already stored is not stored again."""
+        append; an entry whose ``uuid`` is already stored is not stored again. Returns what
+        was stored."""
         events, _ = _batch(entries, self.mirror_messages)
         if not events:
-            return
+            return Appended(0, [])
         session = self._session(project_key, session_id, subpath)
-        session.append_many(events)
+        before = session.latest_seq
+        seqs = session.append_many(events)
+        new = [event for event, seq in zip(events, seqs, strict=True) if seq > before]
+        stored = [_entry_decoder.decode(e.data) for e in new if e.type == ENTRY]
+        return Appended(len(new), stored)
 
     def load(
         self, project_key: str, session_id: str, subpath: str | None = None
@@ -334,10 +349,9 @@ class ClaudeTranscripts:
         subpaths: dict[str, None] = {}
         for child in self.store.children_of(parent):
             parsed = parse_session_key(child.id)
-            if parsed is not None and parsed[2] is not None and parsed[:2] == (
-                project_key,
-                session_id,
-            ):
+            if parsed is None or parsed[2] is None:
+                continue
+            if parsed[:2] == (project_key, session_id):
                 subpaths[parsed[2]] = None
         return list(subpaths)
 
@@ -382,8 +396,14 @@ class ClaudeCodeSource:
     their subagents'), and notes."""
 
     location: str
-    files: list[TranscriptFile]
+    """The directory scanned."""
+    sessions: list[TranscriptFile]
+    """The transcript files, each stored as one session."""
     notes: list[str]
+    """What a person should know (no transcripts found, ...)."""
+
+    def close(self) -> None:
+        """Nothing to release: the files are opened only while they are read."""
 
 
 def _project_files(project_dir: str, project_key: str) -> list[TranscriptFile]:
@@ -482,7 +502,7 @@ def import_claude_code(
     )
     report.notes.extend(source.notes)
     read: list[tuple[TranscriptFile, list[dict[str, Any]]]] = []
-    for file in source.files:
+    for file in source.sessions:
         entries, notes = read_transcript(file.path)
         report.notes.extend(notes)
         read.append((file, entries))
@@ -501,16 +521,17 @@ def import_claude_code(
             new: list[dict[str, Any]] = []
         else:
             new = entries[len(stored) :]
+        events = len(_batch(new, True)[0])
         if new and not dry_run:
             assert transcripts is not None
-            transcripts.append(file.project_key, file.session_id, file.subpath, new)
+            events = transcripts.append(file.project_key, file.session_id, file.subpath, new).events
             written.append((file, entries))
         status: Literal["imported", "skipped", "would_import", "would_skip"]
         if new:
             status = "would_import" if dry_run else "imported"
         else:
             status = "would_skip" if dry_run else "skipped"
-        outcome = SessionOutcome(file.key, file.path, len(new), status)
+        outcome = SessionOutcome(file.key, file.path, events, status)
         report.sessions.append(outcome)
         if progress is not None:
             progress(outcome)
@@ -525,4 +546,3 @@ def import_claude_code(
                 )
         report.verified = True
     return report
-
