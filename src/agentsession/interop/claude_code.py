@@ -13,7 +13,7 @@ session ``claude:<project>:<session>:<subpath>`` (:func:`session_key`; each part
 percent-encoded with ``urllib.parse.quote(part, safe="")``, so no part holds a ``:``). A
 subagent's session is a child session of the main one (:meth:`BaseSession.fork
 <agentsession.session.BaseSession.fork>` with ``inherit=0``, agent ``claude-subagent``): it is in
-the main session's children index (``store.children_of``, ``agentsession tree``), and deleting
+the main session's children index (``store.children_of``), and deleting
 the main session with ``recursive=True`` deletes it too.
 
 **The log.** Every transcript line (an *entry*) is one ``claude/entry`` event whose payload is
@@ -51,6 +51,7 @@ from urllib.parse import quote, unquote
 
 import msgspec
 
+from ..compaction import COMPACTION_EFFECT_KIND
 from ..errors import DuplicateSession, SessionError, UsageError
 from ..events import (
     ASSISTANT_MESSAGE,
@@ -67,6 +68,7 @@ from ..store import BaseStore
 from .importers import ImportReport, SessionOutcome, SourceNotFound
 
 __all__ = [
+    "COMPACTION_EFFECT",
     "ENTRY",
     "Appended",
     "ID_PREFIX",
@@ -82,6 +84,14 @@ __all__ = [
     "session_key",
 ]
 
+COMPACTION_EFFECT: Final = (
+    "Claude Code resumes from its transcript entries (claude/entry events), which a "
+    "compaction does not shorten: it shortens messages() and what agentsession shows only; "
+    "Claude Code compacts its own transcript (/compact)"
+)
+"""What ``agentsession compact`` prints for a Claude session (meta namespace
+:data:`agentsession.compaction.COMPACTION_EFFECT_KIND`, key ``claude``), written by the first
+append of a :class:`ClaudeTranscripts`."""
 ENTRY: Final = "claude/entry"
 """Event type of one transcript entry; its payload is the entry's JSON, as given."""
 ID_PREFIX: Final = "claude:"
@@ -276,6 +286,7 @@ class ClaudeTranscripts:
         self.mirror_messages = mirror_messages
         """Whether entries are stored with their typed mirror (``messages()`` then reads them)."""
         self._forking = threading.Lock()
+        self._effect_noted = False
 
     def _session(self, project_key: str, session_id: str, subpath: str | None) -> BaseSession:
         """The session of a key; a subagent's is forked from the main session when new."""
@@ -305,6 +316,11 @@ class ClaudeTranscripts:
         events, _ = _batch(entries, self.mirror_messages)
         if not events:
             return Appended(0, [])
+        if not self._effect_noted:
+            key = ENTRY.split("/", 1)[0]
+            if self.store.meta_get(COMPACTION_EFFECT_KIND, key) != COMPACTION_EFFECT:
+                self.store.meta_set(COMPACTION_EFFECT_KIND, key, COMPACTION_EFFECT)
+            self._effect_noted = True
         session = self._session(project_key, session_id, subpath)
         before = session.latest_seq
         seqs = session.append_many(events)
