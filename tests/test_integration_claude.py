@@ -418,3 +418,23 @@ def test_the_example_runs(tmp_path: Path) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     run(module.main(str(tmp_path / "store")))
+
+
+def test_compact_shortens_messages_only_and_warns_that_claude_resumes_from_the_entries(
+    tmp_path: Path,
+) -> None:
+    store = AgentSessionStore(store=str(tmp_path))
+    run(store.append(KEY, _entries(1)))  # type: ignore[arg-type]
+    store.close()
+    sid = session_key(PROJECT, SESSION)
+    result = CliRunner().invoke(
+        cli, ["--store", str(tmp_path), "compact", sid, "--keep-turns", "0", "--summary", "S"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Claude Code resumes from its transcript entries" in result.stderr
+    store = AgentSessionStore(store=str(tmp_path))
+    try:
+        assert run(store.load(KEY)) == _entries(1)
+        assert [m.text for m in store.store.get(sid).messages()] == ["S"]
+    finally:
+        store.close()
