@@ -118,15 +118,16 @@ def opened(url: str, backend: str) -> BaseStore:
 # -- the SDK's conformance suite ---------------------------------------------------------------
 
 
+@pytest.mark.parametrize("summaries", [True, False], ids=["summaries", "folded-on-read"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_sdks_session_store_conformance_suite_passes(
-    backend: str, make_url: Callable[[str], str]
+    backend: str, summaries: bool, make_url: Callable[[str], str]
 ) -> None:
     stores: list[BaseStore] = []
 
     def make() -> AgentSessionStore:
         stores.append(opened(make_url(backend), backend))
-        return AgentSessionStore(store=stores[-1])
+        return AgentSessionStore(store=stores[-1], summaries=summaries)
 
     try:
         run(run_session_store_conformance(make))

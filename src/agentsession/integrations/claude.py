@@ -86,9 +86,14 @@ class AgentSessionStore:
 
     ``store`` is a URL or path (opened here and closed by :meth:`close`), or an open store (a
     :class:`~agentsession.store.BaseStore` or :class:`~agentsession.aio.AsyncStore`, left open).
-    ``mirror_messages=False`` stores the entries alone (``messages()`` is then empty)."""
+    ``mirror_messages=False`` stores the entries alone (``messages()`` is then empty).
+    ``summaries=False`` keeps no summaries: ``append`` writes the log alone (on a JSONL store
+    the summary's compare-and-set is most of an append's cost), and
+    ``list_session_summaries`` folds each session's entries when it is called instead."""
 
-    def __init__(self, store: StoreTarget, *, mirror_messages: bool = True) -> None:
+    def __init__(
+        self, store: StoreTarget, *, mirror_messages: bool = True, summaries: bool = True
+    ) -> None:
         owned = isinstance(store, (str, os.PathLike))
         if isinstance(store, AsyncStore):
             sync = store.sync
@@ -99,6 +104,7 @@ class AgentSessionStore:
         else:
             raise UsageError(f"store must be a URL, a path or an open store, not {store!r}")
         self._owned = owned
+        self._keep_summaries = summaries
         self._transcripts = ClaudeTranscripts(sync, mirror_messages=mirror_messages)
         self._closed = False
 
@@ -134,7 +140,7 @@ class AgentSessionStore:
         self, project: str, sid: str, subpath: str | None, entries: Sequence[Mapping[str, Any]]
     ) -> None:
         stored = self._transcripts.append(project, sid, subpath, entries).entries
-        if subpath is None and stored:
+        if subpath is None and stored and self._keep_summaries:
             self._fold(project, sid, stored)
 
     def _fold(self, project: str, sid: str, entries: list[dict[str, Any]]) -> None:
@@ -169,15 +175,26 @@ class AgentSessionStore:
     async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
         """The summaries of the project's main transcripts, as the SDK's
         ``fold_session_summary`` made them in :meth:`append` (kept in the meta namespace
-        :data:`SUMMARY_META`, keyed by session id)."""
+        :data:`SUMMARY_META`, keyed by session id); with ``summaries=False``, folded from each
+        session's entries now."""
         return await self._run(self._summaries, project_key)
 
     def _summaries(self, project_key: str) -> list[SessionSummaryEntry]:
+        from claude_agent_sdk import fold_session_summary
+
         found: list[SessionSummaryEntry] = []
-        for sid, _ in self._transcripts.list_sessions(project_key):
-            raw = self.store.meta_get(SUMMARY_META, session_key(project_key, sid))
-            if raw is not None:
-                found.append(json.loads(raw))
+        for sid, mtime in self._transcripts.list_sessions(project_key):
+            if self._keep_summaries:
+                raw = self.store.meta_get(SUMMARY_META, session_key(project_key, sid))
+                if raw is not None:
+                    found.append(json.loads(raw))
+                continue
+            entries = self._transcripts.load(project_key, sid)
+            if entries:
+                key: SessionKey = {"project_key": project_key, "session_id": sid}
+                folded = fold_session_summary(None, key, entries)  # type: ignore[arg-type]
+                folded["mtime"] = mtime
+                found.append(folded)
         return found
 
     async def delete(self, key: SessionKey) -> None:
