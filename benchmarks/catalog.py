@@ -1,0 +1,299 @@
+"""The catalog and search at scale: the first page of a listing, a filtered page and a search,
+each in a fresh process, and what keeping the catalog costs an append.
+
+    python benchmarks/catalog.py [--sessions 100000] [--messages 10]
+        [--backends jsonl,sqlite,postgres] [--baseline-seconds 60] [--large] [--postgres DSN]
+
+Per backend, a store is filled with ``--sessions`` sessions of ``--messages`` messages (user and
+assistant in turn, one batch each), each with a tenant (one of 50) and a tag (one of 7) set by
+``session.update``. Then, each in a new Python process after its imports (the median of three
+processes), the time to open the store and get:
+
+* the first page of ``store.list(order="updated", limit=50)`` [targets: <= 20 ms SQLite and
+  PostgreSQL, <= 50 ms JSONL];
+* a filtered page, ``where={"tenant": ..., "tag": ...}`` [<= 30 ms];
+* ``store.search`` of a two-word query [<= 100 ms SQLite and PostgreSQL, <= 200 ms JSONL].
+
+Appending with the catalog and search index kept costs [<= 1.3x] appending with
+``catalog=False`` (the same 4,000 single appends over 200 sessions, alternating runs).
+
+Baselines, filled for at most ``--baseline-seconds`` each (the size they reach is printed):
+ADK's ``SqliteSessionService.list_sessions`` (one app and user, every session) and the OpenAI
+Agents SDK's ``SQLiteSession`` (open and ``get_items(limit=5)`` of one session), each in a
+fresh process likewise. ``--large`` fills 1,000,000 sessions on SQLite and PostgreSQL instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _postgres import drop_schema, postgres_url
+
+import agentsession as ags
+
+_HERE = os.path.abspath(__file__)
+TENANTS = 50
+TAGS = 7
+WORDS = ("invoice", "refund", "parcel", "delivery", "password", "upgrade", "printer", "router")
+
+
+def _events(i: int, messages: int) -> list[ags.Event]:
+    out = []
+    for m in range(messages):
+        word = WORDS[(i + m) % len(WORDS)]
+        if m % 2 == 0:
+            out.append(ags.Event.new("user/message", ags.Message.user(f"help with my {word} {i}")))
+        else:
+            out.append(
+                ags.Event.new("assistant/message", ags.Message.assistant(f"about the {word}"))
+            )
+    return out
+
+
+def fill(url: str, sessions: int, messages: int) -> float:
+    """Fill the store; returns the seconds it took."""
+    store = ags.open_store(url)
+    start = time.perf_counter()
+    for i in range(sessions):
+        session = store.get(f"chat:{i:07d}")
+        session.append_many(_events(i, messages))
+        session.update(tenant=f"t{i % TENANTS}", tags=[f"tag{i % TAGS}"])
+        if i % 1000 == 999:
+            store._drop_cached(session.id)
+    store.close()
+    return time.perf_counter() - start
+
+
+def probe(url: str, what: str) -> None:
+    """In a fresh process: open the store and run one query; print the milliseconds."""
+    start = time.perf_counter()
+    store = ags.open_store(url)
+    if what == "list":
+        found = len(store.list(order="updated", limit=50))
+    elif what == "filtered":
+        found = len(store.list(where={"tenant": "t3", "tag": "tag3"}, limit=50))
+    else:
+        found = len(store.search("refund parcel", limit=20))
+    elapsed = (time.perf_counter() - start) * 1000
+    store.close()
+    print(json.dumps({"ms": elapsed, "found": found}))
+
+
+def _median_probe(args: list[str]) -> tuple[float, int]:
+    runs = []
+    found = 0
+    for _ in range(3):
+        out = subprocess.run(
+            [sys.executable, _HERE, *args], capture_output=True, text=True, check=True
+        ).stdout
+        row = json.loads(out.strip().splitlines()[-1])
+        runs.append(row["ms"])
+        found = row["found"]
+    return statistics.median(runs), found
+
+
+def append_ratio(url_on: str, url_off: str, repeat: int = 3) -> float:
+    """Append time with the catalog / without (alternating, best of ``repeat``)."""
+    best = {url_on: float("inf"), url_off: float("inf")}
+    for r in range(repeat):
+        for url in (url_on, url_off) if r % 2 == 0 else (url_off, url_on):
+            store = ags.open_store(url, catalog=url is url_on)
+            sessions = [store.get(f"a{r}:{n}") for n in range(200)]
+            events = [
+                ags.Event.new("user/message", ags.Message.user(f"text {k} about invoice"))
+                for k in range(4000)
+            ]
+            start = time.perf_counter()
+            for k, event in enumerate(events):
+                sessions[k % 200].append(event)
+            best[url] = min(best[url], time.perf_counter() - start)
+            store.close()
+    return best[url_on] / best[url_off]
+
+
+# -- baselines ------------------------------------------------------------------------------------
+
+
+def adk_fill(path: str, seconds: float) -> int:
+    from google.adk.events.event import Event
+    from google.adk.sessions.sqlite_session_service import SqliteSessionService
+    from google.genai import types
+
+    async def run() -> int:
+        service = SqliteSessionService(path)
+        deadline = time.perf_counter() + seconds
+        n = 0
+        while time.perf_counter() < deadline:
+            session = await service.create_session(
+                app_name="bench", user_id="u", session_id=f"s{n}"
+            )
+            for m in range(2):
+                content = types.Content(role="user", parts=[types.Part(text=f"help {n} {m}")])
+                await service.append_event(session, Event(author="user", content=content))
+            n += 1
+        return n
+
+    return asyncio.run(run())
+
+
+def adk_probe(path: str) -> None:
+    from google.adk.sessions.sqlite_session_service import SqliteSessionService
+
+    start = time.perf_counter()
+
+    async def run() -> int:
+        service = SqliteSessionService(path)
+        listed = await service.list_sessions(app_name="bench", user_id="u")
+        return len(listed.sessions)
+
+    found = asyncio.run(run())
+    print(json.dumps({"ms": (time.perf_counter() - start) * 1000, "found": found}))
+
+
+def openai_fill(path: str, sessions: int, messages: int, seconds: float) -> int:
+    from agents.memory import SQLiteSession
+
+    async def run() -> int:
+        deadline = time.perf_counter() + seconds
+        n = 0
+        while n < sessions and time.perf_counter() < deadline:
+            session = SQLiteSession(f"s{n}", path)
+            items = [
+                {"role": "user" if m % 2 == 0 else "assistant", "content": f"help {n} {m}"}
+                for m in range(messages)
+            ]
+            await session.add_items(items)  # type: ignore[arg-type]
+            session.close()
+            n += 1
+        return n
+
+    return asyncio.run(run())
+
+
+def openai_probe(path: str) -> None:
+    from agents.memory import SQLiteSession
+
+    start = time.perf_counter()
+
+    async def run() -> int:
+        session = SQLiteSession("s0", path)
+        items = await session.get_items(limit=5)
+        session.close()
+        return len(items)
+
+    found = asyncio.run(run())
+    print(json.dumps({"ms": (time.perf_counter() - start) * 1000, "found": found}))
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=100_000)
+    parser.add_argument("--messages", type=int, default=10)
+    parser.add_argument("--backends", default="jsonl,sqlite,postgres")
+    parser.add_argument("--baseline-seconds", type=float, default=60.0)
+    parser.add_argument("--large", action="store_true")
+    parser.add_argument("--postgres", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN"))
+    parser.add_argument("--probe", nargs=2, metavar=("URL", "WHAT"), help=argparse.SUPPRESS)
+    parser.add_argument("--adk-probe", help=argparse.SUPPRESS)
+    parser.add_argument("--openai-probe", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.probe:
+        probe(*args.probe)
+        return
+    if args.adk_probe:
+        adk_probe(args.adk_probe)
+        return
+    if args.openai_probe:
+        openai_probe(args.openai_probe)
+        return
+
+    sessions = 1_000_000 if args.large else args.sessions
+    targets = {
+        "jsonl": (50, 30, 200),
+        "sqlite": (20, 30, 100),
+        "postgres": (20, 30, 100),
+    }
+    tmp = Path(tempfile.mkdtemp(prefix="agentsession-catalog-bench-"))
+    rows: list[str] = []
+    try:
+        for backend in filter(None, args.backends.split(",")):
+            if args.large and backend == "jsonl":
+                continue
+            schema = None
+            if backend == "jsonl":
+                url = str(tmp / "jsonl")
+                ratio_urls = (str(tmp / "ratio-on"), str(tmp / "ratio-off"))
+            elif backend == "sqlite":
+                url = f"sqlite:///{tmp / 'catalog.db'}"
+                ratio_urls = (f"sqlite:///{tmp / 'on.db'}", f"sqlite:///{tmp / 'off.db'}")
+            else:
+                if not args.postgres:
+                    print("postgres: skipped (no --postgres or AGENTSESSION_TEST_POSTGRES_DSN)")
+                    continue
+                url, schema = postgres_url(args.postgres)
+                on, schema_on = postgres_url(args.postgres)
+                off, schema_off = postgres_url(args.postgres)
+                ratio_urls = (on, off)
+            try:
+                seconds = fill(url, sessions, args.messages)
+                print(f"{backend}: filled {sessions:,} sessions in {seconds:.0f} s", flush=True)
+                results = [
+                    _median_probe(["--probe", url, w]) for w in ("list", "filtered", "search")
+                ]
+                ratio = append_ratio(*ratio_urls)
+                (lt, ft, st) = targets[backend]
+                rows.append(
+                    f"| {backend} | {sessions:,} | {results[0][0]:.1f} (<= {lt}) | "
+                    f"{results[1][0]:.1f} (<= {ft}; {results[1][1]} rows) | "
+                    f"{results[2][0]:.1f} (<= {st}; {results[2][1]} hits) | {ratio:.2f} (<= 1.3) |"
+                )
+            finally:
+                if schema is not None:
+                    for name in (schema, schema_on, schema_off):
+                        drop_schema(args.postgres, name)
+        adk_path = str(tmp / "adk.db")
+        try:
+            adk_n = adk_fill(adk_path, args.baseline_seconds)
+            adk_ms, adk_found = _median_probe(["--adk-probe", adk_path])
+            rows.append(
+                f"| ADK SqliteSessionService.list_sessions | {adk_n:,} | {adk_ms:.1f} "
+                f"({adk_found} sessions, every one) | - | - | - |"
+            )
+        except ImportError:
+            rows.append("| ADK | skipped (pip install google-adk) | | | | |")
+        oai_path = str(tmp / "openai.db")
+        try:
+            oai_n = openai_fill(oai_path, sessions, args.messages, args.baseline_seconds)
+            oai_ms, _ = _median_probe(["--openai-probe", oai_path])
+            rows.append(
+                f"| OpenAI SQLiteSession open + get_items(limit=5) | {oai_n:,} | {oai_ms:.1f} "
+                "(no listing API) | - | - | - |"
+            )
+        except ImportError:
+            rows.append("| OpenAI Agents SDK | skipped (pip install openai-agents) | | | | |")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    print(
+        "| store | sessions | first page ms | filtered page ms | search ms | append with/without |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print(row)
+
+
+if __name__ == "__main__":
+    main()
