@@ -209,8 +209,11 @@ class MemoryIndex:
         self.documents: dict[str, dict[int, Any]] = {}
         """Documents by session id, then seq, as ``[document, rewound]``."""
 
-    def apply(self, session_id: str, change: CatalogChange) -> None:
-        """Apply an append's change (called by the memory log where it stores the batch)."""
+    def apply(self, session_id: str, change: CatalogChange | None) -> None:
+        """Apply an append's change (called by the memory log where it stores the batch; None:
+        nothing to do)."""
+        if change is None:
+            return
         with self._lock:
             self.rows[session_id] = apply_change(self.rows.get(session_id), session_id, change)
             self._add_usage(session_id, change)

@@ -1,13 +1,12 @@
 """The memory backend: the reference implementation of the storage contract.
 
 Every session of a store lives in a list inside that store; nothing survives the process.
-Everything is composed, nothing subclassed to change behaviour: :class:`MemoryLog` is the whole
-of a session's storage (the :class:`~agentsession.storage.LogStorage` contract: the session is
-the library's :class:`~agentsession.BaseSession`, given the log); :class:`MemoryCatalog` (a
+Everything is composed, nothing subclassed: :class:`MemoryLog` is a session's storage (a
+:class:`~agentsession.storage.LogStorage`), :class:`MemoryCatalog` (a
 :class:`~agentsession.catalog.Catalog`) keeps the lists, a
-:class:`~agentsession.catalog.MetaInMemory` (re-exported here) the meta values;
-:class:`MemoryStore` only hands them, with a :class:`~agentsession.locks.ThreadLocker`, to
-:class:`~agentsession.store.BaseStore`.
+:class:`~agentsession.catalog.MetaInMemory` the meta values and a
+:class:`~agentsession.indexing.MemoryIndex` the catalog rows; :class:`MemoryStore` hands them
+to :class:`~agentsession.store.BaseStore`.
 """
 
 from __future__ import annotations
@@ -33,28 +32,17 @@ __all__ = ["MemoryCatalog", "MemoryLog", "MemoryStore", "MetaInMemory", "open_me
 
 
 class MemoryLog:
-    """One session's log in a :class:`MemoryStore`: a list in the store's dict, the reference
-    :class:`~agentsession.storage.LogStorage`.
-
-    Several logs for one id (a session object evicted from the cache and a fresh one, say)
-    share the list, so seqs stay unique and gap-free exactly as on the durable backends. A
-    log remembers which list it read (its *life*): when the store's list for the id is another
-    one (the session was deleted, and perhaps created again), it answers
-    :data:`~agentsession.storage.REOPEN` and the session opens it again."""
+    """One session's log in a :class:`MemoryStore`: a list in the store's dict. Logs for one
+    id share the list, so seqs stay unique and gap-free as on the durable backends. A log
+    remembers which list it read (its *life*): when the store's list for the id is another
+    (deleted, perhaps created again), it answers :data:`~agentsession.storage.REOPEN`."""
 
     def __init__(
-        self,
-        logs: dict[str, list[Event]],
-        lock: threading.RLock,
-        session_id: str,
-        store: str,
-        index: MemoryIndex | None = None,
-    ) -> None:
-        self._logs = logs
-        self._index = index
-        self._lock = lock
-        self._id = session_id
-        self._identity = ("memory", store, session_id)
+        self, logs: dict[str, list[Event]], lock: threading.RLock, sid: str, store: str,
+        index: MemoryIndex,
+    ) -> None:  # fmt: skip
+        self._logs, self._lock, self._index, self._id = logs, lock, index, sid
+        self._identity = ("memory", store, sid)
         self._life: list[Event] | None = None  # the store's list this object has read
 
     @property
@@ -87,7 +75,7 @@ class MemoryLog:
                 return None
             stored = msgspec.structs.replace(event, seq=len(log) + 1)
             log.append(stored)
-            self._indexed(view, [stored])
+            self._index.apply(self._id, view.indexed([stored]))  # catalog and documents
             return stored
 
     def append(
@@ -111,15 +99,8 @@ class MemoryLog:
                 for i, event in enumerate(events, start=1)
             ]
             log.extend(stored)
-            self._indexed(view, stored)
+            self._index.apply(self._id, view.indexed(stored))
             return foreign, stored
-
-    def _indexed(self, view: LogView, stored: list[Event]) -> None:
-        """The store's catalog and documents, changed with the batch (under the same lock)."""
-        if self._index is not None:
-            change = view.indexed(stored)
-            if change is not None:
-                self._index.apply(self._id, change)
 
     def refresh(self, view: LogView) -> list[Event] | Reopen:
         with self._lock:
@@ -206,7 +187,7 @@ class MemoryStore(BaseStore):
     def __init__(self, **options: Any) -> None:
         catalog = MemoryCatalog()
         parts = StoreParts(
-            catalog, catalog.meta, locker=ThreadLocker, watcher=LocalWatcher, index=catalog.index
+            catalog, catalog.meta, ThreadLocker, watcher=LocalWatcher, index=catalog.index
         )
         super().__init__(parts, **options)
 
