@@ -1,0 +1,906 @@
+"""LangGraph's checkpointer over any agentsession store (the ``langgraph`` extra).
+
+::
+
+    from langgraph.graph import StateGraph
+    from agentsession.integrations.langgraph import AgentSessionSaver
+
+    saver = AgentSessionSaver(store="sessions/")  # or "sqlite:///s.db", "postgresql://...", a store
+    graph = builder.compile(checkpointer=saver)
+    graph.invoke(inputs, {"configurable": {"thread_id": "ada"}})
+
+:class:`AgentSessionSaver` is a ``langgraph.checkpoint.base.BaseCheckpointSaver`` with the
+sync and async methods LangGraph calls (``put``, ``put_writes``, ``get_tuple``, ``list``,
+``delete_thread``) and the extended ones its conformance suite detects (``copy_thread``,
+``delete_for_runs``, ``prune``), on every backend (memory, JSONL, SQLite, PostgreSQL,
+encrypted or not). The async methods run the sync ones in a worker thread.
+
+**One thread, one session.** A thread is the session ``thread_prefix + thread_id`` (``lg:``
+by default), so encryption, TTL, the turn lock, ``copy_store``, ``shred`` and ``delete``
+apply to it as to any session. Its log holds, in the application namespace ``langgraph/``:
+
+* ``langgraph/checkpoint``: one per ``put``: the namespace, the checkpoint's id and its
+  parent's, the checkpoint without its channel values and the metadata (each as LangGraph's
+  serializer writes them), and a blob for each channel version that is new in it
+  (``new_versions``). A channel value is stored once per version, never again with each
+  later checkpoint. A list value (the ``messages`` channel, any ``operator.add`` channel) that
+  extends the channel's previous stored version is stored as a delta: the serialized bytes of
+  the items added, and the version it extends, checked byte for byte (the new value's
+  serialized items must start with the previous value's), so reading it back rebuilds exactly
+  the bytes the full value would have had. Every :data:`SNAPSHOT_EVERY`-th version of a
+  channel is stored whole, so a read walks at most that many deltas.
+* ``langgraph/write``: one per pending write (``put_writes``): namespace, checkpoint id, task
+  id, index, channel, task path and value. All writes of one call are one atomic batch.
+* ``langgraph/removed``: the checkpoints ``delete_for_runs`` and ``prune`` took out (their
+  writes with them). Nothing is deleted from the log; ``delete_thread`` deletes the session.
+
+**Exactly once.** Every event's id is derived from what it records: a checkpoint's from
+(thread, namespace, checkpoint id), a write's from (thread, namespace, checkpoint id, task
+id, index), a special write's (an error, an interrupt, a resume: LangGraph's negative
+indexes, which replace an earlier one) also from its value. agentsession stores an id once,
+so a retried ``put`` or ``put_writes``, from this process or another, stores nothing again;
+reading keeps the first regular write of a (task, index) and the last special one, as
+LangGraph's own savers do.
+
+**The typed mirror.** When a root-namespace checkpoint holds a new version of the ``messages``
+channel (``messages_channel``), the messages in it that the thread has not recorded yet (by
+message id) are appended in the same batch as agentsession's typed events
+(:func:`agentsession.integrations.langchain.events_for`: ``user/message``,
+``assistant/message`` with tool calls, ``tool/result``, ``usage``), so ``session.messages()``,
+``agentsession show``, the viewer and the provider converters see the conversation. Each
+message is recorded once, when it is first checkpointed; a message ``update_state`` replaces
+in place, or one a time-travelled fork drops, stays in the mirror (the checkpoints are the
+truth; the mirror is what was said). A message the mirror cannot hold (no JSON form) is left
+out of it, with a warning.
+
+**Reading.** Each saver keeps, per thread, an index of the log it read (the checkpoints, the
+blobs' places, the writes) and brings it up to date with the events appended since (by any
+process) at each read, so a read costs one catch-up plus the decoding of what it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import hashlib
+import logging
+import os
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import msgspec
+
+try:
+    from langchain_core.messages import BaseMessage
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        PendingWrite,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+        writes_sort_key,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "agentsession.integrations.langgraph needs LangGraph: pip install 'agentsession[langgraph]'"
+    ) from exc
+
+from ..aio import AsyncStore
+from ..errors import ConflictError, UsageError
+from ..events import Event
+from ..session import BaseSession
+from ..store import BaseStore, open_store
+from .langchain import events_for
+
+__all__ = [
+    "CHECKPOINT",
+    "META_KEY",
+    "REMOVED",
+    "SNAPSHOT_EVERY",
+    "WRITE",
+    "AgentSessionSaver",
+    "StoreTarget",
+]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT: Final = "langgraph/checkpoint"
+"""Event type of one checkpoint (:class:`CheckpointData`)."""
+WRITE: Final = "langgraph/write"
+"""Event type of one pending write (:class:`WriteData`)."""
+REMOVED: Final = "langgraph/removed"
+"""Event type naming checkpoints taken out by ``delete_for_runs`` or ``prune``
+(:class:`RemovedData`)."""
+META_KEY: Final = "langgraph"
+"""Event meta key of the mirror's events: ``{"message": <message id>}``."""
+SNAPSHOT_EVERY: Final = 32
+"""A list channel's value is stored whole at least once every this many versions (the others
+as deltas), so rebuilding one reads at most this many blobs."""
+
+_COPY_CHUNK = 1000
+"""Events per batch when ``copy_thread`` copies a log."""
+_THREADS_KEPT = 256
+"""Threads whose index a saver keeps in memory (least recently used first out)."""
+_BODIES_KEPT = 8
+"""Rebuilt list bodies a thread's index keeps, so reading a history rebuilds each version
+from the one before it."""
+
+StoreTarget = str | os.PathLike[str] | BaseStore | AsyncStore
+"""What :class:`AgentSessionSaver` takes as its store."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The payloads.
+
+
+class Blob(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One channel version: the serialized value (``t``, ``d``: LangGraph's type tag and the
+    bytes in base64; ``t == "empty"`` for a channel without a value), or, when ``base`` is
+    set, the items appended to version ``base``'s list (``n``: the item count of the whole)."""
+
+    ch: str
+    """The channel."""
+    v: str | int | float
+    """The version."""
+    t: str
+    """The serializer's type tag (``"msgpack"``, ``"empty"``, ...)."""
+    d: str = ""
+    """The bytes, base64: the whole value, or (a delta) the added items' bytes."""
+    base: str | int | float | None = None
+    """The version this delta extends; None for a whole value."""
+    n: int = 0
+    """A delta's item count of the whole list."""
+
+
+class CheckpointData(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The payload of a :data:`CHECKPOINT` event."""
+
+    id: str
+    """The checkpoint id."""
+    ns: str = ""
+    """The checkpoint namespace ("" for the root graph)."""
+    parent: str | None = None
+    """The parent checkpoint's id."""
+    cp: tuple[str, str] = ("", "")
+    """The checkpoint without ``channel_values``: type tag and base64 bytes."""
+    md: tuple[str, str] = ("", "")
+    """The metadata: type tag and base64 bytes."""
+    blobs: list[Blob] = []
+    """The channel versions new in this checkpoint."""
+
+
+class WriteData(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The payload of a :data:`WRITE` event."""
+
+    cp: str
+    """The checkpoint id the write belongs to."""
+    task: str
+    """The task id."""
+    idx: int
+    """The write's index in its task (negative for LangGraph's special channels)."""
+    ch: str
+    """The channel."""
+    t: str
+    """The value's type tag."""
+    d: str = ""
+    """The value's bytes, base64."""
+    ns: str = ""
+    """The checkpoint namespace."""
+    path: str = ""
+    """The task path."""
+
+
+class RemovedData(msgspec.Struct, frozen=True):
+    """The payload of a :data:`REMOVED` event."""
+
+    checkpoints: list[tuple[str, str]]
+    """The (namespace, checkpoint id) pairs taken out."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Bytes.
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+def _array_header(data: bytes) -> int:
+    """The length of the msgpack array header ``data`` starts with; 0 when it is no array."""
+    if not data:
+        return 0
+    first = data[0]
+    if 0x90 <= first <= 0x9F:
+        return 1
+    if first == 0xDC:
+        return 3
+    if first == 0xDD:
+        return 5
+    return 0
+
+
+def _array_count(data: bytes, header: int) -> int:
+    if header == 1:
+        return data[0] & 0x0F
+    return int.from_bytes(data[1:header], "big")
+
+
+def _header_for(count: int) -> bytes:
+    """The msgpack array header of ``count`` items."""
+    if count < 16:
+        return bytes([0x90 | count])
+    if count < 1 << 16:
+        return b"\xdc" + count.to_bytes(2, "big")
+    return b"\xdd" + count.to_bytes(4, "big")
+
+
+def _event_id(kind: str, *parts: str) -> str:
+    """An event id derived from ``parts`` (so the same record always gets the same id)."""
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"lg{kind}-{digest[:40]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# A thread's index.
+
+
+class _Last(msgspec.Struct):
+    """The last list value this saver stored for a channel: what a delta may extend."""
+
+    version: str | int | float
+    body: bytes
+    count: int
+    depth: int
+
+
+class _Checkpoint(msgspec.Struct):
+    data: CheckpointData
+    metadata: dict[str, Any] | None = None  # decoded on first use
+
+
+class _Thread:
+    """What a saver read of one thread's log."""
+
+    def __init__(self, session: BaseSession) -> None:
+        self.session = session
+        self.life = session.life
+        self.last_seq = 0
+        self.checkpoints: dict[str, dict[str, _Checkpoint]] = {}
+        self.blobs: dict[tuple[str, str, str | int | float], Blob] = {}
+        self.writes: dict[tuple[str, str], dict[tuple[str, int], WriteData]] = {}
+        self.mirrored: set[str] = set()
+        self.last: dict[tuple[str, str], _Last] = {}
+        self.bodies: OrderedDict[tuple[str, str, str | int | float], bytes] = OrderedDict()
+        self.lock = threading.RLock()
+
+    def take(self, events: Sequence[Event]) -> None:
+        """Index ``events`` (the log's next ones, in seq order)."""
+        for event in events:
+            kind = event.type
+            if kind == CHECKPOINT:
+                data = event.decode(CheckpointData)
+                self.checkpoints.setdefault(data.ns, {})[data.id] = _Checkpoint(data)
+                for blob in data.blobs:
+                    self.blobs.setdefault((data.ns, blob.ch, blob.v), blob)
+            elif kind == WRITE:
+                write = event.decode(WriteData)
+                stored = self.writes.setdefault((write.ns, write.cp), {})
+                key = (write.task, write.idx)
+                if write.idx < 0 or key not in stored:
+                    stored[key] = write
+            elif kind == REMOVED:
+                for ns, checkpoint_id in event.decode(RemovedData).checkpoints:
+                    self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
+                    self.writes.pop((ns, checkpoint_id), None)
+            else:
+                mirrored = event.meta.get(META_KEY)
+                if isinstance(mirrored, dict) and isinstance(mirrored.get("message"), str):
+                    self.mirrored.add(mirrored["message"])
+            self.last_seq = event.seq
+
+    def body(self, ns: str, blob: Blob) -> bytes | None:
+        """The msgpack array body (the items' bytes, without the header) of a list blob; None
+        when a delta's base is not in the log."""
+        if blob.base is None:
+            data = _unb64(blob.d)
+            return data[_array_header(data) :]
+        key = (ns, blob.ch, blob.v)
+        cached = self.bodies.get(key)
+        if cached is not None:
+            self.bodies.move_to_end(key)
+            return cached
+        base = self.blobs.get((ns, blob.ch, blob.base))
+        below = None if base is None else self.body(ns, base)
+        if below is None:
+            log.warning(
+                "the base version %r of channel %r version %r is not in session %s",
+                blob.base,
+                blob.ch,
+                blob.v,
+                self.session.id,
+            )
+            return None
+        whole = below + _unb64(blob.d)
+        self.bodies[key] = whole
+        if len(self.bodies) > _BODIES_KEPT:
+            self.bodies.popitem(last=False)
+        return whole
+
+    def value(self, ns: str, blob: Blob) -> tuple[str, bytes] | None:
+        """The typed bytes of ``blob`` (None for an empty channel or a lost base)."""
+        if blob.t == "empty":
+            return None
+        if blob.base is None:
+            return blob.t, _unb64(blob.d)
+        body = self.body(ns, blob)
+        return None if body is None else (blob.t, _header_for(blob.n) + body)
+
+
+# ---------------------------------------------------------------------------------------------
+# The saver.
+
+
+def _configurable(config: RunnableConfig) -> Mapping[str, Any]:
+    conf = config.get("configurable")
+    if not isinstance(conf, Mapping):
+        raise UsageError("a LangGraph config needs a 'configurable' mapping with a thread_id")
+    return conf
+
+
+def _thread_id(config: RunnableConfig) -> str:
+    thread = _configurable(config).get("thread_id")
+    if thread is None or thread == "":
+        raise UsageError("a LangGraph config needs configurable.thread_id")
+    return str(thread)
+
+
+class AgentSessionSaver(BaseCheckpointSaver[str]):
+    """LangGraph's checkpointer, each thread kept in an agentsession session (see the module
+    docstring for what is stored and how).
+
+    ``store`` is an open store (a sync :class:`~agentsession.BaseStore`, or an
+    :class:`~agentsession.aio.AsyncStore` whose sync store is used; shared and not closed by
+    the saver) or a URL or path the saver opens on first use (with ``store_options``) and
+    closes in :meth:`close`. ``thread_prefix`` starts every thread's session id;
+    ``messages_channel`` names the channel mirrored as typed messages (None: no mirror);
+    ``serde`` is LangGraph's serializer (its ``JsonPlusSerializer`` by default).
+    """
+
+    def __init__(
+        self,
+        store: StoreTarget,
+        *,
+        thread_prefix: str = "lg:",
+        messages_channel: str | None = "messages",
+        serde: SerializerProtocol | None = None,
+        **store_options: Any,
+    ) -> None:
+        super().__init__(serde=serde)
+        if not isinstance(thread_prefix, str):
+            raise UsageError("thread_prefix must be a string")
+        self.thread_prefix = thread_prefix
+        """What every thread's session id starts with."""
+        self.messages_channel = messages_channel
+        """The channel mirrored as agentsession's typed messages (None: none)."""
+        self._target: str | os.PathLike[str] | None = None
+        self._sync: BaseStore | None = None
+        self._owned = False
+        self._options = store_options
+        if isinstance(store, AsyncStore):
+            self._sync = store.sync
+        elif isinstance(store, BaseStore):
+            self._sync = store
+        elif isinstance(store, (str, os.PathLike)):
+            if isinstance(store, str) and store.strip().lower().startswith("memory:"):
+                raise UsageError(
+                    "store='memory:' would open a store for this saver alone; open one with "
+                    "open_store('memory:') and pass the store itself"
+                )
+            self._target, self._owned = store, True
+        else:
+            raise UsageError(
+                "store must be a URL, a path, a BaseStore or an AsyncStore, not "
+                f"{type(store).__name__}"
+            )
+        if store_options and not self._owned:
+            raise UsageError("store options apply only to a store given as a URL or a path")
+        self._lock = threading.Lock()
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()
+
+    # -- the store ----------------------------------------------------------------------------
+
+    @property
+    def store(self) -> BaseStore:
+        """The sync store (opened now when the saver was given a URL)."""
+        with self._lock:
+            if self._sync is None:
+                assert self._target is not None
+                self._sync = open_store(self._target, **self._options)
+            return self._sync
+
+    def session_id(self, thread_id: str) -> str:
+        """The agentsession session id of a thread (``thread_prefix + thread_id``)."""
+        return self.thread_prefix + str(thread_id)
+
+    def session(self, thread_id: str) -> BaseSession:
+        """The agentsession session of a thread: its ``messages()`` is the mirrored
+        conversation."""
+        return self.store.get(self.session_id(thread_id))
+
+    def close(self) -> None:
+        """Close the store the saver opened from a URL (a store given open is left open)."""
+        with self._lock:
+            owned = self._sync if self._owned else None
+            self._threads.clear()
+        if owned is not None:
+            owned.close()
+
+    def __enter__(self) -> AgentSessionSaver:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = self._sync.location if self._sync is not None else self._target
+        return f"<AgentSessionSaver {self.thread_prefix!r} at {where}>"
+
+    # -- the index ----------------------------------------------------------------------------
+
+    def _thread(self, thread_id: str, *, read: bool = True) -> _Thread:
+        """The thread's index, brought up to date with its log when ``read``."""
+        session = self.session(thread_id)
+        with self._lock:
+            thread = self._threads.get(session.id)
+            if thread is None or thread.session is not session or thread.life != session.life:
+                thread = self._threads[session.id] = _Thread(session)
+            self._threads.move_to_end(session.id)
+            while len(self._threads) > _THREADS_KEPT:
+                self._threads.popitem(last=False)
+        if read:
+            with thread.lock:
+                events = session.read(thread.last_seq)
+                if session.life != thread.life:  # deleted and perhaps created again meanwhile
+                    thread = _Thread(session)
+                    with self._lock:
+                        self._threads[session.id] = thread
+                    events = session.read(0)
+                thread.take(events)
+        return thread
+
+    def _forget(self, thread_id: str) -> None:
+        with self._lock:
+            self._threads.pop(self.session_id(thread_id), None)
+
+    def _thread_ids(self) -> list[str]:
+        """Every thread of the store (sessions whose id starts with the prefix)."""
+        prefix = self.thread_prefix
+        return [info.id[len(prefix) :] for info in self.store.list(prefix or None)]
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _tuple(self, thread_id: str, thread: _Thread, entry: _Checkpoint) -> CheckpointTuple:
+        data = entry.data
+        ns = data.ns
+        checkpoint: Checkpoint = self.serde.loads_typed((data.cp[0], _unb64(data.cp[1])))
+        values: dict[str, Any] = {}
+        for channel, version in checkpoint["channel_versions"].items():
+            blob = thread.blobs.get((ns, channel, version))
+            typed = None if blob is None else thread.value(ns, blob)
+            if typed is not None:
+                values[channel] = self.serde.loads_typed(typed)
+        checkpoint["channel_values"] = values
+        stored = thread.writes.get((ns, data.id), {})
+        ordered = sorted(stored.values(), key=lambda w: writes_sort_key(w.path, w.task, w.idx))
+        pending: list[PendingWrite] = [
+            (w.task, w.ch, self.serde.loads_typed((w.t, _unb64(w.d)))) for w in ordered
+        ]
+        parent: RunnableConfig | None = None
+        if data.parent:
+            parent = {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": data.parent,
+                }
+            }
+        return CheckpointTuple(
+            config={
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": data.id,
+                }
+            },
+            checkpoint=checkpoint,
+            metadata=self._metadata(entry),
+            parent_config=parent,
+            pending_writes=pending,
+        )
+
+    def _metadata(self, entry: _Checkpoint) -> CheckpointMetadata:
+        if entry.metadata is None:
+            md = entry.data.md
+            entry.metadata = self.serde.loads_typed((md[0], _unb64(md[1])))
+        metadata: CheckpointMetadata = dict(entry.metadata)  # type: ignore[assignment]
+        return metadata
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its ``checkpoint_id``), or the thread's latest in
+        its namespace; None when there is none."""
+        thread_id = _thread_id(config)
+        thread = self._thread(thread_id)
+        ns = str(_configurable(config).get("checkpoint_ns") or "")
+        with thread.lock:
+            checkpoints = thread.checkpoints.get(ns)
+            if not checkpoints:
+                return None
+            checkpoint_id = get_checkpoint_id(config)
+            if checkpoint_id is None:
+                checkpoint_id = max(checkpoints)
+            entry = checkpoints.get(checkpoint_id)
+            return None if entry is None else self._tuple(thread_id, thread, entry)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """The checkpoints that match, newest first: of the config's thread (every thread
+        when None) and namespace (every namespace when it names none), whose metadata holds
+        every ``filter`` item, older than ``before``'s checkpoint, at most ``limit``."""
+        if config is None:
+            threads = self._thread_ids()
+            ns_wanted: str | None = None
+            id_wanted: str | None = None
+        else:
+            threads = [_thread_id(config)]
+            given = _configurable(config).get("checkpoint_ns")
+            ns_wanted = None if given is None else str(given)
+            id_wanted = get_checkpoint_id(config)
+        before_id = get_checkpoint_id(before) if before else None
+        left = limit
+        for thread_id in threads:
+            if left is not None and left <= 0:
+                return
+            thread = self._thread(thread_id)
+            found: list[CheckpointTuple] = []
+            with thread.lock:
+                entries = [
+                    entry
+                    for ns, checkpoints in thread.checkpoints.items()
+                    if ns_wanted is None or ns == ns_wanted
+                    for entry in checkpoints.values()
+                ]
+                entries.sort(key=lambda e: e.data.id, reverse=True)
+                for entry in entries:
+                    if left is not None and left <= 0:
+                        break
+                    if id_wanted and entry.data.id != id_wanted:
+                        continue
+                    if before_id and entry.data.id >= before_id:
+                        continue
+                    if filter:
+                        metadata = self._metadata(entry)
+                        if not all(metadata.get(k) == v for k, v in filter.items()):
+                            continue
+                    found.append(self._tuple(thread_id, thread, entry))
+                    if left is not None:
+                        left -= 1
+            yield from found
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _blob(
+        self, thread: _Thread, ns: str, channel: str, version: str | int | float, value: Any
+    ) -> Blob:
+        """The blob of one new channel version: a delta when the value is a list extending
+        the last list this saver stored for the channel."""
+        kind, data = self.serde.dumps_typed(value)
+        header = _array_header(data) if kind == "msgpack" else 0
+        if not header:
+            thread.last.pop((ns, channel), None)
+            return Blob(channel, version, kind, _b64(data))
+        count = _array_count(data, header)
+        body = data[header:]
+        last = thread.last.get((ns, channel))
+        if (
+            last is not None
+            and last.count
+            and last.depth + 1 < SNAPSHOT_EVERY
+            and count >= last.count
+            and last.version != version
+            and body.startswith(last.body)
+        ):
+            thread.last[(ns, channel)] = _Last(version, body, count, last.depth + 1)
+            added = body[len(last.body) :]
+            return Blob(channel, version, kind, _b64(added), base=last.version, n=count)
+        thread.last[(ns, channel)] = _Last(version, body, count, 0)
+        return Blob(channel, version, kind, _b64(data))
+
+    def _mirror(self, thread_id: str, thread: _Thread, value: Any) -> builtins.list[Event]:
+        """The typed events of the messages in ``value`` the thread has not recorded."""
+        if not isinstance(value, list):
+            return []
+        events: list[Event] = []
+        for message in value:
+            if not isinstance(message, BaseMessage) or not message.id:
+                continue
+            if message.id in thread.mirrored:
+                continue
+            try:
+                made = events_for([message])
+            except UsageError as exc:
+                log.warning("message %s is left out of the typed mirror: %s", message.id, exc)
+                thread.mirrored.add(message.id)
+                continue
+            for index, event in enumerate(made):
+                meta = {**event.meta, META_KEY: {"message": message.id}}
+                events.append(
+                    msgspec.structs.replace(
+                        event,
+                        id=_event_id("m", thread_id, message.id, str(index)),
+                        meta=meta,
+                    )
+                )
+            thread.mirrored.add(message.id)
+        return events
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint (one atomic batch: the mirror's new messages, then the
+        checkpoint with its new channel versions); returns the config naming it."""
+        thread_id = _thread_id(config)
+        conf = _configurable(config)
+        ns = str(conf.get("checkpoint_ns") or "")
+        thread = self._thread(thread_id, read=False)
+        values = checkpoint["channel_values"]
+        skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        with thread.lock:
+            blobs = [
+                self._blob(thread, ns, channel, version, values[channel])
+                if channel in values
+                else Blob(channel, version, "empty")
+                for channel, version in new_versions.items()
+            ]
+            mirror: list[Event] = []
+            channel = self.messages_channel
+            if ns == "" and channel is not None and channel in new_versions:
+                mirror = self._mirror(thread_id, thread, values.get(channel))
+        cp_type, cp_bytes = self.serde.dumps_typed(skeleton)
+        md_type, md_bytes = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
+        data = CheckpointData(
+            id=checkpoint["id"],
+            ns=ns,
+            parent=conf.get("checkpoint_id"),
+            cp=(cp_type, _b64(cp_bytes)),
+            md=(md_type, _b64(md_bytes)),
+            blobs=blobs,
+        )
+        event = Event.new(CHECKPOINT, data, id=_event_id("c", thread_id, ns, checkpoint["id"]))
+        try:
+            thread.session.append_many([*mirror, event])
+        except BaseException:
+            with thread.lock:  # what was kept for the next delta may not be stored
+                for blob in blobs:
+                    thread.last.pop((ns, blob.ch), None)
+            raise
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes for the checkpoint ``config`` names, in one atomic batch,
+        each once (see the module docstring)."""
+        thread_id = _thread_id(config)
+        conf = _configurable(config)
+        ns = str(conf.get("checkpoint_ns") or "")
+        checkpoint_id = conf.get("checkpoint_id")
+        if not checkpoint_id:
+            raise UsageError("put_writes needs the checkpoint's id in configurable.checkpoint_id")
+        events: list[Event] = []
+        for index, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, index)
+            kind, data = self.serde.dumps_typed(value)
+            encoded = _b64(data)
+            parts = [thread_id, ns, checkpoint_id, task_id, str(idx)]
+            if idx < 0:  # a special write replaces the last one: one id per value
+                parts += [channel, kind, hashlib.sha256(data).hexdigest()]
+            payload = WriteData(
+                cp=checkpoint_id,
+                task=task_id,
+                idx=idx,
+                ch=channel,
+                t=kind,
+                d=encoded,
+                ns=ns,
+                path=task_path,
+            )
+            events.append(Event.new(WRITE, payload, id=_event_id("w", *parts)))
+        if events:
+            self._thread(thread_id, read=False).session.append_many(events)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread's session (every checkpoint, write and mirrored message)."""
+        self._forget(thread_id)
+        self.store.delete(self.session_id(thread_id))
+        self._forget(thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Take out, in every thread, the checkpoints whose metadata's ``run_id`` is one of
+        ``run_ids`` (and their writes): a :data:`REMOVED` event per thread that has any."""
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        for thread_id in self._thread_ids():
+            thread = self._thread(thread_id)
+            with thread.lock:
+                gone = [
+                    (ns, checkpoint_id)
+                    for ns, checkpoints in thread.checkpoints.items()
+                    for checkpoint_id, entry in checkpoints.items()
+                    if self._metadata(entry).get("run_id") in wanted
+                ]
+            self._remove(thread, gone)
+
+    def _remove(self, thread: _Thread, gone: builtins.list[tuple[str, str]]) -> None:
+        if gone:
+            thread.session.append(Event.new(REMOVED, RemovedData(sorted(gone))))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread's log to a thread without events (every checkpoint, write, removal
+        and mirrored message, each with the id it would have had there; times kept). Raises
+        :class:`~agentsession.errors.UsageError` when the target has events."""
+        source = self.session_id(source_thread_id)
+        if not self.store.exists(source):
+            return
+        events = self.store.get(source).read()
+        target = self.session(target_thread_id)
+        copies = [self._copy(event, source_thread_id, target_thread_id) for event in events]
+        for start in range(0, len(copies), _COPY_CHUNK):
+            chunk = copies[start : start + _COPY_CHUNK]
+            try:
+                target.append_many(chunk, expect_seq=start)
+            except ConflictError:
+                if start == 0:
+                    raise UsageError(
+                        f"copy_thread: thread {target_thread_id!r} already has events"
+                    ) from None
+                raise
+        self._forget(target_thread_id)
+
+    def _copy(self, event: Event, source: str, target: str) -> Event:
+        kind = event.type
+        if kind == CHECKPOINT:
+            data = event.decode(CheckpointData)
+            new_id = _event_id("c", target, data.ns, data.id)
+        elif kind == WRITE:
+            write = event.decode(WriteData)
+            parts = [target, write.ns, write.cp, write.task, str(write.idx)]
+            if write.idx < 0:
+                parts += [write.ch, write.t, hashlib.sha256(_unb64(write.d)).hexdigest()]
+            new_id = _event_id("w", *parts)
+        else:
+            new_id = _event_id("x", target, source, event.id or str(event.seq))
+        return msgspec.structs.replace(event, seq=0, id=new_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: take out every checkpoint but the latest of each namespace (a
+        :data:`REMOVED` event per thread; the values stay in the log, so the kept
+        checkpoints' list deltas still read). ``delete``: delete the threads."""
+        if strategy not in ("keep_latest", "delete"):
+            raise UsageError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
+        for thread_id in thread_ids:
+            if not self.store.exists(self.session_id(thread_id)):
+                continue
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            thread = self._thread(thread_id)
+            with thread.lock:
+                gone = [
+                    (ns, checkpoint_id)
+                    for ns, checkpoints in thread.checkpoints.items()
+                    for checkpoint_id in sorted(checkpoints)[:-1]
+                ]
+            self._remove(thread, gone)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """The next version of a channel: a zero-padded counter and a random fraction, so two
+        forks of one checkpoint never make the same version with different values."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int):
+            number = current
+        else:
+            number = int(str(current).split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    # -- async: the sync methods in a worker thread ---------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """:meth:`get_tuple`, in a worker thread."""
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """:meth:`list`, in a worker thread."""
+        found = await asyncio.to_thread(
+            lambda: [*self.list(config, filter=filter, before=before, limit=limit)]
+        )
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """:meth:`put`, in a worker thread."""
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """:meth:`put_writes`, in a worker thread."""
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`delete_thread`, in a worker thread."""
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`delete_for_runs`, in a worker thread."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`copy_thread`, in a worker thread."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`prune`, in a worker thread."""
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
