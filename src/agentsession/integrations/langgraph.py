@@ -27,8 +27,9 @@ apply to it as to any session. Its log holds, in the application namespace ``lan
   extends the channel's previous stored version is stored as a delta: the serialized bytes of
   the items added, and the version it extends, checked byte for byte (the new value's
   serialized items must start with the previous value's), so reading it back rebuilds exactly
-  the bytes the full value would have had. Every :data:`SNAPSHOT_EVERY`-th version of a
-  channel is stored whole, so a read walks at most that many deltas.
+  the bytes the full value would have had. A growing list so takes the bytes of its items
+  once, not once per checkpoint (at least every :data:`SNAPSHOT_EVERY`-th version is stored
+  whole).
 * ``langgraph/write``: one per pending write (``put_writes``): namespace, checkpoint id, task
   id, index, channel, task path and value. All writes of one call are one atomic batch.
 * ``langgraph/removed``: the checkpoints ``delete_for_runs`` and ``prune`` took out (their
@@ -123,9 +124,10 @@ REMOVED: Final = "langgraph/removed"
 (:class:`RemovedData`)."""
 META_KEY: Final = "langgraph"
 """Event meta key of the mirror's events: ``{"message": <message id>}``."""
-SNAPSHOT_EVERY: Final = 32
+SNAPSHOT_EVERY: Final = 1024
 """A list channel's value is stored whole at least once every this many versions (the others
-as deltas), so rebuilding one reads at most this many blobs."""
+as deltas). Rebuilding a version walks its deltas in memory (the index holds them): their
+bytes add up to the value's, so a longer chain costs lookups, not bytes."""
 
 _COPY_CHUNK = 1000
 """Events per batch when ``copy_thread`` copies a log."""
@@ -285,6 +287,7 @@ class _Thread:
         self.mirrored: set[str] = set()
         self.last: dict[tuple[str, str], _Last] = {}
         self.bodies: OrderedDict[tuple[str, str, str | int | float], bytes] = OrderedDict()
+        self.added: dict[tuple[str, str, str | int | float], bytes] = {}  # deltas, decoded
         self.lock = threading.RLock()
 
     def take(self, events: Sequence[Event]) -> None:
@@ -315,27 +318,32 @@ class _Thread:
     def body(self, ns: str, blob: Blob) -> bytes | None:
         """The msgpack array body (the items' bytes, without the header) of a list blob; None
         when a delta's base is not in the log."""
-        if blob.base is None:
-            data = _unb64(blob.d)
-            return data[_array_header(data) :]
-        key = (ns, blob.ch, blob.v)
-        cached = self.bodies.get(key)
-        if cached is not None:
-            self.bodies.move_to_end(key)
-            return cached
-        base = self.blobs.get((ns, blob.ch, blob.base))
-        below = None if base is None else self.body(ns, base)
-        if below is None:
-            log.warning(
-                "the base version %r of channel %r version %r is not in session %s",
-                blob.base,
-                blob.ch,
-                blob.v,
-                self.session.id,
-            )
-            return None
-        whole = below + _unb64(blob.d)
-        self.bodies[key] = whole
+        parts: list[bytes] = []  # the added items' bytes, newest first
+        current: Blob | None = blob
+        while current is not None and current.base is not None:
+            key = (ns, current.ch, current.v)
+            cached = self.bodies.get(key)
+            if cached is not None:
+                parts.append(cached)
+                break
+            added = self.added.get(key)
+            if added is None:
+                added = self.added[key] = _unb64(current.d)
+            parts.append(added)
+            current = self.blobs.get((ns, current.ch, current.base))
+        else:
+            if current is None:
+                log.warning(
+                    "a base version of channel %r version %r is not in session %s",
+                    blob.ch,
+                    blob.v,
+                    self.session.id,
+                )
+                return None
+            data = _unb64(current.d)
+            parts.append(data[_array_header(data) :])
+        whole = b"".join(reversed(parts))
+        self.bodies[(ns, blob.ch, blob.v)] = whole
         if len(self.bodies) > _BODIES_KEPT:
             self.bodies.popitem(last=False)
         return whole

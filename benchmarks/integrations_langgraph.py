@@ -1,0 +1,271 @@
+"""``AgentSessionSaver`` against LangGraph's own ``SqliteSaver`` and ``PostgresSaver``.
+
+    python benchmarks/integrations_langgraph.py [--steps 200] [--repeat 3] [--postgres DSN]
+
+Workload: one ``StateGraph`` run of ``--steps`` super-steps on a new thread, an agent loop over
+a ``messages`` channel (``add_messages``): the model node adds an ``AIMessage`` with a tool
+call (~300 B of text), the tool node a ~1 KB ``ToolMessage``, alternately, so the message list
+grows by one per step; then the thread's state history read back
+(``graph.get_state_history``) through a new saver and connection or store object.
+
+Measured, best of ``--repeat`` (a fresh database each time):
+
+* **run**: super-steps per second of the run (each super-step is one ``put_writes`` and one
+  ``put``);
+* **history**: checkpoints per second of the history read;
+* **bytes**: what the thread takes on disk: the SQLite file (after a WAL checkpoint), the
+  PostgreSQL tables' total relation size (heap, TOAST and indexes), the JSONL directory.
+
+Pairs: agentsession on SQLite against ``SqliteSaver`` (WAL, ``synchronous`` at SQLite's
+default FULL), also with agentsession at ``durability="fsync"`` (``synchronous=FULL``: the same
+durability); agentsession on PostgreSQL against ``PostgresSaver``, each in a fresh schema
+(dropped afterwards; needs ``--postgres`` or ``AGENTSESSION_TEST_POSTGRES_DSN``); agentsession on
+JSONL for reference. Ratios are agentsession's value over the baseline's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import START, MessagesState, StateGraph
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _postgres import drop_schema, postgres_url
+
+import agentsession as ags
+from agentsession.integrations.langgraph import AgentSessionSaver
+
+TEXT = "The quick brown fox jumps over the lazy dog. " * 7  # ~300 B
+RESULT = "Sunny, 21 degrees, light wind from the west. " * 23  # ~1 KB
+
+
+class State(MessagesState):
+    """The agent loop's state: the messages and a step counter."""
+
+    steps: int
+
+
+def build(saver: BaseCheckpointSaver[Any], steps: int) -> Any:
+    """The agent loop: model, tool, model, ... for ``steps`` super-steps."""
+
+    def model(state: State) -> dict[str, Any]:
+        n = state.get("steps", 0)
+        call = {"name": "lookup", "args": {"n": n}, "id": f"call_{n}"}
+        return {"messages": [AIMessage(TEXT, tool_calls=[call])], "steps": n + 1}
+
+    def tool(state: State) -> dict[str, Any]:
+        n = state["steps"]
+        return {"messages": [ToolMessage(RESULT, tool_call_id=f"call_{n - 1}")], "steps": n + 1}
+
+    def after_model(state: State) -> Literal["tool", "__end__"]:
+        return "tool" if state["steps"] < steps else "__end__"
+
+    def after_tool(state: State) -> Literal["model", "__end__"]:
+        return "model" if state["steps"] < steps else "__end__"
+
+    builder = StateGraph(State)
+    builder.add_node("model", model)
+    builder.add_node("tool", tool)
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", after_model)
+    builder.add_conditional_edges("tool", after_tool)
+    return builder.compile(checkpointer=saver)
+
+
+def measure(
+    open_saver: Callable[[], contextlib.AbstractContextManager[BaseCheckpointSaver[Any]]],
+    size: Callable[[], int],
+    steps: int,
+) -> tuple[float, float, int]:
+    """(super-steps/s of the run, checkpoints/s of the history read, stored bytes)."""
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": steps + 10}
+    with open_saver() as saver:
+        graph = build(saver, steps)
+        start = time.perf_counter()
+        result = graph.invoke({"messages": [], "steps": 0}, config)
+        run = time.perf_counter() - start
+        assert result["steps"] == steps and len(result["messages"]) == steps
+    with open_saver() as saver:
+        graph = build(saver, steps)
+        start = time.perf_counter()
+        history = list(graph.get_state_history(config))
+        read = time.perf_counter() - start
+        assert len(history) == steps + 2, len(history)
+        assert len(history[0].values["messages"]) == steps
+    return steps / run, len(history) / read, size()
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def sqlite_bytes(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+def postgres_bytes(dsn: str, schema: str) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind = 'r'",
+            (schema,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@contextlib.contextmanager
+def ours(url: str, **options: Any) -> Iterator[BaseCheckpointSaver[Any]]:
+    store = ags.open_store(url, **options)
+    try:
+        yield AgentSessionSaver(store)
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def sqlite_saver(path: Path) -> Iterator[BaseCheckpointSaver[Any]]:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(path, check_same_thread=False)
+    try:
+        yield SqliteSaver(conn)
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def postgres_saver(dsn: str, schema: str) -> Iterator[BaseCheckpointSaver[Any]]:
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg import Connection
+    from psycopg.rows import dict_row
+
+    conn = Connection.connect(
+        dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
+        options=f"-c search_path={schema}",
+    )  # fmt: skip
+    try:
+        saver = PostgresSaver(conn)
+        saver.setup()
+        yield saver
+    finally:
+        conn.close()
+
+
+def best(runs: list[tuple[float, float, int]]) -> tuple[float, float, int]:
+    return max(r[0] for r in runs), max(r[1] for r in runs), min(r[2] for r in runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--postgres", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN"))
+    args = parser.parse_args()
+    steps = args.steps
+
+    rows: dict[str, tuple[float, float, int]] = {}
+
+    def repeat(name: str, once: Callable[[Path], tuple[float, float, int]]) -> None:
+        runs = []
+        for _ in range(args.repeat):
+            where = Path(tempfile.mkdtemp(prefix="lgbench-"))
+            try:
+                runs.append(once(where))
+            finally:
+                shutil.rmtree(where, ignore_errors=True)
+        rows[name] = best(runs)
+        run, read, size = rows[name]
+        print(f"  {name:34} {run:9.0f} steps/s {read:9.0f} checkpoints/s {size:>12,} B")
+
+    print(f"{steps} super-steps, best of {args.repeat}:")
+    repeat(
+        "SqliteSaver",
+        lambda d: measure(
+            lambda: sqlite_saver(d / "lg.db"), lambda: sqlite_bytes(d / "lg.db"), steps
+        ),
+    )
+    repeat(
+        "agentsession sqlite",
+        lambda d: measure(
+            lambda: ours(f"sqlite:///{d / 's.db'}"), lambda: sqlite_bytes(d / "s.db"), steps
+        ),
+    )
+    repeat(
+        "agentsession sqlite (fsync)",
+        lambda d: measure(
+            lambda: ours(f"sqlite:///{d / 's.db'}", durability="fsync"),
+            lambda: sqlite_bytes(d / "s.db"),
+            steps,
+        ),
+    )
+    repeat(
+        "agentsession jsonl",
+        lambda d: measure(lambda: ours(str(d / "s")), lambda: dir_bytes(d / "s"), steps),
+    )
+    if args.postgres:
+        dsn = args.postgres
+
+        def pg(kind: str) -> Callable[[Path], tuple[float, float, int]]:
+            def once(_: Path) -> tuple[float, float, int]:
+                url, schema = postgres_url(dsn)
+                try:
+                    if kind == "ours":
+                        return measure(
+                            lambda: ours(url), lambda: postgres_bytes(dsn, schema), steps
+                        )
+                    import psycopg
+
+                    with psycopg.connect(dsn, autocommit=True) as conn:
+                        conn.execute(f'CREATE SCHEMA "{schema}"')
+                    return measure(
+                        lambda: postgres_saver(dsn, schema),
+                        lambda: postgres_bytes(dsn, schema),
+                        steps,
+                    )
+                finally:
+                    drop_schema(dsn, schema)
+
+            return once
+
+        repeat("PostgresSaver", pg("theirs"))
+        repeat("agentsession postgres", pg("ours"))
+    else:
+        print("  (no PostgreSQL: pass --postgres DSN or set AGENTSESSION_TEST_POSTGRES_DSN)")
+
+    pairs = [
+        ("agentsession sqlite", "SqliteSaver"),
+        ("agentsession sqlite (fsync)", "SqliteSaver"),
+        ("agentsession postgres", "PostgresSaver"),
+    ]
+    print("\nratios (agentsession / baseline): run throughput, history throughput, bytes")
+    for mine, theirs in pairs:
+        if mine in rows and theirs in rows:
+            a, b = rows[mine], rows[theirs]
+            print(
+                f"  {mine:28} / {theirs:14} {a[0] / b[0]:6.2f}x {a[1] / b[1]:6.2f}x "
+                f"{a[2] / b[2]:6.3f}x"
+            )
+
+
+if __name__ == "__main__":
+    main()

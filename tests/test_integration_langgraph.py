@@ -1,0 +1,501 @@
+"""``agentsession.integrations.langgraph``: LangGraph's checkpointer on the event log.
+
+LangGraph's own conformance suite (``langgraph-checkpoint-conformance``) on memory, JSONL,
+SQLite and PostgreSQL, plain and encrypted; a real ``StateGraph`` with a tool node,
+interrupted with ``interrupt()``, resumed from another store object and time-travelled
+(``get_state_history``, ``update_state``); deltas that read back exactly (hypothesis);
+retried writes stored once; the typed mirror; copy (``copy_store``, ``copy_thread``) and
+encryption; two processes resuming one thread under the turn lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import itertools
+import multiprocessing
+import operator
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base")
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import (
+    BASE_CAPABILITIES,
+    EXTENDED_CAPABILITIES,
+)
+from langgraph.checkpoint.serde.types import INTERRUPT
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
+
+from agentsession import BaseStore, copy_store, open_store
+from agentsession.errors import UsageError
+from agentsession.integrations.langgraph import (
+    CHECKPOINT,
+    META_KEY,
+    REMOVED,
+    SNAPSHOT_EVERY,
+    WRITE,
+    AgentSessionSaver,
+    CheckpointData,
+)
+from agentsession.validation import provider_errors
+
+from .store_urls import store_url
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKENDS = ["memory", "jsonl", "sqlite", "postgres"]
+SHARED = ["jsonl", "sqlite", "postgres"]
+"""The backends whose data another store object, or another process, can open."""
+
+
+def _example() -> Any:
+    """``examples/langgraph_example.py`` as a module (it is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "langgraph_example", ROOT / "examples" / "langgraph_example.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+example = _example()
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from store_url(request.param, tmp_path)
+
+
+@pytest.fixture(params=SHARED)
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from store_url(request.param, tmp_path)
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[BaseStore]:
+    opened = open_store(url)
+    yield opened
+    opened.close()
+
+
+def config_of(thread_id: str, **more: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", **more}}
+
+
+# ---------------------------------------------------------------------------------------------
+# LangGraph's conformance suite.
+
+
+def _conformance(store: BaseStore) -> Any:
+    @checkpointer_test(name=f"AgentSessionSaver on {store.url.split(':')[0]}")
+    async def factory() -> Any:
+        yield AgentSessionSaver(store)
+
+    return asyncio.run(validate(factory))
+
+
+def test_langgraph_conformance_passes_every_capability(store: BaseStore) -> None:
+    report = _conformance(store)
+    failures = {name: r.failures for name, r in report.results.items() if r.failures}
+    assert failures == {}
+    assert report.passed_all_base()
+    for capability in BASE_CAPABILITIES | EXTENDED_CAPABILITIES:
+        result = report.results[capability.value]
+        assert result.detected, f"{capability.value} is not detected"
+        assert result.passed is True, capability.value
+    assert report.conformance_level() == "FULL"
+
+
+def test_langgraph_conformance_passes_on_an_encrypted_store(tmp_path: Path) -> None:
+    with open_store(tmp_path / "enc", passphrase="correct horse") as store:
+        report = _conformance(store)
+    assert report.conformance_level() == "FULL", report.to_dict()
+
+
+# ---------------------------------------------------------------------------------------------
+# A real graph: tool node, interrupt, resume elsewhere, time travel.
+
+
+def test_a_graph_is_interrupted_resumed_from_another_store_and_time_travelled(
+    shared_url: str,
+) -> None:
+    config = config_of("ada")
+    with AgentSessionSaver(shared_url) as saver:
+        graph = example.build(saver)
+        first = graph.invoke({"messages": [HumanMessage("What is the weather in Paris?")]}, config)
+        [pending] = first["__interrupt__"]
+        assert pending.value["run"][0]["args"] == {"city": "Paris"}
+        assert graph.get_state(config).next == ("approve",)
+
+    with AgentSessionSaver(shared_url) as saver:  # a new store object: all from storage
+        graph = example.build(saver)
+        assert graph.get_state(config).next == ("approve",)
+        done = graph.invoke(Command(resume="yes"), config)
+        assert done["messages"][-1].content == "It is sunny and 21 degrees in paris."
+        assert [m.type for m in done["messages"]] == ["human", "ai", "tool", "ai"]
+
+        history = list(graph.get_state_history(config))
+        assert [s.next for s in history] == [
+            (),
+            ("agent",),
+            ("tools",),
+            ("approve",),
+            ("agent",),
+            ("__start__",),
+        ]
+        for newer, older in itertools.pairwise(history):
+            assert newer.parent_config is not None
+            assert (
+                newer.parent_config["configurable"]["checkpoint_id"]
+                == (older.config["configurable"]["checkpoint_id"])
+            )
+
+        # Back to before the model ran: a second question there makes a fork.
+        start = history[-2]
+        fork = graph.update_state(start.config, {"messages": [HumanMessage("And in Rome?")]})
+        assert graph.get_state(fork).values["messages"][-1].content == "And in Rome?"
+        stopped = graph.invoke(None, fork)
+        assert stopped["__interrupt__"][0].value["run"][0]["args"] == {"city": "Rome"}
+        refused = graph.invoke(Command(resume="no"), config)
+        assert [m.content for m in refused["messages"]] == [
+            "What is the weather in Paris?",
+            "And in Rome?",
+            "",
+            "Not allowed.",
+            "I did not look.",
+        ]
+        # The first branch is still there, unchanged.
+        old = graph.get_state(history[0].config)
+        assert old.values["messages"][-1].content == "It is sunny and 21 degrees in paris."
+
+        # The mirror: what was said, on both branches, provider-valid.
+        session = saver.session("ada")
+        derived = session.messages()
+        assert [m.role for m in derived] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+        ]
+        assert derived[4].text == "And in Rome?"
+        assert provider_errors(derived) == []
+        usage = [e.payload() for e in session.read() if e.type == "usage"]
+        assert [u.input_tokens for u in usage] == [10, 30, 20]
+
+
+def test_the_async_graph_api_runs_on_the_saver(tmp_path: Path) -> None:
+    async def run() -> list[str]:
+        config = config_of("async")
+        with AgentSessionSaver(tmp_path / "s") as saver:
+            graph = example.build(saver)
+            await graph.ainvoke({"messages": [HumanMessage("Weather in Oslo?")]}, config)
+            done = await graph.ainvoke(Command(resume="yes"), config)
+            states = [s async for s in graph.aget_state_history(config)]
+            assert len(states) == 6
+            return [str(m.content) for m in done["messages"]]
+
+    assert asyncio.run(run())[-1] == "It is sunny and 21 degrees in oslo."
+
+
+# ---------------------------------------------------------------------------------------------
+# What is stored.
+
+
+def _events(store: BaseStore, session_id: str, kind: str) -> list[Any]:
+    return [e for e in store.get(session_id).read() if e.type == kind]
+
+
+class State(TypedDict):
+    """The counting graph's state: a list channel (``operator.add``) and a counter."""
+
+    items: Annotated[list[str], operator.add]
+    steps: int
+
+
+def _count_graph(saver: AgentSessionSaver) -> Any:
+    """A graph adding one item to the list channel per step, for 40 steps."""
+
+    def step(state: State) -> dict[str, Any]:
+        return {"items": [f"item {state['steps']}"], "steps": state["steps"] + 1}
+
+    def more(state: State) -> str:
+        return "step" if state["steps"] < 40 else END
+
+    builder = StateGraph(State)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges("step", more)
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_list_channel_is_stored_as_deltas_and_reads_back_whole(store: BaseStore) -> None:
+    saver = AgentSessionSaver(store)
+    graph = _count_graph(saver)
+    config = config_of("count")
+    graph.invoke({"items": [], "steps": 0}, config)
+    blobs = [
+        blob
+        for event in _events(store, "lg:count", CHECKPOINT)
+        for blob in event.decode(CheckpointData).blobs
+        if blob.ch == "items"
+    ]
+    assert len(blobs) == 41  # one per version
+    whole = [b for b in blobs if b.base is None]
+    assert len(whole) <= 2  # the empty list, then the first item; deltas after
+    assert SNAPSHOT_EVERY > 41
+    # Each item's bytes are stored once: the blobs add up to little more than the last value.
+    last = saver.serde.dumps_typed([f"item {i}" for i in range(40)])[1]
+    assert sum(len(b.d) for b in blobs) < 2 * len(last) * 4 / 3 + 8 * 41
+    history = list(graph.get_state_history(config))
+    assert len(history) == 42
+    for state in history:
+        steps = state.values.get("steps", 0)
+        assert state.values.get("items", []) == [f"item {i}" for i in range(steps)]
+
+
+def test_a_retried_put_or_put_writes_is_stored_once(shared_url: str) -> None:
+    config = config_of("retry")
+    checkpoint = empty_checkpoint()
+    with AgentSessionSaver(shared_url) as one, AgentSessionSaver(shared_url) as two:
+        stored = one.put(config, checkpoint, {"source": "input", "step": -1}, {})
+        two.put(config, checkpoint, {"source": "input", "step": -1}, {})
+        writes = [("a", 1), ("b", {"x": [1, 2]}), (INTERRUPT, "why")]
+        for saver in (one, two, one):
+            saver.put_writes(stored, writes, "task-1", "path")
+        tup = two.get_tuple(stored)
+        assert tup is not None
+        assert tup.pending_writes == [  # in writes_sort_key order: (path, task, index)
+            ("task-1", INTERRUPT, "why"),
+            ("task-1", "a", 1),
+            ("task-1", "b", {"x": [1, 2]}),
+        ]
+        assert len(_events(one.store, "lg:retry", CHECKPOINT)) == 1
+        assert len(_events(one.store, "lg:retry", WRITE)) == 3
+        # A special write with another value replaces the first; a regular one does not.
+        one.put_writes(stored, [("a", 2), (INTERRUPT, "again")], "task-1")
+        tup = two.get_tuple(stored)
+        assert tup is not None
+        assert {w[1]: w[2] for w in tup.pending_writes or []} == {
+            "a": 1,
+            "b": {"x": [1, 2]},
+            INTERRUPT: "again",
+        }
+
+
+def test_removals_are_events_and_nothing_is_deleted_but_by_delete_thread(
+    store: BaseStore,
+) -> None:
+    saver = AgentSessionSaver(store)
+    graph = _count_graph(saver)
+    graph.invoke({"items": [], "steps": 0}, config_of("p"))
+    before = len(store.get("lg:p").read())
+    saver.prune(["p"])
+    assert len(list(saver.list(config_of("p")))) == 1
+    assert [e.type for e in store.get("lg:p").read()[before:]] == [REMOVED]
+    # The kept checkpoint's list is a delta on removed versions: it still reads whole.
+    latest = saver.get_tuple(config_of("p"))
+    assert latest is not None
+    assert latest.checkpoint["channel_values"]["items"] == [f"item {i}" for i in range(40)]
+    saver.delete_thread("p")
+    assert not store.exists("lg:p")
+    assert saver.get_tuple(config_of("p")) is None
+
+
+def test_the_store_argument_is_checked() -> None:
+    with pytest.raises(UsageError, match="memory"):
+        AgentSessionSaver("memory:")
+    with pytest.raises(UsageError, match="store must be"):
+        AgentSessionSaver(42)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="thread_id"):
+        AgentSessionSaver(open_store("memory:")).get_tuple({"configurable": {}})
+
+
+items = st.lists(
+    st.one_of(
+        st.integers(-(2**62), 2**62),
+        st.text(max_size=20),
+        st.dictionaries(st.text(max_size=5), st.integers(-(2**62), 2**62), max_size=3),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.booleans(), items), min_size=1, max_size=12))
+def test_every_version_of_a_list_channel_reads_back_equal(
+    steps: list[tuple[bool, list[Any]]],
+) -> None:
+    """Each step either extends the list or replaces it; every checkpoint reads back the
+    value it was given, whether stored whole or as a delta."""
+    store = open_store("memory:")
+    saver = AgentSessionSaver(store)
+    thread = uuid.uuid4().hex
+    value: list[Any] = []
+    version: str | None = None
+    parent: str | None = None
+    expected: dict[str, list[Any]] = {}
+    for extend, new in steps:
+        value = [*value, *new] if extend else new
+        version = saver.get_next_version(version, None)
+        checkpoint: Checkpoint = {
+            **empty_checkpoint(),
+            "channel_values": {"v": value},
+            "channel_versions": {"v": version},
+        }
+        config = config_of(thread, **({"checkpoint_id": parent} if parent else {}))
+        stored = saver.put(config, checkpoint, {"step": len(expected)}, {"v": version})
+        parent = stored["configurable"]["checkpoint_id"]
+        expected[parent] = value
+    fresh = AgentSessionSaver(store)  # reads it all from the log
+    for checkpoint_id, wanted in expected.items():
+        tup = fresh.get_tuple(config_of(thread, checkpoint_id=checkpoint_id))
+        assert tup is not None
+        assert tup.checkpoint["channel_values"]["v"] == wanted
+    store.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Copy and encryption.
+
+
+def test_an_encrypted_thread_is_sealed_and_copies_with_copy_store_and_copy_thread(
+    tmp_path: Path,
+) -> None:
+    config = config_of("ada")
+    with open_store(tmp_path / "enc", passphrase="pw") as store:
+        saver = AgentSessionSaver(store)
+        graph = example.build(saver)
+        graph.invoke({"messages": [HumanMessage("What is the weather in Paris?")]}, config)
+        graph.invoke(Command(resume="yes"), config)
+        _count_graph(saver).invoke({"items": [], "steps": 39}, config_of("count"))
+        saver.copy_thread("ada", "bob")
+        copied = store.get("lg:bob").latest_seq
+        saver.copy_thread("ada", "bob")  # again: each event's id is there, nothing is stored
+        assert store.get("lg:bob").latest_seq == copied
+        with pytest.raises(UsageError, match="already has events"):
+            saver.copy_thread("ada", "count")  # a thread of its own
+        with open_store(tmp_path / "plain") as plain:
+            copy_store(store, plain)
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "enc").rglob("*") if p.is_file())
+    assert b"Paris" not in raw and b"paris" not in raw
+    assert b"Paris" in b"".join(
+        p.read_bytes() for p in (tmp_path / "plain").rglob("*") if p.is_file()
+    )
+    for where, options in ((tmp_path / "enc", {"passphrase": "pw"}), (tmp_path / "plain", {})):
+        with open_store(where, **options) as reopened:
+            saver = AgentSessionSaver(reopened)
+            graph = example.build(saver)
+            for thread in ("ada", "bob"):
+                state = graph.get_state(config_of(thread))
+                assert state.values["messages"][-1].content == (
+                    "It is sunny and 21 degrees in paris."
+                )
+                assert len(list(graph.get_state_history(config_of(thread)))) == 6
+                assert [m.role for m in saver.session(thread).messages()] == [
+                    "user",
+                    "assistant",
+                    "tool",
+                    "assistant",
+                ]
+
+
+def test_the_mirror_records_each_message_once_with_its_id(tmp_path: Path) -> None:
+    with AgentSessionSaver(tmp_path / "s") as saver:
+        graph = example.build(saver)
+        config = config_of("m")
+        graph.invoke({"messages": [HumanMessage("Thanks", id="h1")]}, config)
+        graph.invoke({"messages": [HumanMessage("Thanks again", id="h2")]}, config)
+        events = [e for e in saver.session("m").read() if META_KEY in e.meta]
+        ids = [e.meta[META_KEY]["message"] for e in events if e.type != "usage"]
+        assert ids[0] == "h1" and ids.count("h1") == 1 and "h2" in ids
+        assert len(ids) == len(set(ids)) == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Two processes resuming one thread.
+
+
+def _resume_in_a_child(url: str, name: str, rounds: int) -> None:
+    with open_store(url) as store:
+        saver = AgentSessionSaver(store)
+        graph = _count_graph(saver)
+        for index in range(rounds):
+            # One run at a time on the thread: each resumes from the latest checkpoint.
+            with store.lock(saver.session_id("shared"), timeout=120):
+                graph.invoke({"items": [f"{name}-{index}"], "steps": 40}, config_of("shared"))
+
+
+def test_two_processes_resuming_one_thread_lose_no_write(shared_url: str) -> None:
+    rounds = 8
+    context = multiprocessing.get_context("fork")
+    workers = [
+        context.Process(target=_resume_in_a_child, args=(shared_url, name, rounds))
+        for name in ("a", "b")
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=300)
+    for worker in workers:
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
+    assert [w.exitcode for w in workers] == [0, 0]
+    with open_store(shared_url) as store:
+        saver = AgentSessionSaver(store)
+        latest = saver.get_tuple(config_of("shared"))
+        assert latest is not None
+        items = latest.checkpoint["channel_values"]["items"]
+        given = [item for item in items if not item.startswith("item ")]
+        assert sorted(given) == sorted(f"{n}-{i}" for n in "ab" for i in range(rounds))
+        assert len(items) == 2 * len(given)  # each run's input and its one step
+        # Every run's checkpoints are all there, one chain.
+        listed = list(saver.list(config_of("shared")))
+        inputs = [t for t in listed if t.metadata["source"] == "input"]
+        assert len(inputs) == 2 * rounds
+        ids = [t.config["configurable"]["checkpoint_id"] for t in listed]
+        parents = [
+            t.parent_config["configurable"]["checkpoint_id"] for t in listed[:-1] if t.parent_config
+        ]
+        assert parents == ids[1:]
+
+
+# ---------------------------------------------------------------------------------------------
+# The example.
+
+
+def test_the_langgraph_example_runs_without_a_warning(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error",
+            str(ROOT / "examples" / "langgraph_example.py"),
+            str(tmp_path / "s"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert "on the fork: I did not look." in out.stdout
+    assert "  tool: Sunny and 21 degrees in Paris." in out.stdout
+    assert out.stderr == ""
