@@ -651,16 +651,21 @@ def _result_text(result: ToolResult) -> str:
 def message_text(message: Message) -> str:
     """A message's searchable text: its text parts, its tool calls' names and arguments, its
     tool results."""
-    texts = [p.text for p in message.parts if isinstance(p, TextPart)]
+    parts = message.parts
+    if len(parts) == 1 and not message.tool_calls and not message.tool_results:
+        only = parts[0]  # the common case: one text part
+        return only.text if isinstance(only, TextPart) else ""
+    texts = [p.text for p in parts if isinstance(p, TextPart)]
     texts += [_call_text(c) for c in message.tool_calls]
     texts += [_result_text(r) for r in message.tool_results]
     return "\n".join(t for t in texts if t)
 
 
-def _title_of(message: Message) -> str:
-    text = " ".join(
-        " ".join(p.text.split()) for p in message.parts if isinstance(p, TextPart)
-    ).strip()
+def _title_of(text: str) -> str:
+    """A title from a user message's text: whitespace folded, at most :data:`TITLE_CHARS`
+    characters, cut at a word with ``…``."""
+    if len(text) > TITLE_CHARS or "  " in text or not text.isprintable():
+        text = " ".join(text[: TITLE_CHARS * 8].split())
     if len(text) <= TITLE_CHARS:
         return text
     cut = text[: TITLE_CHARS - 1]
@@ -686,8 +691,14 @@ def _text_of(event: Event, searchable: bool) -> tuple[str, str, str]:
     if kind in _ROLES:
         message = _message_decoder.decode(event.data)
         role = message.role if message.role in ("system", "tool") else _ROLES[kind]
-        title = _title_of(message) if kind == USER_MESSAGE and message.role == "user" else ""
-        return role, message_text(message) if searchable else "", title
+        text = message_text(message)
+        if kind != USER_MESSAGE or message.role != "user":
+            return role, text if searchable else "", ""
+        if len(message.parts) != 1:  # the title is the text parts' only
+            title = _title_of(" ".join(p.text for p in message.parts if isinstance(p, TextPart)))
+        else:
+            title = _title_of(text)
+        return role, text if searchable else "", title
     if not searchable:
         return "tool", "", ""
     if kind == TOOL_CALL:
@@ -809,8 +820,11 @@ def apply_change(row: CatalogRow | None, session_id: str, change: CatalogChange)
     row.last_seq = max(row.last_seq, change.last_seq)
     row.messages += change.messages
     row.turns += change.turns
-    row.usage = row.usage + change.usage
-    row.agents = row.agents + [a for a in change.agents if a not in row.agents]
+    if change.usage is not NO_USAGE:
+        row.usage = row.usage + change.usage
+    for agent in change.agents:
+        if agent not in row.agents:
+            row.agents = [*row.agents, agent]
     if not row.user:
         row.user = change.user
     if not row.title:
