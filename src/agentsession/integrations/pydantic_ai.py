@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime
 import hashlib
 import os
 import threading
@@ -323,10 +324,15 @@ def events_for(
 # Events to messages.
 
 
-def _summary_request(summary: Message) -> bytes:
-    """A compaction's summary as the JSON of a ``ModelRequest`` with one user prompt."""
+def _summary_request(summary: Message, marker: Event) -> bytes:
+    """A compaction's summary as the JSON of a ``ModelRequest`` with one user prompt, stamped
+    with the marker's time (so every load gives the same message)."""
     text = "\n\n".join(p.text for p in summary.parts if isinstance(p, TextPart))
-    return _message_json(ModelRequest(parts=[UserPromptPart(text)]))
+    when = marker.time or _EPOCH
+    return _message_json(ModelRequest(parts=[UserPromptPart(text, timestamp=when)], timestamp=when))
+
+
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 def history_json(events: Sequence[Event]) -> bytes:
@@ -346,7 +352,7 @@ def history_json(events: Sequence[Event]) -> bytes:
                 first = event.seq  # kept messages it alone carries: none of ours
             retained = [entry for entry in kept if entry[0] >= first] if first else []
             if marker.summary is not None:
-                retained.insert(0, (event.seq, _summary_request(marker.summary)))
+                retained.insert(0, (event.seq, _summary_request(marker.summary, event)))
             kept = retained
     return b"[" + b",".join(raw for _, raw in kept) + b"]"
 
