@@ -348,6 +348,22 @@ def test_a_rewind_is_honoured_by_load() -> None:
     assert history.load_json() == dump(result.all_messages())
 
 
+def test_the_stores_history_cap_is_honoured_by_load(tmp_path: Path) -> None:
+    agent = make_agent()
+    store = open_store(tmp_path / "capped", max_messages=6)
+    history = MessageStore("capped", store=store)
+    for prompt in PROMPTS:
+        result = agent.run_sync(prompt, message_history=history.load())
+        history.save(result)
+    loaded = history.load()
+    # Whole turns only, the latest last: each turn is 4 messages (5 in the mirror's count
+    # with the system prompt of the first), so the cap keeps the last turn.
+    assert dump(loaded) == dump(result.new_messages())
+    with MessageStore("capped", store=tmp_path / "capped") as reopened:
+        assert reopened.load_json() == history.load_json()
+    store.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # The async API, the store argument, the mirror switch.
 

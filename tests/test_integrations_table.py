@@ -25,7 +25,7 @@ def _table(path: Path) -> str:
 
 
 def test_there_are_integration_modules() -> None:
-    assert MODULES == ["adk", "claude", "langchain", "langgraph", "openai_agents"]
+    assert MODULES == ["adk", "claude", "langchain", "langgraph", "openai_agents", "pydantic_ai"]
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/integrations.md"])

@@ -472,6 +472,7 @@ def test_show_labels_a_merged_summary_with_its_author(tmp_path: Any) -> None:
         ("openai_agents/item", True),
         ("openai_agents/pop", True),
         ("openai_agents/clear", True),
+        ("pydantic_ai/message", True),
         ("custom/thing", False),
         ("adkx/event", False),
         ("adk", False),
@@ -483,9 +484,9 @@ def test_an_integration_record_is_marked(kind: str, integration: bool) -> None:
 
 
 def test_every_integration_event_type_is_in_an_integration_namespace() -> None:
-    from agentsession.integrations import adk, langchain, openai_agents
+    from agentsession.integrations import adk, langchain, openai_agents, pydantic_ai
 
     types = [adk.ADK_EVENT, adk.ADK_SESSION, langchain.LANGCHAIN_MESSAGE, openai_agents.ITEM,
-             openai_agents.POP, openai_agents.CLEAR]
+             openai_agents.POP, openai_agents.CLEAR, pydantic_ai.MESSAGE]
     assert all(t.startswith(view.INTEGRATION_NAMESPACES) for t in types)
     assert not any(t.startswith(view.INTEGRATION_NAMESPACES) for t in ev.EVENT_TYPES)

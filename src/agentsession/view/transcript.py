@@ -75,14 +75,15 @@ PREVIEW_CHARS: Final = 160
 """Longest text a row carries unless ``full``: longer ones keep their first
 ``PREVIEW_CHARS - 1`` characters and end in ``…``."""
 
-INTEGRATION_NAMESPACES: Final = ("adk/", "langchain/", "openai_agents/")
+INTEGRATION_NAMESPACES: Final = ("adk/", "langchain/", "openai_agents/", "pydantic_ai/")
 """Event-type prefixes of the framework integrations' own records (``adk/event``,
 ``adk/session``, ``langchain/message``, ``openai_agents/item``, ``openai_agents/pop``,
-``openai_agents/clear``): the framework's objects as it hands them over, kept so that it gets
-them back exactly. The integrations also write the same conversation as typed events
-(``user/message``, ``assistant/message``, ``tool/result``, ``usage``), so a reader who has
-those rows sees each message twice; :attr:`EventRow.integration` marks these rows so that a
-renderer can hide them when the session has typed rows."""
+``openai_agents/clear``, ``pydantic_ai/message``): the framework's objects as it hands them
+over, kept so that it gets them back exactly. The integrations also write the same
+conversation as typed events (``user/message``, ``assistant/message``, ``tool/result``,
+``usage``), so a reader who has those rows sees each message twice;
+:attr:`EventRow.integration` marks these rows so that a renderer can hide them when the
+session has typed rows."""
 
 
 # ---------------------------------------------------------------------------------------------

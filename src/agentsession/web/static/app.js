@@ -549,7 +549,7 @@
       }
     }
 
-    // Integration records (adk/..., langchain/..., openai_agents/...) repeat what the typed rows
+    // Integration records (adk/, langchain/, openai_agents/, pydantic_ai/) repeat what the typed rows
     // beside them say: once the session shows a typed message, they are hidden unless asked for.
     const TYPED = new Set(["user_message", "assistant_message", "tool_result"]);
     let integrationRows = 0;
