@@ -216,6 +216,19 @@ def test_saving_after_each_step_of_iter_stores_each_message_once() -> None:
     assert sum(1 for e in history.log().read() if e.type == MESSAGE) == 4
 
 
+def test_a_run_saved_in_pieces_loses_and_doubles_nothing() -> None:
+    agent = make_agent()
+    first = agent.run_sync(PROMPTS[0])
+    second = agent.run_sync(PROMPTS[1], message_history=first.all_messages())
+    everything = second.all_messages()
+    history = MessageStore("chat", store=open_store("memory:"))
+    assert history.save_new(everything[:3]) == 3  # across the two runs' boundary as well
+    assert history.save_new(everything[3:6]) == 3
+    assert history.save_new(everything) == 2
+    assert history.save(second) == 0
+    assert history.load_json() == dump(everything)
+
+
 def test_messages_without_a_run_id_are_keyed_by_their_json() -> None:
     request = ModelRequest(parts=[UserPromptPart("hi", timestamp=dt.datetime(2026, 1, 1))])
     history = MessageStore("chat", store=open_store("memory:"))

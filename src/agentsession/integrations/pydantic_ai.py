@@ -23,10 +23,10 @@ no neutral form (the provider's built-in tools, instructions, capability and com
 are in the message's JSON only.
 
 **Exactly once.** Every event's id is derived from the message's run id (``run_id``, which
-Pydantic AI sets on each message of a run) and its position among that run's messages in the
-list saved, so saving a run's ``new_messages()`` again (a retry after a lost reply, or after
-each step of ``agent.iter()``: the messages stored before are skipped) stores nothing twice,
-in any process. A message without a run id is keyed by its JSON.
+Pydantic AI sets on each message of a run) and a digest of its JSON, so saving a run's
+``new_messages()`` again (a retry after a lost reply, or after each step of ``agent.iter()``:
+the messages stored before are skipped), whole or in pieces, stores nothing twice, in any
+process.
 
 **Reading.** :meth:`MessageStore.load` reads the live history: what a rewind
 (``session.rewind``, ``retry``, ``edit``) took out is left out, and a compaction marker
@@ -146,14 +146,14 @@ def _key(base: str) -> str:
 def _message_keys(
     messages: Sequence[ModelMessage], raws: Sequence[bytes], run_id: str | None
 ) -> list[str]:
-    """The id of each message's :data:`MESSAGE` event: its run id (or ``run_id``) and its
-    position among that run's messages in ``messages``; a message with neither, a digest of its
-    JSON and how many equal messages came before it."""
+    """The id of each message's :data:`MESSAGE` event: its run id (or ``run_id``), a digest of
+    its JSON and how many equal messages of that run came before it in ``messages``. So the
+    same message gets the same id however the run's messages are split between saves."""
     seen: dict[str, int] = {}
     keys: list[str] = []
     for message, raw in zip(messages, raws, strict=True):
-        run = message.run_id or run_id
-        base = f"r:{run}" if run else "j:" + hashlib.sha256(raw).hexdigest()[:32]
+        run = message.run_id or run_id or ""
+        base = f"{run}:{hashlib.sha256(raw).hexdigest()[:24]}"
         index = seen[base] = seen.get(base, -1) + 1
         keys.append(_key(f"{base}:{index}"))
     return keys
@@ -293,8 +293,8 @@ def events_for(
 ) -> list[Event]:
     """The events that store ``messages``, in order: for each message its typed mirror (unless
     ``mirror`` is False), then its :data:`MESSAGE` event. Every id is derived from the
-    message's run id (else ``run_id``) and position, so the same messages always give the same
-    ids (see the module's docstring)."""
+    message's run id (else ``run_id``) and JSON, so the same messages always give the same ids
+    (see the module's docstring)."""
     messages = list(messages)
     for message in messages:
         if not isinstance(message, (ModelRequest, ModelResponse)):
@@ -546,7 +546,7 @@ class MessageStore:
 
     def save_new(self, messages: Sequence[ModelMessage], *, run_id: str | None = None) -> int:
         """Store ``messages`` (a run's ``new_messages()``) in one atomic write and return how
-        many were not stored before: a message saved earlier (same run id and position, see the
+        many were not stored before: a message saved earlier (same run id and JSON, see the
         module's docstring) is skipped. ``run_id`` keys the messages that carry none."""
         events = events_for(messages, run_id=run_id, mirror=self._mirror)
         if not events:
