@@ -44,6 +44,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RequestUsage
 
 from agentsession import BaseStore, open_store
@@ -400,6 +401,92 @@ def test_the_async_api_runs_an_agent(url: str) -> None:
             await store.close()
 
     asyncio.run(main())
+
+
+def test_a_streamed_run_of_the_test_model_is_saved() -> None:
+    agent = Agent(TestModel())
+
+    @agent.tool_plain
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return f"{city}: sunny"
+
+    history = MessageStore("chat", store=open_store("memory:"))
+
+    async def main() -> list[ModelMessage]:
+        async with agent.run_stream("Weather?", message_history=await history.aload()) as run:
+            await run.get_output()
+        assert await history.asave(run) == 4
+        return run.all_messages()
+
+    all_messages = asyncio.run(main())
+    assert history.load_json() == dump(all_messages)
+    roles = [m.role for m in history.log().messages()]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+
+
+ASYNC_WITH_A_URL = textwrap.dedent(
+    """
+    import asyncio, sys
+    sys.path[:0] = [{root!r}, {src!r}]
+    from tests.test_integration_pydantic_ai import make_agent
+    from agentsession.integrations.pydantic_ai import MessageStore
+
+    agent = make_agent()
+
+    async def main(close_async: bool) -> MessageStore:
+        history = MessageStore("chat", store={url!r})
+        result = await agent.run("add 2 2", message_history=await history.aload())
+        await history.asave(result)
+        if close_async:
+            await history.aclose()
+        return history
+
+    asyncio.run(main(True))
+    left_open = asyncio.run(main(False))
+    left_open.close()  # outside the loop: its async parts are closed on a loop of their own
+    with MessageStore("chat", store={url!r}) as reopened:
+        print(len(reopened.load()))
+    """
+)
+
+
+def test_a_store_opened_from_a_url_closes_cleanly_after_async_use(
+    url: str, tmp_path: Path
+) -> None:
+    script = tmp_path / "async_url.py"
+    script.write_text(
+        ASYNC_WITH_A_URL.format(root=str(ROOT), src=str(ROOT / "src"), url=url), encoding="utf-8"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    # memory: each store object has its own data; the others read both runs back.
+    assert proc.stdout.strip() == ("0" if url == "memory:" else "8")
+
+
+@pytest.fixture(params=["jsonl", "sqlite"])
+def file_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from store_url(request.param, tmp_path)
+
+
+def test_an_encrypted_store_seals_the_messages(file_url: str, tmp_path: Path) -> None:
+    secret = "add 4242 1717"
+    store = open_store(file_url, passphrase="pw")
+    history = MessageStore("chat", store=store)
+    result = make_agent().run_sync(secret)
+    history.save(result)
+    store.close()
+    stored = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    assert b"4242" not in stored and b"5959" not in stored
+    with MessageStore("chat", store=open_store(file_url, passphrase="pw")) as reopened:
+        assert reopened.load_json() == dump(result.all_messages())
+        reopened.store.close()
 
 
 def test_bad_arguments_are_refused() -> None:

@@ -472,20 +472,34 @@ class MessageStore:
 
     def close(self) -> None:
         """Close a store opened from a URL or path (a store object passed in stays open);
-        using this object afterwards raises :class:`~agentsession.errors.UsageError`."""
+        using this object afterwards raises :class:`~agentsession.errors.UsageError`. In async
+        code prefer :meth:`aclose`, which also closes what the store opened on the event loop
+        (PostgreSQL's async connection pool)."""
         if self._closed:
             return
         self._closed = True
-        if self._owned:
-            self._sync.close()
+        if not self._owned:
+            return
+        if self._async is not None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:  # no loop in this thread: close the async parts on one
+                asyncio.run(self._async.close())
+                return
+        self._sync.close()
 
     async def aclose(self) -> None:
-        """:meth:`close`, off the event loop (closing may wait for files or connections)."""
+        """:meth:`close` for async code: a store opened here is closed with
+        :meth:`AsyncStore.close <agentsession.aio.AsyncStore.close>` (off the event loop, with
+        its native connection pool)."""
         if self._closed:
             return
         self._closed = True
-        if self._owned:
-            await asyncio.to_thread(self._sync.close)
+        if not self._owned:
+            return
+        if self._async is None:
+            self._async = _wrapper(self._sync)
+        await self._async.close()
 
     def __enter__(self) -> MessageStore:
         return self
