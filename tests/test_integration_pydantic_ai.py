@@ -30,13 +30,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
+    AudioUrl,
     BinaryContent,
+    CachePoint,
+    CompactionPart,
+    DocumentUrl,
+    FilePart,
     ImageUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    NativeToolCallPart,
+    RetryFeedbackPart,
+    RetryInfo,
     SystemPromptPart,
+    TextContent,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -536,6 +545,13 @@ _user_content = st.one_of(
             _text,
             st.builds(ImageUrl, url=st.just("https://example.com/a.png")),
             st.builds(BinaryContent, data=st.binary(max_size=16), media_type=st.just("image/png")),
+            st.builds(
+                BinaryContent, data=st.binary(max_size=16), media_type=st.just("application/pdf")
+            ),
+            st.builds(DocumentUrl, url=st.sampled_from(["https://x.org/a.pdf", "https://x.org/a"])),
+            st.builds(AudioUrl, url=st.just("https://example.com/a.mp3")),
+            st.builds(TextContent, content=_text),
+            st.just(CachePoint()),
         ),
         max_size=3,
     ),
@@ -549,7 +565,15 @@ _request_parts = st.one_of(
         content=_json,
         tool_call_id=_ids,
         timestamp=_times,
-        outcome=st.sampled_from(["success", "failed", "denied"]),
+        outcome=st.sampled_from(["success", "failed", "denied", "retried", "interrupted"]),
+    ),
+    st.builds(
+        RetryFeedbackPart,
+        content=_text,
+        retry=st.builds(
+            RetryInfo, cause=st.sampled_from(["validation_error", "no_output", "model_retry"])
+        ),
+        timestamp=_times,
     ),
 )
 _response_parts = st.one_of(
@@ -560,6 +584,20 @@ _response_parts = st.one_of(
         tool_name=_ids,
         args=st.none() | st.dictionaries(_ids, _json, max_size=3) | st.just('{"a": 1}'),
         tool_call_id=_ids,
+    ),
+    st.builds(
+        NativeToolCallPart,
+        tool_name=st.just("web_search"),
+        args=st.dictionaries(_ids, _json, max_size=2),
+        tool_call_id=_ids,
+        provider_name=st.just("openai"),
+    ),
+    st.builds(CompactionPart, content=st.none() | _text),
+    st.builds(
+        FilePart,
+        content=st.builds(
+            BinaryContent, data=st.binary(max_size=16), media_type=st.just("image/png")
+        ),
     ),
 )
 _usage = st.builds(
@@ -610,6 +648,7 @@ def test_generated_messages_round_trip(quick_url: str, messages: list[ModelMessa
         expected = dump(messages)
         assert history.load_json() == expected
         assert dump(history.load()) == expected
+        history.log().messages()  # the mirror makes a history agentsession can derive
     finally:
         store.close()
     if quick_url != "memory:":
