@@ -316,9 +316,7 @@ def test_a_run_killed_in_a_tool_resumes_from_the_store(shared_url: str, tmp_path
         ]
         assert prompts == PROMPTS
         calls = [p.tool_call_id for m in final for p in m.parts if isinstance(p, ToolCallPart)]
-        returns = [
-            p.tool_call_id for m in final for p in m.parts if isinstance(p, ToolReturnPart)
-        ]
+        returns = [p.tool_call_id for m in final for p in m.parts if isinstance(p, ToolReturnPart)]
         assert calls == returns and len(calls) == 5  # each call answered once
         assert [m.role for m in history.log().messages()][-4:] == [
             "user",
@@ -460,9 +458,7 @@ ASYNC_WITH_A_URL = textwrap.dedent(
 )
 
 
-def test_a_store_opened_from_a_url_closes_cleanly_after_async_use(
-    url: str, tmp_path: Path
-) -> None:
+def test_a_store_opened_from_a_url_closes_cleanly_after_async_use(url: str, tmp_path: Path) -> None:
     script = tmp_path / "async_url.py"
     script.write_text(
         ASYNC_WITH_A_URL.format(root=str(ROOT), src=str(ROOT / "src"), url=url), encoding="utf-8"
@@ -673,8 +669,13 @@ def test_generated_messages_round_trip_on_postgres(tmp_path: Path, messages: lis
 
 def test_the_example_runs_without_a_warning(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-W", "error", str(ROOT / "examples" / "pydantic_ai_example.py"),
-         str(tmp_path / "s")],
+        [
+            sys.executable,
+            "-W",
+            "error",
+            str(ROOT / "examples" / "pydantic_ai_example.py"),
+            str(tmp_path / "s"),
+        ],
         capture_output=True,
         text=True,
         check=True,
