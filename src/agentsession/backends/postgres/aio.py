@@ -219,7 +219,7 @@ class PostgresNativeLog:
         latest the session object has seen and in the life the log read; None (nothing
         written) to take the general path."""
         seq = self.view.seen_seq + 1
-        request = self.pg.append_one_request(event, marker, seq - 1)
+        request = self.pg.append_one_request(self.view, event, marker, seq - 1)
         if request is None:
             return None
         stored = await self._settled_write(request, _store_one)
@@ -239,7 +239,8 @@ class PostgresNativeLog:
         if not view.admits((), events):  # (after opening again: the pipeline checks first)
             return [], []
         seen = view.seen_seq
-        request = pg.append_request(events, marker, seen if expect_seq is None else expect_seq)
+        after = seen if expect_seq is None else expect_seq
+        request = pg.append_request(view, events, marker, after)
         row = await self._settled_write(request, _store_batch)
         base, life = (-1, -1) if row is None else (int(row[0]), int(row[1]))
         if base < 0:  # another writer appended first, or the life is gone: nothing written

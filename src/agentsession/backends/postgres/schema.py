@@ -55,6 +55,7 @@ jsonb); an expression index such as ``CREATE INDEX ON {s}.events
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,7 @@ import psycopg
 from psycopg import sql
 
 __all__ = [
+    "CATALOG_PARAMS",
     "LATEST_VERSION",
     "TAIL_EVENTS",
     "MIGRATIONS",
@@ -174,6 +176,72 @@ MIGRATIONS: tuple[Migration, ...] = (
         4,
         "events.eid: the event's id (NULL for events stored before), to recognise retries",
         ("ALTER TABLE {s}.events ADD COLUMN eid text",),
+    ),
+    Migration(
+        5,
+        "the catalog (sessions' catalog columns, usage, documents) and full-text search",
+        (
+            # Existing rows get indexed = false (their catalog is built from their events by
+            # the first listing or search, see PostgresIndex.sync); rows made from now on are
+            # indexed unless a store with catalog=False writes them.
+            """
+            ALTER TABLE {s}.sessions
+                ADD COLUMN title text NOT NULL DEFAULT '',
+                ADD COLUMN title_set boolean NOT NULL DEFAULT false,
+                ADD COLUMN tags text[] NOT NULL DEFAULT '{{}}',
+                ADD COLUMN "user" text COLLATE "C" NOT NULL DEFAULT '',
+                ADD COLUMN tenant text COLLATE "C" NOT NULL DEFAULT '',
+                ADD COLUMN agents text[] NOT NULL DEFAULT '{{}}',
+                ADD COLUMN status text COLLATE "C" NOT NULL DEFAULT 'idle',
+                ADD COLUMN messages bigint NOT NULL DEFAULT 0,
+                ADD COLUMN turns bigint NOT NULL DEFAULT 0,
+                ADD COLUMN input_tokens bigint NOT NULL DEFAULT 0,
+                ADD COLUMN output_tokens bigint NOT NULL DEFAULT 0,
+                ADD COLUMN cache_read_tokens bigint NOT NULL DEFAULT 0,
+                ADD COLUMN cache_write_tokens bigint NOT NULL DEFAULT 0,
+                ADD COLUMN cost double precision NOT NULL DEFAULT 0,
+                ADD COLUMN compacted_before bigint NOT NULL DEFAULT 0,
+                ADD COLUMN indexed boolean NOT NULL DEFAULT false
+            """,
+            "ALTER TABLE {s}.sessions ALTER COLUMN indexed SET DEFAULT true",
+            "CREATE INDEX sessions_created_at_idx ON {s}.sessions (created_at DESC, id DESC)",
+            """
+            CREATE INDEX sessions_tenant_idx ON {s}.sessions
+                (tenant, updated_at DESC, id DESC)
+            """,
+            """
+            CREATE INDEX sessions_user_idx ON {s}.sessions ("user", updated_at DESC, id DESC)
+            """,
+            "CREATE INDEX sessions_tags_idx ON {s}.sessions USING gin (tags)",
+            "CREATE INDEX sessions_agents_idx ON {s}.sessions USING gin (agents)",
+            "CREATE INDEX sessions_stale_idx ON {s}.sessions (id) WHERE NOT indexed",
+            """
+            CREATE TABLE {s}.usage (
+                session_id text COLLATE "C" NOT NULL,
+                day text COLLATE "C" NOT NULL,
+                agent text COLLATE "C" NOT NULL,
+                calls bigint NOT NULL DEFAULT 0,
+                input_tokens bigint NOT NULL DEFAULT 0,
+                output_tokens bigint NOT NULL DEFAULT 0,
+                cache_read_tokens bigint NOT NULL DEFAULT 0,
+                cache_write_tokens bigint NOT NULL DEFAULT 0,
+                cost double precision NOT NULL DEFAULT 0,
+                PRIMARY KEY (session_id, day, agent)
+            )
+            """,
+            """
+            CREATE TABLE {s}.documents (
+                session_id text COLLATE "C" NOT NULL,
+                seq bigint NOT NULL,
+                role text NOT NULL,
+                text text,
+                words tsvector NOT NULL,
+                rewound boolean NOT NULL DEFAULT false,
+                PRIMARY KEY (session_id, seq)
+            )
+            """,
+            "CREATE INDEX documents_words_idx ON {s}.documents USING gin (words)",
+        ),
     ),
 )
 """Every migration, oldest first. Append new ones; never edit one that has shipped."""
@@ -324,14 +392,20 @@ tail; the full window is read when something needs it)."""
 # last_seq = $2 - 1 in life $5 (checked under the row's lock, so seqs stay gap-free across
 # writers); otherwise it inserts nothing (rowcount 0). A plain UPDATE of the row: no
 # speculative insertion, no evaluation of the life's sequence default, no separate lock record.
+#
+# Each append statement comes in two forms: without the catalog (``/*SET*/`` marks the row
+# as not indexed: a store opened with catalog=False does not keep it) and with it (the
+# catalog's columns of the session row changed in the same UPDATE, and its usage rows and
+# search documents written by data-modifying CTEs fed by the row the append wrote: one
+# statement, so one round trip and one transaction, as before). See CATALOG_PARAMS.
 _APPEND_NEXT = """
 WITH s AS (
-    UPDATE {s}.sessions
+    UPDATE {s}.sessions AS s
     SET last_seq = $2::bigint, updated_at = $3,
-        compaction_seq = greatest(compaction_seq, $4::bigint)
+        compaction_seq = greatest(compaction_seq, $4::bigint)/*SET*/
     WHERE id = $1 AND last_seq = $2::bigint - 1 AND life = $5::bigint
     RETURNING id, {notify}
-)
+)/*CTES*/
 INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event, eid)
 SELECT $1, $2::bigint, $6, $7, $8, $3, $9::bytea, $10::bytea, $11::bytea, $12 FROM s
 """
@@ -343,8 +417,8 @@ SELECT $1, $2::bigint, $6, $7, $8, $3, $9::bytea, $10::bytea, $11::bytea, $12 FR
 # again (nothing is written), so an append never lands in a life its writer has not read.
 _APPEND_ONE = """
 WITH s AS (
-    INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq)
-    SELECT $1, $2, $2, 1, $3::bigint
+    INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq/*COLS*/)
+    SELECT $1, $2, $2, 1, $3::bigint/*VALS*/
     WHERE $4::bigint IS NULL OR ($4::bigint = 0 AND $5::bigint IS NULL)
        OR EXISTS (SELECT 1 FROM {s}.sessions WHERE id = $1)
     ON CONFLICT (id) DO UPDATE SET
@@ -352,7 +426,7 @@ WITH s AS (
         updated_at = EXCLUDED.updated_at,
         compaction_seq = CASE WHEN EXCLUDED.compaction_seq > 0
                               THEN s.last_seq + 1
-                              ELSE s.compaction_seq END
+                              ELSE s.compaction_seq END/*SET*/
     WHERE $4::bigint IS NULL
        OR (s.last_seq = $4::bigint AND ($5::bigint IS NULL OR s.life = $5::bigint))
     RETURNING s.last_seq - 1 AS base, s.life AS life, {notify}
@@ -361,7 +435,7 @@ WITH s AS (
                             eid)
     SELECT $1, s.base + 1, $6, $7, $8, $2, $9::bytea, $10::bytea, $11::bytea, $12
     FROM s
-)
+)/*CTES*/
 SELECT base, life FROM s
 """
 
@@ -369,8 +443,8 @@ SELECT base, life FROM s
 # one event's.
 _APPEND_MANY = """
 WITH s AS (
-    INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq)
-    SELECT %(id)s, %(first_time)s, %(last_time)s, %(n)s, %(mark)s
+    INSERT INTO {s}.sessions AS s (id, created_at, updated_at, last_seq, compaction_seq/*COLS*/)
+    SELECT %(id)s, %(first_time)s, %(last_time)s, %(n)s, %(mark)s/*VALS*/
     WHERE %(expect)s::bigint IS NULL OR (%(expect)s::bigint = 0 AND %(life)s::bigint IS NULL)
        OR EXISTS (SELECT 1 FROM {s}.sessions WHERE id = %(id)s)
     ON CONFLICT (id) DO UPDATE SET
@@ -378,7 +452,7 @@ WITH s AS (
         updated_at = EXCLUDED.updated_at,
         compaction_seq = CASE WHEN EXCLUDED.compaction_seq > 0
                               THEN s.last_seq + EXCLUDED.compaction_seq
-                              ELSE s.compaction_seq END
+                              ELSE s.compaction_seq END/*SET*/
     WHERE %(expect)s::bigint IS NULL
        OR (s.last_seq = %(expect)s::bigint
            AND (%(life)s::bigint IS NULL OR s.life = %(life)s::bigint))
@@ -392,9 +466,140 @@ WITH s AS (
                    %(times)b::timestamptz[], %(datas)b::bytea[], %(metas)b::bytea[],
                    %(raws)b::bytea[], %(eids)b::text[])
             WITH ORDINALITY AS b(type, agent, usr, time, data, meta, raw, eid, ord)
-)
+)/*CTES*/
 SELECT base, life FROM s
 """
+
+CATALOG_PARAMS = (
+    "c_messages",
+    "c_turns",
+    "c_input",
+    "c_output",
+    "c_cache_read",
+    "c_cache_write",
+    "c_cost",
+    "c_agents",
+    "c_user",
+    "c_title",
+    "c_status",
+    "c_compacted",
+    "u_days",
+    "u_agents",
+    "u_calls",
+    "u_input",
+    "u_output",
+    "u_cache_read",
+    "u_cache_write",
+    "u_cost",
+    "d_seqs",
+    "d_roles",
+    "d_texts",
+    "d_words",
+    "d_rewound",
+    "d_language",
+    "r_to",
+    "r_marker",
+)
+"""The parameters the catalog adds to an append statement, in this order after the
+statement's own (``$13`` on for the one-event statements; by name in the batch's): what one
+:class:`~agentsession.listing.CatalogChange` adds to the session row (counts, usage, agents,
+the user and title when the row has none, the status, the compaction point), its usage rows
+per (day, agent) as arrays, its documents as arrays (``d_words``: the tsvector's text, made
+by :func:`agentsession.backends.postgres.index.document_words`; ``d_language``: NULL, or the
+text search configuration that parses it), and its rewinds (``r_to``, ``r_marker``)."""
+
+# The row's catalog columns, as an append changes them (``s`` is the row before the append).
+_CATALOG_SET = """,
+        messages = s.messages + %(c_messages)s::bigint,
+        turns = s.turns + %(c_turns)s::bigint,
+        input_tokens = s.input_tokens + %(c_input)s::bigint,
+        output_tokens = s.output_tokens + %(c_output)s::bigint,
+        cache_read_tokens = s.cache_read_tokens + %(c_cache_read)s::bigint,
+        cache_write_tokens = s.cache_write_tokens + %(c_cache_write)s::bigint,
+        cost = s.cost + %(c_cost)s::float8,
+        agents = CASE WHEN %(c_agents)s::text[] <@ s.agents THEN s.agents
+                      ELSE s.agents || ARRAY(
+                          SELECT x.a FROM unnest(%(c_agents)s::text[]) WITH ORDINALITY AS x(a, o)
+                          WHERE x.a <> ALL (s.agents) ORDER BY x.o) END,
+        "user" = CASE WHEN s."user" = '' THEN %(c_user)s::text ELSE s."user" END,
+        title = CASE WHEN s.title = '' THEN %(c_title)s::text ELSE s.title END,
+        status = CASE WHEN %(c_status)s::text IS NULL OR s.status IN ('shredded', 'archived')
+                      THEN s.status ELSE %(c_status)s::text END,
+        compacted_before = greatest(s.compacted_before, %(c_compacted)s::bigint)"""
+
+_CATALOG_COLS = """, messages, turns, input_tokens, output_tokens,
+        cache_read_tokens, cache_write_tokens, cost, agents, "user", title, status,
+        compacted_before"""
+
+_CATALOG_VALS = """, %(c_messages)s::bigint, %(c_turns)s::bigint,
+        %(c_input)s::bigint, %(c_output)s::bigint, %(c_cache_read)s::bigint,
+        %(c_cache_write)s::bigint, %(c_cost)s::float8, %(c_agents)s::text[], %(c_user)s::text,
+        %(c_title)s::text, coalesce(%(c_status)s::text, 'idle'), %(c_compacted)s::bigint"""
+
+# The usage rows and documents of the batch, written only when the append wrote (``s`` has
+# its row). A document's words become its tsvector: ``d_words`` is a tsvector's text (exact
+# lexemes with positions) when ``d_language`` is NULL, else text the configuration parses.
+_USAGE_CTE = """
+    INSERT INTO {s}.usage AS u (session_id, day, agent, calls, input_tokens, output_tokens,
+                                cache_read_tokens, cache_write_tokens, cost)
+    SELECT %(id)s, x.day, x.agent, x.calls, x.i, x.o, x.cr, x.cw, x.cost
+    FROM s, unnest(%(u_days)s::text[], %(u_agents)s::text[], %(u_calls)s::bigint[],
+                   %(u_input)s::bigint[], %(u_output)s::bigint[], %(u_cache_read)s::bigint[],
+                   %(u_cache_write)s::bigint[], %(u_cost)s::float8[])
+            AS x(day, agent, calls, i, o, cr, cw, cost)
+    ON CONFLICT (session_id, day, agent) DO UPDATE SET
+        calls = u.calls + EXCLUDED.calls,
+        input_tokens = u.input_tokens + EXCLUDED.input_tokens,
+        output_tokens = u.output_tokens + EXCLUDED.output_tokens,
+        cache_read_tokens = u.cache_read_tokens + EXCLUDED.cache_read_tokens,
+        cache_write_tokens = u.cache_write_tokens + EXCLUDED.cache_write_tokens,
+        cost = u.cost + EXCLUDED.cost"""
+
+_DOCUMENTS_CTE = """
+    INSERT INTO {s}.documents AS d (session_id, seq, role, text, words, rewound)
+    SELECT %(id)s, x.seq, x.role, x.text,
+           CASE WHEN %(d_language)s::regconfig IS NULL THEN x.w::tsvector
+                ELSE to_tsvector(%(d_language)s::regconfig, x.w) END,
+           x.rewound
+    FROM s, unnest(%(d_seqs)s::bigint[], %(d_roles)s::text[], %(d_texts)s::text[],
+                   %(d_words)s::text[], %(d_rewound)s::boolean[])
+            AS x(seq, role, text, w, rewound)
+    ON CONFLICT (session_id, seq) DO UPDATE SET
+        role = EXCLUDED.role, text = EXCLUDED.text, words = EXCLUDED.words,
+        rewound = EXCLUDED.rewound"""
+
+# Documents already stored that a rewind of the batch went back past (those of the batch
+# itself come flagged: a CTE does not see what a sibling inserts).
+_REWIND_CTE = """
+    UPDATE {s}.documents AS d SET rewound = true
+    FROM s, unnest(%(r_to)s::bigint[], %(r_marker)s::bigint[]) AS x(t, m)
+    WHERE d.session_id = %(id)s AND d.seq > x.t AND d.seq < x.m AND NOT d.rewound"""
+
+_CATALOG_CTES = (
+    f",\ncatalog_usage AS ({_USAGE_CTE}\n), catalog_documents AS ({_DOCUMENTS_CTE}\n), "
+    f"catalog_rewound AS ({_REWIND_CTE}\n)"
+)
+
+
+def _with_catalog(template: str, catalog: bool, raw: bool) -> str:
+    """An append statement with the catalog's parts (``catalog``) or marking the row not
+    indexed; ``raw``: the catalog's parameters numbered after the statement's 12."""
+    if not catalog:
+        plain = template.replace("/*SET*/", ",\n        indexed = false")
+        plain = plain.replace("/*COLS*/", ", indexed").replace("/*VALS*/", ", false")
+        return plain.replace("/*CTES*/", "")
+    out = (
+        template.replace("/*SET*/", _CATALOG_SET)
+        .replace("/*COLS*/", _CATALOG_COLS)
+        .replace("/*VALS*/", _CATALOG_VALS)
+        .replace("/*CTES*/", _CATALOG_CTES)
+    )
+    if raw:
+        numbers = {name: f"${i}" for i, name in enumerate(CATALOG_PARAMS, start=13)}
+        numbers["id"] = "$1"
+        out = re.sub(r"%\((\w+)\)s", lambda m: numbers[m.group(1)], out)
+    return out
+
 
 # The latest events by key range (never the history before them) and the session's life:
 # $1 id, $2 how many. No row: no session; one row with a NULL seq: a session without events.
@@ -455,6 +660,9 @@ class Statements:
     append_next: bytes
     append_one: bytes
     append_many: bytes
+    append_next_catalog: bytes
+    append_one_catalog: bytes
+    append_many_catalog: bytes
     open_tail: bytes
     open: bytes
     refresh: bytes
@@ -468,6 +676,9 @@ class Statements:
     delete_session: bytes
     delete_events: bytes
     delete_meta_of: bytes
+    delete_usage: bytes
+    delete_documents: bytes
+    catalog_rebuild: bytes
     meta_get: bytes
     meta_list: bytes
     meta_list_kind: bytes
@@ -490,9 +701,12 @@ class Statements:
             return _render(template, schema)
 
         return cls(
-            append_next=render(_APPEND_NEXT),
-            append_one=render(_APPEND_ONE),
-            append_many=render(_APPEND_MANY),
+            append_next=render(_with_catalog(_APPEND_NEXT, False, True)),
+            append_one=render(_with_catalog(_APPEND_ONE, False, True)),
+            append_many=render(_with_catalog(_APPEND_MANY, False, False)),
+            append_next_catalog=render(_with_catalog(_APPEND_NEXT, True, True)),
+            append_one_catalog=render(_with_catalog(_APPEND_ONE, True, True)),
+            append_many_catalog=render(_with_catalog(_APPEND_MANY, True, False)),
             open_tail=render(_OPEN_TAIL),
             open=render(_OPEN),
             refresh=render(_REFRESH),
@@ -509,6 +723,10 @@ class Statements:
                 "DELETE FROM {s}.sessions WHERE id = %s RETURNING last_seq, {notify}"
             ),
             delete_events=render("DELETE FROM {s}.events WHERE session_id = %s"),
+            delete_usage=render("DELETE FROM {s}.usage WHERE session_id = %s"),
+            delete_documents=render("DELETE FROM {s}.documents WHERE session_id = %s"),
+            # A rebuild's usage rows and documents (the row's columns are set apart).
+            catalog_rebuild=render("WITH s AS (SELECT 1)" + _CATALOG_CTES + " SELECT 1"),
             delete_meta_of=render("DELETE FROM {s}.meta WHERE kind = ANY(%s) AND key = %s"),
             meta_get=render("SELECT value FROM {s}.meta WHERE kind = %s AND key = %s"),
             meta_list=render("SELECT kind, key, value FROM {s}.meta ORDER BY kind, key"),

@@ -26,6 +26,7 @@ from ...events import Event, decode_event, encode_event
 from ...session import BaseSession
 from ...storage import REOPEN, LogView, Reopen
 from .connections import Connections, _Conn, _Row
+from .index import PostgresIndex, _readable, catalog_params, raw_catalog_params
 from .schema import TAIL_EVENTS, Statements
 
 __all__ = ["AppendRequest", "PostgresLog", "PostgresSession", "Request", "check_text"]
@@ -61,12 +62,6 @@ def check_text(what: str, value: str) -> str:
             "lone surrogates"
         )
     return value
-
-
-def _readable(value: str) -> str:
-    """``value`` with NUL and lone surrogates replaced by U+FFFD, so TEXT can hold it."""
-    value = value.replace("\x00", "\ufffd")
-    return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _columns(event: Event) -> tuple[str, str, str, bytes, bytes | None, bytes | None]:
@@ -240,9 +235,10 @@ class PostgresLog:
     another life."""
 
     __slots__ = (
-                "_db",
+        "_db",
         "_id",
         "_identity",
+        "_index",
         "_life",
         "_location",
         "_one_action",
@@ -253,10 +249,16 @@ class PostgresLog:
     )
 
     def __init__(
-        self, db: Connections, sql: Statements, session_id: str, reconnect_timeout: float
+        self,
+        db: Connections,
+        sql: Statements,
+        session_id: str,
+        reconnect_timeout: float,
+        index: PostgresIndex | None = None,
     ) -> None:
         self._db = db
         self._sql = sql
+        self._index = index
         self._id = session_id
         self._reconnect_timeout = reconnect_timeout
         where = db.target.location
@@ -371,11 +373,14 @@ class PostgresLog:
         statements."""
         return _events_of(rows, self._id)
 
-    def append_request(self, events: list[Event], marker: int, after: int) -> AppendRequest:
+    def append_request(
+        self, view: LogView, events: list[Event], marker: int, after: int
+    ) -> AppendRequest:
         """The general path's statement for ``events``: stored only when the session row
         still has the latest seq ``after`` and the life this log read (created, when this log
-        read no row and ``after`` is 0). Its one row is ``base, life``; no row: nothing
-        written."""
+        read no row and ``after`` is 0), so stored as seqs ``after + 1...``; with what they
+        change in the store's catalog (:meth:`catalog`), in the same statement. Its one row is
+        ``base, life``; no row: nothing written."""
         count = len(events)
         action = (
             self._one_action
@@ -383,11 +388,32 @@ class PostgresLog:
             else f"appending {count} events to session {self._id!r}"
         )
         life = self._life
+        catalog = self.catalog(view, events, after)
+        sql = self._sql
         if count == 1:
             one = _append_one_params(self._id, events[0], marker == 0, after, life)
-            return AppendRequest(action, _UNKNOWN, self._sql.append_one, one, True)
+            if catalog is None:
+                return AppendRequest(action, _UNKNOWN, sql.append_one, one, True)
+            one += raw_catalog_params(catalog)
+            return AppendRequest(action, _UNKNOWN, sql.append_one_catalog, one, True)
         many = _append_many_params(self._id, events, marker, after, life)
-        return AppendRequest(action, _UNKNOWN, self._sql.append_many, many, False)
+        if catalog is None:
+            return AppendRequest(action, _UNKNOWN, sql.append_many, many, False)
+        many.update(catalog)
+        return AppendRequest(action, _UNKNOWN, sql.append_many_catalog, many, False)
+
+    def catalog(self, view: LogView, events: list[Event], after: int) -> dict[str, Any] | None:
+        """The catalog's parameters of an append of ``events`` after seq ``after`` (what
+        ``view.indexed`` says they change, as stored with seqs ``after + 1...``: an append is
+        only ever stored right after the seq it is conditional on); None when the store keeps
+        no catalog."""
+        index = self._index
+        if index is None:
+            return None
+        change = view.indexed(_numbered(events, after))
+        if change is None:
+            return None
+        return catalog_params(change, index.language, index.blind())
 
     def take_append(self, life: int) -> None:
         """Take in the life an append landed in (the one this log read, or the first one)."""
@@ -448,15 +474,23 @@ class PostgresLog:
     def read(self, after: int, limit: int | None) -> list[Event]:
         return _events_of(self._db.fetch(*self.read_request(after, limit)), self._id)
 
-    def append_one_request(self, event: Event, marker: bool, seen: int) -> AppendRequest | None:
+    def append_one_request(
+        self, view: LogView, event: Event, marker: bool, seen: int
+    ) -> AppendRequest | None:
         """The fast path's statement for ``event`` at seq ``seen + 1`` (``append_next``, on a
-        raw cursor; it writes one row or none), or None when this log knows no row yet or must
-        open again: the general path then appends."""
+        raw cursor; it writes one row or none), with what it changes in the store's catalog,
+        or None when this log knows no row yet or must open again: the general path then
+        appends."""
         life = self._life
         if life is None or self._stale:
             return None
         params = _append_next_params(self._id, event, seen + 1, marker, life)
-        return AppendRequest(self._one_action, _UNKNOWN, self._sql.append_next, params, True)
+        catalog = self.catalog(view, [event], seen)
+        if catalog is None:
+            return AppendRequest(self._one_action, _UNKNOWN, self._sql.append_next, params, True)
+        params += raw_catalog_params(catalog)
+        statement = self._sql.append_next_catalog
+        return AppendRequest(self._one_action, _UNKNOWN, statement, params, True)
 
     def append_one(self, view: LogView, event: Event, marker: bool) -> Event | None:
         """The fast path: one statement that updates the session row and inserts the event
@@ -465,7 +499,7 @@ class PostgresLog:
         another writer appended, or the session was deleted or created again: the general
         path then appends and catches up."""
         seq = view.seen_seq + 1
-        request = self.append_one_request(event, marker, seq - 1)
+        request = self.append_one_request(view, event, marker, seq - 1)
         if request is None:
             return None
         statement, params = request.statement, request.params
@@ -489,7 +523,8 @@ class PostgresLog:
         if not view.admits((), events):  # (after opening again: the pipeline checks first)
             return [], []
         seen = view.seen_seq
-        request = self.append_request(events, marker, seen if expect_seq is None else expect_seq)
+        after = seen if expect_seq is None else expect_seq
+        request = self.append_request(view, events, marker, after)
         statement, params = request.statement, request.params
         raw = request.raw
 

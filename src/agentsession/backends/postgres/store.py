@@ -103,6 +103,7 @@ from ...errors import StorageError, StoreUnavailable, UsageError
 from ...session import BaseSession
 from ...store import BaseStore
 from .connections import Connections, _Conn, log
+from .index import PostgresIndex
 from .locks import PostgresLocker, turn_lock_key
 from .schema import (
     LATEST_VERSION,
@@ -232,8 +233,10 @@ class PostgresCatalog(CatalogDefaults):
         sql: Statements,
         locker: PostgresLocker,
         reconnect_timeout: float,
+        index: PostgresIndex | None = None,
     ) -> None:
         self._target = target
+        self._index = index
         self._db = db
         self._sql = sql
         self._locker = locker
@@ -252,7 +255,11 @@ class PostgresCatalog(CatalogDefaults):
 
     def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
         log = PostgresLog(
-            self._db, self._sql, check_text("session id", session_id), self._reconnect_timeout
+            self._db,
+            self._sql,
+            check_text("session id", session_id),
+            self._reconnect_timeout,
+            self._index,
         )
         return BaseSession(cast("BaseStore", store), session_id, log)
 
@@ -306,6 +313,8 @@ class PostgresCatalog(CatalogDefaults):
                 # are deleted by a later statement, whose snapshot includes that append.
                 row = conn.execute(statements.delete_session, (session_id,)).fetchone()
                 conn.execute(statements.delete_events, (session_id,))
+                conn.execute(statements.delete_usage, (session_id,))
+                conn.execute(statements.delete_documents, (session_id,))
                 conn.execute(statements.delete_meta_of, (list(meta_kinds), session_id))
             return row is not None
 
@@ -452,6 +461,11 @@ class PostgresStore(BaseStore):
     * ``prepare_threshold`` (default 5): executions after which psycopg prepares a statement
       on the server; None disables prepared statements (PgBouncer in transaction mode before
       1.21). Turn locks need a session-level connection: never transaction pooling.
+    * ``search_language`` (default ``"simple"``): the text search configuration search
+      documents are parsed with (``"english"``: stemmed, stop words left out); ``simple``
+      keeps the exact words of :func:`agentsession.listing.words`. An encrypted store's
+      blind tokens are always kept exactly. See
+      :mod:`~agentsession.backends.postgres.index`.
     * ``reconnect_timeout`` (default 10 s): how long an append rides out a lost connection or
       a server that cannot be reached (a restart, a failover, ``pg_terminate_backend``): it
       tries again with a growing pause, first reading the log to find out whether the lost
@@ -467,6 +481,7 @@ class PostgresStore(BaseStore):
     """
 
     capabilities = Capabilities(native_async=True)
+    _pg_index: PostgresIndex
 
     def __init__(
         self,
@@ -483,8 +498,15 @@ class PostgresStore(BaseStore):
         reconnect_timeout: float = 10.0,
         create: bool = True,
         read_only: bool = False,
+        search_language: str = "simple",
         **options: Any,
     ) -> None:
+        if not isinstance(search_language, str) or not search_language:
+            raise UsageError(
+                "search_language must be a text search configuration name, not "
+                f"{search_language!r}"
+            )
+
         def parts() -> StoreParts:
             if not isinstance(reconnect_timeout, (int, float)) or not reconnect_timeout >= 0:
                 raise UsageError(
@@ -523,16 +545,24 @@ class PostgresStore(BaseStore):
                 db.pool.close()  # not open yet, unless something opened it early
                 raise
             db.open(conn)
+            language = None if search_language == "simple" else search_language
+            if language is not None:
+                _check_language(db, language)
+            index = self._pg_index = PostgresIndex(
+                db, target.schema, sql, language=language, read_only=read_only
+            )
             return StoreParts(
-                PostgresCatalog(target, db, sql, locker, float(reconnect_timeout)),
+                PostgresCatalog(target, db, sql, locker, float(reconnect_timeout), index),
                 PostgresMeta(db, sql, self.clock),
                 locker=lambda: locker,
                 async_backend=lambda executor: _async_backend(self, executor, db, sql),
                 reconnect_timeout=float(reconnect_timeout),
                 watcher=lambda: PostgresWatcher(db, notify_channel(target.schema)),
+                index=index,
             )
 
         super().__init__(parts, **options)
+        self._pg_index.host = self
 
     # -- the async API ----------------------------------------------------------------------
 
@@ -554,6 +584,25 @@ def _async_backend(
     from .aio import PostgresAsyncBackend
 
     return PostgresAsyncBackend(store, executor, db, sql)
+
+
+def _check_language(db: Connections, language: str) -> None:
+    """Raise :class:`~agentsession.errors.UsageError` unless the server knows the text search
+    configuration ``language``."""
+    try:
+        db.run(
+            "checking search_language",
+            lambda conn: conn.execute("SELECT %s::text::regconfig", (language,)).fetchone(),
+        )
+        row: tuple[bool] | None = (True,)
+    except StorageError:
+        row = None
+    if row is None or not row[0]:
+        db.close()
+        raise UsageError(
+            f"search_language={language!r}: the server has no such text search configuration "
+            "(see SELECT cfgname FROM pg_ts_config)"
+        )
 
 
 def _current_version(conn: _Conn, schema: str) -> int:
