@@ -21,7 +21,13 @@ from agentsession import BaseStore, open_store
 from agentsession.backends.postgres.schema import MIGRATIONS
 from agentsession.events import Usage
 
-from .test_conformance_postgres import DSN, SKIP_REASON, drop_schemas, new_schema_name, url_with_schema
+from .test_conformance_postgres import (
+    DSN,
+    SKIP_REASON,
+    drop_schemas,
+    new_schema_name,
+    url_with_schema,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not DSN, reason=SKIP_REASON)]
 
@@ -203,7 +209,8 @@ def test_an_encrypted_store_keeps_no_plaintext_in_the_catalog(schemas: list[str]
 
 def test_a_language_stems_words(schemas: list[str]) -> None:
     with pg_store(schemas, search_language="english") as store:
-        store.get("a").append(ags.Event.new("user/message", ags.Message.user("the runners were running")))
+        said = ags.Message.user("the runners were running")
+        store.get("a").append(ags.Event.new("user/message", said))
         assert [h.seq for h in store.search("run")] == [1]
     with pytest.raises(ags.UsageError, match="search_language"):
         pg_store(schemas, search_language="no_such_language")
@@ -309,7 +316,10 @@ def test_the_async_api_keeps_the_catalog(schemas: list[str]) -> None:
             await session.append(ags.Event.new("user/message", ags.Message.user("async pandas")))
             await session.append(ags.Event.new("assistant/message", ags.Message.assistant("ok")))
             await session.append_many(
-                [ags.Event.new("user/message", ags.Message.user(f"more pandas {n}")) for n in range(2)]
+                [
+                    ags.Event.new("user/message", ags.Message.user(f"more pandas {n}"))
+                    for n in range(2)
+                ]
             )
 
     asyncio.run(run())
