@@ -186,7 +186,9 @@ def _prepare_schema(
     return conn
 
 
-def _check_schema_for_reading(db: Connections, target: _Target) -> tuple[_Conn, Statements]:
+def _check_schema_for_reading(
+    db: Connections, target: _Target
+) -> tuple[_Conn, Statements, int]:
     """``read_only``: connect and check the schema version, creating and migrating nothing;
     returns the connection and the statements for the version found. The current version is
     read as usual, version 3 as it is (with no event ids); a missing store or any other
@@ -211,8 +213,8 @@ def _check_schema_for_reading(db: Connections, target: _Target) -> tuple[_Conn, 
     if problem is not None:
         conn.close()
         raise StoreUnavailable(problem)
-    event_ids = version >= LATEST_VERSION
-    return conn, Statements.for_schema(target.schema, event_ids=event_ids)
+    event_ids = version >= 4  # events.eid came with version 4
+    return conn, Statements.for_schema(target.schema, event_ids=event_ids), version
 
 
 # -- the store's parts -------------------------------------------------------------------------
@@ -537,8 +539,9 @@ class PostgresStore(BaseStore):
             # be reached), checks the schema and then becomes the pool's first connection.
             try:
                 if read_only:
-                    conn, sql = _check_schema_for_reading(db, target)
+                    conn, sql, version = _check_schema_for_reading(db, target)
                 else:
+                    version = LATEST_VERSION
                     conn = _prepare_schema(db, target, self.durability, auto_migrate, create)
                     sql = Statements.for_schema(target.schema)
             except BaseException:
@@ -551,14 +554,15 @@ class PostgresStore(BaseStore):
             index = self._pg_index = PostgresIndex(
                 db, target.schema, sql, language=language, read_only=read_only
             )
+            catalog_index = index if version >= LATEST_VERSION else None  # v3/v4 read as is
             return StoreParts(
-                PostgresCatalog(target, db, sql, locker, float(reconnect_timeout), index),
+                PostgresCatalog(target, db, sql, locker, float(reconnect_timeout), catalog_index),
                 PostgresMeta(db, sql, self.clock),
                 locker=lambda: locker,
                 async_backend=lambda executor: _async_backend(self, executor, db, sql),
                 reconnect_timeout=float(reconnect_timeout),
                 watcher=lambda: PostgresWatcher(db, notify_channel(target.schema)),
-                index=index,
+                index=catalog_index,
             )
 
         super().__init__(parts, **options)
