@@ -50,6 +50,7 @@ from .listing import (
     parse_where,
     search_rows,
     select,
+    sort_totals,
     time_of,
     totals_of,
     words,
@@ -68,6 +69,9 @@ class IndexHost(Protocol):
 
     @property
     def _keyring(self) -> KeyRing | None: ...
+
+    @property
+    def encrypted(self) -> bool: ...
 
     def _meta_get(self, kind: str, key: str) -> str | None: ...
 
@@ -273,13 +277,13 @@ class MemoryIndex:
         with self._lock:
             row = self.rows.get(session_id)
             if row is not None:
-                _set_fields(row, fields)
+                set_row_fields(row, fields)
 
     def shredded(self, session_id: str) -> None:
         with self._lock:
             row = self.rows.get(session_id)
             if row is not None:
-                _shred_row(row)
+                shred_row(row)
             self.documents.pop(session_id, None)
 
     def rebuild(
@@ -289,11 +293,11 @@ class MemoryIndex:
             self.delete(session_id)
             if change is not None:
                 self.apply(session_id, change)
-                _set_fields(self.rows[session_id], fields)
+                set_row_fields(self.rows[session_id], fields)
 
 
-def _set_fields(row: CatalogRow, fields: Fields) -> None:
-    """``row`` with ``fields`` set (what every index does for ``session.update``)."""
+def set_row_fields(row: CatalogRow, fields: Fields) -> None:
+    """Set ``fields`` on ``row`` (what every index does for ``session.update``)."""
     if fields.title is not None:
         row.title = fields.title
         row.title_set = bool(fields.title)
@@ -305,7 +309,8 @@ def _set_fields(row: CatalogRow, fields: Fields) -> None:
         row.tenant = fields.tenant
 
 
-def _shred_row(row: CatalogRow) -> None:
+def shred_row(row: CatalogRow) -> None:
+    """Clear what a shredded session's row may not keep (its sealed fields), and mark it."""
     row.status = "shredded"
     row.title = row.user = row.tenant = ""
     row.tags = []
@@ -543,7 +548,8 @@ def totals(
     )
     sealer = store._indexing.sealer()
     if sealer is not None and group_by in ("tenant", "user"):
-        found = [msgspec.structs.replace(t, key=_open(sealer, t.key)) for t in found]
+        # Opened, the keys sort otherwise than sealed.
+        found = sort_totals([msgspec.structs.replace(t, key=_open(sealer, t.key)) for t in found])
     return found
 
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from psycopg import sql
 
-from ...indexing import Fields, IndexHost, _set_fields, reindex
+from ...indexing import Fields, IndexHost, reindex, set_row_fields
 from ...listing import (
     CatalogChange,
     CatalogRow,
@@ -287,7 +287,7 @@ class PostgresIndex:
     def blind(self) -> bool:
         """Whether documents hold blind tokens (the store is encrypted)."""
         host = self.host
-        return host is not None and host._indexing.sealer() is not None
+        return host is not None and host.encrypted
 
     def words_language(self) -> str | None:
         """The configuration that parses documents' words (None: exact words)."""
@@ -530,7 +530,7 @@ class PostgresIndex:
             """
         )
         row = apply_change(None, session_id, change or CatalogChange())
-        _set_fields(row, fields)
+        set_row_fields(row, fields)
         values = {
             "id": session_id,
             "title": _readable(row.title),
