@@ -619,14 +619,20 @@ class BaseStore:
             checked[model] = price
         self._indexing.set_prices(checked)
 
-    def reindex(self, session_ids: Iterable[str] | None = None) -> int:
+    def reindex(
+        self,
+        session_ids: Iterable[str] | None = None,
+        *,
+        progress: Callable[[str], None] | None = None,
+    ) -> int:
         """Rebuild the catalog and search index of ``session_ids`` (None: every session) from
         their logs; returns how many sessions were read. Needed after a crash left a JSONL
-        store's index behind, after another program wrote the logs, or to re-price usage."""
+        store's index behind, after another program wrote the logs, or to re-price usage.
+        ``progress`` is called with each session's id once it is rebuilt."""
         self._check_open()
         if isinstance(session_ids, str):
             raise UsageError("reindex takes a list of session ids, not one string")
-        return indexing.reindex(self, session_ids)
+        return indexing.reindex(self, session_ids, progress)
 
     def delete(self, session_id: str, *, recursive: bool = False) -> bool:
         """Delete the session's events and everything stored beside them (its record, its

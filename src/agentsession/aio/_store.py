@@ -434,10 +434,16 @@ class AsyncStore:
         """Record what each model's tokens cost (:meth:`agentsession.BaseStore.set_prices`)."""
         await self._call("store.set_prices", functools.partial(self._sync.set_prices, prices))
 
-    async def reindex(self, session_ids: Iterable[str] | None = None) -> int:
+    async def reindex(
+        self,
+        session_ids: Iterable[str] | None = None,
+        *,
+        progress: Callable[[str], None] | None = None,
+    ) -> int:
         """Rebuild the catalog and search index from the logs
-        (:meth:`agentsession.BaseStore.reindex`)."""
-        await_fn = functools.partial(self._sync.reindex, session_ids)
+        (:meth:`agentsession.BaseStore.reindex`; ``progress`` is called in the thread that
+        rebuilds)."""
+        await_fn = functools.partial(self._sync.reindex, session_ids, progress=progress)
         return await self._call("store.reindex", await_fn)
 
     async def delete(self, session_id: str, *, recursive: bool = False) -> bool:
