@@ -3,6 +3,7 @@ sessions.
 
 A thin click layer over the library: each module of this package is one group of commands
 that parses its arguments, calls the library and prints (``sessions``: ls, stats, rm;
+``catalog``: search, reindex, totals, and the catalog options ls takes;
 ``transcript``: show, tail, messages; ``keys``: rekey, shred; ``maintenance``: repair, compact,
 rewind, branch (``branch --list`` lists branches), copy, migrate; ``serve``; ``imports``;
 ``demo``), over what they share (``_output``: printing and exit statuses; ``_state``: opening
@@ -31,13 +32,13 @@ Conventions every command follows:
   Every other command opens the store with ``create=False`` and fails with "no store at ..."
   (exit 4) rather than create one; ``migrate`` too, but for PostgreSQL, where it creates the
   store's tables (the deploy step).
-* **Reading writes nothing**: ``ls``, ``stats``, ``show``, ``messages``, ``tail``, ``repair
-  --dry-run``, ``branch --list`` and ``serve`` change no byte of the store (a torn JSONL tail is
-  read up to, and left for the next writer) and work on a store the process may only read; a
-  write to such a store fails with one line saying why (``docs/safety.md``). They (and
-  ``copy``'s source and ``import --dry-run``) open it with ``read_only=True``, so an older SQL
-  schema is never migrated: it is read as it is, or refused saying to run ``agentsession
-  migrate``.
+* **Reading writes nothing**: ``ls``, ``stats``, ``search``, ``totals``, ``show``,
+  ``messages``, ``tail``, ``repair --dry-run``, ``branch --list`` and ``serve`` change no byte
+  of the store (a torn JSONL tail is read up to, and left for the next writer) and work on a
+  store the process may only read; a write to such a store fails with one line saying why
+  (``docs/safety.md``). They (and ``copy``'s source and ``import --dry-run``) open it with
+  ``read_only=True``, so an older SQL schema is never migrated: it is read as it is, or refused
+  saying to run ``agentsession migrate``.
 * **Global options** (``--store``, ``--key-file``, ``--debug``) go before the command or after
   it; given on both sides, the one after wins.
 * **Encrypted stores** (``docs/security.md``): the key comes from ``--key-file PATH`` or the
@@ -55,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 # Importing the command modules registers their commands on the group.
-from . import demo, imports, keys, maintenance, serve, sessions, transcript  # noqa: F401
+from . import catalog, demo, imports, keys, maintenance, serve, sessions, transcript  # noqa: F401
 from ._group import _accept_global_options, cli
 from ._output import (
     EXIT_BROKEN_PIPE,

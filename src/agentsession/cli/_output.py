@@ -220,10 +220,11 @@ def _columns(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> Iterat
 
 
 @contextlib.contextmanager
-def _progress(total: int, description: str) -> Iterator[Callable[[], None]]:
-    """A progress bar on stderr for ``total`` steps, drawn only when stderr is a terminal and
-    there is more than one step; yields the function that advances it."""
-    if total < 2 or not is_terminal(sys.stderr):
+def _progress(total: int | None, description: str) -> Iterator[Callable[[], None]]:
+    """A progress bar on stderr for ``total`` steps (None: not known, the steps done are
+    counted), drawn only when stderr is a terminal and there is more than one step; yields the
+    function that advances it."""
+    if (total is not None and total < 2) or not is_terminal(sys.stderr):
         yield lambda: None
         return
     console = _Console(file=sys.stderr, force_terminal=True, highlight=False, emoji=False)

@@ -10,6 +10,8 @@ import msgspec
 
 from .. import children
 from ..children import SessionTree
+from ..contract import SessionInfo
+from ..listing import ORDERS
 from ..stats import SessionStats, StoreStats
 from ._group import CONTEXT, _examples, cli, many_ids, pass_state
 from ._output import (
@@ -28,6 +30,7 @@ from ._output import (
     clean,
 )
 from ._state import State, _check_exist, _outermost
+from .catalog import parse_where_options, print_catalog, print_next_cursor, where_options
 
 
 class _Row(msgspec.Struct):
@@ -87,6 +90,10 @@ def _tree_lines(trees: Sequence[SessionTree]) -> list[list[str]]:
         "agentsession ls --json | jq -r .id",
         "agentsession ls --tree                  # child sessions under their parents",
         "agentsession ls --tree --json | jq '.children[].id'",
+        "agentsession ls -l                      # with status, counts, usage and title",
+        "agentsession ls --where tenant=acme --tag billing --status idle,live",
+        "agentsession ls --where user=u1,u2 --order created --limit 50",
+        "agentsession ls --limit 50 --cursor CURSOR   # the page after the one that printed it",
     ),
 )
 @click.option("--prefix", default=None, help="Only ids starting with this.")
@@ -97,19 +104,66 @@ def _tree_lines(trees: Sequence[SessionTree]) -> list[list[str]]:
     help="Show child sessions (forked for subagents) indented under their parents, in fork "
     "order, with their agent and state; with --json, one nested object per top session.",
 )
+@where_options
+@click.option(
+    "--order",
+    type=click.Choice(ORDERS),
+    default=None,
+    help="updated (the last append, newest first; the default), created (newest first) or id.",
+)
+@click.option(
+    "--cursor",
+    default=None,
+    help="Continue after the page that printed this cursor (give the same filters and order).",
+)
+@click.option(
+    "-l",
+    "--long",
+    "long_view",
+    is_flag=True,
+    help="Show the catalog's columns: status, messages, turns, tokens, cost and title.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_state
 def ls_command(
-    state: State, prefix: str | None, limit: int | None, tree: bool, as_json: bool
+    state: State,
+    prefix: str | None,
+    limit: int | None,
+    tree: bool,
+    where: tuple[str, ...],
+    tags: tuple[str, ...],
+    statuses: tuple[str, ...],
+    order: str | None,
+    cursor: str | None,
+    long_view: bool,
+    as_json: bool,
 ) -> None:
     """List sessions, most recently active first (events shows ? when the store cannot tell
     without reading the session; size shows - when the store does not keep it).
 
     With --tree, a session forked from another listed session is shown under it instead of
-    at the top, and its children under it (also those --prefix or --limit left out)."""
+    at the top, and its children under it (also those --prefix or --limit left out).
+
+    With -l/--long, --where, --tag, --status, --order or --cursor, the sessions come from the
+    store's catalog (docs/catalog.md): each line shows the session's status, messages, turns,
+    tokens (input + output), cost and title, --json prints every field of the library's
+    SessionInfo, and when --limit cuts the listing short the cursor of the next page is
+    printed on stderr (next_cursor: ...). A store that keeps no catalog refuses them."""
     store = state.store(read_only=True)
+    checked = parse_where_options(where, tags, statuses)
+    catalog = long_view or checked is not None or order is not None or cursor is not None
+    infos: Sequence[SessionInfo]
+    next_cursor: str | None = None
+    if catalog:
+        page = store.list(
+            prefix=prefix, limit=limit, where=checked or {}, order=order or "updated",
+            cursor=cursor,
+        )
+        infos, next_cursor = page, page.next_cursor
+    else:
+        infos = store.list(prefix=prefix, limit=limit)
     if tree:
-        trees = children.tree(store, store.list(prefix=prefix, limit=limit))
+        trees = children.tree(store, infos)
         if as_json:
             for top in trees:
                 _json_line(top)
@@ -119,6 +173,17 @@ def ls_command(
             table = [["id", "events", "last activity (UTC)", "size", "agent", "state"]]
             for line in _columns(table + _tree_lines(trees), right=(1, 3)):
                 _echo(line)
+        print_next_cursor(next_cursor)
+        return
+    if catalog:
+        if as_json:
+            for info in infos:
+                _json_line(info)
+        elif not infos:
+            _echo(f"no sessions match in {clean(store.location)}")
+        else:
+            print_catalog(infos)
+        print_next_cursor(next_cursor)
         return
     rows = [
         _Row(
@@ -127,7 +192,7 @@ def ls_command(
             updated_at=info.updated_at,
             size=info.size or None,
         )
-        for info in store.list(prefix=prefix, limit=limit)
+        for info in infos
     ]
     if as_json:
         for row in rows:
