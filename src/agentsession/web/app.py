@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..codec import encode
 from ..errors import EncryptionError, SessionError, SessionNotFound, UsageError
 from ..store import BaseStore
-from . import data
+from . import catalog, data
 from .stream import DEFAULT_HEARTBEAT, TOKEN_CHARS, create_stream_app
 
 __all__ = [
@@ -70,6 +70,7 @@ _MAX_PAGE_ROWS: Final = 2000
 _MAX_LIST: Final = 500
 _MAX_MESSAGES: Final = 2000
 _MAX_BADGE_IDS: Final = 200
+_MAX_HITS: Final = 200
 
 _UNAUTHORIZED: Final = (
     "This agentsession server needs its access token. Open the URL that `agentsession serve` "
@@ -252,6 +253,45 @@ def _routes(
         )
         return _json(result)
 
+    async def features(request: Request) -> Response:
+        return _json(catalog.store_features(store))
+
+    def where_of(request: Request) -> dict[str, object]:
+        params = request.query_params
+        return catalog.catalog_where(
+            status=params.get("status", ""),
+            tags=params.getlist("tag"),
+            tenant=params.get("tenant", ""),
+            user=params.get("user", ""),
+            agent=params.get("agent", ""),
+        )
+
+    async def catalog_sessions(request: Request) -> Response:
+        result = await run_in_threadpool(
+            catalog.catalog_page,
+            store,
+            where=where_of(request),
+            query=request.query_params.get("q", ""),
+            cursor=request.query_params.get("cursor") or None,
+            limit=_int(request, "limit", 50, 1, _MAX_LIST),
+        )
+        return _json(result)
+
+    async def search(request: Request) -> Response:
+        query = request.query_params.get("q", "")
+        if not query.strip():
+            raise HTTPException(400, "the search query is missing: ?q=...")
+        result = await run_in_threadpool(
+            catalog.search_page,
+            store,
+            query,
+            where=where_of(request),
+            session_id=request.query_params.get("session") or None,
+            cursor=request.query_params.get("cursor") or None,
+            limit=_int(request, "limit", 20, 1, _MAX_HITS),
+        )
+        return _json(result)
+
     async def badges(request: Request) -> Response:
         ids = list(dict.fromkeys(request.query_params.getlist("id")))[:_MAX_BADGE_IDS]
 
@@ -322,6 +362,9 @@ def _routes(
         Route("/", page("index"), methods=["GET", "HEAD"]),
         Route("/session", page("session"), methods=["GET", "HEAD"]),
         Route("/api/sessions", sessions, methods=["GET", "HEAD"]),
+        Route("/api/store", features, methods=["GET", "HEAD"]),
+        Route("/api/catalog", catalog_sessions, methods=["GET", "HEAD"]),
+        Route("/api/search", search, methods=["GET", "HEAD"]),
         Route("/api/badges", badges, methods=["GET", "HEAD"]),
         Route("/api/session", summary, methods=["GET", "HEAD"]),
         Route("/api/session/rows", rows, methods=["GET", "HEAD"]),

@@ -123,6 +123,9 @@
 
   // -- the sessions page -----------------------------------------------------------------------
 
+  // A store that keeps a catalog (api/store says so) is listed from it: pages by cursor ("more
+  // sessions" appends the next), filters by status, tag, tenant, user and agent, and a search
+  // box when it keeps a search index. Any other store keeps the listing's offset pages.
   function sessionsPage() {
     const params = new URLSearchParams(location.search);
     const state = {
@@ -130,27 +133,78 @@
       agent: params.get("agent") || "",
       offset: Math.max(0, parseInt(params.get("offset") || "0", 10) || 0),
       limit: 50,
+      status: params.get("status") || "",
+      tag: params.get("tag") || "",
+      tenant: params.get("tenant") || "",
+      user: params.get("user") || "",
+      search: params.get("search") || "",
     };
-    const q = document.getElementById("q");
-    const agent = document.getElementById("agent");
+    const inputs = {};
+    for (const name of ["q", "agent", "status", "tag", "tenant", "user", "search"]) {
+      inputs[name] = document.getElementById(name);
+      inputs[name].value = state[name];
+    }
     const body = document.getElementById("session-rows");
+    const table = document.getElementById("sessions");
     const prev = document.getElementById("prev");
     const next = document.getElementById("next");
-    q.value = state.q;
-    agent.value = state.agent;
+    const pagerBox = document.getElementById("pager");
+    const moreBox = document.getElementById("more-box");
+    const hitsBox = document.getElementById("hits-box");
+    const hitList = document.getElementById("hits");
+    const moreHits = document.getElementById("more-hits");
+    let features = { catalog: false, searchable: false };
     let generation = 0;
+    let searchGeneration = 0;
     let timer = 0;
+    let cursor = null;      // the catalog's next page
+    let shown = 0;          // sessions shown from the catalog
+    let hitsCursor = null;  // the search's next page
+    let hitsShown = 0;
 
     function remember() {
       const p = new URLSearchParams();
-      if (state.q) p.set("q", state.q);
-      if (state.agent) p.set("agent", state.agent);
-      if (state.offset) p.set("offset", String(state.offset));
+      for (const name of ["q", "agent", "status", "tag", "tenant", "user", "search"]) {
+        if (state[name]) p.set(name, state[name]);
+      }
+      if (state.offset && !features.catalog) p.set("offset", String(state.offset));
       const query = p.toString();
       history.replaceState(null, "", location.pathname + (query ? "?" + query : ""));
     }
 
+    // The catalog filters as query parameters (a tag box of "a, b" asks for both tags).
+    function filterParams() {
+      const p = new URLSearchParams();
+      for (const name of ["status", "tenant", "user", "agent"]) if (state[name]) p.set(name, state[name]);
+      for (const tag of state.tag.split(",")) if (tag.trim()) p.append("tag", tag.trim());
+      return p;
+    }
+
+    // One row of the table; returns its cells that the badges fill in.
+    function addSession(s, encrypted) {
+      const tr = el("tr");
+      tr.dataset.sessionId = s.id;
+      const id = el("td", "id");
+      id.appendChild(sessionLink(s.id));
+      if (s.title) id.appendChild(el("span", "title", s.title));
+      const turns = el("td", "num turns", s.turns === undefined ? "…" : fmtNum(s.turns));
+      const status = el("td", "status");
+      if (encrypted) status.appendChild(badge("encrypted", "encrypted"));
+      if (s.status && s.status !== "idle") {
+        status.appendChild(badge("status-" + s.status, s.status.replace("_", " ")));
+      }
+      for (const tag of s.tags || []) status.appendChild(badge("tag", tag, "tag"));
+      status.appendChild(badge("pending", "…"));
+      append(
+        tr, id, el("td", "num", fmtNum(s.events)), turns, el("td", "mono", fmtTime(s.last_activity)),
+        el("td", "num", fmtSize(s.size)), status,
+      );
+      body.appendChild(tr);
+      return { turns, status };
+    }
+
     async function load() {
+      if (features.catalog) return loadCatalog(false);
       const mine = ++generation;
       remember();
       const p = new URLSearchParams({
@@ -162,22 +216,7 @@
       document.getElementById("store").textContent = page.store;
       body.replaceChildren();
       const cells = new Map();
-      for (const s of page.sessions) {
-        const tr = el("tr");
-        tr.dataset.sessionId = s.id;
-        const id = el("td", "id");
-        id.appendChild(sessionLink(s.id));
-        const turns = el("td", "num turns", "…");
-        const status = el("td", "status");
-        if (page.encrypted) status.appendChild(badge("encrypted", "encrypted"));
-        status.appendChild(badge("pending", "…"));
-        append(
-          tr, id, el("td", "num", fmtNum(s.events)), turns, el("td", "mono", fmtTime(s.last_activity)),
-          el("td", "num", fmtSize(s.size)), status,
-        );
-        body.appendChild(tr);
-        cells.set(s.id, { turns, status });
-      }
+      for (const s of page.sessions) cells.set(s.id, addSession(s, page.encrypted));
       document.getElementById("empty").hidden = page.sessions.length > 0;
       const first = page.sessions.length ? page.offset + 1 : 0;
       const last = page.offset + page.sessions.length;
@@ -190,6 +229,34 @@
       if (page.sessions.length) loadBadges(mine, cells);
     }
 
+    // The catalog's first page (as many sessions as are shown, when the list is reloaded),
+    // or with `more` the page after the last one shown.
+    async function loadCatalog(more) {
+      const mine = more ? generation : ++generation;
+      remember();
+      const p = filterParams();
+      if (state.q) p.set("q", state.q);
+      if (more) p.set("cursor", cursor);
+      p.set("limit", String(more ? state.limit : Math.min(500, Math.max(state.limit, shown))));
+      const page = await getJSONOrShow("api/catalog?" + p.toString());
+      if (!page || mine !== generation) return;
+      document.getElementById("error").hidden = true;
+      document.getElementById("store").textContent = page.store;
+      if (!more) {
+        body.replaceChildren();
+        shown = 0;
+      }
+      const cells = new Map();
+      for (const s of page.sessions) cells.set(s.id, addSession(s, page.encrypted));
+      shown += page.sessions.length;
+      cursor = page.next_cursor;
+      document.getElementById("empty").hidden = shown > 0;
+      document.getElementById("count").textContent =
+        plural(shown, "session") + (cursor ? " shown, more below" : "");
+      moreBox.hidden = !cursor || !hitsBox.hidden;
+      if (page.sessions.length) loadBadges(mine, cells);
+    }
+
     // Badges need each session's events: asked for the visible sessions only, after the list.
     async function loadBadges(mine, cells) {
       const p = new URLSearchParams();
@@ -199,7 +266,7 @@
       for (const [id, cell] of cells) {
         const b = found[id];
         cell.status.querySelectorAll(".pending").forEach((n) => n.remove());
-        if (!b) { cell.turns.textContent = "-"; continue; }
+        if (!b) { if (cell.turns.textContent === "…") cell.turns.textContent = "-"; continue; }
         cell.turns.textContent = fmtNum(b.turns);
         if (b.incomplete) cell.status.appendChild(badge("incomplete", "incomplete turn",
           plural(b.incomplete, "turn") + " a crash left open: agentsession repair closes it"));
@@ -213,17 +280,125 @@
       }
     }
 
+    // -- search ------------------------------------------------------------------------------
+
+    const WORD = /[\p{L}\p{N}_]+/gu;
+    // A word as the search compares it (as agentsession.listing.words does: accents removed,
+    // case folded).
+    function norm(word) {
+      return word.normalize("NFKD").replace(/\p{M}/gu, "").toLowerCase().normalize("NFKC");
+    }
+
+    // A snippet's text with each "[word]" of the query in a <mark> (brackets the stored text
+    // holds around other words stay as they are); text nodes only, never HTML.
+    function snippetNodes(snippet, words) {
+      const box = el("div", "snippet");
+      const mark = /(?<![\p{L}\p{N}_])\[([\p{L}\p{N}_]+)\](?![\p{L}\p{N}_])/gu;
+      let pos = 0;
+      for (const m of snippet.matchAll(mark)) {
+        if (!words.has(norm(m[1]))) continue;
+        box.appendChild(document.createTextNode(snippet.slice(pos, m.index)));
+        box.appendChild(el("mark", "", m[1]));
+        pos = m.index + m[0].length;
+      }
+      box.appendChild(document.createTextNode(snippet.slice(pos)));
+      return box;
+    }
+
+    function hitItem(hit, words) {
+      const li = el("li", "hit");
+      li.dataset.sessionId = hit.session_id;
+      li.dataset.seq = String(hit.seq);
+      const link = sessionLink(hit.session_id, hit.seq);
+      link.title = "the event in its session";
+      append(li, link, el("span", "at", "seq " + hit.seq), " ", badge("role", hit.role));
+      if (hit.rewound) li.appendChild(badge("compacted", "rewound", "a rewind went back past it"));
+      if (hit.compacted) li.appendChild(badge("compacted", "compacted",
+        "before the session's latest compaction: the model sees its summary"));
+      li.appendChild(snippetNodes(hit.snippet || "", words));
+      return li;
+    }
+
+    function showList(listShown) {
+      hitsBox.hidden = listShown;
+      table.hidden = !listShown;
+      document.getElementById("empty").hidden = !listShown || shown > 0 || !features.catalog;
+      pagerBox.hidden = !listShown || features.catalog;
+      moreBox.hidden = !listShown || !cursor;
+    }
+
+    async function runSearch(more) {
+      const text = state.search.trim();
+      remember();
+      if (!text) {
+        ++searchGeneration;
+        document.getElementById("hits-count").textContent = "";
+        showList(true);
+        return;
+      }
+      const mine = more ? searchGeneration : ++searchGeneration;
+      const p = filterParams();
+      p.set("q", text);
+      if (more) p.set("cursor", hitsCursor);
+      const page = await getJSONOrShow("api/search?" + p.toString());
+      if (!page || mine !== searchGeneration) return;
+      document.getElementById("error").hidden = true;
+      const words = new Set((text.match(WORD) || []).map(norm));
+      if (!more) {
+        hitList.replaceChildren();
+        hitsShown = 0;
+      }
+      for (const hit of page.hits) hitList.appendChild(hitItem(hit, words));
+      hitsShown += page.hits.length;
+      hitsCursor = page.next_cursor;
+      moreHits.hidden = !hitsCursor;
+      document.getElementById("no-hits").hidden = hitsShown > 0;
+      document.getElementById("hits-count").textContent =
+        plural(hitsShown, "hit") + (hitsCursor ? " shown, more below" : "");
+      showList(false);
+    }
+
     function later() {
       clearTimeout(timer);
-      timer = setTimeout(() => { state.offset = 0; load(); }, 250);
+      timer = setTimeout(() => {
+        state.offset = 0;
+        cursor = null;
+        shown = 0;
+        load();
+        if (state.search.trim()) runSearch(false);
+      }, 250);
     }
-    q.addEventListener("input", () => { state.q = q.value; later(); });
-    agent.addEventListener("input", () => { state.agent = agent.value.trim(); later(); });
-    document.getElementById("filters").addEventListener("submit", (e) => e.preventDefault());
+    for (const name of ["q", "agent", "tag", "tenant", "user"]) {
+      inputs[name].addEventListener("input", () => { state[name] = inputs[name].value.trim(); later(); });
+    }
+    inputs.status.addEventListener("change", () => { state.status = inputs.status.value; later(); });
+    let searchTimer = 0;
+    inputs.search.addEventListener("input", () => {
+      state.search = inputs.search.value;
+      clearTimeout(searchTimer);
+      searchTimer = setTimeout(() => runSearch(false), 250);
+    });
+    for (const id of ["filters", "search-form"]) {
+      document.getElementById(id).addEventListener("submit", (e) => e.preventDefault());
+    }
     prev.addEventListener("click", () => { state.offset = Math.max(0, state.offset - state.limit); load(); });
     next.addEventListener("click", () => { state.offset += state.limit; load(); });
-    load();
-    liveList(load);
+    document.getElementById("more-sessions").addEventListener("click", () => loadCatalog(true));
+    moreHits.addEventListener("click", () => runSearch(true));
+
+    (async function start() {
+      const found = await getJSONOrShow("api/store");
+      if (found) features = found;
+      document.getElementById("catalog-filters").hidden = !features.catalog;
+      document.getElementById("search-form").hidden = !features.searchable;
+      pagerBox.hidden = features.catalog;
+      if (features.catalog) {
+        inputs.agent.title = "Sessions with events of this agent (the catalog's agents)";
+      }
+      await load();
+      if (features.searchable && state.search.trim()) runSearch(false);
+      liveList(load);
+    })();
   }
 
   // The live list: the store-wide feed (the stream app's stream/sessions, docs/web.md). A
