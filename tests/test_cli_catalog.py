@@ -430,3 +430,32 @@ def test_jsonl_ls_where_search_totals_and_reindex(jsonl_store: str) -> None:
         assert out == f"reindexed {len(store.list())} session(s) in {store.location}\n"
     finally:
         store.close()
+
+
+# -- an encrypted store -----------------------------------------------------------------------
+
+
+def test_an_encrypted_store_is_listed_and_searched_with_its_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(agentsession.registry._registered, SCHEME, shared_factory())
+    with ags.open_store(URL, passphrase="correct horse") as sealed:
+        fill(sealed, count=4)
+        index = sealed._index
+        assert index is not None
+        stored = index.query(ags.listing.ListQuery(limit=None))  # type: ignore[attr-defined]
+        assert "acme" not in {row.tenant for row in stored}  # sealed in the index
+    key = tmp_path / "key"
+    key.write_text("correct horse\n")
+    keyed = ["--key-file", str(key)]
+    code, out, err = invoke(*keyed, "ls", "--json", "--where", "tenant=acme")
+    assert code == 0, err
+    assert [json.loads(line)["tenant"] for line in out.splitlines()] == ["acme", "acme"]
+    code, out, err = invoke(*keyed, "search", "deploy production", "--where", "tenant=globex")
+    assert code == 0, err
+    assert ids_of(out) == ["chat:01", "chat:03"]
+    assert "Please [deploy] build 1 to [production]" in out  # made from the opened event
+    code, _, err = invoke(*keyed, "ls", "--where", "title=first")
+    assert code == 2 and "needs the titles in clear" in err
+    code, _, err = invoke("ls", "-l")
+    assert code == 1 and "--key-file" in err

@@ -176,6 +176,22 @@ def test_a_store_without_a_catalog_index_refuses_with_the_reason() -> None:
     bare.close()
 
 
+def test_an_encrypted_store_is_filtered_and_searched_through_its_sealed_index() -> None:
+    sealed = MemoryStore(passphrase="correct horse")
+    fill(sealed, count=4)
+    with TestClient(create_app(sealed), base_url="http://127.0.0.1") as test_client:
+        assert get(test_client, "/api/store")["encrypted"] is True
+        page = get(test_client, "/api/catalog", tenant="globex")
+        assert [(s["id"], s["tenant"]) for s in page["sessions"]] == [
+            ("chat:03", "globex"), ("chat:01", "globex"),
+        ]
+        hits = get(test_client, "/api/search", q="Deploy production", tenant="globex")["hits"]
+        assert [h["snippet"] for h in hits] == [
+            "Please [deploy] build 1 to [production]", "Please [deploy] build 3 to [production]",
+        ]
+    sealed.close()
+
+
 def test_the_pages_have_the_catalog_controls_and_no_inline_style() -> None:
     from agentsession.web.app import STATIC_DIR
 
