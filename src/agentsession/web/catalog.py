@@ -4,7 +4,8 @@ computed with ``store.list(where=...)`` and ``store.search``; no HTTP here.
 
 Costs: a catalog page is one ``store.list`` query of the page's size (the backend's catalog
 index answers it: no log is read); with "id contains" (which no index answers), the pages
-after the cursor are read 200 rows at a time and filtered until the page is full. A search
+after the cursor are read (200 rows, then twice as many each time, up to 12,800) and filtered
+until the page is full. A search
 page is one ``store.search``.
 """
 
@@ -36,7 +37,10 @@ FILTERS: Final = ("status", "tag", "tenant", "user", "agent")
 """The catalog filters the viewer's endpoints take (``tag`` repeatable: every one)."""
 
 _SCAN: Final = 200
-"""Rows read per ``store.list`` while filtering by "id contains"."""
+"""Rows of the first ``store.list`` while filtering by "id contains" (each next one reads
+twice as many, up to :data:`_SCAN_MAX`: a rare text costs a few queries, not one per 200
+sessions)."""
+_SCAN_MAX: Final = 12_800
 
 
 class StoreFeatures(msgspec.Struct, frozen=True, kw_only=True):
@@ -195,8 +199,10 @@ def _containing(
     cursor after the last of them (None: the listing ended)."""
     picked: list[SessionInfo] = []
     after = cursor
+    batch = _SCAN
     while True:
-        page = store.list(where=where, limit=_SCAN, cursor=after)
+        page = store.list(where=where, limit=batch, cursor=after)
+        batch = min(batch * 2, _SCAN_MAX)
         for info in page:
             if query not in info.id:
                 continue
