@@ -593,6 +593,18 @@ class BaseStore:
         self._check_open()
         return indexing.totals(self, where, group_by, since, until)
 
+    @property
+    def keeps_catalog(self) -> bool:
+        """Whether the store keeps a catalog (``list(where=...)``, ``totals``): its backend
+        has an index and it was not opened with ``catalog=False``."""
+        return self._index is not None and self._indexing.catalog
+
+    @property
+    def searchable(self) -> bool:
+        """Whether ``search`` works: the store keeps a catalog and was not opened with
+        ``searchable=False``."""
+        return self.keeps_catalog and self._indexing.searchable
+
     def set_prices(self, prices: Mapping[str, Price | Mapping[str, float]]) -> None:
         """Record what each model's tokens cost, per million (``{"gpt-4o": Price(input=2.5,
         output=10)}``; ``"*"`` for any model): a usage event appended from then on that

@@ -613,6 +613,16 @@ class AsyncStore:
         """Whether the store encrypts its events (checked when it was opened: no I/O)."""
         return self._sync.encrypted
 
+    @property
+    def keeps_catalog(self) -> bool:
+        """Whether the store keeps a catalog (:attr:`agentsession.BaseStore.keeps_catalog`)."""
+        return self._sync.keeps_catalog
+
+    @property
+    def searchable(self) -> bool:
+        """Whether ``search`` works (:attr:`agentsession.BaseStore.searchable`)."""
+        return self._sync.searchable
+
     async def change_passphrase(
         self,
         old: str | None,

@@ -62,12 +62,11 @@ def store_features(store: BaseStore) -> StoreFeatures:
     opened with ``catalog=False``) and a search index (also not ``searchable=False``)."""
     # The store's own record of what it keeps: asking it through a query would build a
     # lagging index (JSONL's) before the page is even shown.
-    catalog = store._index is not None and store._indexing.catalog
     return StoreFeatures(
         store=store.location,
         encrypted=store.encrypted,
-        catalog=catalog,
-        searchable=catalog and store._indexing.searchable,
+        catalog=store.keeps_catalog,
+        searchable=store.searchable,
     )
 
 
