@@ -1,0 +1,652 @@
+"""A catalog and search index in SQLite tables (:class:`SqliteIndex`, a
+:class:`~agentsession.indexing.CatalogIndex`).
+
+It keeps its own tables and never reads a log, so it serves the SQLite backend (its tables sit
+in the store's database, and :meth:`SqliteIndex.apply` runs in the append's transaction) and a
+sidecar database beside logs kept elsewhere alike. The tables (:data:`INDEX_SCHEMA`):
+
+* ``catalog``: one row per session. ``key`` is an ``AUTOINCREMENT`` integer (never reused, so
+  a session deleted and created again gets a new one); ``created_key`` and ``updated_key`` hold
+  the times as fixed-width UTC text (``''``: none), which sorts as the instants do, so keyset
+  pages are index range scans on ``(updated_key, id)``; ``tags`` (as set) and ``agents`` (in
+  order of first appearance) are JSON lists; usage totals are columns.
+* ``catalog_tags`` and ``catalog_agents``: ``(session_id, tag)`` and ``(session_id, agent)``,
+  for ``where`` on tags and agents.
+* ``catalog_usage``: usage per session, UTC day and agent (what ``totals`` sums).
+* ``catalog_documents``: an FTS5 table, one row per searchable event, its ``rowid``
+  ``(catalog.key << 32) | seq`` (a session's documents are one rowid range: deleting or flagging
+  them never scans the table). ``text`` holds the document's words as
+  :func:`agentsession.listing.words` makes them, space separated (blind tokens as they are), so
+  FTS5's ``unicode61`` tokenizer splits exactly where search's normalisation does; ``body`` the
+  text as written when it differs (NULL otherwise), from which a hit's snippet is made. Ranked
+  by ``bm25``.
+
+The tables hold what the store hands them: on an encrypted store sealed titles, users, tenants
+and tags, and blind tokens for words (``body`` is then NULL: tokens are their own words).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import datetime as _dt
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from ..errors import StorageError
+from ..indexing import Fields
+from ..listing import (
+    CatalogChange,
+    CatalogRow,
+    Filter,
+    Hit,
+    ListQuery,
+    SearchQuery,
+    Totals,
+    TotalsQuery,
+    UsageTotals,
+    snippet,
+    words,
+)
+
+if TYPE_CHECKING:
+    from ..indexing import IndexHost
+
+__all__ = ["INDEX_SCHEMA", "INDEX_TABLES", "SqliteIndex", "create_index_tables", "time_key"]
+
+INDEX_TABLES: Final = (
+    "catalog",
+    "catalog_tags",
+    "catalog_agents",
+    "catalog_usage",
+    "catalog_documents",
+)
+"""The tables an index keeps (dropping them forgets it; :meth:`SqliteIndex.rebuild` of every
+session fills them again)."""
+
+INDEX_SCHEMA: Final = (
+    """
+    CREATE TABLE IF NOT EXISTS catalog (
+        key               INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: document rowids
+        id                TEXT    NOT NULL UNIQUE,
+        created_key       TEXT    NOT NULL DEFAULT '',  -- fixed-width UTC, '' when unknown
+        updated_key       TEXT    NOT NULL DEFAULT '',
+        last_seq          INTEGER NOT NULL DEFAULT 0,
+        title             TEXT    NOT NULL DEFAULT '',
+        title_set         INTEGER NOT NULL DEFAULT 0,
+        user              TEXT    NOT NULL DEFAULT '',
+        tenant            TEXT    NOT NULL DEFAULT '',
+        tags              TEXT    NOT NULL DEFAULT '[]',  -- JSON list, as set
+        agents            TEXT    NOT NULL DEFAULT '[]',  -- JSON list, first appearance first
+        status            TEXT    NOT NULL DEFAULT 'idle',
+        messages          INTEGER NOT NULL DEFAULT 0,
+        turns             INTEGER NOT NULL DEFAULT 0,
+        input_tokens      INTEGER NOT NULL DEFAULT 0,
+        output_tokens     INTEGER NOT NULL DEFAULT 0,
+        cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+        cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+        cost              REAL    NOT NULL DEFAULT 0,
+        compacted_before  INTEGER NOT NULL DEFAULT 0
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS catalog_by_updated ON catalog (updated_key, id)",
+    "CREATE INDEX IF NOT EXISTS catalog_by_created ON catalog (created_key, id)",
+    "CREATE INDEX IF NOT EXISTS catalog_by_tenant ON catalog (tenant, updated_key, id)",
+    "CREATE INDEX IF NOT EXISTS catalog_by_user ON catalog (user, updated_key, id)",
+    "CREATE INDEX IF NOT EXISTS catalog_by_status ON catalog (status, updated_key, id)",
+    """
+    CREATE TABLE IF NOT EXISTS catalog_tags (
+        session_id TEXT NOT NULL,
+        tag        TEXT NOT NULL,
+        PRIMARY KEY (session_id, tag)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX IF NOT EXISTS catalog_tags_by_tag ON catalog_tags (tag, session_id)",
+    """
+    CREATE TABLE IF NOT EXISTS catalog_agents (
+        session_id TEXT NOT NULL,
+        agent      TEXT NOT NULL,
+        PRIMARY KEY (session_id, agent)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX IF NOT EXISTS catalog_agents_by_agent ON catalog_agents (agent, session_id)",
+    """
+    CREATE TABLE IF NOT EXISTS catalog_usage (
+        session_id         TEXT    NOT NULL,
+        day                TEXT    NOT NULL,  -- YYYY-MM-DD, UTC
+        agent              TEXT    NOT NULL,
+        calls              INTEGER NOT NULL DEFAULT 0,
+        input_tokens       INTEGER NOT NULL DEFAULT 0,
+        output_tokens      INTEGER NOT NULL DEFAULT 0,
+        cache_read_tokens  INTEGER NOT NULL DEFAULT 0,
+        cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+        cost               REAL    NOT NULL DEFAULT 0,
+        PRIMARY KEY (session_id, day, agent)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX IF NOT EXISTS catalog_usage_by_day ON catalog_usage (day)",
+    """
+    CREATE VIRTUAL TABLE IF NOT EXISTS catalog_documents USING fts5 (
+        session_id UNINDEXED, seq UNINDEXED, role UNINDEXED, rewound UNINDEXED,
+        text, body UNINDEXED,
+        tokenize = "unicode61 remove_diacritics 2 tokenchars '_'"
+    )
+    """,
+)
+"""The index's DDL, in order (every statement ``IF NOT EXISTS``: running it again changes
+nothing)."""
+
+_SEQ_BITS: Final = 32
+_UTC: Final = _dt.timezone.utc
+_strings_decoder: Final = msgspec.json.Decoder(list[str])
+
+
+def create_index_tables(conn: sqlite3.Connection) -> None:
+    """Create the index's tables and indexes (those missing) on ``conn``, in the caller's
+    transaction when one is open."""
+    for statement in INDEX_SCHEMA:
+        conn.execute(statement)
+
+
+def time_key(moment: _dt.datetime | None) -> str:
+    """A time as the index keeps it: fixed-width UTC ISO 8601 text, which sorts as the
+    instants do (naive times taken as UTC; None is ``''``, before every time)."""
+    if moment is None:
+        return ""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_UTC)
+    return moment.astimezone(_UTC).isoformat(timespec="microseconds")
+
+
+def _time_of(key: str) -> _dt.datetime | None:
+    return _dt.datetime.fromisoformat(key) if key else None
+
+
+def _bind(value: str) -> str | bytes:
+    """A string as SQLite can store it: itself, or its surrogatepass bytes (bound through
+    ``CAST(? AS TEXT)``)."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass")
+    return value
+
+
+def _surrogate_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogatepass")
+
+
+def _fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+    """Rows of a query; text holding lone surrogates is read back too."""
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "decode to UTF-8" not in str(exc):
+            raise
+    conn.text_factory = _surrogate_text
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.text_factory = str
+
+
+def _casefold(value: str | None) -> str | None:
+    return value.casefold() if isinstance(value, str) else value
+
+
+# -- statements --------------------------------------------------------------------------------
+
+_T = "CAST(? AS TEXT)"
+_UPSERT = f"""
+INSERT INTO catalog (id, created_key, updated_key, last_seq, messages, turns, input_tokens,
+    output_tokens, cache_read_tokens, cache_write_tokens, cost, user, title, status,
+    compacted_before)
+VALUES ({_T}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_T}, {_T}, coalesce(?, 'idle'), ?)
+ON CONFLICT (id) DO UPDATE SET
+    created_key = CASE WHEN created_key = '' THEN excluded.created_key ELSE created_key END,
+    updated_key = CASE WHEN excluded.updated_key = '' THEN updated_key
+                       ELSE excluded.updated_key END,
+    last_seq = max(last_seq, excluded.last_seq),
+    messages = messages + excluded.messages,
+    turns = turns + excluded.turns,
+    input_tokens = input_tokens + excluded.input_tokens,
+    output_tokens = output_tokens + excluded.output_tokens,
+    cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
+    cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,
+    cost = cost + excluded.cost,
+    user = CASE WHEN user = '' THEN excluded.user ELSE user END,
+    title = CASE WHEN title = '' THEN excluded.title ELSE title END,
+    status = CASE WHEN ?14 IS NULL OR status IN ('shredded', 'archived') THEN status
+                  ELSE ?14 END,
+    compacted_before = max(compacted_before, excluded.compacted_before)
+RETURNING key
+"""
+_ADD_AGENT = f"INSERT OR IGNORE INTO catalog_agents (session_id, agent) VALUES ({_T}, {_T})"
+_APPEND_AGENT = "UPDATE catalog SET agents = json_insert(agents, '$[#]', ?) WHERE key = ?"
+_ADD_USAGE = f"""
+INSERT INTO catalog_usage (session_id, day, agent, calls, input_tokens, output_tokens,
+    cache_read_tokens, cache_write_tokens, cost)
+VALUES ({_T}, ?, {_T}, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (session_id, day, agent) DO UPDATE SET
+    calls = calls + excluded.calls,
+    input_tokens = input_tokens + excluded.input_tokens,
+    output_tokens = output_tokens + excluded.output_tokens,
+    cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
+    cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,
+    cost = cost + excluded.cost
+"""
+_ADD_DOCUMENT = (
+    "INSERT OR REPLACE INTO catalog_documents "
+    f"(rowid, session_id, seq, role, rewound, text, body) VALUES (?, {_T}, ?, ?, 0, ?, ?)"
+)
+_REWIND = "UPDATE catalog_documents SET rewound = 1 WHERE rowid > ? AND rowid < ? AND rewound = 0"
+_ROW_COLUMNS = (
+    "c.id, c.created_key, c.updated_key, c.last_seq, c.title, c.title_set, c.user, c.tenant, "
+    "c.tags, c.agents, c.status, c.messages, c.turns, c.input_tokens, c.output_tokens, "
+    "c.cache_read_tokens, c.cache_write_tokens, c.cost, c.compacted_before, c.key"
+)
+_KEY_OF = f"SELECT key FROM catalog WHERE id = {_T}"
+_ORDERS: Final = {
+    "updated": ("c.updated_key", "DESC"),
+    "created": ("c.created_key", "DESC"),
+    "id": ("c.id", "ASC"),
+}
+_GROUPS: Final = {
+    "tenant": "c.tenant",
+    "user": "c.user",
+    "agent": "u.agent",
+    "day": "u.day",
+}
+
+
+def _filter_sql(where: Filter) -> tuple[str, list[Any], bool]:
+    """``where`` as SQL on the catalog row ``c`` (``1`` when it holds for every row), its
+    parameters, and whether it needs the ``agentsession_casefold`` function."""
+    parts: list[str] = []
+    params: list[Any] = []
+
+    def one_of(column: str, values: Sequence[str]) -> None:
+        parts.append(f"{column} IN ({', '.join([_T] * len(values))})")
+        params.extend(_bind(v) for v in values)
+
+    if where.prefix is not None:
+        parts.append(
+            f"substr(CAST(c.id AS BLOB), 1, length(CAST({_T} AS BLOB))) = CAST({_T} AS BLOB)"
+        )
+        params += [_bind(where.prefix)] * 2
+    if where.ids is not None:
+        one_of("c.id", where.ids)
+    if where.user is not None:
+        one_of("c.user", where.user)
+    if where.tenant is not None:
+        one_of("c.tenant", where.tenant)
+    if where.status is not None:
+        one_of("c.status", where.status)
+    if where.agent is not None:
+        parts.append(
+            "EXISTS (SELECT 1 FROM catalog_agents AS a WHERE a.session_id = c.id AND a.agent "
+            f"IN ({', '.join([_T] * len(where.agent))}))"
+        )
+        params.extend(_bind(v) for v in where.agent)
+    for tag in where.tags or ():
+        parts.append(
+            "EXISTS (SELECT 1 FROM catalog_tags AS t WHERE t.session_id = c.id "
+            f"AND t.tag = {_T})"
+        )
+        params.append(_bind(tag))
+    for column, bounds in (("c.updated_key", where.updated), ("c.created_key", where.created)):
+        if bounds is None:
+            continue
+        after, before = bounds
+        if after is None and before is None:
+            continue
+        parts.append(f"{column} != ''")  # a row without the time matches only an open range
+        if after is not None:
+            parts.append(f"{column} >= ?")
+            params.append(time_key(after))
+        if before is not None:
+            parts.append(f"{column} < ?")
+            params.append(time_key(before))
+    if where.title is not None:
+        parts.append(f"instr(agentsession_casefold(c.title), {_T}) > 0")
+        params.append(_bind(where.title.casefold()))
+    return (" AND ".join(parts) or "1"), params, where.title is not None
+
+
+def _row_of(values: Sequence[Any]) -> CatalogRow:
+    (
+        sid, created, updated, last_seq, title, title_set, user, tenant, tags, agents, status,
+        messages, turns, input_tokens, output_tokens, cache_read, cache_write, cost,
+        compacted, _key,
+    ) = values
+    return CatalogRow(
+        id=sid,
+        created_at=_time_of(created),
+        updated_at=_time_of(updated),
+        last_seq=last_seq,
+        title=title,
+        title_set=bool(title_set),
+        user=user,
+        tenant=tenant,
+        tags=_strings_decoder.decode(tags),
+        agents=_strings_decoder.decode(agents),
+        status=status,
+        messages=messages,
+        turns=turns,
+        usage=UsageTotals(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cache_read,
+            cache_write_tokens=cache_write,
+            cost=cost,
+        ),
+        compacted_before=compacted,
+    )
+
+
+def _match_of(terms: Sequence[str]) -> str:
+    """An FTS5 query holding every term (each a phrase of one word, quoted)."""
+    return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+# -- the index ---------------------------------------------------------------------------------
+
+
+class SqliteIndex:
+    """A :class:`~agentsession.indexing.CatalogIndex` in SQLite tables (:data:`INDEX_SCHEMA`,
+    created by :func:`create_index_tables`), reached through ``connection`` (called for each
+    operation: the calling thread's connection).
+
+    :meth:`apply` writes into the caller's open transaction. The other writes
+    (:meth:`set_fields`, :meth:`shredded`, :meth:`rebuild`, :meth:`delete`) do too when the
+    connection is in one, and otherwise run in a ``BEGIN IMMEDIATE`` transaction of their own,
+    holding ``write_lock`` (the process's lock for the file, when its writers share one).
+    ``location`` names the file in errors."""
+
+    def __init__(
+        self,
+        connection: Callable[[], sqlite3.Connection],
+        *,
+        location: str,
+        write_lock: threading.Lock | None = None,
+    ) -> None:
+        self._connection = connection
+        self._write_lock = write_lock
+        self.location = location
+        """The database file, for errors."""
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _error(self, action: str, exc: sqlite3.Error) -> StorageError:
+        return StorageError(f"{action} the catalog index in {self.location} failed: {exc}")
+
+    @contextlib.contextmanager
+    def _transaction(self, action: str) -> Iterator[sqlite3.Connection]:
+        """The connection inside a write transaction: the caller's, or one of its own."""
+        conn = self._connection()
+        try:
+            if conn.in_transaction:
+                yield conn
+                return
+            lock = self._write_lock if self._write_lock is not None else contextlib.nullcontext()
+            with lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            raise self._error(action, exc) from exc
+
+    def apply(
+        self,
+        session_id: str,
+        change: CatalogChange,
+        conn: sqlite3.Connection | None = None,
+    ) -> None:
+        """Apply an append's change to the session's row, usage rows and documents, inside the
+        caller's open transaction on ``conn`` (default: this thread's connection); a
+        ``sqlite3.Error`` is the caller's to handle (it rolls the append back)."""
+        if conn is None:
+            conn = self._connection()
+        sid = _bind(session_id)
+        usage = change.usage
+        (key,) = conn.execute(
+            _UPSERT,
+            (
+                sid,
+                time_key(change.first_time),
+                time_key(change.last_time),
+                change.last_seq,
+                change.messages,
+                change.turns,
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+                usage.cost,
+                _bind(change.user),
+                _bind(change.title),
+                change.status,
+                change.compacted_before,
+            ),
+        ).fetchone()
+        for agent in change.agents:
+            if conn.execute(_ADD_AGENT, (sid, _bind(agent))).rowcount:
+                conn.execute(_APPEND_AGENT, (agent, key))
+        for row in change.usage_rows:
+            used = row.usage
+            conn.execute(
+                _ADD_USAGE,
+                (
+                    sid,
+                    row.day,
+                    _bind(row.agent),
+                    row.calls,
+                    used.input_tokens,
+                    used.output_tokens,
+                    used.cache_read_tokens,
+                    used.cache_write_tokens,
+                    used.cost,
+                ),
+            )
+        base = key << _SEQ_BITS
+        if change.documents:
+            rows = []
+            for doc in change.documents:
+                text = " ".join(words(doc.text))
+                rows.append(
+                    (base | doc.seq, sid, doc.seq, doc.role, text,
+                     None if text == doc.text else _bind(doc.text))
+                )
+            conn.executemany(_ADD_DOCUMENT, rows)
+        for to_seq, marker_seq in change.rewound:
+            if marker_seq > to_seq + 1:
+                conn.execute(_REWIND, (base + to_seq, base + marker_seq))
+
+    def _delete(self, conn: sqlite3.Connection, session_id: str) -> None:
+        sid = _bind(session_id)
+        row = conn.execute(_KEY_OF, (sid,)).fetchone()
+        if row is not None:
+            base = row[0] << _SEQ_BITS
+            conn.execute(
+                "DELETE FROM catalog_documents WHERE rowid > ? AND rowid < ?",
+                (base, base + (1 << _SEQ_BITS)),
+            )
+            conn.execute("DELETE FROM catalog WHERE key = ?", (row[0],))
+        for table in ("catalog_tags", "catalog_agents", "catalog_usage"):
+            conn.execute(f"DELETE FROM {table} WHERE session_id = {_T}", (sid,))
+
+    def delete(self, session_id: str) -> None:
+        """Forget the session: its row, tags, agents, usage rows and documents (in the
+        caller's transaction when one is open: the delete of its log)."""
+        with self._transaction("deleting from") as conn:
+            self._delete(conn, session_id)
+
+    def set_fields(self, session_id: str, fields: Fields) -> None:
+        sid = _bind(session_id)
+        with self._transaction("writing") as conn:
+            if conn.execute(_KEY_OF, (sid,)).fetchone() is None:
+                return  # a session without a row gets none
+            sets: list[str] = []
+            params: list[Any] = []
+            if fields.title is not None:
+                sets += [f"title = {_T}", "title_set = ?"]
+                params += [_bind(fields.title), int(bool(fields.title))]
+            for name in ("user", "tenant"):
+                value = getattr(fields, name)
+                if value is not None:
+                    sets.append(f"{name} = {_T}")
+                    params.append(_bind(value))
+            if sets:
+                conn.execute(
+                    f"UPDATE catalog SET {', '.join(sets)} WHERE id = {_T}", (*params, sid)
+                )
+            if fields.tags is not None:
+                conn.execute(
+                    f"UPDATE catalog SET tags = {_T} WHERE id = {_T}",
+                    (_bind(msgspec.json.encode(list(fields.tags)).decode()), sid),
+                )
+                conn.execute(f"DELETE FROM catalog_tags WHERE session_id = {_T}", (sid,))
+                conn.executemany(
+                    f"INSERT OR IGNORE INTO catalog_tags (session_id, tag) VALUES ({_T}, {_T})",
+                    [(sid, _bind(tag)) for tag in fields.tags],
+                )
+
+    def shredded(self, session_id: str) -> None:
+        sid = _bind(session_id)
+        with self._transaction("writing") as conn:
+            row = conn.execute(_KEY_OF, (sid,)).fetchone()
+            if row is None:
+                return
+            base = row[0] << _SEQ_BITS
+            conn.execute(
+                "UPDATE catalog SET status = 'shredded', title = '', user = '', tenant = '', "
+                "tags = '[]' "
+                "WHERE key = ?",
+                (row[0],),
+            )
+            conn.execute(f"DELETE FROM catalog_tags WHERE session_id = {_T}", (sid,))
+            conn.execute(
+                "DELETE FROM catalog_documents WHERE rowid > ? AND rowid < ?",
+                (base, base + (1 << _SEQ_BITS)),
+            )
+
+    def rebuild(
+        self, session_id: str, change: CatalogChange | None, fields: Fields, rewound: bool
+    ) -> None:
+        with self._transaction("rebuilding") as conn:
+            self._delete(conn, session_id)
+            if change is not None:
+                self.apply(session_id, change, conn)
+                self.set_fields(session_id, fields)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def sync(self, store: IndexHost) -> None:
+        """Nothing: the tables are written with each append."""
+
+    def _read(self, action: str, sql: str, params: Sequence[Any], title: bool) -> list[Any]:
+        conn = self._connection()
+        try:
+            if title:
+                conn.create_function("agentsession_casefold", 1, _casefold, deterministic=True)
+            return _fetchall(conn, sql, params)
+        except sqlite3.Error as exc:
+            raise self._error(action, exc) from exc
+
+    def query(self, query: ListQuery) -> builtins.list[CatalogRow]:
+        column, direction = _ORDERS[query.order]
+        where, params, title = _filter_sql(query.where)
+        if query.after is not None:
+            value, sid = query.after
+            mark = value if query.order == "id" else time_key(value)
+            compare = "<" if direction == "DESC" else ">"
+            where += f" AND ({column}, c.id) {compare} (?, {_T})"
+            params += [_bind(mark), _bind(sid)]
+        sql = (
+            f"SELECT {_ROW_COLUMNS} FROM catalog AS c WHERE {where} "
+            f"ORDER BY {column} {direction}, c.id {direction} LIMIT ?"
+        )
+        params.append(-1 if query.limit is None else query.limit)
+        return [_row_of(r) for r in self._read("listing", sql, params, title)]
+
+    def search(self, query: SearchQuery) -> builtins.list[Hit]:
+        where, params, title = _filter_sql(query.where)
+        inner = ["catalog_documents MATCH ?", where]
+        inner_params: list[Any] = [_match_of(query.terms), *params]
+        if query.session_id is not None:
+            inner.append(f"c.id = {_T}")
+            inner_params.append(_bind(query.session_id))
+        outer = ""
+        outer_params: list[Any] = []
+        if query.after is not None:
+            rank, sid, seq = query.after
+            outer = f"WHERE rank < ? OR (rank = ? AND (session_id, seq) > ({_T}, ?))"
+            outer_params = [rank, rank, _bind(sid), seq]
+        # The inner query is kept whole (its LIMIT -1 stops SQLite from flattening it), so
+        # bm25() is computed where FTS5 allows it, not in the outer WHERE.
+        sql = (
+            "SELECT session_id, seq, role, rewound, text, body, rank, compacted_before FROM ("
+            "SELECT d.session_id AS session_id, d.seq AS seq, d.role AS role, "
+            "d.rewound AS rewound, d.text AS text, d.body AS body, "
+            "-bm25(catalog_documents) AS rank, c.compacted_before AS compacted_before "
+            "FROM catalog_documents AS d JOIN catalog AS c ON c.key = d.rowid >> 32 "
+            f"WHERE {' AND '.join(inner)} LIMIT -1) {outer} "
+            "ORDER BY rank DESC, session_id, seq LIMIT ?"
+        )
+        rows = self._read(
+            "searching", sql, [*inner_params, *outer_params, query.limit], title
+        )
+        return [
+            Hit(
+                session_id=sid,
+                seq=seq,
+                role=role,
+                snippet="" if query.blind else snippet(text if body is None else body, query.terms),
+                rank=rank,
+                rewound=bool(rewound),
+                compacted=seq < compacted,
+            )
+            for sid, seq, role, rewound, text, body, rank, compacted in rows
+        ]
+
+    def totals(self, query: TotalsQuery) -> builtins.list[Totals]:
+        where, params, title = _filter_sql(query.where)
+        group = _GROUPS[query.group_by]
+        if query.since is not None:
+            where += " AND u.day >= ?"
+            params.append(query.since.isoformat())
+        if query.until is not None:
+            where += " AND u.day < ?"
+            params.append(query.until.isoformat())
+        sql = (
+            f"SELECT {group} AS grp, count(DISTINCT u.session_id), sum(u.calls), "
+            "sum(u.input_tokens), sum(u.output_tokens), sum(u.cache_read_tokens), "
+            "sum(u.cache_write_tokens), sum(u.cost) "
+            "FROM catalog_usage AS u JOIN catalog AS c ON c.id = u.session_id "
+            f"WHERE {where} GROUP BY grp ORDER BY grp"
+        )
+        rows = self._read("totals of", sql, params, title)
+        return [
+            Totals(
+                key=key,
+                sessions=sessions,
+                calls=calls,
+                usage=UsageTotals(
+                    input_tokens=i, output_tokens=o, cache_read_tokens=r, cache_write_tokens=w,
+                    cost=cost,
+                ),
+            )
+            for key, sessions, calls, i, o, r, w, cost in rows
+        ]
