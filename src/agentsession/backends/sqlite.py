@@ -72,6 +72,7 @@ from urllib.parse import quote, unquote
 
 import msgspec
 
+from .. import indexing
 from ..catalog import CatalogDefaults, StoreParts
 from ..codec import decode, encode
 from ..contract import Capabilities, SessionInfo
@@ -84,10 +85,12 @@ from ..errors import (
     UsageError,
 )
 from ..events import Event
+from ..listing import CatalogChange
 from ..locks import FileLocker
 from ..session import BaseSession, SessionHost
 from ..storage import REOPEN, LogView, Reopen
 from ..store import BaseStore
+from .sqlite_index import SqliteIndex, create_index_tables
 
 __all__ = [
     "DATA_VERSION_IDLE_INTERVAL",
@@ -104,7 +107,7 @@ __all__ = [
     "sqlite_path",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this module writes (``PRAGMA user_version``): ``len(_MIGRATIONS)``."""
 
 APPLICATION_ID = 0x41475353
@@ -175,7 +178,30 @@ def _add_event_ids(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE events ADD COLUMN eid TEXT")
 
 
-_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_event_ids]
+CATALOG_FILL_KIND = "catalog"
+"""The meta kind of the mark a migration leaves for the catalog to be filled from the logs
+(key :data:`CATALOG_FILL_KEY`): kept until every session is indexed, so a store opened after
+a crash mid-fill fills it again."""
+CATALOG_FILL_KEY = "fill"
+
+
+def _add_catalog(conn: sqlite3.Connection) -> None:
+    """Version 3 (the catalog and search index, :mod:`agentsession.backends.sqlite_index`):
+    its tables, empty, and the mark that has the store fill them from the logs when it opens
+    (:meth:`SqliteStore.fill_catalog`; decoding events needs the store, and its key)."""
+    create_index_tables(conn)
+    conn.execute(
+        "INSERT OR REPLACE INTO meta (kind, key, value, updated_at) "
+        "SELECT ?, ?, 'pending', ? WHERE EXISTS (SELECT 1 FROM sessions)",
+        (CATALOG_FILL_KIND, CATALOG_FILL_KEY, _utc_iso(_dt.datetime.now(_UTC))),
+    )
+
+
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _create_v1,
+    _add_event_ids,
+    _add_catalog,
+]
 """``_MIGRATIONS[n]`` turns a version ``n`` database into version ``n + 1`` (0: empty file)."""
 
 # -- statements --------------------------------------------------------------------------------
@@ -416,6 +442,7 @@ class _Database:
         "_connections_lock",
         "_local",
         "busy_timeout",
+        "catalog",
         "closed",
         "path",
         "rows",
@@ -431,6 +458,7 @@ class _Database:
         self.synchronous = synchronous
         self.uri: str | None = None  # a read-only connection's URI (None: read and write)
         self.rows, self.rows_if_current = _ROWS, _ROWS_IF_CURRENT
+        self.catalog = True  # the catalog tables exist (False: an older version read as is)
         self.closed = False
         self._local = threading.local()
         self._connections: set[sqlite3.Connection] = set()
@@ -511,12 +539,17 @@ class SqliteLog:
     another one (deleted, perhaps created again) or the session has no row any more, it
     answers :data:`~agentsession.storage.REOPEN`, having written nothing."""
 
-    __slots__ = ("_clock", "_db", "_id", "_key", "_life")
+    __slots__ = ("_clock", "_db", "_id", "_index", "_key", "_life")
 
     def __init__(
-        self, database: _Database, session_id: str, clock: Callable[[], _dt.datetime]
+        self,
+        database: _Database,
+        session_id: str,
+        clock: Callable[[], _dt.datetime],
+        index: SqliteIndex | None = None,
     ) -> None:
         self._db = database
+        self._index = index  # the catalog tables, written in each append's transaction
         self._id = session_id
         self._key = _text(session_id)  # the id as bound in statements
         self._clock = clock
@@ -714,6 +747,12 @@ class SqliteLog:
             event.id or None,
         )
         db = self._db
+        stored = _replace(event, seq=seq)
+        index = self._index
+        change = None if index is None else view.indexed((stored,))
+        if change is not None:
+            assert index is not None
+            return self._append_one_indexed(params, stored, change, index)
         with db.write_lock:
             try:
                 if db.held().cursor.execute(_INSERT_IF_CURRENT, params).rowcount != 1:
@@ -722,7 +761,33 @@ class SqliteLog:
                 return None  # another writer took the seq, or a string needs care
             except sqlite3.Error as exc:
                 raise self._error("appending to", exc) from exc
-        return _replace(event, seq=seq)
+        return stored
+
+    def _append_one_indexed(
+        self, params: tuple[Any, ...], stored: Event, change: CatalogChange, index: SqliteIndex
+    ) -> Event | None:
+        """The fast path when the store keeps a catalog: the checked ``INSERT`` and the
+        catalog's change in one transaction."""
+        db = self._db
+        held = db.held()
+        cursor = held.cursor
+        with db.write_lock:
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    if cursor.execute(_INSERT_IF_CURRENT, params).rowcount != 1:
+                        cursor.execute("ROLLBACK")
+                        return None  # the session's row is gone
+                    index.apply(self._id, change, held.conn)
+                    cursor.execute("COMMIT")
+                except BaseException:
+                    _rollback(held.conn)
+                    raise
+            except (sqlite3.IntegrityError, UnicodeEncodeError):
+                return None  # another writer took the seq, or a string needs care
+            except sqlite3.Error as exc:
+                raise self._error("appending to", exc) from exc
+        return stored
 
     def append(
         self, view: LogView, events: list[Event], marker: int, expect_seq: int | None
@@ -811,6 +876,10 @@ class SqliteLog:
                 conn.executemany(_INSERT, _rows(key, first, fields))
             if marker >= 0:
                 conn.execute(_SET_COMPACTION, (first + marker, key))
+            if self._index is not None:
+                change = view.indexed([_replace(e, seq=first + i) for i, e in enumerate(events)])
+                if change is not None:
+                    self._index.apply(self._id, change, conn)
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
@@ -871,10 +940,15 @@ class SqliteCatalog(CatalogDefaults):
     ``clean_crash_leftovers`` (a transaction leaves nothing behind) and ``after_fork`` (the
     file's connections and write lock forget the parent's by themselves)."""
 
-    def __init__(self, db: _Database, clock: Callable[[], _dt.datetime]) -> None:
+    def __init__(
+        self, db: _Database, clock: Callable[[], _dt.datetime], index: SqliteIndex | None = None
+    ) -> None:
         self._db = db
         self._path = db.path
         self._clock = clock
+        self.index = index
+        """The catalog and search index in the database's tables (None: a database read as
+        an older version has none)."""
 
     @property
     def location(self) -> str:
@@ -890,7 +964,8 @@ class SqliteCatalog(CatalogDefaults):
         return _storage_error(exc, action, self._path, session_id)
 
     def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
-        return BaseSession(store, session_id, SqliteLog(self._db, session_id, self._clock))
+        log = SqliteLog(self._db, session_id, self._clock, self.index)
+        return BaseSession(store, session_id, log)
 
     def exists(self, session_id: str) -> bool:
         conn = self._db.connection()
@@ -988,6 +1063,8 @@ class SqliteCatalog(CatalogDefaults):
                             (base, base + _MAX_SEQ + 1),
                         )
                         conn.execute("DELETE FROM sessions WHERE key = ?", (row[0],))
+                    if self.index is not None:
+                        self.index.delete(session_id)  # in this transaction
                     conn.executemany(
                         "DELETE FROM meta WHERE kind = CAST(? AS TEXT) AND key = CAST(? AS TEXT)",
                         [(_text(kind), sid) for kind in meta_kinds],
@@ -1213,8 +1290,10 @@ def _check_schema_for_reading(db: _Database, conn: sqlite3.Connection) -> None:
             f"{path} has schema version {version}, newer than this agentsession "
             f"supports ({target}): upgrade agentsession"
         )
-    if version == 1:
-        db.rows, db.rows_if_current = _ROWS_V1, _ROWS_IF_CURRENT_V1
+    if version in (1, 2):
+        db.catalog = False  # no catalog tables: listed by ids and times, as then
+        if version == 1:
+            db.rows, db.rows_if_current = _ROWS_V1, _ROWS_IF_CURRENT_V1
     elif version != target:
         raise StoreUnavailable(
             f"{path}: schema version {version} is older than {target}; run "
@@ -1395,17 +1474,81 @@ class SqliteStore(BaseStore):
                 resolved, busy_timeout, synchronous, create, read_only
             )
             self._db = db  # the file's connections (its catalog's, meta's and logs')
+            index = (
+                SqliteIndex(db.connection, location=db.path, write_lock=db.write_lock)
+                if db.catalog
+                else None
+            )
             return StoreParts(
-                SqliteCatalog(db, self.clock),
+                SqliteCatalog(db, self.clock, index),
                 SqliteMeta(db, self.clock),
                 locker=lambda: FileLocker(resolved + LOCK_DIR_SUFFIX),
                 watcher=lambda: DataVersionWatcher(db.path, db.uri),
+                index=index,
             )
 
         super().__init__(parts, **options)
+        if self._db.uri is None and not read_only and self._db.catalog:
+            try:
+                self.fill_catalog()
+            except BaseException:
+                self.close()
+                raise
 
     applied_migrations: tuple[int, ...] = ()
     """Schema versions this store object applied when it opened the file (usually none)."""
+
+    def fill_catalog(self) -> int | None:
+        """Fill the catalog and search index from the logs when a migration left the mark
+        that it must be (version 3 added the tables to a database holding sessions); returns
+        how many sessions were indexed (None: no mark, nothing to do). Run when the store
+        opens.
+
+        Each session is read and indexed in one write transaction, so an append by another
+        process is either in the log read or applied after the rebuild. The mark goes once
+        every session is indexed: a crash, or a session that cannot be read now (an encrypted
+        store opened without its key, a store opened with ``catalog=False``), leaves it, and
+        the next opening fills again (rebuilding a session twice changes nothing)."""
+        if not self._indexing.catalog:
+            return None
+        meta = self._meta
+        if meta.get(CATALOG_FILL_KIND, CATALOG_FILL_KEY) is None:
+            return None
+        db = self._db
+        conn = db.connection()
+        count = 0
+        complete = True
+        index = self._index
+        assert index is not None
+        for info in self._catalog.list_page(None, None, 0):
+            sid = info.id
+            try:
+                with db.write_lock:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        if self.is_shredded(sid):
+                            # Its events cannot be read: a row of its times, marked shredded.
+                            first = CatalogChange(
+                                first_time=info.created_at,
+                                last_time=info.updated_at,
+                                last_seq=info.last_seq,
+                            )
+                            index.rebuild(sid, first, indexing.Fields(), False)
+                            index.shredded(sid)
+                            count += 1
+                        else:
+                            count += indexing.reindex(self, [sid])
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        _rollback(conn)
+                        raise
+            except SessionError:
+                complete = False  # unreadable now (no key, say): indexed at a later opening
+            except sqlite3.Error as exc:
+                raise _storage_error(exc, "filling the catalog of", db.path, sid) from exc
+        if complete:
+            meta.set(CATALOG_FILL_KIND, CATALOG_FILL_KEY, None)
+        return count
 
     @property
     def path(self) -> str:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from ..codec import decode, encode
 from ..errors import StorageError
 from ..indexing import Fields
 from ..listing import (
@@ -228,7 +229,7 @@ ON CONFLICT (id) DO UPDATE SET
 RETURNING key
 """
 _ADD_AGENT = f"INSERT OR IGNORE INTO catalog_agents (session_id, agent) VALUES ({_T}, {_T})"
-_APPEND_AGENT = "UPDATE catalog SET agents = json_insert(agents, '$[#]', ?) WHERE key = ?"
+_APPEND_AGENT = "UPDATE catalog SET agents = json_insert(agents, '$[#]', json(?)) WHERE key = ?"
 _ADD_USAGE = f"""
 INSERT INTO catalog_usage (session_id, day, agent, calls, input_tokens, output_tokens,
     cache_read_tokens, cache_write_tokens, cost)
@@ -334,8 +335,8 @@ def _row_of(values: Sequence[Any]) -> CatalogRow:
         title_set=bool(title_set),
         user=user,
         tenant=tenant,
-        tags=_strings_decoder.decode(tags),
-        agents=_strings_decoder.decode(agents),
+        tags=_strings(tags),
+        agents=_strings(agents),
         status=status,
         messages=messages,
         turns=turns,
@@ -348,6 +349,14 @@ def _row_of(values: Sequence[Any]) -> CatalogRow:
         ),
         compacted_before=compacted,
     )
+
+
+def _strings(raw: str) -> list[str]:
+    """A JSON list of strings (written by the codec: lone surrogates escaped)."""
+    try:
+        return _strings_decoder.decode(raw)
+    except (msgspec.DecodeError, UnicodeError):
+        return [str(v) for v in decode(raw)]
 
 
 def _match_of(terms: Sequence[str]) -> str:
@@ -443,7 +452,7 @@ class SqliteIndex:
         ).fetchone()
         for agent in change.agents:
             if conn.execute(_ADD_AGENT, (sid, _bind(agent))).rowcount:
-                conn.execute(_APPEND_AGENT, (agent, key))
+                conn.execute(_APPEND_AGENT, (encode(agent).decode(), key))
         for row in change.usage_rows:
             used = row.usage
             conn.execute(
@@ -515,7 +524,7 @@ class SqliteIndex:
             if fields.tags is not None:
                 conn.execute(
                     f"UPDATE catalog SET tags = {_T} WHERE id = {_T}",
-                    (_bind(msgspec.json.encode(list(fields.tags)).decode()), sid),
+                    (encode(list(fields.tags)).decode(), sid),
                 )
                 conn.execute(f"DELETE FROM catalog_tags WHERE session_id = {_T}", (sid,))
                 conn.executemany(
