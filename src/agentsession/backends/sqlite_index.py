@@ -30,6 +30,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as _dt
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -65,6 +66,7 @@ INDEX_TABLES: Final = (
     "catalog_agents",
     "catalog_usage",
     "catalog_documents",
+    "catalog_pending",
 )
 """The tables an index keeps (dropping them forgets it; :meth:`SqliteIndex.rebuild` of every
 session fills them again)."""
@@ -137,6 +139,17 @@ INDEX_SCHEMA: Final = (
         tokenize = "unicode61 remove_diacritics 2 tokenchars '_'"
     )
     """,
+    """
+    CREATE TABLE IF NOT EXISTS catalog_pending (
+        rowid      INTEGER PRIMARY KEY,  -- as in catalog_documents
+        session_id TEXT    NOT NULL,
+        seq        INTEGER NOT NULL,
+        role       TEXT    NOT NULL,
+        rewound    INTEGER NOT NULL DEFAULT 0,
+        text       TEXT    NOT NULL,
+        body       TEXT
+    )
+    """,
 )
 """The index's DDL, in order (every statement ``IF NOT EXISTS``: running it again changes
 nothing)."""
@@ -204,28 +217,39 @@ def _casefold(value: str | None) -> str | None:
 # -- statements --------------------------------------------------------------------------------
 
 _T = "CAST(? AS TEXT)"
-_UPSERT = f"""
+# An append's change in the common case: counters and times, one row and one index entry
+# written (the row is found by its id, and columns other indexes hold are left alone).
+_BUMP = """
+UPDATE catalog SET
+    updated_key = CASE WHEN ?1 = '' THEN updated_key ELSE ?1 END,
+    last_seq = max(last_seq, ?2),
+    messages = messages + ?3,
+    turns = turns + ?4,
+    input_tokens = input_tokens + ?5,
+    output_tokens = output_tokens + ?6,
+    cache_read_tokens = cache_read_tokens + ?7,
+    cache_write_tokens = cache_write_tokens + ?8,
+    cost = cost + ?9
+WHERE id = CAST(?10 AS TEXT)
+RETURNING key, created_key = '' OR (user = '' AND ?11 != '') OR (title = '' AND ?12 != '')
+    OR (?13 IS NOT NULL AND status != ?13 AND status NOT IN ('shredded', 'archived'))
+    OR compacted_before < ?14
+"""
+# The rest, when _BUMP says something else changes.
+_SETTLE = """
+UPDATE catalog SET
+    created_key = CASE WHEN created_key = '' THEN ?2 ELSE created_key END,
+    user = CASE WHEN user = '' THEN CAST(?3 AS TEXT) ELSE user END,
+    title = CASE WHEN title = '' THEN CAST(?4 AS TEXT) ELSE title END,
+    status = CASE WHEN ?5 IS NULL OR status IN ('shredded', 'archived') THEN status ELSE ?5 END,
+    compacted_before = max(compacted_before, ?6)
+WHERE key = ?1
+"""
+_INSERT_ROW = f"""
 INSERT INTO catalog (id, created_key, updated_key, last_seq, messages, turns, input_tokens,
     output_tokens, cache_read_tokens, cache_write_tokens, cost, user, title, status,
     compacted_before)
 VALUES ({_T}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_T}, {_T}, coalesce(?, 'idle'), ?)
-ON CONFLICT (id) DO UPDATE SET
-    created_key = CASE WHEN created_key = '' THEN excluded.created_key ELSE created_key END,
-    updated_key = CASE WHEN excluded.updated_key = '' THEN updated_key
-                       ELSE excluded.updated_key END,
-    last_seq = max(last_seq, excluded.last_seq),
-    messages = messages + excluded.messages,
-    turns = turns + excluded.turns,
-    input_tokens = input_tokens + excluded.input_tokens,
-    output_tokens = output_tokens + excluded.output_tokens,
-    cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
-    cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,
-    cost = cost + excluded.cost,
-    user = CASE WHEN user = '' THEN excluded.user ELSE user END,
-    title = CASE WHEN title = '' THEN excluded.title ELSE title END,
-    status = CASE WHEN ?14 IS NULL OR status IN ('shredded', 'archived') THEN status
-                  ELSE ?14 END,
-    compacted_before = max(compacted_before, excluded.compacted_before)
 RETURNING key
 """
 _ADD_AGENT = f"INSERT OR IGNORE INTO catalog_agents (session_id, agent) VALUES ({_T}, {_T})"
@@ -243,10 +267,19 @@ ON CONFLICT (session_id, day, agent) DO UPDATE SET
     cost = cost + excluded.cost
 """
 _ADD_DOCUMENT = (
-    "INSERT OR REPLACE INTO catalog_documents "
+    "INSERT OR REPLACE INTO catalog_pending "
     f"(rowid, session_id, seq, role, rewound, text, body) VALUES (?, {_T}, ?, ?, 0, ?, ?)"
 )
-_REWIND = "UPDATE catalog_documents SET rewound = 1 WHERE rowid > ? AND rowid < ? AND rewound = 0"
+_DOCUMENT_TABLES: Final = ("catalog_documents", "catalog_pending")
+_FLUSH = (
+    "INSERT OR REPLACE INTO catalog_documents (rowid, session_id, seq, role, rewound, text, "
+    "body) SELECT rowid, session_id, seq, role, rewound, text, body FROM catalog_pending "
+    "WHERE rowid <= ?"
+)
+PENDING_AT_MOST: Final = 200
+"""Documents a process's appends leave in ``catalog_pending`` before one of them moves them
+into the FTS5 table (each FTS5 commit writes a segment: one per document would cost several
+times the append; one per batch costs little per document)."""
 _ROW_COLUMNS = (
     "c.id, c.created_key, c.updated_key, c.last_seq, c.title, c.title_set, c.user, c.tenant, "
     "c.tags, c.agents, c.status, c.messages, c.turns, c.input_tokens, c.output_tokens, "
@@ -359,6 +392,26 @@ def _strings(raw: str) -> list[str]:
         return [str(v) for v in decode(raw)]
 
 
+def _delete_documents(conn: sqlite3.Connection, key: int) -> None:
+    """Delete the documents of the session whose catalog key is ``key`` (a rowid range)."""
+    base = key << _SEQ_BITS
+    for table in _DOCUMENT_TABLES:
+        conn.execute(
+            f"DELETE FROM {table} WHERE rowid > ? AND rowid < ?", (base, base + (1 << _SEQ_BITS))
+        )
+
+
+_ASCII_WORD: Final = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _words(text: str) -> list[str]:
+    """:func:`agentsession.listing.words`, with a fast path for ASCII text (where
+    normalising and removing accents change nothing and case-folding is ``lower``)."""
+    if text.isascii():
+        return _ASCII_WORD.findall(text.lower())
+    return words(text)
+
+
 def _match_of(terms: Sequence[str]) -> str:
     """An FTS5 query holding every term (each a phrase of one word, quoted)."""
     return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
@@ -387,6 +440,7 @@ class SqliteIndex:
     ) -> None:
         self._connection = connection
         self._write_lock = write_lock
+        self._pending = 0  # documents this object left in catalog_pending
         self.location = location
         """The database file, for errors."""
 
@@ -396,9 +450,12 @@ class SqliteIndex:
         return StorageError(f"{action} the catalog index in {self.location} failed: {exc}")
 
     @contextlib.contextmanager
-    def _transaction(self, action: str) -> Iterator[sqlite3.Connection]:
+    def _transaction(
+        self, action: str, conn: sqlite3.Connection | None = None
+    ) -> Iterator[sqlite3.Connection]:
         """The connection inside a write transaction: the caller's, or one of its own."""
-        conn = self._connection()
+        if conn is None:
+            conn = self._connection()
         try:
             if conn.in_transaction:
                 yield conn
@@ -430,11 +487,11 @@ class SqliteIndex:
             conn = self._connection()
         sid = _bind(session_id)
         usage = change.usage
-        (key,) = conn.execute(
-            _UPSERT,
+        user, title, status = _bind(change.user), _bind(change.title), change.status
+        created = time_key(change.first_time)
+        found = conn.execute(
+            _BUMP,
             (
-                sid,
-                time_key(change.first_time),
                 time_key(change.last_time),
                 change.last_seq,
                 change.messages,
@@ -444,12 +501,38 @@ class SqliteIndex:
                 usage.cache_read_tokens,
                 usage.cache_write_tokens,
                 usage.cost,
-                _bind(change.user),
-                _bind(change.title),
-                change.status,
+                sid,
+                user,
+                title,
+                status,
                 change.compacted_before,
             ),
         ).fetchone()
+        if found is None:
+            (key,) = conn.execute(
+                _INSERT_ROW,
+                (
+                    sid,
+                    created,
+                    time_key(change.last_time),
+                    change.last_seq,
+                    change.messages,
+                    change.turns,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_tokens,
+                    usage.cache_write_tokens,
+                    usage.cost,
+                    user,
+                    title,
+                    status,
+                    change.compacted_before,
+                ),
+            ).fetchone()
+        else:
+            key, unsettled = found
+            if unsettled:
+                conn.execute(_SETTLE, (key, created, user, title, status, change.compacted_before))
         for agent in change.agents:
             if conn.execute(_ADD_AGENT, (sid, _bind(agent))).rowcount:
                 conn.execute(_APPEND_AGENT, (encode(agent).decode(), key))
@@ -473,25 +556,39 @@ class SqliteIndex:
         if change.documents:
             rows = []
             for doc in change.documents:
-                text = " ".join(words(doc.text))
+                text = " ".join(_words(doc.text))
                 rows.append(
                     (base | doc.seq, sid, doc.seq, doc.role, text,
                      None if text == doc.text else _bind(doc.text))
                 )
             conn.executemany(_ADD_DOCUMENT, rows)
+            self._pending += len(rows)
+            if self._pending >= PENDING_AT_MOST:
+                self.flush(conn)
         for to_seq, marker_seq in change.rewound:
             if marker_seq > to_seq + 1:
-                conn.execute(_REWIND, (base + to_seq, base + marker_seq))
+                for table in _DOCUMENT_TABLES:
+                    conn.execute(
+                        f"UPDATE {table} SET rewound = 1 "
+                        "WHERE rowid > ? AND rowid < ? AND rewound = 0",
+                        (base + to_seq, base + marker_seq),
+                    )
+
+    def flush(self, conn: sqlite3.Connection | None = None) -> None:
+        """Move the documents waiting in ``catalog_pending`` into the FTS5 table (in the
+        caller's transaction when one is open; search finds them either way)."""
+        with self._transaction("indexing documents in", conn) as conn:
+            top = conn.execute("SELECT max(rowid) FROM catalog_pending").fetchone()[0]
+            if top is not None:
+                conn.execute(_FLUSH, (top,))
+                conn.execute("DELETE FROM catalog_pending WHERE rowid <= ?", (top,))
+        self._pending = 0
 
     def _delete(self, conn: sqlite3.Connection, session_id: str) -> None:
         sid = _bind(session_id)
         row = conn.execute(_KEY_OF, (sid,)).fetchone()
         if row is not None:
-            base = row[0] << _SEQ_BITS
-            conn.execute(
-                "DELETE FROM catalog_documents WHERE rowid > ? AND rowid < ?",
-                (base, base + (1 << _SEQ_BITS)),
-            )
+            _delete_documents(conn, row[0])
             conn.execute("DELETE FROM catalog WHERE key = ?", (row[0],))
         for table in ("catalog_tags", "catalog_agents", "catalog_usage"):
             conn.execute(f"DELETE FROM {table} WHERE session_id = {_T}", (sid,))
@@ -538,7 +635,6 @@ class SqliteIndex:
             row = conn.execute(_KEY_OF, (sid,)).fetchone()
             if row is None:
                 return
-            base = row[0] << _SEQ_BITS
             conn.execute(
                 "UPDATE catalog SET status = 'shredded', title = '', user = '', tenant = '', "
                 "tags = '[]' "
@@ -546,10 +642,7 @@ class SqliteIndex:
                 (row[0],),
             )
             conn.execute(f"DELETE FROM catalog_tags WHERE session_id = {_T}", (sid,))
-            conn.execute(
-                "DELETE FROM catalog_documents WHERE rowid > ? AND rowid < ?",
-                (base, base + (1 << _SEQ_BITS)),
-            )
+            _delete_documents(conn, row[0])
 
     def rebuild(
         self, session_id: str, change: CatalogChange | None, fields: Fields, rewound: bool
@@ -591,44 +684,69 @@ class SqliteIndex:
         return [_row_of(r) for r in self._read("listing", sql, params, title)]
 
     def search(self, query: SearchQuery) -> builtins.list[Hit]:
+        """Documents in the FTS5 table ranked by ``-bm25``, and those still pending (matched
+        word by word in their normalised text) with rank 0, after them."""
         where, params, title = _filter_sql(query.where)
-        inner = ["catalog_documents MATCH ?", where]
-        inner_params: list[Any] = [_match_of(query.terms), *params]
+        session = ""
+        session_params: list[Any] = []
         if query.session_id is not None:
-            inner.append(f"c.id = {_T}")
-            inner_params.append(_bind(query.session_id))
+            session = f" AND c.id = {_T}"
+            session_params = [_bind(query.session_id)]
+        pending_match = " AND ".join(
+            "instr(' ' || d.text || ' ', ?) > 0" for _ in query.terms
+        )
+        pending_params = [f" {t} " for t in query.terms]
         outer = ""
         outer_params: list[Any] = []
         if query.after is not None:
             rank, sid, seq = query.after
             outer = f"WHERE rank < ? OR (rank = ? AND (session_id, seq) > ({_T}, ?))"
             outer_params = [rank, rank, _bind(sid), seq]
-        # The inner query is kept whole (its LIMIT -1 stops SQLite from flattening it), so
+        columns = (
+            "d.session_id AS session_id, d.seq AS seq, d.role AS role, d.rewound AS rewound, "
+            "d.text AS text, d.body AS body, {rank} AS rank, "
+            "c.compacted_before AS compacted_before"
+        )
+        # The inner queries are kept whole (LIMIT -1 stops SQLite from flattening them), so
         # bm25() is computed where FTS5 allows it, not in the outer WHERE.
         sql = (
-            "SELECT session_id, seq, role, rewound, text, body, rank, compacted_before FROM ("
-            "SELECT d.session_id AS session_id, d.seq AS seq, d.role AS role, "
-            "d.rewound AS rewound, d.text AS text, d.body AS body, "
-            "-bm25(catalog_documents) AS rank, c.compacted_before AS compacted_before "
+            f"SELECT * FROM (SELECT {columns.format(rank='-bm25(catalog_documents)')} "
             "FROM catalog_documents AS d JOIN catalog AS c ON c.key = d.rowid >> 32 "
-            f"WHERE {' AND '.join(inner)} LIMIT -1) {outer} "
-            "ORDER BY rank DESC, session_id, seq LIMIT ?"
+            f"WHERE catalog_documents MATCH ? AND {where}{session} LIMIT -1 "
+            f") UNION ALL SELECT * FROM (SELECT {columns.format(rank='0.0')} "
+            "FROM catalog_pending AS d JOIN catalog AS c ON c.key = d.rowid >> 32 "
+            f"WHERE {pending_match} AND {where}{session} LIMIT -1)"
         )
-        rows = self._read(
-            "searching", sql, [*inner_params, *outer_params, query.limit], title
+        sql = (
+            "SELECT session_id, seq, role, rewound, text, body, rank, compacted_before "
+            f"FROM ({sql}) {outer} ORDER BY rank DESC, session_id, seq LIMIT ?"
         )
-        return [
-            Hit(
-                session_id=sid,
-                seq=seq,
-                role=role,
-                snippet="" if query.blind else snippet(text if body is None else body, query.terms),
-                rank=rank,
-                rewound=bool(rewound),
-                compacted=seq < compacted,
-            )
-            for sid, seq, role, rewound, text, body, rank, compacted in rows
+        all_params = [
+            _match_of(query.terms), *params, *session_params,
+            *pending_params, *params, *session_params,
+            *outer_params, query.limit,
         ]
+        rows = self._read("searching", sql, all_params, title)
+        hits: builtins.list[Hit] = []
+        seen: builtins.set[tuple[str, int]] = builtins.set()
+        for sid, seq, role, rewound, text, body, rank, compacted in rows:
+            if (sid, seq) in seen:
+                continue  # moved from pending while read (a document is in one table)
+            seen.add((sid, seq))
+            hits.append(
+                Hit(
+                    session_id=sid,
+                    seq=seq,
+                    role=role,
+                    snippet=""
+                    if query.blind
+                    else snippet(text if body is None else body, query.terms),
+                    rank=rank,
+                    rewound=bool(rewound),
+                    compacted=seq < compacted,
+                )
+            )
+        return hits
 
     def totals(self, query: TotalsQuery) -> builtins.list[Totals]:
         where, params, title = _filter_sql(query.where)
