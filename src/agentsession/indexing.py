@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 import msgspec
 
 from .contract import SessionInfo
-from .errors import SessionShredded, UsageError
+from .errors import SessionShredded, StoreUnavailable, UsageError
 from .events import Event
 from .listing import (
     OPEN,
@@ -323,8 +323,12 @@ def _info(store: IndexHost, row: CatalogRow, sealer: FieldSealer | None) -> Sess
     """The :class:`SessionInfo` of an index row: sealed fields opened, an open turn told
     ``live`` (its turn lock is held) from ``needs_recovery``."""
     status = row.status
-    if status == OPEN and not store.is_locked(row.id):
-        status = "needs_recovery"
+    if status == OPEN:
+        try:
+            if not store.is_locked(row.id):
+                status = "needs_recovery"
+        except StoreUnavailable:
+            pass  # no turn locks here (no fcntl): the stored status is all there is to say
     title, user, tenant, tags = row.title, row.user, row.tenant, tuple(row.tags)
     if sealer is not None:
         title, user, tenant = (_open(sealer, v) for v in (title, user, tenant))
