@@ -100,7 +100,9 @@ INDEX_SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS catalog_by_created ON catalog (created_key, id)",
     "CREATE INDEX IF NOT EXISTS catalog_by_tenant ON catalog (tenant, updated_key, id)",
     "CREATE INDEX IF NOT EXISTS catalog_by_user ON catalog (user, updated_key, id)",
-    "CREATE INDEX IF NOT EXISTS catalog_by_status ON catalog (status, updated_key, id)",
+    # Idle rows (most) are not in it: appends to them never touch it; a turn's start and end do.
+    "CREATE INDEX IF NOT EXISTS catalog_by_status ON catalog (status, updated_key, id) "
+    "WHERE status != 'idle'",
     """
     CREATE TABLE IF NOT EXISTS catalog_tags (
         session_id TEXT NOT NULL,
