@@ -110,6 +110,8 @@ def test_the_package_imports_no_sdk_and_the_core_never_imports_it() -> None:
     for path in src.rglob("*.py"):
         if {"providers", "integrations"} & set(path.relative_to(src).parts):
             continue  # the package itself, and the framework adapters built on it
+        if path.relative_to(src).as_posix() == "interop/claude_code.py":
+            continue  # Claude Code's transcripts hold Anthropic messages: an adapter too
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or "", *(alias.name for alias in node.names)]
