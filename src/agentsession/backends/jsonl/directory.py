@@ -27,8 +27,9 @@ from ...session import BaseSession, SessionHost
 from ...store import BaseStore, path_of
 from .layout import layout_for
 from .lines import decode_line, first_time, last_line, last_seq_of
+from .journal import Journal
 from .logfile import JsonlLog, LogFiles, LogHost
-from .meta import MetaFiles
+from .meta import META_DIR, MetaFiles
 from .watch import FileWatcher
 
 try:
@@ -103,6 +104,8 @@ class JsonlCatalog(CatalogDefaults):
         self._meta_files = MetaFiles(root, lambda: host.clock())
         self.meta = layout.meta(self._meta_files, root, self._claimed_by, self._write_id_sidecar)
         """The store's meta entries (``.meta``, or where the layout keeps them)."""
+        self.journal: Journal | None = None
+        """The change journal its appends write (None: the store keeps no catalog)."""
 
     @property
     def location(self) -> str:
@@ -151,13 +154,17 @@ class JsonlCatalog(CatalogDefaults):
             self._open_files.pop(id(log), None)
 
     def after_fork(self) -> None:
-        """Forget the parent's open files (the logs reopen theirs)."""
+        """Forget the parent's open files (the logs reopen theirs) and the journal's."""
         self._open_files_lock = threading.Lock()
         self._open_files.clear()
+        if self.journal is not None:
+            self.journal.after_fork()
 
     def close(self) -> None:
         """Logs of a closed store are not opened again."""
         self._closed = True
+        if self.journal is not None:
+            self.journal.close()
 
     def _claimed_by(self, path: str) -> str | None:
         """The id recorded beside a session file (``<name>.id``), if any."""
@@ -184,6 +191,7 @@ class JsonlCatalog(CatalogDefaults):
             write_id_sidecar=self._write_id_sidecar,
             quarantine=self._quarantine,
             encrypted=store.encrypted,
+            journal=self.journal,
         )
         log = JsonlLog(self._host, files, session_id, path)
         session = BaseSession(store, session_id, log)
@@ -419,10 +427,12 @@ def _jsonl_parts(
     create: bool = True,
     dialect: Dialect = "agentsession",
     sealed: bool = False,
+    indexed: bool = False,
 ) -> tuple[JsonlCatalog, StoreParts]:
     """Check a JSONL store's options, set its public settings and build its parts over
     ``directory`` (created owner-only when missing, unless ``create`` is False): its catalog,
-    and the parts with it."""
+    and the parts with it; with ``indexed``, the change journal its appends write and the
+    catalog sidecar that reads it."""
     if on_corrupt not in ("raise", "quarantine"):
         raise UsageError(f"on_corrupt must be 'raise' or 'quarantine', not {on_corrupt!r}")
     if dialect not in ("agentsession", "agentkit"):
@@ -458,6 +468,8 @@ def _jsonl_parts(
             raise StoreUnavailable(f"the store directory {root} is not readable and writable")
     real = os.path.realpath(root)
     catalog = make_catalog(store, real, layout, store.max_open_files)
+    if indexed:
+        catalog.journal = Journal(real, os.path.join(real, META_DIR))
     return catalog, StoreParts(
         catalog,
         catalog.meta,
@@ -520,6 +532,7 @@ class JsonlStore(BaseStore):
                 create=create,
                 dialect=dialect,
                 sealed=sealed,
+                indexed=bool(options.get("catalog", True)),
             )
             return built
 

@@ -27,6 +27,7 @@ from ...errors import CorruptLogError, StorageError, StoreUnavailable
 from ...events import Event, decode_event_lines
 from ...interop.jsonl_layout import JsonlLayout
 from ...storage import REOPEN, LogView, Reopen
+from .journal import Journal, entry_of
 from .layout import lines_of
 from .lines import (
     HAS_MORE,
@@ -106,6 +107,9 @@ class LogFiles(msgspec.Struct, frozen=True):
     sidecar."""
     encrypted: bool
     """Whether the store seals its events (a dialect that cannot hold them refuses)."""
+    journal: Journal | None = None
+    """The store's change journal, written before each append's lines (None: the store
+    keeps no catalog)."""
 
 
 class _BadLine(Exception):
@@ -147,6 +151,7 @@ class JsonlLog:
         self._lines = files.layout.new_lines  # the file's line dialect (_detect)
         self._claimed = False  # whether this id is recorded beside an agentkit-named file
         self._writable = False  # whether the open descriptor may write (else opened read-only)
+        self._entry = entry_of(session_id) if files.journal is not None else b""
 
     # -- files ----------------------------------------------------------------------------
 
@@ -726,6 +731,9 @@ class JsonlLog:
                     return None  # someone else wrote: take the general path
                 stored = _replace(event, seq=seen + 1)
                 line = one_line(stored)
+                journal = self._files.journal
+                if journal is not None:
+                    journal.note(self._entry)  # before the line: see .journal
                 done = _write(fd, line)
                 if done == len(line) and self._store.durability == "flush":
                     self._size = size + done
@@ -783,6 +791,9 @@ class JsonlLog:
                 if not self._claimed and self._files.layout.claims(lines):
                     self._files.write_id_sidecar(self._id, self._path)
                     self._claimed = True
+                journal = self._files.journal
+                if journal is not None:
+                    journal.note(self._entry)  # before the lines: see .journal
                 self._write(buf)
             finally:
                 self._unlock_fd()
