@@ -1364,6 +1364,12 @@ def tree_snapshot(root: Path) -> dict[str, tuple[str, int, bytes]]:
     for here, dirs, files in os.walk(root):
         for name in [".", *dirs, *files]:
             path = os.path.join(here, name)
+            if os.path.relpath(path, root).startswith(".meta/catalog."):
+                continue  # the catalog's journal and index: what a listing reads is indexed
+            if os.path.relpath(path, root) == ".meta" and not any(
+                n for n in os.listdir(path) if not n.startswith("catalog.")
+            ):
+                continue
             st = os.lstat(path)
             if stat.S_ISREG(st.st_mode):
                 with open(path, "rb") as f:

@@ -25,11 +25,12 @@ from ...interop.jsonl_layout import SUFFIX, Dialect, JsonlLayout
 from ...locks import FileLocker
 from ...session import BaseSession, SessionHost
 from ...store import BaseStore, path_of
+from .journal import Journal, entry_of
 from .layout import layout_for
 from .lines import decode_line, first_time, last_line, last_seq_of
-from .journal import Journal
 from .logfile import JsonlLog, LogFiles, LogHost
 from .meta import META_DIR, MetaFiles
+from .sidecar import SidecarIndex
 from .watch import FileWatcher
 
 try:
@@ -106,6 +107,8 @@ class JsonlCatalog(CatalogDefaults):
         """The store's meta entries (``.meta``, or where the layout keeps them)."""
         self.journal: Journal | None = None
         """The change journal its appends write (None: the store keeps no catalog)."""
+        self.index: SidecarIndex | None = None
+        """The catalog and search index that reads the journal (None: none kept)."""
 
     @property
     def location(self) -> str:
@@ -165,6 +168,8 @@ class JsonlCatalog(CatalogDefaults):
         self._closed = True
         if self.journal is not None:
             self.journal.close()
+        if self.index is not None:
+            self.index.close()
 
     def _claimed_by(self, path: str) -> str | None:
         """The id recorded beside a session file (``<name>.id``), if any."""
@@ -343,6 +348,10 @@ class JsonlCatalog(CatalogDefaults):
         :class:`StorageError`; only then is it emptied under the writers' lock (a session
         object still holding the file sees it shrink and starts over) and unlinked."""
         path = self.path_for(session_id)
+        if self.journal is not None:
+            # Named first: a crash before the index forgets the session leaves the next
+            # sync to find its log gone.
+            self.journal.note(entry_of(session_id))
         try:
             fd = os.open(path, os.O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         except FileNotFoundError:
@@ -385,6 +394,8 @@ class JsonlCatalog(CatalogDefaults):
                 pass
             except OSError as exc:
                 raise StorageError(f"cannot delete {extra}: {exc}") from exc
+        if self.index is not None:
+            self.index.delete(session_id)  # after the log's lock is released (see .sidecar)
         return existed
 
     def last_append(self, session_id: str) -> _dt.datetime | None:
@@ -469,12 +480,15 @@ def _jsonl_parts(
     real = os.path.realpath(root)
     catalog = make_catalog(store, real, layout, store.max_open_files)
     if indexed:
-        catalog.journal = Journal(real, os.path.join(real, META_DIR))
+        meta_dir = os.path.join(real, META_DIR)
+        journal = catalog.journal = Journal(real, meta_dir)
+        catalog.index = SidecarIndex(catalog, meta_dir, journal.path)
     return catalog, StoreParts(
         catalog,
         catalog.meta,
         locker=lambda: FileLocker(os.path.join(real, LOCK_DIR)),
         watcher=catalog.watcher,
+        index=catalog.index,
     )
 
 

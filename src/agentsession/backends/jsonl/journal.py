@@ -16,6 +16,7 @@ not a JSON string is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
@@ -102,13 +103,16 @@ class Journal:
                 os.close(self._fd)
                 self._fd = -1
 
+    def __del__(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+
     def after_fork(self) -> None:
         """In a forked child: stop sharing the descriptor (and its lock) with the parent."""
         if self._fd >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self._fd)
-            except OSError:  # pragma: no cover - closed already
-                pass
         self._fd = -1
         self._mutex = threading.Lock()
 
