@@ -197,6 +197,13 @@ class Indexing:
 _prices_decoder: Final = msgspec.json.Decoder(dict[str, Price])
 
 
+def change_for(store: IndexHost, events: Sequence[Event]) -> CatalogChange | None:
+    """What ``events`` (plaintext, with seqs: read back from a log) change in ``store``'s
+    catalog (None: it keeps none): for an index that catches up with logs after they were
+    written (the JSONL store's sidecar) rather than where they are stored."""
+    return store._indexing.change(events)
+
+
 # -- the reference index ------------------------------------------------------------------------
 
 

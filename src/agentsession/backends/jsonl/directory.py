@@ -211,7 +211,7 @@ class JsonlCatalog(CatalogDefaults):
 
     def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:
         """Set the log file's modification time (what ``list()`` reports as ``updated_at``)."""
-        session = self._open_quietly(session_id)
+        session = self.open_uncached(session_id)
         try:
             path = session.location
         finally:
@@ -306,7 +306,7 @@ class JsonlCatalog(CatalogDefaults):
             if st.st_size == 0:
                 continue
             updated = _dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, _dt.timezone.utc)
-            last_seq, created = self._peek(entry.path)
+            last_seq, created = self.peek(entry.path)
             out.append(
                 SessionInfo(
                     id=sid,
@@ -318,7 +318,7 @@ class JsonlCatalog(CatalogDefaults):
             )
         return out
 
-    def _peek(self, path: str) -> tuple[int, _dt.datetime | None]:
+    def peek(self, path: str) -> tuple[int, _dt.datetime | None]:
         """The file's last seq, from the head of its last line (-1 when unreadable), and its
         first event's time, from one read of its beginning (None when unknown)."""
         try:
@@ -338,8 +338,9 @@ class JsonlCatalog(CatalogDefaults):
         finally:
             os.close(fd)
 
-    def _open_quietly(self, session_id: str) -> BaseSession:
-        """A session of the store over the log, outside its cache (closed after one use)."""
+    def open_uncached(self, session_id: str) -> BaseSession:
+        """A session of the store over the log, outside its cache (the caller closes it after
+        one use)."""
         return self.open_session(self._host, session_id)
 
     def delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
@@ -418,7 +419,7 @@ class JsonlCatalog(CatalogDefaults):
             return decode_line(line).time
         except msgspec.DecodeError:
             pass
-        session = self._open_quietly(session_id)  # reads up to a torn tail, writing nothing
+        session = self.open_uncached(session_id)  # reads up to a torn tail, writing nothing
         try:
             events = session.read(after=max(0, session.latest_seq - 1))
             return events[-1].time if events else None

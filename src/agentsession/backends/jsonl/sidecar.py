@@ -37,12 +37,14 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from ..._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, private_dirs
+from ...contract import SessionInfo
 from ...errors import SessionShredded, StorageError, UsageError
-from ...indexing import Fields, IndexHost, record_fields
+from ...indexing import Fields, IndexHost, change_for, record_fields
 from ...listing import CatalogChange, CatalogRow, Hit, ListQuery, SearchQuery, Totals, TotalsQuery
+from ...session import BaseSession
 from ..sqlite_index import SqliteIndex, create_index_tables
 from .journal import read_entries
 
@@ -56,10 +58,28 @@ except ImportError as exc:  # not POSIX (Windows): no flock
         "open a SQLite ('sqlite:///file.db') or PostgreSQL store instead",
     ) from exc
 
-if TYPE_CHECKING:
-    from .directory import JsonlCatalog
 
-__all__ = ["SIDECAR_NAME", "SIDECAR_VERSION", "SidecarIndex"]
+class SessionFiles(Protocol):
+    """What the index needs of the store's catalog
+    (:class:`~agentsession.backends.jsonl.directory.JsonlCatalog`)."""
+
+    def path_for(self, session_id: str) -> str:
+        """The session's log file."""
+        ...
+
+    def list_all(self) -> builtins.list[SessionInfo]:
+        """Every session with a log (its last seq from the head of its last line)."""
+        ...
+
+    def peek(self, path: str) -> tuple[int, _dt.datetime | None]:
+        """A log's last seq and first time, without decoding it."""
+        ...
+
+    def open_uncached(self, session_id: str) -> BaseSession:
+        """A session over the log, outside the store's cache."""
+        ...
+
+__all__ = ["SIDECAR_NAME", "SIDECAR_VERSION", "SessionFiles", "SidecarIndex"]
 
 SIDECAR_NAME: Final = "catalog.sqlite"
 """The database's file name in the store's ``.meta`` directory."""
@@ -107,7 +127,7 @@ class SidecarIndex:
     caught up from the change journal by :meth:`sync` (see the module docstring). One
     connection per store object, used by one thread at a time; reopened in a forked child."""
 
-    def __init__(self, catalog: JsonlCatalog, directory: str, journal_path: str) -> None:
+    def __init__(self, catalog: SessionFiles, directory: str, journal_path: str) -> None:
         self._catalog = catalog
         self._directory = directory
         self._root = os.path.dirname(directory)
@@ -346,7 +366,7 @@ class SidecarIndex:
             if fd >= 0:
                 fcntl.flock(fd, fcntl.LOCK_SH)  # a writer's lines are all written
             try:
-                session = self._catalog._open_quietly(session_id)
+                session = self._catalog.open_uncached(session_id)
             except SessionShredded:
                 self._shredded_row(conn, session_id, path, seen)
                 return
@@ -360,7 +380,7 @@ class SidecarIndex:
                     self._rebuild_from(store, conn, session_id, session.read())
                 elif latest > seen:
                     events = session.read(after=seen)
-                    change = store._indexing.change(events)
+                    change = change_for(store, events)
                     if change is not None:
                         self._inner.apply(session_id, change, conn)
                         if not seen:  # a new row: what session.update set is in the record
@@ -380,7 +400,7 @@ class SidecarIndex:
     ) -> None:
         """A shredded session's row (its events cannot be read): made, when it has none,
         from what the file tells without its key (seqs and times are not sealed)."""
-        last_seq, created = self._catalog._peek(path)
+        last_seq, created = self._catalog.peek(path)
         if not seen and last_seq > 0:
             try:
                 mtime = os.stat(path, follow_symlinks=False).st_mtime_ns
@@ -395,7 +415,7 @@ class SidecarIndex:
     def _rebuild_from(
         self, store: IndexHost, conn: sqlite3.Connection, session_id: str, events: list[Any]
     ) -> None:
-        change = store._indexing.change(events) if events else None
+        change = change_for(store, events) if events else None
         fields = record_fields(store, session_id) if events else Fields()
         self._inner.rebuild(session_id, change, fields, True)
         self._set_seen(conn, session_id, change.last_seq if change is not None else 0)

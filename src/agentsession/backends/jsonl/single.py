@@ -103,7 +103,7 @@ class JsonlFileCatalog(JsonlCatalog):
         if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or not name:
             return []
         updated = _dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, _dt.timezone.utc)
-        last_seq, created = self._peek(self.file)
+        last_seq, created = self.peek(self.file)
         return [
             SessionInfo(
                 id=self.session_id,
