@@ -372,3 +372,21 @@ def test_the_sidecar_records_its_schema_version(tmp_path: Path) -> None:
             store.list()
     finally:
         store.close()
+
+
+def test_a_log_that_cannot_be_read_is_still_listed_and_the_others_indexed(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = open_store(str(root))
+    try:
+        store.get("good").append(Event.new("user/message", Message.user("fine words")))
+        store.get("bad").append(Event.new("user/message", Message.user("lost words")))
+    finally:
+        store.close()
+    (root / "bad.jsonl").write_bytes(b'{"seq":1,"type":"user/message"\n{broken\n')
+    (root / ".meta" / SIDECAR_NAME).unlink()
+    store = open_store(str(root))
+    try:
+        assert sorted(i.id for i in store.list()) == ["bad", "good"]
+        assert [h.session_id for h in store.search("words")] == ["good"]
+    finally:
+        store.close()

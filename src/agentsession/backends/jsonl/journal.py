@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import threading
 from collections.abc import Iterator
 from typing import Final
-
-import msgspec
 
 from ..._files import O_CLOEXEC, O_NOFOLLOW, pread_all, private_dirs
 from ...errors import StorageError
@@ -44,12 +43,12 @@ JOURNAL_NAME: Final = "catalog.journal"
 """The journal's file name in the store's ``.meta`` directory."""
 
 _flock, _LOCK_SH, _LOCK_UN, _write = fcntl.flock, fcntl.LOCK_SH, fcntl.LOCK_UN, os.write
-_decode_id: Final = msgspec.json.Decoder(str).decode
 
 
 def entry_of(session_id: str) -> bytes:
-    """The journal entry naming ``session_id``."""
-    return b"\n" + msgspec.json.encode(session_id) + b"\n"
+    """The journal entry naming ``session_id`` (ASCII: a lone surrogate an id may hold is
+    escaped, as every character outside ASCII is)."""
+    return b"\n" + json.dumps(session_id).encode("ascii") + b"\n"
 
 
 class Journal:
@@ -130,6 +129,8 @@ def _ids(data: bytes) -> Iterator[str]:
         if not line:
             continue
         try:
-            yield _decode_id(line)
-        except msgspec.DecodeError:
+            found = json.loads(line)
+        except ValueError:
             continue  # a torn entry (or stray bytes): the next one is whole
+        if isinstance(found, str):
+            yield found

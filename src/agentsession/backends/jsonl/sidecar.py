@@ -32,6 +32,7 @@ import builtins
 import contextlib
 import datetime as _dt
 import errno
+import logging
 import os
 import secrets
 import sqlite3
@@ -41,7 +42,13 @@ from typing import Any, Final, Protocol
 
 from ..._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, private_dirs
 from ...contract import SessionInfo
-from ...errors import SessionShredded, StorageError, UsageError
+from ...errors import (
+    CorruptLogError,
+    EncryptionError,
+    SessionShredded,
+    StorageError,
+    UsageError,
+)
 from ...indexing import Fields, IndexHost, change_for, record_fields
 from ...listing import CatalogChange, CatalogRow, Hit, ListQuery, SearchQuery, Totals, TotalsQuery
 from ...session import BaseSession
@@ -79,6 +86,8 @@ class SessionFiles(Protocol):
         """A session over the log, outside the store's cache."""
         ...
 
+log = logging.getLogger("agentsession.backends.jsonl")
+
 __all__ = ["SIDECAR_NAME", "SIDECAR_VERSION", "SessionFiles", "SidecarIndex"]
 
 SIDECAR_NAME: Final = "catalog.sqlite"
@@ -100,7 +109,7 @@ _SIDECAR_SCHEMA: Final = (
     # The last seq indexed of each session with a row.
     """
     CREATE TABLE IF NOT EXISTS sidecar_seen (
-        session_id TEXT    PRIMARY KEY,
+        session_id BLOB    PRIMARY KEY,  -- UTF-8 (a lone surrogate kept: surrogatepass)
         last_seq   INTEGER NOT NULL
     ) WITHOUT ROWID
     """,
@@ -108,6 +117,10 @@ _SIDECAR_SCHEMA: Final = (
 
 _READ_ONLY_ERRNOS: Final = (errno.EACCES, errno.EPERM, errno.EROFS)
 _HEAD_BYTES: Final = 18  # "#" and 16 hex digits and a newline: a journal emptied by a sync
+
+
+def _key(session_id: str) -> bytes:
+    return session_id.encode("utf-8", "surrogatepass")
 
 
 class _JournalState:
@@ -338,18 +351,18 @@ class SidecarIndex:
 
     def _seen(self, conn: sqlite3.Connection, session_id: str) -> int:
         row = conn.execute(
-            "SELECT last_seq FROM sidecar_seen WHERE session_id = ?", (session_id,)
+            "SELECT last_seq FROM sidecar_seen WHERE session_id = ?", (_key(session_id),)
         ).fetchone()
         return 0 if row is None else int(row[0])
 
     def _set_seen(self, conn: sqlite3.Connection, session_id: str, seq: int) -> None:
-        if seq:
+        if seq > 0:
             conn.execute(
                 "INSERT OR REPLACE INTO sidecar_seen (session_id, last_seq) VALUES (?, ?)",
-                (session_id, seq),
+                (_key(session_id), seq),
             )
         else:
-            conn.execute("DELETE FROM sidecar_seen WHERE session_id = ?", (session_id,))
+            conn.execute("DELETE FROM sidecar_seen WHERE session_id = ?", (_key(session_id),))
 
     def _catch_up(self, store: IndexHost, conn: sqlite3.Connection, session_id: str) -> None:
         """Index the session's events after its indexed seq (in ``conn``'s transaction),
@@ -368,7 +381,10 @@ class SidecarIndex:
             try:
                 session = self._catalog.open_uncached(session_id)
             except SessionShredded:
-                self._shredded_row(conn, session_id, path, seen)
+                self._unread_row(conn, session_id, path, seen, shredded=True)
+                return
+            except (CorruptLogError, EncryptionError) as exc:
+                self._unread_row(conn, session_id, path, seen, shredded=False, error=exc)
                 return
             try:
                 latest = session.latest_seq
@@ -388,28 +404,45 @@ class SidecarIndex:
                     if events:
                         self._set_seen(conn, session_id, events[-1].seq)
             except SessionShredded:
-                self._shredded_row(conn, session_id, path, seen)
+                self._unread_row(conn, session_id, path, seen, shredded=True)
+            except (CorruptLogError, EncryptionError) as exc:
+                self._unread_row(conn, session_id, path, seen, shredded=False, error=exc)
             finally:
                 session.close()
         finally:
             if fd >= 0:
                 os.close(fd)  # releases the lock
 
-    def _shredded_row(
-        self, conn: sqlite3.Connection, session_id: str, path: str, seen: int
+    def _unread_row(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        path: str,
+        seen: int,
+        *,
+        shredded: bool,
+        error: Exception | None = None,
     ) -> None:
-        """A shredded session's row (its events cannot be read): made, when it has none,
-        from what the file tells without its key (seqs and times are not sealed)."""
+        """The row of a session whose events cannot be read (shredded, or a bad line
+        ``error`` names that the store does not move aside): made, when it has none, from what
+        the file tells without decoding it (seqs and times are not sealed), so that it is
+        still listed; its events up to the file's last seq are taken as indexed (a repaired
+        log's later events are read as appended)."""
+        if error is not None:
+            log.warning("catalog index: session %r not indexed: %s", session_id, error)
         last_seq, created = self._catalog.peek(path)
-        if not seen and last_seq > 0:
+        if not seen:
             try:
                 mtime = os.stat(path, follow_symlinks=False).st_mtime_ns
             except OSError:
                 return
             updated = _dt.datetime.fromtimestamp(mtime / 1e9, _dt.timezone.utc)
-            change = CatalogChange(first_time=created, last_time=updated, last_seq=last_seq)
+            change = CatalogChange(
+                first_time=created, last_time=updated, last_seq=max(last_seq, 0)
+            )
             self._inner.apply(session_id, change, conn)
-        self._inner.shredded(session_id)
+        if shredded:
+            self._inner.shredded(session_id)
         self._set_seen(conn, session_id, max(last_seq, seen))
 
     def _rebuild_from(
@@ -428,7 +461,10 @@ class SidecarIndex:
     def _compare(self, store: IndexHost, conn: sqlite3.Connection) -> None:
         """Catch up every session whose log's last seq is not the one indexed, and forget the
         sessions without a log."""
-        indexed = dict(conn.execute("SELECT session_id, last_seq FROM sidecar_seen").fetchall())
+        indexed = {
+            bytes(key).decode("utf-8", "surrogatepass"): seq
+            for key, seq in conn.execute("SELECT session_id, last_seq FROM sidecar_seen")
+        }
         for info in self._catalog.list_all():
             if indexed.pop(info.id, None) != info.last_seq or info.last_seq < 0:
                 self._catch_up(store, conn, info.id)
