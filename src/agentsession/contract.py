@@ -105,6 +105,17 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     usage: UsageTotals = UsageTotals()
     """Tokens and cost of its usage events."""
 
+    def __repr__(self) -> str:
+        # What the session's content says (the title is its first user message's text; a
+        # user, tenant or tag may name someone) is not shown: a repr ends up in logs.
+        hidden = ("title", "tags", "user", "tenant")
+        shown = ", ".join(
+            f"{name}=<hidden>" if name in hidden and getattr(self, name) else
+            f"{name}={getattr(self, name)!r}"
+            for name in self.__struct_fields__
+        )
+        return f"SessionInfo({shown})"
+
 
 def check_session_id(session_id: object) -> str:
     """``session_id`` when it is a usable id; :class:`UsageError` otherwise."""
