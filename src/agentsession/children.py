@@ -1047,6 +1047,12 @@ def _stored_record(store: ChildHost, session_id: str) -> _StoredRecord:
     return _StoredRecord() if raw is None else _record_decoder.decode(raw.encode())
 
 
+def stored_record(store: ChildHost, session_id: str) -> _StoredRecord:
+    """What is stored of the session's record (what ``session.update`` and ``set_record`` set),
+    without reading its log."""
+    return _stored_record(store, session_id)
+
+
 def record_of(store: ChildHost, session: _Session) -> SessionRecord:
     """The session's record (see :meth:`agentsession.session.BaseSession.info`)."""
     stored = _stored_record(store, session.id)

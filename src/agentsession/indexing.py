@@ -595,7 +595,8 @@ def record_fields(store: IndexHost, session_id: str) -> Fields:
     """The catalog fields of the session's record (what ``update`` set), for a rebuild."""
     from . import children
 
-    record = children.record_of(cast(Any, store), store.get(session_id))
+    # The stored record alone: what update set (record_of also reads the session's times).
+    record = children.stored_record(cast(Any, store), session_id)
     return sealed_fields(
         store._indexing,
         Fields(
