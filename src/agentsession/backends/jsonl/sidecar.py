@@ -257,10 +257,19 @@ class SidecarIndex:
     # -- catching up ----------------------------------------------------------------------
 
     def _journal(self) -> _JournalState | None:
+        """The journal as it is (made empty when missing, so that what is appended from now
+        on is read from it; None: missing, and this process cannot make it)."""
+        flags = O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK
         try:
-            fd = os.open(self._journal_path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+            fd = os.open(self._journal_path, os.O_RDONLY | flags)
         except FileNotFoundError:
-            return None
+            if self.in_memory:
+                return None
+            try:
+                create = os.O_RDWR | os.O_APPEND | os.O_CREAT
+                fd = os.open(self._journal_path, create | flags, 0o600)
+            except OSError:
+                return None
         except OSError as exc:
             raise StorageError(
                 f"cannot read the catalog journal {self._journal_path}: {exc}"
