@@ -27,6 +27,7 @@ from agentsession.backends.jsonl.journal import JOURNAL_NAME
 from agentsession.backends.jsonl.sidecar import SIDECAR_NAME
 from agentsession.errors import UsageError
 from agentsession.events import TurnEnd, TurnStart, Usage
+from agentsession.testing.catalog import CatalogConformance
 
 UTC = dt.timezone.utc
 BASE = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -389,3 +390,16 @@ def test_a_log_that_cannot_be_read_is_still_listed_and_the_others_indexed(tmp_pa
         assert [h.session_id for h in store.search("words")] == ["good"]
     finally:
         store.close()
+
+
+class TestJsonlCatalog(CatalogConformance):
+    """The shared catalog conformance on a JSONL directory (its sidecar index)."""
+
+    def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        return open_store(tmp_path / "sessions", **options)
+
+
+class TestJsonlCatalogEncrypted(TestJsonlCatalog):
+    encryption_key = bytes(range(32))
+

@@ -378,15 +378,15 @@ def _stored_filter(store: IndexHost, where: Filter) -> tuple[Filter, builtins.se
 
 def _index(store: IndexHost) -> CatalogIndex:
     index = store._index
-    if index is None:
-        raise UsageError(
-            f"the {type(store).__name__} backend keeps no catalog index: list it without "
-            "where/order/cursor, or use a store that keeps one"
-        )
     if not store._indexing.catalog:
         raise UsageError(
             "this store was opened with catalog=False: it keeps no catalog to list by "
             "field or search"
+        )
+    if index is None:
+        raise UsageError(
+            f"the {type(store).__name__} backend keeps no catalog index: list it without "
+            "where/order/cursor, or use a store that keeps one"
         )
     index.sync(store)
     return index

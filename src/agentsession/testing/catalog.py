@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from ..contract import SessionInfo
 from ..errors import UsageError
 from ..events import Event, Usage
 from ..listing import Hit
@@ -107,6 +108,11 @@ def populate(store: BaseStore, sessions: int = 12) -> None:
         turn.user("after the compaction alpha")
     store.get("gone").append(Event.new("user/message", Message.user("gone alpha")))
     store.delete("gone")
+
+
+def _sizeless(infos: list[SessionInfo]) -> list[SessionInfo]:
+    """``infos`` without their sizes (a file store knows them, the reference does not)."""
+    return [msgspec.structs.replace(info, size=0) for info in infos]
 
 
 def _hits(hits: list[Hit]) -> set[tuple[str, int, str, str, bool, bool]]:
@@ -282,13 +288,14 @@ class CatalogConformance:
         self, pair: tuple[BaseStore, BaseStore]
     ) -> None:
         reference, store = pair
+        store.list(limit=1)  # an index kept apart from the logs (JSONL's) is made by now
         for target in (reference, store):
             target.get("s01").update(title="", tags=["gold"], user="someone", tenant="t9")
             target.delete("s02")
             target.get("s02").append(
                 Event.new("user/message", Message.user("born again alpha"), time=BASE)
             )
-        assert list(store.list(limit=None)) == list(reference.list(limit=None))
+        assert _sizeless(store.list(limit=None)) == _sizeless(reference.list(limit=None))
         assert _hits(store.search("alpha", limit=1000)) == _hits(
             reference.search("alpha", limit=1000)
         )
