@@ -1,7 +1,9 @@
-"""``import agentkit`` and ``import lango``: other runtimes' sessions into a store."""
+"""``agentsession import``: other runtimes' sessions into a store (agentkit, lango, the OpenAI
+Agents SDK, ADK, LangGraph, Claude Code)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -63,10 +65,12 @@ def _run_import(
     dry_run: bool,
     as_json: bool,
     importer: Callable[..., Any] | None = None,
+    report_file: str | None = None,
 ) -> None:
     """Import a scanned source into the store (with ``importer``, default
-    :func:`~agentsession.interop.importers.import_source`) and print what happened."""
-    from ..interop.importers import SessionOutcome, import_source
+    :func:`~agentsession.interop.importers.import_source`), print what happened and, with
+    ``report_file``, write the JSON report there."""
+    from ..interop.importers import SessionOutcome, import_source, report_dict
 
     importer = importer or import_source
     as_json = as_json or bool(click.get_current_context().meta.get("agentsession.import_json"))
@@ -88,35 +92,12 @@ def _run_import(
 
             report = importer(source, store, dry_run=dry_run, progress=progress)
         destination = report.destination or url
+        data = report_dict(report)
+        data["destination"] = destination
+        if report_file is not None:
+            _write_report(report_file, data)
         if as_json:
-            _json_line(
-                {
-                    "source_kind": report.source_kind,
-                    "source": report.source,
-                    "destination": destination,
-                    "dry_run": report.dry_run,
-                    "sessions_found": report.found,
-                    "imported": report.imported,
-                    "skipped": report.skipped,
-                    "events": report.events,
-                    "verified": report.verified,
-                    "sessions": [
-                        {
-                            "session_id": s.session_id,
-                            "source": s.source,
-                            "events": s.events,
-                            "status": s.status,
-                            "guessed_id": s.guessed_id,
-                        }
-                        for s in report.sessions
-                    ],
-                    "identity": [
-                        {"kind": i.kind, "key": i.key, "value": i.value, "status": i.status}
-                        for i in report.identity
-                    ],
-                    "notes": report.notes,
-                }
-            )
+            _json_line(data)
             return
         for note in report.notes:
             click.echo(clean(f"note: {note}"), err=True)
@@ -128,6 +109,9 @@ def _run_import(
             else:
                 verb = "skipped" if s.status == "skipped" else "would skip"
                 _echo(clean(f"{verb} {s.session_id}: already in {destination}"))
+            for d in s.defects:
+                action = "found, not healed" if d.action == "none" else d.action.replace("_", " ")
+                _echo(clean(f"  {d.kind.replace('_', ' ')}: {action}: {d.detail}"))
         for i in report.identity:
             label = _IDENTITY_LABELS.get(i.kind, i.kind)
             what = f"{i.key} → {i.value}" if i.kind != "cli" else i.value
@@ -147,9 +131,13 @@ def _run_import(
         if dry_run:
             _echo(clean(f"dry run: {counts}; nothing written to {destination}"))
         else:
-            checked = {"agentkit": "event counts and seqs", "claude-code": "entries"}.get(
-                report.source_kind, "event counts"
-            )
+            checked = {
+                "agentkit": "event counts and seqs",
+                "claude-code": "entries",
+                "openai-agents": "event ids",
+                "adk": "event ids",
+                "langgraph": "event ids",
+            }.get(report.source_kind, "event counts")
             _echo(clean(f"{counts} into {destination}; {checked} verified"))
     finally:
         source.close()
@@ -242,6 +230,152 @@ def import_lango_command(
     _run_import(state, store_url, source, dry_run, as_json)
 
 
+_REPORT_OPTION = click.option(
+    "--report",
+    "report_file",
+    default=None,
+    metavar="FILE",
+    help="Also write the JSON report (every session with its defects and what was done) to FILE.",
+)
+_NO_HEAL_OPTION = click.option(
+    "--no-heal",
+    is_flag=True,
+    help="Import as the source has it: defects are reported, not fixed (the derived history "
+    "still answers orphan calls with the interrupted stand-in).",
+)
+_ID_MAP_FILE_OPTION = click.option(
+    "--id-map",
+    "id_map_file",
+    default=None,
+    metavar="FILE",
+    help="A JSON object mapping a source session's name (as the report's source shows it after "
+    "the #) to the session id to import it as.",
+)
+
+
+def _write_report(path: str, data: Any) -> None:
+    """Write the JSON report, whole or not at all (a temporary file renamed over ``path``)."""
+    import os
+    import tempfile
+
+    from ..codec import encode
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".report-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(encode(data) + b"\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _read_id_map(path: str | None) -> dict[str, str] | None:
+    if path is None:
+        return None
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            value = json.load(f)
+    except OSError as exc:
+        raise UsageError(f"cannot read --id-map {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"--id-map {path} is not JSON: {exc}") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in value.items()
+    ):
+        raise UsageError(f"--id-map {path} must be a JSON object of strings (name: session id)")
+    return value
+
+
+def _foreign(
+    kind: str,
+    state: State,
+    location: str,
+    store_url: str | None,
+    dry_run: bool,
+    as_json: bool,
+    id_map_file: str | None,
+    no_heal: bool,
+    report_file: str | None,
+) -> None:
+    from ..interop.foreign import open_source
+    from ..interop.importers import SourceNotFound
+
+    try:
+        source = open_source(kind, location, heal=not no_heal, id_map=_read_id_map(id_map_file))
+    except SourceNotFound as exc:
+        raise NoStore(str(exc)) from None
+    _run_import(state, store_url, source, dry_run, as_json, report_file=report_file)
+
+
+def _foreign_command(kind: str, argument: str, doc: str, examples: Sequence[str]) -> None:
+    @import_group.command(kind, context_settings=CONTEXT, epilog=_examples(*examples))
+    @click.argument("source", metavar=argument)
+    @_STORE_OPTION
+    @_DRY_RUN_OPTION
+    @_ID_MAP_FILE_OPTION
+    @_NO_HEAL_OPTION
+    @_REPORT_OPTION
+    @_JSON_OPTION
+    @pass_state
+    def command(
+        state: State,
+        source: str,
+        store_url: str | None,
+        dry_run: bool,
+        id_map_file: str | None,
+        no_heal: bool,
+        report_file: str | None,
+        as_json: bool,
+    ) -> None:
+        _foreign(
+            kind, state, source, store_url, dry_run, as_json, id_map_file, no_heal, report_file
+        )
+
+    command.__doc__ = doc
+    command.help = doc
+
+
+_foreign_command(
+    "openai-agents",
+    "DATABASE",
+    """Import an OpenAI Agents SDK SQLite database (SQLiteSession, AsyncSQLiteSession,
+    AdvancedSQLiteSession with its branches and turn usage): each session id a session, stored
+    as OpenAIAgentsSession stores it, healed (orphan calls answered as interrupted, orphan
+    outputs set aside, repeated call ids remapped) unless --no-heal.""",
+    [
+        "agentsession import openai-agents conversations.db --dry-run",
+        "agentsession import openai-agents conversations.db --store sqlite:///s.db --report r.json",
+    ],
+)
+_foreign_command(
+    "adk",
+    "SOURCE",
+    """Import an ADK session database (DatabaseSessionService or SqliteSessionService: a
+    SQLite file or a postgresql:// URL): each session adk:<app>:<user>:<session>, stored as
+    AgentSessionService stores it, with its app: and user: state, healed unless --no-heal.""",
+    [
+        "agentsession import adk adk_sessions.db --dry-run",
+        "agentsession import adk postgresql://app@db/adk --store sqlite:///s.db",
+    ],
+)
+_foreign_command(
+    "langgraph",
+    "SOURCE",
+    """Import a LangGraph checkpoint database (a SqliteSaver file or a PostgresSaver
+    postgresql:// URL): each thread's messages at its latest checkpoint as the session
+    langgraph:<thread>, with the checkpoint ids kept, healed unless --no-heal.""",
+    [
+        "agentsession import langgraph checkpoints.sqlite --dry-run",
+        "agentsession import langgraph postgresql://app@db/graph --report report.json",
+    ],
+)
+
+
 @import_group.command(
     "claude-code",
     context_settings=CONTEXT,
@@ -253,17 +387,25 @@ def import_lango_command(
 @click.argument("directory")
 @_STORE_OPTION
 @_DRY_RUN_OPTION
+@_NO_HEAL_OPTION
+@_REPORT_OPTION
 @_JSON_OPTION
 @pass_state
 def import_claude_code_command(
-    state: State, directory: str, store_url: str | None, dry_run: bool, as_json: bool
+    state: State,
+    directory: str,
+    store_url: str | None,
+    dry_run: bool,
+    no_heal: bool,
+    report_file: str | None,
+    as_json: bool,
 ) -> None:
     """Import Claude Code transcripts: a project directory (~/.claude/projects/<project>, its
     <session>.jsonl files and their subagents' <session>/subagents/*.jsonl) or the projects
     directory holding several. Each transcript is stored as the Claude Agent SDK integration
-    stores it (claude:<project>:<session>, subagents as child sessions). Running it again
-    appends only what a transcript gained since; a store transcript that is not the start of
-    its file is left as it is."""
+    stores it (claude:<project>:<session>, subagents as child sessions), its typed history
+    healed unless --no-heal. Running it again appends only what a transcript gained since; a
+    store transcript that is not the start of its file is left as it is."""
     from ..interop.claude_code import import_claude_code, scan_claude_code_dir
     from ..interop.importers import SourceNotFound
 
@@ -271,4 +413,7 @@ def import_claude_code_command(
         source = scan_claude_code_dir(directory)
     except SourceNotFound as exc:
         raise NoStore(str(exc)) from None
-    _run_import(state, store_url, source, dry_run, as_json, import_claude_code)
+    source.heal = not no_heal
+    _run_import(
+        state, store_url, source, dry_run, as_json, import_claude_code, report_file=report_file
+    )

@@ -40,6 +40,7 @@ from the entry's ``uuid`` too, so a retried batch never doubles them.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import stat
@@ -65,6 +66,8 @@ from ..messages import Message, TextPart, ToolResult
 from ..providers.anthropic import from_anthropic
 from ..session import BaseSession
 from ..store import BaseStore
+from . import healing
+from .healing import SET_ASIDE, Defect
 from .importers import ImportReport, SessionOutcome, SourceNotFound
 
 __all__ = [
@@ -82,6 +85,7 @@ __all__ = [
     "read_transcript",
     "scan_claude_code_dir",
     "session_key",
+    "transcript_events",
 ]
 
 COMPACTION_EFFECT: Final = (
@@ -288,6 +292,15 @@ class ClaudeTranscripts:
         self._forking = threading.Lock()
         self._effect_noted = False
 
+    def note_effect(self) -> None:
+        """Record, once per object, what a compaction does to Claude sessions of the store
+        (:data:`COMPACTION_EFFECT`)."""
+        if not self._effect_noted:
+            key = ENTRY.split("/", 1)[0]
+            if self.store.meta_get(COMPACTION_EFFECT_KIND, key) != COMPACTION_EFFECT:
+                self.store.meta_set(COMPACTION_EFFECT_KIND, key, COMPACTION_EFFECT)
+            self._effect_noted = True
+
     def _session(self, project_key: str, session_id: str, subpath: str | None) -> BaseSession:
         """The session of a key; a subagent's is forked from the main session when new."""
         sid = session_key(project_key, session_id, subpath)
@@ -316,11 +329,7 @@ class ClaudeTranscripts:
         events, _ = _batch(entries, self.mirror_messages)
         if not events:
             return Appended(0, [])
-        if not self._effect_noted:
-            key = ENTRY.split("/", 1)[0]
-            if self.store.meta_get(COMPACTION_EFFECT_KIND, key) != COMPACTION_EFFECT:
-                self.store.meta_set(COMPACTION_EFFECT_KIND, key, COMPACTION_EFFECT)
-            self._effect_noted = True
+        self.note_effect()
         session = self._session(project_key, session_id, subpath)
         before = session.latest_seq
         seqs = session.append_many(events)
@@ -417,6 +426,8 @@ class ClaudeCodeSource:
     """The transcript files, each stored as one session."""
     notes: list[str]
     """What a person should know (no transcripts found, ...)."""
+    heal: bool = True
+    """Whether :func:`import_claude_code` heals the transcripts (:func:`transcript_events`)."""
 
     def close(self) -> None:
         """Nothing to release: the files are opened only while they are read."""
@@ -472,11 +483,18 @@ def read_transcript(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     """The entries of one transcript file, and notes. A last line without its newline that
     does not parse (a write cut short) is left out with a note; any other line that is not a
     JSON object with a string ``type`` raises :class:`~agentsession.errors.UsageError`."""
+    entries, notes, _ = _read_transcript(path)
+    return entries, notes
+
+
+def _read_transcript(path: str) -> tuple[list[dict[str, Any]], list[str], bytes | None]:
+    """:func:`read_transcript`, and the torn last line (None when there is none)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as handle:
         data = handle.read()
     entries: list[dict[str, Any]] = []
     notes: list[str] = []
+    torn: bytes | None = None
     lines = data.split(b"\n")
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -486,12 +504,128 @@ def read_transcript(path: str) -> tuple[list[dict[str, Any]], list[str]]:
         except ValueError:
             if number == len(lines):  # no newline after it: torn
                 notes.append(f"{path}: left out a torn last line ({len(line)} bytes)")
+                torn = line
                 continue
             raise UsageError(f"{path}:{number}: not a JSON line") from None
         if not isinstance(value, dict) or not isinstance(value.get("type"), str):
             raise UsageError(f"{path}:{number}: not a transcript entry (a 'type' is needed)")
         entries.append(value)
-    return entries, notes
+    return entries, notes, torn
+
+
+def _entry_time(entry: Mapping[str, Any]) -> _dt.datetime | None:
+    stamp = entry.get("timestamp")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        when = _dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=_dt.timezone.utc)
+
+
+def transcript_events(
+    file: TranscriptFile,
+    entries: Sequence[Mapping[str, Any]],
+    *,
+    heal: bool = True,
+    torn: bytes | None = None,
+) -> tuple[list[Event], list[Defect]]:
+    """The events an import stores for one transcript, and the defects found: the entries
+    and their mirror as :func:`entry_events` gives them, each at the entry's ``timestamp``;
+    an entry without a ``uuid`` gets an id derived from the file and its place in it. With
+    ``heal``, the entries of one model message that Claude Code writes one content block per
+    line are mirrored as that one message; the subagent entries a main transcript holds inline
+    (``isSidechain``) are kept as entries but left out of its history (defect
+    ``interleaved_subagent``); and the mirror goes through
+    :func:`agentsession.interop.healing.heal`. A torn last line is kept as an
+    ``import/set_aside`` event (defect ``truncated_record``)."""
+    events: list[Event] = []
+    defects: list[Defect] = []
+    seen: set[str] = set()
+    last_reply: tuple[str, int] | None = None  # (model message id, index of its mirror event)
+    sidechain_run = False
+    for number, entry in enumerate(entries):
+        sidechain = file.subpath is None and bool(entry.get("isSidechain"))
+        if sidechain and not sidechain_run:
+            defects.append(
+                Defect(
+                    "interleaved_subagent",
+                    "kept_out_of_history" if heal else "none",
+                    "",
+                    f"{file.path}: subagent entries from line {number + 1} on are inline in the "
+                    "main transcript",
+                )
+            )
+        sidechain_run = sidechain
+        made = entry_events(entry, mirror=not (heal and sidechain))
+        when = _entry_time(entry)
+        head = made[0]
+        if head.id in seen:
+            continue  # the same entry twice: stored once, mirror too
+        if not isinstance(entry.get("uuid"), str) or not entry.get("uuid"):
+            digest = hashlib.sha256(f"{file.key}\x00{number}".encode()).hexdigest()[:32]
+            head = msgspec.structs.replace(head, id=f"{ID_PREFIX}line:{digest}")
+        out = [msgspec.structs.replace(head, time=when)]
+        for k, event in enumerate(made[1:]):
+            if event.id in seen:
+                continue
+            if not event.id.startswith(ID_PREFIX):
+                event = msgspec.structs.replace(event, id=f"{head.id}:{k}")
+            out.append(msgspec.structs.replace(event, time=when))
+        message = entry.get("message")
+        reply_id = message.get("id") if isinstance(message, Mapping) else None
+        if heal and entry.get("type") == "assistant" and isinstance(reply_id, str):
+            mirror = [e for e in out if e.type == ASSISTANT_MESSAGE]
+            if last_reply is not None and last_reply[0] == reply_id and mirror:
+                index = last_reply[1]
+                before = events[index].decode(Message)
+                more = mirror[0].decode(Message)
+                joined = msgspec.structs.replace(
+                    before,
+                    parts=[*before.parts, *more.parts],
+                    tool_calls=[*before.tool_calls, *more.tool_calls],
+                )
+                events[index] = Event.new(
+                    ASSISTANT_MESSAGE,
+                    joined,
+                    meta=events[index].meta,
+                    time=events[index].time,
+                    id=events[index].id,
+                )
+                out = [e for e in out if e.type != ASSISTANT_MESSAGE]
+            elif mirror:
+                last_reply = (reply_id, len(events) + out.index(mirror[0]))
+        elif entry.get("type") in ("user", "assistant") and not sidechain:
+            last_reply = None
+        for event in out:
+            seen.add(event.id)
+        events.extend(out)
+    if heal:
+        events, found = healing.heal(events, healing.HealHooks(move_records=False))
+    else:
+        found = healing.survey(events)
+    defects.extend(found)
+    if torn is not None:
+        digest = hashlib.sha256(f"{file.key}\x00torn".encode()).hexdigest()[:32]
+        events.append(
+            Event.new(
+                SET_ASIDE,
+                {"source": file.path, "raw": torn.decode("utf-8", "replace"), "reason": "torn"},
+                meta={healing.META_HEALED: "truncated_record"},
+                id=f"{ID_PREFIX}line:{digest}",
+            )
+        )
+        defects.append(
+            Defect(
+                "truncated_record",
+                "set_aside",
+                "",
+                f"{file.path}: the last line was cut short ({len(torn)} bytes); kept as "
+                f"{SET_ASIDE}",
+            )
+        )
+    return events, defects
 
 
 def import_claude_code(
@@ -502,52 +636,59 @@ def import_claude_code(
     progress: Callable[[SessionOutcome], None] | None = None,
 ) -> ImportReport:
     """Import the transcripts of ``source`` into ``store``, as the SDK's mirror would have
-    stored them (:class:`ClaudeTranscripts`).
+    stored them (:class:`ClaudeTranscripts`), healed unless ``source.heal`` is False
+    (:func:`transcript_events`).
 
     Every file is read and checked first. A transcript the store does not have is written
     whole; one the store has is compared entry by entry: when the store's entries are the
-    start of the file's, the rest is appended (a session that went on since the last import),
-    else it is skipped with a note. So running the import again writes nothing. The source is
-    only read. With ``dry_run`` nothing is written (``store`` may be None). At the end every
-    written transcript is read back and compared with the file; a difference raises
-    :class:`~agentsession.errors.SessionError`."""
+    start of the file's, the events it lacks (by id) are appended (a session that went on
+    since the last import, or an import that was killed), else it is skipped with a note. So
+    running the import again writes nothing. The source is only read. With ``dry_run`` nothing
+    is written (``store`` may be None). At the end every written transcript is read back and
+    compared with the file; a difference raises :class:`~agentsession.errors.SessionError`."""
     if store is None and not dry_run:
         raise UsageError("import_claude_code needs a store unless dry_run is set")
     report = ImportReport(
         "claude-code", source.location, getattr(store, "location", "") if store else "", dry_run
     )
+    report.healed = source.heal
     report.notes.extend(source.notes)
-    read: list[tuple[TranscriptFile, list[dict[str, Any]]]] = []
+    read: list[tuple[TranscriptFile, list[dict[str, Any]], list[Event], list[Defect]]] = []
     for file in source.sessions:
-        entries, notes = read_transcript(file.path)
+        entries, notes, torn = _read_transcript(file.path)
         report.notes.extend(notes)
-        read.append((file, entries))
+        events, defects = transcript_events(file, entries, heal=source.heal, torn=torn)
+        read.append((file, entries, events, defects))
     transcripts = ClaudeTranscripts(store) if store is not None else None
     written: list[tuple[TranscriptFile, list[dict[str, Any]]]] = []
-    for file, entries in read:
+    for file, entries, events, defects in read:
         stored = (
             transcripts.load(file.project_key, file.session_id, file.subpath)
             if transcripts is not None
             else None
         ) or []
+        missing: list[Event] = []
         if stored != entries[: len(stored)]:
             report.notes.append(
                 f"{file.key}: the store's transcript is not the start of {file.path}; left as it is"
             )
-            new: list[dict[str, Any]] = []
         else:
-            new = entries[len(stored) :]
-        events = len(_batch(new, True)[0])
-        if new and not dry_run:
+            have: set[str] = set()
+            if store is not None and store.exists(file.key):
+                have = {e.id for e in store.get(file.key).read()}
+            missing = [e for e in events if e.id not in have]
+        if missing and not dry_run:
             assert transcripts is not None
-            events = transcripts.append(file.project_key, file.session_id, file.subpath, new).events
+            transcripts.note_effect()
+            session = transcripts._session(file.project_key, file.session_id, file.subpath)
+            session.append_many(missing)
             written.append((file, entries))
         status: Literal["imported", "skipped", "would_import", "would_skip"]
-        if new:
+        if missing:
             status = "would_import" if dry_run else "imported"
         else:
             status = "would_skip" if dry_run else "skipped"
-        outcome = SessionOutcome(file.key, file.path, events, status)
+        outcome = SessionOutcome(file.key, file.path, len(missing), status, defects=tuple(defects))
         report.sessions.append(outcome)
         if progress is not None:
             progress(outcome)

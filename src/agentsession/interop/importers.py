@@ -87,6 +87,7 @@ from ..events import (
 )
 from ..messages import Message, Part, TextPart, ToolCall, ToolResult
 from .agentkit import AgentkitLineError, decode_agentkit_line
+from .healing import Defect
 
 __all__ = [
     "AGENTKIT_ACTIVE_FILE",
@@ -112,6 +113,7 @@ __all__ = [
     "import_source",
     "lango_row_events",
     "parse_lango_time",
+    "report_dict",
     "scan_agentkit_dir",
     "scan_lango_db",
 ]
@@ -164,6 +166,8 @@ class SourceSession:
     """True when the id was read back from an agentkit file name by convention alone."""
     notes: tuple[str, ...] = ()
     """What a person should know (a torn last line that was left out, ...)."""
+    defects: tuple[Defect, ...] = ()
+    """The defects found in it and what healing did (:mod:`agentsession.interop.healing`)."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,8 @@ class SessionOutcome:
     status: Literal["imported", "skipped", "would_import", "would_skip"]
     """``skipped``: the store already has the session (it is left as it is)."""
     guessed_id: bool = False
+    defects: tuple[Defect, ...] = ()
+    """The defects found in the session and what was done about each."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +220,8 @@ class ImportReport:
     notes: list[str] = field(default_factory=list)
     verified: bool = False
     """True when every imported session read back with its event count (and agentkit seqs)."""
+    healed: bool = True
+    """Whether defects were healed (False: ``--no-heal``, the defects are only listed)."""
 
     @property
     def found(self) -> int:
@@ -1142,18 +1150,31 @@ def import_source(
 ) -> ImportReport:
     """Import every session of ``source`` into ``store`` and write its identity mappings.
 
-    A session the store already has is skipped (left unchanged), and so are a mapping whose key
-    the store already maps and the binding of a skipped session, unless the store's session
-    holds exactly the events the source gives it: then an earlier import of this source wrote
-    it and was stopped before its mappings, and its binding is written like that of an
-    imported session (when the store has none), so that running an interrupted import again
-    completes it. With ``dry_run`` nothing is
-    written: the report says what would be (``store`` may then be None, for a store that does
-    not exist yet). At the end every imported session is read back; a session whose event count
-    (or, for agentkit, whose seqs) differ raises :class:`~agentsession.errors.SessionError`.
+    ``source`` is what a scan returned: :func:`scan_agentkit_dir`, :func:`scan_lango_db`, or
+    for the OpenAI Agents SDK, ADK and LangGraph :func:`agentsession.interop.foreign.
+    open_source` (a Claude Code directory is imported by
+    :func:`agentsession.interop.claude_code.import_claude_code`, which this calls for it).
+
+    For agentkit and lango, a session the store already has is skipped (left unchanged), and so
+    are a mapping whose key the store already maps and the binding of a skipped session, unless
+    the store's session holds exactly the events the source gives it: then an earlier import of
+    this source wrote it and was stopped before its mappings, and its binding is written like
+    that of an imported session (when the store has none), so that running an interrupted
+    import again completes it. The other sources derive every event id from the source, so a
+    session the store already has gets exactly the events it lacks (``imported``) or nothing
+    (``skipped``). With ``dry_run`` nothing is written: the report says what would be
+    (``store`` may then be None, for a store that does not exist yet). At the end every
+    imported session is read back; a session whose event count (or, for agentkit, whose seqs;
+    for the others, whose event ids) differ raises :class:`~agentsession.errors.SessionError`.
     ``progress`` is called after each session."""
     if store is None and not dry_run:
         raise UsageError("import_source needs a store unless dry_run is set")
+    if not isinstance(source, ImportSource):
+        from .claude_code import import_claude_code
+
+        return import_claude_code(source, store, dry_run=dry_run, progress=progress)  # type: ignore[arg-type]
+    if getattr(source, "appends_missing", False):
+        return _import_missing(source, store, dry_run, progress)
     destination = getattr(store, "location", "") if store is not None else ""
     report = ImportReport(source.kind, source.location, destination, dry_run)
     report.notes.extend(source.notes)
@@ -1187,7 +1208,12 @@ def import_source(
         elif status == "imported":
             imported.append(session)
         outcome = SessionOutcome(
-            session.session_id, session.source, session.events, status, session.guessed_id
+            session.session_id,
+            session.source,
+            session.events,
+            status,
+            session.guessed_id,
+            session.defects,
         )
         report.sessions.append(outcome)
         if progress is not None:
@@ -1215,6 +1241,102 @@ def import_source(
                 )
         report.verified = True
     return report
+
+
+def _stored_ids(store: Store | None, session_id: str) -> set[str] | None:
+    if store is None or not store.exists(session_id):
+        return None
+    return {e.id for e in store.get(session_id).read()}
+
+
+def _import_missing(
+    source: ImportSource,
+    store: Store | None,
+    dry_run: bool,
+    progress: Callable[[SessionOutcome], None] | None,
+) -> ImportReport:
+    """Import a source whose event ids are derived from it: each session gets the events the
+    store lacks. Each write is one atomic ``create`` or ``append_many``, so a run killed at
+    any point leaves every session either as it was or with all it was given."""
+    destination = getattr(store, "location", "") if store is not None else ""
+    report = ImportReport(source.kind, source.location, destination, dry_run)
+    report.healed = bool(getattr(source, "heal", True))
+    report.notes.extend(source.notes)
+    written: list[tuple[SourceSession, list[str]]] = []
+    for session in source.sessions:
+        events = source.read_events(session)
+        stored = _stored_ids(store, session.session_id)
+        missing = events if stored is None else [e for e in events if e.id not in stored]
+        status: Literal["imported", "skipped", "would_import", "would_skip"]
+        if not missing:
+            status = "would_skip" if dry_run else "skipped"
+        elif dry_run:
+            status = "would_import"
+        else:
+            assert store is not None
+            if stored is None:
+                try:
+                    store.create(session.session_id, missing)
+                except DuplicateSession:  # another process created it in between
+                    store.get(session.session_id).append_many(missing)
+            else:
+                store.get(session.session_id).append_many(missing)
+            status = "imported"
+            written.append((session, [e.id for e in events]))
+        outcome = SessionOutcome(
+            session.session_id, session.source, len(missing), status, False, session.defects
+        )
+        report.sessions.append(outcome)
+        if progress is not None:
+            progress(outcome)
+    extras = getattr(source, "write_extras", None)
+    if extras is not None:
+        report.notes.extend(extras(store, dry_run))
+    if not dry_run:
+        assert store is not None
+        for session, ids in written:
+            have = {e.id for e in store.get(session.session_id).read()}
+            lacking = [i for i in ids if i not in have]
+            if lacking:
+                raise SessionError(
+                    f"import of {session.session_id!r} does not match: {len(lacking)} of the "
+                    f"source's {len(ids)} events are not in {destination}"
+                )
+        report.verified = True
+    return report
+
+
+def report_dict(report: ImportReport) -> dict[str, Any]:
+    """The report as JSON-ready data: what ``agentsession import --json`` prints and
+    ``--report FILE`` writes (snake_case keys; ``docs/import.md`` lists them)."""
+    return {
+        "source_kind": report.source_kind,
+        "source": report.source,
+        "destination": report.destination,
+        "dry_run": report.dry_run,
+        "sessions_found": report.found,
+        "imported": report.imported,
+        "skipped": report.skipped,
+        "events": report.events,
+        "verified": report.verified,
+        "healed": report.healed,
+        "sessions": [
+            {
+                "session_id": s.session_id,
+                "source": s.source,
+                "events": s.events,
+                "status": s.status,
+                "guessed_id": s.guessed_id,
+                "defects": [d.as_dict() for d in s.defects],
+            }
+            for s in report.sessions
+        ],
+        "identity": [
+            {"kind": i.kind, "key": i.key, "value": i.value, "status": i.status}
+            for i in report.identity
+        ],
+        "notes": list(report.notes),
+    }
 
 
 def _holds_source_events(
