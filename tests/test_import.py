@@ -472,6 +472,7 @@ def test_lango_dry_run_existing_session_and_json(lango_db: Path, tmp_path: Path)
         "skipped",
         "events",
         "verified",
+        "healed",
         "sessions",
         "identity",
         "notes",
@@ -484,6 +485,7 @@ def test_lango_dry_run_existing_session_and_json(lango_db: Path, tmp_path: Path)
         "events": 4,
         "status": "skipped",
         "guessed_id": False,
+        "defects": [],
     }
     assert report["identity"] == [
         {"kind": "bind", "key": "telegram:42", "value": "operator", "status": "written"}

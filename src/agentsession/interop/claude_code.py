@@ -545,6 +545,9 @@ def transcript_events(
     seen: set[str] = set()
     last_reply: tuple[str, int] | None = None  # (model message id, index of its mirror event)
     sidechain_run = False
+    # An entry without a timestamp (a summary, a title) takes the one before it, or the first
+    # of the file: so its events' times come from the file, the same on every run.
+    when = next((t for e in entries if (t := _entry_time(e)) is not None), None)
     for number, entry in enumerate(entries):
         sidechain = file.subpath is None and bool(entry.get("isSidechain"))
         if sidechain and not sidechain_run:
@@ -559,7 +562,7 @@ def transcript_events(
             )
         sidechain_run = sidechain
         made = entry_events(entry, mirror=not (heal and sidechain))
-        when = _entry_time(entry)
+        when = _entry_time(entry) or when
         head = made[0]
         if head.id in seen:
             continue  # the same entry twice: stored once, mirror too
@@ -613,6 +616,7 @@ def transcript_events(
                 SET_ASIDE,
                 {"source": file.path, "raw": torn.decode("utf-8", "replace"), "reason": "torn"},
                 meta={healing.META_HEALED: "truncated_record"},
+                time=when,
                 id=f"{ID_PREFIX}line:{digest}",
             )
         )

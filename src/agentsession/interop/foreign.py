@@ -37,6 +37,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -69,6 +70,7 @@ from .importers import (
 )
 
 __all__ = [
+    "ADK_SET_ASIDE",
     "IMPORT_ID_PREFIX",
     "LANGGRAPH_PREFIX",
     "OPENAI_SET_ASIDE",
@@ -84,6 +86,9 @@ IMPORT_ID_PREFIX: Final = "imp:"
 OPENAI_SET_ASIDE: Final = "openai_agents/set_aside"
 """The type an ``openai_agents/item`` holding only orphan results is imported as: kept, and
 left out of the SDK's item list."""
+ADK_SET_ASIDE: Final = "adk/set_aside"
+"""The type an ``adk/event`` holding only orphan function responses is imported as: kept, and
+left out of the events ADK reads."""
 LANGGRAPH_PREFIX: Final = "langgraph:"
 """The start of the id of a session imported from a LangGraph thread."""
 
@@ -483,6 +488,21 @@ def scan_openai_agents_db(
 # Google ADK.
 
 
+def _is_postgres(location: str) -> bool:
+    return re.match(r"^postgres(?:ql)?(?:\+\w+)?://", location) is not None
+
+
+def _read_only_pg(url: str, **options: Any) -> Any:
+    """A psycopg connection whose every transaction is read-only (the URL's own options, such
+    as a ``search_path``, kept)."""
+    import psycopg
+
+    url = re.sub(r"^postgres(?:ql)?\+\w+://", "postgresql://", url)  # SQLAlchemy's driver name
+    conn = psycopg.connect(url, autocommit=True, **options)
+    conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+    return conn
+
+
 class _Reader:
     """Rows from a SQLite file (opened immutable) or a PostgreSQL database (a read-only
     transaction)."""
@@ -490,18 +510,15 @@ class _Reader:
     def __init__(self, location: str) -> None:
         self.location = location
         self.note = ""
-        self.postgres = location.startswith(("postgresql://", "postgres://"))
+        self.postgres = _is_postgres(location)
         self._lango: _LangoReader | None = None
         self._sqlite: sqlite3.Connection | None = None
         self._pg: Any = None
         if self.postgres:
             import psycopg
 
-            url = location.replace("postgresql+psycopg://", "postgresql://")
             try:
-                self._pg = psycopg.connect(
-                    url, autocommit=True, options="-c default_transaction_read_only=on"
-                )
+                self._pg = _read_only_pg(location)
             except psycopg.Error as exc:
                 raise SourceNotFound(f"cannot connect to {location}: {exc}") from None
         else:
@@ -665,6 +682,53 @@ class AdkSource(ForeignSource):
             events.append(event)
             defects.append(defect)
         return events, defects
+
+    def hooks(self) -> HealHooks:
+        """An orphan call gets an ADK event with its function response too (so ADK's own
+        reading is healed); an ADK event holding only orphan responses is set aside."""
+        from ..integrations.adk import ADK_EVENT
+
+        def standin(call: ToolCall, call_event: Event) -> list[Event]:
+            original = call_event.meta.get(META_CALL_IDS, {}).get(call.id, call.id)
+            eid = _sub(call_event.id, f"adk:{hashlib.sha256(call.id.encode()).hexdigest()[:12]}")
+            adk_id = f"import-{eid.rsplit(':', 1)[-1]}"
+            turn = call_event.meta.get("turn_id", "")
+            when = call_event.time.timestamp() if call_event.time is not None else 0.0
+            doc = {
+                "id": adk_id,
+                "invocation_id": turn,
+                "author": call_event.agent or "user",
+                "timestamp": when,
+                "content": {
+                    "role": "user",
+                    "parts": [
+                        {
+                            "function_response": {
+                                "id": original,
+                                "name": call.name,
+                                "response": {"result": INTERRUPTED_TOOL_RESULT_TEXT},
+                            }
+                        }
+                    ],
+                },
+            }
+            meta = {"adk": adk_id, META_HEALED: "orphan_call"}
+            if turn:
+                meta["turn_id"] = turn
+            return [
+                Event.new(
+                    ADK_EVENT, doc, agent=call_event.agent, meta=meta, time=call_event.time, id=eid
+                )
+            ]
+
+        def set_aside(event: Event) -> Event:
+            if event.type != ADK_EVENT:
+                return event
+            return msgspec.structs.replace(
+                event, type=ADK_SET_ASIDE, meta={**event.meta, META_HEALED: "orphan_result"}
+            )
+
+        return HealHooks(standin_records=standin, set_aside=set_aside)
 
     def _finish(self, events: list[Event]) -> list[Event]:
         """Point each rewind marker at the seq before its invocation's first event (as the
@@ -874,18 +938,13 @@ def scan_langgraph_db(
     ``langgraph-checkpoint-sqlite`` / ``-postgres`` for the saver of the source)."""
     where = os.fspath(location)
     with _closing_on_error() as closers:
-        if where.startswith(("postgresql://", "postgres://")):
+        if _is_postgres(where):
             import psycopg
             from langgraph.checkpoint.postgres import PostgresSaver
             from psycopg.rows import dict_row
 
             try:
-                conn = psycopg.connect(
-                    where,
-                    autocommit=True,
-                    row_factory=dict_row,
-                    options="-c default_transaction_read_only=on",
-                )
+                conn = _read_only_pg(where, row_factory=dict_row)
             except psycopg.Error as exc:
                 raise SourceNotFound(f"cannot connect to {where}: {exc}") from None
             closers.append(conn.close)

@@ -145,6 +145,10 @@ _Item = Event | _Slot
 _TYPED: Final = (USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 
 
+def _typed_or_slot(item: _Item) -> bool:
+    return not isinstance(item, Event) or item.type in _TYPED
+
+
 def _msg(event: Event) -> Message | None:
     try:
         return event.decode(Message)
@@ -264,16 +268,29 @@ def heal(
     open_event: Event | None = None
     slots: dict[str, deque[tuple[_Slot, int]]] = {}
 
-    def close() -> None:
+    def close(unit: list[_Item]) -> None:
+        """Close the open exchange: its stand-ins go right after its last typed event, before
+        the record events of the message that closes it."""
         nonlocal open_calls, open_event
         if open_calls and open_event is not None:
             slot = _Slot(list(open_calls), open_event)
             for index, call in enumerate(open_calls):
                 slots.setdefault(call.id, deque()).append((slot, index))
-            items.append(slot)
+            last = next(
+                (
+                    i
+                    for i in range(len(unit) - 1, -1, -1)
+                    if _typed_or_slot(unit[i])
+                ),
+                None,
+            )
+            if last is None:
+                items.append(slot)  # before the unit
+            else:
+                unit.insert(last + 1, slot)
         open_calls, open_event = [], None
 
-    def orphan(unit: list[Event], event: Event, result: ToolResult) -> None:
+    def orphan(unit: list[_Item], event: Event, result: ToolResult) -> None:
         defects.append(
             Defect(
                 "orphan_result",
@@ -284,9 +301,12 @@ def heal(
             )
         )
         data = msgspec.json.decode(bytes(event.data))
-        host_index = next((i for i, e in enumerate(unit) if e.type not in _TYPED), None)
+        host_index = next(
+            (i for i, e in enumerate(unit) if isinstance(e, Event) and e.type not in _TYPED), None
+        )
         if host_index is not None:
             host = unit[host_index]
+            assert isinstance(host, Event)
             kept = [*host.meta.get(META_ORPHAN_RESULTS, []), data]
             unit[host_index] = msgspec.structs.replace(
                 host, meta={**host.meta, META_ORPHAN_RESULTS: kept}
@@ -313,13 +333,13 @@ def heal(
         )
 
     for unit in _units(_remap(events, defects)):
-        kept_unit: list[Event] = []
+        kept_unit: list[_Item] = []
         moved: list[tuple[_Slot, int, Event]] = []
         orphans = 0
         results = 0
         for event in unit:
             if event.type in (USER_MESSAGE, ASSISTANT_MESSAGE):
-                close()
+                close(kept_unit)
                 kept_unit.append(event)
                 msg = _msg(event)
                 if event.type == ASSISTANT_MESSAGE and msg is not None and msg.tool_calls:
@@ -350,12 +370,12 @@ def heal(
             and moved
             and len(moved) == results
             and len({id(s) for s, _, _ in moved}) == 1
-            and not any(e.type in _TYPED for e in kept_unit)
+            and all(isinstance(e, Event) and e.type not in _TYPED for e in kept_unit)
         ):
             # A unit of late results for one exchange: its records move with them.
             slot, index, _ = moved[0]
-            records = [e for e in kept_unit if e.type not in _TYPED]
-            kept_unit = [e for e in kept_unit if e.type in _TYPED]
+            records = [e for e in kept_unit if isinstance(e, Event)]
+            kept_unit = []
             slot.late.setdefault(index, []).extend(records)
         for slot, index, event in moved:
             slot.late.setdefault(index, []).append(event)
@@ -368,10 +388,14 @@ def heal(
                     "to its call",
                 )
             )
-        if orphans and orphans == results and not any(e.type in _TYPED for e in kept_unit):
-            kept_unit = [hooks.set_aside(e) for e in kept_unit]
+        if (
+            orphans
+            and orphans == results
+            and all(isinstance(e, Event) and e.type not in _TYPED for e in kept_unit)
+        ):
+            kept_unit = [hooks.set_aside(e) if isinstance(e, Event) else e for e in kept_unit]
         items.extend(kept_unit)
-    close()
+    close([])
 
     out: list[Event] = []
     for item in items:

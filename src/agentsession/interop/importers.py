@@ -1172,7 +1172,7 @@ def import_source(
     if not isinstance(source, ImportSource):
         from .claude_code import import_claude_code
 
-        return import_claude_code(source, store, dry_run=dry_run, progress=progress)  # type: ignore[arg-type]
+        return import_claude_code(source, store, dry_run=dry_run, progress=progress)
     if getattr(source, "appends_missing", False):
         return _import_missing(source, store, dry_run, progress)
     destination = getattr(store, "location", "") if store is not None else ""
