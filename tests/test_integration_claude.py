@@ -368,7 +368,11 @@ def test_import_stores_what_the_mirror_stores_reads_only_and_is_idempotent(tmp_p
     before = _digest(source)
     store = open_store(str(tmp_path / "store"))
     try:
-        first = import_claude_code(scan_claude_code_dir(source), store)
+        # Not healed: the typed mirror is then exactly the SDK's (healing joins the lines of
+        # one model message into one assistant message; tests/test_import_heal.py).
+        unhealed = scan_claude_code_dir(source)
+        unhealed.heal = False
+        first = import_claude_code(unhealed, store)
         assert [s.status for s in first.sessions] == ["imported", "imported"] and first.verified
         again = import_claude_code(scan_claude_code_dir(source / PROJECT), store)
         assert [s.status for s in again.sessions] == ["skipped", "skipped"]

@@ -429,6 +429,17 @@ class ClaudeCodeSource:
     heal: bool = True
     """Whether :func:`import_claude_code` heals the transcripts (:func:`transcript_events`)."""
 
+    def run_import(
+        self,
+        store: BaseStore | None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[SessionOutcome], None] | None = None,
+    ) -> ImportReport:
+        """:func:`import_claude_code` of this source (what
+        :func:`~agentsession.interop.importers.import_source` calls for it)."""
+        return import_claude_code(self, store, dry_run=dry_run, progress=progress)
+
     def close(self) -> None:
         """Nothing to release: the files are opened only while they are read."""
 

@@ -606,8 +606,8 @@ class AdkSource(ForeignSource):
             (app, user, sid),
         )
         docs: list[tuple[float, str, dict[str, Any]]] = []
-        torn: tuple[str, str] | None = None
-        for index, (eid, invocation, stamp, data) in enumerate(rows):
+        bad: list[tuple[float, str, str]] = []
+        for eid, invocation, stamp, data in rows:
             try:
                 doc = json.loads(data) if isinstance(data, (str, bytes)) else data
             except ValueError as exc:
@@ -615,16 +615,21 @@ class AdkSource(ForeignSource):
             else:
                 reason = "not a JSON object"
             if not isinstance(doc, dict):
-                if torn is not None:
-                    raise UsageError(f"{where}: event {torn[0]}: {torn[1]}")
-                torn = (str(eid), reason)
+                bad.append((_epoch(stamp), str(eid), reason))
                 continue
             doc = {**doc, "id": eid, "invocation_id": invocation or doc.get("invocation_id", "")}
             if doc.get("timestamp") is None:
                 doc["timestamp"] = _epoch(stamp)
             docs.append((float(doc["timestamp"]), str(eid), doc))
-            del index
         docs.sort(key=lambda d: (d[0], d[1]))
+        torn: tuple[str, str] | None = None
+        if bad:
+            # Only the session's last event may be cut short; any other bad one is an error.
+            stamp, eid, reason = max(bad)
+            if len(bad) > 1 or (docs and docs[-1][0] > stamp):
+                first = min(bad)
+                raise UsageError(f"{where}: event {first[1]}: event_data {first[2]}")
+            torn = (eid, reason)
         payload = _Created(
             app_name=app, user_id=user, id=sid, state=state, last_update_time=_epoch(created)
         )

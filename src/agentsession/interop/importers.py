@@ -1169,10 +1169,10 @@ def import_source(
     ``progress`` is called after each session."""
     if store is None and not dry_run:
         raise UsageError("import_source needs a store unless dry_run is set")
-    if not isinstance(source, ImportSource):
-        from .claude_code import import_claude_code
-
-        return import_claude_code(source, store, dry_run=dry_run, progress=progress)
+    own = getattr(source, "run_import", None)
+    if own is not None:  # a source with an import of its own (Claude Code's transcripts)
+        report: ImportReport = own(store, dry_run=dry_run, progress=progress)
+        return report
     if getattr(source, "appends_missing", False):
         return _import_missing(source, store, dry_run, progress)
     destination = getattr(store, "location", "") if store is not None else ""
