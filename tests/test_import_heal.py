@@ -305,6 +305,26 @@ def test_id_map_file(sources: dict[str, Path], tmp_path: Path) -> None:
     ]
 
 
+def test_claude_code_id_map_names_the_project(sources: dict[str, Path], tmp_path: Path) -> None:
+    mapping = tmp_path / "ids.json"
+    mapping.write_text(json.dumps({"-home-me-app": "app"}))
+    code, out, err = invoke(
+        "import",
+        "claude-code",
+        str(sources["claude-code"]),
+        "--store",
+        str(tmp_path / "st"),
+        "--id-map",
+        str(mapping),
+        "--json",
+    )
+    assert code == 0, err
+    assert [s["session_id"] for s in json.loads(out)["sessions"]] == [
+        "claude:app:sess-1",
+        "claude:app:sess-1:subagents%2Fagent-abc",
+    ]
+
+
 # ---------------------------------------------------------------------------------------------
 # Killed mid-way, run again: the same store as one clean run.
 

@@ -387,6 +387,14 @@ _foreign_command(
 @click.argument("directory")
 @_STORE_OPTION
 @_DRY_RUN_OPTION
+@click.option(
+    "--id-map",
+    "id_map_file",
+    default=None,
+    metavar="FILE",
+    help="A JSON object mapping a project directory's name to the project key to store its "
+    "transcripts under (claude:<project key>:<session>).",
+)
 @_NO_HEAL_OPTION
 @_REPORT_OPTION
 @_JSON_OPTION
@@ -396,6 +404,7 @@ def import_claude_code_command(
     directory: str,
     store_url: str | None,
     dry_run: bool,
+    id_map_file: str | None,
     no_heal: bool,
     report_file: str | None,
     as_json: bool,
@@ -406,14 +415,16 @@ def import_claude_code_command(
     stores it (claude:<project>:<session>, subagents as child sessions), its typed history
     healed unless --no-heal. Running it again appends only what a transcript gained since; a
     store transcript that is not the start of its file is left as it is."""
-    from ..interop.claude_code import import_claude_code, scan_claude_code_dir
+    from ..interop.claude_code import import_claude_code
+    from ..interop.foreign import open_source
     from ..interop.importers import SourceNotFound
 
     try:
-        source = scan_claude_code_dir(directory)
+        source = open_source(
+            "claude-code", directory, heal=not no_heal, id_map=_read_id_map(id_map_file)
+        )
     except SourceNotFound as exc:
         raise NoStore(str(exc)) from None
-    source.heal = not no_heal
     _run_import(
         state, store_url, source, dry_run, as_json, import_claude_code, report_file=report_file
     )

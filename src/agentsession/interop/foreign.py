@@ -33,6 +33,7 @@ the defects found are on the session (:attr:`SourceSession.defects
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -1025,7 +1026,9 @@ def open_source(
 ) -> Any:
     """The source of ``kind`` (``openai-agents``, ``adk``, ``langgraph`` or ``claude-code``) at
     ``location``, read whole and checked (healed unless ``heal=False``), ready for
-    :func:`~agentsession.interop.importers.import_source`."""
+    :func:`~agentsession.interop.importers.import_source`. ``id_map`` maps a source session's
+    name to the session id to import it as; for ``claude-code``, a project directory's name to
+    the project key its transcripts are stored under (``claude:<project key>:...``)."""
     if kind == "openai-agents":
         return scan_openai_agents_db(location, heal=heal, id_map=id_map)
     if kind == "adk":
@@ -1037,5 +1040,15 @@ def open_source(
 
         source = scan_claude_code_dir(location)
         source.heal = heal
+        mapping = dict(id_map or {})
+        if mapping:
+            known = {f.project_key for f in source.sessions}
+            unknown = sorted(set(mapping) - known)
+            if unknown:
+                raise UsageError(f"--id-map names projects the source does not hold: {unknown}")
+            source.sessions = [
+                dataclasses.replace(f, project_key=mapping.get(f.project_key, f.project_key))
+                for f in source.sessions
+            ]
         return source
     raise UsageError(f"no importer for {kind!r}; one of {', '.join(SOURCE_KINDS)}")
