@@ -285,6 +285,40 @@ def test_a_bad_record_before_the_last_imports_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "st").exists() or not list((tmp_path / "st").iterdir())
 
 
+def _openai_db(path: Path, texts: list[str]) -> Path:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE agent_messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, "
+        "message_data TEXT, created_at TIMESTAMP)"
+    )
+    for text in texts:
+        conn.execute(
+            "INSERT INTO agent_messages (session_id, message_data, created_at) VALUES (?, ?, ?)",
+            ("default", json.dumps({"role": "user", "content": text}), import_sources.FIXED_TIME),
+        )
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_another_database_with_the_same_session_id_loses_nothing(tmp_path: Path) -> None:
+    """Ids derive from the record's place and content: the rows of a second database that sit
+    where the first one's did are other records, and are imported."""
+    first = _openai_db(tmp_path / "a.db", ["one", "two"])
+    second = _openai_db(tmp_path / "b.db", ["three"])
+    url = str(tmp_path / "st")
+    for db in (first, second, second):
+        code, _, err = invoke("import", "openai-agents", str(db), "--store", url)
+        assert code == 0, err
+    store = ags.open_store(url)
+    try:
+        assert [m.text for m in store.get("default").messages()] == ["one", "two", "three"]
+    finally:
+        store.close()
+
+
 def test_id_map_file(sources: dict[str, Path], tmp_path: Path) -> None:
     mapping = tmp_path / "ids.json"
     mapping.write_text(json.dumps({"killed": "support:killed"}))

@@ -299,7 +299,7 @@ class OpenAIAgentsSource(ForeignSource):
         defects: list[Defect] = []
         turn_ends: dict[int, int] = {}
         for index, (item, row) in enumerate(zip(items, rows, strict=False)):
-            base = _eid("openai-agents", self.location_key, session_id, str(row[0]))
+            base = _eid("openai-agents", session_id, str(row[0]), _text_of(row[1]))
             when = _utc(row[2])
             events.append(
                 Event.new(ITEM, item, meta={"openai_agents_row": row[0]}, time=when, id=base)
@@ -318,7 +318,7 @@ class OpenAIAgentsSource(ForeignSource):
                     events.append(Event.new(USER_MESSAGE, message, time=when, id=mid))
         if torn is not None:
             row = rows[-1]
-            base = _eid("openai-agents", self.location_key, session_id, str(row[0]))
+            base = _eid("openai-agents", session_id, str(row[0]), _text_of(row[1]))
             event, defect = _set_aside(f"{where} row {row[0]}", str(row[1]), torn, base, row[2])
             events.append(event)
             defects.append(defect)
@@ -356,7 +356,7 @@ class OpenAIAgentsSource(ForeignSource):
             if details_in or details_out:
                 meta["openai_agents_details"] = {"input": details_in, "output": details_out}
             at = turn_ends.get(int(turn), len(events))
-            eid = _eid("openai-agents", self.location_key, session_id, "usage", str(turn))
+            eid = _eid("openai-agents", session_id, "usage", str(turn), str(created))
             inserts.setdefault(at, []).append(
                 Event.new(USAGE, usage, meta=meta, time=_utc(created), id=eid)
             )
@@ -393,11 +393,13 @@ class OpenAIAgentsSource(ForeignSource):
 
         return HealHooks(standin_records=standin, set_aside=set_aside)
 
-    @property
-    def location_key(self) -> str:
-        """What event ids are derived from besides the session: nothing (a session id names
-        one conversation whichever file holds it)."""
-        return ""
+
+def _text_of(value: Any) -> str:
+    """A record's stored text (what an event id is derived from, with the record's place: the
+    same record of another database with the same place gets another id)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 def _json_or_none(value: Any) -> dict[str, Any] | None:
@@ -879,6 +881,8 @@ class LangGraphSource(ForeignSource):
         self._closer()
 
     def _raw(self, key: Any, session_id: str) -> tuple[list[Event], list[Defect]]:
+        from langchain_core.messages import message_to_dict
+
         from ..integrations.langchain import events_for
 
         thread: str = key
@@ -918,7 +922,8 @@ class LangGraphSource(ForeignSource):
             meta: dict[str, Any] = {"langgraph_checkpoint": checkpoint}
             if index >= len(messages):
                 meta = {"langgraph_checkpoint": latest_id, "langgraph_pending_write": True}
-            base = _eid("langgraph", session_id, mid)
+            whole = json.dumps(message_to_dict(message), sort_keys=True, default=str)
+            base = _eid("langgraph", session_id, mid, whole)
             for k, event in enumerate(events_for([message])):
                 events.append(
                     msgspec.structs.replace(
