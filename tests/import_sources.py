@@ -133,8 +133,9 @@ def openai_agents_db(path: Path) -> Path:
 
 def adk_db(path: Path, url: str | None = None) -> str:
     """An ADK ``DatabaseSessionService`` database written by ADK's ``Runner`` with a scripted
-    LLM: one session whose model called a tool that never answered (a long-running tool),
-    then went on; app and user state. ``url`` (a PostgreSQL URL) instead of the file."""
+    LLM: session ``s1`` whose model called a tool that never answered (a long-running tool),
+    then went on, and a stale function response; session ``s2`` rewound by ADK to before its
+    second invocation; app and user state. ``url`` (a PostgreSQL URL) instead of the file."""
     from google.adk.agents import LlmAgent
     from google.adk.events import Event as AdkEvent
     from google.adk.models.base_llm import BaseLlm
@@ -156,7 +157,8 @@ def adk_db(path: Path, url: str | None = None) -> str:
             ],
         ),
         types.Content(role="model", parts=[types.Part(text="Waiting for approval.")]),
-        types.Content(role="model", parts=[types.Part(text="Hello again.")]),
+        types.Content(role="model", parts=[types.Part(text="First answer.")]),
+        types.Content(role="model", parts=[types.Part(text="Second answer, taken back.")]),
     ]
 
     class ScriptedLlm(BaseLlm):
@@ -213,6 +215,20 @@ def adk_db(path: Path, url: str | None = None) -> str:
             ),
         )
         await service.append_event(session, stale)
+        # Session s2: two invocations, then ADK's rewind to before the second.
+        await service.create_session(app_name="shop", user_id="ada", session_id="s2")
+        for text in ("first", "second"):
+            async for _ in runner.run_async(
+                user_id="ada",
+                session_id="s2",
+                new_message=types.Content(role="user", parts=[types.Part(text=text)]),
+            ):
+                pass
+        s2 = await service.get_session(app_name="shop", user_id="ada", session_id="s2")
+        assert s2 is not None
+        await runner.rewind_async(
+            user_id="ada", session_id="s2", rewind_before_invocation_id=s2.events[-1].invocation_id
+        )
         await service.close() if hasattr(service, "close") else None
 
     asyncio.run(main())

@@ -261,6 +261,9 @@ def test_adk_service_reads_the_healed_session(sources: dict[str, Path], tmp_path
         if p.function_response
     ]
     assert responses == ["adk-call-1"]  # the stand-in; the stale one is set aside
+    # ADK's rewind: the derived history leaves the rewound invocation out, as ADK does.
+    texts = [m.text for m in store.get("adk:shop:ada:s2").messages()]
+    assert texts == ["first", "First answer."]
     store.close()
 
 
@@ -442,7 +445,7 @@ def test_adk_database_session_service_on_postgres(pg_schema: str, tmp_path: Path
     code, out, err = invoke("import", "adk", url, "--store", str(tmp_path / "st"), "--json")
     assert code == 0, err
     report = json.loads(out)
-    assert [s["session_id"] for s in report["sessions"]] == ["adk:shop:ada:s1"]
+    assert [s["session_id"] for s in report["sessions"]] == ["adk:shop:ada:s1", "adk:shop:ada:s2"]
     kinds = sorted(d["kind"] for d in report["sessions"][0]["defects"])
     assert kinds == ["orphan_call", "orphan_result"]
     store = ags.open_store(str(tmp_path / "st"))
