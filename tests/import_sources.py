@@ -127,6 +127,39 @@ def openai_agents_db(path: Path) -> Path:
     return path
 
 
+def openai_advanced_db(path: Path) -> Path:
+    """An ``AdvancedSQLiteSession`` database: session ``adv`` with two turns and their usage,
+    and the branch ``retry`` made from its second turn, which went another way."""
+    from agents import Agent, Runner, set_tracing_disabled
+    from agents.extensions.memory import AdvancedSQLiteSession
+    from agents.items import ModelResponse
+    from agents.usage import Usage
+
+    ex = _example("openai_agents_example")
+
+    class Counted(ex.ScriptedModel):  # type: ignore[misc,name-defined]
+        async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            made = await super().get_response(*args, **kwargs)
+            made.usage = Usage(requests=1, input_tokens=7, output_tokens=3, total_tokens=10)
+            return made
+
+    set_tracing_disabled(True)
+
+    async def main() -> None:
+        session = AdvancedSQLiteSession(session_id="adv", db_path=str(path), create_tables=True)
+        outputs = [[ex.say("One.", "m1")], [ex.say("Two.", "m2")], [ex.say("Two again.", "m3")]]
+        agent = Agent(name="helper", model=Counted(outputs))
+        for text in ("first", "second"):
+            await session.store_run_usage(await Runner.run(agent, text, session=session))
+        await session.create_branch_from_turn(2, branch_name="retry")
+        result = await Runner.run(agent, "second, differently", session=session)
+        await session.store_run_usage(result)
+        session.close()
+
+    asyncio.run(main())
+    return path
+
+
 # ---------------------------------------------------------------------------------------------
 # Google ADK.
 

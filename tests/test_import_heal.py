@@ -235,6 +235,37 @@ def test_openai_agents_items_are_healed_for_the_sdk(
         store.close()
 
 
+def test_openai_advanced_session_branches_and_usage(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    db = import_sources.openai_advanced_db(tmp_path / "src" / "advanced.db")
+    before = snapshot(db)
+    url = str(tmp_path / "st")
+    code, out, err = invoke("import", "openai-agents", str(db), "--store", url, "--json")
+    assert code == 0, err
+    assert [s["session_id"] for s in json.loads(out)["sessions"]] == ["adv", "adv@retry"]
+    assert snapshot(db) == before
+    store = ags.open_store(url)
+    try:
+        main, retry = store.get("adv"), store.get("adv@retry")
+        assert [m.text for m in main.messages()] == ["first", "One.", "second", "Two."]
+        assert [m.text for m in retry.messages()] == [
+            "first",
+            "One.",
+            "second, differently",
+            "Two again.",
+        ]
+        usage = [e for e in main.read() if e.type == "usage"]
+        assert [(u.meta["openai_agents_turn"], u.payload().input_tokens) for u in usage] == [
+            (1, 7),
+            (2, 7),
+        ]
+        # Each turn's usage right after its last item's mirror.
+        types = [e.type for e in main.read()]
+        assert types.index("usage") == 4
+    finally:
+        store.close()
+
+
 def test_adk_service_reads_the_healed_session(sources: dict[str, Path], tmp_path: Path) -> None:
     import asyncio
 
