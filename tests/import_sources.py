@@ -130,7 +130,7 @@ def openai_agents_db(path: Path) -> Path:
 def openai_advanced_db(path: Path) -> Path:
     """An ``AdvancedSQLiteSession`` database: session ``adv`` with two turns and their usage,
     and the branch ``retry`` made from its second turn, which went another way."""
-    from agents import Agent, Runner, set_tracing_disabled
+    from agents import Agent, Runner
     from agents.extensions.memory import AdvancedSQLiteSession
     from agents.items import ModelResponse
     from agents.usage import Usage
@@ -142,8 +142,6 @@ def openai_advanced_db(path: Path) -> Path:
             made = await super().get_response(*args, **kwargs)
             made.usage = Usage(requests=1, input_tokens=7, output_tokens=3, total_tokens=10)
             return made
-
-    set_tracing_disabled(True)
 
     async def main() -> None:
         session = AdvancedSQLiteSession(session_id="adv", db_path=str(path), create_tables=True)
