@@ -1,7 +1,7 @@
 """The backend registry: which factory opens a store URL, and ``migrate_store``.
 
 A URL scheme names a backend. The built-in schemes (``memory``, ``jsonl``/``file``,
-``sqlite``, ``postgresql``/``postgres``) map to a ``module:factory`` imported on first use;
+``sqlite``, ``postgresql``/``postgres``, ``redis``/``rediss``/``redis+cluster``) map to a ``module:factory`` imported on first use;
 :func:`register_backend` adds a scheme in this process, and an entry point in the group
 ``agentsession.backends`` (named after the scheme, value ``module:factory``) adds one without
 importing the package. A plain path (no scheme, or a one-letter one: a Windows drive) is the
@@ -38,6 +38,10 @@ _BUILTIN: dict[str, str] = {
     "sqlite": "agentsession.backends.sqlite:open_sqlite",
     "postgresql": "agentsession.backends.postgres:open_postgres",
     "postgres": "agentsession.backends.postgres:open_postgres",
+    "redis": "agentsession.backends.redis:open_redis",
+    "rediss": "agentsession.backends.redis:open_redis",
+    "redis+cluster": "agentsession.backends.redis:open_redis",
+    "rediss+cluster": "agentsession.backends.redis:open_redis",
 }
 _registered: dict[str, _Factory] = {}
 _registry_lock = threading.Lock()
@@ -65,6 +69,10 @@ def _load(target: str, scheme: str) -> _Factory:
             raise StoreUnavailable(
                 "the PostgreSQL backend needs psycopg: pip install 'agentsession[postgres]' "
                 f"({exc})"
+            ) from exc
+        if scheme.startswith("redis"):
+            raise StoreUnavailable(
+                f"the Redis backend needs redis-py: pip install 'agentsession[redis]' ({exc})"
             ) from exc
         raise StoreUnavailable(f"the {scheme!r} backend could not be imported: {exc}") from exc
     factory: _Factory = getattr(module, attr)

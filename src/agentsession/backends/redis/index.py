@@ -1,0 +1,438 @@
+"""The Redis store's catalog and search index (:class:`RedisIndex`, a
+:class:`~agentsession.indexing.CatalogIndex`).
+
+A session's **row** is fields of its hash (``{tag}:s``: times, counts, usage, title, user,
+tenant, tags, agents, status, compacted and rewound ranges), its **usage rows** a hash
+(``{tag}:u``: ``day NUL agent NUL field``) and its **documents** a hash (``{tag}:d``: seq ->
+role and text): all in the session's slot, changed by the append's own script. The
+**store-wide** index is in the catalog's slot (``{~catalog}``): sorted sets for the list
+orders (``z:u`` updated, ``z:c`` created, ``z:i`` ids), sets for the filters
+(``f:status:<v>``, ``f:user:<v>``, ``f:tenant:<v>``, ``f:tag:<v>``, ``f:agent:<v>``), the
+inverted index (``w:<word>``: ``session NUL seq`` of the documents holding the word or blind
+token) and ``x`` (what each session is indexed under, with its row version).
+
+On one server the append's script updates the store-wide index too, in the same atomic run.
+On a Cluster the catalog's slot is on another node, so the log runs a second script right
+after the append (:data:`~agentsession.backends.redis.scripts.INDEX_ROW`); rows carry a
+version, so a late update never replaces a newer one. Between the two, a list or search may
+not show the append yet; a second script that never ran (the client died between them, the
+node failed) leaves the store-wide index behind until ``store.reindex()``. Every row a query
+returns is read from the session's own hash and checked against the filter
+(:func:`~agentsession.listing.matches`), so a stale entry is never returned as a match.
+"""
+
+from __future__ import annotations
+
+import builtins
+import struct
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from ...listing import (
+    CatalogChange,
+    CatalogRow,
+    Document,
+    Hit,
+    ListQuery,
+    SearchQuery,
+    Totals,
+    TotalsQuery,
+    UsageRow,
+    UsageTotals,
+    matches,
+    search_rows,
+    select,
+    totals_of,
+    words,
+)
+from .storage import bytes_of, micros, pack, row_words, time_of_micros
+
+if TYPE_CHECKING:
+    from ...indexing import Fields, IndexHost
+    from .server import Server
+
+__all__ = ["RedisIndex", "row_of", "unpack"]
+
+_CHUNK: Final = 500
+_KEEP: Final = b"\x00"  # a field set_fields leaves as it is
+
+
+def unpack(buf: bytes) -> Any:
+    """Decode what a script packed with ``cmsgpack`` (arrays, strings as bytes, integers,
+    doubles, nil, booleans): the subset the scripts produce."""
+    value, _ = _unpack_at(memoryview(buf), 0)
+    return value
+
+
+def _unpack_at(buf: memoryview, pos: int) -> tuple[Any, int]:
+    b = buf[pos]
+    pos += 1
+    if b <= 0x7F:
+        return b, pos
+    if 0x90 <= b <= 0x9F:
+        return _array(buf, pos, b & 0x0F)
+    if 0xA0 <= b <= 0xBF:
+        n = b & 0x1F
+        return bytes(buf[pos : pos + n]), pos + n
+    if b >= 0xE0:
+        return b - 0x100, pos
+    if b == 0xC0:
+        return None, pos
+    if b in (0xC2, 0xC3):
+        return b == 0xC3, pos
+    sizes = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}
+    if b in sizes:
+        width = sizes[b]
+        n = int.from_bytes(buf[pos : pos + width], "big")
+        pos += width
+        return bytes(buf[pos : pos + n]), pos + n
+    if b in (0xDC, 0xDD):
+        width = 2 if b == 0xDC else 4
+        n = int.from_bytes(buf[pos : pos + width], "big")
+        return _array(buf, pos + width, n)
+    ints = {0xCC: (1, False), 0xCD: (2, False), 0xCE: (4, False), 0xCF: (8, False),
+            0xD0: (1, True), 0xD1: (2, True), 0xD2: (4, True), 0xD3: (8, True)}  # fmt: skip
+    if b in ints:
+        width, signed = ints[b]
+        return int.from_bytes(buf[pos : pos + width], "big", signed=signed), pos + width
+    if b == 0xCB:
+        return struct.unpack(">d", buf[pos : pos + 8])[0], pos + 8
+    if b == 0xCA:
+        return struct.unpack(">f", buf[pos : pos + 4])[0], pos + 4
+    raise ValueError(f"unexpected msgpack byte {b:#x}")
+
+
+def _array(buf: memoryview, pos: int, n: int) -> tuple[list[Any], int]:
+    out = []
+    for _ in range(n):
+        value, pos = _unpack_at(buf, pos)
+        out.append(value)
+    return out, pos
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "surrogatepass")
+    return str(value)
+
+
+def _int(value: Any) -> int:
+    return int(value) if value else 0
+
+
+def _list(value: Any) -> list[Any]:
+    if not value:
+        return []
+    found = unpack(bytes(value))
+    return found if isinstance(found, list) else []
+
+
+def _usage(fields: Sequence[Any]) -> UsageTotals:
+    return UsageTotals(
+        input_tokens=_int(fields[0]),
+        output_tokens=_int(fields[1]),
+        cache_read_tokens=_int(fields[2]),
+        cache_write_tokens=_int(fields[3]),
+        cost=float(fields[4]) if fields[4] else 0.0,
+    )
+
+
+def row_of(session_id: str, h: dict[bytes, Any]) -> CatalogRow | None:
+    """The catalog row of a session hash (None: no session, or no events)."""
+    if not h or not h.get(b"created"):
+        return None
+    return CatalogRow(
+        id=session_id,
+        created_at=time_of_micros(h.get(b"created")),
+        updated_at=time_of_micros(h.get(b"updated")),
+        last_seq=_int(h.get(b"last")),
+        size=_int(h.get(b"size")),
+        title=_text(h.get(b"title")),
+        title_set=h.get(b"title_set") == b"1",
+        tags=[_text(t) for t in _list(h.get(b"tags"))],
+        user=_text(h.get(b"user")),
+        tenant=_text(h.get(b"tenant")),
+        agents=[_text(a) for a in _list(h.get(b"agents"))],
+        status=_text(h.get(b"status")) or "idle",
+        messages=_int(h.get(b"messages")),
+        turns=_int(h.get(b"turns")),
+        usage=_usage([h.get(k) for k in (b"u_in", b"u_out", b"u_cr", b"u_cw", b"u_cost")]),
+        compacted_before=_int(h.get(b"compacted")),
+    )
+
+
+def _doc_words(flat: Sequence[Any]) -> list[Any]:
+    """``word, seq`` pairs (flat) of documents as a hash's ``HGETALL`` list (seq, packed)."""
+    out: list[Any] = []
+    for i in range(0, len(flat), 2):
+        seq = int(flat[i])
+        _role, text = unpack(bytes(flat[i + 1]))
+        for word in dict.fromkeys(words(_text(text))):
+            out += (word, seq)
+    return out
+
+
+class RedisIndex:
+    """The catalog rows, usage rows and documents of a Redis store (see the module
+    docstring)."""
+
+    def __init__(self, db: Server) -> None:
+        self._db = db
+        self._catalog = db.keys.catalog
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _rows(self, ids: Sequence[bytes]) -> dict[bytes, CatalogRow]:
+        """The rows of ``ids`` (those with events), read from the sessions' hashes."""
+        if not ids:
+            return {}
+        db = self._db
+        keys = db.keys
+
+        def read() -> list[Any]:
+            pipe = db.client.pipeline(transaction=False)
+            for sid in ids:
+                pipe.hgetall(keys.session(_text(sid))[0])
+            return list(pipe.execute())
+
+        found = db.run("reading catalog rows", read)
+        out: dict[bytes, CatalogRow] = {}
+        for sid, h in zip(ids, found, strict=True):
+            row = row_of(_text(sid), h)
+            if row is not None:
+                out[sid] = row
+        return out
+
+    def _rewound(self, ids: Sequence[bytes]) -> dict[bytes, list[Any]]:
+        db = self._db
+        keys = db.keys
+
+        def read() -> list[Any]:
+            pipe = db.client.pipeline(transaction=False)
+            for sid in ids:
+                pipe.hget(keys.session(_text(sid))[0], "rewound")
+            return list(pipe.execute())
+
+        found = db.run("reading catalog rows", read)
+        return {sid: _list(v) for sid, v in zip(ids, found, strict=True)}
+
+    def sync(self, store: IndexHost) -> None:
+        """Nothing: the append's scripts keep the index."""
+
+    def _groups(self, query: ListQuery) -> list[Any]:
+        """The filter's set keys as the query script takes them (count, keys...)."""
+        where = query.where
+        c = self._catalog
+        out: list[Any] = []
+
+        def group(field: str, values: Iterable[str]) -> None:
+            keys = [c + f"f:{field}:".encode() + bytes_of(v) for v in values]
+            out.extend([len(keys), *keys])
+
+        if where.status is not None:
+            group("status", where.status)
+        if where.user is not None:
+            group("user", where.user)
+        if where.tenant is not None:
+            group("tenant", where.tenant)
+        if where.agent is not None:
+            group("agent", where.agent)
+        for tag in where.tags or ():
+            group("tag", [tag])
+        return out
+
+    def query(self, query: ListQuery) -> builtins.list[CatalogRow]:
+        where = query.where
+        if where.ids is not None:
+            rows = self._rows([bytes_of(i) for i in dict.fromkeys(where.ids)])
+            return select(rows.values(), query)
+        if any(v == () for v in (where.status, where.user, where.tenant, where.agent)):
+            return []
+        order = query.order
+        zkey = self._catalog + {"updated": b"z:u", "created": b"z:c"}.get(order, b"z:i")
+        groups = self._groups(query)
+        limit = query.limit
+        after: tuple[bytes, bytes] | None = None
+        if query.after is not None:
+            value, sid = query.after
+            score = sid if order == "id" else micros(value) or "0"
+            after = (bytes_of(score), bytes_of(sid))
+        out: list[CatalogRow] = []
+        db = self._db
+        while limit is None or len(out) < limit:
+            chunk = _CHUNK if limit is None else max(limit - len(out), 1)
+            score, sid = after if after is not None else (b"", b"")
+            args = [self._catalog, order, score, sid, chunk, *groups]
+            found = db.run(
+                "listing sessions", lambda args=args: db.script("QUERY", [zkey], args)
+            )
+            if not found:
+                break
+            ids = [bytes(m) for m in found[0::2]] if order != "id" else [bytes(m) for m in found]
+            rows = self._rows(ids)
+            for sid_b in ids:
+                row = rows.get(sid_b)
+                if row is not None and matches(row, where):
+                    out.append(row)
+                    if limit is not None and len(out) >= limit:
+                        break
+            if order == "id":
+                after = (ids[-1], ids[-1])
+                count = len(found)
+            else:
+                after = (bytes(found[-1]), ids[-1])
+                count = len(found) // 2
+            if count < chunk:
+                break
+        return out
+
+    def search(self, query: SearchQuery) -> builtins.list[Hit]:
+        c = self._catalog
+        db = self._db
+        term_keys = [c + b"w:" + bytes_of(t) for t in query.terms]
+        refs = db.run("searching", lambda: db.client.sinter(term_keys))
+        by_session: dict[bytes, list[int]] = {}
+        for ref in refs:
+            sid, _, seq = bytes(ref).rpartition(b"\x00")
+            if query.session_id is not None and sid != bytes_of(query.session_id):
+                continue
+            by_session.setdefault(sid, []).append(int(seq))
+        if not by_session:
+            return []
+        ids = list(by_session)
+        rows = self._rows(ids)
+        ids = [i for i in ids if i in rows and matches(rows[i], query.where)]
+        rewound = self._rewound(ids)
+        keys = db.keys
+
+        def read() -> list[Any]:
+            pipe = db.client.pipeline(transaction=False)
+            for sid in ids:
+                pipe.hmget(keys.session(_text(sid))[3], by_session[sid])
+            return list(pipe.execute())
+
+        found = db.run("reading search documents", read) if ids else []
+        docs: list[tuple[str, Document, bool]] = []
+        for sid, packed in zip(ids, found, strict=True):
+            ranges = rewound[sid]
+            for seq, doc in zip(by_session[sid], packed, strict=True):
+                if doc is None:
+                    continue
+                role, text = unpack(bytes(doc))
+                flagged = any(int(lo) < seq < int(hi) for lo, hi in ranges)
+                docs.append(
+                    (_text(sid), Document(seq=seq, role=_text(role), text=_text(text)), flagged)
+                )
+        return search_rows(docs, {_text(k): v for k, v in rows.items()}, query)
+
+    def totals(self, query: TotalsQuery) -> builtins.list[Totals]:
+        rows = self.query(ListQuery(where=query.where, order="id", limit=None))
+        db = self._db
+        keys = db.keys
+
+        def read() -> list[Any]:
+            pipe = db.client.pipeline(transaction=False)
+            for row in rows:
+                pipe.hgetall(keys.session(row.id)[4])
+            return list(pipe.execute())
+
+        found = db.run("reading usage rows", read) if rows else []
+        usage: list[tuple[str, UsageRow]] = []
+        for row, h in zip(rows, found, strict=True):
+            grouped: dict[tuple[str, str], dict[bytes, Any]] = {}
+            for field, value in h.items():
+                raw = bytes(field)
+                day, _, rest = raw.partition(b"\x00")
+                agent, _, part = rest.rpartition(b"\x00")
+                grouped.setdefault((_text(day), _text(agent)), {})[part] = value
+            for (day, agent), parts in grouped.items():
+                totals = [parts.get(k) for k in (b"i", b"o", b"r", b"w", b"$")]
+                usage.append(
+                    (
+                        row.id,
+                        UsageRow(
+                            day=day, agent=agent, calls=_int(parts.get(b"c")), usage=_usage(totals)
+                        ),
+                    )
+                )
+        return totals_of(usage, {row.id: row for row in rows}, query)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _index(self, session_id: str, row: bytes, new: list[Any], gone: list[Any]) -> None:
+        db = self._db
+        c = self._catalog
+        args = [c, bytes_of(session_id), row, _packed(new), b"0", _packed(gone)]
+        db.run(
+            f"indexing session {session_id!r}",
+            lambda: db.script("INDEX_ROW", [c + b"x"], args),
+        )
+
+    def unindex(self, session_id: str, documents: Sequence[Any]) -> None:
+        """Remove a deleted session from the store-wide index (``documents``: its documents
+        as ``HGETALL`` listed them)."""
+        db = self._db
+        c = self._catalog
+        args = [c, bytes_of(session_id), b"", b"\x90", b"1", _packed(_doc_words(documents))]
+        db.run(
+            f"unindexing session {session_id!r}",
+            lambda: db.script("INDEX_ROW", [c + b"x"], args),
+        )
+
+    def _set_fields(self, session_id: str, args: list[Any]) -> None:
+        db = self._db
+        keys = db.keys.session(session_id)
+        reply = db.run(
+            f"updating session {session_id!r}",
+            lambda: db.script("SET_FIELDS", [keys[0], keys[3]], args),
+        )
+        if int(reply[0]) != 1:
+            return
+        self._index(session_id, bytes(reply[1]), [], _doc_words(reply[2]))
+
+    def set_fields(self, session_id: str, fields: Fields) -> None:
+        def keep(value: str | None) -> bytes:
+            return _KEEP if value is None else bytes_of(value)
+
+        tags = _KEEP if fields.tags is None else _packed(list(fields.tags))
+        args = [keep(fields.title), tags, keep(fields.user), keep(fields.tenant), b"0"]
+        self._set_fields(session_id, args)
+
+    def shredded(self, session_id: str) -> None:
+        self._set_fields(session_id, [_KEEP, _KEEP, _KEEP, _KEEP, b"1"])
+
+    def rebuild(
+        self, session_id: str, change: CatalogChange | None, fields: Fields, rewound: bool
+    ) -> None:
+        from .storage import change_blob
+
+        db = self._db
+        keys = db.keys.session(session_id)
+        title = fields.title or ""
+        args = [
+            change_blob(change) if change is not None else b"",
+            bytes_of(title),
+            b"1" if title else b"0",
+            _packed(list(fields.tags or ())),
+            bytes_of(fields.user or ""),
+            bytes_of(fields.tenant or ""),
+        ]
+        reply = db.run(
+            f"rebuilding the catalog row of session {session_id!r}",
+            lambda: db.script("REBUILD", [keys[0], keys[3], keys[4]], args),
+        )
+        if int(reply[0]) != 1:
+            self.unindex(session_id, [])
+            return
+        if change is None:
+            self.unindex(session_id, reply[2])
+            return
+        self._index(session_id, bytes(reply[1]), row_words(change), _doc_words(reply[2]))
+
+
+def _packed(value: list[Any]) -> bytes:
+    return pack(value)

@@ -1,0 +1,453 @@
+"""The Redis backend's server-side scripts (Lua), each atomic on the server.
+
+Every script that touches one session is given that session's keys only (``KEYS``), all in one
+hash slot (``{tag}``), so it runs unchanged on Redis Cluster; the store-wide catalog keys share
+another slot (``{~catalog}``), and a script touching them builds their names from the catalog
+prefix it is handed (same slot, so Cluster routes it by its one declared key). On a single
+server the append script also updates the store-wide catalog in the same run
+(:data:`APPEND` with a catalog prefix), which makes the whole append one atomic step.
+
+Numbers that must stay exact (times in microseconds, costs) travel as strings: Lua's
+``tostring`` keeps only 14 significant digits. Costs are added as doubles in Lua and kept as
+``%.17g``, which reads back in Python as the same double Python's own sum would give.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "APPEND",
+    "CAS",
+    "DELETE",
+    "INDEX_ROW",
+    "LOCK",
+    "META_ADD",
+    "OPEN",
+    "QUERY",
+    "READ",
+    "REBUILD",
+    "REFRESH",
+    "RENEW",
+    "SET_FIELDS",
+    "UNLOCK",
+]
+
+_INDEX_FUNCTIONS: Final = r"""
+local function add_members(C, sid, st, user, tenant, tags, agents)
+  redis.call('SADD', C .. 'f:status:' .. st, sid)
+  redis.call('SADD', C .. 'f:user:' .. user, sid)
+  redis.call('SADD', C .. 'f:tenant:' .. tenant, sid)
+  for _, t in ipairs(tags) do redis.call('SADD', C .. 'f:tag:' .. t, sid) end
+  for _, a in ipairs(agents) do redis.call('SADD', C .. 'f:agent:' .. a, sid) end
+end
+
+local function remove_members(C, sid, prev)
+  redis.call('SREM', C .. 'f:status:' .. prev[2], sid)
+  redis.call('SREM', C .. 'f:user:' .. prev[3], sid)
+  redis.call('SREM', C .. 'f:tenant:' .. prev[4], sid)
+  for _, t in ipairs(prev[5]) do redis.call('SREM', C .. 'f:tag:' .. t, sid) end
+  for _, a in ipairs(prev[6]) do redis.call('SREM', C .. 'f:agent:' .. a, sid) end
+end
+
+-- The store-wide index of one session's row: list orders (sorted sets), filter sets, the
+-- words of new documents. ``row`` is {v, status, user, tenant, tags, agents, updated,
+-- created}; a row older than the one indexed (a lower version ``v``) only adds its words.
+local function index_row(C, sid, row, words)
+  for i = 1, #words, 2 do
+    redis.call('SADD', C .. 'w:' .. words[i], sid .. '\0' .. words[i + 1])
+  end
+  local x = C .. 'x'
+  local old = redis.call('HGET', x, sid)
+  local prev = nil
+  if old then prev = cmsgpack.unpack(old) end
+  if prev and tonumber(prev[1]) >= tonumber(row[1]) then return 0 end
+  if prev then remove_members(C, sid, prev) end
+  add_members(C, sid, row[2], row[3], row[4], row[5], row[6])
+  redis.call('ZADD', C .. 'z:u', row[7], sid)
+  redis.call('ZADD', C .. 'z:c', row[8], sid)
+  redis.call('ZADD', C .. 'z:i', 0, sid)
+  redis.call('HSET', x, sid, cmsgpack.pack({row[1], row[2], row[3], row[4], row[5], row[6]}))
+  return 1
+end
+
+local function unindex_row(C, sid, words)
+  for i = 1, #words, 2 do
+    redis.call('SREM', C .. 'w:' .. words[i], sid .. '\0' .. words[i + 1])
+  end
+  local x = C .. 'x'
+  local old = redis.call('HGET', x, sid)
+  if old then remove_members(C, sid, cmsgpack.unpack(old)) end
+  redis.call('HDEL', x, sid)
+  redis.call('ZREM', C .. 'z:u', sid)
+  redis.call('ZREM', C .. 'z:c', sid)
+  redis.call('ZREM', C .. 'z:i', sid)
+end
+"""
+
+_ROW_FUNCTIONS: Final = r"""
+local function unpacked(value)
+  if value and value ~= '' then return cmsgpack.unpack(value) end
+  return {}
+end
+
+-- The row state the store-wide index keeps, after a change to the session hash ``s``.
+local function row_state(s)
+  local f = redis.call('HMGET', s, 'v', 'status', 'user', 'tenant', 'tags', 'agents',
+                       'updated', 'created')
+  return {f[1] or '0', f[2] or 'idle', f[3] or '', f[4] or '', unpacked(f[5]),
+          unpacked(f[6]), f[7] or '0', f[8] or '0'}
+end
+
+local function add_cost(key, field, amount)
+  if amount == '0' or amount == '0.0' then return end
+  local old = tonumber(redis.call('HGET', key, field) or '0')
+  redis.call('HSET', key, field, string.format('%.17g', old + tonumber(amount)))
+end
+
+-- Apply a CatalogChange (msgpack: {first_us, last_us, messages, turns, usage, usage_rows,
+-- agents, user, title, status, compacted_before, rewound, documents}) to the row fields of
+-- the session hash ``s``, its usage rows ``u`` and its documents ``d``.
+local function apply_change(s, u, d, c)
+  if c[1] ~= '' then redis.call('HSETNX', s, 'created', c[1]) end
+  if c[2] ~= '' then redis.call('HSET', s, 'updated', c[2]) end
+  redis.call('HINCRBY', s, 'messages', c[3])
+  redis.call('HINCRBY', s, 'turns', c[4])
+  local usage = c[5]
+  redis.call('HINCRBY', s, 'u_in', usage[1])
+  redis.call('HINCRBY', s, 'u_out', usage[2])
+  redis.call('HINCRBY', s, 'u_cr', usage[3])
+  redis.call('HINCRBY', s, 'u_cw', usage[4])
+  add_cost(s, 'u_cost', usage[5])
+  for _, r in ipairs(c[6]) do
+    local base = r[1] .. '\0' .. r[2] .. '\0'
+    redis.call('HINCRBY', u, base .. 'c', r[3])
+    redis.call('HINCRBY', u, base .. 'i', r[4])
+    redis.call('HINCRBY', u, base .. 'o', r[5])
+    redis.call('HINCRBY', u, base .. 'r', r[6])
+    redis.call('HINCRBY', u, base .. 'w', r[7])
+    add_cost(u, base .. '$', r[8])
+  end
+  if #c[7] > 0 then
+    local agents = unpacked(redis.call('HGET', s, 'agents'))
+    local known = {}
+    for _, a in ipairs(agents) do known[a] = true end
+    local grew = false
+    for _, a in ipairs(c[7]) do
+      if not known[a] then agents[#agents + 1] = a; known[a] = true; grew = true end
+    end
+    if grew then redis.call('HSET', s, 'agents', cmsgpack.pack(agents)) end
+  end
+  local cur = redis.call('HMGET', s, 'user', 'title', 'status', 'compacted')
+  if (not cur[1] or cur[1] == '') and c[8] ~= '' then redis.call('HSET', s, 'user', c[8]) end
+  if (not cur[2] or cur[2] == '') and c[9] ~= '' then redis.call('HSET', s, 'title', c[9]) end
+  if c[10] ~= '' and cur[3] ~= 'shredded' and cur[3] ~= 'archived' then
+    redis.call('HSET', s, 'status', c[10])
+  end
+  if tonumber(c[11]) > tonumber(cur[4] or '0') then redis.call('HSET', s, 'compacted', c[11]) end
+  if #c[12] > 0 then
+    local rewound = unpacked(redis.call('HGET', s, 'rewound'))
+    for _, r in ipairs(c[12]) do rewound[#rewound + 1] = r end
+    redis.call('HSET', s, 'rewound', cmsgpack.pack(rewound))
+  end
+  for _, doc in ipairs(c[13]) do
+    redis.call('HSET', d, doc[1], cmsgpack.pack({doc[2], doc[3]}))
+  end
+end
+"""
+
+APPEND: Final = (
+    _INDEX_FUNCTIONS
+    + _ROW_FUNCTIONS
+    + r"""
+-- KEYS: s (session hash), e (stream), i (event ids), d (documents), u (usage rows).
+-- ARGV: after, life ('' none read), new life, marker seq (0: none), expiry ms (0: none),
+-- id window, change (msgpack, '' none), catalog prefix ('' : the caller indexes), words
+-- (msgpack), session id, count, then per event: id, line, time (us).
+-- Returns {1, base, life, row...} stored; {0, last, life} nothing written (another seq or
+-- life); {-1, last, life} an id of the batch is stored within the window.
+local s = KEYS[1]
+local cur = redis.call('HMGET', s, 'last', 'life')
+local last = tonumber(cur[1] or '0')
+local life = cur[2]
+if ARGV[2] == '' then
+  if life then return {0, last, life} end
+elseif life ~= ARGV[2] then
+  return {0, last, life or ''}
+end
+local after = tonumber(ARGV[1])
+if last ~= after then return {0, last, life or ''} end
+local n = tonumber(ARGV[11])
+local floor = last - tonumber(ARGV[6])
+for j = 0, n - 1 do
+  local id = ARGV[12 + 3 * j]
+  if id ~= '' then
+    local seen = redis.call('HGET', KEYS[3], id)
+    if seen and tonumber(seen) > floor then return {-1, last, life or ''} end
+  end
+end
+if not life then
+  life = ARGV[3]
+  redis.call('HSET', s, 'life', life, 'sid', ARGV[10])
+end
+local size = 0
+for j = 0, n - 1 do
+  local seq = string.format('%d', last + j + 1)
+  local id, line = ARGV[12 + 3 * j], ARGV[13 + 3 * j]
+  redis.call('XADD', KEYS[2], seq .. '-0', 'e', line)
+  if id ~= '' then redis.call('HSET', KEYS[3], id, seq) end
+  size = size + #line
+end
+local first_time = ARGV[14]
+local last_time = ARGV[11 + 3 * n]
+redis.call('HSET', s, 'last', string.format('%d', last + n), 'updated', last_time)
+redis.call('HSETNX', s, 'created', first_time)
+redis.call('HINCRBY', s, 'size', size)
+if ARGV[4] ~= '0' then redis.call('HSET', s, 'marker', ARGV[4]) end
+local change = ARGV[7]
+if change ~= '' then apply_change(s, KEYS[5], KEYS[4], cmsgpack.unpack(change)) end
+redis.call('HINCRBY', s, 'v', 1)
+local row = row_state(s)
+if ARGV[8] ~= '' then index_row(ARGV[8], ARGV[10], row, cmsgpack.unpack(ARGV[9])) end
+local ttl = tonumber(ARGV[5])
+if ttl > 0 then
+  for k = 1, 5 do redis.call('PEXPIRE', KEYS[k], ttl) end
+end
+return {1, last, life, cmsgpack.pack(row)}
+"""
+)
+
+INDEX_ROW: Final = (
+    _INDEX_FUNCTIONS
+    + r"""
+-- KEYS: the catalog's x hash. ARGV: catalog prefix, session id, row (msgpack), words
+-- (msgpack), whether to remove the row instead ('1'), words to remove (msgpack).
+if ARGV[5] == '1' then
+  unindex_row(ARGV[1], ARGV[2], cmsgpack.unpack(ARGV[6]))
+  return 1
+end
+local gone = cmsgpack.unpack(ARGV[6])
+for i = 1, #gone, 2 do
+  redis.call('SREM', ARGV[1] .. 'w:' .. gone[i], ARGV[2] .. '\0' .. gone[i + 1])
+end
+return index_row(ARGV[1], ARGV[2], cmsgpack.unpack(ARGV[3]), cmsgpack.unpack(ARGV[4]))
+"""
+)
+
+OPEN: Final = r"""
+-- KEYS: s, e. ARGV: 'tail' or 'window', the tail's size.
+-- Returns {life or '', last, entries}.
+local f = redis.call('HMGET', KEYS[1], 'life', 'last', 'marker')
+if not f[1] then return {'', 0, {}} end
+local entries
+if ARGV[1] == 'tail' then
+  entries = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', ARGV[2])
+else
+  entries = redis.call('XRANGE', KEYS[2], (f[3] or '1') .. '-0', '+')
+end
+return {f[1], tonumber(f[2] or '0'), entries}
+"""
+
+REFRESH: Final = r"""
+-- KEYS: s, e. ARGV: the seq seen. Returns {life or '', last, entries after it}.
+local f = redis.call('HMGET', KEYS[1], 'life', 'last')
+if not f[1] then return {'', 0, {}} end
+local last = tonumber(f[2] or '0')
+local entries = {}
+if last > tonumber(ARGV[1]) then
+  entries = redis.call('XRANGE', KEYS[2], string.format('%d', tonumber(ARGV[1]) + 1) .. '-0', '+')
+end
+return {f[1], last, entries}
+"""
+
+DELETE: Final = r"""
+-- KEYS: s, e, i, d, u, the lock. Returns {had events (1/0), documents (flat seq, packed)}.
+local last = tonumber(redis.call('HGET', KEYS[1], 'last') or '0')
+local docs = redis.call('HGETALL', KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+if last > 0 then return {1, docs} end
+return {0, docs}
+"""
+
+SET_FIELDS: Final = (
+    _ROW_FUNCTIONS
+    + r"""
+-- KEYS: s, d. ARGV: title ('\0': unchanged), tags (msgpack, '\0': unchanged), user, tenant
+-- ('\0': unchanged), shred ('1': clear them and drop the documents).
+-- Returns {0} without a row, else {1, row (msgpack), documents dropped (flat)}.
+local s = KEYS[1]
+if redis.call('HEXISTS', s, 'life') == 0 or redis.call('HGET', s, 'created') == false then
+  return {0}
+end
+local dropped = {}
+if ARGV[5] == '1' then
+  redis.call('HSET', s, 'status', 'shredded', 'title', '', 'title_set', '0', 'user', '',
+             'tenant', '', 'tags', cmsgpack.pack({}))
+  dropped = redis.call('HGETALL', KEYS[2])
+  redis.call('DEL', KEYS[2])
+else
+  if ARGV[1] ~= '\0' then
+    local set = '0'
+    if ARGV[1] ~= '' then set = '1' end
+    redis.call('HSET', s, 'title', ARGV[1], 'title_set', set)
+  end
+  if ARGV[2] ~= '\0' then redis.call('HSET', s, 'tags', ARGV[2]) end
+  if ARGV[3] ~= '\0' then redis.call('HSET', s, 'user', ARGV[3]) end
+  if ARGV[4] ~= '\0' then redis.call('HSET', s, 'tenant', ARGV[4]) end
+end
+redis.call('HINCRBY', s, 'v', 1)
+return {1, cmsgpack.pack(row_state(s)), dropped}
+"""
+)
+
+REBUILD: Final = (
+    _ROW_FUNCTIONS
+    + r"""
+-- KEYS: s, d, u. ARGV: change (msgpack, '' none), title, title set, tags (msgpack), user,
+-- tenant. Replaces the row fields, usage rows and documents.
+-- Returns {0} without a session, else {1, row (msgpack), old documents (flat)}.
+local s = KEYS[1]
+if redis.call('HEXISTS', s, 'life') == 0 then return {0} end
+local old = redis.call('HGETALL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('HDEL', s, 'messages', 'turns', 'u_in', 'u_out', 'u_cr', 'u_cw', 'u_cost',
+           'agents', 'user', 'title', 'title_set', 'status', 'compacted', 'rewound', 'tags',
+           'tenant')
+if ARGV[1] ~= '' then apply_change(s, KEYS[3], KEYS[2], cmsgpack.unpack(ARGV[1])) end
+if ARGV[2] ~= '' then redis.call('HSET', s, 'title', ARGV[2], 'title_set', ARGV[3]) end
+redis.call('HSET', s, 'tags', ARGV[4])
+if ARGV[5] ~= '' then redis.call('HSET', s, 'user', ARGV[5]) end
+if ARGV[6] ~= '' then redis.call('HSET', s, 'tenant', ARGV[6]) end
+redis.call('HINCRBY', s, 'v', 1)
+return {1, cmsgpack.pack(row_state(s)), old}
+"""
+)
+
+QUERY: Final = r"""
+-- KEYS: the order's sorted set. ARGV: catalog prefix, order ('id' or a time order), cursor
+-- score ('' none), cursor id, limit, then the filter: groups of set keys (a group: count,
+-- keys; a session must be in one set of every group). Returns ids in order (a time order:
+-- id, score, id, score...). Ties of a time
+-- are ordered by id, descending, as the server orders members (bytes): no string is compared
+-- here (Lua would compare by the server's locale).
+local C, order, score, sid, limit = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local source = KEYS[1]
+local temp = {}
+local i = 6
+local inputs = {source}
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  if n == 1 then
+    inputs[#inputs + 1] = ARGV[i + 1]
+  else
+    local g = C .. 'tmp:g' .. #inputs
+    local keys = {}
+    for j = 1, n do keys[j] = ARGV[i + j] end
+    redis.call('SUNIONSTORE', g, unpack(keys))
+    temp[#temp + 1] = g
+    inputs[#inputs + 1] = g
+  end
+  i = i + n + 1
+end
+if #inputs > 1 then
+  local q = C .. 'tmp:q'
+  local weights = {}
+  for j = 1, #inputs do weights[j] = 0 end
+  weights[1] = 1
+  temp[#temp + 1] = q
+  local args = {q, #inputs}
+  for _, k in ipairs(inputs) do args[#args + 1] = k end
+  args[#args + 1] = 'WEIGHTS'
+  for _, w in ipairs(weights) do args[#args + 1] = w end
+  redis.call('ZINTERSTORE', unpack(args))
+  source = q
+end
+local out = {}
+if order == 'id' then
+  local lo = '-'
+  if score ~= '' then lo = '(' .. sid end
+  out = redis.call('ZRANGEBYLEX', source, lo, '+', 'LIMIT', 0, limit)
+elseif score == '' then
+  out = redis.call('ZREVRANGE', source, 0, limit - 1, 'WITHSCORES')
+else
+  local here = redis.call('ZSCORE', source, sid)
+  if here and tonumber(here) == tonumber(score) then
+    local rank = redis.call('ZREVRANK', source, sid)
+    out = redis.call('ZREVRANGE', source, rank + 1, rank + limit, 'WITHSCORES')
+  else
+    local ties = redis.call('ZREVRANGEBYSCORE', source, score, score)
+    local greater = 0
+    if #ties > 0 then
+      local t = C .. 'tmp:t'
+      for _, m in ipairs(ties) do redis.call('ZADD', t, 0, m) end
+      redis.call('ZADD', t, 0, sid)
+      greater = redis.call('ZREVRANK', t, sid)
+      redis.call('DEL', t)
+    end
+    out = redis.call('ZREVRANGEBYSCORE', source, score, '-inf', 'WITHSCORES', 'LIMIT', greater,
+                     limit)
+  end
+end
+if #temp > 0 then redis.call('DEL', unpack(temp)) end
+return out
+"""
+
+CAS: Final = r"""
+-- KEYS: the kind's hash, the kinds set. ARGV: kind, key, expected ('' + flag), new.
+-- ARGV[3]: '1' when an entry is expected, ARGV[4] its value; ARGV[5]: '1' to set, ARGV[6].
+local cur = redis.call('HGET', KEYS[1], ARGV[2])
+if ARGV[3] == '1' then
+  if cur ~= ARGV[4] then return 0 end
+elseif cur then
+  return 0
+end
+if ARGV[5] == '1' then
+  redis.call('HSET', KEYS[1], ARGV[2], ARGV[6])
+  redis.call('SADD', KEYS[2], ARGV[1])
+else
+  redis.call('HDEL', KEYS[1], ARGV[2])
+end
+return 1
+"""
+
+META_ADD: Final = r"""
+-- KEYS: the kind's hash, the kinds set. ARGV: kind, key, value. Returns the value stored.
+if redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[3]) == 1 then
+  redis.call('SADD', KEYS[2], ARGV[1])
+  return ARGV[3]
+end
+return redis.call('HGET', KEYS[1], ARGV[2])
+"""
+
+LOCK: Final = r"""
+-- KEYS: the lock. ARGV: token, expiry ms. Taken (1) when free or already ours (a retried try).
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]); return 1 end
+if cur then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+RENEW: Final = r"""
+-- KEYS: the lock. ARGV: token, expiry ms. 1 while ours (expiry pushed back), 0 when lost.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+UNLOCK: Final = r"""
+-- KEYS: the lock. ARGV: token. Deletes the lock only while it is ours.
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+READ: Final = r"""
+-- KEYS: e. ARGV: after, limit ('' none), up to and including ('' none).
+local lo = string.format('%d', tonumber(ARGV[1]) + 1) .. '-0'
+local hi = '+'
+if ARGV[3] ~= '' then hi = ARGV[3] .. '-0' end
+if ARGV[2] ~= '' then return redis.call('XRANGE', KEYS[1], lo, hi, 'COUNT', ARGV[2]) end
+return redis.call('XRANGE', KEYS[1], lo, hi)
+"""

@@ -1,0 +1,374 @@
+"""Where a Redis store lives and how it talks to the server: the URL, the client (one server
+or a Cluster), the key names, the scripts, and the one translation of driver errors.
+
+URLs: ``redis://[user:password@]host:port/db`` and ``rediss://...`` (TLS) for one server;
+``redis+cluster://host:port,host:port/`` and ``rediss+cluster://...`` (or ``cluster=True``)
+for a Redis Cluster, reached through any of the nodes named. Query parameters (also accepted
+as ``open_store`` options): ``prefix`` (the key prefix, default ``agentsession:``),
+``replicas`` (acknowledgements ``WAIT`` asks for after each write), ``lock_ttl`` (seconds a
+turn lock outlives a holder that stopped renewing it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+import redis
+import redis.exceptions as rex
+
+from ...errors import OutcomeUnknown, StorageError, StoreUnavailable, UsageError
+from . import scripts
+
+__all__ = ["DEFAULT_PREFIX", "Keys", "Server", "Target", "session_tag"]
+
+log = logging.getLogger("agentsession.backends.redis")
+
+T = TypeVar("T")
+
+DEFAULT_PREFIX: Final = "agentsession:"
+"""The key prefix of a store whose URL names none."""
+
+_SCHEMES: Final = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+
+_CLUSTER_DOWN = ("CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY")
+"""Replies that say the server did not run the command (a failover under way)."""
+
+
+def _b(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def session_tag(session_id: str) -> bytes:
+    """The hash tag of a session's keys: the id itself when it holds no brace and does not
+    start with ``~``, else ``~`` and a BLAKE2b hex digest of it (so every key of one session
+    hashes to one slot, and no tag is another's)."""
+    if "{" in session_id or "}" in session_id or session_id.startswith("~"):
+        digest = hashlib.blake2b(_b(session_id), digest_size=16).hexdigest()
+        return b"~" + digest.encode()
+    return _b(session_id)
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The key names of one store (its prefix)."""
+
+    prefix: bytes
+
+    @property
+    def catalog(self) -> bytes:
+        """The prefix of the store-wide catalog keys (one slot: ``{~catalog}``)."""
+        return self.prefix + b"{~catalog}:"
+
+    def meta(self, kind: str) -> bytes:
+        """The hash of one meta kind (one slot: ``{~meta}``)."""
+        return self.prefix + b"{~meta}:k:" + _b(kind)
+
+    @property
+    def meta_kinds(self) -> bytes:
+        """The set of meta kinds that have entries."""
+        return self.prefix + b"{~meta}:kinds"
+
+    def session(self, session_id: str) -> list[bytes]:
+        """A session's keys: ``s`` (its hash), ``e`` (the stream), ``i`` (event ids), ``d``
+        (documents), ``u`` (usage rows), ``l`` (the turn lock)."""
+        base = self.prefix + b"{" + session_tag(session_id) + b"}:"
+        return [base + kind for kind in (b"s", b"e", b"i", b"d", b"u", b"l")]
+
+
+@dataclass
+class Target:
+    """A parsed store URL."""
+
+    url: str
+    """The URL as given (with its password: it must reopen the store)."""
+    location: str
+    """The URL without its password, for people."""
+    cluster: bool
+    nodes: list[tuple[str, int]]
+    tls: bool
+    db: int
+    username: str | None
+    password: str | None
+    prefix: str
+    replicas: int
+    lock_ttl: float
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(
+        cls,
+        url: str,
+        *,
+        cluster: bool | None,
+        prefix: str | None,
+        replicas: int | None,
+        lock_ttl: float | None,
+    ) -> Target:
+        """Parse ``url``; options given to ``open_store`` win over the URL's query."""
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in _SCHEMES:
+            raise UsageError(f"not a Redis URL: {url!r} (redis://, rediss://, redis+cluster://)")
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        hosts = parts.netloc.rpartition("@")[2]
+        nodes: list[tuple[str, int]] = []
+        for node in (hosts or "127.0.0.1:6379").split(","):
+            if node.startswith("["):  # [IPv6]:port
+                host, _, port = node[1:].partition("]")
+                port = port.lstrip(":")
+            else:
+                host, sep, port = node.rpartition(":")
+                if not sep:
+                    host, port = node, ""
+            try:
+                nodes.append((host or "127.0.0.1", int(port or 6379)))
+            except ValueError:
+                raise UsageError(f"bad port in Redis URL {url!r}: {port!r}") from None
+        is_cluster = scheme.endswith("+cluster") if cluster is None else bool(cluster)
+        if scheme.endswith("+cluster"):
+            is_cluster = True
+        path = parts.path.strip("/")
+        db = int(query.pop("db", path or "0") or "0") if path.isdigit() or not path else -1
+        if db < 0:
+            raise UsageError(f"the database of a Redis URL is a number: {url!r}")
+        if is_cluster and db:
+            raise UsageError("Redis Cluster has database 0 only: use a prefix instead")
+        chosen_prefix = prefix if prefix is not None else query.pop("prefix", DEFAULT_PREFIX)
+        query.pop("prefix", None)
+        if "{" in chosen_prefix or "}" in chosen_prefix:
+            raise UsageError(f"a Redis key prefix holds no braces: {chosen_prefix!r}")
+        wanted_replicas = int(replicas if replicas is not None else query.pop("replicas", "0"))
+        query.pop("replicas", None)
+        if wanted_replicas < 0:
+            raise UsageError(f"replicas must be >= 0, not {wanted_replicas}")
+        ttl = float(lock_ttl if lock_ttl is not None else query.pop("lock_ttl", "10"))
+        query.pop("lock_ttl", None)
+        if not ttl > 0:
+            raise UsageError(f"lock_ttl must be positive seconds, not {ttl}")
+        username = unquote(parts.username) if parts.username else None
+        password = unquote(parts.password) if parts.password is not None else None
+        shown = parts.netloc.rpartition("@")[2]
+        if parts.username:
+            shown = f"{quote(username or '')}@{shown}"
+        location = f"{scheme}://{shown}/{db if not is_cluster else ''}".rstrip("/")
+        if chosen_prefix != DEFAULT_PREFIX:
+            location += f"?prefix={quote(chosen_prefix)}"
+        return cls(
+            url=url,
+            location=location,
+            cluster=is_cluster,
+            nodes=nodes,
+            tls=scheme.startswith("rediss"),
+            db=db,
+            username=username,
+            password=password,
+            prefix=chosen_prefix,
+            replicas=wanted_replicas,
+            lock_ttl=ttl,
+            extra=query,
+        )
+
+    def connect(self, *, socket_timeout: float, connect_timeout: float) -> Any:
+        """A redis-py client for this target (``redis.Redis`` or ``redis.RedisCluster``)."""
+        common: dict[str, Any] = {
+            "username": self.username,
+            "password": self.password,
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": connect_timeout,
+            "ssl": self.tls,
+        }
+        # No retries of the driver's own: the append pipeline retries, knowing what a write
+        # may have done.
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        if self.cluster:
+            from redis.cluster import ClusterNode, RedisCluster
+
+            return RedisCluster(
+                startup_nodes=[ClusterNode(h, p) for h, p in self.nodes],
+                retry=Retry(NoBackoff(), 1),
+                **common,
+            )
+        host, port = self.nodes[0]
+        return redis.Redis(host=host, port=port, db=self.db, retry=Retry(NoBackoff(), 0), **common)
+
+    def connect_async(self, *, socket_timeout: float, connect_timeout: float) -> Any:
+        """A redis-py asyncio client for this target."""
+        import redis.asyncio as aredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        common: dict[str, Any] = {
+            "username": self.username,
+            "password": self.password,
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": connect_timeout,
+            "ssl": self.tls,
+        }
+        if self.cluster:
+            from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+            return RedisCluster(
+                startup_nodes=[ClusterNode(h, p) for h, p in self.nodes],
+                retry=Retry(NoBackoff(), 1),
+                **common,
+            )
+        host, port = self.nodes[0]
+        return aredis.Redis(
+            host=host, port=port, db=self.db, retry=Retry(NoBackoff(), 0), **common
+        )
+
+
+_SCRIPTS: Final = {
+    name: getattr(scripts, name)
+    for name in (
+        "APPEND",
+        "CAS",
+        "DELETE",
+        "INDEX_ROW",
+        "LOCK",
+        "META_ADD",
+        "OPEN",
+        "QUERY",
+        "READ",
+        "REBUILD",
+        "REFRESH",
+        "RENEW",
+        "SET_FIELDS",
+        "UNLOCK",
+    )
+}
+_SHAS: Final = {
+    name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()
+}
+
+
+def script_sha(name: str) -> str:
+    """The SHA1 of a script (what ``EVALSHA`` names it by)."""
+    return _SHAS[name]
+
+
+def script_text(name: str) -> str:
+    """The Lua text of a script."""
+    return str(_SCRIPTS[name])
+
+
+class Server:
+    """A store's client and what every call goes through: scripts by name (``EVALSHA``,
+    loaded on ``NOSCRIPT``), and the translation of driver errors (:meth:`failure`)."""
+
+    def __init__(self, target: Target, client: Any) -> None:
+        self.target = target
+        """The store's URL, parsed."""
+        self.client = client
+        """The redis-py client (thread-safe: a connection pool)."""
+        self.keys = Keys(_b(target.prefix))
+        """The store's key names."""
+        self.closed = False
+        """Whether the store closed it."""
+        self.replica_timeout = 5.0
+        """Seconds ``WAIT`` waits for the replicas (``replicas=N``)."""
+        self._lock = threading.Lock()
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the store is on a Redis Cluster."""
+        return self.target.cluster
+
+    def failure(self, exc: Exception, action: str, write: str = "") -> StorageError:
+        """The library's error for a driver error met while ``action``: a write (``write``
+        says what is unknown then) that lost its connection is
+        :class:`~agentsession.errors.OutcomeUnknown`; a server that cannot be reached, or a
+        cluster that refused the command while it fails over, is
+        :class:`~agentsession.errors.StoreUnavailable`; anything else a
+        :class:`~agentsession.errors.StorageError`."""
+        where = self.target.location
+        text = str(exc).strip().replace("\n", " ")
+        if self.target.password:
+            text = text.replace(self.target.password, "***")
+        if isinstance(exc, rex.ResponseError) and text.split(" ", 1)[0] in _CLUSTER_DOWN:
+            return StoreUnavailable(f"{action}: {where} refused the command for now ({text})")
+        if isinstance(exc, (rex.ConnectionError, rex.TimeoutError, rex.ClusterError, OSError)):
+            if write:
+                return OutcomeUnknown(f"{action}: the connection to {where} was lost ({text}); {write}")
+            return StoreUnavailable(f"{action}: cannot reach {where} ({text})")
+        return StorageError(f"{action}: {where} answered an error ({text})")
+
+    def run(self, action: str, call: Callable[[], T], write: str = "") -> T:
+        """``call()``, its driver errors translated (:meth:`failure`)."""
+        if self.closed:
+            raise UsageError(f"store {self.target.location} is closed")
+        try:
+            return call()
+        except rex.RedisError as exc:
+            raise self.failure(exc, action, write) from None
+        except OSError as exc:
+            raise self.failure(exc, action, write) from None
+
+    def script(
+        self, name: str, keys: Sequence[bytes], args: Sequence[Any], client: Any = None
+    ) -> Any:
+        """Run the script ``name`` (loading it when the server does not know it), untranslated
+        (call it inside :meth:`run`)."""
+        use = self.client if client is None else client
+        sha = _SHAS[name]
+        try:
+            return use.evalsha(sha, len(keys), *keys, *args)
+        except rex.NoScriptError:
+            return use.eval(_SCRIPTS[name], len(keys), *keys, *args)
+
+    def append(self, request: Any) -> Any:
+        """Run an append's script (a :class:`~agentsession.backends.redis.storage.Request`);
+        with ``replicas=N``, on the same connection, ``WAIT N`` after it: a batch stored but
+        acknowledged by fewer replicas within ``replica_timeout`` raises
+        :class:`~agentsession.errors.StorageError` (stored on the primary, which may still
+        lose it). Untranslated otherwise (call it inside :meth:`run`)."""
+        wanted = self.target.replicas
+        if not wanted:
+            return self.script(request.name, request.keys, request.args)
+        client = self.client
+        if self.cluster:
+            client = client.get_redis_connection(client.get_node_from_key(request.keys[0]))
+        sha = _SHAS[request.name]
+        for _ in range(2):
+            pipe = client.pipeline(transaction=False)
+            pipe.evalsha(sha, len(request.keys), *request.keys, *request.args)
+            pipe.wait(wanted, int(self.replica_timeout * 1000))
+            try:
+                reply, acked = pipe.execute()
+            except rex.NoScriptError:
+                client.script_load(_SCRIPTS[request.name])
+                continue
+            if int(reply[0]) == 1 and int(acked) < wanted:
+                raise StorageError(
+                    f"{request.action}: stored on the primary of {self.target.location}, but "
+                    f"only {acked} of {wanted} replicas acknowledged it within "
+                    f"{self.replica_timeout} s: a failover now could lose it (the ids are "
+                    "recognised if it is appended again)"
+                )
+            return reply
+        raise StorageError(f"{request.action}: the server keeps forgetting its scripts")
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001 - closing: nothing to report
+            log.debug("closing %s failed", self.target.location, exc_info=True)
+
+    def after_fork(self) -> None:
+        """In a forked child: connections of its own (redis-py's pools notice the new pid;
+        a cluster client is rebuilt)."""
+        if self.cluster:
+            self.client = self.target.connect(socket_timeout=30.0, connect_timeout=10.0)

@@ -1,0 +1,567 @@
+"""The Redis store: its catalog, meta and turn locks, and the durability it checks.
+
+Opened by ``open_store("redis://127.0.0.1:6379/0")`` (``rediss://`` for TLS,
+``redis+cluster://host:port,host:port`` or ``cluster=True`` for a Redis Cluster). The key
+layout is in ``docs/format.md``; how appends stay exactly-once and ordered is told in
+:mod:`agentsession.backends.redis.storage`, the catalog in
+:mod:`agentsession.backends.redis.index`.
+
+* **Durability** is the server's, and the store checks which it gets: ``durability="fsync"``
+  needs ``appendonly yes`` with ``appendfsync always`` on every primary (read with
+  ``CONFIG GET``; a server that refuses ``CONFIG`` is trusted, with a warning), or
+  ``replicas=N``, which makes every append wait (``WAIT N``) until N replicas acknowledged it.
+  A server that keeps nothing on disk (no append-only file, no snapshots) is refused for
+  ``fsync`` with a message saying how to configure it. ``flush`` takes the server's settings
+  as they are.
+* **Turn locks** are keys (``{tag}:l``) set to a random token with an expiry (``lock_ttl``,
+  10 s by default), renewed by a thread every third of it while held and deleted (only
+  while the token is still ours) on release. A holder that dies loses the lock when the
+  expiry passes; one that stops renewing (a stopped process, a lost network) can lose it
+  while alive, so a take-over fences the log (:mod:`agentsession.fencing`).
+* **TTL**: with ``ttl=``, the server drops a session's keys ``ttl + expire_grace`` after its
+  last append (``expire_grace`` defaults to ``ttl``): until then the store refuses the
+  session as expired, as every backend does, and ``purge_expired`` deletes it sooner.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as _dt
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions as rex
+
+from ...catalog import CatalogDefaults, StoreParts
+from ...contract import Capabilities, SessionInfo
+from ...errors import LockTimeout, StorageError, StoreUnavailable, UsageError
+from ...session import BaseSession
+from ...store import BaseStore
+from .index import RedisIndex
+from .server import DEFAULT_PREFIX, Server, Target, session_tag
+from .storage import RedisLog, bytes_of, micros, time_of_micros
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+    from ...session import SessionHost
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "RedisCatalog",
+    "RedisLocker",
+    "RedisLog",
+    "RedisMeta",
+    "RedisStore",
+    "open_redis",
+    "session_tag",
+]
+
+log = logging.getLogger("agentsession.backends.redis")
+
+
+def _text(value: Any) -> str:
+    return bytes(value).decode("utf-8", "surrogatepass")
+
+
+class RedisCatalog(CatalogDefaults):
+    """The sessions of a :class:`RedisStore`: the store-wide sorted set of last appends
+    (``{~catalog}:z:u``) lists them; each session's hash answers for it."""
+
+    def __init__(self, db: Server, index: RedisIndex, expiry_ms: int) -> None:
+        self._db = db
+        self._index = index
+        self._expiry_ms = expiry_ms
+
+    @property
+    def location(self) -> str:
+        """The store's URL without its password."""
+        return self._db.target.location
+
+    @property
+    def url(self) -> str:
+        """The URL the store was opened with."""
+        return self._db.target.url
+
+    def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
+        return BaseSession(store, session_id, RedisLog(self._db, session_id, self._expiry_ms))
+
+    def _hash(self, session_id: str) -> bytes:
+        return self._db.keys.session(session_id)[0]
+
+    def exists(self, session_id: str) -> bool:
+        db = self._db
+        last = db.run(
+            f"reading session {session_id!r}", lambda: db.client.hget(self._hash(session_id), "last")
+        )
+        return bool(last and int(last) > 0)
+
+    def _infos(self, ids: Sequence[bytes]) -> builtins.list[SessionInfo]:
+        db = self._db
+
+        def read() -> builtins.list[Any]:
+            pipe = db.client.pipeline(transaction=False)
+            for sid in ids:
+                pipe.hmget(self._hash(_text(sid)), "updated", "created", "last", "size")
+            return builtins.list(pipe.execute())
+
+        found = db.run("listing sessions", read) if ids else []
+        out: builtins.list[SessionInfo] = []
+        for sid, (updated, created, last, size) in zip(ids, found, strict=True):
+            if not last:
+                continue  # expired or deleted since the listing was read
+            out.append(
+                SessionInfo(
+                    id=_text(sid),
+                    updated_at=time_of_micros(updated),
+                    created_at=time_of_micros(created),
+                    last_seq=int(last),
+                    size=int(size or 0),
+                )
+            )
+        return out
+
+    def list_all(self) -> builtins.list[SessionInfo]:
+        db = self._db
+        zkey = db.keys.catalog + b"z:u"
+        ids = db.run("listing sessions", lambda: db.client.zrange(zkey, 0, -1))
+        return self._infos([bytes(i) for i in ids])
+
+    def list_page(
+        self, prefix: str | None, limit: int | None, offset: int
+    ) -> builtins.list[SessionInfo]:
+        """Newest first from the sorted set of last appends (ties by id, descending, as the
+        server orders them); a prefix is filtered here."""
+        db = self._db
+        zkey = db.keys.catalog + b"z:u"
+        if prefix is None:
+            stop = -1 if limit is None else offset + limit - 1
+            ids = db.run("listing sessions", lambda: db.client.zrevrange(zkey, offset, stop))
+            return self._infos([bytes(i) for i in ids])
+        return super().list_page(prefix, limit, offset)
+
+    def expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
+        db = self._db
+        zkey = db.keys.catalog + b"z:u"
+        bound = f"({micros(cutoff)}"
+        ids = db.run("listing sessions", lambda: db.client.zrangebyscore(zkey, "-inf", bound))
+        return [
+            i.id
+            for i in self._infos([bytes(i) for i in ids])
+            if i.updated_at is not None and i.updated_at < cutoff
+        ]
+
+    def last_append(self, session_id: str) -> _dt.datetime | None:
+        db = self._db
+        found = db.run(
+            f"reading session {session_id!r}",
+            lambda: db.client.hget(self._hash(session_id), "updated"),
+        )
+        return time_of_micros(found)
+
+    def delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
+        """The session's keys in one script, then its meta entries and its store-wide index
+        entries (other slots: on a single server in the same transaction)."""
+        db = self._db
+        keys = db.keys.session(session_id)
+        sid = bytes_of(session_id)
+        action = f"deleting session {session_id!r}"
+        reply = db.run(
+            action,
+            lambda: db.script("DELETE", keys, []),
+            write="the session may or may not have been deleted",
+        )
+        for kind in meta_kinds:
+            db.run(action, lambda kind=kind: db.client.hdel(db.keys.meta(kind), sid))
+        self._index.unindex(session_id, reply[1])
+        return int(reply[0]) == 1
+
+    def close(self) -> None:
+        self._db.close()
+
+    def after_fork(self) -> None:
+        self._db.after_fork()
+
+
+class RedisMeta:
+    """Meta entries as one hash per kind (``{~meta}:k:<kind>``) and the set of kinds, with
+    ``add`` and ``cas`` as scripts."""
+
+    def __init__(self, db: Server) -> None:
+        self._db = db
+
+    def get(self, kind: str, key: str) -> str | None:
+        db = self._db
+        found = db.run(
+            f"reading {kind} {key!r}", lambda: db.client.hget(db.keys.meta(kind), bytes_of(key))
+        )
+        return None if found is None else _text(found)
+
+    def set(self, kind: str, key: str, value: str | None) -> None:
+        db = self._db
+        hkey = db.keys.meta(kind)
+        action = f"writing {kind} {key!r}"
+        if value is None:
+            db.run(action, lambda: db.client.hdel(hkey, bytes_of(key)))
+            return
+
+        def write() -> None:
+            db.client.hset(hkey, bytes_of(key), bytes_of(value))
+            db.client.sadd(db.keys.meta_kinds, bytes_of(kind))
+
+        db.run(action, write, write=f"the {kind} value may or may not have been written")
+
+    def add(self, kind: str, key: str, value: str) -> str:
+        db = self._db
+        keys = [db.keys.meta(kind), db.keys.meta_kinds]
+        args = [bytes_of(kind), bytes_of(key), bytes_of(value)]
+        found = db.run(
+            f"writing {kind} {key!r}",
+            lambda: db.script("META_ADD", keys, args),
+            write=f"the {kind} value may or may not have been written",
+        )
+        return _text(found)
+
+    def cas(self, kind: str, key: str, expected: str | None, new: str | None) -> bool:
+        db = self._db
+        keys = [db.keys.meta(kind), db.keys.meta_kinds]
+        args = [
+            bytes_of(kind),
+            bytes_of(key),
+            b"0" if expected is None else b"1",
+            b"" if expected is None else bytes_of(expected),
+            b"0" if new is None else b"1",
+            b"" if new is None else bytes_of(new),
+        ]
+        done = db.run(
+            f"writing {kind} {key!r}",
+            lambda: db.script("CAS", keys, args),
+            write=f"the {kind} value may or may not have been written",
+        )
+        return int(done) == 1
+
+    def list(self, kind: str | None = None) -> builtins.list[tuple[str, str, str]]:
+        db = self._db
+        if kind is None:
+            kinds = sorted(
+                _text(k) for k in db.run("listing meta", lambda: db.client.smembers(db.keys.meta_kinds))
+            )
+        else:
+            kinds = [kind]
+        out: builtins.list[tuple[str, str, str]] = []
+        for name in kinds:
+            entries = db.run(
+                f"listing {name}", lambda name=name: db.client.hgetall(db.keys.meta(name))
+            )
+            out += [(name, _text(k), _text(v)) for k, v in entries.items()]
+        return sorted(out)
+
+
+class _Held:
+    """A held turn lock: its key, token and whether renewing it still finds it ours."""
+
+    __slots__ = ("alive", "key", "session_id", "token")
+
+    def __init__(self, session_id: str, key: bytes, token: bytes) -> None:
+        self.session_id = session_id
+        self.key = key
+        self.token = token
+        self.alive = True
+
+
+class RedisLocker:
+    """Turn locks as expiring keys holding a random token (see the module docstring).
+    Waiting polls, with pauses growing from 1 ms to 50 ms."""
+
+    lost_while_alive = True
+    """A holder that stops renewing (stopped, cut off) loses the lock while alive: a
+    take-over fences the log."""
+
+    def __init__(self, db: Server, ttl: float) -> None:
+        self._db = db
+        self._ttl_ms = max(int(ttl * 1000), 1)
+        self._held: set[_Held] = set()
+        self._mutex = threading.Lock()
+        self._renewer: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def acquire(self, session_id: str, timeout: float | None) -> object:
+        db = self._db
+        key = db.keys.session(session_id)[5]
+        token = os.urandom(12).hex().encode()
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        pause = 0.001
+        action = f"taking the turn lock of session {session_id!r}"
+        while True:
+            taken = db.run(action, lambda: db.script("LOCK", [key], [token, self._ttl_ms]))
+            if int(taken) == 1:
+                held = _Held(session_id, key, token)
+                with self._mutex:
+                    self._held.add(held)
+                    self._start_renewing()
+                return held
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise LockTimeout(session_id, timeout or 0.0)
+            wait = pause if deadline is None else min(pause, max(deadline - now, 0.0))
+            time.sleep(wait)
+            pause = min(pause * 2, 0.05)
+
+    def release(self, handle: object) -> None:
+        assert isinstance(handle, _Held)
+        with self._mutex:
+            self._held.discard(handle)
+        if not handle.alive:
+            return
+        handle.alive = False
+        db = self._db
+        try:
+            db.run(
+                f"releasing the turn lock of session {handle.session_id!r}",
+                lambda: db.script("UNLOCK", [handle.key], [handle.token]),
+            )
+        except (StoreUnavailable, UsageError):
+            pass  # the lock expires by itself
+
+    def alive(self, handle: object) -> bool:
+        """Whether renewing the lock last found it ours (no round trip)."""
+        assert isinstance(handle, _Held)
+        return handle.alive
+
+    def is_locked(self, session_id: str) -> bool:
+        db = self._db
+        key = db.keys.session(session_id)[5]
+        return bool(
+            db.run(f"checking the turn lock of session {session_id!r}", lambda: db.client.exists(key))
+        )
+
+    def _start_renewing(self) -> None:
+        if self._renewer is not None and self._renewer.is_alive():
+            return
+        self._stop.clear()
+        ref = weakref.ref(self)
+        interval = self._ttl_ms / 3000.0
+        thread = threading.Thread(
+            target=_renew_loop, args=(ref, interval, self._stop), daemon=True,
+            name="agentsession-redis-locks",
+        )  # fmt: skip
+        self._renewer = thread
+        thread.start()
+
+    def renew_all(self) -> bool:
+        """Push back the expiry of every held lock; marks those found lost. False when none
+        is held (the renewing thread then ends)."""
+        with self._mutex:
+            held = builtins.list(self._held)
+        if not held:
+            return False
+        db = self._db
+        for handle in held:
+            try:
+                ours = db.run(
+                    "renewing a turn lock",
+                    lambda handle=handle: db.script("RENEW", [handle.key], [handle.token, self._ttl_ms]),
+                )
+            except StorageError:
+                continue  # tried again at the next renewal, while the expiry lasts
+            except UsageError:
+                return False  # closed
+            if int(ours) != 1:
+                handle.alive = False
+                with self._mutex:
+                    self._held.discard(handle)
+        return True
+
+    def after_fork(self, held: builtins.list[object]) -> None:
+        """In a forked child: the parent's locks stay the parent's (never released or
+        renewed here)."""
+        self._held = set()
+        self._mutex = threading.Lock()
+        self._renewer = None
+        self._stop = threading.Event()
+
+
+def _renew_loop(ref: weakref.ref[RedisLocker], interval: float, stop: threading.Event) -> None:
+    while not stop.wait(interval):
+        locker = ref()
+        if locker is None or not locker.renew_all():
+            return
+        del locker
+
+
+# -- durability -------------------------------------------------------------------------------
+
+_HOW_TO = (
+    "configure the server with 'appendonly yes' and 'appendfsync always' (redis.conf, or "
+    "CONFIG SET appendonly yes / CONFIG SET appendfsync always, then CONFIG REWRITE), or "
+    "open the store with replicas=N to wait for N replicas' acknowledgement of every append, "
+    "or use durability='flush'"
+)
+
+
+def check_durability(db: Server, durability: str) -> None:
+    """Refuse ``durability="fsync"`` on a primary that does not sync its append-only file at
+    every write (unless ``replicas=N``); a server that refuses ``CONFIG GET`` is trusted."""
+    if durability != "fsync" or db.target.replicas:
+        return
+    client = db.client
+
+    def read() -> builtins.list[dict[str, str]]:
+        if db.cluster:
+            from redis.cluster import RedisCluster
+
+            replies = client.config_get("*", target_nodes=RedisCluster.PRIMARIES)
+            if isinstance(replies, dict) and replies and all(
+                isinstance(v, dict) for v in replies.values()
+            ):
+                return [_config(v) for v in replies.values()]
+            return [_config(replies)]
+        return [_config(client.config_get("*"))]
+
+    try:
+        configs = db.run("checking the server's persistence", read)
+    except StorageError as exc:
+        if isinstance(exc, StoreUnavailable):
+            raise
+        log.warning(
+            "%s: CONFIG GET is not allowed (%s): durability='fsync' trusts the server to "
+            "run appendonly yes with appendfsync always",
+            db.target.location,
+            exc,
+        )
+        return
+    for config in configs:
+        aof = config.get("appendonly", "no")
+        fsync = config.get("appendfsync", "everysec")
+        save = config.get("save", "")
+        if aof != "yes" and not save.strip():
+            raise StorageError(
+                f"{db.target.location} keeps nothing on disk (appendonly no, no save "
+                f"points): durability='fsync' cannot be had there; {_HOW_TO}"
+            )
+        if aof != "yes" or fsync != "always":
+            raise StorageError(
+                f"{db.target.location} runs appendonly {aof} with appendfsync {fsync}: an "
+                f"acknowledged append could be lost in a crash, so durability='fsync' is "
+                f"refused; {_HOW_TO}"
+            )
+
+
+def _config(reply: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in dict(reply).items():
+        key = k.decode() if isinstance(k, bytes) else str(k)
+        out[key] = v.decode() if isinstance(v, bytes) else str(v)
+    return out
+
+
+# -- the store --------------------------------------------------------------------------------
+
+
+class RedisStore(BaseStore):
+    """Sessions in Redis (one server or a Cluster). Opened by ``open_store("redis://...")``.
+
+    Options besides the common ones (``durability``, ``ttl``, ...), also accepted in the
+    URL's query where noted:
+
+    * ``cluster`` (default: the scheme says): a Redis Cluster reached through the nodes
+      named;
+    * ``prefix`` (URL too; default ``agentsession:``): the start of every key name, so that
+      stores share a server;
+    * ``replicas`` (URL too; default 0): after every append, ``WAIT`` for this many replicas'
+      acknowledgement (within ``replica_timeout``, default 5 s; fewer raises
+      :class:`~agentsession.errors.StorageError`, the batch stored on the primary);
+    * ``lock_ttl`` (URL too; default 10 s): how long a turn lock outlives a holder that
+      stopped renewing it;
+    * ``expire_grace`` (default: ``ttl``): with ``ttl=``, how long after a session expires the
+      server drops its keys;
+    * ``reconnect_timeout`` (default 10 s): how long an append rides out a lost connection or
+      a failover (reading the log for the batch's ids first, so it is stored once);
+    * ``socket_timeout`` / ``connect_timeout`` (default 30 s / 10 s).
+    """
+
+    capabilities = Capabilities(native_async=True)
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        cluster: bool | None = None,
+        prefix: str | None = None,
+        replicas: int | None = None,
+        replica_timeout: float = 5.0,
+        lock_ttl: float | None = None,
+        expire_grace: _dt.timedelta | None = None,
+        reconnect_timeout: float = 10.0,
+        socket_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        create: bool = True,
+        **options: Any,
+    ) -> None:
+        def parts() -> StoreParts:
+            if not isinstance(reconnect_timeout, (int, float)) or not reconnect_timeout >= 0:
+                raise UsageError(
+                    f"reconnect_timeout must be >= 0 seconds, not {reconnect_timeout!r}"
+                )
+            target = Target.parse(
+                url, cluster=cluster, prefix=prefix, replicas=replicas, lock_ttl=lock_ttl
+            )
+            try:
+                client = target.connect(
+                    socket_timeout=socket_timeout, connect_timeout=connect_timeout
+                )
+            except (rex.RedisError, OSError) as exc:
+                raise StoreUnavailable(f"cannot reach {target.location}: {exc}") from None
+            db = self._db = Server(target, client)
+            db.replica_timeout = float(replica_timeout)
+            try:
+                db.run("connecting", client.ping)
+                check_durability(db, self.durability)
+            except BaseException:
+                db.close()
+                raise
+            expiry_ms = 0
+            if self.ttl is not None:
+                grace = self.ttl if expire_grace is None else expire_grace
+                expiry_ms = int((self.ttl + grace) / _dt.timedelta(milliseconds=1))
+            index = RedisIndex(db)
+            locker = RedisLocker(db, target.lock_ttl)
+            return StoreParts(
+                RedisCatalog(db, index, expiry_ms),
+                RedisMeta(db),
+                locker=lambda: locker,
+                async_backend=lambda executor: _async_backend(self, executor, db),
+                reconnect_timeout=float(reconnect_timeout),
+                index=index,
+            )
+
+        super().__init__(parts, **options)
+
+    @property
+    def prefix(self) -> str:
+        """The start of this store's key names."""
+        return self._db.target.prefix
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the store is on a Redis Cluster."""
+        return self._db.cluster
+
+
+def _async_backend(
+    store: RedisStore, executor: concurrent.futures.Executor, db: Server
+) -> Any:
+    """The async API's backend: appends and reads natively on redis-py's asyncio client."""
+    from .aio import RedisAsyncBackend
+
+    return RedisAsyncBackend(store, executor, db)
+
+
+def open_redis(url: str, **options: Any) -> RedisStore:
+    """``open_store("redis://host:port/db")`` (also ``rediss://``, ``redis+cluster://``)."""
+    return RedisStore(url, **options)
