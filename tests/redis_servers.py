@@ -30,7 +30,7 @@ def _reason() -> str:
         return "redis-py is not installed: pip install 'agentsession[redis]'"
     try:
         redis.Redis.from_url(URL, socket_connect_timeout=2).ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means: no server to test against
+    except Exception as exc:
         return (
             f"no Redis server at {URL} ({exc}): start one (redis-server) or set "
             "AGENTSESSION_TEST_REDIS_URL"
@@ -42,9 +42,10 @@ SKIP_REASON = _reason()
 """Why the Redis tests are skipped (empty: a server answers)."""
 
 SERVER_SKIP = (
-    "" if REDIS_SERVER and REDIS_CLI and not SKIP_REASON.startswith("redis-py")
-    else "redis-server and redis-cli are needed to start throwaway servers (apt install redis-server)"
-)  # fmt: skip
+    ""
+    if REDIS_SERVER and REDIS_CLI and not SKIP_REASON.startswith("redis-py")
+    else "redis-server and redis-cli start the throwaway servers: apt install redis-server"
+)
 
 
 def new_prefix() -> str:
@@ -154,7 +155,9 @@ def redis_server(directory: Path, *args: str) -> Iterator[RedisProcess]:
 
 
 @contextmanager
-def redis_cluster(directory: Path, masters: int = 3, replicas: int = 0) -> Iterator[list[RedisProcess]]:
+def redis_cluster(
+    directory: Path, masters: int = 3, replicas: int = 0
+) -> Iterator[list[RedisProcess]]:
     """A Redis Cluster of ``masters`` primaries (each with ``replicas`` replicas) on free
     loopback ports, made with ``redis-cli --cluster create``; every node killed afterwards."""
     assert REDIS_CLI is not None

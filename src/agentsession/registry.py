@@ -1,11 +1,11 @@
 """The backend registry: which factory opens a store URL, and ``migrate_store``.
 
 A URL scheme names a backend. The built-in schemes (``memory``, ``jsonl``/``file``,
-``sqlite``, ``postgresql``/``postgres``, ``redis``/``rediss``/``redis+cluster``) map to a ``module:factory`` imported on first use;
-:func:`register_backend` adds a scheme in this process, and an entry point in the group
-``agentsession.backends`` (named after the scheme, value ``module:factory``) adds one without
-importing the package. A plain path (no scheme, or a one-letter one: a Windows drive) is the
-JSONL store.
+``sqlite``, ``postgresql``/``postgres``, ``redis``/``rediss``/``redis+cluster``) map to a
+``module:factory`` imported on first use; :func:`register_backend` adds a scheme in this
+process, and an entry point in the group ``agentsession.backends`` (named after the scheme,
+value ``module:factory``) adds one without importing the package. A plain path (no scheme,
+or a one-letter one: a Windows drive) is the JSONL store.
 
 This module knows URLs and factories, not stores: :func:`agentsession.store.open_store` calls
 :func:`open_url` and checks what the factory returned, so the registry sits below

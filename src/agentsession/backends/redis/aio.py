@@ -46,7 +46,7 @@ class RedisNativeLog:
     """A plain Redis session's log storage on the asyncio client (see the module
     docstring). One per session object and event loop."""
 
-    __slots__ = ("_backend", "_client", "_queue", "_writing", "loop", "log", "session", "view")
+    __slots__ = ("_backend", "_client", "_queue", "_writing", "log", "loop", "session", "view")
 
     def __init__(
         self,
@@ -198,10 +198,8 @@ class RedisNativeLog:
         if status != 1:
             return None
         if db.cluster and row is not None:
-            try:
+            with contextlib.suppress(StorageError):  # stored: reindex repairs the index
                 await self._run(log.index_call(row, change))
-            except StorageError:  # stored: the index catches up at reindex
-                pass
         return stored
 
 

@@ -28,8 +28,6 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import msgspec
-
 from ...listing import (
     CatalogChange,
     CatalogRow,
@@ -258,18 +256,20 @@ class RedisIndex:
         limit = query.limit
         after: tuple[bytes, bytes] | None = None
         if query.after is not None:
-            value, sid = query.after
-            score = sid if order == "id" else micros(value) or "0"
-            after = (bytes_of(score), bytes_of(sid))
+            value, at = query.after
+            mark = at if order == "id" else micros(value) or "0"
+            after = (bytes_of(mark), bytes_of(at))
         out: list[CatalogRow] = []
         db = self._db
         while limit is None or len(out) < limit:
             chunk = _CHUNK if limit is None else max(limit - len(out), 1)
-            score, sid = after if after is not None else (b"", b"")
-            args = [self._catalog, order, score, sid, chunk, *groups]
-            found = db.run(
-                "listing sessions", lambda args=args: db.script("QUERY", [zkey], args)
-            )
+            score, last = after if after is not None else (b"", b"")
+            args: list[Any] = [self._catalog, order, score, last, chunk, *groups]
+
+            def run(args: list[Any] = args) -> Any:
+                return db.script("QUERY", [zkey], args)
+
+            found = db.run("listing sessions", run)
             if not found:
                 break
             ids = [bytes(m) for m in found[0::2]] if order != "id" else [bytes(m) for m in found]
@@ -317,16 +317,15 @@ class RedisIndex:
 
         found = db.run("reading search documents", read) if ids else []
         docs: list[tuple[str, Document, bool]] = []
-        for sid, packed in zip(ids, found, strict=True):
-            ranges = rewound[sid]
-            for seq, doc in zip(by_session[sid], packed, strict=True):
+        for owner, packed in zip(ids, found, strict=True):
+            ranges = rewound[owner]
+            for at_seq, doc in zip(by_session[owner], packed, strict=True):
                 if doc is None:
                     continue
                 role, text = unpack(bytes(doc))
-                flagged = any(int(lo) < seq < int(hi) for lo, hi in ranges)
-                docs.append(
-                    (_text(sid), Document(seq=seq, role=_text(role), text=_text(text)), flagged)
-                )
+                flagged = any(int(lo) < at_seq < int(hi) for lo, hi in ranges)
+                document = Document(seq=at_seq, role=_text(role), text=_text(text))
+                docs.append((_text(owner), document, flagged))
         return search_rows(docs, {_text(k): v for k, v in rows.items()}, query)
 
     def totals(self, query: TotalsQuery) -> builtins.list[Totals]:
@@ -345,20 +344,13 @@ class RedisIndex:
         for row, h in zip(rows, found, strict=True):
             grouped: dict[tuple[str, str], dict[bytes, Any]] = {}
             for field, value in h.items():
-                raw = bytes(field)
-                day, _, rest = raw.partition(b"\x00")
-                agent, _, part = rest.rpartition(b"\x00")
-                grouped.setdefault((_text(day), _text(agent)), {})[part] = value
+                raw_day, _, rest = bytes(field).partition(b"\x00")
+                raw_agent, _, part = rest.rpartition(b"\x00")
+                grouped.setdefault((_text(raw_day), _text(raw_agent)), {})[part] = value
             for (day, agent), parts in grouped.items():
-                totals = [parts.get(k) for k in (b"i", b"o", b"r", b"w", b"$")]
-                usage.append(
-                    (
-                        row.id,
-                        UsageRow(
-                            day=day, agent=agent, calls=_int(parts.get(b"c")), usage=_usage(totals)
-                        ),
-                    )
-                )
+                sums = _usage([parts.get(k) for k in (b"i", b"o", b"r", b"w", b"$")])
+                calls = _int(parts.get(b"c"))
+                usage.append((row.id, UsageRow(day=day, agent=agent, calls=calls, usage=sums)))
         return totals_of(usage, {row.id: row for row in rows}, query)
 
     # -- writing ----------------------------------------------------------------------------

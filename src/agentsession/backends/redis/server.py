@@ -192,7 +192,7 @@ class Target:
             from redis.cluster import ClusterNode, RedisCluster
 
             return RedisCluster(
-                startup_nodes=[ClusterNode(h, p) for h, p in self.nodes],
+                startup_nodes=[ClusterNode(h, p) for h, p in self.nodes],  # type: ignore[no-untyped-call]
                 retry=Retry(NoBackoff(), 1),
                 **common,
             )
@@ -221,9 +221,7 @@ class Target:
                 **common,
             )
         host, port = self.nodes[0]
-        return aredis.Redis(
-            host=host, port=port, db=self.db, retry=Retry(NoBackoff(), 0), **common
-        )
+        return aredis.Redis(host=host, port=port, db=self.db, retry=Retry(NoBackoff(), 0), **common)
 
 
 _SCRIPTS: Final = {
@@ -245,9 +243,7 @@ _SCRIPTS: Final = {
         "UNLOCK",
     )
 }
-_SHAS: Final = {
-    name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()
-}
+_SHAS: Final = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()}
 
 
 def script_sha(name: str) -> str:
@@ -297,7 +293,9 @@ class Server:
             return StoreUnavailable(f"{action}: {where} refused the command for now ({text})")
         if isinstance(exc, (rex.ConnectionError, rex.TimeoutError, rex.ClusterError, OSError)):
             if write:
-                return OutcomeUnknown(f"{action}: the connection to {where} was lost ({text}); {write}")
+                return OutcomeUnknown(
+                    f"{action}: the connection to {where} was lost ({text}); {write}"
+                )
             return StoreUnavailable(f"{action}: cannot reach {where} ({text})")
         return StorageError(f"{action}: {where} answered an error ({text})")
 
@@ -364,7 +362,7 @@ class Server:
             self.closed = True
         try:
             self.client.close()
-        except Exception:  # noqa: BLE001 - closing: nothing to report
+        except Exception:
             log.debug("closing %s failed", self.target.location, exc_info=True)
 
     def after_fork(self) -> None:

@@ -56,8 +56,7 @@ _MICRO: Final = _dt.timedelta(microseconds=1)
 _replace = msgspec.structs.replace
 
 _UNKNOWN: Final = (
-    "the append may or may not have been stored: read the session (latest_seq) before "
-    "retrying it"
+    "the append may or may not have been stored: read the session (latest_seq) before retrying it"
 )
 
 
@@ -130,7 +129,13 @@ def _pack_into(out: bytearray, value: Any) -> None:
 
 
 def _usage(u: Any) -> list[Any]:
-    return [u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens, repr(u.cost)]
+    return [
+        u.input_tokens,
+        u.output_tokens,
+        u.cache_read_tokens,
+        u.cache_write_tokens,
+        repr(u.cost),
+    ]
 
 
 def change_blob(change: CatalogChange) -> bytes:
@@ -273,9 +278,7 @@ class RedisLog:
     def open_call(self, *, tail: bool) -> Request:
         """What opening reads: the life and the tail (``tail``) or the full window."""
         mode = b"tail" if tail else b"window"
-        return Request(
-            "OPEN", self._keys[:2], [mode, TAIL_EVENTS], f"opening session {self._id!r}"
-        )
+        return Request("OPEN", self._keys[:2], [mode, TAIL_EVENTS], f"opening session {self._id!r}")
 
     def opened(self, reply: Any, *, tail: bool) -> tuple[list[Event], bool]:
         """Take in what :meth:`open_call` read: the events and whether they are the whole

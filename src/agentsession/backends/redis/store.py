@@ -26,6 +26,7 @@ layout is in ``docs/format.md``; how appends stay exactly-once and ordered is to
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as _dt
 import logging
 import os
@@ -97,7 +98,8 @@ class RedisCatalog(CatalogDefaults):
     def exists(self, session_id: str) -> bool:
         db = self._db
         last = db.run(
-            f"reading session {session_id!r}", lambda: db.client.hget(self._hash(session_id), "last")
+            f"reading session {session_id!r}",
+            lambda: db.client.hget(self._hash(session_id), "last"),
         )
         return bool(last and int(last) > 0)
 
@@ -176,8 +178,15 @@ class RedisCatalog(CatalogDefaults):
             lambda: db.script("DELETE", keys, []),
             write="the session may or may not have been deleted",
         )
-        for kind in meta_kinds:
-            db.run(action, lambda kind=kind: db.client.hdel(db.keys.meta(kind), sid))
+        if meta_kinds:
+
+            def drop_meta() -> None:
+                pipe = db.client.pipeline(transaction=False)
+                for kind in meta_kinds:
+                    pipe.hdel(db.keys.meta(kind), sid)
+                pipe.execute()
+
+            db.run(action, drop_meta)
         self._index.unindex(session_id, reply[1])
         return int(reply[0]) == 1
 
@@ -249,15 +258,19 @@ class RedisMeta:
         db = self._db
         if kind is None:
             kinds = sorted(
-                _text(k) for k in db.run("listing meta", lambda: db.client.smembers(db.keys.meta_kinds))
+                _text(k)
+                for k in db.run("listing meta", lambda: db.client.smembers(db.keys.meta_kinds))
             )
         else:
             kinds = [kind]
         out: builtins.list[tuple[str, str, str]] = []
         for name in kinds:
-            entries = db.run(
-                f"listing {name}", lambda name=name: db.client.hgetall(db.keys.meta(name))
-            )
+            hkey = db.keys.meta(name)
+
+            def read(hkey: bytes = hkey) -> Any:
+                return db.client.hgetall(hkey)
+
+            entries = db.run(f"listing {name}", read)
             out += [(name, _text(k), _text(v)) for k, v in entries.items()]
         return sorted(out)
 
@@ -320,13 +333,11 @@ class RedisLocker:
             return
         handle.alive = False
         db = self._db
-        try:
+        with contextlib.suppress(StoreUnavailable, UsageError):  # it expires by itself
             db.run(
                 f"releasing the turn lock of session {handle.session_id!r}",
                 lambda: db.script("UNLOCK", [handle.key], [handle.token]),
             )
-        except (StoreUnavailable, UsageError):
-            pass  # the lock expires by itself
 
     def alive(self, handle: object) -> bool:
         """Whether renewing the lock last found it ours (no round trip)."""
@@ -337,7 +348,9 @@ class RedisLocker:
         db = self._db
         key = db.keys.session(session_id)[5]
         return bool(
-            db.run(f"checking the turn lock of session {session_id!r}", lambda: db.client.exists(key))
+            db.run(
+                f"checking the turn lock of session {session_id!r}", lambda: db.client.exists(key)
+            )
         )
 
     def _start_renewing(self) -> None:
@@ -362,11 +375,13 @@ class RedisLocker:
             return False
         db = self._db
         for handle in held:
+            args = [handle.token, self._ttl_ms]
+
+            def renew(key: bytes = handle.key, args: builtins.list[Any] = args) -> Any:
+                return db.script("RENEW", [key], args)
+
             try:
-                ours = db.run(
-                    "renewing a turn lock",
-                    lambda handle=handle: db.script("RENEW", [handle.key], [handle.token, self._ttl_ms]),
-                )
+                ours = db.run("renewing a turn lock", renew)
             except StorageError:
                 continue  # tried again at the next renewal, while the expiry lasts
             except UsageError:
@@ -416,8 +431,10 @@ def check_durability(db: Server, durability: str) -> None:
             from redis.cluster import RedisCluster
 
             replies = client.config_get("*", target_nodes=RedisCluster.PRIMARIES)
-            if isinstance(replies, dict) and replies and all(
-                isinstance(v, dict) for v in replies.values()
+            if (
+                isinstance(replies, dict)
+                and replies
+                and all(isinstance(v, dict) for v in replies.values())
             ):
                 return [_config(v) for v in replies.values()]
             return [_config(replies)]
@@ -553,9 +570,7 @@ class RedisStore(BaseStore):
         return self._db.cluster
 
 
-def _async_backend(
-    store: RedisStore, executor: concurrent.futures.Executor, db: Server
-) -> Any:
+def _async_backend(store: RedisStore, executor: concurrent.futures.Executor, db: Server) -> Any:
     """The async API's backend: appends and reads natively on redis-py's asyncio client."""
     from .aio import RedisAsyncBackend
 
