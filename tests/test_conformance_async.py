@@ -38,6 +38,8 @@ from agentsession.aio import (
 )
 from agentsession.testing import StoreConformance
 
+from .redis_servers import SKIP_REASON as REDIS_SKIP
+from .redis_servers import drop_prefixes, new_prefix, url_with_prefix
 from .test_conformance_postgres import (
     DSN,
     SKIP_REASON,
@@ -359,6 +361,37 @@ class TestAsyncPostgresStore(AsyncConformance):
 @pytest.mark.skipif(not DSN, reason=SKIP_REASON)
 class TestAsyncPostgresStoreEncrypted(TestAsyncPostgresStore):
     """An encrypted PostgreSQL store: sealing, opening and the session keys run natively."""
+
+    encryption_key = bytes(range(32))
+
+    def open_args(self, tmp_path: Path, **options: Any) -> tuple[str, dict[str, Any]]:
+        options.setdefault("key", self.encryption_key)
+        return super().open_args(tmp_path, **options)
+
+
+@pytest.mark.redis
+@pytest.mark.skipif(bool(REDIS_SKIP), reason=REDIS_SKIP or "-")
+class TestAsyncRedisStore(AsyncConformance):
+    """Redis, each test under a key prefix of its own: appends and reads run natively on
+    redis-py's asyncio client."""
+
+    @pytest.fixture(autouse=True)
+    def _prefixes(self) -> Iterator[None]:
+        self.prefixes: dict[Path, str] = {}
+        try:
+            yield
+        finally:
+            drop_prefixes(list(self.prefixes.values()))
+
+    def open_args(self, tmp_path: Path, **options: Any) -> tuple[str, dict[str, Any]]:
+        prefix = self.prefixes.setdefault(tmp_path, new_prefix())
+        return url_with_prefix(prefix) + "&lock_ttl=2", options
+
+
+@pytest.mark.redis
+@pytest.mark.skipif(bool(REDIS_SKIP), reason=REDIS_SKIP or "-")
+class TestAsyncRedisStoreEncrypted(TestAsyncRedisStore):
+    """An encrypted Redis store through the async API."""
 
     encryption_key = bytes(range(32))
 
