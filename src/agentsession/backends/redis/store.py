@@ -103,19 +103,20 @@ class RedisCatalog(CatalogDefaults):
         )
         return bool(last and int(last) > 0)
 
-    def _infos(self, ids: Sequence[bytes]) -> builtins.list[SessionInfo]:
+    def _infos(self, hashes: Sequence[bytes]) -> builtins.list[SessionInfo]:
+        """The listing entries of sessions by their hashes' keys (those with events)."""
         db = self._db
 
         def read() -> builtins.list[Any]:
             pipe = db.client.pipeline(transaction=False)
-            for sid in ids:
-                pipe.hmget(self._hash(_text(sid)), "updated", "created", "last", "size")
+            for key in hashes:
+                pipe.hmget(key, "sid", "updated", "created", "last", "size")
             return builtins.list(pipe.execute())
 
-        found = db.run("listing sessions", read) if ids else []
+        found = db.run("listing sessions", read) if hashes else []
         out: builtins.list[SessionInfo] = []
-        for sid, (updated, created, last, size) in zip(ids, found, strict=True):
-            if not last:
+        for sid, updated, created, last, size in found:
+            if not last or sid is None:
                 continue  # expired or deleted since the listing was read
             out.append(
                 SessionInfo(
@@ -129,23 +130,39 @@ class RedisCatalog(CatalogDefaults):
         return out
 
     def list_all(self) -> builtins.list[SessionInfo]:
+        """Every session, found by scanning for the sessions' hashes (on every primary of a
+        Cluster): the sessions' own keys, not the store-wide index, so that ``reindex``
+        finds what that index lost."""
         db = self._db
-        zkey = db.keys.catalog + b"z:u"
-        ids = db.run("listing sessions", lambda: db.client.zrange(zkey, 0, -1))
-        return self._infos([bytes(i) for i in ids])
+        pattern = _glob_escaped(db.keys.prefix) + b"{*}:s"
+
+        def scan() -> builtins.list[bytes]:
+            if db.cluster:
+                from redis.cluster import RedisCluster
+
+                found = db.client.scan_iter(
+                    match=pattern, count=1000, target_nodes=RedisCluster.PRIMARIES
+                )
+            else:
+                found = db.client.scan_iter(match=pattern, count=1000)
+            return [bytes(k) for k in found]
+
+        hashes = db.run("listing sessions", scan)
+        return self._infos(sorted(set(hashes)))
 
     def list_page(
         self, prefix: str | None, limit: int | None, offset: int
     ) -> builtins.list[SessionInfo]:
-        """Newest first from the sorted set of last appends (ties by id, descending, as the
-        server orders them); a prefix is filtered here."""
+        """A page newest first from the store-wide sorted set of last appends (ties by id,
+        descending, as the server orders them); a prefix, or no limit, from
+        :meth:`list_all`."""
+        if prefix is not None or limit is None:
+            return super().list_page(prefix, limit, offset)
         db = self._db
         zkey = db.keys.catalog + b"z:u"
-        if prefix is None:
-            stop = -1 if limit is None else offset + limit - 1
-            ids = db.run("listing sessions", lambda: db.client.zrevrange(zkey, offset, stop))
-            return self._infos([bytes(i) for i in ids])
-        return super().list_page(prefix, limit, offset)
+        stop = offset + limit - 1
+        ids = db.run("listing sessions", lambda: db.client.zrevrange(zkey, offset, stop))
+        return self._infos([self._hash(_text(i)) for i in ids])
 
     def expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
         db = self._db
@@ -154,7 +171,7 @@ class RedisCatalog(CatalogDefaults):
         ids = db.run("listing sessions", lambda: db.client.zrangebyscore(zkey, "-inf", bound))
         return [
             i.id
-            for i in self._infos([bytes(i) for i in ids])
+            for i in self._infos([self._hash(_text(i)) for i in ids])
             if i.updated_at is not None and i.updated_at < cutoff
         ]
 
@@ -195,6 +212,16 @@ class RedisCatalog(CatalogDefaults):
 
     def after_fork(self) -> None:
         self._db.after_fork()
+
+
+def _glob_escaped(text: bytes) -> bytes:
+    """``text`` with the glob characters of ``SCAN MATCH`` escaped."""
+    out = bytearray()
+    for byte in text:
+        if byte in b"*?[]\\":
+            out += b"\\"
+        out.append(byte)
+    return bytes(out)
 
 
 class RedisMeta:

@@ -1,0 +1,381 @@
+"""The Redis backend beyond the storage contract: its catalog and search index against the
+reference (:class:`~agentsession.indexing.MemoryIndex`), on one server and on a Cluster; the
+Cluster's store-wide index, repaired by ``reindex``; the key layout (one slot per session);
+durability checks (``appendfsync``, ``replicas=N`` with ``WAIT``); TTL by expiry.
+
+The catalog tests of ``tests/test_catalog_core.py`` that take a ``store`` run here again, on
+a Redis store (this module's ``store`` fixture).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentsession as ags
+from agentsession.errors import StorageError
+from agentsession.events import Usage
+from agentsession.listing import Price
+
+from .redis_servers import (
+    SERVER_SKIP,
+    cluster_url,
+    drop_prefixes,
+    new_prefix,
+    redis_cluster,
+    redis_server,
+    requires_redis,
+    url_with_prefix,
+)
+from .test_catalog_core import (  # noqa: F401 - collected here, on this module's store
+    T0,
+    chat,
+    clock_from,
+    test_a_cursor_continues_where_its_page_ended_and_is_tied_to_its_order,
+    test_concurrent_appends_keep_exact_counts,
+    test_paging_with_cursors_lists_every_session_once,
+    test_reindex_rebuilds_rows_and_prices_earlier_usage,
+    test_rewound_and_compacted_hits_are_flagged,
+    test_rows_are_kept_as_the_store_appends,
+    test_search_finds_every_word_in_messages_tool_calls_and_results,
+    test_search_pages_with_a_cursor,
+    test_status_tells_a_running_turn_from_one_that_needs_recovery,
+    test_the_user_comes_from_the_first_event_that_names_one,
+    test_update_sets_fields_and_an_explicit_title_wins,
+    test_where_filters_and_rejects_what_it_does_not_know,
+)
+
+pytestmark = [pytest.mark.redis, requires_redis]
+
+
+@pytest.fixture
+def prefixes() -> Iterator[list[str]]:
+    made: list[str] = []
+    try:
+        yield made
+    finally:
+        drop_prefixes(made)
+
+
+def redis_url(prefixes: list[str]) -> str:
+    prefix = new_prefix()
+    prefixes.append(prefix)
+    return url_with_prefix(prefix)
+
+
+@pytest.fixture
+def store(prefixes: list[str]) -> Iterator[ags.BaseStore]:
+    _, clock = clock_from(T0)
+    opened = ags.open_store(redis_url(prefixes), clock=clock)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+# -- the catalog against the reference ------------------------------------------------------
+
+TENANTS = ["acme", "globex", ""]
+TAGS = ["red", "green", "blue"]
+AGENTS = ["bot", "helper"]
+WORDS = ["parcel", "refund", "invoice", "delay", "weather", "password"]
+
+
+def populate(store: ags.BaseStore, seed: int, sessions: int = 40) -> None:
+    """The same sessions, fields, usage and documents on any store (its clock must tick
+    alike)."""
+    rng = random.Random(seed)
+    for n in range(sessions):
+        sid = f"s{rng.randrange(1000):03d}-{n}"
+        for _ in range(rng.randrange(1, 3)):
+            text = " ".join(rng.choice(WORDS) for _ in range(3))
+            chat(store, sid, text, agent=rng.choice(AGENTS))
+        session = store.get(sid)
+        session.append(
+            ags.Event.new("usage", Usage(input_tokens=rng.randrange(100), model="m"), agent="bot")
+        )
+        session.update(
+            tenant=rng.choice(TENANTS),
+            tags=rng.sample(TAGS, rng.randrange(3)),
+            user=rng.choice(["ann", "bob"]),
+        )
+        if rng.random() < 0.2:  # a turn left open: status live
+            turn = session.turn(agent="bot").__enter__()
+            turn.user("still running " + rng.choice(WORDS))
+
+
+def pages(store: ags.BaseStore, **kwargs: Any) -> list[list[str]]:
+    """Every page of a listing, as ids, following cursors."""
+    out: list[list[str]] = []
+    cursor = None
+    while True:
+        page = store.list(limit=7, cursor=cursor, **kwargs)
+        out.append([i.id for i in page])
+        cursor = page.next_cursor
+        if cursor is None:
+            return out
+
+
+WHERES: list[dict[str, Any]] = [
+    {},
+    {"tenant": "acme"},
+    {"tenant": ["acme", "globex"], "tag": "red"},
+    {"tag": ["red", "green"]},
+    {"agent": "helper"},
+    {"user": "ann", "status": "idle"},
+    {"status": "live"},
+    {"prefix": "s1"},
+    {"title": "refund"},
+    {"updated": (T0 + dt.timedelta(seconds=100), None)},
+]
+
+
+def compare_with_reference(store: ags.BaseStore, seed: int) -> None:
+    """``store``'s lists, searches and totals are the reference's on the same data."""
+    _, clock = clock_from(T0)
+    reference = ags.open_store("memory:", clock=clock)  # type: ignore[arg-type]
+    populate(reference, seed)
+    for where in WHERES:
+        for order in ("updated", "created", "id"):
+            assert pages(store, where=where, order=order) == pages(
+                reference, where=where, order=order
+            ), (where, order)
+    mine = {i.id: i for i in store.list(limit=None)}
+    theirs = {i.id: i for i in reference.list(limit=None)}
+    assert mine.keys() == theirs.keys()
+    for sid, info in theirs.items():
+        assert mine[sid] == msgspec_replace(info, size=mine[sid].size), sid
+    for query in ("parcel", "refund delay", "weather password invoice", "nothing"):
+        for where in ({}, {"tenant": "acme"}):
+            found = [(h.session_id, h.seq, h.rank) for h in store.search(query, where=where, limit=500)]
+            wanted = [
+                (h.session_id, h.seq, h.rank) for h in reference.search(query, where=where, limit=500)
+            ]
+            assert found == wanted, (query, where)
+    for group in ("tenant", "user", "agent", "day"):
+        assert store.totals(group_by=group) == reference.totals(group_by=group), group
+
+
+def msgspec_replace(info: ags.SessionInfo, **changes: Any) -> ags.SessionInfo:
+    import msgspec
+
+    return msgspec.structs.replace(info, **changes)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_lists_searches_and_totals_are_the_references(prefixes: list[str], seed: int) -> None:
+    _, clock = clock_from(T0)
+    with ags.open_store(redis_url(prefixes), clock=clock) as store:  # type: ignore[arg-type]
+        populate(store, seed)
+        compare_with_reference(store, seed)
+
+
+def test_delete_and_shred_leave_nothing_listed_or_searchable(prefixes: list[str]) -> None:
+    with ags.open_store(redis_url(prefixes), passphrase="pw") as store:
+        chat(store, "a", "secret plans")
+        chat(store, "b", "secret recipes")
+        store.get("b").update(title="Recipes", tenant="acme", tags=["food"])
+        store.delete("a")
+        assert {h.session_id for h in store.search("secret")} == {"b"}
+        assert [i.id for i in store.list(where={"tenant": "acme"})] == ["b"]
+        store.shred("b")
+        assert store.search("secret") == []
+        [info] = store.list()
+        assert (info.status, info.title, info.tenant, info.tags) == ("shredded", "", "", ())
+        assert store.list(where={"tenant": "acme"}) == []
+        assert store.list(where={"status": "shredded"})[0].id == "b"
+
+
+def test_an_encrypted_store_keeps_no_plaintext_in_redis(prefixes: list[str]) -> None:
+    import redis
+
+    url = redis_url(prefixes)
+    with ags.open_store(url, passphrase="pw") as store:
+        chat(store, "a", "Confidential merger with Initech")
+        store.get("a").update(tenant="acme", tags=["deal"], user="ceo", title="Project Falcon")
+        [hit, _reply] = sorted(store.search("initech merger"), key=lambda h: h.seq)
+        assert hit.snippet == "Confidential [merger] with [Initech]"
+        assert [i.id for i in store.list(where={"tenant": "acme", "tag": "deal"})] == ["a"]
+    client = redis.Redis.from_url(url.split("?")[0])
+    dump = b""
+    for key in client.scan_iter(match=f"{prefixes[-1]}*"):
+        dump += key
+        kind = client.type(key)
+        if kind == b"hash":
+            dump += repr(client.hgetall(key)).encode()
+        elif kind == b"stream":
+            dump += repr(client.xrange(key)).encode()
+        elif kind == b"set":
+            dump += repr(client.smembers(key)).encode()
+        elif kind == b"zset":
+            dump += repr(client.zrange(key, 0, -1)).encode()
+        elif kind == b"string":
+            dump += client.get(key) or b""
+    for secret in (b"Confidential", b"merger", b"initech", b"acme", b"deal", b"ceo", b"Falcon"):
+        assert secret.lower() not in dump.lower(), secret
+
+
+def test_catalog_false_still_lists_sessions(prefixes: list[str]) -> None:
+    with ags.open_store(redis_url(prefixes), catalog=False) as store:
+        chat(store, "a", "hello")
+        chat(store, "b", "hello again")
+        assert [s.id for s in store.list()] == ["b", "a"]
+        assert store.list()[0].last_seq == 4
+
+
+def test_totals_price_usage_as_the_reference_does(prefixes: list[str]) -> None:
+    def fill(store: ags.BaseStore) -> None:
+        store.set_prices({"m": Price(input=1.0, output=2.0)})
+        for sid in ("a", "b"):
+            session = store.get(sid)
+            session.append(ags.Event.new("user/message", ags.Message.user("hi")))
+            for n in range(5):
+                session.append(
+                    ags.Event.new("usage", Usage(input_tokens=n, output_tokens=7, cost=0.1))
+                )
+
+    _, clock = clock_from(T0)
+    reference = ags.open_store("memory:", clock=clock)  # type: ignore[arg-type]
+    fill(reference)
+    _, clock = clock_from(T0)
+    with ags.open_store(redis_url(prefixes), clock=clock) as store:  # type: ignore[arg-type]
+        fill(store)
+        assert store.totals() == reference.totals()
+        assert [i.usage for i in store.list()] == [i.usage for i in reference.list()]
+
+
+# -- key layout, expiry ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sid", ["plain", "with{brace}", "}starts", "~tilde", "nul\x00é\ud800"])
+def test_every_key_of_a_session_hashes_to_one_slot(sid: str) -> None:
+    from redis.crc import key_slot
+
+    from agentsession.backends.redis.server import Keys
+
+    keys = Keys(b"p:").session(sid)
+    assert len({key_slot(k) for k in keys}) == 1
+    other = Keys(b"p:").session(sid + "x")
+    assert not set(keys) & set(other)
+
+
+def test_session_keys_expire_ttl_plus_grace_after_the_last_append(prefixes: list[str]) -> None:
+    import redis
+
+    url = redis_url(prefixes)
+    ttl = dt.timedelta(hours=1)
+    with ags.open_store(url, ttl=ttl, expire_grace=dt.timedelta(minutes=30)) as store:
+        store.get("a").append(ags.Event.new("test/n"))
+        keys = store._catalog._db.keys.session("a")  # type: ignore[attr-defined]
+    client = redis.Redis.from_url(url.split("?")[0])
+    for key in keys[:3]:
+        left = client.pttl(key)
+        assert 89 * 60_000 < left <= 90 * 60_000
+
+
+# -- the Cluster's store-wide index ---------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(SERVER_SKIP), reason=SERVER_SKIP or "-")
+def test_on_a_cluster_the_index_lags_by_one_script_and_reindex_repairs_it(
+    tmp_path: Path,
+) -> None:
+    from redis.cluster import RedisCluster
+
+    with redis_cluster(tmp_path) as nodes:
+        url = cluster_url(nodes)
+        _, clock = clock_from(T0)
+        with ags.open_store(url, clock=clock) as store:  # type: ignore[arg-type]
+            populate(store, 3)
+            compare_with_reference(store, 3)
+            # The second script lost (the client died between the two): the store-wide
+            # index misses what the sessions' own keys hold...
+            catalog = store._catalog._db.keys.catalog  # type: ignore[attr-defined]
+            client = RedisCluster(host="127.0.0.1", port=nodes[0].port)
+            try:
+                for key in client.scan_iter(
+                    match=catalog + b"*", count=1000, target_nodes=RedisCluster.PRIMARIES
+                ):
+                    client.delete(key)
+            finally:
+                client.close()
+            assert store.list(where={"tenant": "acme"}) == []
+            assert store.search("parcel") == []
+            # ...until reindex rebuilds it from the sessions' own keys.
+            assert store.reindex() == len(store._catalog.list_all())  # type: ignore[attr-defined]
+            compare_with_reference(store, 3)
+
+
+# -- durability -----------------------------------------------------------------------------
+
+
+def test_fsync_is_refused_on_a_server_that_does_not_sync_every_write(prefixes: list[str]) -> None:
+    import redis
+
+    config = redis.Redis().config_get("appendonly")
+    if config.get("appendonly") == "yes":
+        pytest.skip("the local server runs appendonly yes")
+    with pytest.raises(StorageError, match="appendfsync always"):
+        ags.open_store(redis_url(prefixes), durability="fsync")
+
+
+@pytest.mark.skipif(bool(SERVER_SKIP), reason=SERVER_SKIP or "-")
+def test_fsync_needs_appendfsync_always_and_says_how_to_configure(tmp_path: Path) -> None:
+    with redis_server(tmp_path / "none") as server:
+        with pytest.raises(StorageError, match="keeps nothing on disk.*appendonly yes"):
+            ags.open_store(f"redis://127.0.0.1:{server.port}/0", durability="fsync")
+    with redis_server(tmp_path / "everysec", "--appendonly", "yes") as server:
+        with pytest.raises(StorageError, match="appendfsync everysec"):
+            ags.open_store(f"redis://127.0.0.1:{server.port}/0", durability="fsync")
+        ags.open_store(f"redis://127.0.0.1:{server.port}/0", durability="flush").close()
+    with redis_server(
+        tmp_path / "always", "--appendonly", "yes", "--appendfsync", "always"
+    ) as server:
+        with ags.open_store(f"redis://127.0.0.1:{server.port}/0", durability="fsync") as store:
+            assert store.get("a").append(ags.Event.new("test/n")) == 1
+
+
+@pytest.mark.skipif(bool(SERVER_SKIP), reason=SERVER_SKIP or "-")
+def test_replicas_waits_for_acknowledgements_and_says_when_they_are_missing(
+    tmp_path: Path,
+) -> None:
+    with redis_server(tmp_path / "primary") as primary:
+        url = f"redis://127.0.0.1:{primary.port}/0"
+        with ags.open_store(url, replicas=1, replica_timeout=0.2) as lonely:
+            with pytest.raises(StorageError, match="only 0 of 1 replicas"):
+                lonely.get("a").append(ags.Event.new("test/n", {"n": 1}))
+            # Appended again, it is recognised (stored once, on the primary).
+            assert lonely.get("a").latest_seq == 1
+        with redis_server(
+            tmp_path / "replica", "--replicaof", "127.0.0.1", str(primary.port)
+        ) as replica:
+            wait_for_replica(primary.port)
+            with ags.open_store(url, replicas=1, durability="fsync") as store:
+                session = store.get("b")
+                assert session.append_many([ags.Event.new("test/n") for _ in range(3)]) == [
+                    1,
+                    2,
+                    3,
+                ]
+            with ags.open_store(f"redis://127.0.0.1:{replica.port}/0") as copy:
+                assert copy.get("b").latest_seq == 3
+
+
+def wait_for_replica(port: int) -> None:
+    import time
+
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(600):
+        info = client.info("replication")
+        if info.get("connected_slaves", 0) >= 1 and info.get("slave0", {}).get("state") == "online":
+            return
+        time.sleep(0.05)
+    raise AssertionError("the replica never came online")
