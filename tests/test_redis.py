@@ -152,9 +152,12 @@ def compare_with_reference(store: ags.BaseStore, seed: int) -> None:
         assert mine[sid] == msgspec_replace(info, size=mine[sid].size), sid
     for query in ("parcel", "refund delay", "weather password invoice", "nothing"):
         for where in ({}, {"tenant": "acme"}):
-            found = [(h.session_id, h.seq, h.rank) for h in store.search(query, where=where, limit=500)]
+            found = [
+                (h.session_id, h.seq, h.rank) for h in store.search(query, where=where, limit=500)
+            ]
             wanted = [
-                (h.session_id, h.seq, h.rank) for h in reference.search(query, where=where, limit=500)
+                (h.session_id, h.seq, h.rank)
+                for h in reference.search(query, where=where, limit=500)
             ]
             assert found == wanted, (query, where)
     for group in ("tenant", "user", "agent", "day"):
@@ -327,18 +330,22 @@ def test_fsync_is_refused_on_a_server_that_does_not_sync_every_write(prefixes: l
 
 @pytest.mark.skipif(bool(SERVER_SKIP), reason=SERVER_SKIP or "-")
 def test_fsync_needs_appendfsync_always_and_says_how_to_configure(tmp_path: Path) -> None:
-    with redis_server(tmp_path / "none") as server:
-        with pytest.raises(StorageError, match="keeps nothing on disk.*appendonly yes"):
-            ags.open_store(f"redis://127.0.0.1:{server.port}/0", durability="fsync")
+    with (
+        redis_server(tmp_path / "none") as server,
+        pytest.raises(StorageError, match=r"keeps nothing on disk.*appendonly yes"),
+    ):
+        ags.open_store(f"redis://127.0.0.1:{server.port}/0", durability="fsync")
     with redis_server(tmp_path / "everysec", "--appendonly", "yes") as server:
         with pytest.raises(StorageError, match="appendfsync everysec"):
             ags.open_store(f"redis://127.0.0.1:{server.port}/0", durability="fsync")
         ags.open_store(f"redis://127.0.0.1:{server.port}/0", durability="flush").close()
-    with redis_server(
-        tmp_path / "always", "--appendonly", "yes", "--appendfsync", "always"
-    ) as server:
-        with ags.open_store(f"redis://127.0.0.1:{server.port}/0", durability="fsync") as store:
-            assert store.get("a").append(ags.Event.new("test/n")) == 1
+    with (
+        redis_server(
+            tmp_path / "always", "--appendonly", "yes", "--appendfsync", "always"
+        ) as server,
+        ags.open_store(f"redis://127.0.0.1:{server.port}/0", durability="fsync") as store,
+    ):
+        assert store.get("a").append(ags.Event.new("test/n")) == 1
 
 
 @pytest.mark.skipif(bool(SERVER_SKIP), reason=SERVER_SKIP or "-")

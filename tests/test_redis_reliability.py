@@ -67,7 +67,7 @@ class Writers:
                         with self._lock:  # stored on a primary whose replica is gone
                             self.raised.append(type(exc))
                         time.sleep(0.05)
-                    except BaseException as exc:  # noqa: BLE001 - reported by the test
+                    except BaseException as exc:
                         with self._lock:
                             self.errors.append(exc)
                         return
@@ -95,7 +95,9 @@ class Writers:
         assert not self.errors, self.errors
 
 
-def check_exactly_once(open_store: Callable[[], ags.BaseStore], acked: list[tuple[str, str]]) -> None:
+def check_exactly_once(
+    open_store: Callable[[], ags.BaseStore], acked: list[tuple[str, str]]
+) -> None:
     """Every acknowledged event is stored, once; no event is stored twice; seqs are gap-free."""
     with open_store() as store:
         stored: dict[str, list[str]] = {}

@@ -43,9 +43,8 @@ from ...listing import (
     search_rows,
     select,
     totals_of,
-    words,
 )
-from .storage import bytes_of, micros, pack, row_words, time_of_micros
+from .storage import bytes_of, micros, pack, row_words, text_words, time_of_micros
 
 if TYPE_CHECKING:
     from ...indexing import Fields, IndexHost
@@ -169,7 +168,7 @@ def _doc_words(flat: Sequence[Any]) -> list[Any]:
     for i in range(0, len(flat), 2):
         seq = int(flat[i])
         _role, text = unpack(bytes(flat[i + 1]))
-        for word in dict.fromkeys(words(_text(text))):
+        for word in dict.fromkeys(text_words(_text(text))):
             out += (word, seq)
     return out
 

@@ -42,17 +42,19 @@ local function add_members(C, sid, st, user, tenant, tags, agents)
   for _, a in ipairs(agents) do redis.call('SADD', C .. 'f:agent:' .. a, sid) end
 end
 
-local function remove_members(C, sid, prev)
-  redis.call('SREM', C .. 'f:status:' .. prev[2], sid)
-  redis.call('SREM', C .. 'f:user:' .. prev[3], sid)
-  redis.call('SREM', C .. 'f:tenant:' .. prev[4], sid)
-  for _, t in ipairs(prev[5]) do redis.call('SREM', C .. 'f:tag:' .. t, sid) end
-  for _, a in ipairs(prev[6]) do redis.call('SREM', C .. 'f:agent:' .. a, sid) end
+-- ``m``: {status, user, tenant, tags, agents} as indexed.
+local function remove_members(C, sid, m)
+  redis.call('SREM', C .. 'f:status:' .. m[1], sid)
+  redis.call('SREM', C .. 'f:user:' .. m[2], sid)
+  redis.call('SREM', C .. 'f:tenant:' .. m[3], sid)
+  for _, t in ipairs(m[4]) do redis.call('SREM', C .. 'f:tag:' .. t, sid) end
+  for _, a in ipairs(m[5]) do redis.call('SREM', C .. 'f:agent:' .. a, sid) end
 end
 
 -- The store-wide index of one session's row: list orders (sorted sets), filter sets, the
 -- words of new documents. ``row`` is {v, status, user, tenant, tags, agents, updated,
 -- created}; a row older than the one indexed (a lower version ``v``) only adds its words.
+-- ``x`` keeps, per session, {v, memberships packed}.
 local function index_row(C, sid, row, words)
   for i = 1, #words, 2 do
     redis.call('SADD', C .. 'w:' .. words[i], sid .. '\0' .. words[i + 1])
@@ -62,12 +64,17 @@ local function index_row(C, sid, row, words)
   local prev = nil
   if old then prev = cmsgpack.unpack(old) end
   if prev and tonumber(prev[1]) >= tonumber(row[1]) then return 0 end
-  if prev then remove_members(C, sid, prev) end
-  add_members(C, sid, row[2], row[3], row[4], row[5], row[6])
   redis.call('ZADD', C .. 'z:u', row[7], sid)
+  local packed = cmsgpack.pack({row[2], row[3], row[4], row[5], row[6]})
+  if prev and prev[2] == packed then  -- the same memberships: only the version moves
+    redis.call('HSET', x, sid, cmsgpack.pack({row[1], packed}))
+    return 1
+  end
+  if prev then remove_members(C, sid, cmsgpack.unpack(prev[2])) end
+  add_members(C, sid, row[2], row[3], row[4], row[5], row[6])
   redis.call('ZADD', C .. 'z:c', row[8], sid)
   redis.call('ZADD', C .. 'z:i', 0, sid)
-  redis.call('HSET', x, sid, cmsgpack.pack({row[1], row[2], row[3], row[4], row[5], row[6]}))
+  redis.call('HSET', x, sid, cmsgpack.pack({row[1], packed}))
   return 1
 end
 
@@ -77,7 +84,7 @@ local function unindex_row(C, sid, words)
   end
   local x = C .. 'x'
   local old = redis.call('HGET', x, sid)
-  if old then remove_members(C, sid, cmsgpack.unpack(old)) end
+  if old then remove_members(C, sid, cmsgpack.unpack(cmsgpack.unpack(old)[2])) end
   redis.call('HDEL', x, sid)
   redis.call('ZREM', C .. 'z:u', sid)
   redis.call('ZREM', C .. 'z:c', sid)
@@ -99,6 +106,10 @@ local function row_state(s)
           unpacked(f[6]), f[7] or '0', f[8] or '0'}
 end
 
+local function add_int(key, field, amount)
+  if amount ~= 0 then redis.call('HINCRBY', key, field, amount) end
+end
+
 local function add_cost(key, field, amount)
   if amount == '0' or amount == '0.0' then return end
   local old = tonumber(redis.call('HGET', key, field) or '0')
@@ -111,13 +122,13 @@ end
 local function apply_change(s, u, d, c)
   if c[1] ~= '' then redis.call('HSETNX', s, 'created', c[1]) end
   if c[2] ~= '' then redis.call('HSET', s, 'updated', c[2]) end
-  redis.call('HINCRBY', s, 'messages', c[3])
-  redis.call('HINCRBY', s, 'turns', c[4])
+  add_int(s, 'messages', c[3])
+  add_int(s, 'turns', c[4])
   local usage = c[5]
-  redis.call('HINCRBY', s, 'u_in', usage[1])
-  redis.call('HINCRBY', s, 'u_out', usage[2])
-  redis.call('HINCRBY', s, 'u_cr', usage[3])
-  redis.call('HINCRBY', s, 'u_cw', usage[4])
+  add_int(s, 'u_in', usage[1])
+  add_int(s, 'u_out', usage[2])
+  add_int(s, 'u_cr', usage[3])
+  add_int(s, 'u_cw', usage[4])
   add_cost(s, 'u_cost', usage[5])
   for _, r in ipairs(c[6]) do
     local base = r[1] .. '\0' .. r[2] .. '\0'

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -43,6 +44,7 @@ __all__ = [
     "numbered",
     "pack",
     "row_words",
+    "text_words",
     "time_of_micros",
 ]
 
@@ -167,9 +169,20 @@ def row_words(change: CatalogChange | None) -> list[Any]:
     if change is None:
         return out
     for doc in change.documents:
-        for word in dict.fromkeys(words(doc.text)):
+        for word in dict.fromkeys(text_words(doc.text)):
             out += (word, doc.seq)
     return out
+
+
+_WORD: Final = re.compile(r"\w+")
+
+
+def text_words(text: str) -> list[str]:
+    """:func:`agentsession.listing.words`, with a fast path for ASCII text (which no
+    normalisation changes but case)."""
+    if text.isascii():
+        return _WORD.findall(text.lower())
+    return words(text)
 
 
 def numbered(events: list[Event], after: int) -> list[Event]:
