@@ -386,3 +386,18 @@ def wait_for_replica(port: int) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("the replica never came online")
+
+
+def test_a_store_records_its_key_layout_and_refuses_a_newer_one(prefixes: list[str]) -> None:
+    import redis
+
+    from agentsession.errors import StoreUnavailable
+
+    url = redis_url(prefixes)
+    ags.open_store(url).close()
+    client = redis.Redis.from_url(url.split("?")[0])
+    key = f"{prefixes[-1]}{{~meta}}:layout"
+    assert client.get(key) == b"1"
+    client.set(key, 2)
+    with pytest.raises(StoreUnavailable, match="key layout version 2"):
+        ags.open_store(url)

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "LAYOUT_VERSION",
     "RedisCatalog",
     "RedisLocker",
     "RedisLog",
@@ -436,6 +437,30 @@ def _renew_loop(ref: weakref.ref[RedisLocker], interval: float, stop: threading.
         del locker
 
 
+# -- the key layout's version ----------------------------------------------------------------
+
+LAYOUT_VERSION = 1
+"""The version of the key layout (``docs/format.md``), kept in ``<prefix>{~meta}:layout``."""
+
+
+def check_layout(db: Server, create: bool) -> None:
+    """Record the key layout's version in a new store (``create``), and refuse a store that a
+    newer layout wrote."""
+    key = db.keys.prefix + b"{~meta}:layout"
+
+    def read() -> Any:
+        if create:
+            db.client.set(key, LAYOUT_VERSION, nx=True)
+        return db.client.get(key)
+
+    found = db.run("reading the key layout's version", read)
+    if found is not None and int(found) > LAYOUT_VERSION:
+        raise StoreUnavailable(
+            f"{db.target.location} holds key layout version {int(found)}, newer than this "
+            f"agentsession reads ({LAYOUT_VERSION}): upgrade agentsession"
+        )
+
+
 # -- durability -------------------------------------------------------------------------------
 
 _HOW_TO = (
@@ -565,6 +590,7 @@ class RedisStore(BaseStore):
             db.replica_timeout = float(replica_timeout)
             try:
                 db.run("connecting", client.ping)
+                check_layout(db, create)
                 check_durability(db, self.durability)
             except BaseException:
                 db.close()
