@@ -178,7 +178,7 @@ APPEND: Final = (
 -- Returns {1, base, life, row...} stored; {0, last, life} nothing written (another seq or
 -- life); {-1, last, life} an id of the batch is stored within the window.
 local s = KEYS[1]
-local cur = redis.call('HMGET', s, 'last', 'life')
+local cur = redis.call('HMGET', s, 'last', 'life', 'size', 'v', 'created')
 local last = tonumber(cur[1] or '0')
 local life = cur[2]
 if ARGV[2] == '' then
@@ -197,11 +197,12 @@ for j = 0, n - 1 do
     if seen and tonumber(seen) > floor then return {-1, last, life or ''} end
   end
 end
+local fields = {}
 if not life then
   life = ARGV[3]
-  redis.call('HSET', s, 'life', life, 'sid', ARGV[10])
+  fields = {'life', life, 'sid', ARGV[10]}
 end
-local size = 0
+local size = tonumber(cur[3] or '0')
 for j = 0, n - 1 do
   local seq = string.format('%d', last + j + 1)
   local id, line = ARGV[12 + 3 * j], ARGV[13 + 3 * j]
@@ -209,21 +210,39 @@ for j = 0, n - 1 do
   if id ~= '' then redis.call('HSET', KEYS[3], id, seq) end
   size = size + #line
 end
-local first_time = ARGV[14]
-local last_time = ARGV[11 + 3 * n]
-redis.call('HSET', s, 'last', string.format('%d', last + n), 'updated', last_time)
-redis.call('HSETNX', s, 'created', first_time)
-redis.call('HINCRBY', s, 'size', size)
-if ARGV[4] ~= '0' then redis.call('HSET', s, 'marker', ARGV[4]) end
+local v = string.format('%d', tonumber(cur[4] or '0') + 1)
+local created = cur[5] or ARGV[14]
+local updated = ARGV[11 + 3 * n]
+fields[#fields + 1] = 'last'; fields[#fields + 1] = string.format('%d', last + n)
+fields[#fields + 1] = 'updated'; fields[#fields + 1] = updated
+fields[#fields + 1] = 'size'; fields[#fields + 1] = string.format('%d', size)
+fields[#fields + 1] = 'v'; fields[#fields + 1] = v
+if not cur[5] then fields[#fields + 1] = 'created'; fields[#fields + 1] = created end
+if ARGV[4] ~= '0' then fields[#fields + 1] = 'marker'; fields[#fields + 1] = ARGV[4] end
+redis.call('HSET', s, unpack(fields))
 local change = ARGV[7]
-if change ~= '' then apply_change(s, KEYS[5], KEYS[4], cmsgpack.unpack(change)) end
-redis.call('HINCRBY', s, 'v', 1)
-local row = row_state(s)
-if ARGV[8] ~= '' then index_row(ARGV[8], ARGV[10], row, cmsgpack.unpack(ARGV[9])) end
+local row = nil
+if change ~= '' then
+  apply_change(s, KEYS[5], KEYS[4], cmsgpack.unpack(change))
+  row = row_state(s)
+else  -- no catalog: only the list orders
+  row = {v, 'idle', '', '', {}, {}, updated, created}
+end
+local C = ARGV[8]
+if C ~= '' then
+  if change ~= '' then
+    index_row(C, ARGV[10], row, cmsgpack.unpack(ARGV[9]))
+  else
+    redis.call('ZADD', C .. 'z:u', updated, ARGV[10])
+    redis.call('ZADD', C .. 'z:c', 'NX', created, ARGV[10])
+    redis.call('ZADD', C .. 'z:i', 'NX', 0, ARGV[10])
+  end
+end
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   for k = 1, 5 do redis.call('PEXPIRE', KEYS[k], ttl) end
 end
+if C ~= '' then return {1, last, life, ''} end
 return {1, last, life, cmsgpack.pack(row)}
 """
 )

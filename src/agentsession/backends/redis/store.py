@@ -450,7 +450,8 @@ def check_layout(db: Server, create: bool) -> None:
 
     def read() -> Any:
         if create:
-            db.client.set(key, LAYOUT_VERSION, nx=True)
+            with contextlib.suppress(rex.ReadOnlyError):  # a replica: read what it has
+                db.client.set(key, LAYOUT_VERSION, nx=True)
         return db.client.get(key)
 
     found = db.run("reading the key layout's version", read)
