@@ -17,7 +17,12 @@ baseline and the ratio (targets in brackets):
   over this store vs the SDK's own ``RedisSession`` (``agents.extensions.memory``) on the same
   server, and ``get_items()`` of the whole session by a new object [ratio >= 2];
 * **two writers**: two processes adding ``--writer-items`` items each to one session through
-  each; items stored, lost and duplicated.
+  each; items stored, lost and duplicated;
+* **catalog** (``--catalog-sessions``, 0 to skip): the probes of ``benchmarks/catalog.py`` on
+  a store of that many sessions of 10 messages (the issue's scale is 100,000): the first page
+  of ``list(order="updated")``, a page filtered by tenant and tag, a two-word search, each in
+  a fresh process (median of 3), and appending with the catalog kept against
+  ``catalog=False`` [<= 20 ms, <= 30 ms, <= 100 ms, <= 1.3x].
 """
 
 from __future__ import annotations
@@ -43,8 +48,8 @@ import redis  # noqa: E402
 sys.path.insert(0, str(_HERE))
 from _workload import transcript  # noqa: E402
 
-import agentsession as ags
-from agentsession.events import encode_event
+import agentsession as ags  # noqa: E402
+from agentsession.events import encode_event  # noqa: E402
 
 URL = os.environ.get("AGENTSESSION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -204,7 +209,7 @@ def two_writers(kind: str, url: str, prefix: str, count: int) -> dict[str, Any]:
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-        )  # fmt: skip
+        )
         for who in "ab"
     ]
     time.sleep(3.0)
@@ -238,6 +243,21 @@ def two_writers(kind: str, url: str, prefix: str, count: int) -> dict[str, Any]:
     }
 
 
+def catalog_run(url: str, sessions: int) -> None:
+    import catalog as bench_catalog
+
+    store_url = url.replace("?prefix=", "?prefix=cat")
+    seconds = bench_catalog.fill(store_url, sessions, 10)
+    print(f"catalog, {sessions:,} sessions of 10 messages (filled in {seconds:.0f} s):")
+    for what, label in (("list", "first page"), ("filtered", "tenant + tag"), ("search", "search")):
+        ms, found = bench_catalog._median_probe(["--probe", store_url, what])
+        print(f"  {label:22} {ms:8.1f} ms  ({found} found)")
+    on = url.replace("?prefix=", "?prefix=on")
+    off = url.replace("?prefix=", "?prefix=off")
+    ratio = bench_catalog.append_ratio(on, off)
+    print(f"  append, catalog kept / catalog=False: {ratio:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", default=URL)
@@ -245,6 +265,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--writer-items", type=int, default=300)
+    parser.add_argument("--catalog-sessions", type=int, default=10_000)
     args = parser.parse_args()
     prefix = f"bench{uuid.uuid4().hex[:8]}:"
     base = args.url.split("?")[0]
@@ -275,6 +296,8 @@ def main() -> None:
         print(f"reload, {args.appends} events (best of {args.rounds}):")
         print(f"  ours (open + read)     {ours_s * 1000:8.1f} ms  {ours_s / raw_s:.2f}x raw")
         print(f"  raw XRANGE             {raw_s * 1000:8.1f} ms")
+        if args.catalog_sessions:
+            catalog_run(url, args.catalog_sessions)
         try:
             import agents.extensions.memory.redis_session  # noqa: F401
         except ImportError as exc:

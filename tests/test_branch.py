@@ -21,7 +21,7 @@ from agentsession.events import SESSION_BRANCH, SessionBranch
 from .store_urls import store_url
 
 
-@pytest.fixture(params=["memory", "jsonl", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "jsonl", "sqlite", "postgres", "redis"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from store_url(request.param, tmp_path)
 

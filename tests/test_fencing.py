@@ -28,7 +28,7 @@ from .store_urls import store_url
 from .test_conformance_postgres import DSN, drop_schemas, new_schema_name, url_with_schema
 
 
-@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
+@pytest.fixture(params=["jsonl", "sqlite", "postgres", "redis"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store URL shared by processes, of every backend that has one."""
     yield from store_url(request.param, tmp_path)

@@ -24,12 +24,12 @@ from agentsession.errors import SessionReset, UsageError
 from .store_urls import store_url
 
 
-@pytest.fixture(params=["memory", "jsonl", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "jsonl", "sqlite", "postgres", "redis"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from store_url(request.param, tmp_path)
 
 
-@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
+@pytest.fixture(params=["jsonl", "sqlite", "postgres", "redis"])
 def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from store_url(request.param, tmp_path)
 
