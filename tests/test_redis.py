@@ -401,3 +401,41 @@ def test_a_store_records_its_key_layout_and_refuses_a_newer_one(prefixes: list[s
     client.set(key, 2)
     with pytest.raises(StoreUnavailable, match="key layout version 2"):
         ags.open_store(url)
+
+
+def test_urls_name_a_server_or_a_cluster_and_never_show_the_password() -> None:
+    from agentsession.backends.redis.server import Target
+
+    def parse(url: str, **options: Any) -> Target:
+        given = {"cluster": None, "prefix": None, "replicas": None, "lock_ttl": None}
+        given.update(options)
+        return Target.parse(url, **given)
+
+    one = parse("redis://app:s3cret@db.internal:6380/2?prefix=agents:&replicas=1")
+    assert (one.nodes, one.db, one.prefix, one.replicas, one.tls, one.cluster) == (
+        [("db.internal", 6380)],
+        2,
+        "agents:",
+        1,
+        False,
+        False,
+    )
+    assert one.password == "s3cret" and "s3cret" not in one.location
+    assert parse("rediss://h/0").tls
+    many = parse("redis+cluster://a:7000,b:7001,[::1]:7002/")
+    assert many.cluster and many.nodes == [("a", 7000), ("b", 7001), ("::1", 7002)]
+    assert parse("redis://h:7000/", cluster=True).cluster
+    assert parse("redis://h/", prefix="x:", lock_ttl=3).lock_ttl == 3.0
+    from agentsession.errors import UsageError
+
+    for bad in ("redis://h/x", "redis+cluster://h:1/3", "redis://h/?prefix={x}", "redis://h:p/"):
+        with pytest.raises(UsageError):
+            parse(bad)
+
+
+def test_an_unreachable_server_is_store_unavailable_without_the_password() -> None:
+    from agentsession.errors import StoreUnavailable
+
+    with pytest.raises(StoreUnavailable) as caught:
+        ags.open_store("redis://u:hunter2@127.0.0.1:1/0", connect_timeout=1)
+    assert "hunter2" not in str(caught.value) and "127.0.0.1:1" in str(caught.value)
