@@ -185,8 +185,10 @@ class RedisCatalog(CatalogDefaults):
         return time_of_micros(found)
 
     def delete(self, session_id: str, meta_kinds: Sequence[str]) -> bool:
-        """The session's keys in one script, then its meta entries and its store-wide index
-        entries (other slots: on a single server in the same transaction)."""
+        """The session's keys in one script (its lock key stays: a holder keeps it), then its
+        meta entries and its store-wide index entries, each in a call of its own (other
+        slots): a failure between them leaves index entries that lists and searches skip
+        (the session's row is gone)."""
         db = self._db
         keys = db.keys.session(session_id)
         sid = bytes_of(session_id)
