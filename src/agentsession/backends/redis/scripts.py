@@ -197,6 +197,11 @@ for j = 0, n - 1 do
     if seen and tonumber(seen) > floor then return {-1, last, life or ''} end
   end
 end
+-- Everything decoded before the first write: a script that fails midway keeps what it wrote.
+local change = nil
+if ARGV[7] ~= '' then change = cmsgpack.unpack(ARGV[7]) end
+local words = {}
+if ARGV[8] ~= '' and change then words = cmsgpack.unpack(ARGV[9]) end
 local fields = {}
 if not life then
   life = ARGV[3]
@@ -220,18 +225,17 @@ fields[#fields + 1] = 'v'; fields[#fields + 1] = v
 if not cur[5] then fields[#fields + 1] = 'created'; fields[#fields + 1] = created end
 if ARGV[4] ~= '0' then fields[#fields + 1] = 'marker'; fields[#fields + 1] = ARGV[4] end
 redis.call('HSET', s, unpack(fields))
-local change = ARGV[7]
 local row = nil
-if change ~= '' then
-  apply_change(s, KEYS[5], KEYS[4], cmsgpack.unpack(change))
+if change then
+  apply_change(s, KEYS[5], KEYS[4], change)
   row = row_state(s)
 else  -- no catalog: only the list orders
   row = {v, 'idle', '', '', {}, {}, updated, created}
 end
 local C = ARGV[8]
 if C ~= '' then
-  if change ~= '' then
-    index_row(C, ARGV[10], row, cmsgpack.unpack(ARGV[9]))
+  if change then
+    index_row(C, ARGV[10], row, words)
   else
     redis.call('ZADD', C .. 'z:u', updated, ARGV[10])
     redis.call('ZADD', C .. 'z:c', 'NX', created, ARGV[10])
@@ -338,12 +342,14 @@ REBUILD: Final = (
 -- Returns {0} without a session, else {1, row (msgpack), old documents (flat)}.
 local s = KEYS[1]
 if redis.call('HEXISTS', s, 'life') == 0 then return {0} end
+local change = nil
+if ARGV[1] ~= '' then change = cmsgpack.unpack(ARGV[1]) end  -- decoded before any write
 local old = redis.call('HGETALL', KEYS[2])
 redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HDEL', s, 'messages', 'turns', 'u_in', 'u_out', 'u_cr', 'u_cw', 'u_cost',
            'agents', 'user', 'title', 'title_set', 'status', 'compacted', 'rewound', 'tags',
            'tenant')
-if ARGV[1] ~= '' then apply_change(s, KEYS[3], KEYS[2], cmsgpack.unpack(ARGV[1])) end
+if change then apply_change(s, KEYS[3], KEYS[2], change) end
 if ARGV[2] ~= '' then redis.call('HSET', s, 'title', ARGV[2], 'title_set', ARGV[3]) end
 redis.call('HSET', s, 'tags', ARGV[4])
 if ARGV[5] ~= '' then redis.call('HSET', s, 'user', ARGV[5]) end
