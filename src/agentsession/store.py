@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast, overload
 import msgspec
 
 from . import _trace, children, indexing
+from ._durations import as_timedelta
 from .branching import BRANCHES_KIND, branches_problem, live_branches, remove_branch
 from .catalog import Catalog, MetaStorage, StoreParts, meta_update
 from .codec import utcnow
@@ -135,9 +136,9 @@ class BaseStore:
         parts: StoreParts | Callable[[], StoreParts],
         *,
         durability: Durability = "flush",
-        ttl: _dt.timedelta | None = None,
-        max_cached_sessions: int = 256,
-        cache_idle_ttl: _dt.timedelta | None = None,
+        ttl: _dt.timedelta | str | None = None,
+        max_cached_sessions: int | None = 256,
+        cache_idle_ttl: _dt.timedelta | str | None = None,
         clock: Clock = utcnow,
         max_messages: int | None = None,
         passphrase: str | None = None,
@@ -149,12 +150,23 @@ class BaseStore:
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        # Durations may be Go duration strings ("30m"), as in agentkit's configuration.
+        ttl = as_timedelta(ttl, "ttl")
+        cache_idle_ttl = as_timedelta(cache_idle_ttl, "cache_idle_ttl")
         if ttl is not None and ttl <= _dt.timedelta(0):
             raise UsageError(f"ttl must be positive, not {ttl}")
-        if max_cached_sessions < 0:
-            raise UsageError("max_cached_sessions must be >= 0")
+        if max_cached_sessions is not None and (
+            isinstance(max_cached_sessions, bool)
+            or not isinstance(max_cached_sessions, int)
+            or max_cached_sessions < 0
+        ):
+            raise UsageError(
+                f"max_cached_sessions must be an int >= 0 or None, not {max_cached_sessions!r}"
+            )
         if cache_idle_ttl is not None and cache_idle_ttl <= _dt.timedelta(0):
             raise UsageError(f"cache_idle_ttl must be positive, not {cache_idle_ttl}")
+        if max_loaded_events == 0 and not isinstance(max_loaded_events, bool):
+            max_loaded_events = None  # agentkit's 0: no cap
         if max_messages is not None and max_messages < 1:
             raise UsageError(f"max_messages must be >= 1 or None, not {max_messages}")
         if max_loaded_events is not None and (
@@ -163,7 +175,7 @@ class BaseStore:
             or max_loaded_events < 1
         ):
             raise UsageError(
-                f"max_loaded_events must be an int >= 1 or None, not {max_loaded_events!r}"
+                f"max_loaded_events must be an int >= 0 or None, not {max_loaded_events!r}"
             )
         check_policy(default_delivery_policy)
         self._keys = KeyLifecycle(
@@ -177,7 +189,7 @@ class BaseStore:
         """History cap: at a new user turn, older whole turns beyond this many derived
         messages are dropped from the history by a prune compaction (never deleted)."""
         self.max_loaded_events = max_loaded_events
-        """Loading cap (agentkit's ``MaxLoadedEvents``; None, the default: no cap): when a
+        """Loading cap (agentkit's ``MaxLoadedEvents``; None, the default, or 0: no cap): when a
         session object loads its window (the events since its latest compaction marker, or the
         whole log; the first ``messages()``, ``entries()``, ``compact()`` or ``prune()`` after
         opening), it reads at most this many of the latest events, so opening a huge
@@ -205,7 +217,10 @@ class BaseStore:
         self.clock = clock
         """The store's clock (UTC); replaceable in tests."""
         self.max_cached_sessions = max_cached_sessions
+        """Open session objects kept for reuse by :meth:`get`, the least recently used
+        dropped first: None keeps every one (agentkit's ``0``), ``0`` keeps none."""
         self.cache_idle_ttl = cache_idle_ttl
+        """A cached session object unused this long is dropped (None: never)."""
         self._cache: OrderedDict[str, _CacheEntry] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._closed = False
@@ -396,6 +411,8 @@ class BaseStore:
             for key in [k for k, e in self._cache.items() if now - e.last_used >= idle]:
                 del self._cache[key]
         limit = self.max_cached_sessions
+        if limit is None:
+            return
         while limit and len(self._cache) > limit:
             self._cache.popitem(last=False)
         if limit == 0:

@@ -38,6 +38,7 @@ __all__ = [
     "AgentkitLines",
     "AgentkitMeta",
     "agentkit_file_name",
+    "detect_dialect",
 ]
 
 log = logging.getLogger("agentsession.backends.jsonl")
@@ -192,8 +193,21 @@ class AgentkitLayout:
         return lines is AGENTKIT_LINES
 
     def id_of(self, path: str, claimed_by: Callable[[str], str | None]) -> str | None:
-        """The recorded id, or the name itself (which opens it)."""
-        return claimed_by(path) or os.path.basename(path)[: -len(SUFFIX)]
+        """The session id of a file: the id recorded beside it; else the ``SessionID`` of its
+        first line when agentkit names that id with this file (agentkit's own writers leave
+        it empty, other writers of its format fill it in); else the CLI id the name spells
+        (``cli_default`` is ``cli:default``, ``cli_<rest>`` is ``cli:<rest>``, agentkit's
+        ``NewCLISessionID`` ids); else the name itself, which opens the same file."""
+        recorded = claimed_by(path)
+        if recorded:
+            return recorded
+        stem = os.path.basename(path)[: -len(SUFFIX)]
+        written = _first_session_id(path)
+        if written and _NAME.sub("_", written) == stem and ".." not in written:
+            return written
+        if stem.startswith("cli_") and len(stem) > 4:
+            return "cli:" + stem[4:]
+        return stem
 
     def meta(
         self,
@@ -208,6 +222,108 @@ class AgentkitLayout:
 
 AGENTKIT_LAYOUT = AgentkitLayout()
 """agentkit's layout (stateless: one object serves every store)."""
+
+
+class _LineSession(msgspec.Struct, gc=False):
+    """The one field of an agentkit line :meth:`AgentkitLayout.id_of` reads."""
+
+    session_id: str = msgspec.field(default="", name="SessionID")
+
+
+_line_session = msgspec.json.Decoder(_LineSession)
+_HEAD_BYTES = 4096  # the first line's SessionID comes before its payload
+
+
+def _first_session_id(path: str) -> str:
+    """The ``SessionID`` of a file's first agentkit line (``""`` when there is none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        head = os.pread(fd, _HEAD_BYTES, 0)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    if not head.startswith(LINE_START):
+        return ""
+    match = re.match(rb'\{"ID":"(?:[^"\\]|\\.)*","Seq":\d+,"SessionID":("(?:[^"\\]|\\.)*")', head)
+    if match is None:
+        return ""
+    try:
+        return _line_session.decode(b'{"SessionID":' + match.group(1) + b"}").session_id
+    except msgspec.DecodeError:
+        return ""
+
+
+# -- telling a directory agentkit writes from one agentsession writes --------------------------
+
+DETECT_FILES = 64
+"""Session files whose first line :func:`detect_dialect` reads at most."""
+
+
+def detect_dialect(directory: str | os.PathLike[str]) -> Literal["agentsession", "agentkit"]:
+    """The dialect a JSONL store over ``directory`` opens in when none is given:
+    ``"agentkit"`` when the directory holds agentkit's files and none of agentsession's
+    lines (the first line of a session file starting ``{"ID":``, the CLI pointer
+    ``cli_current.jsonl``, or a sidecar directory holding ``current.json`` or
+    ``agent.json``), ``"agentsession"`` otherwise: a new or empty directory, one with
+    agentsession's lines (``{"seq":``), and one holding both. Reads the first bytes of at most
+    :data:`DETECT_FILES` session files."""
+    root = os.fspath(directory)
+    agentkit = False
+    try:
+        entries = os.scandir(root)
+    except OSError:
+        return "agentsession"  # nothing there yet, or unreadable: the open says why
+    read = 0
+    sidecars: builtins.list[str] = []
+    with entries:
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue
+            try:
+                if name == CLI_CURRENT_LINK and entry.is_symlink():
+                    agentkit = True
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    sidecars.append(entry.path)
+                    continue
+                if not name.endswith(SUFFIX) or read >= DETECT_FILES:
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue
+            read += 1
+            head = _head(entry.path)
+            if head.startswith(b'{"seq":'):
+                return "agentsession"
+            if head.startswith(LINE_START):
+                agentkit = True
+    if not agentkit:
+        agentkit = any(
+            os.path.isfile(os.path.join(path, sidecar))
+            for path in sidecars[:DETECT_FILES]
+            for sidecar in ("current.json", "agent.json")
+        )
+    return "agentkit" if agentkit else "agentsession"
+
+
+def _head(path: str) -> bytes:
+    """The first bytes of a file (blank leading lines skipped; ``b""`` when unreadable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        return os.pread(fd, 64, 0).lstrip()
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 # -- agentkit's files for the identity mappings -----------------------------------------------

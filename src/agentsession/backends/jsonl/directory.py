@@ -21,6 +21,7 @@ from ..._files import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, atomic_write
 from ...catalog import CatalogDefaults, StoreParts
 from ...contract import Capabilities, SessionInfo
 from ...errors import StorageError, StoreUnavailable, UsageError
+from ...interop.agentkit_layout import detect_dialect
 from ...interop.jsonl_layout import SUFFIX, Dialect, JsonlLayout
 from ...locks import FileLocker
 from ...session import BaseSession, SessionHost
@@ -429,6 +430,19 @@ class JsonlCatalog(CatalogDefaults):
 
 
 
+def detected_dialect(directory: str | os.PathLike[str]) -> Dialect:
+    """The dialect a store over ``directory`` opens in when none is given, logged when it is
+    agentkit's (see :func:`~agentsession.interop.agentkit_layout.detect_dialect`)."""
+    dialect = detect_dialect(directory)
+    if dialect == "agentkit":
+        log.info(
+            "%s holds agentkit's session files: opening it in the agentkit dialect (pass "
+            "dialect='agentsession' to open it in agentsession's own)",
+            os.path.abspath(os.fspath(directory)),
+        )
+    return dialect
+
+
 def _jsonl_parts(
     store: JsonlStore,
     make_catalog: Callable[[JsonlHost, str, JsonlLayout, int], JsonlCatalog],
@@ -504,8 +518,11 @@ class JsonlStore(BaseStore):
     dialect of its first line when appended to. ``dialect="agentkit"`` (for a directory shared
     with an agentkit service) also writes new files as agentkit lines and names them as
     agentkit does (every character outside ``[A-Za-z0-9._-]`` becomes ``_``); two ids that
-    agentkit's naming maps to one file are refused rather than merged. See
-    ``docs/interop.md``.
+    agentkit's naming maps to one file are refused rather than merged. Without ``dialect``,
+    a directory holding agentkit's files and none of agentsession's opens in the agentkit
+    dialect (:func:`~agentsession.interop.agentkit_layout.detect_dialect`, logged once), any
+    other in ``"agentsession"``. In the agentkit dialect ``max_cached_sessions=0`` means no
+    limit, as in agentkit. See ``docs/interop.md``.
 
     Its parts: a :class:`JsonlCatalog`, its layout's meta entries (``.meta``, see
     :class:`~agentsession.backends.jsonl.meta.MetaFiles`), a
@@ -532,10 +549,14 @@ class JsonlStore(BaseStore):
         on_corrupt: OnCorrupt = "raise",
         max_open_files: int | None = None,
         create: bool = True,
-        dialect: Dialect = "agentsession",
+        dialect: Dialect | None = None,
         **options: Any,
     ) -> None:
         sealed = options.get("passphrase") is not None or options.get("key") is not None
+        if dialect is None:
+            dialect = detected_dialect(directory)
+        if dialect == "agentkit" and options.get("max_cached_sessions") == 0:
+            options["max_cached_sessions"] = None  # agentkit's 0: no limit
 
         def parts() -> StoreParts:
             self._files, built = _jsonl_parts(

@@ -1,0 +1,147 @@
+"""Porting from the Go originals (agentkit, lango): the behaviours aligned with Go, and the
+options that restore Go's meaning where agentsession's default differs (``docs/porting.md``)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+import agentsession as ags
+from agentsession._durations import parse_go_duration
+from agentsession.backends.jsonl import JsonlStore
+from agentsession.interop.agentkit_layout import detect_dialect
+
+GOLDEN_DIR = Path(__file__).parent / "golden" / "agentkit_dir"
+
+
+def user(text: str) -> ags.Event:
+    return ags.Event.new("user/message", ags.Message.user(text))
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. A directory agentkit writes opens in the agentkit dialect.
+
+
+def test_an_agentkit_directory_opens_in_the_agentkit_dialect(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    shutil.copytree(GOLDEN_DIR, tmp_path / "sessions")
+    with caplog.at_level(logging.INFO, logger="agentsession.backends.jsonl"):
+        store = ags.open_store(tmp_path / "sessions")
+    try:
+        assert isinstance(store, JsonlStore) and store.dialect == "agentkit"
+        assert sum("agentkit dialect" in r.getMessage() for r in caplog.records) == 1
+        ids = {info.id for info in store.list()}
+        assert "slack_C001_u_U111_new_20260905-101112.123" in ids
+        assert {"cli:default", "cli:20260905-101112.123", "slack_C001"} <= ids
+        # An id holding "_" maps to Go's file, not to a second file beside it.
+        before = sorted(p.name for p in (tmp_path / "sessions").glob("*.jsonl"))
+        store.get("slack:C001").append(user("more"))
+        assert sorted(p.name for p in (tmp_path / "sessions").glob("*.jsonl")) == before
+        assert "more" in (tmp_path / "sessions" / "slack_C001.jsonl").read_text()
+    finally:
+        store.close()
+
+
+def test_a_session_id_written_in_the_first_line_is_listed(tmp_path: Path) -> None:
+    line = (
+        '{"ID":"","Seq":1,"SessionID":"feishu:oc_x:t:om_y","AgentID":"","Type":"turn/start",'
+        '"Data":{},"CreatedAt":"0001-01-01T00:00:00Z","UserID":""}\n'
+    )
+    (tmp_path / "feishu_oc_x_t_om_y.jsonl").write_text(line)
+    with ags.open_store(tmp_path) as store:
+        assert [info.id for info in store.list()] == ["feishu:oc_x:t:om_y"]
+
+
+def test_new_mixed_and_native_directories_keep_the_default_dialect(tmp_path: Path) -> None:
+    assert detect_dialect(tmp_path / "missing") == "agentsession"
+    assert detect_dialect(tmp_path) == "agentsession"
+    with ags.open_store(tmp_path / "native") as store:
+        store.get("a_b").append(user("x"))
+    assert detect_dialect(tmp_path / "native") == "agentsession"
+    shutil.copy(GOLDEN_DIR / "cli_default.jsonl", tmp_path / "native" / "cli_default.jsonl")
+    with ags.open_store(tmp_path / "native") as store:
+        assert store.dialect == "agentsession"  # type: ignore[attr-defined]
+    with ags.open_store(tmp_path / "forced", dialect="agentsession") as store:
+        assert store.dialect == "agentsession"  # type: ignore[attr-defined]
+
+
+def test_a_cli_pointer_or_a_sidecar_alone_marks_an_agentkit_directory(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "cli_current.jsonl").symlink_to("cli_default.jsonl")
+    assert detect_dialect(tmp_path / "a") == "agentkit"
+    (tmp_path / "b" / "slack_C001").mkdir(parents=True)
+    (tmp_path / "b" / "slack_C001" / "current.json").write_text('{"sessionId":"x"}')
+    assert detect_dialect(tmp_path / "b") == "agentkit"
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Options with Go's meanings.
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30m", _dt.timedelta(minutes=30)),
+        ("1h30m", _dt.timedelta(hours=1, minutes=30)),
+        ("45s", _dt.timedelta(seconds=45)),
+        ("1.5s", _dt.timedelta(seconds=1.5)),
+        ("300ms", _dt.timedelta(milliseconds=300)),
+        ("2h45m30.5s", _dt.timedelta(hours=2, minutes=45, seconds=30.5)),
+        ("-1m", _dt.timedelta(minutes=-1)),
+        ("0", _dt.timedelta(0)),
+    ],
+)
+def test_go_durations_parse(text: str, expected: _dt.timedelta) -> None:
+    assert parse_go_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["nope", "30", "m", "1x", "1h 30m", "", "1.2.3s"])
+def test_bad_go_durations_are_refused_clearly(text: str) -> None:
+    with pytest.raises(ags.UsageError, match="duration"):
+        parse_go_duration(text)
+
+
+def test_cache_idle_ttl_takes_a_go_duration(tmp_path: Path) -> None:
+    with ags.open_store(tmp_path, cache_idle_ttl="30m", ttl="24h") as store:
+        assert store.cache_idle_ttl == _dt.timedelta(minutes=30)
+        assert store.ttl == _dt.timedelta(hours=24)
+    with ags.open_store("memory:", cache_idle_ttl="") as store:
+        assert store.cache_idle_ttl is None  # Go's empty setting: disabled
+    with pytest.raises(ags.UsageError, match="cache_idle_ttl: invalid duration 'nope'"):
+        ags.open_store("memory:", cache_idle_ttl="nope")
+    with pytest.raises(ags.UsageError, match="positive"):
+        ags.open_store("memory:", cache_idle_ttl="0s")
+    with pytest.raises(ags.UsageError, match="cache_idle_ttl must be"):
+        ags.open_store("memory:", cache_idle_ttl=30)
+
+
+def test_max_cached_sessions_none_keeps_every_session_and_zero_follows_the_dialect(
+    tmp_path: Path,
+) -> None:
+    with ags.open_store("memory:", max_cached_sessions=None) as store:
+        sessions = [store.get(f"s{i}") for i in range(300)]
+        assert all(store.get(f"s{i}") is s for i, s in enumerate(sessions))
+    with ags.open_store("memory:", max_cached_sessions=0) as store:
+        assert store.get("a") is not store.get("a")  # agentsession's 0: no cache
+    with ags.open_store(tmp_path, dialect="agentkit", max_cached_sessions=0) as store:
+        assert store.max_cached_sessions is None  # agentkit's 0: no limit
+        assert store.get("a") is store.get("a")
+    with pytest.raises(ags.UsageError, match="max_cached_sessions"):
+        ags.open_store("memory:", max_cached_sessions=-1)
+
+
+def test_max_loaded_events_zero_loads_everything(tmp_path: Path) -> None:
+    with ags.open_store(tmp_path, max_loaded_events=0) as store:
+        assert store.max_loaded_events is None
+        session = store.get("s")
+        for i in range(10):
+            session.append(user(f"m{i}"))
+    with ags.open_store(tmp_path, max_loaded_events=0) as store:
+        assert len(store.get("s").messages()) == 10
+    with pytest.raises(ags.UsageError, match="max_loaded_events"):
+        ags.open_store("memory:", max_loaded_events=-1)
