@@ -198,7 +198,7 @@ def test_a_busy_conversation_is_refused_and_one_under_the_callers_lock_is_not(
 
 def test_help_lists_retry_and_edit(store: ags.BaseStore) -> None:
     registry = chat.default_commands(store)
-    assert [c.name for c in registry.commands()] == ["edit", "new", "retry", "session"]
+    assert [c.name for c in registry.commands()] == ["edit", "help", "new", "retry", "session"]
     lines = registry.help().splitlines()
     assert "/retry: answer the last message again (the last answer is dropped)" in lines
     assert "/edit: replace the last message by the text given, and answer it" in lines

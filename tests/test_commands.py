@@ -29,7 +29,7 @@ def store(tmp_path: Path) -> ags.BaseStore:
 
 def test_store_offers_the_default_commands(store: ags.BaseStore) -> None:
     registry = default_commands(store)
-    assert [c.name for c in registry.commands()] == ["edit", "new", "retry", "session"]
+    assert [c.name for c in registry.commands()] == ["edit", "help", "new", "retry", "session"]
     reply = registry.dispatch("/new")
     assert reply is not None and reply.startswith("cli:")
     assert registry.dispatch("/session") is not None

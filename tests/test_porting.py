@@ -145,3 +145,44 @@ def test_max_loaded_events_zero_loads_everything(tmp_path: Path) -> None:
         assert len(store.get("s").messages()) == 10
     with pytest.raises(ags.UsageError, match="max_loaded_events"):
         ags.open_store("memory:", max_loaded_events=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. The CLI pointer and the commands.
+
+
+def test_cli_current_can_create_the_default_link_as_agentkit_does(tmp_path: Path) -> None:
+    from agentsession.chat import cli_current
+
+    with ags.open_store(tmp_path, dialect="agentkit") as store:
+        assert cli_current(store) == "cli:default"
+        assert not (tmp_path / "cli_current.jsonl").is_symlink()  # reading never writes
+        assert cli_current(store, create=True) == "cli:default"
+        link = tmp_path / "cli_current.jsonl"
+        assert link.is_symlink() and str(link.readlink()) == "cli_default.jsonl"
+    with ags.open_store(tmp_path) as store:
+        assert store.dialect == "agentkit"  # type: ignore[attr-defined]  # the link says so
+
+
+def test_session_and_help_commands_read_as_agentkits() -> None:
+    from agentsession import chat
+    from agentsession.chat.routing import new_cli_session_id
+
+    with ags.open_store("memory:") as store:
+        registry = chat.default_commands(store)
+        with chat.with_conversation("cli:default"):
+            lines = (registry.dispatch("/session") or "").splitlines()
+        assert lines[:4] == [
+            "session id: cli:default",
+            "path: (memory)",
+            "events: 0",
+            "messages: 0",
+        ]
+        assert lines[4:] == ["turns: 0"]
+        text = registry.dispatch("/help") or ""
+        assert "/help: list the commands" in text.splitlines()
+        assert "/session (/sess): " in text
+        with pytest.raises(ags.UsageError, match="usage: /help"):
+            registry.dispatch("/help me")
+    suffix = new_cli_session_id().rsplit("-", 1)[1]
+    assert len(suffix) == 16

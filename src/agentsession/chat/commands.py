@@ -203,9 +203,11 @@ def session_command(store: BaseStore) -> Command:
         session_id = _next_session_id(store)
         session = store.get(session_id)
         events = session.read()
+        # agentkit prints "(memory)" for a session with no file.
+        where = "(memory)" if session.location == "memory" else session.location
         lines = [
             f"session id: {session_id}",
-            f"path: {session.location}",
+            f"path: {where}",
             f"events: {len(events)}",
             f"messages: {len(session.messages())}",
             f"turns: {sum(1 for e in events if e.type == TURN_START)}",
@@ -302,8 +304,22 @@ def edit_command(store: BaseStore, *, lock_timeout: float = 5.0) -> Command:
     return Command("edit", "replace the last message by the text given, and answer it", run)
 
 
+def help_command(registry: CommandRegistry) -> Command:
+    """``/help``: the registry's commands, one line each (:meth:`CommandRegistry.help`)."""
+
+    def run(args: str) -> str:
+        if args:
+            raise UsageError("usage: /help")
+        return registry.help()
+
+    return Command("help", "list the commands", run)
+
+
 def default_commands(store: BaseStore) -> CommandRegistry:
-    """A registry with ``/new``, ``/session``, ``/retry`` and ``/edit`` bound to ``store``."""
-    return CommandRegistry(
+    """A registry with ``/new``, ``/session``, ``/retry``, ``/edit`` bound to ``store``, and
+    ``/help`` listing them (and any registered later)."""
+    registry = CommandRegistry(
         [new_command(store), session_command(store), retry_command(store), edit_command(store)]
     )
+    registry.register(help_command(registry))
+    return registry

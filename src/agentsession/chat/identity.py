@@ -58,9 +58,18 @@ def bind_agent(store: Store, session_id: str, agent: str) -> None:
     store.meta_set("bind", sid, agent or None)
 
 
-def cli_current(store: Store) -> str:
-    """The session the command line attaches to next (default ``cli:default``)."""
-    return store.meta_get("cli", "current") or DEFAULT_CLI_SESSION_ID
+def cli_current(store: Store, *, create: bool = False) -> str:
+    """The session the command line attaches to next (default ``cli:default``).
+
+    Reading never writes, unless ``create=True``: then a missing pointer is set to
+    ``cli:default`` (agentkit's ``ResolveCLICurrent``, which creates the
+    ``cli_current.jsonl`` link, so an agentkit process sharing the directory sees it)."""
+    current = store.meta_get("cli", "current")
+    if current:
+        return current
+    if create:
+        set_cli_current(store, DEFAULT_CLI_SESSION_ID)
+    return DEFAULT_CLI_SESSION_ID
 
 
 def set_cli_current(store: Store, session_id: str) -> None:

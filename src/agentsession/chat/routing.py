@@ -374,8 +374,8 @@ def _fresh_stamp() -> str:
 
 
 def new_cli_session_id() -> str:
-    """A fresh CLI session id: ``cli:YYYYMMDD-HHMMSS.mmm-xxxxxx`` (UTC, then 6 random base32
-    characters).
+    """A fresh CLI session id: ``cli:YYYYMMDD-HHMMSS.mmm-<suffix>`` (UTC, then 16 random
+    lower-case base32 characters).
 
     Ids sort by creation time (to the millisecond) and never collide, even when made in the
     same millisecond. agentkit's form has no suffix and can collide.
@@ -384,7 +384,8 @@ def new_cli_session_id() -> str:
 
 
 def new_session_id(base: str = "") -> str:
-    """A fresh session id derived from ``base``: ``base:new:YYYYMMDD-HHMMSS.mmm-xxxxxx``.
+    """A fresh session id derived from ``base``: ``base:new:YYYYMMDD-HHMMSS.mmm-<suffix>``
+    (16 random base32 characters, as :func:`new_cli_session_id`).
 
     An empty ``base``, or one starting with ``cli:``, gives :func:`new_cli_session_id`.
     """
