@@ -3,6 +3,7 @@ options that restore Go's meaning where agentsession's default differs (``docs/p
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import logging
 import shutil
@@ -186,3 +187,48 @@ def test_session_and_help_commands_read_as_agentkits() -> None:
             registry.dispatch("/help me")
     suffix = new_cli_session_id().rsplit("-", 1)[1]
     assert len(suffix) == 16
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. The history filtered by the envelope's agent, as agentkit's DeriveMessages(ctx).
+
+
+def _two_agents(store: ags.BaseStore) -> ags.BaseSession:
+    session = store.get("s")
+    session.append(ags.Event.new("user/message", ags.Message.user("to coder"), agent="coder"))
+    session.append(
+        ags.Event.new("user/message", ags.Message.user("to meetingbot"), agent="meetingbot")
+    )
+    session.append(ags.Event.new("user/message", ags.Message.user("to all")))
+    return session
+
+
+def test_messages_from_the_envelope_filter_by_its_agent() -> None:
+    from agentsession import chat
+    from agentsession.context import FROM_ENVELOPE
+
+    with ags.open_store("memory:") as store:
+        session = _two_agents(store)
+        assert len(session.messages()) == 3  # the default: every agent
+        with chat.apply_envelope(chat.TurnEnvelope(agent_id="meetingbot")):
+            assert len(session.messages()) == 3
+            texts = [m.text for m in session.messages(agent=FROM_ENVELOPE)]
+            assert texts == ["to meetingbot", "to all"]
+            assert len(session.entries(FROM_ENVELOPE)) == 2
+        assert len(session.messages(agent=FROM_ENVELOPE)) == 3  # no envelope: no filter
+
+
+def test_async_messages_from_the_envelope(tmp_path: Path) -> None:
+    from agentsession import chat
+    from agentsession.aio import open_async_store
+    from agentsession.context import FROM_ENVELOPE
+
+    async def main() -> list[str]:
+        with ags.open_store(tmp_path) as sync:
+            _two_agents(sync)
+        async with open_async_store(tmp_path) as store:
+            session = await store.get("s")
+            with chat.apply_envelope(chat.TurnEnvelope(agent_id="coder")):
+                return [m.text for m in await session.messages(agent=FROM_ENVELOPE)]
+
+    assert asyncio.run(main()) == ["to coder", "to all"]

@@ -33,13 +33,20 @@ application's own code (lango's background tasks and workflow steps key their se
 from __future__ import annotations
 
 import contextvars
+import enum
+from collections.abc import Callable
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Final, Generic, Literal, TypeVar
 
 import msgspec
 
 __all__ = [
+    "FROM_ENVELOPE",
+    "AgentFilter",
     "ContextToken",
+    "envelope_agent",
+    "resolve_agent",
+    "set_envelope_agent_source",
     "RunContext",
     "run_context",
     "session_key",
@@ -160,3 +167,43 @@ def run_context() -> RunContext | None:
     """The context's run context, or ``None`` when none is set (lango's
     ``RunContextFromContext``)."""
     return _run_context.get()
+
+
+# ---------------------------------------------------------------------------------------------
+# The agent of the current turn envelope, for agentkit's DeriveMessages(ctx).
+
+
+class _FromEnvelope(enum.Enum):
+    FROM_ENVELOPE = "from-envelope"
+
+
+FROM_ENVELOPE: Final = _FromEnvelope.FROM_ENVELOPE
+"""``session.messages(agent=FROM_ENVELOPE)`` (and ``entries``): filter the history by the agent
+of the current chat turn envelope (``chat.current_envelope().agent_id``), as agentkit's
+``DeriveMessages(ctx)`` does; no envelope, or one without an agent, gives every agent's
+messages."""
+
+AgentFilter = str | None | Literal[_FromEnvelope.FROM_ENVELOPE]
+"""What a history's ``agent`` argument takes: an agent id, None (every agent) or
+:data:`FROM_ENVELOPE`."""
+
+_envelope_agent_source: list[Callable[[], str]] = []
+
+
+def set_envelope_agent_source(source: Callable[[], str]) -> None:
+    """Where :func:`envelope_agent` reads the envelope's agent (the chat layer sets it when it
+    is imported; the core imports nothing of it)."""
+    _envelope_agent_source[:] = [source]
+
+
+def envelope_agent() -> str:
+    """The agent id of the current chat turn envelope (``""`` when none is set)."""
+    return _envelope_agent_source[0]() if _envelope_agent_source else ""
+
+
+def resolve_agent(agent: AgentFilter) -> str | None:
+    """An ``agent`` argument as the filter it means: :data:`FROM_ENVELOPE` becomes the
+    envelope's agent (None when it names none)."""
+    if agent is FROM_ENVELOPE:
+        return envelope_agent() or None
+    return agent

@@ -16,6 +16,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
+from .context import AgentFilter
 from .errors import UsageError
 from .events import Event
 from .fencing import Lease
@@ -152,10 +153,11 @@ class Session(Protocol):
         """Events with ``seq > after`` in seq order, at most ``limit`` of them."""
 
     def messages(
-        self, agent: str | None = None, *, max_tool_result_bytes: int | None = None
+        self, agent: AgentFilter = None, *, max_tool_result_bytes: int | None = None
     ) -> list[Message]:
         """The provider-valid, compaction-aware history (see :mod:`agentsession.derive`);
-        ``agent`` filters it, ``max_tool_result_bytes`` cuts longer tool results to that size."""
+        ``agent`` filters it (:data:`~agentsession.context.FROM_ENVELOPE`: by the chat turn
+        envelope's agent), ``max_tool_result_bytes`` cuts longer tool results to that size."""
 
     def compact(
         self,

@@ -43,6 +43,7 @@ from typing import Any, Literal, TypeVar, cast
 from . import _trace, children, indexing
 from .branching import BranchRef, ShiftedLog
 from .branching import live_branches as _live_branches
+from .context import AgentFilter, resolve_agent
 from .core import (
     _ID_LIMIT,
     _RETRYABLE,
@@ -533,28 +534,32 @@ class BaseSession(SessionCore):
         """:meth:`_deriver` in the sync lane: the fed deriver, else one built (driven)."""
         return self._fed_deriver(agent) or drive(self._deriver(agent), self)
 
-    def entries(self, agent: str | None = None) -> list[IndexedMessage]:
-        """The derived history with source seqs (what compaction plans its cut on)."""
+    def entries(self, agent: AgentFilter = None) -> list[IndexedMessage]:
+        """The derived history with source seqs (what compaction plans its cut on); ``agent``
+        as for :meth:`messages`."""
+        agent = resolve_agent(agent)
         with self._lock:
             self._refresh()
             return self._derived(agent).entries()
 
     def messages(
-        self, agent: str | None = None, *, max_tool_result_bytes: int | None = None
+        self, agent: AgentFilter = None, *, max_tool_result_bytes: int | None = None
     ) -> list[Message]:
         """The provider-valid, compaction-aware history, updated incrementally.
 
         ``agent`` filters it (events of that agent and events without one); None gives every
         agent's messages. The filter is only ever this argument: inside a chat turn envelope
-        that names an agent, ``messages()`` still returns every agent's messages (agentkit took
-        the filter from the envelope), so that the history is a function of the log and the
-        arguments alone; ask for ``messages(agent=current_envelope().agent_id)`` there.
+        that names an agent, ``messages()`` still returns every agent's messages, so that the
+        history is a function of the log and the arguments alone; agentkit's
+        ``DeriveMessages(ctx)`` took the filter from the envelope, which
+        ``messages(agent=FROM_ENVELOPE)`` does (:data:`agentsession.context.FROM_ENVELOPE`).
 
         With the store's ``max_loaded_events`` cap and a window longer than it, the history is
         derived from the latest ``max_loaded_events`` events only, from the first turn boundary
         among them (a ``turn/start`` or a user message), with a compaction marker among them
         honoured as usual (see :attr:`agentsession.store.BaseStore.max_loaded_events`).
         """
+        agent = resolve_agent(agent)
         if _trace.enabled:
             with _trace.span(
                 "agentsession.messages",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 from .. import _trace
 from ..branching import BranchRef
 from ..children import DEFAULT_MERGE_LOCK_TIMEOUT, SessionRecord
-from ..context import turn_id, with_turn_id
+from ..context import AgentFilter, resolve_agent, turn_id, with_turn_id
 from ..derive import IndexedMessage
 from ..errors import UsageError
 from ..events import USER_MESSAGE, Event
@@ -268,10 +268,11 @@ class AsyncSession:
         )
 
     async def messages(
-        self, agent: str | None = None, *, max_tool_result_bytes: int | None = None
+        self, agent: AgentFilter = None, *, max_tool_result_bytes: int | None = None
     ) -> list[Message]:
         """The provider-valid, compaction-aware history
         (:meth:`agentsession.BaseSession.messages`)."""
+        agent = resolve_agent(agent)  # here: the envelope is this task's
         native = self._store.backend.native_log(self._sync)
         if native is not None:
             plan = functools.partial(self._sync.plans.messages, agent, max_tool_result_bytes)
@@ -290,8 +291,9 @@ class AsyncSession:
         args = {"agent": agent, "max_tool_result_bytes": max_tool_result_bytes}
         return await self._call("messages", fn, "read", args=args)
 
-    async def entries(self, agent: str | None = None) -> list[IndexedMessage]:
+    async def entries(self, agent: AgentFilter = None) -> list[IndexedMessage]:
         """The derived history with source seqs (what compaction plans its cut on)."""
+        agent = resolve_agent(agent)
         native = self._store.backend.native_log(self._sync)
         if native is not None:
             plan = functools.partial(self._sync.plans.entries, agent)

@@ -35,7 +35,7 @@ import msgspec
 
 from .. import recorder
 from ..codec import decode, encode
-from ..context import ContextToken
+from ..context import ContextToken, set_envelope_agent_source
 from ..errors import UsageError
 from .routing import (
     OutboundEvent,
@@ -248,6 +248,10 @@ def apply_envelope(env: TurnEnvelope) -> EnvelopeToken:
 def current_envelope() -> TurnEnvelope:
     """The current envelope, or the zero envelope when none is set."""
     return _current.get(_ZERO_ENVELOPE)
+
+
+# session.messages(agent=FROM_ENVELOPE) reads the envelope's agent through the core's context.
+set_envelope_agent_source(lambda: current_envelope().agent_id)
 
 
 def with_route(route: RouteRef) -> EnvelopeToken:
