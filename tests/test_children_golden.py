@@ -33,7 +33,9 @@ def texts(messages: list[ags.Message]) -> list[str]:
 
 
 def test_the_tree_loads(store: ags.BaseStore) -> None:
-    researcher, drafter = store.children_of("golden:lead")
+    researcher, drafter = store.children_of("golden:lead", include_discarded=True)
+    assert store.children_of("golden:lead") == [researcher]
+    assert researcher.merged_at is not None and drafter.merged_at is None
     assert (researcher.id, researcher.agent, researcher.task, researcher.state) == (
         "golden:lead:child:researcher", "researcher", "compare fares", "merged"
     )

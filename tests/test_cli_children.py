@@ -726,7 +726,8 @@ def test_shred_keep_children_warns_naming_the_children_that_keep_copies(
     assert inherited_copy(sealed_family, "main:research") == f"plan the trip {COPIED}"
     with ags.open_store(sealed_family, create=False, passphrase=PASSPHRASE) as store:
         # States come from the children's own logs (the shredded index keeps only ids).
-        assert [(c.id, c.state, c.shredded) for c in store.children_of("main")] == [
+        listed = store.children_of("main", include_discarded=True)
+        assert [(c.id, c.state, c.shredded) for c in listed] == [
             ("main:research", "merged", False),
             ("main:critic", "discarded", False),
         ]

@@ -232,3 +232,20 @@ def test_async_messages_from_the_envelope(tmp_path: Path) -> None:
                 return [m.text for m in await session.messages(agent=FROM_ENVELOPE)]
 
     assert asyncio.run(main()) == ["to coder", "to all"]
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. lango's child sessions.
+
+
+def test_merge_of_an_empty_summary_merges_the_whole_history() -> None:
+    with ags.open_store("memory:") as store:
+        parent = store.get("parent")
+        parent.append(user("plan the trip"))
+        child = parent.fork("researcher")
+        child.append(ags.Event.new("assistant/message", ags.Message.assistant("found FR")))
+        child.merge("")
+        assert [m.text for m in parent.messages()] == ["plan the trip", "found FR"]
+        [info] = store.children_of("parent")
+        assert info.state == "merged" and info.merged_at is not None
+        assert info.merged_at == store.get(child.id).read()[-1].time

@@ -29,6 +29,7 @@ handed through the small protocols below, never importing either.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as _dt
 import logging
 import uuid
@@ -123,6 +124,8 @@ class ChildInfo(msgspec.Struct, frozen=True, kw_only=True):
     """``active``, ``merged`` or ``discarded``."""
     created_at: _dt.datetime | None = None
     """When the child was forked (UTC)."""
+    merged_at: _dt.datetime | None = None
+    """When the child was merged (UTC; lango's ``MergedAt``); None while it is not."""
     shredded: bool = False
     """The child was shredded (``store.shred``): its log cannot be read, so ``state`` is
     what its parent's index last said (``active`` when the parent was shredded too, and its
@@ -209,6 +212,7 @@ class _IndexEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     parent_agent: str = ""
     state: ChildState = "active"
     created_at: _dt.datetime | None = None
+    ended_at: _dt.datetime | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,8 +480,10 @@ def _index_change(
     child_id: str,
     fork_id: str,
     state: ChildState | None,
+    ended_at: _dt.datetime | None = None,
 ) -> None:
-    """Set a child's state in its parent's index (None: remove it)."""
+    """Set a child's state in its parent's index (None: remove it), with the time of the
+    merge or discard that ended it."""
 
     def changed(entries: builtins.list[_IndexEntry]) -> builtins.list[_IndexEntry]:
         out = []
@@ -485,7 +491,7 @@ def _index_change(
             if e.id == child_id and e.fork_id == fork_id:
                 if state is None:
                     continue
-                e = msgspec.structs.replace(e, state=state)
+                e = msgspec.structs.replace(e, state=state, ended_at=ended_at or e.ended_at)
             out.append(e)
         return out
 
@@ -550,6 +556,7 @@ def children_of(store: ChildHost, parent_id: str) -> builtins.list[ChildInfo]:
     out = []
     for entry in _index(store, parent_id):
         state: ChildState = entry.state
+        ended_at = entry.ended_at
         if not store.exists(entry.id):
             continue  # deleted by a process killed before it cleaned the index, or not made yet
         shredded = is_shredded(store, entry.id)
@@ -559,9 +566,13 @@ def children_of(store: ChildHost, parent_id: str) -> builtins.list[ChildInfo]:
                 fork = fork_of(child)
                 if fork is None or fork.fork_id != entry.fork_id:
                     continue  # the id was deleted and reused for another session
-                state = _tail_state(child)
+                state, ended_at = _tail_state(child)
             except SessionShredded:
                 shredded = True  # a shred that stopped before the key was destroyed
+        elif state == "merged" and ended_at is None and not shredded:
+            # An index written before it kept the end time: the child's mark has it.
+            with contextlib.suppress(SessionShredded):
+                ended_at = _tail_state(store.get(entry.id))[1]
         out.append(
             ChildInfo(
                 id=entry.id,
@@ -572,6 +583,7 @@ def children_of(store: ChildHost, parent_id: str) -> builtins.list[ChildInfo]:
                 fork_id=entry.fork_id,
                 state=state,
                 created_at=entry.created_at,
+                merged_at=ended_at if state == "merged" else None,
                 shredded=shredded,
             )
         )
@@ -799,17 +811,18 @@ def _new_child_id(parent_id: str, agent: str) -> str:
 # Merge and discard.
 
 
-def _tail_state(child: _Session) -> ChildState:
+def _tail_state(child: _Session) -> tuple[ChildState, _dt.datetime | None]:
     """A child's state from the end of its log (a mark is the last thing a merge or discard
-    writes): what the index says ``active`` is checked here, reading a few events rather than
-    the child's whole log."""
+    writes), and the time of its mark: what the index says ``active`` is checked here,
+    reading a few events rather than the child's whole log."""
     state: ChildState = "active"
+    ended_at: _dt.datetime | None = None
     for event in child.read(max(1, child.latest_seq - _TAIL_EVENTS)):
         if event.type == SESSION_MERGE:
-            state = "merged"
+            state, ended_at = "merged", event.time
         elif event.type == SESSION_DISCARD:
-            state = "discarded"
-    return state
+            state, ended_at = "discarded", event.time
+    return state, ended_at
 
 
 _TAIL_EVENTS = 16
@@ -910,6 +923,8 @@ def merge(
 ) -> int:
     """Merge ``child`` into its parent (see :meth:`agentsession.session.BaseSession.merge`);
     returns the seq of the parent's ``subagent/end``."""
+    if summary == "":
+        summary = None  # lango's MergeChildSession(ctx, id, ""): the whole history
     if isinstance(summary, str):
         summary = Message.assistant(summary)
     if summary is not None and not isinstance(summary, Message):
@@ -1013,8 +1028,10 @@ def _mark(
                            reason=detail),
             agent=fork.agent,
         )
+    # The mark's time (the store's clock, as an append would stamp it) is the index's too.
+    event = msgspec.structs.replace(event, time=store.clock())
     child.append(event)
-    _index_change(store, fork.parent, child.id, fork.fork_id, state)
+    _index_change(store, fork.parent, child.id, fork.fork_id, state, event.time)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -866,8 +866,8 @@ class BaseSession(SessionCore):
         ``MergeChildAsAuthor``); returns the seq of the parent's ``subagent/end``.
 
         With a ``summary`` (a message, or text for an assistant message) the parent gets that
-        one message; without, the child's own messages since the fork (never the history it
-        inherited). Messages without an author get ``as_author`` (default: the child's
+        one message; without (None, or ``""`` as lango's ``MergeChild(key, "")``), the child's
+        own messages since the fork (never the history it inherited). Messages without an author get ``as_author`` (default: the child's
         agent); they are recorded under ``agent`` in the parent (default: the
         ``parent_agent`` the child was forked for). Everything lands in one atomic batch that
         ends with a ``subagent/end`` (status ``merged``) carrying the fork's id; only after

@@ -507,13 +507,20 @@ class BaseStore:
 
     # -- child sessions --------------------------------------------------------------------
 
-    def children_of(self, parent_id: str) -> builtins.list[children.ChildInfo]:
+    def children_of(
+        self, parent_id: str, *, include_discarded: bool = False
+    ) -> builtins.list[children.ChildInfo]:
         """The child sessions forked from ``parent_id``, in fork order (lango's
         ``ChildrenOf``; empty for a session without children or that does not exist). Read
         from the parent's children index (one meta entry), not from every session; a child
-        that was deleted since is left out. See :meth:`BaseSession.fork`."""
+        that was deleted since is left out, and so is a discarded one unless
+        ``include_discarded`` (lango deletes a discarded child; here its log stays, and
+        ``get`` still opens it). See :meth:`BaseSession.fork`."""
         self._check_open()
-        return children.children_of(self, check_session_id(parent_id))
+        found = children.children_of(self, check_session_id(parent_id))
+        if include_discarded:
+            return found
+        return [child for child in found if child.state != "discarded"]
 
     def add_lifecycle_hook(self, hook: children.LifecycleHook) -> None:
         """Call ``hook`` with a :class:`~agentsession.children.LifecycleEvent` after every

@@ -452,9 +452,14 @@ class AsyncStore:
         fn = functools.partial(self._sync.delete, session_id, recursive=recursive)
         return await self._call("store.delete", fn)
 
-    async def children_of(self, parent_id: str) -> builtins.list[ChildInfo]:
-        """The child sessions forked from ``parent_id``, in fork order."""
-        fn = functools.partial(self._sync.children_of, parent_id)
+    async def children_of(
+        self, parent_id: str, *, include_discarded: bool = False
+    ) -> builtins.list[ChildInfo]:
+        """The child sessions forked from ``parent_id``, in fork order (discarded ones only
+        with ``include_discarded``: :meth:`agentsession.BaseStore.children_of`)."""
+        fn = functools.partial(
+            self._sync.children_of, parent_id, include_discarded=include_discarded
+        )
         return await self._call("store.children_of", fn)
 
     @overload

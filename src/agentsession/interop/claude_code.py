@@ -372,7 +372,7 @@ class ClaudeTranscripts:
         """The subpaths of the session's subagent transcripts, in the order they began."""
         parent = session_key(project_key, session_id)
         subpaths: dict[str, None] = {}
-        for child in self.store.children_of(parent):
+        for child in self.store.children_of(parent, include_discarded=True):
             parsed = parse_session_key(child.id)
             if parsed is None or parsed[2] is None:
                 continue

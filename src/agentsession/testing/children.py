@@ -265,7 +265,11 @@ class ChildSessionConformance:
         with pytest.raises(ChildStateError) as err:
             dropped.merge("too late")
         assert err.value.state == "discarded"
-        assert [c.state for c in store.children_of("parent")] == ["merged", "discarded"]
+        listed = store.children_of("parent", include_discarded=True)
+        assert [c.state for c in listed] == ["merged", "discarded"]
+        assert listed[0].merged_at is not None and listed[1].merged_at is None
+        assert [c.id for c in store.children_of("parent")] == [merged.id]  # as lango
+        assert store.get(dropped.id).latest_seq > 0  # still there to read
         assert len(_ends(parent, merged.id)) == 1 and len(_ends(parent, dropped.id)) == 1
         assert len(parent.messages()) == 5  # the discard note is not in the history
         with pytest.raises(UsageError):

@@ -356,7 +356,7 @@ def session_badges(
             cache.put(session.id, latest, counts)
     return Badges(
         **counts,
-        children=len(store.children_of(session_id)),
+        children=len(store.children_of(session_id, include_discarded=True)),
         encrypted=store.encrypted,
     )
 
@@ -446,7 +446,7 @@ def session_summary(store: BaseStore, session_id: str) -> SessionSummary:
         fork_point=record.fork_seq,
         children=[
             ChildLink(id=c.id, agent=c.agent, state=c.state, fork_seq=c.fork_seq, task=c.task)
-            for c in store.children_of(session_id)
+            for c in store.children_of(session_id, include_discarded=True)
         ],
         origin=None if origin is None else BranchLink(id=origin.id, seq=origin.seq),
         branches=[
