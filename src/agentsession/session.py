@@ -867,11 +867,12 @@ class BaseSession(SessionCore):
 
         With a ``summary`` (a message, or text for an assistant message) the parent gets that
         one message; without (None, or ``""`` as lango's ``MergeChild(key, "")``), the child's
-        own messages since the fork (never the history it inherited). Messages without an author get ``as_author`` (default: the child's
-        agent); they are recorded under ``agent`` in the parent (default: the
-        ``parent_agent`` the child was forked for). Everything lands in one atomic batch that
-        ends with a ``subagent/end`` (status ``merged``) carrying the fork's id; only after
-        the parent acknowledged it is the child marked merged (``session/merge``).
+        own messages since the fork (never the history it inherited). Messages without an
+        author get ``as_author`` (default: the child's agent); they are recorded under
+        ``agent`` in the parent (default: the ``parent_agent`` the child was forked for).
+        Everything lands in one atomic batch that ends with a ``subagent/end`` (status
+        ``merged``) carrying the fork's id; only after the parent acknowledged it is the child
+        marked merged (``session/merge``).
 
         It holds the parent's turn lock meanwhile (taken unless this thread already holds it,
         as a merge run inside the parent's own turn does), waiting ``lock_timeout`` seconds
