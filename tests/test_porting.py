@@ -249,3 +249,35 @@ def test_merge_of_an_empty_summary_merges_the_whole_history() -> None:
         [info] = store.children_of("parent")
         assert info.state == "merged" and info.merged_at is not None
         assert info.merged_at == store.get(child.id).read()[-1].time
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. lango's CompactMessages.
+
+
+def _turns(session: ags.BaseSession, n: int) -> None:
+    for i in range(n):
+        with session.turn() as turn:
+            turn.user(f"q{i}")
+            with turn.step() as step:
+                step.assistant(f"a{i}")
+
+
+def test_compact_up_to_a_message_can_write_langos_system_summary() -> None:
+    with ags.open_store("memory:") as store:
+        session = store.get("s")
+        _turns(session, 3)
+        assert session.compact("they talked", up_to_message=3, summary_role="system")
+        first = session.messages()[0]
+        assert (first.role, first.text) == ("system", "[Compacted Summary]\nthey talked")
+        assert [m.text for m in session.messages()[1:]] == ["q2", "a2"]
+        with pytest.raises(ags.UsageError, match="summary_role"):
+            session.compact("x", keep_turns=1, summary_role="tool")  # type: ignore[arg-type]
+
+
+def test_compact_inside_the_first_turn_says_it_did_nothing() -> None:
+    with ags.open_store("memory:") as store:
+        session = store.get("s")
+        _turns(session, 2)
+        assert session.compact("nothing", up_to_message=0) is None  # lango: deletes message 0
+        assert len(session.messages()) == 4

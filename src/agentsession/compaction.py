@@ -47,6 +47,7 @@ is the whole history). A turn a crash left open counts as running until
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final, Literal
 
 from .derive import Deriver, IndexedMessage
 from .errors import UsageError
@@ -60,6 +61,8 @@ __all__ = [
     "plan_compaction",
     "plan_prune",
     "previous_summary_text",
+    "summary_message",
+    "LANGO_SUMMARY_PREFIX",
     "turn_cuts",
 ]
 
@@ -79,6 +82,26 @@ def memory_cutoff_seq(data: Compaction) -> int:
     if data.first_kept_seq == 1:
         return 0
     return data.before_seq
+
+
+LANGO_SUMMARY_PREFIX: Final = "[Compacted Summary]\n"
+"""What lango's ``CompactMessages`` puts before the summary text of the system row it
+writes; ``compact(..., summary_role="system")`` writes it too."""
+
+
+def summary_message(
+    summary: Message | str | None, role: Literal["user", "system"] = "user"
+) -> Message | None:
+    """A compaction's summary as a message: text becomes a user message, or with
+    ``role="system"`` a system message of :data:`LANGO_SUMMARY_PREFIX` and the text (lango's
+    summary row); a message or None is returned as it is."""
+    if role not in ("user", "system"):
+        raise UsageError(f"summary_role must be 'user' or 'system', not {role!r}")
+    if not isinstance(summary, str):
+        return summary
+    if role == "system":
+        return Message.system(LANGO_SUMMARY_PREFIX + summary)
+    return Message.user(summary)
 
 
 def previous_summary_text(data: Compaction) -> str:

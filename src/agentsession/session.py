@@ -40,7 +40,7 @@ import weakref
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
-from . import _trace, children, indexing
+from . import _trace, children, compaction, indexing
 from .branching import BranchRef, ShiftedLog
 from .branching import live_branches as _live_branches
 from .context import AgentFilter, resolve_agent
@@ -734,9 +734,14 @@ class BaseSession(SessionCore):
         up_to_message: int | None = None,
         tokens_before: int = 0,
         agent: str | None = None,
+        summary_role: Literal["user", "system"] = "user",
     ) -> int | None:
         """Replace the history before a turn boundary by ``summary``; returns the marker's seq,
         or None when there was nothing to drop (see :mod:`agentsession.compaction`).
+
+        A text ``summary`` becomes a user message; with ``summary_role="system"`` a system
+        message starting with :data:`~agentsession.compaction.LANGO_SUMMARY_PREFIX`
+        (``[Compacted Summary]\n``), the row lango's ``CompactMessages`` writes.
 
         Give exactly one of ``keep_turns`` (how many of the latest turns stay verbatim,
         counting turns an earlier compaction retained; ``0`` inside a running turn keeps that
@@ -747,7 +752,8 @@ class BaseSession(SessionCore):
         its result: when message ``up_to_message + 1`` does not begin a turn, the cut moves
         back to the latest boundary before it and the rest of that turn stays verbatim (no
         message the caller did not ask to drop is dropped; None when that boundary is the
-        first message). An index that names no message raises
+        first message: an index inside the first turn compacts nothing and returns None,
+        where lango deletes message 0). An index that names no message raises
         :class:`~agentsession.errors.UsageError` (``compact index <i> out of range (have <n>
         messages)``).
 
@@ -756,8 +762,7 @@ class BaseSession(SessionCore):
         concurrent turn is never lost. Raises :class:`~agentsession.errors.UsageError` while
         tool calls are unanswered.
         """
-        if isinstance(summary, str):
-            summary = Message.user(summary)
+        summary = compaction.summary_message(summary, summary_role)
         return self._run(
             self._compact_plan(
                 summary,

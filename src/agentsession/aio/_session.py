@@ -312,6 +312,7 @@ class AsyncSession:
         up_to_message: int | None = None,
         tokens_before: int = 0,
         agent: str | None = None,
+        summary_role: Literal["user", "system"] = "user",
     ) -> int | None:
         """Replace the history before a turn boundary by ``summary``; the marker's seq, or
         None (:meth:`agentsession.BaseSession.compact`)."""
@@ -323,6 +324,7 @@ class AsyncSession:
             up_to_message=up_to_message,
             tokens_before=tokens_before,
             agent=agent,
+            summary_role=summary_role,
         )
         return await self._call("compact", fn)
 
