@@ -281,3 +281,52 @@ def test_compact_inside_the_first_turn_says_it_did_nothing() -> None:
         _turns(session, 2)
         assert session.compact("nothing", up_to_message=0) is None  # lango: deletes message 0
         assert len(session.messages()) == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. lango's Create and TTL.
+
+
+@pytest.mark.parametrize("url", ["memory:", "jsonl", "sqlite"])
+def test_create_without_events_writes_the_record(url: str, tmp_path: Path) -> None:
+    target = {"memory:": "memory:", "jsonl": str(tmp_path), "sqlite": f"sqlite:///{tmp_path}/s.db"}
+    with ags.open_store(target[url]) as store:
+        session = store.create("telegram:42", channel_type="telegram", channel_id="42", model="m")
+        info = session.info()
+        assert (info.channel_type, info.channel_id, info.model) == ("telegram", "42", "m")
+        assert info.updated_at is not None and info.created_at is None
+        assert session.update(agent_id="bot").agent_id == "bot"
+        with pytest.raises(ags.DuplicateSession):
+            store.create("telegram:42")
+        session.append(user("hi"))
+        assert [i.id for i in store.list()] == ["telegram:42"]
+        with pytest.raises(ags.DuplicateSession):
+            store.create("telegram:42")
+        with pytest.raises(ags.SessionNotFound):
+            store.get("never").update(model="x")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = _dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc)
+
+    def __call__(self) -> _dt.datetime:
+        return self.now
+
+
+def test_revive_expired_appends_renew_an_expired_session() -> None:
+    clock = _Clock()
+    with ags.open_store("memory:", ttl="1h", clock=clock) as strict:
+        strict.get("s").append(user("one"))
+        clock.now += _dt.timedelta(hours=2)
+        with pytest.raises(ags.SessionExpired):
+            strict.get("s")
+    clock = _Clock()
+    with ags.open_store("memory:", ttl="1h", clock=clock, revive_expired=True) as store:
+        store.get("s").append(user("one"))
+        clock.now += _dt.timedelta(hours=2)
+        assert store.expired() == ["s"]
+        session = store.get("s")
+        session.append(user("two"))
+        assert store.expired() == []
+        assert [m.text for m in session.messages()] == ["one", "two"]

@@ -1140,7 +1140,7 @@ def update_record(
         fields["tags"] = checked
     if metadata is not None:
         fields["metadata"] = _check_metadata(metadata)
-    if session.latest_seq == 0:
+    if session.latest_seq == 0 and read_session_value(store, RECORD_KIND, session.id) is None:
         raise SessionNotFound(
             session.id, f"session {session.id!r} has no events: there is no record to update"
         )
@@ -1153,3 +1153,42 @@ def update_record(
     update_session_value(store, RECORD_KIND, session.id, change)
     return record_of(store, session)
 
+
+
+def create_record(
+    store: ChildHost,
+    session: _Session,
+    *,
+    agent_id: str | None = None,
+    channel_type: str | None = None,
+    channel_id: str | None = None,
+    model: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write the record of a session created without events (see
+    :meth:`agentsession.BaseStore.create`); :class:`DuplicateSession` when it has events or a
+    record already."""
+    fields: dict[str, Any] = {}
+    for name, value in (
+        ("agent_id", agent_id),
+        ("channel_type", channel_type),
+        ("channel_id", channel_id),
+        ("model", model),
+    ):
+        if value is not None:
+            fields[name] = _check_text(name, value)
+    if metadata is not None:
+        fields["metadata"] = _check_metadata(metadata)
+
+    def duplicate() -> DuplicateSession:
+        return DuplicateSession(session.id, f"session {session.id!r} already exists")
+
+    if session.latest_seq:
+        raise duplicate()
+
+    def change(raw: str | None) -> str | None:
+        if raw is not None:
+            raise duplicate()
+        return encode(_StoredRecord(**fields, updated_at=store.clock())).decode()
+
+    update_session_value(store, RECORD_KIND, session.id, change)

@@ -139,6 +139,8 @@ class SessionHost(Protocol):
     max_loaded_events: int | None
     """At most this many of the latest events are loaded to derive the history (None: the
     whole window); see :meth:`SessionCore._load_window`."""
+    revive_expired: bool
+    """Whether an append to an expired session is accepted (and renews it)."""
     _keyring: KeyRing | None
 
     @property
@@ -787,7 +789,7 @@ class SessionCore:
     def _append_one_plan(self, prepared: Event) -> Plan[int]:
         """Append one prepared event; returns its seq."""
         marker = _marker_index((prepared,)) if prepared.type == COMPACTION else -1
-        if self._store.ttl is not None:
+        if self._store.ttl is not None and not self._store.revive_expired:
             yield from self._check_ttl_for_append()
         if self._ids_todo:
             self._index_window()
@@ -985,7 +987,7 @@ class SessionCore:
     def _append_batch_plan(self, batch: list[Event], expect_seq: int | None) -> Plan[list[int]]:
         """Append a prepared, non-empty batch; returns its seqs (see :meth:`append_many`)."""
         marker = _marker_index(batch)
-        if self._store.ttl is not None:
+        if self._store.ttl is not None and not self._store.revive_expired:
             yield from self._check_ttl_for_append()
         known = yield from self._stored_seqs_plan(batch)
         if None not in known:

@@ -147,6 +147,7 @@ class BaseStore:
         default_delivery_policy: str = "enqueue",
         catalog: bool = True,
         searchable: bool = True,
+        revive_expired: bool = False,
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
@@ -214,6 +215,12 @@ class BaseStore:
         """What an acknowledged append survives (see :data:`Durability`)."""
         self.ttl = ttl
         """Sessions whose last append is older than this are expired (None: never)."""
+        self.revive_expired = bool(revive_expired)
+        """Whether an expired session can still be opened and appended to, the append
+        renewing it (lango's ``AppendMessage`` on an expired session). False, the default:
+        :meth:`get` and appends raise :class:`~agentsession.errors.SessionExpired`. Either
+        way :meth:`expired` lists the expired sessions and :meth:`purge_expired` deletes
+        them."""
         self.clock = clock
         """The store's clock (UTC); replaceable in tests."""
         self.max_cached_sessions = max_cached_sessions
@@ -446,7 +453,7 @@ class BaseStore:
                 self._cache.move_to_end(key)
                 self._evict(now)
         session = entry.session
-        if self.ttl is not None:
+        if self.ttl is not None and not self.revive_expired:
             with session._lock:
                 session._refresh()
                 session._check_ttl()
@@ -465,7 +472,7 @@ class BaseStore:
     def create(
         self,
         session_id: str,
-        events: Sequence[Event],
+        events: Sequence[Event] = (),
         *,
         agent_id: str | None = None,
         channel_type: str | None = None,
@@ -473,20 +480,32 @@ class BaseStore:
         model: str | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> BaseSession:
-        """A new session whose log starts with ``events`` (at least one), written atomically
-        only if the session has no events yet: raises
-        :class:`~agentsession.errors.DuplicateSession` when it exists (also when another
-        process created it first). The keyword arguments, when given, are written to the
-        session's record (see :meth:`BaseSession.update`) right after its events."""
+        """A new session whose log starts with ``events``, written atomically only if the
+        session has no events yet: raises :class:`~agentsession.errors.DuplicateSession`
+        when it exists (also when another process created it first). The keyword arguments,
+        when given, are written to the session's record (see :meth:`BaseSession.update`)
+        right after its events.
+
+        With no events (lango's ``Create(&Session{Key: ...})``) only the record is written,
+        and only if the session has neither events nor a record (else
+        :class:`~agentsession.errors.DuplicateSession`): ``info()`` and ``update()`` work at
+        once, and the session is listed from its first event on."""
         self._check_open()
         sid = self._catalog.resolve(session_id, "create")
         if isinstance(events, Event):
             events = [events]
         if not events:
-            raise UsageError(
-                f"create({sid!r}) needs the session's first events: a session exists once it "
-                "has an event"
+            session = self.get(sid)
+            children.create_record(
+                self,
+                session,
+                agent_id=agent_id,
+                channel_type=channel_type,
+                channel_id=channel_id,
+                model=model,
+                metadata=metadata,
             )
+            return session
         session = self.get(sid)
         try:
             session.append_many(events, expect_seq=0)
@@ -988,7 +1007,9 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     ``default_delivery_policy`` (``"enqueue"``, ``"reject"``, ``"interrupt"``, ``"merge"`` or
     ``"rollback"``: see :meth:`BaseStore.deliver`),
     ``max_loaded_events`` (derive each session's history from at most its latest N events,
-    from the first turn boundary among them: see :attr:`BaseStore.max_loaded_events`); for JSONL
+    from the first turn boundary among them: see :attr:`BaseStore.max_loaded_events`; 0 or
+    None: no cap), ``revive_expired`` (see :attr:`BaseStore.revive_expired`); ``ttl`` and
+    ``cache_idle_ttl`` also take Go duration strings (``"30m"``, ``"1h30m"``); for JSONL
     ``on_corrupt`` (``"raise"`` or ``"quarantine"``) and ``max_open_files``; for SQLite
     ``busy_timeout`` (seconds a writer waits for another, default 30); for
     PostgreSQL ``schema``, ``pool_min_size``, ``pool_max_size``, ``lock_pool_max_size``,
