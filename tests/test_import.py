@@ -362,7 +362,8 @@ def test_import_lango_into_a_store(lango_db: Path, tmp_path: Path, kind: str) ->
         ags.Message.assistant("Two files: a.py and b.py.", author="operator"),
         ags.Message(
             role="assistant",
-            tool_calls=[ags.ToolCall("call_2", "fs_read", {"path": "a.py"})],
+            # the Gemini thought signature is the call's, for replays
+            tool_calls=[ags.ToolCall("call_2", "fs_read", {"path": "a.py"}, "c2lnbmF0dXJl")],
             author="operator",
         ),
         ags.Message(
@@ -395,6 +396,14 @@ def test_import_lango_into_a_store(lango_db: Path, tmp_path: Path, kind: str) ->
     assert events[5].meta["lango_thoughts"] == {
         "call_2": {"thought": True, "thoughtSignature": "c2lnbmF0dXJl"}
     }
+    info = telegram.info()  # the sessions row lands in the record too
+    assert (info.agent_id, info.channel_type, info.channel_id, info.model) == (
+        "operator",
+        "telegram",
+        "42",
+        "claude-sonnet-4",
+    )
+    assert info.metadata == {"lango.mode": "coding"}
 
     compacted = store.get("slack:C9")
     assert [e.type for e in compacted.read()] == [

@@ -330,3 +330,24 @@ def test_revive_expired_appends_renew_an_expired_session() -> None:
         session.append(user("two"))
         assert store.expired() == []
         assert [m.text for m in session.messages()] == ["one", "two"]
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. Imports remember what they wrote.
+
+
+def test_an_import_again_with_another_id_map_makes_no_second_copy(tmp_path: Path) -> None:
+    from agentsession.interop import importers as im
+
+    shutil.copytree(GOLDEN_DIR, tmp_path / "go")
+    with ags.open_store(tmp_path / "store") as store:
+        mapped = im.scan_agentkit_dir(tmp_path / "go", id_map={"slack_C002": "slack:C002:t:1.0"})
+        first = im.import_source(mapped, store)
+        assert first.imported == len(mapped.sessions)
+        plain = im.scan_agentkit_dir(tmp_path / "go")
+        again = im.import_source(plain, store)
+        assert again.imported == 0
+        assert any("imported before as 'slack:C002:t:1.0'" in note for note in again.notes)
+        ids = [info.id for info in store.list()]
+        assert "slack:C002:t:1.0" in ids and "slack:C002" not in ids
+        assert len(ids) == len(mapped.sessions)

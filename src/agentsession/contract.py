@@ -188,7 +188,7 @@ class Store(Protocol):
     def create(
         self,
         session_id: str,
-        events: Sequence[Event],
+        events: Sequence[Event] = (),
         *,
         agent_id: str | None = None,
         channel_type: str | None = None,
@@ -197,7 +197,8 @@ class Store(Protocol):
         metadata: Mapping[str, str] | None = None,
     ) -> Session:
         """A new session holding ``events``, with its record's fields when given
-        (:class:`~agentsession.errors.DuplicateSession` when it exists)."""
+        (:class:`~agentsession.errors.DuplicateSession` when it exists); without events,
+        only its record."""
 
     def exists(self, session_id: str) -> bool:
         """Whether the session has at least one event."""

@@ -168,6 +168,9 @@ class SourceSession:
     """What a person should know (a torn last line that was left out, ...)."""
     defects: tuple[Defect, ...] = ()
     """The defects found in it and what healing did (:mod:`agentsession.interop.healing`)."""
+    record: Mapping[str, Any] = field(default_factory=dict)
+    """The session record's fields the source gives (``store.create``'s keyword arguments:
+    ``agent_id``, ``channel_type``, ``channel_id``, ``model``, ``metadata``)."""
 
 
 @dataclass(frozen=True)
@@ -965,7 +968,11 @@ def lango_row_events(
             arguments, is_object = _arguments(c.get("input"))
             if not is_object:
                 odd_inputs[_text(c.get("id"))] = _text(c.get("input"))
-            tool_calls.append(ToolCall(_text(c.get("id")), _text(c.get("name")), arguments))
+            # Gemini replays need the call's thought signature back (ToolCall.signature).
+            signature = _text(c.get("thoughtSignature"))
+            tool_calls.append(
+                ToolCall(_text(c.get("id")), _text(c.get("name")), arguments, signature=signature)
+            )
         message = Message(role="assistant", parts=parts, tool_calls=tool_calls, author=author)
         extra = {"lango_inputs": odd_inputs} if odd_inputs else None
         return [new(ASSISTANT_MESSAGE, message, extra), *results]
@@ -1121,7 +1128,9 @@ def _scan_lango(location: str, reader: _LangoReader) -> LangoSource:
                 events = _lango_session_events(conn, session, message_columns)
             except UsageError as exc:
                 raise UsageError(f"{location}: {exc}") from None
-            sessions.append(SourceSession(key, f"{location}#{key}", len(events)))
+            sessions.append(
+                SourceSession(key, f"{location}#{key}", len(events), record=_record_fields(session))
+            )
         notes: list[str] = [reader.note] if reader.note else []
         (orphans,) = conn.execute(
             "SELECT count(*) FROM messages WHERE session_messages IS NULL OR session_messages "
@@ -1137,8 +1146,35 @@ def _scan_lango(location: str, reader: _LangoReader) -> LangoSource:
     return LangoSource(location, sessions, identity, notes, records, message_columns, reader)
 
 
+def _record_fields(session: _LangoSession) -> dict[str, Any]:
+    """The session record of a lango ``sessions`` row (its metadata values as strings: a
+    record's metadata maps strings to strings, so other JSON values are kept as JSON text)."""
+    record = session.record
+    fields: dict[str, Any] = {
+        name: record[key]
+        for name, key in (
+            ("agent_id", "agentId"),
+            ("channel_type", "channelType"),
+            ("channel_id", "channelId"),
+            ("model", "model"),
+        )
+        if record.get(key)
+    }
+    metadata = record.get("metadata")
+    if metadata:
+        fields["metadata"] = {
+            str(k): v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+            for k, v in metadata.items()
+        }
+    return fields
+
+
 # ---------------------------------------------------------------------------------------------
 # Importing.
+
+IMPORTED_KIND: Final = "imported"
+"""The store's meta namespace remembering what an import wrote: key the source session
+(``SourceSession.source``), value the session id it was imported under."""
 
 
 def import_source(
@@ -1185,6 +1221,30 @@ def import_source(
         exists = store is not None and store.exists(session.session_id)
         status: Literal["imported", "skipped", "would_import", "would_skip"]
         events: list[Event] | None = None
+        earlier = None if store is None else store.meta_get(IMPORTED_KIND, session.source)
+        if (
+            store is not None
+            and earlier is not None
+            and earlier != session.session_id
+            and store.exists(earlier)
+        ):
+            # Imported before under another id (another --id-map): not a second copy.
+            report.notes.append(
+                f"{session.source} was imported before as {earlier!r}; it is not imported "
+                f"again as {session.session_id!r} (delete {earlier!r} to import it anew)"
+            )
+            skipped_ids.add(session.session_id)
+            outcome = SessionOutcome(
+                session.session_id,
+                session.source,
+                session.events,
+                "would_skip" if dry_run else "skipped",
+                session.guessed_id,
+            )
+            report.sessions.append(outcome)
+            if progress is not None:
+                progress(outcome)
+            continue
         if dry_run:
             status = "would_skip" if exists else "would_import"
         elif exists:
@@ -1193,7 +1253,8 @@ def import_source(
             events = source.read_events(session)
             assert store is not None
             try:
-                store.create(session.session_id, events)
+                store.create(session.session_id, events, **session.record)
+                store.meta_set(IMPORTED_KIND, session.source, session.session_id)
                 status = "imported"
             except DuplicateSession:
                 status = "skipped"  # another process created it in between
