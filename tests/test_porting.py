@@ -351,3 +351,12 @@ def test_an_import_again_with_another_id_map_makes_no_second_copy(tmp_path: Path
         ids = [info.id for info in store.list()]
         assert "slack:C002:t:1.0" in ids and "slack:C002" not in ids
         assert len(ids) == len(mapped.sessions)
+
+
+def test_an_encrypted_store_keeps_its_own_dialect(tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "sessions" / "cli_current.jsonl").symlink_to("cli_default.jsonl")
+    assert detect_dialect(tmp_path / "sessions") == "agentkit"
+    with ags.open_store(tmp_path / "sessions", passphrase="correct horse") as store:
+        assert store.dialect == "agentsession"  # type: ignore[attr-defined]

@@ -520,9 +520,10 @@ class JsonlStore(BaseStore):
     agentkit does (every character outside ``[A-Za-z0-9._-]`` becomes ``_``); two ids that
     agentkit's naming maps to one file are refused rather than merged. Without ``dialect``,
     a directory holding agentkit's files and none of agentsession's opens in the agentkit
-    dialect (:func:`~agentsession.interop.agentkit_layout.detect_dialect`, logged once), any
-    other in ``"agentsession"``. In the agentkit dialect ``max_cached_sessions=0`` means no
-    limit, as in agentkit. See ``docs/interop.md``.
+    dialect, logged once (:func:`~agentsession.interop.agentkit_layout.detect_dialect`), and
+    any other directory, or an encrypted store, in ``"agentsession"``. In the agentkit
+    dialect ``max_cached_sessions=0`` means no limit, as in agentkit. See
+    ``docs/interop.md``.
 
     Its parts: a :class:`JsonlCatalog`, its layout's meta entries (``.meta``, see
     :class:`~agentsession.backends.jsonl.meta.MetaFiles`), a
@@ -554,7 +555,8 @@ class JsonlStore(BaseStore):
     ) -> None:
         sealed = options.get("passphrase") is not None or options.get("key") is not None
         if dialect is None:
-            dialect = detected_dialect(directory)
+            # agentkit's dialect cannot be encrypted: an encrypted store keeps its own.
+            dialect = "agentsession" if sealed else detected_dialect(directory)
         if dialect == "agentkit" and options.get("max_cached_sessions") == 0:
             options["max_cached_sessions"] = None  # agentkit's 0: no limit
 
