@@ -206,7 +206,9 @@ class BaseStore:
         agent's history reaches back before them. Events appended afterwards extend the
         loaded window as usual. A session object that holds its events already (it appended
         them to a log that was empty when it opened it, or loaded them before) is not cut
-        back. ``read()`` still returns every stored event."""
+        back. ``read()`` still returns every stored event. Compaction markers count among
+        the ``N`` events (agentkit reads the whole file and keeps every marker besides its
+        ``N``; a log is read here backwards from its tail, never whole)."""
         self.default_delivery_policy = default_delivery_policy
         """The policy of a :meth:`deliver` that names none: ``"enqueue"`` (the default),
         ``"reject"``, ``"interrupt"``, ``"merge"`` or ``"rollback"`` (see
