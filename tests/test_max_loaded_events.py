@@ -205,10 +205,14 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 # -- the option ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "10"])
-def test_the_cap_must_be_a_positive_int_or_none(bad: Any) -> None:
-    with pytest.raises(ags.UsageError, match="max_loaded_events must be an int >= 1 or None"):
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "10"])
+def test_the_cap_must_be_a_positive_int_zero_or_none(bad: Any) -> None:
+    with pytest.raises(ags.UsageError, match="max_loaded_events must be an int >= 0 or None"):
         ags.open_store("memory:", max_loaded_events=bad)
+
+
+def test_a_cap_of_zero_is_no_cap_as_in_agentkit() -> None:
+    assert ags.open_store("memory:", max_loaded_events=0).max_loaded_events is None
 
 
 def test_no_cap_by_default() -> None:
