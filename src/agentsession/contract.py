@@ -168,10 +168,12 @@ class Session(Protocol):
         up_to_message: int | None = None,
         tokens_before: int = 0,
         agent: str | None = None,
+        summary_role: Literal["user", "system"] = "user",
     ) -> int | None:
         """Replace the history before a turn boundary by ``summary`` (the cut given as turns
         kept, a first kept seq, or the index in ``messages()`` of the last message replaced);
-        the marker's seq, or None when there is nothing to drop."""
+        the marker's seq, or None when there is nothing to drop. A text summary is a user
+        message, or with ``summary_role="system"`` lango's ``[Compacted Summary]`` row."""
 
 
 @runtime_checkable

@@ -356,7 +356,7 @@ class AsyncStore:
     async def create(
         self,
         session_id: str,
-        events: Sequence[Event],
+        events: Sequence[Event] = (),
         *,
         agent_id: str | None = None,
         channel_type: str | None = None,
@@ -365,7 +365,8 @@ class AsyncStore:
         metadata: Mapping[str, str] | None = None,
     ) -> AsyncSession:
         """A new session whose log starts with ``events``, written atomically only if the
-        session has none (:meth:`agentsession.BaseStore.create`)."""
+        session has none; without events, its record only
+        (:meth:`agentsession.BaseStore.create`)."""
         fn = functools.partial(
             self._sync.create,
             session_id,
