@@ -934,9 +934,11 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance, RewindCon
         with pytest.raises(DuplicateSession):
             store.create("new", [Event.new("test/n", {"n": 2})])
         assert _payloads(store.get("new").read()) == [{"n": 1}]
-        with pytest.raises(UsageError, match="first events"):
-            store.create("empty", [])
-        assert not store.exists("empty")
+        # Without events (lango's Create of an empty session): only the record is written.
+        empty = store.create("empty", [], model="m")
+        assert not store.exists("empty") and empty.info().model == "m"
+        with pytest.raises(DuplicateSession):
+            store.create("empty")
 
     def test_only_one_of_two_racing_creates_wins(self, store: BaseStore, tmp_path: Path) -> None:
         store.get("race")  # both objects exist before either writes
