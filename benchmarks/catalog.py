@@ -83,7 +83,8 @@ def probe(url: str, what: str) -> None:
     elif what == "filtered":
         found = len(store.list(where={"tenant": "t3", "tag": "tag3"}, limit=50))
     else:
-        found = len(store.search("refund parcel", limit=20))
+        # A common word and a rare one (session 12345's first user message holds both).
+        found = len(store.search("refund 12345", limit=20))
     elapsed = (time.perf_counter() - start) * 1000
     store.close()
     print(json.dumps({"ms": elapsed, "found": found}))

@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("starlette", reason="the viewer needs the web extra")
 pytest.importorskip("selenium.webdriver", reason="the browser tests need selenium")
 
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
@@ -148,9 +149,17 @@ def test_the_search_box_lists_hits_that_open_the_session_at_the_event(
     wait(browser, lambda d: hit_keys(d) == expected)
     shot(browser, "catalog-search")
     # A hit opens its session at its event.
-    target = browser.find_element(By.CSS_SELECTOR, "#hits li[data-session-id='chat:05'] a")
-    seq = int(str(target.find_element(By.XPATH, "..").get_attribute("data-seq")))
-    target.click()
+    def open_hit(driver: WebDriver) -> int | None:
+        # The list may be drawn once more (a late answer to an earlier keystroke): try again.
+        try:
+            target = driver.find_element(By.CSS_SELECTOR, "#hits li[data-session-id='chat:05'] a")
+            seq = int(str(target.find_element(By.XPATH, "..").get_attribute("data-seq")))
+            target.click()
+        except StaleElementReferenceException:
+            return None
+        return seq
+
+    seq = wait(browser, open_hit)
     wait(browser, lambda d: "session?id=chat%3A05" in d.current_url and loaded(d))
     shown = wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, ".target"))
     assert shown.get_attribute("id") == f"seq-{seq}"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 import msgspec
 
 from .contract import SessionInfo
-from .errors import SessionShredded, StoreUnavailable, UsageError
+from .errors import SessionShredded, StorageError, StoreUnavailable, UsageError
 from .events import Event
 from .listing import (
     OPEN,
@@ -334,8 +334,10 @@ def _info(store: IndexHost, row: CatalogRow, sealer: FieldSealer | None) -> Sess
         try:
             if not store.is_locked(row.id):
                 status = "needs_recovery"
-        except StoreUnavailable:
-            pass  # no turn locks here (no fcntl): the stored status is all there is to say
+        except (StoreUnavailable, StorageError, OSError):
+            # No turn locks here (no fcntl), or the lock cannot be tested (its file is in the
+            # way): the stored status is all a listing can say; recovery reports the error.
+            pass
     title, user, tenant, tags = row.title, row.user, row.tenant, tuple(row.tags)
     if sealer is not None:
         title, user, tenant = (_open(sealer, v) for v in (title, user, tenant))
