@@ -91,6 +91,8 @@ from ..session import BaseSession, SessionHost
 from ..storage import REOPEN, LogView, Reopen
 from ..store import BaseStore
 from .sqlite_index import SqliteIndex, create_index_tables
+from .sqlite_index import fetch_all as _fetchall
+from .sqlite_index import surrogate_text as _surrogate_text
 
 __all__ = [
     "DATA_VERSION_IDLE_INTERVAL",
@@ -290,9 +292,6 @@ def _text(value: str) -> str | bytes:
     return value
 
 
-def _surrogate_text(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogatepass")
-
 
 def _time_text(moment: _dt.datetime) -> bytes:
     """A time as the codec writes it (RFC 3339, ``Z`` for UTC), without the JSON quotes."""
@@ -353,20 +352,6 @@ def _storage_error(
     if code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
         return StorageError(f"{message} (another connection held the write lock too long)")
     return StorageError(message)
-
-
-def _fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
-    """Rows of a query; text that UTF-8 cannot decode (lone surrogates) is read back too."""
-    try:
-        return conn.execute(sql, params).fetchall()
-    except sqlite3.OperationalError as exc:
-        if "decode to UTF-8" not in str(exc):
-            raise
-    conn.text_factory = _surrogate_text
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.text_factory = str
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -194,18 +194,19 @@ def _bind(value: str) -> str | bytes:
     return value
 
 
-def _surrogate_text(raw: bytes) -> str:
+def surrogate_text(raw: bytes) -> str:
+    """Text as SQLite stored it, lone surrogates kept (a ``text_factory``)."""
     return raw.decode("utf-8", "surrogatepass")
 
 
-def _fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+def fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
     """Rows of a query; text holding lone surrogates is read back too."""
     try:
         return conn.execute(sql, params).fetchall()
     except sqlite3.OperationalError as exc:
         if "decode to UTF-8" not in str(exc):
             raise
-    conn.text_factory = _surrogate_text
+    conn.text_factory = surrogate_text
     try:
         return conn.execute(sql, params).fetchall()
     finally:
@@ -665,7 +666,7 @@ class SqliteIndex:
         try:
             if title:
                 conn.create_function("agentsession_casefold", 1, _casefold, deterministic=True)
-            return _fetchall(conn, sql, params)
+            return fetch_all(conn, sql, params)
         except sqlite3.Error as exc:
             raise self._error(action, exc) from exc
 
