@@ -224,25 +224,7 @@ class Target:
         return aredis.Redis(host=host, port=port, db=self.db, retry=Retry(NoBackoff(), 0), **common)
 
 
-_SCRIPTS: Final = {
-    name: getattr(scripts, name)
-    for name in (
-        "APPEND",
-        "CAS",
-        "DELETE",
-        "INDEX_ROW",
-        "LOCK",
-        "META_ADD",
-        "OPEN",
-        "QUERY",
-        "READ",
-        "REBUILD",
-        "REFRESH",
-        "RENEW",
-        "SET_FIELDS",
-        "UNLOCK",
-    )
-}
+_SCRIPTS: Final = {name: getattr(scripts, name) for name in scripts.__all__}
 _SHAS: Final = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()}
 
 
