@@ -279,18 +279,28 @@ def test_delete_and_shred_leave_nothing_searchable() -> None:
 def test_an_encrypted_store_indexes_no_plaintext_and_still_finds() -> None:
     store = ags.open_store("memory:", passphrase="pw")
     chat(store, "a", "Confidential merger with Initech")
-    store.get("a").update(tenant="acme", tags=["deal"], user="ceo", title="Project Falcon")
+    store.get("a").update(
+        tenant="acmecorp", tags=["dealroom"], user="chiefexec", title="Project Falcon"
+    )
     index = store._index
     assert index is not None
     dump = repr(index.rows) + repr(index.documents) + repr(index.usage)  # type: ignore[attr-defined]
-    for secret in ("Confidential", "merger", "initech", "acme", "deal", "ceo", "Falcon"):
+    for secret in (
+        "Confidential",
+        "merger",
+        "initech",
+        "acmecorp",
+        "dealroom",
+        "chiefexec",
+        "Falcon",
+    ):
         assert secret.lower() not in dump.lower(), secret
-    [info] = store.list(where={"tenant": "acme", "tag": "deal", "user": "ceo"})
+    [info] = store.list(where={"tenant": "acmecorp", "tag": "dealroom", "user": "chiefexec"})
     assert (info.title, info.tenant, info.tags, info.user) == (
         "Project Falcon",
-        "acme",
-        ("deal",),
-        "ceo",
+        "acmecorp",
+        ("dealroom",),
+        "chiefexec",
     )
     [hit, _reply] = sorted(store.search("initech merger"), key=lambda h: h.seq)
     assert hit.snippet == "Confidential [merger] with [Initech]"

@@ -65,7 +65,12 @@ def fill(store: BaseStore) -> None:
             )
         )
         if i % 4 == 0:
-            session.update(title=f"Custom {i}", tags=["vip", f"t{i % 3}"], tenant="acme", user="u1")
+            session.update(
+                title=f"Custom {i}",
+                tags=["platinum", f"t{i % 3}"],
+                tenant="acmecorp",
+                user="ursula",
+            )
         elif i % 4 == 1:
             session.update(tags=["t1"], tenant="globex")
     # A rewind: the first answer of s:05 is gone from the history.
@@ -103,13 +108,13 @@ def norm_hits(hits: list[Any]) -> list[tuple[Any, ...]]:
 
 WHERES: list[dict[str, Any] | None] = [
     None,
-    {"tenant": "acme"},
-    {"tenant": ["acme", "globex"]},
-    {"tag": "vip"},
-    {"tags": ["vip", "t0"]},
-    {"tenant": "acme", "tag": "vip"},
+    {"tenant": "acmecorp"},
+    {"tenant": ["acmecorp", "globex"]},
+    {"tag": "platinum"},
+    {"tags": ["platinum", "t0"]},
+    {"tenant": "acmecorp", "tag": "platinum"},
     {"agent": "bot"},
-    {"user": "u1"},
+    {"user": "ursula"},
     {"status": "idle"},
     {"id": ["s:01", "s:02"]},
     {"title": "custom"},
@@ -140,11 +145,13 @@ def test_same_answers_as_the_memory_store(schemas: list[str], encrypted: bool) -
                 continue
             for order in ("updated", "created", "id"):
                 for limit in (1, 5, 50):
-                    assert listing(pg, where, order, limit) == listing(
-                        mem, where, order, limit
-                    ), (where, order, limit)
+                    assert listing(pg, where, order, limit) == listing(mem, where, order, limit), (
+                        where,
+                        order,
+                        limit,
+                    )
         for query in ("pandas", "hello pandas", "bamboo forest", "cafe", "nothing here"):
-            for where in (None, {"tenant": "acme"}, {"tag": "t1"}):
+            for where in (None, {"tenant": "acmecorp"}, {"tag": "t1"}):
                 assert norm_hits(list(pg.search(query, where=where, limit=100))) == norm_hits(
                     list(mem.search(query, where=where, limit=100))
                 ), (query, where)
@@ -186,7 +193,7 @@ def test_same_answers_as_the_memory_store(schemas: list[str], encrypted: bool) -
 def test_snippets_mark_matches(schemas: list[str]) -> None:
     with pg_store(schemas) as store:
         fill(store)
-        hits = store.search("bamboo forest", where={"tenant": "acme"})
+        hits = store.search("bamboo forest", where={"tenant": "acmecorp"})
         assert hits and all("[bamboo]" in h.snippet and "[forest]" in h.snippet for h in hits)
 
 
@@ -201,10 +208,19 @@ def test_an_encrypted_store_keeps_no_plaintext_in_the_catalog(schemas: list[str]
                     sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, table))
                 ).fetchall()
                 dump += repr(rows)
-        for word in ("pandas", "bamboo", "acme", "globex", "vip", "Custom", "hello", "u1"):
+        for word in (
+            "pandas",
+            "bamboo",
+            "acmecorp",
+            "globex",
+            "platinum",
+            "Custom",
+            "hello",
+            "ursula",
+        ):
             assert word not in dump, word
         assert store.search("bamboo pandas")  # found through blind tokens
-        assert [i.id for i in store.list(where={"tenant": "acme", "tag": "vip"})]
+        assert [i.id for i in store.list(where={"tenant": "acmecorp", "tag": "platinum"})]
 
 
 def test_a_language_stems_words(schemas: list[str]) -> None:
@@ -266,9 +282,22 @@ def test_a_version_4_store_migrates_and_lists_with_catalog_fields(schemas: list[
                 ).format(s=sql.Identifier(name))
             )
             cols = [
-                "title", "title_set", "tags", "user", "tenant", "agents", "status", "messages",
-                "turns", "input_tokens", "output_tokens", "cache_read_tokens",
-                "cache_write_tokens", "cost", "compacted_before", "indexed",
+                "title",
+                "title_set",
+                "tags",
+                "user",
+                "tenant",
+                "agents",
+                "status",
+                "messages",
+                "turns",
+                "input_tokens",
+                "output_tokens",
+                "cache_read_tokens",
+                "cache_write_tokens",
+                "cost",
+                "compacted_before",
+                "indexed",
             ]
             conn.execute(
                 sql.SQL("DROP INDEX {}").format(sql.Identifier(name, "sessions_created_at_idx"))
@@ -288,8 +317,8 @@ def test_a_version_4_store_migrates_and_lists_with_catalog_fields(schemas: list[
             ).fetchone()
         assert versions == (MIGRATIONS[-1].version,)
         assert listing(store, None, "updated", 50) == listing(mem, None, "updated", 50)
-        assert listing(store, {"tenant": "acme"}, "updated", 3) == listing(
-            mem, {"tenant": "acme"}, "updated", 3
+        assert listing(store, {"tenant": "acmecorp"}, "updated", 3) == listing(
+            mem, {"tenant": "acmecorp"}, "updated", 3
         )
         assert norm_hits(list(store.search("pandas", limit=100))) == norm_hits(
             list(mem.search("pandas", limit=100))
