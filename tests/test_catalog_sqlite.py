@@ -103,7 +103,7 @@ def test_a_version_2_database_is_migrated_and_its_catalog_filled_once(tmp_path: 
     store = open_store(f"sqlite:///{path}")
     try:
         assert isinstance(store, sqlite_backend.SqliteStore)
-        assert store.applied_migrations == (3,)
+        assert store.applied_migrations == (3, 4)
         [info] = store.list()
         assert (info.id, info.title, info.user, info.agents, info.messages) == (
             "chat", "Where is the café?", "U1", ("guide",), 2
@@ -115,7 +115,7 @@ def test_a_version_2_database_is_migrated_and_its_catalog_filled_once(tmp_path: 
         store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
     finally:
         conn.close()
 

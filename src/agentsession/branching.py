@@ -188,6 +188,9 @@ class _ShiftedView:
         # The catalog and documents of a branch carry the seqs its reader presents.
         return self._view.indexed(shift(stored, self._base))
 
+    def indexed_since(self, after: int, stored: Sequence[Event]) -> CatalogChange | None:
+        return self._view.indexed_since(after, shift(stored, self._base))
+
 
 class ShiftedLog:
     """A branch's own log storage, its seqs shifted past the history it shares with its

@@ -58,6 +58,8 @@ from .events import (
     MAX_EVENT_ID_CHARS,
     PAYLOAD_TYPES,
     SESSION_BRANCH,
+    TURN_END,
+    TURN_START,
     USER_MESSAGE,
     Compaction,
     Event,
@@ -113,6 +115,10 @@ back is not looked up, and is stored again."""
 
 _ID_LIMIT = 2 * ID_WINDOW  # ids remembered before the oldest are forgotten
 
+_DEFERRED_AT_MOST = 256
+"""Events a turn appends before a catalog that takes changes at turn boundaries is handed
+them anyway (so one long turn does not leave it far behind)."""
+
 _RETRYABLE = (OutcomeUnknown, StoreUnavailable)
 """Append failures the pipeline rides out within the store's ``reconnect_timeout``: the
 connection was lost (the write may or may not have landed) or the server could not be reached
@@ -122,6 +128,10 @@ connection was lost (the write may or may not have landed) or the server could n
 class Indexer(Protocol):
     """What the append pipeline asks of its store's catalog settings
     (:class:`agentsession.indexing.Indexing`)."""
+
+    deferred: bool
+    """Whether the backend takes changes at turn boundaries (see
+    :attr:`agentsession.indexing.Indexing.deferred`)."""
 
     def change(self, stored: Sequence[Event]) -> CatalogChange | None:
         """What ``stored`` (plaintext, with seqs) changes in the catalog (None: it keeps
@@ -336,6 +346,12 @@ class _View:
     def indexed(self, stored: Sequence[Event]) -> CatalogChange | None:
         return self._session._catalog_change(stored)
 
+    def indexed_since(self, after: int, stored: Sequence[Event]) -> CatalogChange | None:
+        session = self._session
+        if not stored or after >= stored[0].seq:
+            return None
+        return session._catalog_since(after, session._plain_of(stored))
+
 
 class SessionPlans:
     """The pipeline's plans of one session (:attr:`BaseSession.plans`), for a driver other
@@ -415,6 +431,10 @@ class SessionCore:
     def __init__(self, store: SessionHost, session_id: str) -> None:
         self._store = store
         self._plain_batch: Sequence[Event] | None = None  # the batch being sealed
+        # A catalog that takes changes at turn boundaries (Indexing.deferred): the seq up to
+        # which this object handed changes over, and whether its own writes left a turn open.
+        self._catalog_seq = 0
+        self._catalog_turn = False
         self._view = _View(self)
         self._id = session_id
         self._window: list[Event] = []
@@ -628,6 +648,8 @@ class SessionCore:
             self._latest_seq = self._base
             self._window_start = self._first
             self._full = True
+        self._catalog_seq = self._latest_seq  # what is stored is taken as in the catalog
+        self._catalog_turn = False
         start = self._window_start
         self._ids_from = min(self._ids_from, start) if same_life else start
 
@@ -641,6 +663,8 @@ class SessionCore:
         self._window_start = self._first  # a branch stays one: its log's first event stays
         self._full = True
         self._latest_seq = self._base
+        self._catalog_seq = self._base
+        self._catalog_turn = False
         self._derivers = {}
         self._ids = {}
         self._ids_todo = False
@@ -658,6 +682,8 @@ class SessionCore:
         and, once a lease was checked here, their fences (``session/lease``) noted."""
         if self._fence_checked and events:
             self._fence_seen = max(self._fence_seen, fence_epoch(events))
+        if events and self._catalog_seq == events[0].seq - 1:
+            self._catalog_seq = events[-1].seq  # their writer hands them to the catalog
         self._extend(events, _marker_index(events))
 
     # -- fencing --------------------------------------------------------------------------
@@ -889,10 +915,50 @@ class SessionCore:
     def _catalog_change(self, stored: Sequence[Event]) -> CatalogChange | None:
         """What the batch a backend is storing (``stored``: as stored, sealed on an
         encrypted store, with its seqs) changes in the store's catalog: made from the plaintext
-        (the batch being sealed, when it is)."""
+        (the batch being sealed, when it is).
+
+        A catalog that takes changes at turn boundaries (:attr:`Indexing.deferred
+        <agentsession.indexing.Indexing.deferred>`) gets None for a batch inside a turn this
+        object opened (the backend marks the session for a later catch-up instead), and at
+        the batch that starts or ends a turn, or any batch outside one, the change of every
+        event since the last one it got (from the window), whose ``first_seq`` lets the
+        backend apply it only where it continues what the catalog holds."""
+        stored = self._plain_of(stored)
+        indexing = self._store._indexing
+        if not indexing.deferred or not stored or self._base:
+            return indexing.change(stored)
+        turn = self._catalog_turn
+        starts = False
+        for event in stored:
+            if event.type == TURN_START:
+                turn = starts = True
+            elif event.type == TURN_END:
+                turn = False
+        self._catalog_turn = turn
+        first = stored[0].seq
+        done = self._catalog_seq
+        if turn and not starts and first - done <= _DEFERRED_AT_MOST:
+            return None  # inside a turn: handed over at its end
+        return self._catalog_since(done, stored)
+
+    def _plain_of(self, stored: Sequence[Event]) -> Sequence[Event]:
         plain = self._plain_batch
         if plain is not None and len(plain) == len(stored):
-            stored = [_replace(p, seq=s.seq) for p, s in zip(plain, stored, strict=True)]
+            return [_replace(p, seq=s.seq) for p, s in zip(plain, stored, strict=True)]
+        return stored
+
+    def _catalog_since(self, done: int, stored: Sequence[Event]) -> CatalogChange | None:
+        """The change of the events after seq ``done`` up to and with the batch ``stored``
+        (plaintext): those before the batch from the window when it holds all of them (else
+        the batch's alone, which a backend checking ``first_seq`` does not apply)."""
+        first = stored[0].seq
+        self._catalog_seq = stored[-1].seq
+        if done < first - 1:
+            window = self._window
+            start = bisect.bisect_right(window, done, key=_seq_of)
+            held = window[start:]
+            if held and held[0].seq == done + 1 and held[-1].seq == first - 1:
+                stored = [*held, *stored]  # the turn so far, as this object wrote or read it
         return self._store._indexing.change(stored)
 
     def _admits(self, foreign: Sequence[Event], events: Sequence[Event]) -> bool:

@@ -154,6 +154,12 @@ class Indexing:
         """Whether appends update the catalog."""
         self.searchable = searchable
         """Whether appends index documents for search."""
+        self.deferred = False
+        """Whether the backend takes catalog changes at turn boundaries: an append inside a
+        turn its session object opened hands it no change (the backend marks the session, to
+        be caught up from its log before the catalog is read), and the append that ends the
+        turn hands it the change of the whole turn (see
+        :meth:`~agentsession.core.SessionCore._catalog_change`). Set by the backend."""
         self._prices: dict[str, Price] | None = None
         self._sealer: FieldSealer | None = None
         self._lock = threading.Lock()

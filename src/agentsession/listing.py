@@ -214,6 +214,8 @@ class CatalogChange(msgspec.Struct, frozen=True, kw_only=True):
     """The batch's last event time: the row's ``updated_at``."""
     last_seq: int = 0
     """The batch's last seq."""
+    first_seq: int = 0
+    """The batch's first seq (0: not known)."""
     events: int = 0
     """Events in the batch."""
     messages: int = 0
@@ -788,6 +790,7 @@ def change_of(
         first_time=stored[0].time if stored else None,
         last_time=stored[-1].time if stored else None,
         last_seq=stored[-1].seq if stored else 0,
+        first_seq=stored[0].seq if stored else 0,
         events=len(stored),
         messages=messages,
         turns=turns,

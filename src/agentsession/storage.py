@@ -68,6 +68,13 @@ class LogView(Protocol):
         it (``docs/catalog.md``)."""
         ...
 
+    def indexed_since(self, after: int, stored: Sequence[Event]) -> CatalogChange | None:
+        """What every event after seq ``after`` up to and with the batch ``stored`` changes in
+        the catalog: for a backend whose catalog row is at ``after`` when the change
+        :meth:`indexed` gave does not continue it (the session object has the events in
+        between in memory; None: it has not, or the store keeps no catalog)."""
+        ...
+
 
 class LogStorage(Protocol):
     """One session's log in a backend (see the module docstring). Every method is called

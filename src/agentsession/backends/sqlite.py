@@ -60,6 +60,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as _dt
+import logging
 import os
 import sqlite3
 import sys
@@ -67,7 +68,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote, unquote
 
 import msgspec
@@ -79,7 +80,10 @@ from ..contract import Capabilities, SessionInfo
 from ..errors import (
     ConflictError,
     CorruptLogError,
+    EncryptionError,
     SessionError,
+    SessionExpired,
+    SessionShredded,
     StorageError,
     StoreUnavailable,
     UsageError,
@@ -93,6 +97,8 @@ from ..store import BaseStore
 from .sqlite_index import SqliteIndex, create_index_tables
 from .sqlite_index import fetch_all as _fetchall
 from .sqlite_index import surrogate_text as _surrogate_text
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DATA_VERSION_IDLE_INTERVAL",
@@ -109,7 +115,7 @@ __all__ = [
     "sqlite_path",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this module writes (``PRAGMA user_version``): ``len(_MIGRATIONS)``."""
 
 APPLICATION_ID = 0x41475353
@@ -199,10 +205,34 @@ def _add_catalog(conn: sqlite3.Connection) -> None:
     )
 
 
+CATALOG_DIRTY_DDL: Final = (
+    "CREATE TABLE IF NOT EXISTS catalog_dirty (skey INTEGER PRIMARY KEY)",
+    f"""
+    CREATE TRIGGER IF NOT EXISTS catalog_dirty_mark AFTER INSERT ON events
+    BEGIN
+        INSERT OR IGNORE INTO catalog_dirty (skey) VALUES (new.key >> {32});
+    END
+    """,
+)
+"""Version 4: the sessions whose catalog row may be behind their log. Every insert into
+``events`` marks its session (one probe of a small table; nothing written when it is marked
+already); an append that hands the catalog its change clears the mark in its transaction, and
+reading the catalog first catches up every marked session from its log
+(:meth:`SqliteStore.catch_up_catalog`). Appends inside a turn leave the mark, so a turn costs
+the catalog one write at its start and one at its end instead of one per event."""
+
+
+def _add_catalog_dirty(conn: sqlite3.Connection) -> None:
+    """Version 4: :data:`CATALOG_DIRTY_DDL` (the catalog of a version 3 file is current)."""
+    for statement in CATALOG_DIRTY_DDL:
+        conn.execute(statement)
+
+
 _MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_v1,
     _add_event_ids,
     _add_catalog,
+    _add_catalog_dirty,
 ]
 """``_MIGRATIONS[n]`` turns a version ``n`` database into version ``n + 1`` (0: empty file)."""
 
@@ -290,7 +320,6 @@ def _text(value: str) -> str | bytes:
     except UnicodeEncodeError:
         return value.encode("utf-8", "surrogatepass")
     return value
-
 
 
 def _time_text(moment: _dt.datetime) -> bytes:
@@ -682,9 +711,7 @@ class SqliteLog:
             if last == seen:
                 return []
             base = key << _SEQ_BITS
-            return self._select(
-                conn, self._db.rows_if_current, (base + seen, base + _MAX_SEQ + 1)
-            )
+            return self._select(conn, self._db.rows_if_current, (base + seen, base + _MAX_SEQ + 1))
         except sqlite3.Error as exc:
             raise self._error("reading", exc) from exc
 
@@ -737,7 +764,7 @@ class SqliteLog:
         change = None if index is None else view.indexed((stored,))
         if change is not None:
             assert index is not None
-            return self._append_one_indexed(params, stored, change, index)
+            return self._append_one_indexed(view, params, stored, change, index)
         with db.write_lock:
             try:
                 if db.held().cursor.execute(_INSERT_IF_CURRENT, params).rowcount != 1:
@@ -749,7 +776,12 @@ class SqliteLog:
         return stored
 
     def _append_one_indexed(
-        self, params: tuple[Any, ...], stored: Event, change: CatalogChange, index: SqliteIndex
+        self,
+        view: LogView,
+        params: tuple[Any, ...],
+        stored: Event,
+        change: CatalogChange,
+        index: SqliteIndex,
     ) -> Event | None:
         """The fast path when the store keeps a catalog: the checked ``INSERT`` and the
         catalog's change in one transaction."""
@@ -763,7 +795,7 @@ class SqliteLog:
                     if cursor.execute(_INSERT_IF_CURRENT, params).rowcount != 1:
                         cursor.execute("ROLLBACK")
                         return None  # the session's row is gone
-                    index.apply(self._id, change, held.conn)
+                    _hand_over(held.conn, index, view, (stored,), params[0] >> _SEQ_BITS, change)
                     cursor.execute("COMMIT")
                 except BaseException:
                     _rollback(held.conn)
@@ -848,9 +880,8 @@ class SqliteLog:
                 foreign, first, key = caught_up
                 if self._life is None and first > 1:
                     self._life = key  # a life read first here (as in _catch_up) is this log's
-                if (
-                    (expect_seq is not None and first - 1 != expect_seq)
-                    or not view.admits(foreign, events)
+                if (expect_seq is not None and first - 1 != expect_seq) or not view.admits(
+                    foreign, events
                 ):
                     conn.execute("ROLLBACK")  # nothing written, not even a new session row
                     return foreign, 0
@@ -862,9 +893,11 @@ class SqliteLog:
             if marker >= 0:
                 conn.execute(_SET_COMPACTION, (first + marker, key))
             if self._index is not None:
-                change = view.indexed([_replace(e, seq=first + i) for i, e in enumerate(events)])
+                numbered = [_replace(e, seq=first + i) for i, e in enumerate(events)]
+                change = view.indexed(numbered)
                 if change is not None:
-                    self._index.apply(self._id, change, conn)
+                    assert key is not None
+                    _hand_over(conn, self._index, view, numbered, key, change)
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
@@ -917,6 +950,29 @@ def _rows(key: int, first: int, fields: list[tuple[Any, ...]]) -> list[tuple[Any
 # -- the store ---------------------------------------------------------------------------------
 
 
+def _hand_over(
+    conn: sqlite3.Connection,
+    index: SqliteIndex,
+    view: LogView,
+    stored: Sequence[Event],
+    key: int,
+    change: CatalogChange,
+) -> None:
+    """Inside an append's transaction: apply ``change`` to the catalog when it continues what
+    the catalog holds (its ``first_seq`` follows the row's last seq), or else the change since
+    the row's last seq when the session object holds those events, and clear the session's
+    mark; otherwise leave the mark, so the session is caught up from its log before the
+    catalog is next read (a turn another object wrote part of, or one a crash cut short)."""
+    held = index.indexed_seq(view.id, conn) or 0
+    if change.first_seq and change.first_seq != held + 1:
+        since = view.indexed_since(held, stored)
+        if since is None or since.first_seq != held + 1:
+            return
+        change = since
+    index.apply(view.id, change, conn)
+    conn.execute("DELETE FROM catalog_dirty WHERE skey = ?", (key,))
+
+
 class SqliteCatalog(CatalogDefaults):
     """The sessions of one database file (a :class:`~agentsession.catalog.Catalog`): the
     ``sessions`` table and the view ``session_summary``, through the file's connections.
@@ -951,6 +1007,43 @@ class SqliteCatalog(CatalogDefaults):
     def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
         log = SqliteLog(self._db, session_id, self._clock, self.index)
         return BaseSession(store, session_id, log)
+
+    def catch_up_session(
+        self, store: BaseStore, index: SqliteIndex, key: int, conn: sqlite3.Connection
+    ) -> int:
+        """Inside the caller's write transaction on ``conn``: apply to the catalog row of the
+        session whose ``sessions.key`` is ``key`` the change of its events after the row's
+        last seq (rebuilt whole when it has fewer events than that: made again since);
+        returns 1 when the session was read, 0 when there was nothing to do or it cannot be
+        read now (corrupt, or expired: logged)."""
+        row = conn.execute("SELECT CAST(id AS BLOB) FROM sessions WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return 0  # deleted since: its row went with it
+        sid = _surrogate_text(row[0])
+        held = index.indexed_seq(sid, conn) or 0
+        session = self.open_session(store, sid)
+        try:
+            latest = session.latest_seq
+            if latest < held:  # made again since: fewer events than indexed
+                indexing.reindex(store, [sid])
+                return 1
+            if latest == held:
+                return 0
+            events = session.read(after=held)
+            change = indexing.change_for(store, events)
+            if change is not None:
+                index.apply(sid, change, conn)
+                if not held:  # a new row: what update() set is in the record
+                    index.set_fields(sid, indexing.record_fields(store, sid))
+            return 1
+        except SessionShredded:
+            index.shredded(sid)
+            return 1
+        except (CorruptLogError, EncryptionError, SessionExpired) as exc:
+            log.warning("catalog: session %r not caught up: %s", sid, type(exc).__name__)
+            return 0
+        finally:
+            session.close()
 
     def exists(self, session_id: str) -> bool:
         conn = self._db.connection()
@@ -1066,7 +1159,8 @@ class SqliteCatalog(CatalogDefaults):
         """The database file's size with its write-ahead log's (no size is kept per
         session)."""
         return sum(
-            os.path.getsize(path) for path in (self._path, self._path + "-wal")
+            os.path.getsize(path)
+            for path in (self._path, self._path + "-wal")
             if os.path.exists(path)
         )
 
@@ -1279,6 +1373,8 @@ def _check_schema_for_reading(db: _Database, conn: sqlite3.Connection) -> None:
         db.catalog = False  # no catalog tables: listed by ids and times, as then
         if version == 1:
             db.rows, db.rows_if_current = _ROWS_V1, _ROWS_IF_CURRENT_V1
+    elif version == 3:
+        pass  # its catalog is kept with each append: read as it is
     elif version != target:
         raise StoreUnavailable(
             f"{path}: schema version {version} is older than {target}; run "
@@ -1464,6 +1560,7 @@ class SqliteStore(BaseStore):
                 if db.catalog
                 else None
             )
+            self._tables = index  # the catalog's tables, caught up before they are read
             return StoreParts(
                 SqliteCatalog(db, self.clock, index),
                 SqliteMeta(db, self.clock),
@@ -1473,6 +1570,9 @@ class SqliteStore(BaseStore):
             )
 
         super().__init__(parts, **options)
+        if self._tables is not None:
+            self._tables.catch_up = self.catch_up_catalog
+            self._indexing.deferred = self._db.uri is None and not read_only
         if self._db.uri is None and not read_only and self._db.catalog:
             try:
                 self.fill_catalog()
@@ -1535,6 +1635,45 @@ class SqliteStore(BaseStore):
             meta.set(CATALOG_FILL_KIND, CATALOG_FILL_KEY, None)
         return count
 
+    def catch_up_catalog(self) -> int:
+        """Bring the catalog rows of the sessions marked behind their logs up to date
+        (:data:`CATALOG_DIRTY_DDL`: appends inside a turn, or by a writer that crashed
+        mid-turn, leave the mark); returns how many sessions were caught up. Run before the
+        catalog is read (``list`` with a ``where``/``order``/``cursor``, ``search``,
+        ``totals``); nothing on a store that cannot write the file (opened read-only: it
+        reads each session's row as of its latest turn boundary).
+
+        Each session is read after its row's last seq and its change applied in one write
+        transaction, so an append by another process is either in what is read or marks the
+        session again."""
+        db = self._db
+        if not (self._indexing.catalog and self._indexing.deferred):
+            return 0
+        index = self._tables
+        assert index is not None
+        catalog = self._catalog
+        assert isinstance(catalog, SqliteCatalog)
+        conn = db.connection()
+        done = 0
+        try:
+            for _ in range(4):  # writers may mark sessions meanwhile: a few rounds, not forever
+                keys = [r[0] for r in conn.execute("SELECT skey FROM catalog_dirty LIMIT 512")]
+                if not keys:
+                    break
+                for key in keys:
+                    with db.write_lock:
+                        conn.execute("BEGIN IMMEDIATE")
+                        try:
+                            done += catalog.catch_up_session(self, index, key, conn)
+                            conn.execute("DELETE FROM catalog_dirty WHERE skey = ?", (key,))
+                            conn.execute("COMMIT")
+                        except BaseException:
+                            _rollback(conn)
+                            raise
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, "catching up the catalog of", db.path) from exc
+        return done
+
     @property
     def path(self) -> str:
         """The database file (resolved)."""
@@ -1549,9 +1688,7 @@ def _read_only_uri(path: str) -> str | None:
     if os.access(path, os.W_OK) and dir_writable:
         return None
     uri = f"file:{quote(path)}?mode=ro"
-    if not dir_writable and not (
-        os.path.exists(path + "-wal") and os.path.exists(path + "-shm")
-    ):
+    if not dir_writable and not (os.path.exists(path + "-wal") and os.path.exists(path + "-shm")):
         # WAL needs the -shm file to read; when it cannot be created, the file is read as it
         # stands (as immutable), which is all of it: a clean close checkpoints the log.
         uri += "&immutable=1"

@@ -333,8 +333,7 @@ def _filter_sql(where: Filter) -> tuple[str, list[Any], bool]:
         params.extend(_bind(v) for v in where.agent)
     for tag in where.tags or ():
         parts.append(
-            "EXISTS (SELECT 1 FROM catalog_tags AS t WHERE t.session_id = c.id "
-            f"AND t.tag = {_T})"
+            f"EXISTS (SELECT 1 FROM catalog_tags AS t WHERE t.session_id = c.id AND t.tag = {_T})"
         )
         params.append(_bind(tag))
     for column, bounds in (("c.updated_key", where.updated), ("c.created_key", where.created)):
@@ -358,9 +357,26 @@ def _filter_sql(where: Filter) -> tuple[str, list[Any], bool]:
 
 def _row_of(values: Sequence[Any]) -> CatalogRow:
     (
-        sid, created, updated, last_seq, title, title_set, user, tenant, tags, agents, status,
-        messages, turns, input_tokens, output_tokens, cache_read, cache_write, cost,
-        compacted, _key,
+        sid,
+        created,
+        updated,
+        last_seq,
+        title,
+        title_set,
+        user,
+        tenant,
+        tags,
+        agents,
+        status,
+        messages,
+        turns,
+        input_tokens,
+        output_tokens,
+        cache_read,
+        cache_write,
+        cost,
+        compacted,
+        _key,
     ) = values
     return CatalogRow(
         id=sid,
@@ -446,6 +462,8 @@ class SqliteIndex:
         self._pending = 0  # documents this object left in catalog_pending
         self.location = location
         """The database file, for errors."""
+        self.catch_up: Callable[[], object] | None = None
+        """What :meth:`sync` runs before the catalog is read (None: nothing)."""
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -561,8 +579,14 @@ class SqliteIndex:
             for doc in change.documents:
                 text = " ".join(_words(doc.text))
                 rows.append(
-                    (base | doc.seq, sid, doc.seq, doc.role, text,
-                     None if text == doc.text else _bind(doc.text))
+                    (
+                        base | doc.seq,
+                        sid,
+                        doc.seq,
+                        doc.role,
+                        text,
+                        None if text == doc.text else _bind(doc.text),
+                    )
                 )
             conn.executemany(_ADD_DOCUMENT, rows)
             self._pending += len(rows)
@@ -658,8 +682,21 @@ class SqliteIndex:
 
     # -- reading ----------------------------------------------------------------------------
 
+    def indexed_seq(self, session_id: str, conn: sqlite3.Connection | None = None) -> int | None:
+        """The last seq the session's row holds (None: it has none), read on ``conn``
+        (default: this thread's connection)."""
+        if conn is None:
+            conn = self._connection()
+        row = conn.execute(
+            f"SELECT last_seq FROM catalog WHERE id = {_T}", (_bind(session_id),)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
     def sync(self, store: IndexHost) -> None:
-        """Nothing: the tables are written with each append."""
+        """Run :attr:`catch_up` (set by a store whose appends leave sessions for a catch-up
+        from their logs); nothing otherwise: the tables are written with each append."""
+        if self.catch_up is not None:
+            self.catch_up()
 
     def _read(self, action: str, sql: str, params: Sequence[Any], title: bool) -> list[Any]:
         conn = self._connection()
@@ -695,9 +732,7 @@ class SqliteIndex:
         if query.session_id is not None:
             session = f" AND c.id = {_T}"
             session_params = [_bind(query.session_id)]
-        pending_match = " AND ".join(
-            "instr(' ' || d.text || ' ', ?) > 0" for _ in query.terms
-        )
+        pending_match = " AND ".join("instr(' ' || d.text || ' ', ?) > 0" for _ in query.terms)
         pending_params = [f" {t} " for t in query.terms]
         outer = ""
         outer_params: list[Any] = []
@@ -725,9 +760,14 @@ class SqliteIndex:
             f"FROM ({sql}) {outer} ORDER BY rank DESC, session_id, seq LIMIT ?"
         )
         all_params = [
-            _match_of(query.terms), *params, *session_params,
-            *pending_params, *params, *session_params,
-            *outer_params, query.limit,
+            _match_of(query.terms),
+            *params,
+            *session_params,
+            *pending_params,
+            *params,
+            *session_params,
+            *outer_params,
+            query.limit,
         ]
         rows = self._read("searching", sql, all_params, title)
         hits: builtins.list[Hit] = []
@@ -774,7 +814,10 @@ class SqliteIndex:
                 sessions=sessions,
                 calls=calls,
                 usage=UsageTotals(
-                    input_tokens=i, output_tokens=o, cache_read_tokens=r, cache_write_tokens=w,
+                    input_tokens=i,
+                    output_tokens=o,
+                    cache_read_tokens=r,
+                    cache_write_tokens=w,
                     cost=cost,
                 ),
             )

@@ -1,0 +1,241 @@
+"""The SQLite store's catalog taken at turn boundaries (schema version 4): appends inside a
+turn mark the session instead of writing its row, the turn's end hands the row the whole
+turn, and reading the catalog first catches up every marked session from its log, so what
+is listed always matches the logs (checked against a rebuild), whoever wrote and however a
+writer ended."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, given, settings
+
+from agentsession import Event, Message, open_store
+from agentsession.backends import sqlite as sqlite_backend
+from agentsession.events import TurnEnd, TurnStart, Usage
+
+from .pipes import readline_within
+from .test_catalog_sqlite import build_v2
+
+
+def _row(info: Any) -> tuple[Any, ...]:
+    return (
+        info.id,
+        info.last_seq,
+        info.messages,
+        info.turns,
+        info.title,
+        info.user,
+        info.agents,
+        info.usage.input_tokens,
+        info.status,
+    )
+
+
+def _listed(store: Any) -> list[tuple[Any, ...]]:
+    return sorted(_row(i) for i in store.list(order="id"))
+
+
+def _rebuilt(store: Any) -> list[tuple[Any, ...]]:
+    store.reindex()
+    return _listed(store)
+
+
+def _dirty(path: Path) -> list[int]:
+    conn = sqlite3.connect(path)
+    try:
+        return [r[0] for r in conn.execute("SELECT skey FROM catalog_dirty ORDER BY skey")]
+    finally:
+        conn.close()
+
+
+def _raw_messages(path: Path, session_id: str) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute("SELECT messages FROM catalog WHERE id = ?", (session_id,)).fetchone()
+        return -1 if row is None else int(row[0])
+    finally:
+        conn.close()
+
+
+def _turn(session: Any, n: int, agent: str = "bot") -> None:
+    with session.turn(agent=agent) as turn:
+        turn.user(f"question {n} about pandas")
+        turn.assistant(f"answer {n}")
+
+
+def test_a_turn_writes_the_row_at_its_start_and_end_only(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with open_store(f"sqlite:///{path}") as store:
+        session = store.get("a")
+        _turn(session, 0)
+        assert _dirty(path) == []
+        assert _raw_messages(path, "a") == 2
+        session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        session.append(Event.new("user/message", Message.user("inside"), agent="bot"))
+        # The row has the turn's start; its message waits for the turn's end.
+        assert _raw_messages(path, "a") == 2 and len(_dirty(path)) == 1
+        [info] = store.list(order="id")  # reading the catalog catches up
+        assert (info.messages, info.turns) == (3, 2)
+        assert _dirty(path) == []
+        session.append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
+        assert _dirty(path) == []
+        assert _listed(store) == _rebuilt(store)
+        assert store.list()[0].messages == 3
+
+
+def test_a_read_only_reader_sees_each_session_as_of_its_latest_boundary(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with open_store(f"sqlite:///{path}") as store:
+        session = store.get("a")
+        _turn(session, 0)
+        session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        session.append(Event.new("user/message", Message.user("more"), agent="bot"))
+        before = path.read_bytes()
+        with open_store(f"sqlite:///{path}", read_only=True) as reader:
+            [info] = reader.list(order="id")
+            assert (info.messages, info.turns) == (2, 2)  # as of the second turn's start
+        assert path.read_bytes() == before  # the reader wrote nothing
+        session.append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
+        with open_store(f"sqlite:///{path}", read_only=True) as reader:
+            assert reader.list(order="id")[0].messages == 3
+
+
+def test_two_writers_of_one_session_never_count_an_event_twice(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    one = open_store(f"sqlite:///{path}")
+    two = open_store(f"sqlite:///{path}")
+    try:
+        a, b = one.get("s"), two.get("s")
+        a.append(Event.new("turn/start", TurnStart(), agent="x"))
+        a.append(Event.new("user/message", Message.user("from a"), agent="x"))
+        b.append(Event.new("user/message", Message.user("from b"), agent="y"))  # outside a turn
+        a.append(Event.new("assistant/message", Message.assistant("a again"), agent="x"))
+        a.append(Event.new("turn/end", TurnEnd(steps=0), agent="x"))
+        _turn(b, 1, agent="y")
+        assert _listed(one) == _rebuilt(two)
+        assert one.list()[0].messages == 5
+    finally:
+        one.close()
+        two.close()
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    import agentsession as ags
+    from agentsession.events import TurnStart
+    store = ags.open_store(sys.argv[1])
+    session = store.get("killed")
+    session.append(ags.Event.new("turn/start", TurnStart(), agent="bot"))
+    for n in range(int(sys.argv[2])):
+        session.append(ags.Event.new("user/message", ags.Message.user(f"m{n}"), agent="bot"))
+    print("written", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_a_writer_killed_mid_turn_is_caught_up_from_its_log(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    url = f"sqlite:///{path}"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, url, "7"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert proc.stdout is not None
+        assert readline_within(proc.stdout, 60) == "written\n"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _raw_messages(path, "killed") == 0  # the killed turn never reached its row
+    with open_store(url) as store:
+        [info] = store.list(order="id")
+        assert (info.messages, info.turns, info.last_seq) == (7, 1, 8)
+        assert _dirty(path) == []
+        assert _listed(store) == _rebuilt(store)
+
+
+def test_a_version_3_database_is_migrated_and_read_as_is_when_read_only(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    path = tmp_path / "v3.db"
+    build_v2(path)
+    with monkeypatch.context() as m:
+        m.setattr(sqlite_backend, "_MIGRATIONS", sqlite_backend._MIGRATIONS[:3])
+        open_store(f"sqlite:///{path}").close()  # version 3: catalog filled from the logs
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+    conn.close()
+    before = path.read_bytes()
+    with open_store(f"sqlite:///{path}", read_only=True) as reader:
+        [info] = reader.list(order="id")
+        assert (info.id, info.messages) == ("chat", 2)
+    assert path.read_bytes() == before
+    with open_store(f"sqlite:///{path}") as store:
+        assert isinstance(store, sqlite_backend.SqliteStore)
+        assert store.applied_migrations == (4,)
+        _turn(store.get("chat"), 9)
+        assert store.list(order="id")[0].messages == 4
+        assert _listed(store) == _rebuilt(store)
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from([0, 1]),  # which store object writes
+        st.sampled_from(["a", "b"]),  # which session
+        st.sampled_from(["start", "user", "assistant", "usage", "end", "list", "reopen"]),
+    ),
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=OPS)
+def test_the_catalog_always_matches_a_rebuild(tmp_path_factory: Any, ops: list[Any]) -> None:
+    path = tmp_path_factory.mktemp("db") / "s.db"
+    stores = [open_store(f"sqlite:///{path}"), open_store(f"sqlite:///{path}")]
+    try:
+        for who, sid, op in ops:
+            store = stores[who]
+            session = store.get(sid)
+            agent = f"agent{who}"
+            if op == "start":
+                session.append(Event.new("turn/start", TurnStart(), agent=agent))
+            elif op == "end":
+                session.append(Event.new("turn/end", TurnEnd(steps=0), agent=agent))
+            elif op == "user":
+                session.append(Event.new("user/message", Message.user(f"u {sid}"), agent=agent))
+            elif op == "assistant":
+                session.append(Event.new("assistant/message", Message.assistant("a"), agent=agent))
+            elif op == "usage":
+                session.append(
+                    Event.new("usage", Usage(input_tokens=3, output_tokens=1), agent=agent)
+                )
+            elif op == "list":
+                store.list(order="id")
+            else:
+                store.close()
+                stores[who] = open_store(f"sqlite:///{path}")
+        listed = _listed(stores[0])
+        assert listed == _rebuilt(stores[1])
+    finally:
+        for store in stores:
+            store.close()
