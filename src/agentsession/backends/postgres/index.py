@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from psycopg import sql
 
-from ...indexing import Fields, IndexHost, reindex, set_row_fields
+from ...errors import SessionShredded
+from ...indexing import Fields, IndexHost, change_for, reindex, set_row_fields
 from ...listing import (
     CatalogChange,
     CatalogRow,
@@ -155,6 +156,8 @@ def catalog_params(change: CatalogChange, language: str | None, blind: bool) -> 
         ],
         "d_rewound": [any(t < d.seq < m for t, m in rewinds) for d in docs],
         "d_language": language,
+        "c_first": change.first_seq,
+        "c_last": change.last_seq,
         "r_to": [t for t, _ in rewinds],
         "r_marker": [m for _, m in rewinds],
     }
@@ -304,17 +307,47 @@ class PostgresIndex:
         there are none."""
         if self._read_only:
             return
-        statement = self._q("SELECT id FROM {s}.sessions WHERE NOT indexed ORDER BY id LIMIT 500")
+        statement = self._q(
+            "SELECT id, catalog_seq FROM {s}.sessions WHERE NOT indexed ORDER BY id LIMIT 500"
+        )
         seen: builtins.set[str] = builtins.set()
         while True:
             rows = self._db.run(
                 "finding sessions to index", lambda c: c.execute(statement).fetchall()
             )
-            ids = [r[0] for r in rows if r[0] not in seen]
-            if not ids:
+            rows = [r for r in rows if r[0] not in seen]
+            if not rows:
                 return
-            seen.update(ids)
-            reindex(store, ids)
+            seen.update(r[0] for r in rows)
+            whole = [sid for sid, held in rows if not held or not self._catch_up(store, sid, held)]
+            if whole:
+                reindex(store, whole)
+
+    def _catch_up(self, store: IndexHost, session_id: str, held: int) -> bool:
+        """Apply the change of the session's events after ``held`` (its row's
+        ``catalog_seq``) where the row still continues there; False when it must be rebuilt
+        whole (fewer events than held: made again since)."""
+        try:
+            session = store.get(session_id)
+            latest = session.latest_seq
+            if latest < held:
+                return False
+            events = session.read(after=held)
+        except SessionShredded:
+            self.shredded(session_id)
+            return True
+        change = change_for(store, events) if events else None
+        if change is None:
+            return True
+        params = catalog_params(change, self.language, self.blind())
+        params["id"] = session_id
+        statement = self._sql.catalog_apply
+        self._db.run(
+            f"indexing session {session_id!r}",
+            lambda c: c.execute(statement, params),
+            write="the session's catalog entries may or may not have been updated",
+        )
+        return True
 
     def query(self, query: ListQuery) -> builtins.list[CatalogRow]:
         params: dict[str, Any] = {}
@@ -525,7 +558,8 @@ class PostgresIndex:
                 status = %(status)s, messages = %(messages)s, turns = %(turns)s,
                 input_tokens = %(input)s, output_tokens = %(output)s,
                 cache_read_tokens = %(cache_read)s, cache_write_tokens = %(cache_write)s,
-                cost = %(cost)s, compacted_before = %(compacted)s, indexed = true
+                cost = %(cost)s, compacted_before = %(compacted)s, indexed = true,
+                catalog_seq = last_seq
             WHERE id = %(id)s
             """
         )

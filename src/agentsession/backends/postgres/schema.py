@@ -68,6 +68,7 @@ __all__ = [
     "TAIL_EVENTS",
     "MIGRATIONS",
     "READABLE_AS_IT_IS",
+    "CATALOG_VERSION",
     "Migration",
     "NOTIFY_ID_BYTES",
     "Statements",
@@ -243,11 +244,28 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX documents_words_idx ON {s}.documents USING gin (words)",
         ),
     ),
+    Migration(
+        6,
+        "the catalog taken at turn boundaries: sessions.catalog_seq",
+        (
+            # The last seq the row's catalog holds. An append hands the catalog a change only
+            # at a turn's start and end (and outside turns), applied where it continues
+            # catalog_seq; appends between mark the row not indexed, and the next listing
+            # catches it up from catalog_seq (PostgresIndex.sync). A row not indexed when the
+            # column is added gets 0: rebuilt whole.
+            "ALTER TABLE {s}.sessions ADD COLUMN catalog_seq bigint NOT NULL DEFAULT 0",
+            "UPDATE {s}.sessions SET catalog_seq = last_seq WHERE indexed",
+        ),
+    ),
 )
 """Every migration, oldest first. Append new ones; never edit one that has shipped."""
 
 LATEST_VERSION = MIGRATIONS[-1].version
 """The schema version this code reads and writes."""
+
+CATALOG_VERSION = 5
+"""The oldest schema version with the catalog's columns and tables (a store opened to read
+lists and searches it; version 6 adds only what writers use)."""
 
 _BOOTSTRAP = """
 CREATE TABLE IF NOT EXISTS {s}.schema_migrations (
@@ -404,7 +422,7 @@ WITH s AS (
     SET last_seq = $2::bigint, updated_at = $3,
         compaction_seq = greatest(compaction_seq, $4::bigint)/*SET*/
     WHERE id = $1 AND last_seq = $2::bigint - 1 AND life = $5::bigint
-    RETURNING id, {notify}
+    RETURNING id/*RET*/, {notify}
 )/*CTES*/
 INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event, eid)
 SELECT $1, $2::bigint, $6, $7, $8, $3, $9::bytea, $10::bytea, $11::bytea, $12 FROM s
@@ -429,7 +447,7 @@ WITH s AS (
                               ELSE s.compaction_seq END/*SET*/
     WHERE $4::bigint IS NULL
        OR (s.last_seq = $4::bigint AND ($5::bigint IS NULL OR s.life = $5::bigint))
-    RETURNING s.last_seq - 1 AS base, s.life AS life, {notify}
+    RETURNING s.last_seq - 1 AS base, s.life AS life/*RET*/, {notify}
 ), inserted AS (
     INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event,
                             eid)
@@ -456,7 +474,7 @@ WITH s AS (
     WHERE %(expect)s::bigint IS NULL
        OR (s.last_seq = %(expect)s::bigint
            AND (%(life)s::bigint IS NULL OR s.life = %(life)s::bigint))
-    RETURNING s.last_seq - %(n)s AS base, s.life AS life, {notify}
+    RETURNING s.last_seq - %(n)s AS base, s.life AS life/*RET*/, {notify}
 ), inserted AS (
     INSERT INTO {s}.events (session_id, seq, type, agent, "user", time, data, meta, raw_event,
                             eid)
@@ -499,6 +517,8 @@ CATALOG_PARAMS = (
     "d_language",
     "r_to",
     "r_marker",
+    "c_first",
+    "c_last",
 )
 """The parameters the catalog adds to an append statement, in this order after the
 statement's own (``$13`` on for the one-event statements; by name in the batch's): what one
@@ -506,35 +526,50 @@ statement's own (``$13`` on for the one-event statements; by name in the batch's
 the user and title when the row has none, the status, the compaction point), its usage rows
 per (day, agent) as arrays, its documents as arrays (``d_words``: the tsvector's text, made
 by :func:`agentsession.backends.postgres.index.document_words`; ``d_language``: NULL, or the
-text search configuration that parses it), and its rewinds (``r_to``, ``r_marker``)."""
+text search configuration that parses it), its rewinds (``r_to``, ``r_marker``), and the
+first and last seq it covers (``c_first``, ``c_last``: it is applied only where ``c_first``
+follows the row's ``catalog_seq``)."""
+
+# Whether the change continues what the row's catalog holds (``s`` is the row before the
+# append): only then is it applied, and the row marked indexed.
+_OK = "s.catalog_seq = %(c_first)s::bigint - 1"
 
 # The row's catalog columns, as an append changes them (``s`` is the row before the append).
-_CATALOG_SET = """,
-        messages = s.messages + %(c_messages)s::bigint,
-        turns = s.turns + %(c_turns)s::bigint,
-        input_tokens = s.input_tokens + %(c_input)s::bigint,
-        output_tokens = s.output_tokens + %(c_output)s::bigint,
-        cache_read_tokens = s.cache_read_tokens + %(c_cache_read)s::bigint,
-        cache_write_tokens = s.cache_write_tokens + %(c_cache_write)s::bigint,
-        cost = s.cost + %(c_cost)s::float8,
-        agents = CASE WHEN %(c_agents)s::text[] <@ s.agents THEN s.agents
+_CATALOG_SET = f""",
+        messages = s.messages + CASE WHEN {_OK} THEN %(c_messages)s::bigint ELSE 0 END,
+        turns = s.turns + CASE WHEN {_OK} THEN %(c_turns)s::bigint ELSE 0 END,
+        input_tokens = s.input_tokens + CASE WHEN {_OK} THEN %(c_input)s::bigint ELSE 0 END,
+        output_tokens = s.output_tokens + CASE WHEN {_OK} THEN %(c_output)s::bigint ELSE 0 END,
+        cache_read_tokens = s.cache_read_tokens
+            + CASE WHEN {_OK} THEN %(c_cache_read)s::bigint ELSE 0 END,
+        cache_write_tokens = s.cache_write_tokens
+            + CASE WHEN {_OK} THEN %(c_cache_write)s::bigint ELSE 0 END,
+        cost = s.cost + CASE WHEN {_OK} THEN %(c_cost)s::float8 ELSE 0 END,
+        agents = CASE WHEN NOT ({_OK}) OR %(c_agents)s::text[] <@ s.agents THEN s.agents
                       ELSE s.agents || ARRAY(
                           SELECT x.a FROM unnest(%(c_agents)s::text[]) WITH ORDINALITY AS x(a, o)
                           WHERE x.a <> ALL (s.agents) ORDER BY x.o) END,
-        "user" = CASE WHEN s."user" = '' THEN %(c_user)s::text ELSE s."user" END,
-        title = CASE WHEN s.title = '' THEN %(c_title)s::text ELSE s.title END,
-        status = CASE WHEN %(c_status)s::text IS NULL OR s.status IN ('shredded', 'archived')
+        "user" = CASE WHEN s."user" = '' AND {_OK} THEN %(c_user)s::text ELSE s."user" END,
+        title = CASE WHEN s.title = '' AND {_OK} THEN %(c_title)s::text ELSE s.title END,
+        status = CASE WHEN NOT ({_OK}) OR %(c_status)s::text IS NULL
+                           OR s.status IN ('shredded', 'archived')
                       THEN s.status ELSE %(c_status)s::text END,
-        compacted_before = greatest(s.compacted_before, %(c_compacted)s::bigint)"""
+        compacted_before = CASE WHEN {_OK}
+                                THEN greatest(s.compacted_before, %(c_compacted)s::bigint)
+                                ELSE s.compacted_before END,
+        catalog_seq = CASE WHEN {_OK} THEN %(c_last)s::bigint ELSE s.catalog_seq END,
+        indexed = {_OK}"""
 
 _CATALOG_COLS = """, messages, turns, input_tokens, output_tokens,
         cache_read_tokens, cache_write_tokens, cost, agents, "user", title, status,
-        compacted_before"""
+        compacted_before, catalog_seq, indexed"""
 
 _CATALOG_VALS = """, %(c_messages)s::bigint, %(c_turns)s::bigint,
         %(c_input)s::bigint, %(c_output)s::bigint, %(c_cache_read)s::bigint,
         %(c_cache_write)s::bigint, %(c_cost)s::float8, %(c_agents)s::text[], %(c_user)s::text,
-        %(c_title)s::text, coalesce(%(c_status)s::text, 'idle'), %(c_compacted)s::bigint"""
+        %(c_title)s::text, coalesce(%(c_status)s::text, 'idle'), %(c_compacted)s::bigint,
+        CASE WHEN %(c_first)s::bigint = 1 THEN %(c_last)s::bigint ELSE 0 END,
+        %(c_first)s::bigint = 1"""
 
 # The usage rows and documents of the batch, written only when the append wrote (``s`` has
 # its row). A document's words become its tsvector: ``d_words`` is a tsvector's text (exact
@@ -547,6 +582,7 @@ _USAGE_CTE = """
                    %(u_input)s::bigint[], %(u_output)s::bigint[], %(u_cache_read)s::bigint[],
                    %(u_cache_write)s::bigint[], %(u_cost)s::float8[])
             AS x(day, agent, calls, i, o, cr, cw, cost)
+    WHERE s.caught
     ON CONFLICT (session_id, day, agent) DO UPDATE SET
         calls = u.calls + EXCLUDED.calls,
         input_tokens = u.input_tokens + EXCLUDED.input_tokens,
@@ -564,6 +600,7 @@ _DOCUMENTS_CTE = """
     FROM s, unnest(%(d_seqs)s::bigint[], %(d_roles)s::text[], %(d_texts)s::text[],
                    %(d_words)s::text[], %(d_rewound)s::boolean[])
             AS x(seq, role, text, w, rewound)
+    WHERE s.caught
     ON CONFLICT (session_id, seq) DO UPDATE SET
         role = EXCLUDED.role, text = EXCLUDED.text, words = EXCLUDED.words,
         rewound = EXCLUDED.rewound"""
@@ -573,7 +610,8 @@ _DOCUMENTS_CTE = """
 _REWIND_CTE = """
     UPDATE {s}.documents AS d SET rewound = true
     FROM s, unnest(%(r_to)s::bigint[], %(r_marker)s::bigint[]) AS x(t, m)
-    WHERE d.session_id = %(id)s AND d.seq > x.t AND d.seq < x.m AND NOT d.rewound"""
+    WHERE s.caught AND d.session_id = %(id)s AND d.seq > x.t AND d.seq < x.m
+      AND NOT d.rewound"""
 
 _CATALOG_CTES = (
     f",\ncatalog_usage AS ({_USAGE_CTE}\n), catalog_documents AS ({_DOCUMENTS_CTE}\n), "
@@ -587,9 +625,10 @@ def _with_catalog(template: str, catalog: bool, raw: bool) -> str:
     if not catalog:
         plain = template.replace("/*SET*/", ",\n        indexed = false")
         plain = plain.replace("/*COLS*/", ", indexed").replace("/*VALS*/", ", false")
-        return plain.replace("/*CTES*/", "")
+        return plain.replace("/*CTES*/", "").replace("/*RET*/", "")
     out = (
         template.replace("/*SET*/", _CATALOG_SET)
+        .replace("/*RET*/", ", s.indexed AS caught")
         .replace("/*COLS*/", _CATALOG_COLS)
         .replace("/*VALS*/", _CATALOG_VALS)
         .replace("/*CTES*/", _CATALOG_CTES)
@@ -679,6 +718,7 @@ class Statements:
     delete_usage: bytes
     delete_documents: bytes
     catalog_rebuild: bytes
+    catalog_apply: bytes
     meta_get: bytes
     meta_list: bytes
     meta_list_kind: bytes
@@ -726,7 +766,19 @@ class Statements:
             delete_usage=render("DELETE FROM {s}.usage WHERE session_id = %s"),
             delete_documents=render("DELETE FROM {s}.documents WHERE session_id = %s"),
             # A rebuild's usage rows and documents (the row's columns are set apart).
-            catalog_rebuild=render("WITH s AS (SELECT 1)" + _CATALOG_CTES + " SELECT 1"),
+            catalog_rebuild=render(
+                "WITH s AS (SELECT true AS caught)" + _CATALOG_CTES + " SELECT 1"
+            ),
+            # A change caught up from the log: applied where it continues catalog_seq.
+            catalog_apply=render(
+                "WITH s AS (UPDATE {s}.sessions AS s SET last_seq = s.last_seq"
+                + _CATALOG_SET.replace(f"indexed = {_OK}", "indexed = s.last_seq = %(c_last)s")
+                + " WHERE id = %(id)s AND "
+                + _OK.replace("s.catalog_seq", "catalog_seq")
+                + " RETURNING s.id, true AS caught)"
+                + _CATALOG_CTES
+                + " SELECT 1 FROM s"
+            ),
             delete_meta_of=render("DELETE FROM {s}.meta WHERE kind = ANY(%s) AND key = %s"),
             meta_get=render("SELECT value FROM {s}.meta WHERE kind = %s AND key = %s"),
             meta_list=render("SELECT kind, key, value FROM {s}.meta ORDER BY kind, key"),

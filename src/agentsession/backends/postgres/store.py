@@ -106,6 +106,7 @@ from .connections import Connections, _Conn, log
 from .index import PostgresIndex
 from .locks import PostgresLocker, turn_lock_key
 from .schema import (
+    CATALOG_VERSION,
     LATEST_VERSION,
     READABLE_AS_IT_IS,
     Statements,
@@ -554,7 +555,9 @@ class PostgresStore(BaseStore):
             index = self._pg_index = PostgresIndex(
                 db, target.schema, sql, language=language, read_only=read_only
             )
-            catalog_index = index if version >= LATEST_VERSION else None  # v3/v4 read as is
+            # Versions 3 and 4 (no catalog) are read as they are, version 5 with its catalog
+            # (a store opened to read catches nothing up: catalog_seq is not read).
+            catalog_index = index if version >= CATALOG_VERSION else None
             return StoreParts(
                 PostgresCatalog(target, db, sql, locker, float(reconnect_timeout), catalog_index),
                 PostgresMeta(db, sql, self.clock),
@@ -567,6 +570,9 @@ class PostgresStore(BaseStore):
 
         super().__init__(parts, **options)
         self._pg_index.host = self
+        # Changes at turn boundaries (schema version 6: sessions.catalog_seq); see
+        # agentsession.indexing.Indexing.deferred.
+        self._indexing.deferred = not read_only
 
     # -- the async API ----------------------------------------------------------------------
 
