@@ -332,6 +332,59 @@ def test_revive_expired_appends_renew_an_expired_session() -> None:
         assert [m.text for m in session.messages()] == ["one", "two"]
 
 
+def test_renew_on_update_makes_update_renew_the_ttl_as_lango_does(tmp_path: Path) -> None:
+    from agentsession.core import RENEWED_KIND
+
+    clock = _Clock()
+    with ags.open_store(tmp_path, ttl="1h", clock=clock) as store:
+        assert store.renew_on_update is False  # the default: expiry counts from appends
+        store.get("s").append(user("one"))
+        clock.now += _dt.timedelta(minutes=50)
+        store.get("s").update(model="m")
+        clock.now += _dt.timedelta(minutes=20)
+        assert store.expired() == ["s"]
+    clock = _Clock()
+    with ags.open_store(tmp_path / "renew", ttl="1h", clock=clock, renew_on_update=True) as store:
+        assert store.renew_on_update is True
+        session = store.get("s")
+        session.append(user("one"))
+        clock.now += _dt.timedelta(minutes=50)
+        record = session.update(channel_type="slack")
+        assert record.updated_at == clock.now
+        assert store._meta_get(RENEWED_KIND, "s") is not None
+        clock.now += _dt.timedelta(minutes=20)
+        assert store.expired() == []
+        assert [m.text for m in store.get("s").messages()] == ["one"]
+        assert store.delete("s")
+        assert store._meta_get(RENEWED_KIND, "s") is None  # deleted with its session
+
+
+def test_a_renewal_never_moves_back_and_a_malformed_one_renews_nothing() -> None:
+    from agentsession.core import RENEWED_KIND, renewal_text, renewal_time
+
+    clock = _Clock()
+    with ags.open_store("memory:", ttl="1h", clock=clock, renew_on_update=True) as store:
+        session = store.get("s")
+        session.append(user("one"))
+        clock.now += _dt.timedelta(minutes=50)
+        session.update(model="a")
+        stored = store._meta_get(RENEWED_KIND, "s")
+        assert renewal_time(stored) == clock.now
+        clock.now -= _dt.timedelta(minutes=30)  # a writer whose clock is behind
+        session.update(model="b")
+        assert store._meta_get(RENEWED_KIND, "s") == stored
+        store._meta_set(RENEWED_KIND, "s", "not a time")
+        clock.now += _dt.timedelta(minutes=60)
+        assert store.expired() == ["s"]
+        with pytest.raises(ags.SessionExpired):
+            store.get("s")
+    assert renewal_time(None) is None
+    assert renewal_time("2026-01-01T00:00:00") is None  # no zone: not a renewal
+    when = _dt.datetime(2026, 1, 1, 12, tzinfo=_dt.timezone(_dt.timedelta(hours=2)))
+    assert renewal_time(renewal_text(when)) == when
+    assert renewal_text(when).endswith("+00:00")
+
+
 # ---------------------------------------------------------------------------------------------
 # 8. Imports remember what they wrote.
 

@@ -291,6 +291,35 @@ def test_session_keys_expire_ttl_plus_grace_after_the_last_append(prefixes: list
         assert 89 * 60_000 < left <= 90 * 60_000
 
 
+def test_an_update_with_renew_on_update_gives_the_keys_their_expiry_again(
+    prefixes: list[str],
+) -> None:
+    import redis
+
+    url = redis_url(prefixes)
+    client = redis.Redis.from_url(url.split("?")[0])
+    ttl, grace = dt.timedelta(hours=1), dt.timedelta(minutes=30)
+    for renew in (True, False):
+        with ags.open_store(url, ttl=ttl, expire_grace=grace, renew_on_update=renew) as store:
+            sid = f"renew-{renew}"
+            session = store.get(sid)
+            session.append(ags.Event.new("test/n"))
+            keys = store._catalog._db.keys.session(sid)  # type: ignore[attr-defined]
+            for key in keys[:5]:
+                client.pexpire(key, 600_000)  # as if 80 minutes had gone by since the append
+            session.update(model="m")
+        left = [client.pttl(key) for key in keys[:3]]  # the hash, stream and ids (d, u: unused)
+        if renew:
+            assert all(89 * 60_000 < ms <= 90 * 60_000 for ms in left), left
+        else:
+            assert all(0 < ms <= 600_000 for ms in left), left
+    # Keys already gone stay gone: a renewal makes none.
+    with ags.open_store(url, ttl=ttl, renew_on_update=True) as store:
+        store._catalog.renew("never-written")  # type: ignore[attr-defined]
+        keys = store._catalog._db.keys.session("never-written")  # type: ignore[attr-defined]
+    assert not any(client.exists(key) for key in keys)
+
+
 # -- the Cluster's store-wide index ---------------------------------------------------------
 
 

@@ -134,6 +134,13 @@ class Catalog(Protocol):
         nothing to do where the last event's time is the last activity."""
         ...
 
+    def renew(self, session_id: str) -> None:
+        """Push back an expiry the backend keeps of its own, as an append does (Redis: the
+        session's keys expire on the server ``ttl + expire_grace`` after their last write), for
+        an update that renews the session (``renew_on_update``); nothing where expiry is only
+        the store's check."""
+        ...
+
     def storage_bytes(self) -> int | None:
         """The whole store's size in bytes where the backend keeps no size per session but
         knows its total (SQLite: the database file and its write-ahead log); None otherwise."""
@@ -167,8 +174,8 @@ class CatalogDefaults(abc.ABC):
       :meth:`cache_key`: the id itself;
     * :meth:`list_page` and :meth:`expired_ids` over :meth:`list_all`, with :func:`page_of`
       and :func:`expired_among` (a database answers both in a query instead);
-    * :meth:`set_last_activity`, :meth:`clean_crash_leftovers`, :meth:`close` and
-      :meth:`after_fork` do nothing, :meth:`storage_bytes` is None: a backend whose last
+    * :meth:`set_last_activity`, :meth:`renew`, :meth:`clean_crash_leftovers`, :meth:`close`
+      and :meth:`after_fork` do nothing, :meth:`storage_bytes` is None: a backend whose last
       activity is its last event's time, that a crash leaves nothing of, that holds no file,
       connection or lock of its own and keeps sizes per session (or none)."""
 
@@ -203,6 +210,9 @@ class CatalogDefaults(abc.ABC):
 
     def set_last_activity(self, session_id: str, when: _dt.datetime) -> None:  # noqa: B027 - a default, not abstract
         """Nothing: the last event's time is the last activity."""
+
+    def renew(self, session_id: str) -> None:  # noqa: B027 - a default, not abstract
+        """Nothing: the store's TTL check is the only expiry."""
 
     def storage_bytes(self) -> int | None:
         """None: no total apart from the sessions' sizes."""

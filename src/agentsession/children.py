@@ -273,6 +273,8 @@ class ChildHost(Protocol):
 
     def _lifecycle_hooks(self) -> builtins.list[LifecycleHook]: ...
 
+    def _renew(self, session_id: str) -> None: ...
+
 
 # ---------------------------------------------------------------------------------------------
 # Meta values, sealed in an encrypted store: under the session's key (the record, the children

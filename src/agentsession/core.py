@@ -89,10 +89,44 @@ from .ops import (
 )
 from .storage import LogStorage, LogView, Reopen
 
-__all__ = ["ID_WINDOW", "Clock", "SessionCore", "SessionHost", "SessionPlans", "check_event"]
+__all__ = [
+    "ID_WINDOW",
+    "RENEWED_KIND",
+    "Clock",
+    "SessionCore",
+    "SessionHost",
+    "SessionPlans",
+    "check_event",
+    "renewal_text",
+    "renewal_time",
+]
 
 Clock = Callable[[], _dt.datetime]
 T = TypeVar("T")
+
+RENEWED_KIND = "renewed"
+"""Meta namespace of a session's latest renewal by ``session.update()`` in a store opened with
+``renew_on_update=True``: key = session id, value = the time (RFC 3339, in clear; no content),
+deleted with the session. A session expires ``ttl`` after the later of its last append and
+this time."""
+
+
+def renewal_text(when: _dt.datetime) -> str:
+    """The stored form of a renewal time (see :data:`RENEWED_KIND`): RFC 3339 in UTC."""
+    return when.astimezone(_dt.timezone.utc).isoformat()
+
+
+def renewal_time(text: str | None) -> _dt.datetime | None:
+    """The renewal time a :data:`RENEWED_KIND` value holds (None: unset, or not a time, which
+    renews nothing)."""
+    if not text:
+        return None
+    try:
+        when = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
 
 # The operations without arguments, made once (plans yield them on every catch-up).
 _OPEN = Open()
@@ -151,6 +185,8 @@ class SessionHost(Protocol):
     whole window); see :meth:`SessionCore._load_window`."""
     revive_expired: bool
     """Whether an append to an expired session is accepted (and renews it)."""
+    renew_on_update: bool
+    """Whether ``session.update()`` renews the session's TTL as an append does."""
     _keyring: KeyRing | None
 
     @property
@@ -781,24 +817,38 @@ class SessionCore:
         self._ingest(events)
 
     def _check_ttl(self) -> None:
-        """Raise :class:`SessionExpired` when the last append is older than the store's TTL."""
+        """Raise :class:`SessionExpired` when the session's last activity (its last append, or
+        a later renewal: :data:`RENEWED_KIND`) is older than the store's TTL."""
+        self._run(self._check_ttl_plan())
+
+    def _check_ttl_plan(self) -> Plan[None]:
+        """:meth:`_check_ttl` as a plan: the renewal entry is read only when the last append
+        is older than the TTL."""
         ttl = self._store.ttl
         if ttl is None or not self._window:
             return
         last = self._window[-1].time
-        if last is not None and self._store.clock() - last > ttl:
-            raise SessionExpired(
-                self._id,
-                f"session {self._id!r} expired: last append at {last.isoformat()} is older "
-                f"than the store's TTL of {ttl}",
-            )
+        now = self._store.clock()
+        if last is None or now - last <= ttl:
+            return
+        renewed = renewal_time((yield MetaGet(RENEWED_KIND, self._id)))
+        if renewed is not None and now - renewed <= ttl:
+            return
+        if renewed is not None and renewed > last:
+            what = f"last activity (an update) at {renewed.isoformat()}"
+        else:
+            what = f"last append at {last.isoformat()}"
+        raise SessionExpired(
+            self._id,
+            f"session {self._id!r} expired: {what} is older than the store's TTL of {ttl}",
+        )
 
     def _check_ttl_for_append(self) -> Plan[None]:
         try:
-            self._check_ttl()
+            yield from self._check_ttl_plan()
         except SessionExpired:
             yield from self._refresh_plan()  # another process may have appended since
-            self._check_ttl()
+            yield from self._check_ttl_plan()
 
     # -- the append pipeline --------------------------------------------------------------
 

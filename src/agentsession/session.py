@@ -949,7 +949,18 @@ class BaseSession(SessionCore):
         catalog's too (``store.list(where=...)``; a title set here replaces the one derived
         from the first user message, ``""`` brings that back only on ``store.reindex``).
         Raises :class:`~agentsession.errors.SessionNotFound` when the session has no
-        events."""
+        events.
+
+        In a store opened with ``renew_on_update=True`` the update also renews the session's
+        TTL as an append does (see :attr:`agentsession.BaseStore.renew_on_update`), and an
+        expired session raises :class:`~agentsession.errors.SessionExpired` instead of being
+        updated (unless the store has ``revive_expired``)."""
+        store = self._store
+        renew = store.renew_on_update
+        if renew and store.ttl is not None and not store.revive_expired:
+            with self._lock:
+                self._refresh()
+                self._check_ttl()
         record = children.update_record(
             self._host(),
             self,
@@ -974,6 +985,8 @@ class BaseSession(SessionCore):
                     tenant=tenant,
                 ),
             )
+        if renew:
+            self._host()._renew(self._id)
         return record
 
     def close(self) -> None:

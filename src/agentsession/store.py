@@ -37,7 +37,7 @@ from .contract import (
     StoreRecoveryReport,
     check_session_id,
 )
-from .core import Clock
+from .core import RENEWED_KIND, Clock, renewal_text, renewal_time
 from .crypto import ACTIVE_KIND, SESSION_KIND, KeyRing
 from .errors import (
     ConflictError,
@@ -83,12 +83,14 @@ SESSION_META_KINDS: tuple[str, ...] = (
     children.CHILDREN_KIND,
     "adk-snapshot",
     BRANCHES_KIND,
+    RENEWED_KIND,
 )
 """Meta namespaces keyed by session id, whose entries are deleted with their session (the chat
 layer's agent binding lives in ``bind``; an encrypted store's session keys in
 ``crypto-session`` and ``crypto-active``, so deleting a session also destroys its key; the
 session record in ``record``; a parent's children index in ``children``; the ADK
-integration's session-state snapshot in ``adk-snapshot``). Shredding a session removes them
+integration's session-state snapshot in ``adk-snapshot``; the latest renewal by an update in
+``renewed``). Shredding a session removes them
 too, except its key's tombstone (``crypto-session``) and the ids its children index keeps."""
 
 _KEPT_BY_SHRED = frozenset({SESSION_KIND, children.CHILDREN_KIND})
@@ -148,6 +150,7 @@ class BaseStore:
         catalog: bool = True,
         searchable: bool = True,
         revive_expired: bool = False,
+        renew_on_update: bool = False,
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
@@ -223,6 +226,17 @@ class BaseStore:
         :meth:`get` and appends raise :class:`~agentsession.errors.SessionExpired`. Either
         way :meth:`expired` lists the expired sessions and :meth:`purge_expired` deletes
         them."""
+        self.renew_on_update = bool(renew_on_update)
+        """Whether :meth:`~agentsession.session.BaseSession.update` renews the session's TTL as
+        an append does (lango's ``Update``, which moves ``updated_at``). False, the default:
+        expiry counts from the last append only. True: each update stores its time as the
+        session's latest renewal (the meta entry ``renewed``, in clear), and the session
+        expires ``ttl`` after the later of its last append and that time, for every store
+        object that opens it (the renewal is stored, not a setting of the reader); on Redis
+        the session's keys get their server-side expiry pushed back as an append does. An
+        update of a session that has expired raises
+        :class:`~agentsession.errors.SessionExpired`, as an append does (unless
+        :attr:`revive_expired`)."""
         self.clock = clock
         """The store's clock (UTC); replaceable in tests."""
         self.max_cached_sessions = max_cached_sessions
@@ -742,7 +756,34 @@ class BaseStore:
         self._check_open()
         if self.ttl is None:
             return []
-        return self._catalog.expired_ids(self.clock() - self.ttl)
+        cutoff = self.clock() - self.ttl
+        ids = self._catalog.expired_ids(cutoff)
+        if not ids:
+            return ids
+        # A renewal by update() (renew_on_update) after the cutoff keeps a session alive:
+        # the renewals are read in one call, only when some session is past its last append.
+        renewed = {
+            key: when
+            for _, key, value in self._meta_list(RENEWED_KIND)
+            if (when := renewal_time(value)) is not None
+        }
+        return [sid for sid in ids if not (sid in renewed and renewed[sid] >= cutoff)]
+
+    def _renew(self, session_id: str) -> None:
+        """Record a renewal of the session now (its update, with :attr:`renew_on_update`):
+        the stored renewal time moves forward only (a slower concurrent update with an earlier
+        clock does not move it back), and the backend pushes back an expiry it keeps of its
+        own (:meth:`~agentsession.catalog.Catalog.renew`)."""
+        text = renewal_text(self.clock())
+        now = renewal_time(text)
+        assert now is not None
+
+        def later(raw: str | None) -> str | None:
+            stored = renewal_time(raw)
+            return raw if stored is not None and stored >= now else text
+
+        self._meta_update(RENEWED_KIND, session_id, later)
+        self._catalog.renew(session_id)
 
     def purge_expired(self) -> builtins.list[str]:
         """Delete every expired session; returns their ids."""
@@ -1010,7 +1051,10 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     ``"rollback"``: see :meth:`BaseStore.deliver`),
     ``max_loaded_events`` (derive each session's history from at most its latest N events,
     from the first turn boundary among them: see :attr:`BaseStore.max_loaded_events`; 0 or
-    None: no cap), ``revive_expired`` (see :attr:`BaseStore.revive_expired`); ``ttl`` and
+    None: no cap), ``revive_expired`` (see :attr:`BaseStore.revive_expired`),
+    ``renew_on_update`` (``session.update()`` renews the TTL as an append does, lango's
+    ``Update``: see :attr:`BaseStore.renew_on_update`; False, the default: expiry counts from
+    the last append only); ``ttl`` and
     ``cache_idle_ttl`` also take Go duration strings (``"30m"``, ``"1h30m"``); for JSONL
     ``on_corrupt`` (``"raise"`` or ``"quarantine"``) and ``max_open_files``; for SQLite
     ``busy_timeout`` (seconds a writer waits for another, default 30); for

@@ -767,6 +767,61 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance, RewindCon
         finally:
             store.close()
 
+    def test_an_update_renews_the_ttl_only_with_renew_on_update(self, tmp_path: Path) -> None:
+        clock = FakeClock()
+        hour = dt.timedelta(hours=1)
+        store = self.make_store(tmp_path, ttl=hour, clock=clock, renew_on_update=True)
+        try:
+            kept, idle = store.get("kept"), store.get("idle")
+            kept.append(Event.new("test/n"))
+            idle.append(Event.new("test/n"))
+            clock.advance(minutes=50)
+            assert kept.update(model="m1").model == "m1"  # renewed at minute 50
+            clock.advance(minutes=20)  # minute 70: the appends are past the TTL
+            assert store.expired() == ["idle"]
+            with pytest.raises(SessionExpired):
+                store.get("idle")
+            with pytest.raises(SessionExpired):
+                idle.update(model="late")  # an expired session is not renewed by an update
+            assert store.get("kept") is not None
+            assert kept.append(Event.new("test/n")) == 2  # minute 70: appends go on
+            clock.advance(minutes=59)
+            assert kept.update(metadata={"k": "v"}).metadata == {"k": "v"}  # minute 129
+            clock.advance(minutes=59)  # minute 188: the append (70) is old, the update is not
+            assert sorted(store.expired()) == ["idle"]
+            assert store.get("kept").latest_seq == 2
+            assert kept.append(Event.new("test/n")) == 3
+            clock.advance(minutes=61)
+            assert sorted(store.expired()) == ["idle", "kept"]
+            with pytest.raises(SessionExpired, match="last append"):
+                store.get("kept")
+            assert sorted(store.purge_expired()) == ["idle", "kept"]
+        finally:
+            store.close()
+        if not self.durable:
+            return
+        # A store opened without the option still honours a stored renewal (the renewal is
+        # a fact of the session, not a setting of the reader) but does not make one.
+        clock = FakeClock()
+        store = self.make_store(tmp_path, ttl=hour, clock=clock, renew_on_update=True)
+        try:
+            store.get("s").append(Event.new("test/n"))
+            store.get("plain").append(Event.new("test/n"))
+            clock.advance(minutes=50)
+            store.get("s").update(model="m")
+        finally:
+            store.close()
+        plain = self.make_store(tmp_path, ttl=hour, clock=clock)
+        try:
+            plain.get("plain").update(model="m")  # no renewal: expiry counts from the append
+            clock.advance(minutes=20)
+            assert plain.expired() == ["plain"]
+            assert plain.get("s").latest_seq == 1
+            with pytest.raises(SessionExpired):
+                plain.get("plain")
+        finally:
+            plain.close()
+
     # -- identity -------------------------------------------------------------------------
 
     def test_active_session_maps_a_key_and_survives_reopen(self, tmp_path: Path) -> None:

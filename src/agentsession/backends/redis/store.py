@@ -19,8 +19,9 @@ layout is in ``docs/format.md``; how appends stay exactly-once and ordered is to
   expiry passes; one that stops renewing (a stopped process, a lost network) can lose it
   while alive, so a take-over fences the log (:mod:`agentsession.fencing`).
 * **TTL**: with ``ttl=``, the server drops a session's keys ``ttl + expire_grace`` after its
-  last append (``expire_grace`` defaults to ``ttl``): until then the store refuses the
-  session as expired, as every backend does, and ``purge_expired`` deletes it sooner.
+  last append (``expire_grace`` defaults to ``ttl``), or after its last update in a store
+  opened with ``renew_on_update=True``: until then the store refuses the session as expired,
+  as every backend does, and ``purge_expired`` deletes it sooner.
 """
 
 from __future__ import annotations
@@ -175,6 +176,24 @@ class RedisCatalog(CatalogDefaults):
             for i in self._infos([self._hash(_text(i)) for i in ids])
             if i.updated_at is not None and i.updated_at < cutoff
         ]
+
+    def renew(self, session_id: str) -> None:
+        """Give the session's keys (not its lock) their expiry again, ``ttl + expire_grace``
+        from now, as an append's script does (nothing without ``ttl``; keys that are gone
+        stay gone)."""
+        if not self._expiry_ms:
+            return
+        db = self._db
+        keys = db.keys.session(session_id)[:5]
+        expiry = self._expiry_ms
+
+        def renew() -> None:
+            pipe = db.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.pexpire(key, expiry)
+            pipe.execute()
+
+        db.run(f"renewing session {session_id!r}", renew)
 
     def last_append(self, session_id: str) -> _dt.datetime | None:
         db = self._db
