@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentsession as ags
+from agentsession.branching import BranchRef
 from agentsession.cli import cli
 from agentsession.derive import INTERRUPTED_TOOL_RESULT_TEXT
 from agentsession.events import ASSISTANT_MESSAGE, TOOL_RESULT, USER_MESSAGE, Event
@@ -526,6 +528,162 @@ _step = st.one_of(
     st.tuples(st.just("result"), st.sampled_from("abcz")),
     st.tuples(st.just("note"), st.just("")),
 )
+
+# ---------------------------------------------------------------------------------------------
+# LangGraph: every checkpoint, earlier lines as branches.
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("forked") / "checkpoints.sqlite"
+    import_sources.langgraph_forked_db(path)
+    return path
+
+
+def _texts(session: Any) -> list[str]:
+    return [m.text for m in session.messages()]
+
+
+def test_langgraph_every_checkpoint_imports_an_earlier_line_as_a_branch(
+    forked: Path, tmp_path: Path
+) -> None:
+    before = snapshot(forked)
+    store_url = f"sqlite:///{tmp_path / 'store.db'}"
+    code, out, err = invoke(
+        "import",
+        "langgraph",
+        str(forked),
+        "--checkpoints",
+        "all",
+        "--store",
+        store_url,
+        "--dry-run",
+        "--json",
+    )
+    assert code == 0, err
+    assert not (tmp_path / "store.db").exists()
+    dry = json.loads(out)
+    assert {s["status"] for s in dry["sessions"]} == {"would_import"}
+    report_file = tmp_path / "report.json"
+    code, out, err = invoke(
+        "import",
+        "langgraph",
+        str(forked),
+        "--checkpoints",
+        "all",
+        "--store",
+        store_url,
+        "--report",
+        str(report_file),
+    )
+    assert code == 0, err
+    report = json.loads(report_file.read_text())
+    assert report["verified"]
+    assert [s["events"] for s in dry["sessions"]] == [s["events"] for s in report["sessions"]]
+    text = _UUID.sub("<checkpoint>", json.dumps(normalized(report, forked.parent, tmp_path)))
+    check_golden("langgraph-checkpoints", json.loads(text))
+    assert snapshot(forked) == before
+
+    [branch_id] = [s["session_id"] for s in report["sessions"] if s.get("branch_of")]
+    tip = branch_id.split("@", 1)[1]
+    src = open_source("langgraph", forked, checkpoints="all")
+    try:
+        line = {
+            t.checkpoint["id"]
+            for t in src._line(
+                "forked", next(t for t in src._tuples("forked") if t.checkpoint["id"] == tip)
+            )
+        }
+        every = {t.checkpoint["id"] for th in ("forked", "straight") for t in src._tuples(th)}
+    finally:
+        src.close()
+    store = ags.open_store(store_url)
+    try:
+        main = store.get("langgraph:forked")
+        assert _texts(main) == [
+            "first question",
+            "re: first question",
+            "another second question",
+            "re: another second question",
+            "and a third one",
+            "re: and a third one",
+        ]
+        branch = store.get(branch_id)
+        assert branch.origin == BranchRef("langgraph:forked", 2)
+        assert [b.id for b in main.branches()] == [branch_id]
+        assert _texts(branch) == [
+            "first question",
+            "re: first question",
+            "second question",
+            "re: second question",
+            "third question",
+            "re: third question",
+        ]
+        own = [e for e in branch.read() if e.seq > 3]
+        assert len(own) == 4
+        assert {e.meta["langgraph_checkpoint"] for e in own} <= line
+        assert own[-1].meta["langgraph_checkpoint"] == tip
+        for info in store.list():
+            for event in store.get(info.id).read():
+                if event.type != "session/branch":
+                    assert event.meta["langgraph_checkpoint"] in every
+        assert_provider_valid(store)
+        first = all_events(store)
+    finally:
+        store.close()
+
+    # Again: nothing is missing, nothing is written.
+    code, out, err = invoke(
+        "import", "langgraph", str(forked), "--checkpoints", "all", "--store", store_url, "--json"
+    )
+    assert code == 0, err
+    again = json.loads(out)
+    assert {s["status"] for s in again["sessions"]} == {"skipped"} and again["events"] == 0
+    store = ags.open_store(store_url)
+    try:
+        assert all_events(store) == first
+    finally:
+        store.close()
+
+
+def test_langgraph_latest_checkpoints_then_all_adds_only_the_branches(
+    forked: Path, tmp_path: Path
+) -> None:
+    store = ags.open_store(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        latest = open_source("langgraph", forked)
+        try:
+            assert latest.checkpoints == "latest"
+            assert [s.session_id for s in import_source(latest, store).sessions] == [
+                "langgraph:forked",
+                "langgraph:straight",
+            ]
+        finally:
+            latest.close()
+        every = open_source("langgraph", forked, checkpoints="all")
+        try:
+            [branch] = [s for s in every.sessions if s.branch_of]
+            # As if a run was killed right after it made the branch: the next one appends
+            # what the branch lacks.
+            store.get("langgraph:forked").branch(at_seq=2, id=branch.session_id)
+            report = import_source(every, store)
+        finally:
+            every.close()
+        assert [(s.status, s.events) for s in report.sessions] == [
+            ("skipped", 0),
+            ("imported", 4),
+            ("skipped", 0),
+        ]
+        assert report.verified
+        assert len([e for e in store.get(branch.session_id).read() if e.seq > 3]) == 4
+    finally:
+        store.close()
+    with pytest.raises(ags.UsageError, match="checkpoints"):
+        open_source("adk", forked, checkpoints="all")
+    with pytest.raises(ags.UsageError, match="checkpoints"):
+        open_source("langgraph", forked, checkpoints="some")  # type: ignore[arg-type]
 
 
 @settings(max_examples=300, deadline=None)

@@ -301,19 +301,37 @@ def _foreign(
     id_map_file: str | None,
     no_heal: bool,
     report_file: str | None,
+    checkpoints: str = "latest",
 ) -> None:
     from ..interop.foreign import open_source
     from ..interop.importers import SourceNotFound
 
     try:
-        source = open_source(kind, location, heal=not no_heal, id_map=_read_id_map(id_map_file))
+        source = open_source(
+            kind,
+            location,
+            heal=not no_heal,
+            id_map=_read_id_map(id_map_file),
+            checkpoints="all" if checkpoints == "all" else "latest",
+        )
     except SourceNotFound as exc:
         raise NoStore(str(exc)) from None
     _run_import(state, store_url, source, dry_run, as_json, report_file=report_file)
 
 
-def _foreign_command(kind: str, argument: str, doc: str, examples: Sequence[str]) -> None:
-    @import_group.command(kind, context_settings=CONTEXT, epilog=_examples(*examples))
+_CHECKPOINTS_OPTION = click.option(
+    "--checkpoints",
+    type=click.Choice(["latest", "all"]),
+    default="latest",
+    show_default=True,
+    help="latest: each thread at its latest checkpoint; all: every checkpoint, an earlier line "
+    "whose messages part from the latest's imported as a branch <session>@<checkpoint id>.",
+)
+
+
+def _foreign_command(
+    kind: str, argument: str, doc: str, examples: Sequence[str], *, checkpoints: bool = False
+) -> None:
     @click.argument("source", metavar=argument)
     @_STORE_OPTION
     @_DRY_RUN_OPTION
@@ -331,13 +349,28 @@ def _foreign_command(kind: str, argument: str, doc: str, examples: Sequence[str]
         no_heal: bool,
         report_file: str | None,
         as_json: bool,
+        checkpoints: str = "latest",
     ) -> None:
         _foreign(
-            kind, state, source, store_url, dry_run, as_json, id_map_file, no_heal, report_file
+            kind,
+            state,
+            source,
+            store_url,
+            dry_run,
+            as_json,
+            id_map_file,
+            no_heal,
+            report_file,
+            checkpoints,
         )
 
     command.__doc__ = doc
-    command.help = doc
+    if checkpoints:
+        command = _CHECKPOINTS_OPTION(command)
+    made = import_group.command(kind, context_settings=CONTEXT, epilog=_examples(*examples))(
+        command
+    )
+    made.help = doc
 
 
 _foreign_command(
@@ -368,11 +401,15 @@ _foreign_command(
     "SOURCE",
     """Import a LangGraph checkpoint database (a SqliteSaver file or a PostgresSaver
     postgresql:// URL): each thread's messages at its latest checkpoint as the session
-    langgraph:<thread>, with the checkpoint ids kept, healed unless --no-heal.""",
+    langgraph:<thread>, with the checkpoint ids kept, healed unless --no-heal; with
+    --checkpoints all, every checkpoint, an earlier line of the thread (time travel, an
+    update of an earlier checkpoint) as a branch langgraph:<thread>@<checkpoint id>.""",
     [
         "agentsession import langgraph checkpoints.sqlite --dry-run",
+        "agentsession import langgraph checkpoints.sqlite --checkpoints all",
         "agentsession import langgraph postgresql://app@db/graph --report report.json",
     ],
+    checkpoints=True,
 )
 
 

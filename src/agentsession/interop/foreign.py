@@ -22,7 +22,9 @@ Each scan reads its source whole, read-only, and returns an
   thread's ``messages`` channel at its latest root checkpoint (with the messages of its pending
   writes) as the session ``langgraph:<thread>``, through
   :func:`agentsession.integrations.langchain.events_for`, each message at the time of the
-  checkpoint that first held it, with that checkpoint's id in the meta.
+  checkpoint that first held it, with that checkpoint's id in the meta; with
+  ``checkpoints="all"``, every earlier line of checkpoints whose messages part from the
+  latest's as a branch ``langgraph:<thread>@<checkpoint id>`` of that session.
 
 Every event gets an id derived from the source (the session and the record), so importing again
 writes only what is missing, and an import killed at any point and run again ends as one clean
@@ -42,7 +44,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -72,9 +74,11 @@ from .importers import (
 
 __all__ = [
     "ADK_SET_ASIDE",
+    "CHECKPOINT_CHOICES",
     "IMPORT_ID_PREFIX",
     "LANGGRAPH_PREFIX",
     "OPENAI_SET_ASIDE",
+    "Checkpoints",
     "ForeignSource",
     "open_source",
     "scan_adk_db",
@@ -173,8 +177,9 @@ class ForeignSource(ImportSource):
         events = self._finish(events)
         return events, [*found, *defects]
 
-    def _add(self, session_id: str, key: Any, source: str) -> None:
-        """Read and check one session whole, and list it."""
+    def _add(self, session_id: str, key: Any, source: str, branch_of: str = "") -> None:
+        """Read and check one session whole, and list it (as a branch of ``branch_of``, a
+        session listed before it, when given)."""
         if session_id in self._keys:
             raise UsageError(f"{self.location}: two sources import as session {session_id!r}")
         self._keys[session_id] = key
@@ -189,7 +194,9 @@ class ForeignSource(ImportSource):
                 raise UsageError(f"{source}: event id {event.id!r} twice")
             seen[event.id] = n
         self.sessions.append(
-            SourceSession(session_id, source, len(events), defects=tuple(defects))
+            SourceSession(
+                session_id, source, len(events), defects=tuple(defects), branch_of=branch_of
+            )
         )
 
     def read_events(self, session: SourceSession) -> list[Event]:
@@ -669,9 +676,7 @@ class AdkSource(ForeignSource):
             if actions.get("compaction"):
                 continue  # ADK applies its own compaction when it reads; no mirror for it
             for k, mirrored in enumerate(_mirror_or_nothing(doc, user, meta)):
-                events.append(
-                    msgspec.structs.replace(mirrored, time=when, id=_sub(base, f"m{k}"))
-                )
+                events.append(msgspec.structs.replace(mirrored, time=when, id=_sub(base, f"m{k}")))
             target = actions.get("rewind_before_invocation_id")
             if isinstance(target, str) and target:
                 events.append(
@@ -866,64 +871,154 @@ def scan_adk_db(
 # LangGraph.
 
 
+Checkpoints = Literal["latest", "all"]
+"""Which checkpoints of a LangGraph thread an import reads: ``latest`` (its latest root
+checkpoint) or ``all`` (every one: those whose messages are not a start of the latest one's
+become branches)."""
+
+CHECKPOINT_CHOICES: Final = ("latest", "all")
+
+
 class LangGraphSource(ForeignSource):
     """A LangGraph checkpoint database, read whole through LangGraph's own saver."""
 
     kind = "langgraph"
 
-    def __init__(self, location: str, saver: Any, closer: Callable[[], None], *, heal: bool):
+    def __init__(
+        self,
+        location: str,
+        saver: Any,
+        closer: Callable[[], None],
+        *,
+        heal: bool,
+        checkpoints: Checkpoints = "latest",
+    ):
         super().__init__(location, heal=heal)
         self._saver = saver
         self._closer = closer
+        self.checkpoints: Checkpoints = checkpoints
+        """Which checkpoints of each thread are imported (see :data:`Checkpoints`)."""
+        self._threads: dict[str, list[Any]] = {}
 
     def close(self) -> None:
         """Close the database."""
         self._closer()
 
+    def _tuples(self, thread: str) -> list[Any]:
+        """The thread's root checkpoints, newest first (read once)."""
+        found = self._threads.get(thread)
+        if found is None:
+            config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+            found = self._threads[thread] = list(self._saver.list(config))
+        return found
+
+    def _line(self, thread: str, tip: Any) -> list[Any]:
+        """The checkpoints from the thread's first to ``tip``, along its parents."""
+        by_id = {t.config["configurable"]["checkpoint_id"]: t for t in self._tuples(thread)}
+        chain = [tip]
+        while chain[-1].parent_config is not None:
+            parent = by_id.get(chain[-1].parent_config["configurable"].get("checkpoint_id"))
+            if parent is None or parent in chain:
+                break
+            chain.append(parent)
+        chain.reverse()
+        return chain
+
+    def _messages(self, tip: Any, pending: bool) -> list[Any]:
+        """The ``messages`` channel of a checkpoint (and of its pending writes)."""
+        messages = list(tip.checkpoint.get("channel_values", {}).get("messages", []) or [])
+        if not pending:
+            return messages
+        present = {getattr(m, "id", None) for m in messages}
+        extra: list[Any] = []
+        for _task, channel, value in tip.pending_writes or []:
+            if channel != "messages":
+                continue
+            for message in value if isinstance(value, list) else [value]:
+                if getattr(message, "id", None) not in present:
+                    extra.append(message)
+        return [*messages, *extra]
+
+    def branch_tips(self, thread: str) -> list[tuple[Any, int]]:
+        """The thread's checkpoints that become branches (``checkpoints="all"``), oldest first,
+        each with how many of its first messages it shares with the latest checkpoint: those
+        whose messages are not a start of the latest's (with its pending writes), leaving out
+        one whose messages are a start of another such checkpoint's (or the same as a newer
+        one's)."""
+        tuples = self._tuples(thread)
+        if not tuples:
+            return []
+        main = [_message_key(m) for m in self._messages(tuples[0], True)]
+        lines: list[tuple[Any, list[tuple[str, str]]]] = []
+        for t in tuples[1:]:
+            keys = [_message_key(m) for m in self._messages(t, False)]
+            if keys != main[: len(keys)]:
+                lines.append((t, keys))
+        tips: list[tuple[Any, int]] = []
+        for n, (t, keys) in enumerate(lines):
+            covered = any(
+                (len(other) > len(keys) or m < n) and other[: len(keys)] == keys
+                for m, (_, other) in enumerate(lines)
+                if m != n
+            )
+            if not covered:
+                shared = 0
+                while shared < min(len(keys), len(main)) and keys[shared] == main[shared]:
+                    shared += 1
+                tips.append((t, shared))
+        tips.reverse()
+        return tips
+
     def _raw(self, key: Any, session_id: str) -> tuple[list[Event], list[Defect]]:
+        thread, tip_id, main_id, shared = key
+        tuples = self._tuples(thread)
+        if not tuples:
+            return [], []
+        latest = tuples[0]
+        tip = latest
+        if tip_id:
+            tip = next(t for t in tuples if t.checkpoint["id"] == tip_id)
+        messages = self._messages(tip, False)
+        pending = self._messages(tip, tip is latest)[len(messages) :]
+        return self._events(
+            session_id, main_id, shared, self._line(thread, tip), messages, pending
+        ), []
+
+    def _events(
+        self,
+        session_id: str,
+        main_id: str,
+        shared: int,
+        chain: list[Any],
+        messages: list[Any],
+        pending: list[Any],
+    ) -> list[Event]:
+        """The events of a line of checkpoints ending with ``messages`` (and ``pending``):
+        each message at the time of the checkpoint that first held it, with that checkpoint's
+        id in the meta; the first ``shared`` messages with the ids of session ``main_id``'s
+        (a branch's part in common with its origin)."""
         from langchain_core.messages import message_to_dict
 
         from ..integrations.langchain import events_for
 
-        thread: str = key
-        config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-        tuples = list(self._saver.list(config))
-        if not tuples:
-            return [], []
-        by_id = {t.config["configurable"]["checkpoint_id"]: t for t in tuples}
-        latest = tuples[0]
-        chain = [latest]
-        while chain[-1].parent_config is not None:
-            parent = by_id.get(chain[-1].parent_config["configurable"].get("checkpoint_id"))
-            if parent is None:
-                break
-            chain.append(parent)
-        chain.reverse()
+        tip = chain[-1]
         first_seen: dict[str, tuple[str, str]] = {}
         for t in chain:
             for message in t.checkpoint.get("channel_values", {}).get("messages", []) or []:
                 mid = getattr(message, "id", None)
                 if mid and mid not in first_seen:
                     first_seen[mid] = (t.checkpoint["id"], t.checkpoint.get("ts", ""))
-        messages = list(latest.checkpoint.get("channel_values", {}).get("messages", []) or [])
-        pending: list[Any] = []
-        present = {getattr(m, "id", None) for m in messages}
-        for _task, channel, value in latest.pending_writes or []:
-            if channel != "messages":
-                continue
-            for message in value if isinstance(value, list) else [value]:
-                if getattr(message, "id", None) not in present:
-                    pending.append(message)
-        latest_id = latest.checkpoint["id"]
+        tip_id = tip.checkpoint["id"]
         events: list[Event] = []
         for index, message in enumerate([*messages, *pending]):
             mid = getattr(message, "id", None) or f"#{index}"
-            checkpoint, ts = first_seen.get(mid, (latest_id, latest.checkpoint.get("ts", "")))
+            checkpoint, ts = first_seen.get(mid, (tip_id, tip.checkpoint.get("ts", "")))
             meta: dict[str, Any] = {"langgraph_checkpoint": checkpoint}
             if index >= len(messages):
-                meta = {"langgraph_checkpoint": latest_id, "langgraph_pending_write": True}
+                meta = {"langgraph_checkpoint": tip_id, "langgraph_pending_write": True}
             whole = json.dumps(message_to_dict(message), sort_keys=True, default=str)
-            base = _eid("langgraph", session_id, mid, whole)
+            owner = main_id if index < shared else session_id
+            base = _eid("langgraph", owner, mid, whole)
             for k, event in enumerate(events_for([message])):
                 events.append(
                     msgspec.structs.replace(
@@ -933,7 +1028,15 @@ class LangGraphSource(ForeignSource):
                         id=base if k == 0 else _sub(base, f"{k}"),
                     )
                 )
-        return events, []
+        return events
+
+
+def _message_key(message: Any) -> tuple[str, str]:
+    """What tells two checkpoints' messages apart: the id and the whole message."""
+    from langchain_core.messages import message_to_dict
+
+    whole = json.dumps(message_to_dict(message), sort_keys=True, default=str)
+    return (str(getattr(message, "id", None) or ""), whole)
 
 
 def scan_langgraph_db(
@@ -941,12 +1044,23 @@ def scan_langgraph_db(
     *,
     heal: bool = True,
     id_map: Mapping[str, str] | None = None,
+    checkpoints: Checkpoints = "latest",
 ) -> LangGraphSource:
     """Read a LangGraph checkpoint database whole: a ``SqliteSaver`` file (opened immutable)
     or a ``PostgresSaver`` URL (read-only transactions), each thread's ``messages`` channel at
     its latest root checkpoint. ``id_map`` maps a thread id to the session id to import it as
     (default ``langgraph:<thread>``). Needs the ``langgraph`` extra (and
-    ``langgraph-checkpoint-sqlite`` / ``-postgres`` for the saver of the source)."""
+    ``langgraph-checkpoint-sqlite`` / ``-postgres`` for the saver of the source).
+
+    ``checkpoints="all"`` reads every checkpoint of each thread: one whose messages are not a
+    start of the latest one's (an earlier line of the thread that time travel, an
+    ``update_state`` on an earlier checkpoint, or a replay left behind) becomes a branch of the
+    thread's session, ``<session>@<checkpoint id>``, made where their messages part (the
+    checkpoint that ends the line; a checkpoint whose messages are a start of another such
+    one's is in that one's branch). Each event keeps the id of the checkpoint that first held
+    its message (``meta["langgraph_checkpoint"]``)."""
+    if checkpoints not in CHECKPOINT_CHOICES:
+        raise UsageError(f"checkpoints must be 'latest' or 'all', not {checkpoints!r}")
     where = os.fspath(location)
     with _closing_on_error() as closers:
         if _is_postgres(where):
@@ -992,13 +1106,22 @@ def scan_langgraph_db(
             for fn in closers:
                 fn()
 
-        source = LangGraphSource(where, saver, close, heal=heal)
+        source = LangGraphSource(where, saver, close, heal=heal, checkpoints=checkpoints)
         if note:
             source.notes.append(note)
         mapping = dict(id_map or {})
         for thread in threads:
             target = mapping.pop(str(thread), None) or f"{LANGGRAPH_PREFIX}{thread}"
-            source._add(target, str(thread), f"{where}#{thread}")
+            source._add(target, (str(thread), "", target, 0), f"{where}#{thread}")
+            if checkpoints == "all":
+                for tip, shared in source.branch_tips(str(thread)):
+                    tip_id = str(tip.checkpoint["id"])
+                    source._add(
+                        f"{target}@{tip_id}",
+                        (str(thread), tip_id, target, shared),
+                        f"{where}#{thread}@{tip_id}",
+                        branch_of=target,
+                    )
         if mapping:
             raise UsageError(f"--id-map names threads the source does not hold: {sorted(mapping)}")
         closers.clear()  # the source closes them now
@@ -1028,18 +1151,24 @@ def open_source(
     *,
     heal: bool = True,
     id_map: Mapping[str, str] | None = None,
+    checkpoints: Checkpoints = "latest",
 ) -> Any:
     """The source of ``kind`` (``openai-agents``, ``adk``, ``langgraph`` or ``claude-code``) at
     ``location``, read whole and checked (healed unless ``heal=False``), ready for
     :func:`~agentsession.interop.importers.import_source`. ``id_map`` maps a source session's
     name to the session id to import it as; for ``claude-code``, a project directory's name to
-    the project key its transcripts are stored under (``claude:<project key>:...``)."""
+    the project key its transcripts are stored under (``claude:<project key>:...``).
+    ``checkpoints`` (``langgraph`` only): ``"latest"`` (the default) imports each thread at its
+    latest checkpoint, ``"all"`` every checkpoint, earlier lines as branches (see
+    :func:`scan_langgraph_db`)."""
+    if checkpoints != "latest" and kind != "langgraph":
+        raise UsageError(f"checkpoints= is for langgraph sources, not {kind}")
     if kind == "openai-agents":
         return scan_openai_agents_db(location, heal=heal, id_map=id_map)
     if kind == "adk":
         return scan_adk_db(location, heal=heal, id_map=id_map)
     if kind == "langgraph":
-        return scan_langgraph_db(location, heal=heal, id_map=id_map)
+        return scan_langgraph_db(location, heal=heal, id_map=id_map, checkpoints=checkpoints)
     if kind == "claude-code":
         from .claude_code import scan_claude_code_dir
 

@@ -171,6 +171,11 @@ class SourceSession:
     record: Mapping[str, Any] = field(default_factory=dict)
     """The session record's fields the source gives (``store.create``'s keyword arguments:
     ``agent_id``, ``channel_type``, ``channel_id``, ``model``, ``metadata``)."""
+    branch_of: str = ""
+    """For a source whose event ids are derived from it: the session (listed before this one)
+    that this one is a branch of (:meth:`agentsession.BaseSession.branch`), or ``""``. Its
+    events begin with events of that session (the same ids); the branch is made right after
+    the last of them, and holds the rest as its own events."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +202,8 @@ class SessionOutcome:
     guessed_id: bool = False
     defects: tuple[Defect, ...] = ()
     """The defects found in the session and what was done about each."""
+    branch_of: str = ""
+    """The session this one is (or would be) imported as a branch of (``""``: none)."""
 
 
 @dataclass(frozen=True)
@@ -1324,10 +1331,18 @@ def _import_missing(
     report.healed = bool(getattr(source, "heal", True))
     report.notes.extend(source.notes)
     written: list[tuple[SourceSession, list[str]]] = []
+    read: dict[str, list[Event]] = {}  # each session's events, for the branches after it
     for session in source.sessions:
-        events = source.read_events(session)
+        events = read[session.session_id] = source.read_events(session)
         stored = _stored_ids(store, session.session_id)
-        missing = events if stored is None else [e for e in events if e.id not in stored]
+        if stored is None and session.branch_of:
+            # A branch not made yet: what its origin holds is shared, not written again.
+            origin_ids = _stored_ids(store, session.branch_of)
+            if origin_ids is None:
+                origin_ids = {e.id for e in read.get(session.branch_of, [])}
+            missing = [e for e in events if e.id not in origin_ids]
+        else:
+            missing = events if stored is None else [e for e in events if e.id not in stored]
         status: Literal["imported", "skipped", "would_import", "would_skip"]
         if not missing:
             status = "would_skip" if dry_run else "skipped"
@@ -1335,7 +1350,9 @@ def _import_missing(
             status = "would_import"
         else:
             assert store is not None
-            if stored is None:
+            if stored is None and session.branch_of:
+                _make_branch(store, session, events)
+            elif stored is None:
                 try:
                     store.create(session.session_id, missing)
                 except DuplicateSession:  # another process created it in between
@@ -1345,7 +1362,13 @@ def _import_missing(
             status = "imported"
             written.append((session, [e.id for e in events]))
         outcome = SessionOutcome(
-            session.session_id, session.source, len(missing), status, False, session.defects
+            session.session_id,
+            session.source,
+            len(missing),
+            status,
+            False,
+            session.defects,
+            session.branch_of,
         )
         report.sessions.append(outcome)
         if progress is not None:
@@ -1365,6 +1388,32 @@ def _import_missing(
                 )
         report.verified = True
     return report
+
+
+def _make_branch(store: Store, session: SourceSession, events: Sequence[Event]) -> None:
+    """Make ``session`` a branch of its origin right after the origin's last event among the
+    first of ``events`` (0: before the origin's first event), and append the rest of them.
+    A run killed between the two finds the branch made and appends what it lacks."""
+    origin = store.get(session.branch_of)
+    seqs = {e.id: e.seq for e in origin.read()}
+    point = 0
+    for event in events:
+        seq = seqs.get(event.id)
+        if seq is None:
+            break
+        point = seq
+    make = getattr(origin, "branch", None)  # BaseSession's (not in the Session protocol)
+    if make is None:
+        raise UsageError(
+            f"sessions of {type(store).__name__} cannot branch: {session.session_id!r} is a "
+            f"branch of {session.branch_of!r}"
+        )
+    try:
+        made = make(at_seq=point, id=session.session_id)
+    except DuplicateSession:  # another process made it in between
+        made = store.get(session.session_id)
+    have = {e.id for e in made.read()}
+    made.append_many([e for e in events if e.id not in have])
 
 
 def report_dict(report: ImportReport) -> dict[str, Any]:
@@ -1389,6 +1438,7 @@ def report_dict(report: ImportReport) -> dict[str, Any]:
                 "status": s.status,
                 "guessed_id": s.guessed_id,
                 "defects": [d.as_dict() for d in s.defects],
+                **({"branch_of": s.branch_of} if s.branch_of else {}),
             }
             for s in report.sessions
         ],
