@@ -162,11 +162,28 @@ def openai_advanced_db(path: Path) -> Path:
 # Google ADK.
 
 
-def adk_db(path: Path, url: str | None = None) -> str:
+def _legacy_adk_tables(path: Path) -> None:
+    """Create ADK's older schema (``google.adk.sessions.schemas.v0``: pickled event actions)
+    in a new SQLite file: ADK's ``DatabaseSessionService`` then finds it and writes that
+    shape, as ADK 1.19 to 1.21 did."""
+    from google.adk.sessions.schemas.v0 import Base
+    from sqlalchemy import create_engine
+
+    engine = create_engine(f"sqlite:///{path}")
+    try:
+        Base.metadata.create_all(engine)
+    finally:
+        engine.dispose()
+
+
+def adk_db(path: Path, url: str | None = None, *, legacy: bool = False) -> str:
     """An ADK ``DatabaseSessionService`` database written by ADK's ``Runner`` with a scripted
     LLM: session ``s1`` whose model called a tool that never answered (a long-running tool),
     then went on, and a stale function response; session ``s2`` rewound by ADK to before its
-    second invocation; app and user state. ``url`` (a PostgreSQL URL) instead of the file."""
+    second invocation; app and user state. ``url`` (a PostgreSQL URL) instead of the file;
+    ``legacy``: in ADK's older schema (v0), written by ADK itself."""
+    if legacy:
+        _legacy_adk_tables(path)
     from google.adk.agents import LlmAgent
     from google.adk.events import Event as AdkEvent
     from google.adk.models.base_llm import BaseLlm
@@ -264,6 +281,64 @@ def adk_db(path: Path, url: str | None = None) -> str:
 
     asyncio.run(main())
     return url or str(path)
+
+
+def adk_compacted_db(path: Path, *, legacy: bool = False) -> str:
+    """An ADK ``DatabaseSessionService`` database written by ADK's ``Runner`` for an ``App``
+    with an ``EventsCompactionConfig`` (every 2 invocations, no overlap; the summariser an
+    ``LlmEventSummarizer`` over a scripted LLM): session ``c1`` with three invocations, ADK's
+    own compaction event after the second summarising the first two. ``legacy``: in ADK's
+    older schema (v0)."""
+    import warnings
+
+    from google.adk.agents import LlmAgent
+    from google.adk.apps.app import App, EventsCompactionConfig
+    from google.adk.apps.llm_event_summarizer import LlmEventSummarizer
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import Runner
+    from google.adk.sessions import DatabaseSessionService
+    from google.genai import types
+
+    class EchoLlm(BaseLlm):
+        model: str = "echo"
+
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            last = llm_request.contents[-1]
+            text = "".join(p.text or "" for p in last.parts or [])
+            if "conversation_history" in text or "ummar" in text:  # the summariser's prompt
+                reply = "Summary: the user said one and two."
+            else:
+                reply = f"re: {text}"
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=reply)]))
+
+    if legacy:
+        _legacy_adk_tables(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ADK marks its compaction config experimental
+        app = App(
+            name="shop",
+            root_agent=LlmAgent(name="helper", model=EchoLlm()),
+            events_compaction_config=EventsCompactionConfig(
+                compaction_interval=2, overlap_size=0, summarizer=LlmEventSummarizer(llm=EchoLlm())
+            ),
+        )
+
+    async def main() -> None:
+        service = DatabaseSessionService(f"sqlite+aiosqlite:///{path}")
+        runner = Runner(app=app, session_service=service)
+        await service.create_session(app_name="shop", user_id="ada", session_id="c1")
+        for text in ("one", "two", "three"):
+            async for _ in runner.run_async(
+                user_id="ada",
+                session_id="c1",
+                new_message=types.Content(role="user", parts=[types.Part(text=text)]),
+            ):
+                pass
+        await service.close()
+
+    asyncio.run(main())
+    return str(path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -300,6 +300,179 @@ def test_adk_service_reads_the_healed_session(sources: dict[str, Path], tmp_path
     store.close()
 
 
+# -- ADK: its own compaction events, and its older schema ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def adk_shapes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("adk-shapes")
+    return {
+        "compacted": Path(import_sources.adk_compacted_db(root / "compacted.db")),
+        "compacted-v0": Path(import_sources.adk_compacted_db(root / "compacted0.db", legacy=True)),
+        "v0": Path(import_sources.adk_db(root / "v0.db", legacy=True)),
+    }
+
+
+def _adk_events_as_adk_reads_them(url: str, session_id: str) -> list[Any]:
+    import asyncio
+
+    from google.adk.sessions import DatabaseSessionService
+
+    async def read() -> Any:
+        service = DatabaseSessionService(url)
+        try:
+            return await service.get_session(app_name="shop", user_id="ada", session_id=session_id)
+        finally:
+            await service.close()
+
+    return list(asyncio.run(read()).events)
+
+
+def test_adk_compaction_events_become_compaction_markers(
+    adk_shapes: dict[str, Path], tmp_path: Path
+) -> None:
+    import asyncio
+
+    from agentsession.integrations.adk import OWN_COMPACTION_META, AgentSessionService
+    from agentsession.interop.foreign import ADK_COMPACTION_META
+
+    assert OWN_COMPACTION_META == ADK_COMPACTION_META
+    source = adk_shapes["compacted"]
+    copy = tmp_path / "copy.db"  # ADK's own reader opens the source to write: read a copy
+    copy.write_bytes(source.read_bytes())
+    [own] = [
+        e
+        for e in _adk_events_as_adk_reads_them(f"sqlite+aiosqlite:///{copy}", "c1")
+        if e.actions.compaction
+    ]
+    before = snapshot(source)
+    store = ags.open_store(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        src = open_source("adk", source)
+        try:
+            report = import_source(src, store)
+        finally:
+            src.close()
+        assert report.verified
+        session = store.get("adk:shop:ada:c1")
+        events = session.read()
+        [marker] = [e for e in events if e.type == "session/compaction"]
+        previous = events[marker.seq - 2]
+        assert previous.type == "adk/event" and previous.meta["adk"] == own.id
+        assert marker.meta["adk"] == own.id
+        stored = marker.meta[ADK_COMPACTION_META]
+        assert stored["start_timestamp"] == own.actions.compaction.start_timestamp
+        assert stored["end_timestamp"] == own.actions.compaction.end_timestamp
+        summary = own.actions.compaction.compacted_content.parts[0].text
+        assert stored["compacted_content"]["parts"][0]["text"] == summary
+        # The retained tail starts after the range: the third invocation.
+        data = msgspec.json.decode(bytes(marker.data))
+        assert data["firstKeptSeq"] == marker.seq
+        assert [(m.role, m.text) for m in session.messages()] == [
+            ("user", summary),
+            ("user", "three"),
+            ("assistant", "re: three"),
+        ]
+        assert_provider_valid(store)
+
+        # ADK reads its own compaction event once: the integration derives none from the
+        # marker that stands for it.
+        async def read() -> Any:
+            service = AgentSessionService(store)
+            return await service.get_session(app_name="shop", user_id="ada", session_id="c1")
+
+        adk = asyncio.run(read())
+        assert [e.id for e in adk.events if e.actions.compaction] == [own.id]
+        # Again: nothing is missing.
+        src = open_source("adk", source)
+        try:
+            again = import_source(src, store)
+        finally:
+            src.close()
+        assert [s.status for s in again.sessions] == ["skipped"]
+    finally:
+        store.close()
+    assert snapshot(source) == before
+
+
+def test_adk_older_schema_is_read_as_the_current_one(
+    sources: dict[str, Path], adk_shapes: dict[str, Path], tmp_path: Path
+) -> None:
+    old = adk_shapes["v0"]
+    before = snapshot(old)
+    store_url = f"sqlite:///{tmp_path / 'store.db'}"
+    report_file = tmp_path / "report.json"
+    code, out, err = invoke("import", "adk", str(old), "--store", store_url, "--dry-run", "--json")
+    assert code == 0, err
+    assert {s["status"] for s in json.loads(out)["sessions"]} == {"would_import"}
+    code, out, err = invoke(
+        "import", "adk", str(old), "--store", store_url, "--report", str(report_file)
+    )
+    assert code == 0, err
+    report = json.loads(report_file.read_text())
+    assert report["verified"]
+    assert any("older session schema" in note for note in report["notes"])
+    check_golden("adk-v0", normalized(report, old.parent, tmp_path))
+    assert snapshot(old) == before
+
+    # The same script written by ADK in its current schema imports to the same histories.
+    current = ags.open_store(f"sqlite:///{tmp_path / 'current.db'}")
+    legacy = ags.open_store(store_url)
+    try:
+        src = open_source("adk", sources["adk"])
+        try:
+            import_source(src, current)
+        finally:
+            src.close()
+        assert [i.id for i in legacy.list(order="id")] == [i.id for i in current.list(order="id")]
+        for info in current.list():
+            mine, theirs = legacy.get(info.id), current.get(info.id)
+            assert [(m.role, m.text, [c.name for c in m.tool_calls]) for m in mine.messages()] == [
+                (m.role, m.text, [c.name for c in m.tool_calls]) for m in theirs.messages()
+            ]
+            assert [e.type for e in mine.read()] == [e.type for e in theirs.read()]
+        assert_provider_valid(legacy)
+    finally:
+        current.close()
+        legacy.close()
+
+    # Its compaction events (pickled in the actions) become markers too.
+    store = ags.open_store(f"sqlite:///{tmp_path / 'compacted.db'}")
+    try:
+        src = open_source("adk", adk_shapes["compacted-v0"])
+        try:
+            import_source(src, store)
+        finally:
+            src.close()
+        markers = [e for e in store.get("adk:shop:ada:c1").read() if e.type == "session/compaction"]
+        assert markers and all("adk_compaction" in e.meta for e in markers)
+        assert store.get("adk:shop:ada:c1").messages()[0].text.startswith("Summary:")
+    finally:
+        store.close()
+
+
+def test_adk_older_schema_never_unpickles_more_than_event_actions(
+    adk_shapes: dict[str, Path], tmp_path: Path
+) -> None:
+    import sqlite3
+
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(adk_shapes["v0"].read_bytes())
+    planted = tmp_path / "planted"
+    payload = f"cos\nsystem\n(S'touch {planted}'\ntR.".encode()
+    with sqlite3.connect(bad) as conn:
+        [(eid,)] = conn.execute(
+            "SELECT id FROM events WHERE session_id = 's1' ORDER BY timestamp LIMIT 1"
+        ).fetchall()
+        conn.execute("UPDATE events SET actions = ? WHERE id = ?", (payload, eid))
+    conn.close()
+    code, _out, err = invoke("import", "adk", str(bad), "--store", str(tmp_path / "st"))
+    assert code == 2
+    assert eid in err and "pickled actions do not load" in err
+    assert not planted.exists()
+    assert not (tmp_path / "st").exists()
+
+
 def test_a_bad_record_before_the_last_imports_nothing(tmp_path: Path) -> None:
     import sqlite3
 

@@ -61,7 +61,9 @@ interrupted stand-in until its response arrives). ``mirror_messages=False`` writ
 
 **Compaction.** ADK's runner builds its request from the events ``get_session`` returns, not
 from ``messages()``. So each ``session/compaction`` marker that applies to all agents (from
-``session.compact()``, ``agentsession compact`` or the ``max_messages`` cap) is read as ADK's own
+``session.compact()``, ``agentsession compact`` or the ``max_messages`` cap; not one that
+stands for an ADK compaction event the log holds, :data:`OWN_COMPACTION_META`, which ADK
+reads itself) is read as ADK's own
 compaction: an ADK event with ``actions.compaction`` (``EventCompaction``) whose timestamp range
 covers the ADK events the marker summarised and whose content is the summary's text, so ADK's
 content builder sends the summary in their place (a marker without a summary leaves those
@@ -177,6 +179,7 @@ from ..store import BaseStore, open_store
 __all__ = [
     "ADK_EVENT",
     "COMPACTION_ID_PREFIX",
+    "OWN_COMPACTION_META",
     "ADK_SESSION",
     "REWIND_KIND",
     "AgentSessionService",
@@ -189,6 +192,11 @@ ADK_EVENT: Final = "adk/event"
 ADK_SESSION: Final = "adk/session"
 """Event type of an ADK session's first event: its ids, initial session state and creation
 time (``app_name``, ``user_id``, ``id``, ``state``, ``last_update_time``)."""
+
+OWN_COMPACTION_META: Final = "adk_compaction"
+"""The meta key of a ``session/compaction`` marker that stands for an ADK compaction event
+stored in the log (``agentsession import adk``: the event's ``EventCompaction``): ADK reads
+that event itself, so no compaction event is derived from the marker."""
 
 COMPACTION_ID_PREFIX: Final = "agentsession-compaction-"
 """What the id of an ADK compaction event derived from a ``session/compaction`` marker starts
@@ -645,7 +653,9 @@ def _with_compactions(events: Sequence[Event], parsed: Mapping[int, AdkEvent]) -
                 before.append(adk)
                 bounds.append(0)
                 out.append(adk)
-        elif not event.agent:  # a marker for one agent's history leaves the others whole
+        elif not event.agent and OWN_COMPACTION_META not in event.meta:
+            # (a marker for one agent's history leaves the others whole; one made from ADK's
+            # own compaction event, by an import, has that event in the log already)
             derived, covered = _compaction_event(event, before, bounds)
             if derived is not None:
                 out.append(derived)

@@ -16,8 +16,9 @@ Each scan reads its source whole, read-only, and returns an
   ``user_states``. Each session is ``adk:<app>:<user>:<session>``, stored as
   :class:`agentsession.integrations.adk.AgentSessionService` stores it (an ``adk/session``
   event, one ``adk/event`` per event with its typed mirror, a ``session/rewind`` marker after an
-  ADK rewind), and the ``app:`` / ``user:`` state is merged into that integration's shared
-  state.
+  ADK rewind, a ``session/compaction`` marker after ADK's own compaction event), and the
+  ``app:`` / ``user:`` state is merged into that integration's shared state. A database of
+  ADK's older schema (pickled event actions) is read as it is.
 * :func:`scan_langgraph_db`: a ``SqliteSaver`` database or a ``PostgresSaver`` URL: each
   thread's ``messages`` channel at its latest root checkpoint (with the messages of its pending
   writes) as the session ``langgraph:<thread>``, through
@@ -48,11 +49,13 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from ..compaction import plan_compaction
 from ..core import check_event
-from ..derive import INTERRUPTED_TOOL_RESULT_TEXT
+from ..derive import INTERRUPTED_TOOL_RESULT_TEXT, Deriver
 from ..errors import UsageError
 from ..events import (
     ASSISTANT_MESSAGE,
+    COMPACTION,
     MAX_EVENT_ID_CHARS,
     SESSION_REWIND,
     TOOL_RESULT,
@@ -62,7 +65,7 @@ from ..events import (
     SessionRewind,
     Usage,
 )
-from ..messages import ToolCall
+from ..messages import Message, ToolCall
 from .healing import META_CALL_IDS, META_HEALED, SET_ASIDE, Defect, HealHooks, heal, survey
 from .importers import (
     ImportSource,
@@ -73,6 +76,7 @@ from .importers import (
 )
 
 __all__ = [
+    "ADK_COMPACTION_META",
     "ADK_SET_ASIDE",
     "CHECKPOINT_CHOICES",
     "IMPORT_ID_PREFIX",
@@ -94,6 +98,13 @@ left out of the SDK's item list."""
 ADK_SET_ASIDE: Final = "adk/set_aside"
 """The type an ``adk/event`` holding only orphan function responses is imported as: kept, and
 left out of the events ADK reads."""
+ADK_COMPACTION_META: Final = "adk_compaction"  # the ADK integration's OWN_COMPACTION_META
+"""The meta key of a ``session/compaction`` marker made from an ADK compaction event: ADK's
+``EventCompaction`` as stored (``start_timestamp``, ``end_timestamp``, ``compacted_content``);
+the ADK event itself stays in the log as an ``adk/event`` (meta ``adk``: its id), which is what
+ADK reads, so the ADK integration derives no compaction event of its own from such a marker."""
+_ADK_COMPACTION_PENDING: Final = "import/adk_compaction"
+"""The type of an ADK compaction's marker until the session is healed and its seqs known."""
 LANGGRAPH_PREFIX: Final = "langgraph:"
 """The start of the id of a session imported from a LangGraph thread."""
 
@@ -600,6 +611,36 @@ class AdkSource(ForeignSource):
         """``app:`` state per app (without the prefix, as ADK stores it)."""
         self.user_states: dict[tuple[str, str], dict[str, Any]] = {}
         """``user:`` state per (app, user) (without the prefix)."""
+        self.legacy_columns: tuple[str, ...] = ()
+        """For a database of ADK's older schema (``v0``: an event's fields in columns of their
+        own, its ``actions`` pickled), the columns of its ``events`` table that are read;
+        empty for the current schema (``event_data``)."""
+
+    def _legacy_rows(
+        self, app: str, user: str, sid: str, where: str
+    ) -> list[tuple[Any, Any, Any, Any]]:
+        """The events of one session of the older schema as ``(id, invocation id, timestamp,
+        event document)``: the document ADK's current schema would store (its ``event_data``),
+        made from the columns, ``actions`` unpickled by ADK's own restricted unpickler (which
+        resolves only the data types ``EventActions`` is made of) and validated as ADK's
+        current ``EventActions``. An event whose columns do not read gets an unreadable
+        document (only a session's last event may: it is set aside)."""
+        columns = self.legacy_columns
+        picked = ", ".join(f'"{c}"' for c in columns)
+        rows = self._reader.rows(
+            f"SELECT {picked} FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?",
+            (app, user, sid),
+        )
+        out: list[tuple[Any, Any, Any, Any]] = []
+        for row in rows:
+            values = dict(zip(columns, row, strict=True))
+            doc: dict[str, Any] | _Unreadable
+            try:
+                doc = _legacy_event_doc(values)
+            except (ValueError, TypeError) as exc:
+                doc = _Unreadable(str(exc))
+            out.append((values["id"], values.get("invocation_id"), values["timestamp"], doc))
+        return out
 
     def close(self) -> None:
         """Close the database."""
@@ -610,11 +651,14 @@ class AdkSource(ForeignSource):
 
         app, user, sid, state, created = key
         where = f"{self.location}#{session_id}"
-        rows = self._reader.rows(
-            "SELECT id, invocation_id, timestamp, event_data FROM events "
-            "WHERE app_name = ? AND user_id = ? AND session_id = ?",
-            (app, user, sid),
-        )
+        if self.legacy_columns:
+            rows = self._legacy_rows(app, user, sid, where)
+        else:
+            rows = self._reader.rows(
+                "SELECT id, invocation_id, timestamp, event_data FROM events "
+                "WHERE app_name = ? AND user_id = ? AND session_id = ?",
+                (app, user, sid),
+            )
         docs: list[tuple[float, str, dict[str, Any]]] = []
         bad: list[tuple[float, str, str]] = []
         for eid, invocation, stamp, data in rows:
@@ -623,7 +667,7 @@ class AdkSource(ForeignSource):
             except ValueError as exc:
                 doc, reason = None, str(exc)
             else:
-                reason = "not a JSON object"
+                reason = data.reason if isinstance(data, _Unreadable) else "not a JSON object"
             if not isinstance(doc, dict):
                 bad.append((_epoch(stamp), str(eid), reason))
                 continue
@@ -673,8 +717,21 @@ class AdkSource(ForeignSource):
             )
             found_actions = doc.get("actions")
             actions: dict[str, Any] = found_actions if isinstance(found_actions, dict) else {}
-            if actions.get("compaction"):
-                continue  # ADK applies its own compaction when it reads; no mirror for it
+            compaction = actions.get("compaction")
+            if compaction:
+                # ADK applies its own compaction when it reads (the adk/event above); the
+                # derived history gets a compaction marker, made once the seqs are known.
+                if isinstance(compaction, dict):
+                    events.append(
+                        Event.new(
+                            _ADK_COMPACTION_PENDING,
+                            {"compaction": compaction},
+                            meta={"adk": eid, **meta},
+                            time=when,
+                            id=_sub(base, "compaction"),
+                        )
+                    )
+                continue
             for k, mirrored in enumerate(_mirror_or_nothing(doc, user, meta)):
                 events.append(msgspec.structs.replace(mirrored, time=when, id=_sub(base, f"m{k}")))
             target = actions.get("rewind_before_invocation_id")
@@ -745,7 +802,8 @@ class AdkSource(ForeignSource):
 
     def _finish(self, events: list[Event]) -> list[Event]:
         """Point each rewind marker at the seq before its invocation's first event (as the
-        ADK integration does), or drop it when ADK would ignore the rewind."""
+        ADK integration does), or drop it when ADK would ignore the rewind; then make each ADK
+        compaction's marker (:func:`_adk_compaction_marker`)."""
         from ..integrations.adk import _rewind_target
 
         numbered = [msgspec.structs.replace(e, seq=n) for n, e in enumerate(events, 1)]
@@ -767,7 +825,15 @@ class AdkSource(ForeignSource):
                     id=event.id,
                 )
             )
-        return out
+        done: list[Event] = []
+        for event in out:
+            if event.type != _ADK_COMPACTION_PENDING:
+                done.append(event)
+                continue
+            marker = _adk_compaction_marker(done, event)
+            if marker is not None:
+                done.append(marker)
+        return done
 
     def write_extras(self, store: Any, dry_run: bool) -> list[str]:
         """Merge the ``app:`` and ``user:`` state into the ADK integration's shared state
@@ -804,6 +870,162 @@ class AdkSource(ForeignSource):
         return notes
 
 
+_STAMP_SLACK: Final = 1e-6
+"""Seconds by which an ADK event's stored timestamp may miss a compaction range's bounds and
+still be inside it (a column rounded to the microsecond, a float's last digit)."""
+
+
+def _adk_compaction_marker(before: list[Event], pending: Event) -> Event | None:
+    """The ``session/compaction`` marker of an ADK compaction event, to follow ``before`` (the
+    session's events so far, seqs 1..n in order): ADK's compacted content as the summary (a
+    user message, as ``compact()`` writes), the retained tail starting with the first ADK
+    event after the last one in the compacted range (``start_timestamp..end_timestamp``), or
+    nothing kept when no later one comes before it; ADK's ``EventCompaction`` in the meta
+    (:data:`ADK_COMPACTION_META`). None when the range holds no ADK event before it, the
+    content has no text, or the history cannot be cut there (a tool call unanswered at that
+    point): the ADK event alone then stays, as ADK reads it."""
+    from ..integrations.adk import ADK_EVENT
+
+    raw = msgspec.json.decode(bytes(pending.data))
+    compaction = raw.get("compaction") if isinstance(raw, dict) else None
+    if not isinstance(compaction, dict):
+        return None
+    try:
+        start = float(compaction["start_timestamp"])
+        end = float(compaction["end_timestamp"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    content = compaction.get("compacted_content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    text = "".join(
+        p["text"] for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)
+    )
+    if not text:
+        return None
+    numbered = [msgspec.structs.replace(e, seq=n) for n, e in enumerate(before, 1)]
+    last_covered = -1
+    for i, event in enumerate(numbered):
+        if event.type != ADK_EVENT:
+            continue
+        if _is_adk_compaction(event):
+            continue  # an earlier compaction is not itself compacted
+        doc = msgspec.json.decode(bytes(event.data))
+        stamp = doc.get("timestamp") if isinstance(doc, dict) else None
+        # A stored timestamp may be rounded to the microsecond (the older schema's column)
+        # where the range keeps ADK's float: within _STAMP_SLACK is inside.
+        if isinstance(stamp, (int, float)) and start - _STAMP_SLACK <= stamp <= end + _STAMP_SLACK:
+            last_covered = i
+    if last_covered < 0:
+        return None
+    first_kept = len(numbered) + 1
+    for event in numbered[last_covered + 1 :]:
+        if event.type == ADK_EVENT and not _is_adk_compaction(event):
+            first_kept = event.seq
+            break
+    try:
+        marker = plan_compaction(
+            numbered,
+            Deriver.from_events(numbered),
+            len(numbered),
+            Message.user(text),
+            first_kept_seq=first_kept,
+        )
+    except UsageError:
+        return None
+    if marker is None:
+        return None
+    return Event.new(
+        COMPACTION,
+        marker,
+        meta={**pending.meta, ADK_COMPACTION_META: compaction},
+        time=pending.time,
+        id=pending.id,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unreadable:
+    """An event of the older schema whose columns do not read, and why."""
+
+    reason: str
+
+
+_LEGACY_EVENT_COLUMNS: Final = (
+    "id",
+    "invocation_id",
+    "author",
+    "actions",
+    "long_running_tool_ids_json",
+    "branch",
+    "timestamp",
+    "content",
+    "grounding_metadata",
+    "custom_metadata",
+    "usage_metadata",
+    "citation_metadata",
+    "partial",
+    "turn_complete",
+    "error_code",
+    "error_message",
+    "interrupted",
+    "input_transcription",
+    "output_transcription",
+)
+"""The columns of the ``events`` table of ADK's older schema (``google.adk.sessions.schemas.
+v0``, ADK 1.19 to 1.21; earlier versions have fewer of them) that hold an event's fields."""
+
+_LEGACY_JSON_COLUMNS: Final = frozenset(
+    {
+        "content",
+        "grounding_metadata",
+        "custom_metadata",
+        "usage_metadata",
+        "citation_metadata",
+        "input_transcription",
+        "output_transcription",
+    }
+)
+
+
+def _legacy_event_doc(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The event document ADK's current schema stores (``Event.model_dump(exclude_none=True,
+    mode="json")``) for a row of the older one (see :meth:`AdkSource._legacy_rows`)."""
+    from google.adk.events.event_actions import EventActions
+    from google.adk.sessions import _restricted_pickle
+
+    doc: dict[str, Any] = {}
+    for name, value in values.items():
+        if value is None or name in ("actions", "long_running_tool_ids_json", "timestamp"):
+            continue
+        if name in _LEGACY_JSON_COLUMNS and isinstance(value, (str, bytes)):
+            value = json.loads(value)
+        if name in ("partial", "turn_complete", "interrupted"):
+            value = bool(value)
+        doc[name] = value
+    pickled = values.get("actions")
+    actions = EventActions()
+    if pickled is not None:
+        try:
+            loaded = _restricted_pickle.loads(bytes(pickled))
+        except Exception as exc:  # the unpickler refuses what it does not resolve
+            raise ValueError(f"its pickled actions do not load: {exc}") from None
+        dumped = loaded.model_dump() if hasattr(loaded, "model_dump") else loaded
+        actions = EventActions.model_validate(dumped)
+    doc["actions"] = actions.model_dump(exclude_none=True, mode="json")
+    ids = values.get("long_running_tool_ids_json")
+    if ids:
+        doc["long_running_tool_ids"] = sorted(json.loads(ids))
+    doc["timestamp"] = _epoch(values.get("timestamp"))
+    return doc
+
+
+def _is_adk_compaction(event: Event) -> bool:
+    """Whether an ``adk/event`` is one of ADK's compaction events."""
+    doc = msgspec.json.decode(bytes(event.data))
+    actions = doc.get("actions") if isinstance(doc, dict) else None
+    return isinstance(actions, dict) and bool(actions.get("compaction"))
+
+
 def _state(value: Any, where: str) -> dict[str, Any]:
     if value in (None, ""):
         return {}
@@ -825,9 +1047,11 @@ def scan_adk_db(
     ``<app>/<user>/<session>`` to the session id to import it as (default
     ``adk:<app>:<user>:<session>``). Raises
     :class:`~agentsession.interop.importers.SourceNotFound` when there is nothing there and
-    :class:`~agentsession.errors.UsageError` when it is not an ADK database of the current
-    schema (the ``events.event_data`` column) or a record other than a session's last cannot be
-    read."""
+    :class:`~agentsession.errors.UsageError` when it is not an ADK database (of the current
+    schema, ``events.event_data``, or the older one, ``events.actions`` pickled, read as it is:
+    see :meth:`AdkSource._legacy_rows`) or a record other than a session's last cannot be
+    read. ADK's own compaction events become ``session/compaction`` markers too
+    (:func:`_adk_compaction_marker`)."""
     from ..integrations.adk import session_key
 
     where = os.fspath(location)
@@ -837,10 +1061,17 @@ def scan_adk_db(
         tables = reader.tables()
         if not {"sessions", "events"} <= tables:
             raise UsageError(f"{where} is not an ADK session database (no sessions/events table)")
-        if "event_data" not in reader.columns("events"):
-            raise UsageError(
-                f"{where} holds ADK's older session schema (events without event_data); "
-                "migrate it with ADK's own migration first (google.adk.sessions.migration)"
+        columns = reader.columns("events")
+        if "event_data" not in columns:
+            if not {"id", "timestamp", "actions"} <= columns:
+                raise UsageError(
+                    f"{where} is not an ADK session database of a schema this reads (events "
+                    "have neither event_data nor actions)"
+                )
+            source.legacy_columns = tuple(c for c in _LEGACY_EVENT_COLUMNS if c in columns)
+            source.notes.append(
+                f"{where} holds ADK's older session schema (v0: pickled event actions); read "
+                "as it is (unpickled by ADK's restricted unpickler), the source left unchanged"
             )
         if reader.note:
             source.notes.append(reader.note)
