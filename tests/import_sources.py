@@ -397,13 +397,13 @@ def langgraph_db(path: Path | None = None, conn: Any = None) -> None:
         _run_graph(builder, saver, HumanMessage)
 
 
-def langgraph_forked_db(path: Path) -> None:
+def langgraph_forked_db(path: Path | None = None, conn: Any = None) -> None:
     """A ``SqliteSaver`` database whose thread ``forked`` has diverging checkpoints, written by
     a ``StateGraph``: two turns, then time travel back to the checkpoint after the first turn,
     where ``update_state`` puts another second question and the graph runs on from it (the
     first second turn stays in the old checkpoints); then, from the old line's last checkpoint,
     one more turn (a line that extends the old one); and thread ``straight`` that never
-    forks."""
+    forks. ``conn``: on the ``PostgresSaver`` of that connection instead of a file."""
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.graph import END, START, MessagesState, StateGraph
@@ -416,30 +416,44 @@ def langgraph_forked_db(path: Path) -> None:
     builder.add_node("model", model)
     builder.add_edge(START, "model")
     builder.add_edge("model", END)
-    with SqliteSaver.from_conn_string(str(path)) as saver:
-        graph = builder.compile(checkpointer=saver)
-        config: Any = {"configurable": {"thread_id": "forked"}}
-        graph.invoke({"messages": [HumanMessage("first question", id="h-1")]}, config)
-        graph.invoke({"messages": [HumanMessage("second question", id="h-2")]}, config)
-        old_tip = graph.get_state(config).config
-        after_first = next(
-            s.config
-            for s in graph.get_state_history(config)
-            if [m.id for m in s.values.get("messages", [])] == ["h-1", "ai-h-1"] and not s.next
-        )
-        forked = graph.update_state(
-            after_first,
-            {"messages": [HumanMessage("another second question", id="h-2b")]},
-            as_node="__start__",
-        )
-        graph.invoke(None, forked)
-        new_tip = graph.get_state(config).config
-        # The old line goes on: a turn from its last checkpoint (its earlier tip becomes part
-        # of it), then the new line again, so that it stays the thread's latest.
-        graph.invoke({"messages": [HumanMessage("third question", id="h-3")]}, old_tip)
-        graph.invoke({"messages": [HumanMessage("and a third one", id="h-3b")]}, new_tip)
-        straight: Any = {"configurable": {"thread_id": "straight"}}
-        graph.invoke({"messages": [HumanMessage("hello", id="s-1")]}, straight)
+    if conn is None:
+        assert path is not None
+        with SqliteSaver.from_conn_string(str(path)) as saver:
+            _fork_thread(builder, saver, HumanMessage)
+    else:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        saver = PostgresSaver(conn)
+        saver.setup()
+        _fork_thread(builder, saver, HumanMessage)
+
+
+def _fork_thread(builder: Any, saver: Any, human: Any) -> None:
+    """Run the forked and the straight thread of :func:`langgraph_forked_db` on ``saver``."""
+    HumanMessage = human
+    graph = builder.compile(checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": "forked"}}
+    graph.invoke({"messages": [HumanMessage("first question", id="h-1")]}, config)
+    graph.invoke({"messages": [HumanMessage("second question", id="h-2")]}, config)
+    old_tip = graph.get_state(config).config
+    after_first = next(
+        s.config
+        for s in graph.get_state_history(config)
+        if [m.id for m in s.values.get("messages", [])] == ["h-1", "ai-h-1"] and not s.next
+    )
+    forked = graph.update_state(
+        after_first,
+        {"messages": [HumanMessage("another second question", id="h-2b")]},
+        as_node="__start__",
+    )
+    graph.invoke(None, forked)
+    new_tip = graph.get_state(config).config
+    # The old line goes on: a turn from its last checkpoint (its earlier tip becomes part
+    # of it), then the new line again, so that it stays the thread's latest.
+    graph.invoke({"messages": [HumanMessage("third question", id="h-3")]}, old_tip)
+    graph.invoke({"messages": [HumanMessage("and a third one", id="h-3b")]}, new_tip)
+    straight: Any = {"configurable": {"thread_id": "straight"}}
+    graph.invoke({"messages": [HumanMessage("hello", id="s-1")]}, straight)
 
 
 def _run_graph(builder: Any, saver: Any, human: Any) -> None:

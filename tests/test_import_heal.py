@@ -680,6 +680,36 @@ def test_langgraph_postgres_saver(pg_schema: str, tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.postgres
+def test_langgraph_postgres_saver_every_checkpoint(pg_schema: str, tmp_path: Path) -> None:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    url = _with_search_path(pg_schema)
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        import_sources.langgraph_forked_db(conn=conn)
+    store_path = str(tmp_path / "st")
+    args = ("import", "langgraph", url, "--checkpoints", "all", "--store", store_path, "--json")
+    code, out, err = invoke(*args)
+    assert code == 0, err
+    report = json.loads(out)
+    assert [(s.get("branch_of", ""), s["events"]) for s in report["sessions"]] == [
+        ("", 6),
+        ("langgraph:forked", 4),
+        ("", 2),
+    ]
+    store = ags.open_store(store_path)
+    try:
+        [branch] = store.get("langgraph:forked").branches()
+        assert branch.seq == 2
+        assert_provider_valid(store)
+    finally:
+        store.close()
+    code, out, err = invoke(*args)
+    assert code == 0, err
+    assert json.loads(out)["events"] == 0
+
+
 # ---------------------------------------------------------------------------------------------
 # Healing itself: whatever the shape, the healed log read literally is provider-valid.
 
