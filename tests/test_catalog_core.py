@@ -378,3 +378,13 @@ def test_the_async_api_lists_searches_and_totals() -> None:
         await store.close()
 
     asyncio.run(main())
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127)) | st.text())
+def test_words_of_ascii_text_take_the_fast_path_to_the_same_words(text: str) -> None:
+    import re
+    import unicodedata
+
+    folded = unicodedata.normalize("NFKD", text.casefold())
+    bare = "".join(c for c in folded if not unicodedata.combining(c))
+    assert words(text) == re.findall(r"\w+", unicodedata.normalize("NFKC", bare))

@@ -14,6 +14,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from psycopg import sql
 
 import agentsession as ags
@@ -379,3 +381,39 @@ def test_update_and_reindex(schemas: list[str]) -> None:
         assert [t.key for t in store.totals(group_by="day", since=since)] == [
             t.key for t in mem.totals(group_by="day", since=since)
         ]
+
+
+def _document_words_reference(words: list[str]) -> str:
+    """The tsvector literal, one word at a time (the definition document_words keeps)."""
+    from agentsession.backends.postgres import index as pg_index
+
+    positions: dict[str, list[int]] = {}
+    size = 0
+    for n, word in enumerate(words, start=1):
+        found = positions.get(word)
+        if found is None:
+            length = len(word.encode("utf-8", "surrogatepass"))
+            if length > pg_index.MAX_LEXEME_BYTES:
+                continue
+            size += length + 8
+            if size > pg_index.MAX_WORDS_BYTES:
+                break
+            found = positions[word] = []
+        if len(found) < 256:
+            found.append(min(n, 16383))
+    return " ".join(
+        pg_index._quoted(w) + ":" + ",".join(map(str, dict.fromkeys(p)))
+        for w, p in positions.items()
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b", "c'd", "é", "x" * 3000]), max_size=400),
+    st.integers(min_value=0, max_value=20000),
+)
+def test_document_words_match_their_definition(words: list[str], pad: int) -> None:
+    from agentsession.backends.postgres.index import document_words
+
+    words = ["w"] * pad + words  # positions past the largest a tsvector keeps
+    assert document_words(words, None) == _document_words_reference(words)

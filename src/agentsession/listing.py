@@ -572,11 +572,16 @@ def time_of(value: object) -> _dt.datetime | None:
 # -- words ---------------------------------------------------------------------------------------
 
 _WORD: Final = re.compile(r"\w+")
+_ASCII_WORD: Final = re.compile(r"[A-Za-z0-9_]+")
 
 
 def words(text: str) -> list[str]:
     """The words of ``text`` as search compares them: Unicode-normalised (NFKC), case-folded,
     accents removed, split on anything not a letter, digit or ``_``."""
+    if text.isascii():
+        # Normalising and removing accents change nothing in ASCII, and case-folding is
+        # lower(): the same words, without a pass over every character in Python.
+        return _ASCII_WORD.findall(text.lower())
     folded = unicodedata.normalize("NFKD", text.casefold())
     bare = "".join(c for c in folded if not unicodedata.combining(c))
     return _WORD.findall(unicodedata.normalize("NFKC", bare))

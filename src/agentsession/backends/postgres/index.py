@@ -90,23 +90,34 @@ def document_words(words: Sequence[str], language: str | None) -> str:
             out.append(word)
         return " ".join(out)
     positions: dict[str, list[int]] = {}
+    skipped: builtins.set[str] = builtins.set()
+    get = positions.get
     size = 0
     for index, word in enumerate(words, start=1):
-        found = positions.get(word)
-        if found is None:
-            length = len(word.encode("utf-8", "surrogatepass"))
-            if length > MAX_LEXEME_BYTES:
-                continue
-            size += length + 8
-            if size > MAX_WORDS_BYTES:
-                break
-            found = positions[word] = []
-        if len(found) < _MAX_POSITIONS:
-            found.append(min(index, _MAX_POSITION))
-    return " ".join(
-        _quoted(word) + ":" + ",".join(map(str, dict.fromkeys(pos)))
-        for word, pos in positions.items()
-    )
+        found = get(word)
+        if found is not None:
+            found.append(index)
+            continue
+        if word in skipped:
+            continue
+        length = len(word) if word.isascii() else len(word.encode("utf-8", "surrogatepass"))
+        if length > MAX_LEXEME_BYTES:
+            skipped.add(word)
+            continue
+        size += length + 8
+        if size > MAX_WORDS_BYTES:
+            break
+        positions[word] = [index]
+    return " ".join(_quoted(word) + ":" + _positions(pos) for word, pos in positions.items())
+
+
+def _positions(pos: list[int]) -> str:
+    """A lexeme's positions as a ``tsvector`` literal lists them: at most
+    :data:`_MAX_POSITIONS`, each at most :data:`_MAX_POSITION` (those beyond it become it)."""
+    pos = pos[:_MAX_POSITIONS]
+    if pos[-1] > _MAX_POSITION:
+        pos = list(dict.fromkeys(min(p, _MAX_POSITION) for p in pos))
+    return ",".join(map(str, pos))
 
 
 def _readable(value: str) -> str:
@@ -151,8 +162,7 @@ def catalog_params(change: CatalogChange, language: str | None, blind: bool) -> 
         "d_roles": [d.role for d in docs],
         "d_texts": ["" if blind else _readable(d.text) for d in docs],
         "d_words": [
-            document_words(d.text.split() if blind else words_of(d.text), language)
-            for d in docs
+            document_words(d.text.split() if blind else words_of(d.text), language) for d in docs
         ],
         "d_rewound": [any(t < d.seq < m for t, m in rewinds) for d in docs],
         "d_language": language,
@@ -366,9 +376,7 @@ class PostgresIndex:
                 value, sid = query.after
                 params["k_time"], params["k_id"] = value, sid
                 conditions.append(
-                    sql.SQL("(s.{c}, s.id) < (%(k_time)s::timestamptz, %(k_id)s)").format(
-                        c=column
-                    )
+                    sql.SQL("(s.{c}, s.id) < (%(k_time)s::timestamptz, %(k_id)s)").format(c=column)
                     if value is not None
                     else sql.SQL("false")
                 )
@@ -379,9 +387,7 @@ class PostgresIndex:
             w=_where(conditions),
             o=order_by,
         )
-        rows = self._db.run(
-            "listing sessions", lambda c: c.execute(statement, params).fetchall()
-        )
+        rows = self._db.run("listing sessions", lambda c: c.execute(statement, params).fetchall())
         return [_row(r) for r in rows]
 
     def search(self, query: SearchQuery) -> builtins.list[Hit]:
@@ -413,9 +419,9 @@ class PostgresIndex:
         headline = (
             sql.SQL("''")
             if query.blind
-            else sql.SQL(
-                "coalesce(ts_headline({cfg}::regconfig, h.text, q.q, {opts}), '')"
-            ).format(cfg=sql.Literal(config), opts=sql.Literal(_HEADLINE_OPTIONS))
+            else sql.SQL("coalesce(ts_headline({cfg}::regconfig, h.text, q.q, {opts}), '')").format(
+                cfg=sql.Literal(config), opts=sql.Literal(_HEADLINE_OPTIONS)
+            )
         )
         statement = self._q(
             """
@@ -464,7 +470,7 @@ class PostgresIndex:
             params["until"] = query.until.isoformat()
             conditions.append(sql.SQL("u.day < %(until)s"))
         key = {
-            "tenant": 's.tenant',
+            "tenant": "s.tenant",
             "user": 's."user"',
             "agent": "u.agent",
             "day": "u.day",
@@ -478,9 +484,7 @@ class PostgresIndex:
             "WHERE {w} GROUP BY 1",
             w=_where(conditions),
         )
-        rows = self._db.run(
-            "summing usage", lambda c: c.execute(statement, params).fetchall()
-        )
+        rows = self._db.run("summing usage", lambda c: c.execute(statement, params).fetchall())
         return sort_totals(
             [
                 Totals(
@@ -613,4 +617,3 @@ class PostgresIndex:
             write,
             write="the session's catalog entries may or may not have been rebuilt",
         )
-
