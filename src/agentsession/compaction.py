@@ -46,16 +46,55 @@ is the whole history). A turn a crash left open counts as running until
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final, Literal
+import contextlib
+import dataclasses
+import importlib
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any, Final, Literal
+
+import msgspec
 
 from .derive import Deriver, IndexedMessage
 from .errors import UsageError
-from .events import TURN_END, TURN_START, USER_MESSAGE, Compaction, Event, compaction_of
-from .messages import Message
+from .events import (
+    TURN_END,
+    TURN_START,
+    USAGE,
+    USER_MESSAGE,
+    Compaction,
+    Event,
+    Usage,
+    compaction_of,
+)
+from .messages import Message, RefusalPart, TextPart, ThinkingPart, ToolResult
 
 __all__ = [
     "COMPACTION_EFFECT_KIND",
+    "MEDIA_PART_TOKENS",
+    "MESSAGE_OVERHEAD_TOKENS",
+    "CompactionFailure",
+    "CompactionPolicy",
+    "PlannedCompaction",
+    "Summarizer",
+    "SummaryResult",
+    "TokenCounter",
+    "check_commit",
+    "default_token_counter",
+    "elide_message",
+    "elide_tool_results",
+    "elision_stub",
+    "estimate_tokens",
+    "latest_turn_start",
+    "message_text",
+    "DeferredPolicy",
+    "deferred_policy",
+    "policy_deferred",
+    "summary_of",
+    "tiktoken_counter",
+    "usage_events",
     "history_start",
     "memory_cutoff_seq",
     "plan_compaction",
@@ -447,3 +486,354 @@ def plan_prune(events: Sequence[Event], deriver: Deriver, max_messages: int) -> 
         retained_agents=agents,
         kind="prune",
     )
+
+
+# -- compaction policies ---------------------------------------------------------------------
+#
+# What a store does on its own at the end of a turn (``open_store(...,
+# compaction=CompactionPolicy(...))``): the policy's settings, counting tokens, the stub of an
+# elided tool result and the summarizer's answer. The sessions run it (BaseSession at the end
+# of a sync turn, the async turn at the end of its own); see docs/compaction.md.
+
+TokenCounter = Callable[[Sequence[Message]], int]
+"""Counts the tokens of a list of messages. The policy keeps a running count, so a counter must
+add up: the count of a list is the sum of the counts of its messages."""
+
+MESSAGE_OVERHEAD_TOKENS: Final = 4
+"""What each message costs on top of its content in :func:`estimate_tokens` (role and framing,
+as in OpenAI's chat format)."""
+
+MEDIA_PART_TOKENS: Final = 85
+"""What an image, file or attachment part costs in :func:`estimate_tokens` (OpenAI's price of a
+low-detail image), whatever its size."""
+
+_log = logging.getLogger("agentsession.compaction")
+
+
+class DeferredPolicy:
+    """What :func:`policy_deferred` hands its caller: whether a turn that ended inside the
+    block left the compaction policy to it (``due``), and the turn's agent."""
+
+    __slots__ = ("agent", "due")
+
+    def __init__(self) -> None:
+        self.due = False
+        """Whether a turn ended normally inside the block (the policy is to be run)."""
+        self.agent = ""
+        """That turn's agent (the summarizer's usage events are attributed to it)."""
+
+
+_deferred: ContextVar[DeferredPolicy | None] = ContextVar(
+    "agentsession_compaction_deferred", default=None
+)
+
+
+@contextlib.contextmanager
+def policy_deferred() -> Iterator[DeferredPolicy]:
+    """Within the block, a sync turn that ends does not run the store's compaction policy but
+    marks it due on the :class:`DeferredPolicy` yielded: its caller runs it (the async turn,
+    which awaits a coroutine summarizer on its event loop)."""
+    deferred = DeferredPolicy()
+    token = _deferred.set(deferred)
+    try:
+        yield deferred
+    finally:
+        _deferred.reset(token)
+
+
+def deferred_policy() -> DeferredPolicy | None:
+    """The :class:`DeferredPolicy` of the enclosing :func:`policy_deferred` block (None: not
+    in one)."""
+    return _deferred.get()
+
+
+def message_text(message: Message) -> str:
+    """The text of ``message`` a model reads, for counting: its text, thinking and refusal
+    parts, each tool call's name and JSON arguments, each tool result's content and text parts,
+    joined by newlines."""
+    texts: list[str] = []
+    for part in message.parts:
+        if isinstance(part, _TEXTUAL):
+            texts.append(part.text)
+    for call in message.tool_calls:
+        texts.append(call.name)
+        if call.arguments:
+            texts.append(json.dumps(call.arguments, ensure_ascii=False, sort_keys=True))
+    for result in message.tool_results:
+        texts.append(result.content)
+        texts.extend(p.text for p in result.parts if isinstance(p, TextPart))
+    return "\n".join(texts)
+
+
+_TEXTUAL = (TextPart, ThinkingPart, RefusalPart)
+
+
+def _media_parts(message: Message) -> int:
+    count = sum(1 for p in message.parts if not isinstance(p, _TEXTUAL))
+    for result in message.tool_results:
+        count += sum(1 for p in result.parts if not isinstance(p, TextPart))
+    return count
+
+
+def estimate_tokens(messages: Sequence[Message]) -> int:
+    """The default estimate: for each message, its text's length in characters divided by 4
+    (rounded up; :func:`message_text`), :data:`MESSAGE_OVERHEAD_TOKENS`, and
+    :data:`MEDIA_PART_TOKENS` per image, file or attachment part. English text runs at about
+    4 characters a token in OpenAI's and Anthropic's tokenizers; code and other languages run
+    denser, so leave the budget some room."""
+    total = 0
+    for message in messages:
+        text = message_text(message)
+        total += -(-len(text) // 4) + MESSAGE_OVERHEAD_TOKENS
+        total += MEDIA_PART_TOKENS * _media_parts(message)
+    return total
+
+
+def tiktoken_counter(encoding: str = "o200k_base") -> TokenCounter:
+    """A counter with OpenAI's tokenizer (``tiktoken``, installed by the application): each
+    message's :func:`message_text` encoded with ``encoding`` (``o200k_base``: GPT-4o and
+    later), plus :data:`MESSAGE_OVERHEAD_TOKENS` and :data:`MEDIA_PART_TOKENS` per media part.
+    Raises ImportError when tiktoken is not installed; loading the encoding may fetch its file
+    once (tiktoken caches it)."""
+    tiktoken: Any = importlib.import_module("tiktoken")  # an optional dependency, untyped here
+    codec = tiktoken.get_encoding(encoding)
+
+    def count(messages: Sequence[Message]) -> int:
+        total = 0
+        for message in messages:
+            total += len(codec.encode(message_text(message), disallowed_special=()))
+            total += MESSAGE_OVERHEAD_TOKENS + MEDIA_PART_TOKENS * _media_parts(message)
+        return total
+
+    return count
+
+
+def default_token_counter() -> TokenCounter:
+    """What a policy counts with when it is given no ``token_counter``: OpenAI's tokenizer
+    (:func:`tiktoken_counter`) when ``tiktoken`` is importable and its encoding loads, else
+    :func:`estimate_tokens`."""
+    try:
+        return tiktoken_counter()
+    except Exception:  # not installed, or its encoding file cannot be had
+        return estimate_tokens
+
+
+def elision_stub(characters: int) -> str:
+    """What an elided tool result reads: ``[tool result elided: 12,345 characters]``."""
+    return f"[tool result elided: {characters:,} characters]"
+
+
+def _result_size(result: ToolResult) -> int:
+    return len(result.content) + sum(len(p.text) for p in result.parts if isinstance(p, TextPart))
+
+
+def elide_message(message: Message, over: int) -> Message:
+    """``message`` with each tool result longer than ``over`` characters (its content and text
+    parts) replaced by :func:`elision_stub` (its call id, name and error flag kept, its other
+    parts dropped); the message itself when none is."""
+    if not message.tool_results:
+        return message
+    results = [
+        msgspec.structs.replace(r, content=elision_stub(size), parts=[])
+        if (size := _result_size(r)) > over
+        else r
+        for r in message.tool_results
+    ]
+    if all(new is old for new, old in zip(results, message.tool_results, strict=True)):
+        return message
+    return msgspec.structs.replace(message, tool_results=results)
+
+
+def latest_turn_start(entries: Sequence[IndexedMessage]) -> int:
+    """Index in ``entries`` of the message that begins the latest turn (the last one flagged
+    ``is_turn_start``: a user message); 0 when none does (the whole history is one turn)."""
+    for index in range(len(entries) - 1, -1, -1):
+        if entries[index].is_turn_start:
+            return index
+    return 0
+
+
+def elide_tool_results(messages: Sequence[Message], over: int, before: int) -> list[Message]:
+    """``messages`` with the tool results of the first ``before`` of them (the turns before the
+    latest) elided when longer than ``over`` characters (:func:`elide_message`). Every call
+    keeps its result (a stub), so the list stays provider-valid."""
+    out = list(messages)
+    for index in range(min(before, len(out))):
+        out[index] = elide_message(out[index], over)
+    return out
+
+
+SummaryResult = Message | tuple[Message, "Usage | Sequence[Usage] | None"]
+"""What a summarizer returns: the summary message, or the summary and the usage of the model
+call(s) that made it (a :class:`~agentsession.events.Usage`, a list of them, or None)."""
+
+Summarizer = Callable[[list[Message]], Any]
+"""``summarize(messages)``: the messages to be replaced (the current summary first, when there
+is one) to a :data:`SummaryResult`; on the async store it may be a coroutine function."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionFailure:
+    """A policy compaction that did not happen because something failed (what
+    :attr:`CompactionPolicy.on_failure` is called with). The history is as it was."""
+
+    session_id: str
+    """The session whose turn ended."""
+    stage: Literal["plan", "summarize", "result", "append"]
+    """Where it failed: planning the cut, calling the summarizer, reading what it returned (not
+    a message: :data:`SummaryResult`), or appending the marker."""
+    error: BaseException
+    """The exception (for ``result``, a TypeError saying what came back)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionPolicy:
+    """Automatic compaction, run by the store when a turn ends (``open_store(url,
+    compaction=CompactionPolicy(...))``; see ``docs/compaction.md``).
+
+    When ``with session.turn()`` (or ``async with``) exits normally and the session's history
+    is over ``max_tokens`` tokens or ``max_messages`` messages, the store plans a compaction
+    that keeps the latest ``keep_turns`` turns, calls ``summarize`` with the messages to be
+    replaced, records the summarizer's usage as ``usage`` events, and appends the marker
+    conditionally, as :meth:`~agentsession.BaseSession.compact` does. A failing summarizer
+    leaves the history as it was: the failure is logged (a warning naming the session and the
+    exception's type, never message content) and handed to ``on_failure``; the turn completes
+    normally.
+
+    ``elide_tool_results_over=N`` replaces, in ``messages()``, every tool result of the turns
+    before the latest that is longer than ``N`` characters by a stub (:func:`elision_stub`);
+    storage, ``read()`` and ``entries()`` are untouched.
+    """
+
+    max_tokens: int | None = None
+    """Compact when the history counts more tokens than this (None: no token budget)."""
+    max_messages: int | None = None
+    """Compact when the history holds more messages than this (None: no message budget). Not
+    the store's own ``max_messages`` option, which drops turns without a summary."""
+    keep_turns: int = 2
+    """How many of the latest turns stay verbatim after the summary (0: none)."""
+    summarize: Summarizer | None = None
+    """The summarizer (required with a budget): see :data:`Summarizer`."""
+    elide_tool_results_over: int | None = None
+    """Elide older tool results longer than this many characters in ``messages()`` (None:
+    never)."""
+    token_counter: TokenCounter | None = None
+    """Counts tokens (None: :func:`default_token_counter`)."""
+    on_failure: Callable[[CompactionFailure], object] | None = None
+    """Called with each :class:`CompactionFailure` (after the warning is logged); what it
+    raises is logged and dropped."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "max_messages", "elide_tool_results_over"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise UsageError(f"{name} must be an int >= 1 or None, not {value!r}")
+        keep = self.keep_turns
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise UsageError(f"keep_turns must be an int >= 0, not {keep!r}")
+        if self.summarize is not None and not callable(self.summarize):
+            raise UsageError("summarize must be callable")
+        if self.budgeted and self.summarize is None:
+            raise UsageError("a compaction policy with max_tokens or max_messages needs summarize")
+        if self.token_counter is not None and not callable(self.token_counter):
+            raise UsageError("token_counter must be callable")
+        if self.on_failure is not None and not callable(self.on_failure):
+            raise UsageError("on_failure must be callable")
+        if self.budgeted and self.max_tokens is not None and self.token_counter is None:
+            object.__setattr__(self, "_counter", default_token_counter())
+        else:
+            object.__setattr__(self, "_counter", self.token_counter or estimate_tokens)
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether the policy compacts (it has ``max_tokens`` or ``max_messages``)."""
+        return self.max_tokens is not None or self.max_messages is not None
+
+    def count(self, messages: Sequence[Message]) -> int:
+        """The tokens of ``messages`` by the policy's counter."""
+        counter: TokenCounter = self.__dict__["_counter"]
+        return int(counter(messages))
+
+    def over(self, tokens: int, messages: int) -> bool:
+        """Whether a history of ``tokens`` tokens and ``messages`` messages is over budget."""
+        return (self.max_tokens is not None and tokens > self.max_tokens) or (
+            self.max_messages is not None and messages > self.max_messages
+        )
+
+    def counted(self, message: Message) -> Message:
+        """``message`` as the budget counts it: elided as it will be once a newer turn begins."""
+        over = self.elide_tool_results_over
+        return message if over is None else elide_message(message, over)
+
+    def report(self, failure: CompactionFailure) -> None:
+        """Log ``failure`` (the session and the exception's type only) and hand it to
+        :attr:`on_failure`."""
+        _log.warning(
+            "compaction of session %r failed at %s: %s; the history is unchanged",
+            failure.session_id,
+            failure.stage,
+            type(failure.error).__name__,
+        )
+        callback = self.on_failure
+        if callback is not None:
+            try:
+                callback(failure)
+            except Exception as exc:
+                _log.warning("on_failure of a compaction policy raised %s", type(exc).__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedCompaction:
+    """What a policy check planned (the session's, passed back to commit the marker): the
+    messages to summarize, the seq the plan saw, and what the budget counted."""
+
+    messages: list[Message]
+    """The messages the summary replaces (the current summary first, when there is one)."""
+    planned_at: int
+    """The session's latest seq when the cut was planned."""
+    keep_turns: int
+    """The policy's ``keep_turns``."""
+    tokens: int
+    """The history's tokens when planned (the marker's ``tokens_before``)."""
+
+
+def summary_of(result: object) -> tuple[Message, list[Usage]]:
+    """The summary and usages of what a summarizer returned (:data:`SummaryResult`); a
+    TypeError for anything else (an empty message too)."""
+    usage: object = None
+    if isinstance(result, tuple):
+        if len(result) != 2:
+            raise TypeError(f"a summarizer returned a tuple of {len(result)}, not (Message, Usage)")
+        result, usage = result
+    if not isinstance(result, Message):
+        raise TypeError(f"a summarizer returned {type(result).__name__}, not a Message")
+    if not result.parts:
+        raise TypeError("a summarizer returned a message with no content")
+    if usage is None:
+        usages: list[Usage] = []
+    elif isinstance(usage, Usage):
+        usages = [usage]
+    elif isinstance(usage, (list, tuple)) and all(isinstance(u, Usage) for u in usage):
+        usages = list(usage)
+    else:
+        raise TypeError(f"a summarizer returned {type(usage).__name__} as its usage, not Usage")
+    return result, usages
+
+
+def usage_events(usages: Sequence[Usage], agent: str) -> list[Event]:
+    """The ``usage`` events of a summarizer's usages, attributed to ``agent`` (the turn's) and
+    marked ``meta["compaction"] = "summarize"``."""
+    return [Event.new(USAGE, u, agent=agent, meta={"compaction": "summarize"}) for u in usages]
+
+
+def check_commit(
+    plan: PlannedCompaction, marker: Compaction, committed: Sequence[IndexedMessage]
+) -> bool:
+    """Whether ``marker``, planned again from ``committed`` (the history now), replaces exactly
+    the messages the summary was made of."""
+    cut = len(committed) - len(marker.retained_tail)
+    if cut != len(plan.messages):
+        return False
+    return all(e.message == m for e, m in zip(committed[:cut], plan.messages, strict=True))

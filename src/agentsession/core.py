@@ -31,7 +31,16 @@ import msgspec
 from .backoff import Backoff
 from .branching import shift
 from .codec import check_json, encode
-from .compaction import plan_compaction, plan_prune
+from .compaction import (
+    CompactionPolicy,
+    PlannedCompaction,
+    check_commit,
+    elide_tool_results,
+    latest_turn_start,
+    plan_compaction,
+    plan_prune,
+    turn_cuts,
+)
 from .contract import Durability
 from .crypto import (
     ACTIVE_KIND,
@@ -180,6 +189,8 @@ class SessionHost(Protocol):
     ttl: _dt.timedelta | None
     clock: Clock
     max_messages: int | None
+    compaction: CompactionPolicy | None
+    """The compaction policy run at the end of each turn (None: none)."""
     max_loaded_events: int | None
     """At most this many of the latest events are loaded to derive the history (None: the
     whole window); see :meth:`SessionCore._load_window`."""
@@ -428,6 +439,16 @@ class SessionPlans:
         """The plan of :meth:`BaseSession.entries`."""
         return self._session._entries_plan(agent)
 
+    def policy_check(self, policy: CompactionPolicy) -> Plan[PlannedCompaction | None]:
+        """At the end of a turn: the compaction ``policy`` asks for, or None (the history fits
+        its budget); see :mod:`agentsession.compaction`."""
+        return self._session._policy_check_plan(policy)
+
+    def policy_commit(self, planned: PlannedCompaction, summary: Message) -> Plan[int | None]:
+        """Append the marker of ``planned`` with ``summary`` (conditionally); its seq, or None
+        when the history changed so that the summary no longer fits."""
+        return self._session._policy_commit_plan(planned, summary)
+
     def run(self, plan: Plan[T]) -> T:
         """Run ``plan`` with the sync driver, under the session's lock (in a worker thread,
         when another driver cannot run it now)."""
@@ -496,6 +517,9 @@ class SessionCore:
         self._fence_checked = 0
         self._fence_seen = 0
         self._own_cap: tuple[int, int] | None = None  # (generation, a child's max_messages)
+        # The compaction policy's running count of the history: the deriver it counted, how
+        # many of its committed entries, the last of them, and their tokens (_policy_budget).
+        self._policy_count: tuple[Deriver, int, object, int] | None = None
         # Ids of the events this object has seen (loaded, read while catching up, appended),
         # to their seqs: an append of one of them stores nothing (see _stored_seqs_plan). A loaded
         # window is indexed when an append first needs it (_index_window), so that reading
@@ -1431,7 +1455,104 @@ class SessionCore:
         self, agent: str | None, max_tool_result_bytes: int | None
     ) -> Plan[list[Message]]:
         yield from self._refresh_plan()
-        return (yield from self._deriver(agent)).messages(max_tool_result_bytes)
+        return self._history_messages((yield from self._deriver(agent)), max_tool_result_bytes)
+
+    def _history_messages(
+        self, deriver: Deriver, max_tool_result_bytes: int | None
+    ) -> list[Message]:
+        """``deriver``'s messages, with the compaction policy's elision of older tool results
+        (:attr:`CompactionPolicy.elide_tool_results_over`) applied. Pure."""
+        messages = deriver.messages(max_tool_result_bytes)
+        policy = self._store.compaction
+        if policy is None or policy.elide_tool_results_over is None:
+            return messages
+        before = latest_turn_start(deriver.committed())
+        return elide_tool_results(messages, policy.elide_tool_results_over, before)
+
+    # -- the compaction policy ------------------------------------------------------------
+
+    def _policy_budget(self, policy: CompactionPolicy, deriver: Deriver) -> tuple[int, int]:
+        """The history's tokens (as the policy counts them: older tool results elided) and
+        messages. The tokens are a running count: only the entries added since the last count
+        are counted, unless the history was rebuilt (a marker, a reload) since. Pure."""
+        entries = deriver.committed()
+        state = self._policy_count
+        start, tokens = 0, 0
+        if (
+            state is not None
+            and state[0] is deriver
+            and 0 < state[1] <= len(entries)
+            and entries[state[1] - 1] is state[2]
+        ):
+            start, tokens = state[1], state[3]
+        if policy.max_tokens is not None and start < len(entries):
+            tokens += policy.count([policy.counted(e.message) for e in entries[start:]])
+        if entries:
+            self._policy_count = (deriver, len(entries), entries[-1], tokens)
+        return tokens, len(entries)
+
+    def _policy_check_plan(self, policy: CompactionPolicy) -> Plan[PlannedCompaction | None]:
+        """At the end of a turn: when the history is over the policy's budget, the compaction
+        to summarize (the messages the summary replaces); None when it fits, when tool calls
+        are unanswered or when there is nothing to drop."""
+        yield from self._refresh_plan()
+        deriver = yield from self._deriver(None)
+        if deriver.has_open_calls:
+            return None
+        tokens, count = self._policy_budget(policy, deriver)
+        if not policy.over(tokens, count):
+            return None
+        placeholder = Message.user("")
+        data = plan_compaction(
+            (yield from self._history_events()),
+            deriver,
+            self._latest_seq,
+            placeholder,
+            keep_turns=policy.keep_turns,
+            session_id=self._id,
+        )
+        if data is None:
+            return None
+        entries = deriver.committed()
+        cut = len(entries) - len(data.retained_tail)
+        if cut <= 0:
+            return None
+        return PlannedCompaction(
+            messages=[e.message for e in entries[:cut]],
+            planned_at=self._latest_seq,
+            keep_turns=policy.keep_turns,
+            tokens=tokens,
+        )
+
+    def _policy_commit_plan(self, planned: PlannedCompaction, summary: Message) -> Plan[int | None]:
+        """Append the marker of ``planned`` with ``summary``, conditional on the seq it is
+        planned from (as :meth:`_compact_plan`). When other writers appended since the check,
+        the cut is planned again keeping the turns that began since as well, and the marker is
+        appended only if it replaces exactly the messages summarized; None otherwise (a
+        compaction, rewind or unanswered calls got in between)."""
+
+        def plan() -> Plan[Compaction | None]:
+            deriver = yield from self._deriver(None)
+            if deriver.has_open_calls:
+                return None
+            events = yield from self._history_events()
+            keep = planned.keep_turns
+            if self._latest_seq != planned.planned_at:
+                keep += sum(1 for _, seq in turn_cuts(events, deriver) if seq > planned.planned_at)
+            data = plan_compaction(
+                events,
+                deriver,
+                self._latest_seq,
+                summary,
+                keep_turns=keep,
+                tokens_before=planned.tokens,
+                session_id=self._id,
+            )
+            if data is None or not check_commit(planned, data, deriver.committed()):
+                return None
+            return data
+
+        return (yield from self._append_marker(plan, None))
 
     # -- compaction -----------------------------------------------------------------------
 

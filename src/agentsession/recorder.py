@@ -907,9 +907,12 @@ class Turn(_Recording):
                             turn_start_seq=self.start_seq,
                             delivery=raised.delivery_id,
                         )
-                        self.session.append(
-                            Event.new(SESSION_ROLLBACK, marker, agent=self.agent)
-                        )
+                        self.session.append(Event.new(SESSION_ROLLBACK, marker, agent=self.agent))
+        if exc is None and self._raised is None:
+            # The store's compaction policy, when it has one (BaseSession._turn_ended).
+            ended = getattr(self.session, "_turn_ended", None)
+            if callable(ended):
+                ended(self.agent)
 
     def _end(self, exc: BaseException | None, timed_out: bool) -> None:
         """Write ``turn/end`` (carrying ``exc``, or a ``TimeoutError`` for a turn marked timed

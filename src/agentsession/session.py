@@ -34,6 +34,7 @@ storage delegates and the child sessions' methods. What the session does:
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import os
 import threading
 import weakref
@@ -184,8 +185,7 @@ class BaseSession(SessionCore):
         if inner is None:
             if base:
                 raise UsageError(
-                    f"{type(self).__name__} stores without a log storage: it cannot hold a "
-                    "branch"
+                    f"{type(self).__name__} stores without a log storage: it cannot hold a branch"
                 )
             return
         self._log = ShiftedLog(inner, base) if base else inner
@@ -577,7 +577,7 @@ class BaseSession(SessionCore):
         window the first time, capped by ``max_loaded_events``), fed the new events."""
         with self._lock:
             self._refresh()
-            return self._derived(agent).messages(max_tool_result_bytes)
+            return self._history_messages(self._derived(agent), max_tool_result_bytes)
 
     # -- recording and compaction ---------------------------------------------------------
 
@@ -695,9 +695,7 @@ class BaseSession(SessionCore):
         this id, ``~`` and 12 hex digits); an id that exists raises
         :class:`~agentsession.errors.DuplicateSession`. Listed by :meth:`branches`; its
         :attr:`origin` names this session and the point. See :mod:`agentsession.branching`."""
-        made: BaseSession = _branch(
-            self, self._store, at_turn=at_turn, at_seq=at_seq, branch_id=id
-        )
+        made: BaseSession = _branch(self, self._store, at_turn=at_turn, at_seq=at_seq, branch_id=id)
         return made
 
     def branches(self) -> list[BranchRef]:
@@ -773,6 +771,53 @@ class BaseSession(SessionCore):
                 agent=agent,
             )
         )
+
+    def _turn_ended(self, agent: str) -> None:
+        """After a turn recorded on this object ended normally: run the store's compaction
+        policy (:class:`~agentsession.compaction.CompactionPolicy`) unless the async turn runs
+        it. Never raises an Exception: a failure is reported by the policy. The session lock
+        is held while planning and appending, never while the summarizer runs."""
+        policy = self._store.compaction
+        if policy is None or not policy.budgeted:
+            return
+        deferred = compaction.deferred_policy()
+        if deferred is not None:
+            deferred.due, deferred.agent = True, agent
+            return
+        try:
+            planned = self._run(self._policy_check_plan(policy))
+        except Exception as exc:
+            policy.report(compaction.CompactionFailure(self._id, "plan", exc))
+            return
+        if planned is None:
+            return
+        summarize = policy.summarize
+        assert summarize is not None  # a budgeted policy has one
+        if inspect.iscoroutinefunction(summarize):
+            error = TypeError("a coroutine function summarizes only on the async store")
+            policy.report(compaction.CompactionFailure(self._id, "summarize", error))
+            return
+        try:
+            result = summarize(list(planned.messages))
+        except Exception as exc:
+            policy.report(compaction.CompactionFailure(self._id, "summarize", exc))
+            return
+        try:
+            summary, usages = compaction.summary_of(result)
+        except TypeError as exc:
+            if inspect.iscoroutine(result):
+                result.close()
+            policy.report(compaction.CompactionFailure(self._id, "result", exc))
+            return
+        try:
+            self._run(self._policy_commit_plan(planned, summary))
+        except Exception as exc:
+            policy.report(compaction.CompactionFailure(self._id, "append", exc))
+        if usages:
+            try:
+                self.append_many(compaction.usage_events(usages, agent))
+            except Exception as exc:
+                policy.report(compaction.CompactionFailure(self._id, "append", exc))
 
     def prune(self, max_messages: int, agent: str | None = None) -> int | None:
         """Cap the history at ``max_messages`` derived messages with a prune marker that keeps

@@ -30,6 +30,7 @@ from ._durations import as_timedelta
 from .branching import BRANCHES_KIND, branches_problem, live_branches, remove_branch
 from .catalog import Catalog, MetaStorage, StoreParts, meta_update
 from .codec import utcnow
+from .compaction import CompactionPolicy
 from .contract import (
     Capabilities,
     Durability,
@@ -151,7 +152,12 @@ class BaseStore:
         searchable: bool = True,
         revive_expired: bool = False,
         renew_on_update: bool = False,
+        compaction: CompactionPolicy | None = None,
     ) -> None:
+        if compaction is not None and not isinstance(compaction, CompactionPolicy):
+            raise UsageError(
+                f"compaction must be a CompactionPolicy or None, not {type(compaction).__name__}"
+            )
         if durability not in ("flush", "fsync"):
             raise UsageError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         # Durations may be Go duration strings ("30m"), as in agentkit's configuration.
@@ -192,6 +198,9 @@ class BaseStore:
         self.max_messages = max_messages
         """History cap: at a new user turn, older whole turns beyond this many derived
         messages are dropped from the history by a prune compaction (never deleted)."""
+        self.compaction = compaction
+        """The compaction policy run when a turn ends (None: none): see
+        :class:`~agentsession.compaction.CompactionPolicy` and ``docs/compaction.md``."""
         self.max_loaded_events = max_loaded_events
         """Loading cap (agentkit's ``MaxLoadedEvents``; None, the default, or 0: no cap): when a
         session object loads its window (the events since its latest compaction marker, or the
@@ -1054,7 +1063,9 @@ def open_store(target: str | os.PathLike[str] | BaseStore, **options: Any) -> Ba
     None: no cap), ``revive_expired`` (see :attr:`BaseStore.revive_expired`),
     ``renew_on_update`` (``session.update()`` renews the TTL as an append does, lango's
     ``Update``: see :attr:`BaseStore.renew_on_update`; False, the default: expiry counts from
-    the last append only); ``ttl`` and
+    the last append only), ``compaction``
+    (a :class:`~agentsession.compaction.CompactionPolicy`: summarize the history at the end of
+    a turn when it is over a budget, elide older tool results; ``docs/compaction.md``); ``ttl`` and
     ``cache_idle_ttl`` also take Go duration strings (``"30m"``, ``"1h30m"``); for JSONL
     ``on_corrupt`` (``"raise"`` or ``"quarantine"``) and ``max_open_files``; for SQLite
     ``busy_timeout`` (seconds a writer waits for another, default 30); for

@@ -6,12 +6,20 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import functools
+import inspect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from .. import _trace
 from ..branching import BranchRef
 from ..children import DEFAULT_MERGE_LOCK_TIMEOUT, SessionRecord
+from ..compaction import (
+    CompactionFailure,
+    DeferredPolicy,
+    policy_deferred,
+    summary_of,
+    usage_events,
+)
 from ..context import AgentFilter, resolve_agent, turn_id, with_turn_id
 from ..derive import IndexedMessage
 from ..errors import UsageError
@@ -806,9 +814,9 @@ class AsyncTurn(AsyncRecording):
         tb: TracebackType | None,
     ) -> None:
         try:
-            await self._session._call(
+            deferred = await self._session._call(
                 "turn.exit",
-                functools.partial(self._turn.__exit__, exc_type, exc, tb),
+                functools.partial(_exit_deferring_policy, self._turn, exc_type, exc, tb),
                 "append",
                 user_message=self._buffers_user_message(),
                 shield=True,
@@ -817,9 +825,72 @@ class AsyncTurn(AsyncRecording):
             previous, self._previous_turn_id = self._previous_turn_id, None
             if previous is not None and turn_id() == self._turn.turn_id:
                 with_turn_id(previous)
+        if deferred.due:
+            await self._run_policy(deferred.agent)
+
+    async def _run_policy(self, agent: str) -> None:
+        """The store's compaction policy after this turn ended (as the sync session runs it,
+        :class:`~agentsession.compaction.CompactionPolicy`): the check and the marker in the
+        placement of other calls, a coroutine summarizer awaited here, a plain one in a worker
+        thread. Failures are reported by the policy, never raised."""
+        policy = self._session.store.sync.compaction
+        if policy is None or policy.summarize is None:
+            return
+        sync = self._session.sync
+        plans = sync.plans
+        try:
+            planned = await self._session._call(
+                "compaction.check", functools.partial(plans.run, plans.policy_check(policy))
+            )
+        except Exception as exc:
+            policy.report(CompactionFailure(sync.id, "plan", exc))
+            return
+        if planned is None:
+            return
+        summarize = policy.summarize
+        try:
+            if inspect.iscoroutinefunction(summarize):
+                result = await summarize(list(planned.messages))
+            else:
+                result = await asyncio.to_thread(summarize, list(planned.messages))
+                if inspect.isawaitable(result):
+                    result = await result
+        except Exception as exc:
+            policy.report(CompactionFailure(sync.id, "summarize", exc))
+            return
+        try:
+            summary, usages = summary_of(result)
+        except TypeError as exc:
+            policy.report(CompactionFailure(sync.id, "result", exc))
+            return
+        try:
+            await self._session._call(
+                "compaction.commit",
+                functools.partial(plans.run, plans.policy_commit(planned, summary)),
+                "append",
+            )
+        except Exception as exc:
+            policy.report(CompactionFailure(sync.id, "append", exc))
+        if usages:
+            try:
+                await self._session.append_many(usage_events(usages, agent))
+            except Exception as exc:
+                policy.report(CompactionFailure(sync.id, "append", exc))
 
     def __repr__(self) -> str:
         return f"<AsyncTurn of {self._turn!r}>"
+
+
+def _exit_deferring_policy(
+    turn: Turn,
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    tb: TracebackType | None,
+) -> DeferredPolicy:
+    """Close the sync ``turn`` leaving the store's compaction policy to the async turn."""
+    with policy_deferred() as deferred:
+        turn.__exit__(exc_type, exc, tb)
+    return deferred
 
 
 class AsyncStep(AsyncRecording):
@@ -875,9 +946,7 @@ class AsyncStep(AsyncRecording):
         step = self._step
         if self._boundary:
             self._boundary = False
-            await self._turn.session._call(
-                "step.boundary", self._turn.sync.step_boundary, "append"
-            )
+            await self._turn.session._call("step.boundary", self._turn.sync.step_boundary, "append")
         kind: CallKind = "buffered" if self._turn.batch_steps else "append"
         try:
             await self._turn.session._call("step.enter", step.__enter__, kind)
