@@ -49,7 +49,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -508,6 +507,7 @@ MEDIA_PART_TOKENS: Final = 85
 low-detail image), whatever its size."""
 
 _log = logging.getLogger("agentsession.compaction")
+_json = msgspec.json.Encoder()
 
 
 class DeferredPolicy:
@@ -558,7 +558,7 @@ def message_text(message: Message) -> str:
     for call in message.tool_calls:
         texts.append(call.name)
         if call.arguments:
-            texts.append(json.dumps(call.arguments, ensure_ascii=False, sort_keys=True))
+            texts.append(_json.encode(call.arguments).decode())
     for result in message.tool_results:
         texts.append(result.content)
         texts.extend(p.text for p in result.parts if isinstance(p, TextPart))

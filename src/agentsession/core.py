@@ -1475,32 +1475,37 @@ class SessionCore:
         """The history's tokens (as the policy counts them: older tool results elided) and
         messages. The tokens are a running count: only the entries added since the last count
         are counted, unless the history was rebuilt (a marker, a reload) since. Pure."""
-        entries = deriver.committed()
         state = self._policy_count
         start, tokens = 0, 0
-        if (
-            state is not None
-            and state[0] is deriver
-            and 0 < state[1] <= len(entries)
-            and entries[state[1] - 1] is state[2]
-        ):
-            start, tokens = state[1], state[3]
-        if policy.max_tokens is not None and start < len(entries):
-            tokens += policy.count([policy.counted(e.message) for e in entries[start:]])
-        if entries:
-            self._policy_count = (deriver, len(entries), entries[-1], tokens)
-        return tokens, len(entries)
+        if state is not None and state[0] is deriver and state[1] > 0:
+            since = deriver.committed_since(state[1] - 1)
+            if since and since[0] is state[2]:
+                start, tokens, new = state[1], state[3], since[1:]
+        if not start:
+            new = deriver.committed()
+        count = start + len(new)
+        if policy.max_tokens is not None and new:
+            tokens += policy.count([policy.counted(e.message) for e in new])
+        if count:
+            last = new[-1] if new else state[2] if state is not None else None
+            self._policy_count = (deriver, count, last, tokens)
+        return tokens, count
 
     def _policy_check_plan(self, policy: CompactionPolicy) -> Plan[PlannedCompaction | None]:
         """At the end of a turn: when the history is over the policy's budget, the compaction
         to summarize (the messages the summary replaces); None when it fits, when tool calls
-        are unanswered or when there is nothing to drop."""
-        yield from self._refresh_plan()
+        are unanswered or when there is nothing to drop. The budget is checked on what this
+        object holds (its own appends, and other writers' as far as it has caught up); the
+        plan catches up first."""
         deriver = yield from self._deriver(None)
         if deriver.has_open_calls:
             return None
         tokens, count = self._policy_budget(policy, deriver)
         if not policy.over(tokens, count):
+            return None
+        yield from self._refresh_plan()
+        deriver = yield from self._deriver(None)
+        if deriver.has_open_calls:
             return None
         placeholder = Message.user("")
         data = plan_compaction(

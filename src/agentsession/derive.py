@@ -435,9 +435,7 @@ class Deriver:
             self._results(msg.tool_results, seq, agent)
             return
         self._close_exchange()
-        self._entries.append(
-            IndexedMessage(msg, seq, is_turn_start and msg.role == "user", agent)
-        )
+        self._entries.append(IndexedMessage(msg, seq, is_turn_start and msg.role == "user", agent))
         if msg.role == "assistant" and msg.tool_calls:
             self._open = [_Slot(call) for call in msg.tool_calls]
             self._exchange_seq = seq
@@ -503,6 +501,10 @@ class Deriver:
     def committed(self) -> list[IndexedMessage]:
         """The derived entries without the stand-ins and held skill loads of an open exchange."""
         return list(self._entries)
+
+    def committed_since(self, start: int) -> list[IndexedMessage]:
+        """``committed()[start:]`` without copying the entries before ``start``."""
+        return self._entries[start:]
 
     def entries(self) -> list[IndexedMessage]:
         """The derived list as it stands: unanswered calls get the interrupted stand-in."""
