@@ -77,12 +77,12 @@ class Summarizer:
         return summary if self.usage is None else (summary, self.usage)
 
 
-@pytest.fixture(params=["memory", "jsonl", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "jsonl", "sqlite", "postgres", "redis"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from store_url(request.param, tmp_path)
 
 
-@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
+@pytest.fixture(params=["jsonl", "sqlite", "postgres", "redis"])
 def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store two store objects share."""
     yield from store_url(request.param, tmp_path)

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-RUNNABLE = ("subagents.md", "providers.md", "integrations.md", "chat.md", "catalog.md")
+RUNNABLE = (
+    "subagents.md",
+    "providers.md",
+    "integrations.md",
+    "chat.md",
+    "catalog.md",
+    "compaction.md",
+)
 """Pages whose Python blocks are whole programs (others show fragments, such as a PostgreSQL
 URL of a server that does not exist here)."""
 
