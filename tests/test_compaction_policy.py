@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import subprocess
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -676,3 +680,125 @@ def test_after_any_turns_the_history_is_valid_and_ends_with_the_latest_turn(
         assert not provider_errors(history)
         assert history[-len(latest) :] == latest
     assert sum(1 for e in session.read() if e.type == "user/message") == len(shapes)
+
+
+# -- processes ----------------------------------------------------------------------------------
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+_KILLED_CHILD = """
+import sys, time
+from pathlib import Path
+import agentsession as ags
+from agentsession.compaction import CompactionPolicy
+
+ready = Path(sys.argv[2])
+
+def summarize(messages):
+    ready.write_text("summarizing")
+    time.sleep(600)  # killed here
+
+store = ags.open_store(sys.argv[1], compaction=CompactionPolicy(
+    max_messages=3, keep_turns=1, summarize=summarize))
+session = store.get("k")
+for n in range(2):
+    with session.turn() as turn:
+        turn.user(f"question {n}")
+        turn.assistant(f"answer {n}")
+"""
+
+
+def _python(code: str, *args: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_a_process_killed_while_summarizing_leaves_the_history_whole(
+    backend: str, tmp_path: Path
+) -> None:
+    url = next(store_url(backend, tmp_path))
+    ready = tmp_path / "ready"
+    child = _python(_KILLED_CHILD, url, str(ready))
+    try:
+        for _ in range(600):
+            if ready.exists() or child.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert ready.exists(), child.stderr.read().decode() if child.stderr else ""
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    summarize = Summarizer()
+    with ags.open_store(
+        url, compaction=CompactionPolicy(max_messages=3, keep_turns=1, summarize=summarize)
+    ) as store:
+        session = store.get("k")
+        stored = session.read()
+        assert [e.type for e in stored].count("turn/end") == 2
+        assert stored[-1].type == "turn/end"
+        assert not any(e.type == "session/compaction" for e in stored)
+        assert texts(session.messages()) == ["question 0", "answer 0", "question 1", "answer 1"]
+        with session.turn() as turn:  # the next turn's end compacts
+            turn.user("question 2")
+            turn.assistant("answer 2")
+        assert texts(session.messages()) == ["summary #1 of 4", "question 2", "answer 2"]
+
+
+_WRITER = """
+import sys, time
+import agentsession as ags
+from agentsession.compaction import CompactionPolicy
+
+def summarize(messages):
+    time.sleep(0.02)  # other writers get in meanwhile
+    asked = [m.text for m in messages if m.role == "user"]
+    return ags.Message.user("S(" + " | ".join(asked) + ")")
+
+name, turns, with_policy = sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+policy = CompactionPolicy(max_messages=8, keep_turns=2, summarize=summarize)
+store = ags.open_store(sys.argv[1], compaction=policy if with_policy else None)
+session = store.get("shared")
+for n in range(turns):
+    with session.turn(agent=name) as turn:
+        turn.user(f"{name}-q{n}")
+        turn.assistant(tool_calls=[ags.ToolCall(f"{name}-c{n}", "t", {})])
+        turn.tool_result(f"{name}-c{n}", "t", "r")
+        turn.assistant(f"{name}-a{n}")
+store.close()
+"""
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_writers_in_several_processes_lose_no_question(backend: str, tmp_path: Path) -> None:
+    """Three processes record turns into one session at once, two of them with a policy whose
+    summary names every question it replaces: every question stays in the final history,
+    verbatim or inside a summary, and the history is provider-valid."""
+    url = next(store_url(backend, tmp_path))
+    ags.open_store(url).close()  # the store exists before its writers race to make it
+    turns = 12
+    procs = [
+        _python(_WRITER, url, name, str(turns), flag)
+        for name, flag in (("a", "1"), ("b", "1"), ("c", "0"))
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()
+    with ags.open_store(url) as store:
+        session = store.get("shared")
+        history = session.messages()
+        assert not provider_errors(history)
+        text = "\n".join(m.text for m in history)
+        missing = [
+            f"{name}-q{n}" for name in "abc" for n in range(turns) if f"{name}-q{n}" not in text
+        ]
+        assert missing == []
+        assert any(e.type == "session/compaction" for e in session.read())
