@@ -267,6 +267,10 @@ def _raising(messages: list[ags.Message]) -> Any:
         (lambda messages: (ags.Message.user("s"), "not a usage"), "result"),
         (lambda messages: ags.Message.user(""), "result"),
         (lambda messages: ags.Message(role="user"), "result"),
+        (
+            lambda messages: ags.Message.assistant("s", tool_calls=[ags.ToolCall("x", "t")]),
+            "result",
+        ),
     ],
 )
 def test_a_failing_summarizer_leaves_the_history_and_is_reported(

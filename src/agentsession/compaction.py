@@ -801,7 +801,8 @@ class PlannedCompaction:
 
 def summary_of(result: object) -> tuple[Message, list[Usage]]:
     """The summary and usages of what a summarizer returned (:data:`SummaryResult`); a
-    TypeError for anything else (an empty message too)."""
+    TypeError for anything else (a message without content, or with tool calls or results,
+    too: the summary opens the history, where nothing could answer a call)."""
     usage: object = None
     if isinstance(result, tuple):
         if len(result) != 2:
@@ -811,6 +812,8 @@ def summary_of(result: object) -> tuple[Message, list[Usage]]:
         raise TypeError(f"a summarizer returned {type(result).__name__}, not a Message")
     if not result.parts:
         raise TypeError("a summarizer returned a message with no content")
+    if result.role == "tool" or result.tool_calls or result.tool_results:
+        raise TypeError("a summarizer returned a message with tool calls or results")
     if usage is None:
         usages: list[Usage] = []
     elif isinstance(usage, Usage):
