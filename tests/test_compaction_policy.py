@@ -35,7 +35,7 @@ from agentsession.compaction import (
     estimate_tokens,
     tiktoken_counter,
 )
-from agentsession.events import USAGE, Compaction, Usage
+from agentsession.events import USAGE, Compaction, TurnEnd, TurnStart, Usage
 from agentsession.validation import provider_errors
 
 from .store_urls import store_url
@@ -806,3 +806,57 @@ def test_writers_in_several_processes_lose_no_question(backend: str, tmp_path: P
         ]
         assert missing == []
         assert any(e.type == "session/compaction" for e in session.read())
+
+
+def test_a_turn_another_task_records_while_an_async_summarizer_waits_is_kept() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def summarize(messages: list[ags.Message]) -> ags.Message:
+            await release.wait()  # the other task records a whole turn meanwhile
+            return ags.Message.user(f"summary of {len(messages)}")
+
+        policy = CompactionPolicy(max_messages=3, keep_turns=1, summarize=summarize)
+        async with open_async_store("memory:", compaction=policy) as store:
+            session = await store.get("at")
+
+            async def turn(n: int) -> None:
+                async with session.turn() as t:
+                    await t.user(f"q{n}")
+                    await t.assistant(f"a{n}")
+
+            await turn(0)
+            first = asyncio.create_task(turn(1))  # over budget: summarizes after its turn
+            while not any(e.type == "turn/end" for e in (await session.read())[4:]):
+                await asyncio.sleep(0.001)
+            # Another writer's whole turn, stored while the summarizer waits.
+            await session.append_many(
+                [
+                    ags.Event.new("turn/start", TurnStart()),
+                    ags.Event.new("user/message", ags.Message.user("q2")),
+                    ags.Event.new("assistant/message", ags.Message.assistant("a2")),
+                    ags.Event.new("turn/end", TurnEnd(steps=0)),
+                ]
+            )
+            release.set()
+            await first
+            history = await session.messages()
+            assert texts(history) == ["summary of 2", "q1", "a1", "q2", "a2"]
+
+    asyncio.run(main())
+
+
+def test_an_encrypted_store_compacts_by_its_policy(tmp_path: Path) -> None:
+    summarize = Summarizer(Usage(input_tokens=3, model="m"))
+    policy = CompactionPolicy(max_messages=5, keep_turns=1, summarize=summarize)
+    with ags.open_store(
+        tmp_path / "sealed", passphrase="correct horse", compaction=policy
+    ) as store:
+        session = store.get("enc")
+        run_turn(session, 0, result=SECRET)
+        last = run_turn(session, 1)
+        assert texts(session.messages()) == ["summary #1 of 4", *texts(last)]
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "sealed").rglob("*.jsonl"))
+    assert b"swordfish" not in raw and b"summary #1" not in raw
+    with ags.open_store(tmp_path / "sealed", passphrase="correct horse") as store:
+        assert texts(store.get("enc").messages())[0] == "summary #1 of 4"
