@@ -42,6 +42,14 @@ naming the last message, keep that turn verbatim after the summary, as ``keep_tu
 so the question being answered stays in the history (nothing is planned when the running turn
 is the whole history). A turn a crash left open counts as running until
 :mod:`agentsession.recovery` ends it.
+
+**Compaction policies.** :class:`CompactionPolicy` (``open_store(url,
+compaction=CompactionPolicy(...))``) is compaction the store does on its own when a turn ends
+over a budget of tokens or messages, with a summary the application's ``summarize`` writes;
+it may also elide older long tool results in ``messages()``. This module holds its pure parts
+(the settings, token counting, eliding, reading the summarizer's answer, checking that a
+marker planned again still replaces what was summarized); the session runs it (see
+``docs/compaction.md``).
 """
 
 from __future__ import annotations
