@@ -239,3 +239,64 @@ def test_the_catalog_always_matches_a_rebuild(tmp_path_factory: Any, ops: list[A
     finally:
         for store in stores:
             store.close()
+
+
+# -- the JSONL store: the journal names a session at a turn's start and end ------------------
+
+
+def _journal_entries(root: Path) -> int:
+    journal = root / ".meta" / "catalog.journal"
+    return sum(1 for line in journal.read_bytes().splitlines() if line.startswith(b'"'))
+
+
+def test_jsonl_a_reader_finds_the_appends_inside_a_turn(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    writer, reader = open_store(str(root)), open_store(str(root))
+    try:
+        session = writer.get("a")
+        session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        session.append(Event.new("user/message", Message.user("first"), agent="bot"))
+        [info] = reader.list(order="id")
+        assert (info.messages, info.turns, info.last_seq) == (1, 1, 2)
+        noted = _journal_entries(root)
+        session.append(Event.new("assistant/message", Message.assistant("second"), agent="bot"))
+        session.append(Event.new("user/message", Message.user("third"), agent="bot"))
+        assert _journal_entries(root) == noted  # inside the turn: the journal is not written
+        [info] = reader.list(order="id")  # found through the log of a session with a turn open
+        assert (info.messages, info.last_seq) == (3, 4)
+        assert [h.seq for h in reader.search("third")] == [4]
+        session.append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
+        assert _journal_entries(root) > noted
+        [info] = reader.list(order="id")
+        assert (info.messages, info.last_seq, info.status) == (3, 5, "idle")
+        assert _listed(reader) == _rebuilt(writer)
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_jsonl_a_writer_killed_mid_turn_loses_nothing_from_the_catalog(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    url = str(root)
+    with open_store(url) as store:
+        store.list()  # the sidecar exists before the writer starts
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, url, "7"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert proc.stdout is not None
+        assert readline_within(proc.stdout, 60) == "written\n"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with open_store(url) as store:
+        [info] = store.list(order="id")
+        assert (info.messages, info.turns, info.last_seq) == (7, 1, 8)
+        assert _listed(store) == _rebuilt(store)

@@ -191,6 +191,9 @@ class _ShiftedView:
     def indexed_since(self, after: int, stored: Sequence[Event]) -> CatalogChange | None:
         return self._view.indexed_since(after, shift(stored, self._base))
 
+    def catalog_due(self, kinds: Sequence[str], first: int, last: int) -> bool:
+        return self._view.catalog_due(kinds, first + self._base, last + self._base)
+
 
 class ShiftedLog:
     """A branch's own log storage, its seqs shifted past the history it shares with its

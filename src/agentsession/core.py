@@ -393,6 +393,9 @@ class _View:
     def indexed(self, stored: Sequence[Event]) -> CatalogChange | None:
         return self._session._catalog_change(stored)
 
+    def catalog_due(self, kinds: Sequence[str], first: int, last: int) -> bool:
+        return self._session._catalog_noted(kinds, first, last)
+
     def indexed_since(self, after: int, stored: Sequence[Event]) -> CatalogChange | None:
         session = self._session
         if not stored or after >= stored[0].seq:
@@ -1001,19 +1004,36 @@ class SessionCore:
         indexing = self._store._indexing
         if not indexing.deferred or not stored or self._base:
             return indexing.change(stored)
-        turn = self._catalog_turn
-        starts = False
-        for event in stored:
-            if event.type == TURN_START:
-                turn = starts = True
-            elif event.type == TURN_END:
-                turn = False
-        self._catalog_turn = turn
-        first = stored[0].seq
         done = self._catalog_seq
-        if turn and not starts and first - done <= _DEFERRED_AT_MOST:
+        if not self._catalog_due([e.type for e in stored], stored[0].seq):
             return None  # inside a turn: handed over at its end
         return self._catalog_since(done, stored)
+
+    def _catalog_due(self, kinds: Sequence[str], first: int) -> bool:
+        """Whether a batch of events of types ``kinds`` stored from seq ``first`` is one a
+        catalog taken at turn boundaries is handed (it starts or ends a turn, is outside
+        one, or a turn has gone on for :data:`_DEFERRED_AT_MOST` events); notes whether this
+        object's writes leave a turn open."""
+        turn = self._catalog_turn
+        starts = False
+        for kind in kinds:
+            if kind == TURN_START:
+                turn = starts = True
+            elif kind == TURN_END:
+                turn = False
+        self._catalog_turn = turn
+        return not turn or starts or first - self._catalog_seq > _DEFERRED_AT_MOST
+
+    def _catalog_noted(self, kinds: Sequence[str], first: int, last: int) -> bool:
+        """:meth:`_catalog_due` for a backend whose catalog catches up from the logs by
+        itself (the JSONL store's journal): True when it must be told, which then counts as
+        handed over up to ``last``."""
+        if not self._store._indexing.deferred or self._base:
+            return True
+        if not self._catalog_due(kinds, first):
+            return False
+        self._catalog_seq = last
+        return True
 
     def _plain_of(self, stored: Sequence[Event]) -> Sequence[Event]:
         plain = self._plain_batch

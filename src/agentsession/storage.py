@@ -68,6 +68,15 @@ class LogView(Protocol):
         it (``docs/catalog.md``)."""
         ...
 
+    def catalog_due(self, kinds: Sequence[str], first: int, last: int) -> bool:
+        """Whether a backend whose catalog catches up from the logs by itself (the JSONL
+        store's change journal) must tell it about a batch of events of types ``kinds``
+        stored as seqs ``first`` to ``last``: always, unless the store takes the catalog at
+        turn boundaries (:attr:`Indexing.deferred <agentsession.indexing.Indexing.deferred>`)
+        and the batch is inside a turn this session object opened (the catalog then finds
+        the rest of the turn by itself, or is told at its end)."""
+        ...
+
     def indexed_since(self, after: int, stored: Sequence[Event]) -> CatalogChange | None:
         """What every event after seq ``after`` up to and with the batch ``stored`` changes in
         the catalog: for a backend whose catalog row is at ``after`` when the change

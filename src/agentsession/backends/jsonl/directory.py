@@ -575,6 +575,9 @@ class JsonlStore(BaseStore):
             return built
 
         super().__init__(parts, **options)
+        # The journal names a session at a turn's start and end, not at the appends between:
+        # the sidecar finds those in the logs of sessions it indexed with a turn open.
+        self._indexing.deferred = self._index is not None
 
     _files: JsonlCatalog
     """The store's catalog: its session files."""

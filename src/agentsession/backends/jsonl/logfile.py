@@ -732,7 +732,7 @@ class JsonlLog:
                 stored = _replace(event, seq=seen + 1)
                 line = one_line(stored)
                 journal = self._files.journal
-                if journal is not None:
+                if journal is not None and view.catalog_due((stored.type,), stored.seq, stored.seq):
                     journal.note(self._entry)  # before the line: see .journal
                 done = _write(fd, line)
                 if done == len(line) and self._store.durability == "flush":
@@ -779,9 +779,8 @@ class JsonlLog:
                 return foreign
             try:
                 first = (foreign[-1].seq if foreign else seen) + 1
-                if (
-                    (expect_seq is not None and first - 1 != expect_seq)
-                    or not view.admits(foreign, events)
+                if (expect_seq is not None and first - 1 != expect_seq) or not view.admits(
+                    foreign, events
                 ):
                     return foreign, []
                 self._detect(os.pread(self._fd, 6, 0))
@@ -792,7 +791,9 @@ class JsonlLog:
                     self._files.write_id_sidecar(self._id, self._path)
                     self._claimed = True
                 journal = self._files.journal
-                if journal is not None:
+                if journal is not None and view.catalog_due(
+                    [e.type for e in events], first, first + len(events) - 1
+                ):
                     journal.note(self._entry)  # before the lines: see .journal
                 self._write(buf)
             finally:

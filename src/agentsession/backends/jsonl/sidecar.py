@@ -52,7 +52,7 @@ from ...errors import (
 from ...indexing import Fields, IndexHost, change_for, record_fields
 from ...listing import CatalogChange, CatalogRow, Hit, ListQuery, SearchQuery, Totals, TotalsQuery
 from ...session import BaseSession
-from ..sqlite_index import SqliteIndex, create_index_tables
+from ..sqlite_index import SqliteIndex, create_index_tables, surrogate_text
 from .journal import read_entries
 
 try:
@@ -85,6 +85,7 @@ class SessionFiles(Protocol):
     def open_uncached(self, session_id: str) -> BaseSession:
         """A session over the log, outside the store's cache."""
         ...
+
 
 log = logging.getLogger("agentsession.backends.jsonl")
 
@@ -291,10 +292,27 @@ class SidecarIndex:
             except sqlite3.Error as exc:
                 raise StorageError(f"updating the catalog index {self.path} failed: {exc}") from exc
 
+    def _live_behind(self, conn: sqlite3.Connection) -> builtins.list[str]:
+        """The sessions indexed with a turn open whose logs grew since: a writer names a
+        session in the journal when a turn starts and ends, not at the appends between
+        (see :meth:`agentsession.storage.LogView.catalog_due`), so those are found here, by
+        the seq at the end of each such log."""
+        behind = []
+        for (raw,) in conn.execute("SELECT id FROM catalog WHERE status = 'live'").fetchall():
+            sid = raw if isinstance(raw, str) else surrogate_text(raw)
+            try:
+                last_seq, _ = self._catalog.peek(self._catalog.path_for(sid))
+            except (OSError, StorageError):
+                continue
+            if last_seq > self._seen(conn, sid):
+                behind.append(sid)
+        return behind
+
     def _sync(self, store: IndexHost) -> None:
         conn = self._connection()
         found = self._journal()
-        if not self._fresh and found is not None:
+        behind = [] if self._fresh else self._live_behind(conn)
+        if not self._fresh and found is not None and not behind:
             row = conn.execute("SELECT inode, head, offset FROM sidecar_journal").fetchone()
             if row is not None and (row[0], bytes(row[1]), row[2]) == (
                 found.inode,
@@ -315,6 +333,8 @@ class SidecarIndex:
                 start = row[2] if bytes(row[1]) == found.head and row[2] <= found.size else 0
                 if start < found.size:
                     found.size = self._consume(store, conn, start, found.size)
+            for sid in behind:
+                self._catch_up(store, conn, sid)  # nothing to do if the journal's did it
             if found is not None and not self.in_memory:
                 found = self._empty(found)  # (an index in memory leaves it to the file's)
             conn.execute("DELETE FROM sidecar_journal")
@@ -446,9 +466,7 @@ class SidecarIndex:
             except OSError:
                 return
             updated = _dt.datetime.fromtimestamp(mtime / 1e9, _dt.timezone.utc)
-            change = CatalogChange(
-                first_time=created, last_time=updated, last_seq=max(last_seq, 0)
-            )
+            change = CatalogChange(first_time=created, last_time=updated, last_seq=max(last_seq, 0))
             self._inner.apply(session_id, change, conn)
         if shredded:
             self._inner.shredded(session_id)
