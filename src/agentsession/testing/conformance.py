@@ -1420,7 +1420,8 @@ class StoreConformance(EncryptionConformance, ChildSessionConformance, RewindCon
         try:
             _reap([pid], timeout=60)
         finally:
-            assert outcome.read_text() == "ok"
+            said = outcome.read_text() if outcome.exists() else "(nothing)"
+            assert said == "ok", f"the forked child said: {said}"
         other = self.reopen(store, tmp_path)
         try:
             assert lock.held and other.is_locked("locked")

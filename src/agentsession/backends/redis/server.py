@@ -98,7 +98,8 @@ class Target:
     prefix: str
     replicas: int
     lock_ttl: float
-    extra: dict[str, str] = field(default_factory=dict)
+    tls_options: dict[str, Any] = field(default_factory=dict)
+    """redis-py's ``ssl_*`` keywords from the URL's query (``rediss://`` only)."""
 
     @classmethod
     def parse(
@@ -149,6 +150,13 @@ class Target:
             raise UsageError(f"replicas must be >= 0, not {wanted_replicas}")
         ttl = float(lock_ttl if lock_ttl is not None else query.pop("lock_ttl", "10"))
         query.pop("lock_ttl", None)
+        tls_options = _tls_options(query, scheme.startswith("rediss"))
+        if query:
+            where = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+            raise UsageError(
+                f"unknown option(s) in Redis URL {where}: {', '.join(sorted(query))} "
+                f"(known: prefix, db, replicas, lock_ttl, {', '.join(_TLS_QUERY)})"
+            )
         if not ttl > 0:
             raise UsageError(f"lock_ttl must be positive seconds, not {ttl}")
         username = unquote(parts.username) if parts.username else None
@@ -171,7 +179,7 @@ class Target:
             prefix=chosen_prefix,
             replicas=wanted_replicas,
             lock_ttl=ttl,
-            extra=query,
+            tls_options=tls_options,
         )
 
     def connect(self, *, socket_timeout: float, connect_timeout: float) -> Any:
@@ -182,6 +190,7 @@ class Target:
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": connect_timeout,
             "ssl": self.tls,
+            **self.tls_options,
         }
         # No retries of the driver's own: the append pipeline retries, knowing what a write
         # may have done.
@@ -211,6 +220,7 @@ class Target:
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": connect_timeout,
             "ssl": self.tls,
+            **self.tls_options,
         }
         if self.cluster:
             from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -222,6 +232,42 @@ class Target:
             )
         host, port = self.nodes[0]
         return aredis.Redis(host=host, port=port, db=self.db, retry=Retry(NoBackoff(), 0), **common)
+
+
+_TLS_QUERY: Final = (
+    "ssl_ca_certs",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_cert_reqs",
+    "ssl_check_hostname",
+)
+"""The TLS options a ``rediss://`` URL's query may carry (redis-py's keywords): the CA bundle
+that verifies the server (default: the system's), a client certificate and key, whether the
+server's certificate is required (``required``, the default; ``optional``; ``none``), and
+whether its host name is checked (``true``, the default, or ``false``)."""
+
+
+def _tls_options(query: dict[str, str], tls: bool) -> dict[str, Any]:
+    """Take the TLS options out of ``query`` (refused on a ``redis://`` URL: they would be
+    ignored, and the connection would not be encrypted)."""
+    found = {name: query.pop(name) for name in _TLS_QUERY if name in query}
+    if not found:
+        return {}
+    if not tls:
+        raise UsageError(f"{', '.join(found)} in a redis:// URL: use rediss:// for TLS")
+    options: dict[str, Any] = {}
+    for name, value in found.items():
+        if name == "ssl_cert_reqs":
+            if value not in ("required", "optional", "none"):
+                raise UsageError(f"ssl_cert_reqs is required, optional or none, not {value!r}")
+            options[name] = value
+        elif name == "ssl_check_hostname":
+            if value.lower() not in ("true", "false"):
+                raise UsageError(f"ssl_check_hostname is true or false, not {value!r}")
+            options[name] = value.lower() == "true"
+        else:
+            options[name] = value
+    return options
 
 
 _SCRIPTS: Final = {name: getattr(scripts, name) for name in scripts.__all__}
