@@ -597,13 +597,13 @@ def test_unreachable_server_leaves_no_raw_pool_warning(
     prepare = pg_store._prepare_schema
 
     def prepare_after_the_pool_failed(
-        db: Any, target: Any, durability: str, auto_migrate: bool, create: bool
+        db: Any, target: Any, durability: str, auto_migrate: bool, create: bool, *more: Any
     ) -> Any:
         # The store opens its pool only once the schema is checked; open it now and let it
         # fail in the background first, then fail the store's own connection.
         db.pool.open(wait=False)
         wait_for(lambda: db.pool.get_stats().get("connections_errors", 0) >= 1)
-        return prepare(db, target, durability, auto_migrate, create)
+        return prepare(db, target, durability, auto_migrate, create, *more)
 
     monkeypatch.setattr(pg_store, "_prepare_schema", prepare_after_the_pool_failed)
     with caplog.at_level(logging.DEBUG), pytest.raises(StoreUnavailable, match=f"{host}:1"):

@@ -71,6 +71,7 @@ from ...ops import Plan, adrive
 from ...session import BaseSession
 from ...storage import REOPEN, LogView, Reopen
 from ...store import BaseStore
+from .replicas import REPLAY_LSN, WRITE_LSN, Freshness, Replica, ReplicaSet
 from .schema import Statements
 from .storage import AppendRequest, PostgresLog, Request, check_text
 
@@ -171,27 +172,27 @@ class PostgresNativeLog:
     async def open(self) -> tuple[list[Event], bool]:
         """``PostgresLog.open``: the full window and the life."""
         pg = self.pg
-        return pg.opened(await self._fetch(pg.open_request(tail=False)), tail=False)
+        return pg.opened(await self._read(pg.open_request(tail=False)), tail=False)
 
     async def open_tail(self) -> tuple[list[Event], bool]:
         """``PostgresLog.open_tail``: the latest events and the life, in one round trip."""
         pg = self.pg
-        return pg.opened(await self._fetch(pg.open_request(tail=True)), tail=True)
+        return pg.opened(await self._read(pg.open_request(tail=True)), tail=True)
 
-    async def refresh(self) -> list[Event] | Reopen:
+    async def refresh(self, *, primary: bool = False) -> list[Event] | Reopen:
         """``PostgresLog.refresh``: the events other writers appended since the session
         object last looked; :data:`~agentsession.storage.REOPEN` when it must open the log
-        again (the plan then does, natively)."""
+        again (the plan then does, natively). ``primary``: never from a read replica."""
         pg = self.pg
         if pg.stale:
             return REOPEN
         after = self.view.seen_seq
-        return pg.take_refresh(await self._fetch(pg.refresh_request(after)), after)
+        return pg.take_refresh(await self._read(pg.refresh_request(after), primary), after)
 
     async def read(self, after: int, limit: int | None) -> list[Event]:
         """``PostgresLog.read``: a key-range scan, ``seq > after``, at most ``limit``."""
         pg = self.pg
-        return pg.decode(await self._fetch(pg.read_request(after, limit)))
+        return pg.decode(await self._read(pg.read_request(after, limit)))
 
     async def meta(self, kind: str, key: str) -> str | None:
         """The store's ``meta_get``."""
@@ -244,7 +245,7 @@ class PostgresNativeLog:
         row = await self._settled_write(request, _store_batch)
         base, life = (-1, -1) if row is None else (int(row[0]), int(row[1]))
         if base < 0:  # another writer appended first, or the life is gone: nothing written
-            return pg.refused(expect_seq, await self.refresh())
+            return pg.refused(expect_seq, await self.refresh(primary=True))
         pg.take_append(life)
         foreign: list[Event] = []
         if base > seen:
@@ -265,6 +266,16 @@ class PostgresNativeLog:
         action, statement, params = request
         return await self._backend.fetch(pool, action, statement, params, raw)
 
+    async def _read(self, request: Request, primary: bool = False) -> list[_Row]:
+        """A session read: on a read replica that has replayed the log's writes, else on the
+        primary (``primary``: always), as ``PostgresLog``'s sync reads choose."""
+        pool = self._pool
+        assert pool is not None, "connect() first"
+        pg = self.pg
+        if pg.reads is None:
+            return await self._fetch(request)
+        return await self._backend.read(pool, pg, request, primary)
+
     async def _settled_write(
         self, request: AppendRequest, run: Callable[[_Conn, AppendRequest], Awaitable[T]]
     ) -> T:
@@ -277,9 +288,15 @@ class PostgresNativeLog:
         backend = self._backend
         conn = await backend.getconn(pool, request.action)  # cancelled here: nothing done
         self._writing = True
+        fresh = self.pg.freshness if self.pg.reads is not None else None
         try:
             result = await run(conn, request)
+            if fresh is not None:  # where the write reached, for reads from replicas
+                row = await (await conn.execute(WRITE_LSN)).fetchone()
+                fresh.wrote(None if row is None or row[0] is None else int(row[0]))
         except psycopg.Error as exc:
+            if fresh is not None:
+                fresh.unknown()
             lost = conn.closed or conn.broken
             await backend.putconn(pool, conn)
             unknown = request.unknown if lost else ""
@@ -287,6 +304,8 @@ class PostgresNativeLog:
         except BaseException:
             # Interrupted (the loop shutting down): whether the batch was stored is unknown
             # here, so the log opens again when next used.
+            if fresh is not None:
+                fresh.unknown()
             self.pg.mark_stale()
             await backend.putconn(pool, conn, shielded=True)
             raise
@@ -351,10 +370,13 @@ class PostgresAsyncBackend(AsyncBackend):
         executor: concurrent.futures.Executor,
         host: PostgresHost,
         statements: Statements,
+        reads: ReplicaSet | None = None,
     ) -> None:
         super().__init__(store, executor)
         self._host = host
         self._statements = statements
+        self._reads = reads if reads is not None and reads.enabled else None
+        self._replica_pools: dict[int, _Pool] = {}  # id(Replica): its pool on this loop
         self._pool: _Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Task[None] | None = None
@@ -424,11 +446,15 @@ class PostgresAsyncBackend(AsyncBackend):
         left). psycopg_pool's workers catch a cancellation that arrives while they maintain a
         connection and wait for more work, so an open pool could keep ``asyncio.run`` from
         returning; closing it stops them."""
+        replica_pools = list(self._replica_pools.values())
         try:
             await asyncio.get_running_loop().create_future()  # never set
         finally:
             if self._pool is pool:
                 self._pool = self._opening = None
+                self._replica_pools = {}
+            for replica_pool in replica_pools:
+                await replica_pool.close()
             await pool.close()
 
     # -- connections ------------------------------------------------------------------------
@@ -450,12 +476,78 @@ class PostgresAsyncBackend(AsyncBackend):
             pool = self._pool = self._host.make_async_pool()
             self._loop = loop
             self._opening = loop.create_task(pool.open())
+            if self._reads is not None:
+                self._replica_pools = {id(r): r.db.make_async_pool() for r in self._reads.replicas}
+                for replica_pool in self._replica_pools.values():
+                    await replica_pool.open(wait=False)
             self._guard = loop.create_task(self._guard_pool(pool), name=f"{pool.name}-guard")
         opening = self._opening
         if opening is not None:
             await asyncio.shield(opening)
             self._opening = None
         return pool
+
+    async def read(
+        self, pool: _Pool, pg: PostgresLog, request: Request, primary: bool = False
+    ) -> list[_Row]:
+        """A session read of ``pg`` (whose store has read replicas): on a replica that has
+        replayed the log's writes, waiting for one as the sync reads do, else on the primary's
+        ``pool`` (``primary``: always), reading the primary's WAL position with it (see
+        :mod:`~agentsession.backends.postgres.replicas`)."""
+        reads, fresh = pg.reads, pg.freshness
+        assert reads is not None
+        action, statement, params = request
+        if not primary and not fresh.pinned:
+            replica = reads.choose()
+            replica_pool = None if replica is None else self._replica_pools.get(id(replica))
+            if (
+                replica is not None
+                and replica_pool is not None
+                and await self._caught_up(reads, replica, replica_pool, fresh)
+            ):
+                try:
+                    return await self.fetch(replica_pool, action, statement, params)
+                except StorageError as exc:
+                    replica.failed(exc)
+        conn = await self.getconn(pool, action)
+        try:
+            cursor = psycopg.AsyncRawCursor(conn)
+            await cursor.execute(statement, params, binary=True)
+            rows = await cursor.fetchall()
+            row = await (await conn.execute(WRITE_LSN)).fetchone()
+        except psycopg.Error as exc:
+            await self.putconn(pool, conn)
+            raise self._host.failure(exc, action) from None
+        except BaseException:
+            await self.putconn(pool, conn, shielded=True)
+            raise
+        await self.putconn(pool, conn)
+        if row is not None and row[0] is not None:
+            fresh.lsn = max(fresh.lsn, int(row[0]))
+        return rows
+
+    async def _caught_up(
+        self, reads: ReplicaSet, replica: Replica, pool: _Pool, fresh: Freshness
+    ) -> bool:
+        """Whether ``replica`` has replayed ``fresh``'s writes, asking it again with a growing
+        pause for the store's ``replica_wait`` (False: read from the primary)."""
+        need = fresh.lsn
+        if need <= replica.replayed:
+            return True
+        next_pause = reads.pauses(fresh)
+        while True:
+            try:
+                rows = await self.fetch(pool, "reading the replay position", REPLAY_LSN, (), False)
+            except StorageError as exc:
+                replica.failed(exc)
+                return False
+            replica.seen(int(rows[0][0]) if rows and rows[0][0] is not None else None)
+            if need <= replica.replayed:
+                return True
+            pause = next_pause()
+            if pause is None:
+                return False
+            await asyncio.sleep(pause)
 
     async def getconn(self, pool: _Pool, action: str) -> _Conn:
         """A connection, checked by the pool as the sync pool's are."""
@@ -470,9 +562,7 @@ class PostgresAsyncBackend(AsyncBackend):
             # The loop's default executor, not the store's: a native plan holds the session's
             # lock meanwhile, and the store's threads may all be waiting for that lock.
             loop = asyncio.get_running_loop()
-            error = await loop.run_in_executor(
-                None, self._host.pool_timeout_error, pool, action
-            )
+            error = await loop.run_in_executor(None, self._host.pool_timeout_error, pool, action)
             raise error from None
 
     async def putconn(self, pool: _Pool, conn: _Conn, *, shielded: bool = False) -> None:
@@ -516,4 +606,3 @@ class PostgresAsyncBackend(AsyncBackend):
             await self.putconn(pool, conn)
             return rows
         raise AssertionError("unreachable")  # pragma: no cover
-

@@ -45,9 +45,16 @@ _T = TypeVar("_T")
 _Row = tuple[Any, ...]
 _AsyncPool = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[_Row]]
 
-_POOL_NAME_PREFIXES = ("agentsession/", "agentsession-lock/", "agentsession-async/")
+_POOL_NAME_PREFIXES = (
+    "agentsession/",
+    "agentsession-lock/",
+    "agentsession-async/",
+    "agentsession-replica/",
+    "agentsession-replica-async/",
+)
 """How the store's pools are named (then the schema): ``name`` and ``application_name``. The
-third is the async API's pool (:mod:`agentsession.backends.postgres.aio`)."""
+third is the async API's pool (:mod:`agentsession.backends.postgres.aio`); the last two are a
+read replica's query pool and async pool (:mod:`agentsession.backends.postgres.replicas`)."""
 
 _WATCH_NAME_PREFIX = "agentsession-watch/"
 """The ``application_name`` of the connection that listens for appends (then the schema;
@@ -161,8 +168,11 @@ class Connections:
         pool_timeout: float,
         connect_timeout: int,
         prepare_threshold: int | None,
+        replica: bool = False,
     ) -> None:
         self.target = target
+        self.replica = replica
+        """Whether these are a read replica's connections (named apart; never written to)."""
         self.pool_timeout = pool_timeout
         self._pool_min_size = pool_min_size
         self._pool_max_size = pool_max_size
@@ -194,7 +204,7 @@ class Connections:
 
     @property
     def _pool_name(self) -> str:
-        return f"{_POOL_NAME_PREFIXES[0]}{self.target.schema}"
+        return f"{_POOL_NAME_PREFIXES[3 if self.replica else 0]}{self.target.schema}"
 
     def pool_kwargs(self) -> dict[str, Any]:
         """How the query pool's connections are made (the first one by the store itself)."""
@@ -265,7 +275,7 @@ class Connections:
         the query pool's server, settings (``TimeZone``, ``synchronous_commit`` at ``fsync``),
         sizes, timeout and hand-out check, with connections of its own. It opens on the event
         loop that first uses it and closes with the async store."""
-        name = f"{_POOL_NAME_PREFIXES[2]}{self.target.schema}"
+        name = f"{_POOL_NAME_PREFIXES[4 if self.replica else 2]}{self.target.schema}"
         setup = self._setup
 
         async def configure(conn: psycopg.AsyncConnection[_Row]) -> None:
@@ -305,6 +315,11 @@ class Connections:
         except psycopg_pool.PoolTimeout:
             self.close()
             raise self.pool_timeout_error(self.pool, "opening the store") from None
+
+    def open_in_background(self) -> None:
+        """Open the query pool without waiting for a connection (a read replica's: a
+        replica that cannot be reached leaves the store usable, reading from the primary)."""
+        self.pool.open(wait=False)
 
     def after_fork(self) -> None:
         """In a forked child: never touch the parent's connections again, and use pools of

@@ -55,6 +55,7 @@ from ...listing import (
     apply_change,
     sort_totals,
 )
+from .replicas import ReplicaSet
 from .schema import CATALOG_PARAMS, Statements
 
 if TYPE_CHECKING:
@@ -286,8 +287,11 @@ class PostgresIndex:
         *,
         language: str | None = None,
         read_only: bool = False,
+        reads: ReplicaSet | None = None,
     ) -> None:
         self._db = db
+        self._read = (reads or ReplicaSet(db, (), 0.0)).run
+        """How lists, searches and totals read: on a read replica when the store has one."""
         self._sql = statements
         self._schema = sql.Identifier(schema)
         self.language = language
@@ -387,7 +391,7 @@ class PostgresIndex:
             w=_where(conditions),
             o=order_by,
         )
-        rows = self._db.run("listing sessions", lambda c: c.execute(statement, params).fetchall())
+        rows = self._read("listing sessions", lambda c: c.execute(statement, params).fetchall())
         return [_row(r) for r in rows]
 
     def search(self, query: SearchQuery) -> builtins.list[Hit]:
@@ -446,7 +450,7 @@ class PostgresIndex:
             w=_where(conditions),
             outer=_where(outer),
         )
-        rows = self._db.run("searching", lambda c: c.execute(statement, params).fetchall())
+        rows = self._read("searching", lambda c: c.execute(statement, params).fetchall())
         return [
             Hit(
                 session_id=r[0],
@@ -484,7 +488,7 @@ class PostgresIndex:
             "WHERE {w} GROUP BY 1",
             w=_where(conditions),
         )
-        rows = self._db.run("summing usage", lambda c: c.execute(statement, params).fetchall())
+        rows = self._read("summing usage", lambda c: c.execute(statement, params).fetchall())
         return sort_totals(
             [
                 Totals(

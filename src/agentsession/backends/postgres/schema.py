@@ -73,7 +73,9 @@ __all__ = [
     "NOTIFY_ID_BYTES",
     "Statements",
     "apply_migrations",
+    "event_partitions",
     "listen_lock_key",
+    "partition_events_on",
     "notify_channel",
     "schema_version",
 ]
@@ -260,6 +262,9 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 """Every migration, oldest first. Append new ones; never edit one that has shipped."""
 
+_EVENTS_JSON_VIEW = MIGRATIONS[2].statements[2]
+"""The view ``events_json`` (version 3), made again when the events table is laid out anew."""
+
 LATEST_VERSION = MIGRATIONS[-1].version
 """The schema version this code reads and writes."""
 
@@ -311,11 +316,15 @@ notification of an append to a session with a longer id carries the seq alone.""
 # past it): a transaction that notifies takes a lock, at commit, that every other notifying
 # transaction of the server waits for, through its WAL flush, so notifying when nobody
 # listens would cost concurrent writers their group commits for nothing.
-_NOTIFY = """CASE WHEN CASE WHEN pg_try_advisory_lock({key}::bigint)
+_NOTIFY = (
+    """CASE WHEN CASE WHEN pg_try_advisory_lock({key}::bigint)
                  THEN pg_advisory_unlock({key}::bigint) IS NULL ELSE true END
-     THEN pg_notify({channel}, CASE WHEN octet_length(id) <= """ + str(NOTIFY_ID_BYTES) + """
+     THEN pg_notify({channel}, CASE WHEN octet_length(id) <= """
+    + str(NOTIFY_ID_BYTES)
+    + """
                                THEN last_seq::text || ' ' || id ELSE last_seq::text END)
      END"""
+)
 
 
 def _render(template: str, schema: str) -> bytes:
@@ -343,9 +352,13 @@ def schema_version(
     return int(found[0]) if found else 0
 
 
-def apply_migrations(conn: psycopg.Connection[Any], schema: str) -> list[int]:
+def apply_migrations(
+    conn: psycopg.Connection[Any], schema: str, *, partitions: int = 1
+) -> list[int]:
     """Bring ``schema`` up to :data:`LATEST_VERSION` over ``conn`` (an autocommit connection);
-    returns the versions applied now (empty when it was current).
+    returns the versions applied now (empty when it was current). A schema created now gets
+    its events table hash-partitioned into ``partitions`` (1: one plain table), in the same
+    transaction (see :func:`partition_events_on`).
 
     Raises :class:`RuntimeError` when the schema is newer than this code knows; the caller
     translates it.
@@ -378,7 +391,112 @@ def apply_migrations(conn: psycopg.Connection[Any], schema: str) -> list[int]:
                 conn.execute(_render(statement, schema))
             conn.execute(record, (migration.version, migration.name))
             applied.append(migration.version)
+        if not done and partitions != 1:  # created now: empty, so partitioned at no cost
+            _repartition(conn, schema, partitions)
     return applied
+
+
+# -- a partitioned events table ----------------------------------------------------------------
+
+MAX_PARTITIONS = 1024
+"""The most partitions :func:`partition_events_on` makes."""
+
+
+def event_partitions(conn: psycopg.Connection[Any], schema: str) -> int:
+    """How many hash partitions ``schema``'s events table has (1: a plain table)."""
+    table = sql.Identifier(schema, "events").as_string(None)
+    row = conn.execute(
+        "SELECT c.relkind = 'p', (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = c.oid)"
+        " FROM pg_class c WHERE c.oid = to_regclass(%s)",
+        (table,),
+    ).fetchone()
+    if row is None:
+        raise RuntimeError(f"schema {schema!r} holds no events table")
+    return int(row[1]) if row[0] else 1
+
+
+def check_partitions(partitions: object) -> int:
+    """``partitions`` when it is a whole number from 1 to :data:`MAX_PARTITIONS`; raises
+    :class:`ValueError` otherwise."""
+    if (
+        not isinstance(partitions, int)
+        or isinstance(partitions, bool)
+        or not 1 <= partitions <= MAX_PARTITIONS
+    ):
+        raise ValueError(
+            f"partitions must be a whole number from 1 to {MAX_PARTITIONS}, not {partitions!r}"
+        )
+    return partitions
+
+
+def partition_events_on(conn: psycopg.Connection[Any], schema: str, partitions: int) -> int:
+    """Lay ``schema``'s events table out as ``partitions`` hash partitions by session id (1:
+    one plain table) over ``conn`` (an autocommit connection), in one transaction; returns how
+    many events were copied (0 when the table already had that layout, and nothing was done).
+
+    The transaction takes the schema's migration lock and ``ACCESS EXCLUSIVE`` locks on the
+    sessions and events tables (appends and reads wait until it commits), creates the new
+    table (same columns, primary key ``(session_id, seq)``, partitions
+    ``events_<n>_<i>`` for ``MODULUS n, REMAINDER i``), copies every row, drops the old table,
+    and creates the view ``events_json`` and the table's other indexes again (from their
+    definitions: an index PostgreSQL cannot build on a partitioned table, such as a unique one
+    without ``session_id``, fails the whole transaction, which changes nothing).
+    """
+    check_partitions(partitions)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (migration_lock_key(schema),))
+        if event_partitions(conn, schema) == partitions:
+            return 0
+        return _repartition(conn, schema, partitions)
+
+
+def _repartition(conn: psycopg.Connection[Any], schema: str, partitions: int) -> int:
+    """The body of :func:`partition_events_on` (in the caller's transaction, holding the
+    migration lock)."""
+    conn.execute(_render("LOCK TABLE {s}.sessions, {s}.events IN ACCESS EXCLUSIVE MODE", schema))
+    table = sql.Identifier(schema, "events").as_string(None)
+    indexes = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i "
+            "WHERE i.indrelid = to_regclass(%s) AND NOT i.indisprimary ORDER BY i.indexrelid",
+            (table,),
+        )
+    ]
+    old = f"events_before_{partitions}"
+    conn.execute(_render("DROP VIEW IF EXISTS {s}.events_json", schema))
+    conn.execute(_render("ALTER TABLE {s}.events RENAME TO " + old, schema))
+    conn.execute(_render("ALTER INDEX {s}.events_pkey RENAME TO " + old + "_pkey", schema))
+    by_hash = " PARTITION BY HASH (session_id)" if partitions > 1 else ""
+    conn.execute(
+        _render(
+            "CREATE TABLE {s}.events (LIKE {s}." + old + " INCLUDING DEFAULTS "
+            "INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMMENTS)" + by_hash,
+            schema,
+        )
+    )
+    conn.execute(
+        _render(
+            "ALTER TABLE {s}.events ADD CONSTRAINT events_pkey PRIMARY KEY (session_id, seq)",
+            schema,
+        )
+    )
+    for i in range(partitions if partitions > 1 else 0):
+        conn.execute(
+            _render(
+                f"CREATE TABLE {{s}}.events_{partitions}_{i} PARTITION OF {{s}}.events "
+                f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})",
+                schema,
+            )
+        )
+    cursor = conn.execute(_render("INSERT INTO {s}.events SELECT * FROM {s}." + old, schema))
+    copied = max(cursor.rowcount, 0)
+    conn.execute(_render("DROP TABLE {s}." + old, schema))
+    for definition in indexes:
+        conn.execute(definition.encode())
+    conn.execute(_render(_EVENTS_JSON_VIEW, schema))
+    conn.execute(_render("ANALYZE {s}.events", schema))
+    return copied
 
 
 # -- the statements over these tables ----------------------------------------------------------

@@ -14,10 +14,11 @@ on its own pool: it asks the log for each request (``open_request``, ``refresh_r
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
+import psycopg
 
 from ...backoff import Backoff
 from ...codec import decode, encode
@@ -27,9 +28,12 @@ from ...session import BaseSession
 from ...storage import REOPEN, LogView, Reopen
 from .connections import Connections, _Conn, _Row
 from .index import PostgresIndex, _readable, catalog_params, raw_catalog_params
+from .replicas import Freshness, ReplicaSet, write_lsn
 from .schema import TAIL_EVENTS, Statements
 
 __all__ = ["AppendRequest", "PostgresLog", "PostgresSession", "Request", "check_text"]
+
+_W = TypeVar("_W", bound=tuple[Any, ...])
 
 PostgresSession = BaseSession
 """A PostgreSQL store's session: the library's :class:`~agentsession.BaseSession` over a
@@ -214,8 +218,7 @@ class AppendRequest(NamedTuple):
 
 
 _UNKNOWN = (
-    "the append may or may not have been stored: read the session (latest_seq) before "
-    "retrying it"
+    "the append may or may not have been stored: read the session (latest_seq) before retrying it"
 )
 
 
@@ -236,6 +239,7 @@ class PostgresLog:
 
     __slots__ = (
         "_db",
+        "_fresh",
         "_id",
         "_identity",
         "_index",
@@ -243,6 +247,7 @@ class PostgresLog:
         "_location",
         "_one_action",
         "_reading",
+        "_reads",
         "_reconnect_timeout",
         "_sql",
         "_stale",
@@ -255,8 +260,11 @@ class PostgresLog:
         session_id: str,
         reconnect_timeout: float,
         index: PostgresIndex | None = None,
+        reads: ReplicaSet | None = None,
     ) -> None:
         self._db = db
+        self._reads = reads if reads is not None and reads.enabled else None
+        self._fresh = Freshness()
         self._sql = sql
         self._index = index
         self._id = session_id
@@ -290,6 +298,16 @@ class PostgresLog:
     def connections(self) -> Connections:
         """The store's connections this log's statements run on."""
         return self._db
+
+    @property
+    def reads(self) -> ReplicaSet | None:
+        """The store's read replicas (None: every read goes to :attr:`connections`)."""
+        return self._reads
+
+    @property
+    def freshness(self) -> Freshness:
+        """What this log wrote, as far as its reads must see it (read replicas only)."""
+        return self._fresh
 
     @property
     def statements(self) -> Statements:
@@ -357,10 +375,12 @@ class PostgresLog:
                 return REOPEN  # deleted since we last looked
             return []
         last_seq, life, events = found
-        if life != self._life or last_seq < after:
+        if life != self._life:
             # Another life, or created since this log found none: opened again at its tail
             # (rather than read whole).
             return REOPEN
+        if last_seq < after:  # a read replica behind what this log saw: nothing new yet
+            return []
         return events
 
     def read_request(self, after: int, limit: int | None) -> Request:
@@ -383,9 +403,7 @@ class PostgresLog:
         ``base, life``; no row: nothing written."""
         count = len(events)
         action = (
-            self._one_action
-            if count == 1
-            else f"appending {count} events to session {self._id!r}"
+            self._one_action if count == 1 else f"appending {count} events to session {self._id!r}"
         )
         life = self._life
         catalog = self.catalog(view, events, after)
@@ -457,22 +475,57 @@ class PostgresLog:
 
     # -- LogStorage -------------------------------------------------------------------------
 
+    def _fetch(self, request: Request, *, primary: bool = False) -> list[_Row]:
+        """The rows of a read: from a read replica that has replayed this log's writes, or
+        the primary (``primary``: always; see :mod:`~agentsession.backends.postgres.replicas`).
+        A read that falls back to the primary also reads the primary's WAL position, so that
+        this log's later reads never see a replica behind what it saw."""
+        reads = self._reads
+        if reads is None:
+            return self._db.fetch(*request)
+        action, statement, params = request
+        fresh = self._fresh
+        db, replica = (self._db, None) if primary else reads.reader(fresh)
+        if replica is not None:
+            try:
+                return db.fetch(action, statement, params)
+            except StorageError as exc:
+                replica.failed(exc)
+
+        def read(conn: _Conn) -> tuple[list[_Row], int | None]:
+            cursor = psycopg.RawCursor(conn)
+            rows = cursor.execute(statement, params, binary=True).fetchall()
+            return rows, write_lsn(conn)
+
+        rows, lsn = self._db.run(action, read)
+        if lsn is not None:
+            fresh.lsn = max(fresh.lsn, lsn)
+        return rows
+
+    def _written(self, conn: _Conn) -> int | None:
+        """After an append's statement on ``conn``: the WAL position it reached (read
+        replicas only; None otherwise)."""
+        return write_lsn(conn) if self._reads is not None else None
+
     def open_tail(self, view: LogView) -> tuple[list[Event], bool]:
         """The latest ``TAIL_EVENTS`` events and the life, in one round trip."""
-        return self.opened(self._db.fetch(*self.open_request(tail=True)), tail=True)
+        return self.opened(self._fetch(self.open_request(tail=True)), tail=True)
 
     def open(self, view: LogView) -> tuple[list[Event], bool]:
         """The full window: from ``sessions.compaction_seq`` to the end, and the life."""
-        return self.opened(self._db.fetch(*self.open_request(tail=False)), tail=False)
+        return self.opened(self._fetch(self.open_request(tail=False)), tail=False)
 
     def refresh(self, view: LogView) -> list[Event] | Reopen:
+        return self._refresh(view, primary=False)
+
+    def _refresh(self, view: LogView, *, primary: bool) -> list[Event] | Reopen:
         if self._stale:
             return REOPEN
         after = view.seen_seq
-        return self.take_refresh(self._db.fetch(*self.refresh_request(after)), after)
+        return self.take_refresh(self._fetch(self.refresh_request(after), primary=primary), after)
 
     def read(self, after: int, limit: int | None) -> list[Event]:
-        return _events_of(self._db.fetch(*self.read_request(after, limit)), self._id)
+        return _events_of(self._fetch(self.read_request(after, limit)), self._id)
 
     def append_one_request(
         self, view: LogView, event: Event, marker: bool, seen: int
@@ -504,10 +557,11 @@ class PostgresLog:
             return None
         statement, params = request.statement, request.params
 
-        def append(conn: _Conn) -> int:
-            return conn.append_cursor().execute(statement, params).rowcount
+        def append(conn: _Conn) -> tuple[int, int | None]:
+            stored = conn.append_cursor().execute(statement, params).rowcount
+            return stored, self._written(conn)
 
-        stored = self._db.run(request.action, append, write=request.unknown)
+        stored, _ = self._write(request, append)
         return _replace(event, seq=seq) if stored == 1 else None
 
     def append(
@@ -528,19 +582,33 @@ class PostgresLog:
         statement, params = request.statement, request.params
         raw = request.raw
 
-        def append(conn: _Conn) -> tuple[int, int]:
+        def append(conn: _Conn) -> tuple[int, int, int | None]:
             cursor = conn.append_cursor() if raw else conn
             row = cursor.execute(statement, params).fetchone()
-            return (-1, -1) if row is None else (row[0], row[1])
+            lsn = self._written(conn)
+            return (-1, -1, lsn) if row is None else (row[0], row[1], lsn)
 
-        base, life = self._db.run(request.action, append, write=request.unknown)
+        base, life, _ = self._write(request, append)
         if base < 0:  # another writer appended first, or the life is gone: nothing written
-            return self.refused(expect_seq, self.refresh(view))
+            return self.refused(expect_seq, self._refresh(view, primary=True))
         self._life = life
         foreign: list[Event] = []
         if base > seen:
             foreign = self._catch_up_to(seen, base, len(events))
         return foreign, _numbered(events, base)
+
+    def _write(self, request: AppendRequest, op: Callable[[_Conn], _W]) -> _W:
+        """Run an append's ``op`` on the primary; with read replicas, take in the WAL
+        position it reached (its last item), or that it is unknown (the op failed)."""
+        if self._reads is None:
+            return self._db.run(request.action, op, write=request.unknown)
+        try:
+            result = self._db.run(request.action, op, write=request.unknown)
+        except BaseException:
+            self._fresh.unknown()
+            raise
+        self._fresh.wrote(result[-1])
+        return result
 
     def quarantine(self, event: Event, reason: str) -> bool:
         """Nothing is quarantined in PostgreSQL (a damaged row raises)."""

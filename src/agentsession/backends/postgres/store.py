@@ -105,13 +105,17 @@ from ...store import BaseStore
 from .connections import Connections, _Conn, log
 from .index import PostgresIndex
 from .locks import PostgresLocker, turn_lock_key
+from .replicas import DEFAULT_REPLICA_WAIT, ReplicaSet
 from .schema import (
     CATALOG_VERSION,
     LATEST_VERSION,
     READABLE_AS_IT_IS,
     Statements,
     apply_migrations,
+    check_partitions,
+    event_partitions,
     notify_channel,
+    partition_events_on,
     schema_version,
 )
 from .storage import PostgresLog, PostgresSession, _fits_text, check_text
@@ -128,6 +132,7 @@ __all__ = [
     "PostgresStore",
     "migrate",
     "open_postgres",
+    "partition_events",
     "turn_lock_key",
 ]
 
@@ -155,19 +160,24 @@ def _no_tables(target: _Target) -> str:
 
 
 def _prepare_schema(
-    db: Connections, target: _Target, durability: str, auto_migrate: bool, create: bool
+    db: Connections,
+    target: _Target,
+    durability: str,
+    auto_migrate: bool,
+    create: bool,
+    partitions: int | None = None,
 ) -> _Conn:
     """Connect directly (for a precise error when the server is unreachable), check the
     schema version (one query when it is current) and migrate when allowed; returns the
-    connection, for the pool."""
+    connection, for the pool. ``partitions``: the events table's layout a schema created now
+    gets, and that an existing one must have."""
     conn = db.connect(db.pool_kwargs())
     with _closed_on_failure(db, conn, f"preparing schema {target.schema!r}"):
         if durability == "fsync":
             row = conn.execute("SHOW fsync").fetchone()
             if row is not None and row[0] != "on":
                 log.warning(
-                    "%s runs with fsync = %s: durability='fsync' cannot survive a power "
-                    "loss there",
+                    "%s runs with fsync = %s: durability='fsync' cannot survive a power loss there",
                     target.where,
                     row[0],
                 )
@@ -176,7 +186,7 @@ def _prepare_schema(
             raise StoreUnavailable(_no_tables(target))
         if version != LATEST_VERSION:
             if auto_migrate or version > LATEST_VERSION:
-                _migrate_on(conn, target)
+                _migrate_on(conn, target, partitions or 1)
             else:
                 raise StorageError(
                     f"schema {target.schema!r} in {target.where} is not at "
@@ -184,12 +194,20 @@ def _prepare_schema(
                     "agentsession.backends.postgres.migrate() first, or open the store with "
                     "auto_migrate=True"
                 )
+        if partitions is not None:
+            found = event_partitions(conn, target.schema)
+            if found != partitions:
+                layout = "a plain table" if found == 1 else f"{found} partitions"
+                raise UsageError(
+                    f"partitions={partitions}: the events table of schema {target.schema!r} "
+                    f"in {target.where} has {layout}; lay it out anew with "
+                    f"`agentsession migrate --partitions {partitions}` (or "
+                    "agentsession.backends.postgres.partition_events)"
+                )
     return conn
 
 
-def _check_schema_for_reading(
-    db: Connections, target: _Target
-) -> tuple[_Conn, Statements, int]:
+def _check_schema_for_reading(db: Connections, target: _Target) -> tuple[_Conn, Statements, int]:
     """``read_only``: connect and check the schema version, creating and migrating nothing;
     returns the connection and the statements for the version found. The current version is
     read as usual, version 3 as it is (with no event ids); a missing store or any other
@@ -237,10 +255,13 @@ class PostgresCatalog(CatalogDefaults):
         locker: PostgresLocker,
         reconnect_timeout: float,
         index: PostgresIndex | None = None,
+        reads: ReplicaSet | None = None,
     ) -> None:
         self._target = target
         self._index = index
         self._db = db
+        self._reads = reads or ReplicaSet(db, (), 0.0)
+        """Where lists and ``exists`` read: a read replica when the store has one."""
         self._sql = sql
         self._locker = locker
         self._reconnect_timeout = reconnect_timeout
@@ -263,6 +284,7 @@ class PostgresCatalog(CatalogDefaults):
             check_text("session id", session_id),
             self._reconnect_timeout,
             self._index,
+            self._reads,
         )
         return BaseSession(cast("BaseStore", store), session_id, log)
 
@@ -270,17 +292,23 @@ class PostgresCatalog(CatalogDefaults):
         if not _fits_text(session_id):
             return False
         statement = self._sql.exists
-        row = self._db.run(
-            f"checking session {session_id!r}",
-            lambda conn: conn.execute(statement, (session_id,)).fetchone(),
+        action = f"checking session {session_id!r}"
+        row = self._reads.run(
+            action, lambda conn: conn.execute(statement, (session_id,)).fetchone()
         )
+        if row is None and self._reads.enabled:
+            # A replica may not have replayed the session's first append yet (this store's
+            # own, say): a session is never missing for a replica's lag alone.
+            row = self._db.run(
+                action, lambda conn: conn.execute(statement, (session_id,)).fetchone()
+            )
         return row is not None
 
     def list_all(self) -> builtins.list[SessionInfo]:
         """Every session, unordered (:func:`~agentsession.catalog.page_of` of it is what
         :meth:`list_page` answers in its query)."""
         statement = self._sql.list_all
-        rows = self._db.run("listing sessions", lambda conn: conn.execute(statement).fetchall())
+        rows = self._reads.run("listing sessions", lambda conn: conn.execute(statement).fetchall())
         return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
 
     def list_page(
@@ -291,7 +319,7 @@ class PostgresCatalog(CatalogDefaults):
             return []
         statement = self._sql.list
         params = {"prefix": prefix, "limit": limit, "offset": offset}
-        rows = self._db.run(
+        rows = self._reads.run(
             "listing sessions", lambda conn: conn.execute(statement, params).fetchall()
         )
         return [SessionInfo(id=r[0], updated_at=r[1], last_seq=r[2], created_at=r[3]) for r in rows]
@@ -299,7 +327,7 @@ class PostgresCatalog(CatalogDefaults):
     def expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
         """One query: the sessions whose ``updated_at`` is before ``cutoff``."""
         statement = self._sql.expired
-        rows = self._db.run(
+        rows = self._reads.run(
             "listing expired sessions",
             lambda conn: conn.execute(statement, (cutoff,)).fetchall(),
         )
@@ -340,11 +368,13 @@ class PostgresCatalog(CatalogDefaults):
     def close(self) -> None:
         self._locker.drop_all()
         self._db.close()
+        self._reads.close()
 
     def after_fork(self) -> None:
         """In a forked child: never touch the parent's connections or locks again, and use
         pools of this process's own (opened when first needed)."""
         self._db.after_fork()
+        self._reads.after_fork()
         self._locker.forget_after_fork()
 
 
@@ -352,9 +382,7 @@ class PostgresMeta:
     """The ``meta`` table (a :class:`~agentsession.catalog.MetaStorage`): compare-and-set is
     one conditional statement."""
 
-    def __init__(
-        self, db: Connections, sql: Statements, clock: Callable[[], _dt.datetime]
-    ) -> None:
+    def __init__(self, db: Connections, sql: Statements, clock: Callable[[], _dt.datetime]) -> None:
         self._db = db
         self._sql = sql
         self._clock = clock
@@ -469,6 +497,18 @@ class PostgresStore(BaseStore):
       keeps the exact words of :func:`agentsession.listing.words`. An encrypted store's
       blind tokens are always kept exactly. See
       :mod:`~agentsession.backends.postgres.index`.
+    * ``read_url`` / ``read_urls`` (default none): streaming replicas of the server (the same
+      database and schema) that opening sessions, their reads, ``messages()``, lists,
+      searches and totals read from, round robin; every write, turn lock, ``meta`` read and
+      live feed goes to the primary (``url``). A session object reads its own appends: its
+      reads go to a replica only once that replica has replayed past its last append. See
+      :mod:`~agentsession.backends.postgres.replicas`.
+    * ``replica_wait`` (default 0.5 s): how long a read of a session object that appended
+      waits for a replica to replay the append before it reads from the primary.
+    * ``partitions`` (default None): the events table as that many hash partitions by session
+      id (1: one plain table). A schema created on open gets that layout; an existing one
+      must have it (:class:`~agentsession.errors.UsageError` otherwise: lay it out anew with
+      :func:`partition_events` or ``agentsession migrate --partitions N``). None: any layout.
     * ``reconnect_timeout`` (default 10 s): how long an append rides out a lost connection or
       a server that cannot be reached (a restart, a failover, ``pg_terminate_backend``): it
       tries again with a growing pause, first reading the log to find out whether the lost
@@ -502,12 +542,15 @@ class PostgresStore(BaseStore):
         create: bool = True,
         read_only: bool = False,
         search_language: str = "simple",
+        read_url: str | None = None,
+        read_urls: Sequence[str] | None = None,
+        replica_wait: float = DEFAULT_REPLICA_WAIT,
+        partitions: int | None = None,
         **options: Any,
     ) -> None:
         if not isinstance(search_language, str) or not search_language:
             raise UsageError(
-                "search_language must be a text search configuration name, not "
-                f"{search_language!r}"
+                f"search_language must be a text search configuration name, not {search_language!r}"
             )
 
         def parts() -> StoreParts:
@@ -524,16 +567,29 @@ class PostgresStore(BaseStore):
                 raise UsageError(f"lock_pool_max_size must be >= 1, not {lock_pool_max_size}")
             if pool_timeout <= 0:
                 raise UsageError(f"pool_timeout must be positive, not {pool_timeout}")
+            if partitions is not None:
+                _checked_partitions(partitions)
             target = self._target = _Target.parse(url, schema)
-            db = self._db = Connections(
-                target,
-                durability=self.durability,
-                pool_min_size=pool_min_size,
-                pool_max_size=pool_max_size,
-                lock_pool_max_size=lock_pool_max_size,
-                pool_timeout=pool_timeout,
-                connect_timeout=connect_timeout,
-                prepare_threshold=prepare_threshold,
+            replica_targets = [
+                _Target.parse(u, target.schema) for u in _read_urls(read_url, read_urls)
+            ]
+
+            def connections(where: _Target, replica: bool = False) -> Connections:
+                return Connections(
+                    where,
+                    durability=self.durability,
+                    pool_min_size=pool_min_size,
+                    pool_max_size=pool_max_size,
+                    lock_pool_max_size=lock_pool_max_size,
+                    pool_timeout=pool_timeout,
+                    connect_timeout=connect_timeout,
+                    prepare_threshold=prepare_threshold,
+                    replica=replica,
+                )
+
+            db = self._db = connections(target)
+            reads = ReplicaSet(
+                db, [connections(t, replica=True) for t in replica_targets], replica_wait
             )
             locker = PostgresLocker(db, target.schema)
             # One connection, made directly (for the precise error when the server cannot
@@ -543,7 +599,9 @@ class PostgresStore(BaseStore):
                     conn, sql, version = _check_schema_for_reading(db, target)
                 else:
                     version = LATEST_VERSION
-                    conn = _prepare_schema(db, target, self.durability, auto_migrate, create)
+                    conn = _prepare_schema(
+                        db, target, self.durability, auto_migrate, create, partitions
+                    )
                     sql = Statements.for_schema(target.schema)
             except BaseException:
                 db.pool.close()  # not open yet, unless something opened it early
@@ -552,17 +610,21 @@ class PostgresStore(BaseStore):
             language = None if search_language == "simple" else search_language
             if language is not None:
                 _check_language(db, language)
+            for replica in reads.replicas:
+                replica.db.open_in_background()
             index = self._pg_index = PostgresIndex(
-                db, target.schema, sql, language=language, read_only=read_only
+                db, target.schema, sql, language=language, read_only=read_only, reads=reads
             )
             # Versions 3 and 4 (no catalog) are read as they are, version 5 with its catalog
             # (a store opened to read catches nothing up: catalog_seq is not read).
             catalog_index = index if version >= CATALOG_VERSION else None
             return StoreParts(
-                PostgresCatalog(target, db, sql, locker, float(reconnect_timeout), catalog_index),
+                PostgresCatalog(
+                    target, db, sql, locker, float(reconnect_timeout), catalog_index, reads
+                ),
                 PostgresMeta(db, sql, self.clock),
                 locker=lambda: locker,
-                async_backend=lambda executor: _async_backend(self, executor, db, sql),
+                async_backend=lambda executor: _async_backend(self, executor, db, sql, reads),
                 reconnect_timeout=float(reconnect_timeout),
                 watcher=lambda: PostgresWatcher(db, notify_channel(target.schema)),
                 index=catalog_index,
@@ -576,7 +638,6 @@ class PostgresStore(BaseStore):
 
     # -- the async API ----------------------------------------------------------------------
 
-
     # -- identity ---------------------------------------------------------------------------
 
     @property
@@ -585,15 +646,31 @@ class PostgresStore(BaseStore):
         return self._target.schema
 
 
+def _read_urls(read_url: str | None, read_urls: Sequence[str] | None) -> builtins.list[str]:
+    """The replicas' URLs of the options ``read_url`` and ``read_urls``, in order."""
+    urls: builtins.list[str] = []
+    if read_url is not None:
+        urls.append(read_url)
+    if read_urls is not None:
+        if isinstance(read_urls, str):
+            raise UsageError("read_urls must be a list of URLs, not one string (use read_url)")
+        urls.extend(read_urls)
+    return urls
+
+
 def _async_backend(
-    store: PostgresStore, executor: concurrent.futures.Executor, db: Connections, sql: Statements
+    store: PostgresStore,
+    executor: concurrent.futures.Executor,
+    db: Connections,
+    sql: Statements,
+    reads: ReplicaSet,
 ) -> AsyncBackend:
     """The async API's backend for a store: appends, reads, ``latest_seq`` and the catch-up of
     ``messages()`` run natively on psycopg's ``AsyncConnectionPool``, the rest in worker
     threads (see :mod:`agentsession.backends.postgres.aio`)."""
     from .aio import PostgresAsyncBackend
 
-    return PostgresAsyncBackend(store, executor, db, sql)
+    return PostgresAsyncBackend(store, executor, db, sql, reads)
 
 
 def _check_language(db: Connections, language: str) -> None:
@@ -615,7 +692,7 @@ def _check_language(db: Connections, language: str) -> None:
         )
 
 
-def _current_version(conn: _Conn, schema: str) -> int:
+def _current_version(conn: psycopg.Connection[Any], schema: str) -> int:
     """The schema's version in one query (0: no agentsession tables there)."""
     try:
         return schema_version(conn, schema, assume_table=True)
@@ -623,9 +700,11 @@ def _current_version(conn: _Conn, schema: str) -> int:
         return 0
 
 
-def _migrate_on(conn: psycopg.Connection[Any], target: _Target) -> builtins.list[int]:
+def _migrate_on(
+    conn: psycopg.Connection[Any], target: _Target, partitions: int = 1
+) -> builtins.list[int]:
     try:
-        applied = apply_migrations(conn, target.schema)
+        applied = apply_migrations(conn, target.schema, partitions=partitions)
     except RuntimeError as exc:
         raise StorageError(f"{target.where}: {exc}") from None
     if applied:
@@ -638,25 +717,44 @@ def _migrate_on(conn: psycopg.Connection[Any], target: _Target) -> builtins.list
     return applied
 
 
-def migrate(url: str, schema: str | None = None, *, connect_timeout: int = 10) -> list[int]:
-    """Create or upgrade a store's tables; returns the migration versions applied now (empty
-    when the schema was current). Safe to run from several processes at once.
-
-    ``schema`` defaults to the URL's ``?schema=`` or ``agentsession``. Raises
-    :class:`~agentsession.errors.StoreUnavailable` when the server cannot be reached.
-    """
-    target = _Target.parse(url, schema)
+def _connect_for_ddl(target: _Target, connect_timeout: int) -> psycopg.Connection[Any]:
+    """An autocommit connection of its own for DDL; :class:`StoreUnavailable` when the
+    server cannot be reached."""
     params = conninfo_to_dict(target.conninfo)
     kwargs: dict[str, Any] = {"autocommit": True}
     if "connect_timeout" not in params:
         kwargs["connect_timeout"] = connect_timeout
     try:
-        conn = psycopg.connect(target.conninfo, **kwargs)
+        return psycopg.connect(target.conninfo, **kwargs)
     except psycopg.Error as exc:
         reason = target.scrub(str(exc).strip()).replace("\n", " ").replace("\t", "")
         raise StoreUnavailable(f"cannot reach {target.where}: {reason}") from None
+
+
+def migrate(
+    url: str,
+    schema: str | None = None,
+    *,
+    connect_timeout: int = 10,
+    partitions: int | None = None,
+) -> list[int]:
+    """Create or upgrade a store's tables; returns the migration versions applied now (empty
+    when the schema was current). Safe to run from several processes at once.
+
+    ``schema`` defaults to the URL's ``?schema=`` or ``agentsession``. ``partitions``: lay the
+    events table out as that many hash partitions by session id afterwards (1: one plain
+    table), copying the events when it has another layout (:func:`partition_events`). Raises
+    :class:`~agentsession.errors.StoreUnavailable` when the server cannot be reached.
+    """
+    target = _Target.parse(url, schema)
+    if partitions is not None:
+        _checked_partitions(partitions)
+    conn = _connect_for_ddl(target, connect_timeout)
     try:
-        return _migrate_on(conn, target)
+        applied = _migrate_on(conn, target, partitions or 1)
+        if partitions is not None and not (applied and applied[0] == 1):
+            _partition_on(conn, target, partitions)
+        return applied
     except psycopg.Error as exc:
         message = target.scrub(str(exc).strip().splitlines()[0] if str(exc) else "")
         raise StorageError(
@@ -664,6 +762,62 @@ def migrate(url: str, schema: str | None = None, *, connect_timeout: int = 10) -
         ) from None
     finally:
         conn.close()
+
+
+def partition_events(
+    url: str, partitions: int, *, schema: str | None = None, connect_timeout: int = 10
+) -> int:
+    """Lay a store's events table out as ``partitions`` hash partitions by session id (1: one
+    plain table, undoing it); returns how many events were copied (0: it had that layout
+    already). The store must exist and be current (run :func:`migrate` first).
+
+    One transaction: appends and reads of the store wait while it copies the events (about
+    as long as ``INSERT ... SELECT`` of the whole table takes: see ``docs/scaling.md``), and
+    a failure changes nothing. Every event keeps its row, byte for byte. Other indexes on the
+    events table are made again on the new one. Safe to run from several processes at once
+    (the second finds the work done).
+    """
+    _checked_partitions(partitions)
+    target = _Target.parse(url, schema)
+    conn = _connect_for_ddl(target, connect_timeout)
+    try:
+        version = _current_version(conn, target.schema)
+        if version == 0:
+            raise StoreUnavailable(_no_tables(target))
+        if version != LATEST_VERSION:
+            raise StorageError(
+                f"schema {target.schema!r} in {target.where} is at version {version}, not "
+                f"{LATEST_VERSION}: run agentsession.backends.postgres.migrate() first"
+            )
+        return _partition_on(conn, target, partitions)
+    except psycopg.Error as exc:
+        message = target.scrub(str(exc).strip().splitlines()[0] if str(exc) else "")
+        raise StorageError(
+            f"partitioning the events of schema {target.schema!r} in {target.where} failed: "
+            f"{message}"
+        ) from None
+    finally:
+        conn.close()
+
+
+def _checked_partitions(partitions: object) -> int:
+    try:
+        return check_partitions(partitions)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _partition_on(conn: psycopg.Connection[Any], target: _Target, partitions: int) -> int:
+    copied = partition_events_on(conn, target.schema, partitions)
+    if copied or event_partitions(conn, target.schema) == partitions:
+        log.info(
+            "%s: events of schema %r laid out as %s (%d events copied)",
+            target.where,
+            target.schema,
+            f"{partitions} partitions" if partitions > 1 else "one table",
+            copied,
+        )
+    return copied
 
 
 def open_postgres(url: str, **options: Any) -> PostgresStore:

@@ -1,0 +1,253 @@
+"""Read replicas (``read_url`` / ``read_urls``): against a real streaming replica.
+
+The module starts a throwaway primary and a hot-standby replica of it (``pg_basebackup``, see
+``tests/pg_clusters.py``) once, on free loopback ports, and always stops both. Each test uses
+a schema of its own. Pausing the replica's replay (``pg_wal_replay_pause()``) makes what the
+replica serves tell apart from what the primary holds: reads go to the replica, a session
+object that appended reads its own writes (from the primary once ``replica_wait`` has passed),
+another store object reads the stale replica, and writes never go to the replica (a hot
+standby refuses every write, so a write sent there would fail).
+
+Skipped with the reason when the PostgreSQL server programs (initdb, pg_ctl, pg_basebackup)
+are not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentsession import Event, Message, UsageError, open_store
+from agentsession.aio import open_async_store
+from agentsession.events import USER_MESSAGE
+
+from .pg_clusters import SKIP_REASON, ReplicatedPair, free_port, replicated_pair
+
+pytestmark = [pytest.mark.postgres, pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON)]
+
+
+def said(text: str, **kw: Any) -> Event:
+    return Event.new(USER_MESSAGE, Message.user(text), **kw)
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[ReplicatedPair]:
+    with replicated_pair() as clusters:
+        yield clusters
+
+
+@pytest.fixture
+def schema(pair: ReplicatedPair) -> Iterator[str]:
+    name = "r_" + uuid.uuid4().hex[:16]
+    try:
+        yield name
+    finally:
+        pair.resume_replay()
+        import psycopg
+
+        with psycopg.connect(pair.primary.dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def urls(pair: ReplicatedPair, schema: str) -> tuple[str, str]:
+    return f"{pair.primary.dsn}?schema={schema}", f"{pair.replica.dsn}?schema={schema}"
+
+
+def replica_app_names(pair: ReplicatedPair) -> set[str]:
+    import psycopg
+
+    with psycopg.connect(pair.replica.dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT application_name FROM pg_stat_activity").fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def texts(events: list[Event]) -> list[str]:
+    return [e.decode(Message).text for e in events if e.type == USER_MESSAGE]
+
+
+def test_reads_go_to_the_replica(pair: ReplicatedPair, schema: str) -> None:
+    primary, replica = urls(pair, schema)
+    writer = open_store(primary)  # writes only through the primary
+    reader = open_store(primary, read_url=replica)
+    try:
+        writer.get("a").append(said("one"))
+        pair.wait_replayed()
+        assert texts(reader.open("a").read()) == ["one"]
+        assert f"agentsession-replica/{schema}" in replica_app_names(pair)
+        pair.pause_replay()
+        writer.get("a").append(said("two"))
+        writer.get("b").append(said("other"))
+        # The replica has not replayed them: the reader's opens, reads, lists and searches
+        # answer what it holds.
+        assert texts(reader.open("a").read()) == ["one"]
+        assert [s.id for s in reader.list()] == ["a"]
+        assert [h.session_id for h in reader.search("other")] == []
+        assert texts(writer.open("a").read()) == ["one", "two"]
+        pair.resume_replay()
+        pair.wait_replayed()
+        assert texts(reader.get("a").read()) == ["one", "two"]
+        assert sorted(s.id for s in reader.list()) == ["a", "b"]
+        assert [h.session_id for h in reader.search("other")] == ["b"]
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_session_object_reads_its_own_writes(pair: ReplicatedPair, schema: str) -> None:
+    primary, replica = urls(pair, schema)
+    store = open_store(primary, read_url=replica, replica_wait=0.2)
+    other = open_store(primary, read_url=replica)
+    writer = open_store(primary)
+    pair.wait_replayed()  # the schema the stores created
+    try:
+        session = store.get("a")
+        session.append(said("one"))
+        pair.wait_replayed()
+        assert texts(other.open("a").read()) == ["one"]
+        pair.pause_replay()
+        session.append(said("two"))
+        log = session.plans.log
+        # Its own write, though the replica has not replayed it: read from the primary once
+        # replica_wait has passed.
+        assert texts(session.read()) == ["one", "two"]
+        assert log.freshness.waited
+        assert texts(session.read()) == ["one", "two"]  # again, without waiting again
+        # Another store object, which did not write, reads the stale replica.
+        assert texts(other.open("a").read()) == ["one"]
+        pair.resume_replay()
+        pair.wait_replayed()
+        # Replayed past its write: the session object reads the replica again. Proved by a
+        # write the replica has not replayed (replay paused again), which it does not see.
+        assert texts(session.read()) == ["one", "two"]
+        pair.pause_replay()
+        writer.get("a").append(said("three"))
+        assert texts(session.read()) == ["one", "two"]
+        assert texts(writer.open("a").read()) == ["one", "two", "three"]
+        # Its next append finds the other writer's event first (the append is conditional on
+        # the latest seq), catches up from the primary and lands after it.
+        assert session.append(said("four")) == 4
+        assert texts(session.read()) == ["one", "two", "three", "four"]
+    finally:
+        store.close()
+        other.close()
+        writer.close()
+
+
+def test_writes_never_go_to_the_replica(pair: ReplicatedPair, schema: str) -> None:
+    """The replica is a hot standby: it refuses every write. Appends, a batch, create,
+    delete and turn locks all succeed, so all of them went to the primary."""
+    primary, replica = urls(pair, schema)
+    store = open_store(primary, read_urls=[replica, replica])
+    try:
+        session = store.get("a")
+        with session.turn(agent="bot") as turn:
+            turn.user("hello")
+            turn.assistant("hi")
+        session.append_many([said("x"), said("y")])
+        store.create("b", [said("b")])
+        assert store.delete("b")
+        import psycopg
+
+        with psycopg.connect(pair.primary.dsn, autocommit=True) as conn:
+            row = conn.execute(
+                f'SELECT count(*) FROM "{schema}".events WHERE session_id = %s', ("a",)
+            ).fetchone()
+        assert row is not None
+        assert row[0] == session.latest_seq >= 4
+        with (
+            psycopg.connect(pair.replica.dsn, autocommit=True) as conn,
+            pytest.raises(psycopg.errors.ReadOnlySqlTransaction),
+        ):
+            conn.execute(f'DELETE FROM "{schema}".events')
+    finally:
+        store.close()
+
+
+def test_a_replica_that_cannot_be_reached_leaves_reads_on_the_primary(
+    pair: ReplicatedPair, schema: str
+) -> None:
+    primary, _ = urls(pair, schema)
+    nowhere = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres?connect_timeout=1"
+    store = open_store(primary, read_url=nowhere, pool_timeout=2)
+    try:
+        store.get("a").append(said("one"))
+        assert texts(store.open("a").read()) == ["one"]
+        assert [s.id for s in store.list()] == ["a"]
+    finally:
+        store.close()
+
+
+def test_options_are_checked(pair: ReplicatedPair, schema: str) -> None:
+    primary, replica = urls(pair, schema)
+    with pytest.raises(UsageError, match="replica_wait"):
+        open_store(primary, read_url=replica, replica_wait=-1)
+    with pytest.raises(UsageError, match="read_urls"):
+        open_store(primary, read_urls=replica)
+    with pytest.raises(UsageError, match="schema"):
+        open_store(primary, read_url=f"{pair.replica.dsn}?schema=elsewhere")
+
+
+def test_many_threads_read_their_own_writes(pair: ReplicatedPair, schema: str) -> None:
+    """Each thread's session object appends and at once reads every event it appended,
+    whatever the replica's lag."""
+    primary, replica = urls(pair, schema)
+    store = open_store(primary, read_url=replica, replica_wait=0.05)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            session = store.get(f"s{n}")
+            for i in range(15):
+                session.append(said(f"{n}-{i}"))
+                assert texts(session.read())[-1] == f"{n}-{i}"
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+    finally:
+        store.close()
+
+
+def test_async_twin(pair: ReplicatedPair, schema: str) -> None:
+    primary, replica = urls(pair, schema)
+
+    async def main() -> None:
+        store = await open_async_store(primary, read_url=replica, replica_wait=0.2)
+        other = await open_async_store(primary, read_url=replica)
+        writer = open_store(primary)
+        try:
+            session = await store.get("a")
+            await session.append(said("one"))
+            await asyncio.to_thread(pair.wait_replayed)
+            assert texts(await (await other.open("a")).read()) == ["one"]
+            await asyncio.to_thread(pair.pause_replay)
+            await session.append(said("two"))
+            assert texts(await session.read()) == ["one", "two"]
+            fresh = await other.open("a")
+            assert texts(await fresh.read()) == ["one"]  # the stale replica
+            await asyncio.to_thread(pair.resume_replay)
+            await asyncio.to_thread(pair.wait_replayed)
+            assert texts(await session.read()) == ["one", "two"]
+            await asyncio.to_thread(pair.pause_replay)
+            writer.get("a").append(said("three"))
+            assert texts(await session.read()) == ["one", "two"]  # from the replica
+            assert await session.append(said("four")) == 4
+            assert texts(await session.read()) == ["one", "two", "three", "four"]
+            assert f"agentsession-replica-async/{schema}" in replica_app_names(pair)
+        finally:
+            await store.close()
+            await other.close()
+            writer.close()
+
+    asyncio.run(main())
