@@ -369,6 +369,28 @@ class TestAsyncPostgresStoreEncrypted(TestAsyncPostgresStore):
         return super().open_args(tmp_path, **options)
 
 
+@pytest.mark.postgres
+@pytest.mark.skipif(not DSN, reason=SKIP_REASON)
+class TestAsyncPostgresStorePartitioned(TestAsyncPostgresStore):
+    """The contract on an events table hash-partitioned by session id."""
+
+    def open_args(self, tmp_path: Path, **options: Any) -> tuple[str, dict[str, Any]]:
+        options.setdefault("partitions", 4)
+        return super().open_args(tmp_path, **options)
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not DSN, reason=SKIP_REASON)
+class TestAsyncPostgresStoreReadUrl(TestAsyncPostgresStore):
+    """The contract with ``read_url`` naming the server itself: every native read takes the
+    read replicas' path (see ``test_conformance_postgres.py``'s ``TestPostgresStoreReadUrl``)."""
+
+    def open_args(self, tmp_path: Path, **options: Any) -> tuple[str, dict[str, Any]]:
+        url, options = super().open_args(tmp_path, **options)
+        options.setdefault("read_url", url)
+        return url, options
+
+
 @pytest.mark.redis
 @pytest.mark.skipif(bool(REDIS_SKIP), reason=REDIS_SKIP or "-")
 class TestAsyncRedisStore(AsyncConformance):

@@ -85,3 +85,22 @@ class TestPostgresStoreEncrypted(TestPostgresStore):
     def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
         options.setdefault("key", self.encryption_key)
         return super().make_store(tmp_path, **options)
+
+
+class TestPostgresStorePartitioned(TestPostgresStore):
+    """The whole contract on an events table hash-partitioned by session id."""
+
+    def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
+        options.setdefault("partitions", 4)
+        return super().make_store(tmp_path, **options)
+
+
+class TestPostgresStoreReadUrl(TestPostgresStore):
+    """The whole contract with ``read_url`` naming the server itself: every read takes the
+    read replicas' path (the server, not in recovery, counts as replayed as far as it has
+    flushed). A real streaming replica is ``test_postgres_replicas.py``'s."""
+
+    def make_store(self, tmp_path: Path, **options: Any) -> BaseStore:
+        schema = self.schemas.setdefault(tmp_path, new_schema_name())
+        options.setdefault("read_url", url_with_schema(schema))
+        return super().make_store(tmp_path, **options)

@@ -214,9 +214,7 @@ def compact_command(
         if as_json:
             _json_line({"session_id": session_id, "seq": None})
         else:
-            _echo(
-                f"{clean(session_id)}: nothing to compact (it has at most {keep_turns} turns)"
-            )
+            _echo(f"{clean(session_id)}: nothing to compact (it has at most {keep_turns} turns)")
         return
     marker = session.read(after=seq - 1, limit=1)[0].decode(ev.Compaction)
     for note in _compaction_effects(store, session):
@@ -417,8 +415,7 @@ def _list_branches(state: State, session_id: str, as_json: bool) -> None:
     "--list",
     "list_branches",
     is_flag=True,
-    help="List the session's branches (id and seq) and, for a branch, its origin; create "
-    "nothing.",
+    help="List the session's branches (id and seq) and, for a branch, its origin; create nothing.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @pass_state
@@ -452,9 +449,7 @@ def branch_command(
     try:
         made = session.branch(at_seq=at_seq, at_turn=point, id=new_id)
     except DuplicateSession:  # created meanwhile by another writer
-        raise UsageError(
-            f"session {new_id!r} exists already: a branch needs a new id"
-        ) from None
+        raise UsageError(f"session {new_id!r} exists already: a branch needs a new id") from None
     origin = made.origin
     assert origin is not None  # a branch names its origin
     entries = made.entries()
@@ -580,21 +575,35 @@ def copy_command(
     epilog=_examples(
         "agentsession --store postgresql://app@db/agents migrate",
         "agentsession --store sqlite:///sessions.db migrate --json",
+        "agentsession --store postgresql://app@db/agents migrate --partitions 16",
     ),
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="PostgreSQL: lay the events table out as N hash partitions by session id (1: one "
+    "plain table), copying the events in one transaction when it has another layout.",
+)
 @pass_state
-def migrate_command(state: State, as_json: bool) -> None:
+def migrate_command(state: State, as_json: bool, partitions: int | None) -> None:
     """Apply pending schema migrations to a SQL store (opening a store applies them too;
     run this from a deploy step when workers open stores with auto_migrate=False). Stores
     without a schema (JSONL) have nothing to migrate.
 
     A directory or SQLite file must hold a store already ("no store at ...", exit 4: a
     mistyped path has nothing to migrate); on a PostgreSQL server, migrate creates the
-    store's tables in their schema when they are not there yet (the deploy step)."""
+    store's tables in their schema when they are not there yet (the deploy step).
+
+    ``--partitions N`` (PostgreSQL) lays the events table out as N hash partitions by session
+    id; appends and reads wait while it copies the events (see docs/scaling.md)."""
     _check_url(state.url)
     scheme = state.url.strip().partition(":")[0].lower()
-    if _is_path(state.url) or scheme not in ("postgresql", "postgres"):
+    postgres = scheme in ("postgresql", "postgres")
+    if partitions is not None and not postgres:
+        raise UsageError("--partitions lays out a PostgreSQL store's events table only")
+    if _is_path(state.url) or not postgres:
         # An encrypted store exists as well; its schema needs no key. Opened read-only, so
         # that the migrations are applied (and reported) below, not by this check.
         try:
@@ -603,10 +612,20 @@ def migrate_command(state: State, as_json: bool) -> None:
             raise
         except (EncryptionError, StoreUnavailable):
             pass  # it exists: a schema too old to read is what migrate is for
-    applied = migrate_store(state.url)
-    if as_json:
-        _json_line({"applied": applied})
-    elif applied:
-        _echo("applied migrations " + ", ".join(map(str, applied)))
+    if partitions is None:
+        applied = migrate_store(state.url)
     else:
+        applied = migrate_store(state.url, partitions=partitions)
+    if as_json:
+        out: dict[str, object] = {"applied": applied}
+        if partitions is not None:
+            out["partitions"] = partitions
+        _json_line(out)
+        return
+    if partitions is not None:
+        layout = f"{partitions} partitions" if partitions > 1 else "one table"
+        _echo(f"events table: {layout}")
+    if applied:
+        _echo("applied migrations " + ", ".join(map(str, applied)))
+    elif partitions is None:
         _echo("nothing to migrate (the schema is up to date, or this store has no schema)")
