@@ -105,33 +105,40 @@ def test_a_session_object_reads_its_own_writes(pair: ReplicatedPair, schema: str
     writer = open_store(primary)
     pair.wait_replayed()  # the schema the stores created
     try:
-        session = store.get("a")
-        session.append(said("one"))
+        # More events than opening reads (its tail), so that reading them all goes to storage.
+        writer.get("a").append_many([said(f"old {i}") for i in range(80)])
         pair.wait_replayed()
-        assert texts(other.open("a").read()) == ["one"]
+        session = store.get("a")
+        assert len(session.read(after=70)) == 10
         pair.pause_replay()
-        session.append(said("two"))
+        session.append(said("mine"))
         log = session.plans.log
-        # Its own write, though the replica has not replayed it: read from the primary once
-        # replica_wait has passed.
-        assert texts(session.read()) == ["one", "two"]
+        # The catch-up asks the replica once, and the window holds the write: read at once.
+        assert texts(session.read(after=80)) == ["mine"]
+        everything = [f"old {i}" for i in range(80)] + ["mine"]
+        assert texts(session.read()) == everything  # older events: from the primary at once
+        assert not log.freshness.waited
+        # The full window (more than the tail opening read) waits replica_wait for the
+        # replica to replay the write, then reads from the primary: the write is there.
+        assert [m.text for m in session.messages()] == everything
         assert log.freshness.waited
-        assert texts(session.read()) == ["one", "two"]  # again, without waiting again
+        assert texts(session.read()) == everything
         # Another store object, which did not write, reads the stale replica.
-        assert texts(other.open("a").read()) == ["one"]
+        assert texts(other.open("a").read())[-1] == "old 79"
         pair.resume_replay()
         pair.wait_replayed()
         # Replayed past its write: the session object reads the replica again. Proved by a
         # write the replica has not replayed (replay paused again), which it does not see.
-        assert texts(session.read()) == ["one", "two"]
+        assert texts(session.read())[-1] == "mine"
         pair.pause_replay()
-        writer.get("a").append(said("three"))
-        assert texts(session.read()) == ["one", "two"]
-        assert texts(writer.open("a").read()) == ["one", "two", "three"]
+        writer.get("a").append(said("theirs"))
+        assert texts(session.read())[-1] == "mine"
+        assert texts(writer.open("a").read())[-1] == "theirs"
         # Its next append finds the other writer's event first (the append is conditional on
         # the latest seq), catches up from the primary and lands after it.
-        assert session.append(said("four")) == 4
-        assert texts(session.read()) == ["one", "two", "three", "four"]
+        assert session.append(said("after")) == 83
+        assert texts(session.read())[-3:] == ["mine", "theirs", "after"]
+        assert texts(other.get("a").read())[-1] == "mine"  # the replica, paused before "theirs"
     finally:
         store.close()
         other.close()
@@ -227,23 +234,29 @@ def test_async_twin(pair: ReplicatedPair, schema: str) -> None:
         other = await open_async_store(primary, read_url=replica)
         writer = open_store(primary)
         try:
-            session = await store.get("a")
-            await session.append(said("one"))
+            writer.get("a").append_many([said(f"old {i}") for i in range(80)])
             await asyncio.to_thread(pair.wait_replayed)
-            assert texts(await (await other.open("a")).read()) == ["one"]
+            session = await store.get("a")
+            assert len(await session.read(after=70)) == 10
             await asyncio.to_thread(pair.pause_replay)
-            await session.append(said("two"))
-            assert texts(await session.read()) == ["one", "two"]
+            await session.append(said("mine"))
+            assert texts(await session.read(after=80)) == ["mine"]
+            everything = [f"old {i}" for i in range(80)] + ["mine"]
+            assert texts(await session.read()) == everything  # the primary, at once
+            assert not session.sync.plans.log.freshness.waited
+            # The full window: waits replica_wait, then reads from the primary.
+            assert [m.text for m in await session.messages()] == everything
+            assert session.sync.plans.log.freshness.waited
             fresh = await other.open("a")
-            assert texts(await fresh.read()) == ["one"]  # the stale replica
+            assert texts(await fresh.read())[-1] == "old 79"  # the stale replica
             await asyncio.to_thread(pair.resume_replay)
             await asyncio.to_thread(pair.wait_replayed)
-            assert texts(await session.read()) == ["one", "two"]
+            assert texts(await session.read())[-1] == "mine"
             await asyncio.to_thread(pair.pause_replay)
-            writer.get("a").append(said("three"))
-            assert texts(await session.read()) == ["one", "two"]  # from the replica
-            assert await session.append(said("four")) == 4
-            assert texts(await session.read()) == ["one", "two", "three", "four"]
+            writer.get("a").append(said("theirs"))
+            assert texts(await session.read())[-1] == "mine"  # from the replica
+            assert await session.append(said("after")) == 83
+            assert texts(await session.read())[-3:] == ["mine", "theirs", "after"]
             assert f"agentsession-replica-async/{schema}" in replica_app_names(pair)
         finally:
             await store.close()

@@ -187,12 +187,13 @@ class PostgresNativeLog:
         if pg.stale:
             return REOPEN
         after = self.view.seen_seq
-        return pg.take_refresh(await self._read(pg.refresh_request(after), primary), after)
+        rows = await self._read(pg.refresh_request(after), primary, wait=False)
+        return pg.take_refresh(rows, after)
 
     async def read(self, after: int, limit: int | None) -> list[Event]:
         """``PostgresLog.read``: a key-range scan, ``seq > after``, at most ``limit``."""
         pg = self.pg
-        return pg.decode(await self._read(pg.read_request(after, limit)))
+        return pg.decode(await self._read(pg.read_request(after, limit), wait=False))
 
     async def meta(self, kind: str, key: str) -> str | None:
         """The store's ``meta_get``."""
@@ -266,15 +267,18 @@ class PostgresNativeLog:
         action, statement, params = request
         return await self._backend.fetch(pool, action, statement, params, raw)
 
-    async def _read(self, request: Request, primary: bool = False) -> list[_Row]:
+    async def _read(
+        self, request: Request, primary: bool = False, *, wait: bool = True
+    ) -> list[_Row]:
         """A session read: on a read replica that has replayed the log's writes, else on the
-        primary (``primary``: always), as ``PostgresLog``'s sync reads choose."""
+        primary (``primary``: always; not ``wait``: a catch-up, which asks the replica once),
+        as ``PostgresLog``'s sync reads choose."""
         pool = self._pool
         assert pool is not None, "connect() first"
         pg = self.pg
         if pg.reads is None:
             return await self._fetch(request)
-        return await self._backend.read(pool, pg, request, primary)
+        return await self._backend.read(pool, pg, request, primary, wait)
 
     async def _settled_write(
         self, request: AppendRequest, run: Callable[[_Conn, AppendRequest], Awaitable[T]]
@@ -488,7 +492,12 @@ class PostgresAsyncBackend(AsyncBackend):
         return pool
 
     async def read(
-        self, pool: _Pool, pg: PostgresLog, request: Request, primary: bool = False
+        self,
+        pool: _Pool,
+        pg: PostgresLog,
+        request: Request,
+        primary: bool = False,
+        wait: bool = True,
     ) -> list[_Row]:
         """A session read of ``pg`` (whose store has read replicas): on a replica that has
         replayed the log's writes, waiting for one as the sync reads do, else on the primary's
@@ -503,7 +512,7 @@ class PostgresAsyncBackend(AsyncBackend):
             if (
                 replica is not None
                 and replica_pool is not None
-                and await self._caught_up(reads, replica, replica_pool, fresh)
+                and await self._caught_up(reads, replica, replica_pool, fresh, wait)
             ):
                 try:
                     return await self.fetch(replica_pool, action, statement, params)
@@ -527,14 +536,14 @@ class PostgresAsyncBackend(AsyncBackend):
         return rows
 
     async def _caught_up(
-        self, reads: ReplicaSet, replica: Replica, pool: _Pool, fresh: Freshness
+        self, reads: ReplicaSet, replica: Replica, pool: _Pool, fresh: Freshness, wait: bool
     ) -> bool:
         """Whether ``replica`` has replayed ``fresh``'s writes, asking it again with a growing
         pause for the store's ``replica_wait`` (False: read from the primary)."""
         need = fresh.lsn
         if need <= replica.replayed:
             return True
-        next_pause = reads.pauses(fresh)
+        next_pause = reads.pauses(fresh, wait)
         while True:
             try:
                 rows = await self.fetch(pool, "reading the replay position", REPLAY_LSN, (), False)

@@ -9,17 +9,26 @@ searches, totals and ``exists``.
 
 **Read-your-writes.** Each session's log keeps a :class:`Freshness`: after an append it holds
 the primary's WAL insert position read right after the commit (``pg_current_wal_insert_lsn()``,
-on the connection that committed, so at or after the commit record). A read of that session
-object goes to a replica only once the replica has replayed that far
-(``pg_last_wal_replay_lsn()``); the position a replica was last seen at is remembered, so a
-replica known to be past it costs no extra query. A replica that has not caught up is asked
-again, with a growing pause, for ``replica_wait`` seconds, then the read goes to the primary;
-until the session object writes again, its later reads no longer wait (they read the replica
-when it is past the write, the primary otherwise). An append whose outcome is unknown (its
-connection lost), and the reads of an append that found another writer first, read from the
-primary. A read that a replica fails (a query cancelled by a conflict with recovery, tables
-not replayed yet) goes to the primary; a replica that cannot be reached is left out for
-:data:`DOWN_SECONDS`.
+on the connection that committed, so at or after the commit record). A read of the session
+object goes to a replica only once that replica has replayed that position
+(``pg_last_wal_replay_lsn()``; the position a replica was last seen at is remembered, so a
+replica known to be past it costs no extra query):
+
+* *opening* (the tail, or the full window ``messages()`` loads) asks the replica again, with
+  a growing pause, for ``replica_wait`` seconds, then reads from the primary; until the
+  session object writes again, its later opens no longer wait;
+* *a catch-up* (the events other writers appended after those the session object holds, its
+  own writes among them) and *a read of a range of events* (older events, and those the
+  append pipeline reads) ask the replica once, and read from the primary when it is behind:
+  the window of recent events already holds the object's own writes, and the primary
+  answers at once.
+
+A read that goes to the primary reads the primary's position too, so that the session
+object's later reads never see a replica behind what it saw. An append whose outcome is
+unknown (its connection lost), and the catch-up of an append that found another writer
+first, read from the primary. A read that a replica fails (a query cancelled by a conflict
+with recovery, tables not replayed yet) goes to the primary; a replica that cannot be
+reached is left out for :data:`DOWN_SECONDS`.
 
 Other store objects, and the store's lists and searches, read what the replica has replayed:
 they may lag behind the primary by the replica's replay lag.
@@ -50,8 +59,9 @@ log = logging.getLogger("agentsession.backends.postgres")
 _T = TypeVar("_T")
 
 DEFAULT_REPLICA_WAIT = 0.5
-"""Seconds a read of a session object that wrote waits for a replica to replay the write
-before it reads from the primary (the store's ``replica_wait``)."""
+"""Seconds opening a session object that wrote (its tail, or its full window) waits for a
+replica to replay the write before it reads from the primary (the store's
+``replica_wait``)."""
 
 DOWN_SECONDS = 5.0
 """Seconds a replica that could not be reached, or failed a read, is left out."""
@@ -174,10 +184,12 @@ class ReplicaSet:
                     return replica
         return None
 
-    def pauses(self, fresh: Freshness) -> Callable[[], float | None]:
+    def pauses(self, fresh: Freshness, wait: bool = True) -> Callable[[], float | None]:
         """The pauses between asking a replica for its replay position on behalf of
         ``fresh``: each call gives the next (None: stop waiting, and mark ``fresh`` as having
-        waited)."""
+        waited, unless ``wait`` is False: a catch-up, which asks once and never waits)."""
+        if not wait:
+            return lambda: None
         deadline = time.monotonic() + (0.0 if fresh.waited else self.wait)
         pause = _FIRST_PAUSE
 
@@ -192,10 +204,12 @@ class ReplicaSet:
 
         return next_pause
 
-    def reader(self, fresh: Freshness | None) -> tuple[Connections, Replica | None]:
+    def reader(
+        self, fresh: Freshness | None, wait: bool = True
+    ) -> tuple[Connections, Replica | None]:
         """The server a read answers from: a replica that has replayed ``fresh``'s writes
-        (None: no writes to wait for), waiting for one as the module docstring says, else the
-        primary; with the replica (None: the primary)."""
+        (None: no writes to wait for), waiting for one as the module docstring says (not
+        ``wait``: asking it once), else the primary; with the replica (None: the primary)."""
         if fresh is not None and fresh.pinned:
             return self.primary, None
         replica = self.choose()
@@ -205,7 +219,7 @@ class ReplicaSet:
         if need <= replica.replayed:
             return replica.db, replica
         assert fresh is not None
-        next_pause = self.pauses(fresh)
+        next_pause = self.pauses(fresh, wait)
         while True:
             try:
                 replayed = replica.db.run("reading the replay position", _replay_lsn)

@@ -475,9 +475,10 @@ class PostgresLog:
 
     # -- LogStorage -------------------------------------------------------------------------
 
-    def _fetch(self, request: Request, *, primary: bool = False) -> list[_Row]:
+    def _fetch(self, request: Request, *, primary: bool = False, wait: bool = True) -> list[_Row]:
         """The rows of a read: from a read replica that has replayed this log's writes, or
-        the primary (``primary``: always; see :mod:`~agentsession.backends.postgres.replicas`).
+        the primary (``primary``: always; ``wait``: False for a catch-up, which does not wait
+        for a replica; see :mod:`~agentsession.backends.postgres.replicas`).
         A read that falls back to the primary also reads the primary's WAL position, so that
         this log's later reads never see a replica behind what it saw."""
         reads = self._reads
@@ -485,7 +486,7 @@ class PostgresLog:
             return self._db.fetch(*request)
         action, statement, params = request
         fresh = self._fresh
-        db, replica = (self._db, None) if primary else reads.reader(fresh)
+        db, replica = (self._db, None) if primary else reads.reader(fresh, wait)
         if replica is not None:
             try:
                 return db.fetch(action, statement, params)
@@ -522,10 +523,12 @@ class PostgresLog:
         if self._stale:
             return REOPEN
         after = view.seen_seq
-        return self.take_refresh(self._fetch(self.refresh_request(after), primary=primary), after)
+        rows = self._fetch(self.refresh_request(after), primary=primary, wait=False)
+        return self.take_refresh(rows, after)
 
     def read(self, after: int, limit: int | None) -> list[Event]:
-        return _events_of(self._fetch(self.read_request(after, limit)), self._id)
+        rows = self._fetch(self.read_request(after, limit), wait=False)
+        return _events_of(rows, self._id)
 
     def append_one_request(
         self, view: LogView, event: Event, marker: bool, seen: int
