@@ -264,3 +264,41 @@ def test_async_twin(pair: ReplicatedPair, schema: str) -> None:
             writer.close()
 
     asyncio.run(main())
+
+
+def test_an_append_whose_position_is_unknown_reads_from_the_primary(
+    pair: ReplicatedPair, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the WAL position cannot be read after an append (which committed), the session
+    object reads from the primary, without waiting, until its next append reports one."""
+    import psycopg
+
+    from agentsession.backends.postgres import storage
+
+    primary, replica = urls(pair, schema)
+    store = open_store(primary, read_url=replica, replica_wait=5)
+    writer = open_store(primary)
+    pair.wait_replayed()
+    try:
+        writer.get("a").append_many([said(f"old {i}") for i in range(80)])
+        pair.wait_replayed()
+        session = store.get("a")
+        pair.pause_replay()
+
+        def lost(conn: Any) -> int:
+            raise psycopg.OperationalError("lost")
+
+        monkeypatch.setattr(storage, "write_lsn", lost)
+        assert session.append(said("mine")) == 81
+        log = session.plans.log
+        assert log.freshness.pinned
+        assert [m.text for m in session.messages()][-1] == "mine"  # the primary, no wait
+        assert not log.freshness.waited
+        monkeypatch.undo()
+        pair.resume_replay()
+        pair.wait_replayed()
+        session.append(said("next"))
+        assert not log.freshness.pinned
+    finally:
+        store.close()
+        writer.close()

@@ -296,8 +296,7 @@ class PostgresNativeLog:
         try:
             result = await run(conn, request)
             if fresh is not None:  # where the write reached, for reads from replicas
-                row = await (await conn.execute(WRITE_LSN)).fetchone()
-                fresh.wrote(None if row is None or row[0] is None else int(row[0]))
+                fresh.wrote(await _write_lsn(conn))
         except psycopg.Error as exc:
             if fresh is not None:
                 fresh.unknown()
@@ -348,6 +347,16 @@ async def _store_one(conn: _Conn, request: AppendRequest) -> bool:
     cursor = psycopg.AsyncRawCursor(conn)
     await cursor.execute(request.statement, request.params)
     return cursor.rowcount == 1
+
+
+async def _write_lsn(conn: _Conn) -> int | None:
+    """The primary's WAL insert position on ``conn``, right after an append committed there
+    (None when it cannot be read: the append's outcome is known, its position is not)."""
+    try:
+        row = await (await conn.execute(WRITE_LSN)).fetchone()
+    except psycopg.Error:
+        return None
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def _close_on_idle_loop(loop: asyncio.AbstractEventLoop, guard: asyncio.Task[None]) -> None:
@@ -523,7 +532,7 @@ class PostgresAsyncBackend(AsyncBackend):
             cursor = psycopg.AsyncRawCursor(conn)
             await cursor.execute(statement, params, binary=True)
             rows = await cursor.fetchall()
-            row = await (await conn.execute(WRITE_LSN)).fetchone()
+            lsn = await _write_lsn(conn)
         except psycopg.Error as exc:
             await self.putconn(pool, conn)
             raise self._host.failure(exc, action) from None
@@ -531,8 +540,8 @@ class PostgresAsyncBackend(AsyncBackend):
             await self.putconn(pool, conn, shielded=True)
             raise
         await self.putconn(pool, conn)
-        if row is not None and row[0] is not None:
-            fresh.lsn = max(fresh.lsn, int(row[0]))
+        if lsn is not None:
+            fresh.lsn = max(fresh.lsn, lsn)
         return rows
 
     async def _caught_up(

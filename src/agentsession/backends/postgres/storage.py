@@ -496,7 +496,10 @@ class PostgresLog:
         def read(conn: _Conn) -> tuple[list[_Row], int | None]:
             cursor = psycopg.RawCursor(conn)
             rows = cursor.execute(statement, params, binary=True).fetchall()
-            return rows, write_lsn(conn)
+            try:
+                return rows, write_lsn(conn)
+            except psycopg.Error:
+                return rows, None
 
         rows, lsn = self._db.run(action, read)
         if lsn is not None:
@@ -505,8 +508,14 @@ class PostgresLog:
 
     def _written(self, conn: _Conn) -> int | None:
         """After an append's statement on ``conn``: the WAL position it reached (read
-        replicas only; None otherwise)."""
-        return write_lsn(conn) if self._reads is not None else None
+        replicas only; None otherwise, or when it could not be read: the log then reads
+        from the primary until its next append)."""
+        if self._reads is None:
+            return None
+        try:
+            return write_lsn(conn)
+        except psycopg.Error:  # the append committed: its position is unknown, not its outcome
+            return None
 
     def open_tail(self, view: LogView) -> tuple[list[Event], bool]:
         """The latest ``TAIL_EVENTS`` events and the life, in one round trip."""

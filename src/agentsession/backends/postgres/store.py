@@ -75,9 +75,18 @@ covers running it at scale. How it keeps the storage contract:
   released, with no polling (timeout 0 is one ``pg_try_advisory_lock``). See
   :class:`PostgresLocker` (:mod:`~agentsession.backends.postgres.locks`).
 
+* **Read replicas** (``read_url``, ``read_urls``, ``replica_wait``): reads of sessions, lists
+  and searches go to streaming replicas, writes to the primary, and a session object reads
+  its own appends by comparing WAL positions
+  (:mod:`~agentsession.backends.postgres.replicas`).
+* **Partitioned events** (``partitions``, :func:`partition_events`): the events table as N
+  hash partitions by session id; the statements are the same
+  (:func:`~agentsession.backends.postgres.schema.partition_events_on`).
+
 The package's modules, lowest first: ``target`` (the URL, password scrubbing), ``schema``
-(tables, migrations, statements), ``connections``, ``storage`` (the session's log), ``locks``, this
-module (the store: catalog and meta), and ``aio`` (the async API's native path).
+(tables, migrations, statements), ``connections``, ``replicas``, ``storage`` (the session's
+log), ``locks``, this module (the store: catalog and meta), and ``aio`` (the async API's
+native path).
 """
 
 from __future__ import annotations
