@@ -379,8 +379,10 @@ class PostgresLog:
             # Another life, or created since this log found none: opened again at its tail
             # (rather than read whole).
             return REOPEN
-        if last_seq < after:  # a read replica behind what this log saw: nothing new yet
-            return []
+        if last_seq < after:
+            # Read from a replica behind what this log saw: nothing new yet. (From the
+            # primary a life's last_seq never goes back: open again, as for another life.)
+            return [] if self._reads is not None else REOPEN
         return events
 
     def read_request(self, after: int, limit: int | None) -> Request:
