@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -302,3 +303,46 @@ def test_an_append_whose_position_is_unknown_reads_from_the_primary(
     finally:
         store.close()
         writer.close()
+
+
+def test_a_follower_sees_an_append_the_replica_has_not_replayed(
+    pair: ReplicatedPair, schema: str
+) -> None:
+    """A follower is woken by the primary's notification of an append; its catch-up, which a
+    replica behind the notified seq answers with less, reads from the primary, so the event
+    arrives at once, not at the follower's next fallback read (a minute while it listens)."""
+    import psycopg
+
+    primary, replica = urls(pair, schema)
+    writer = open_store(primary)
+    reader = open_store(primary, read_url=replica)
+    got: list[str] = []
+    try:
+        writer.get("a").append(said("one"))
+        pair.wait_replayed()
+        session = reader.get("a")
+        assert texts(session.read()) == ["one"]
+        pair.pause_replay()
+
+        def follow() -> None:
+            for event in session.follow(after=1, timeout=20.0):
+                got.extend(texts([event]))
+                return
+
+        thread = threading.Thread(target=follow)
+        thread.start()
+        with psycopg.connect(pair.primary.dsn, autocommit=True) as conn:
+            while True:  # the watcher listens (it holds the listen lock shared)
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                    "AND mode = 'ShareLock' AND granted"
+                ).fetchone()
+                if row and row[0]:
+                    break
+                time.sleep(0.01)
+        writer.get("a").append(said("two"))
+        thread.join()
+        assert got == ["two"]
+    finally:
+        writer.close()
+        reader.close()

@@ -187,7 +187,7 @@ class PostgresNativeLog:
         if pg.stale:
             return REOPEN
         after = self.view.seen_seq
-        rows = await self._read(pg.refresh_request(after), primary, wait=False)
+        rows = await self._read(pg.refresh_request(after), primary, wait=False, behind=pg.behind)
         return pg.take_refresh(rows, after)
 
     async def read(self, after: int, limit: int | None) -> list[Event]:
@@ -268,7 +268,12 @@ class PostgresNativeLog:
         return await self._backend.fetch(pool, action, statement, params, raw)
 
     async def _read(
-        self, request: Request, primary: bool = False, *, wait: bool = True
+        self,
+        request: Request,
+        primary: bool = False,
+        *,
+        wait: bool = True,
+        behind: Callable[[list[_Row]], bool] | None = None,
     ) -> list[_Row]:
         """A session read: on a read replica that has replayed the log's writes, else on the
         primary (``primary``: always; not ``wait``: a catch-up, which asks the replica once),
@@ -278,7 +283,7 @@ class PostgresNativeLog:
         pg = self.pg
         if pg.reads is None:
             return await self._fetch(request)
-        return await self._backend.read(pool, pg, request, primary, wait)
+        return await self._backend.read(pool, pg, request, primary, wait, behind)
 
     async def _settled_write(
         self, request: AppendRequest, run: Callable[[_Conn, AppendRequest], Awaitable[T]]
@@ -507,6 +512,7 @@ class PostgresAsyncBackend(AsyncBackend):
         request: Request,
         primary: bool = False,
         wait: bool = True,
+        behind: Callable[[list[_Row]], bool] | None = None,
     ) -> list[_Row]:
         """A session read of ``pg`` (whose store has read replicas): on a replica that has
         replayed the log's writes, waiting for one as the sync reads do, else on the primary's
@@ -524,9 +530,12 @@ class PostgresAsyncBackend(AsyncBackend):
                 and await self._caught_up(reads, replica, replica_pool, fresh, wait)
             ):
                 try:
-                    return await self.fetch(replica_pool, action, statement, params)
+                    rows = await self.fetch(replica_pool, action, statement, params)
                 except StorageError as exc:
                     replica.failed(exc)
+                else:
+                    if behind is None or not behind(rows):
+                        return rows
         conn = await self.getconn(pool, action)
         try:
             cursor = psycopg.AsyncRawCursor(conn)

@@ -23,7 +23,10 @@ replica known to be past it costs no extra query):
   the window of recent events already holds the object's own writes, and the primary
   answers at once.
 
-A read that goes to the primary reads the primary's position too, so that the session
+A follower woken by the store's live feed (``LISTEN`` on the primary: the notification names
+the session and its latest seq) reads a catch-up that a replica answers with less from the
+primary, so it sees the append at once. A read that goes to the primary reads the primary's
+position too, so that the session
 object's later reads never see a replica behind what it saw. An append whose outcome is
 unknown (its connection lost), and the catch-up of an append that found another writer
 first, read from the primary. A read that a replica fails (a query cancelled by a conflict
@@ -39,6 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -48,6 +52,7 @@ from .connections import Connections, _Conn, _Row
 __all__ = [
     "DEFAULT_REPLICA_WAIT",
     "DOWN_SECONDS",
+    "NOTIFIED_KEPT",
     "REPLAY_LSN",
     "WRITE_LSN",
     "Freshness",
@@ -76,6 +81,9 @@ REPLAY_LSN = (
 )
 """How far a replica has replayed, as a byte count (a server that is not in recovery, such
 as the primary named as its own replica: how far it has flushed)."""
+
+NOTIFIED_KEPT = 10_000
+"""How many sessions' latest notified seqs a store with read replicas remembers."""
 
 _FIRST_PAUSE = 0.002
 _LONGEST_PAUSE = 0.05
@@ -163,6 +171,25 @@ class ReplicaSet:
         """Seconds a read waits for a replica to replay a session object's write."""
         self._mutex = threading.Lock()
         self._turn = 0
+        self._notified: OrderedDict[str, int] = OrderedDict()
+
+    def heard(self, session_id: str, seq: int) -> None:
+        """Take in a notification (the store's live feed, from the primary): session
+        ``session_id`` has events up to ``seq``. A catch-up of that session that a replica
+        answers with less reads from the primary (a follower woken by the notification sees
+        the append at once, not at its next fallback read). The latest
+        :data:`NOTIFIED_KEPT` sessions are remembered."""
+        with self._mutex:
+            notified = self._notified
+            if seq > notified.get(session_id, 0):
+                notified[session_id] = seq
+                notified.move_to_end(session_id)
+                if len(notified) > NOTIFIED_KEPT:
+                    notified.popitem(last=False)
+
+    def notified(self, session_id: str) -> int:
+        """The latest seq a notification announced for ``session_id`` (0: none heard)."""
+        return self._notified.get(session_id, 0)
 
     @property
     def enabled(self) -> bool:

@@ -477,12 +477,20 @@ class PostgresLog:
 
     # -- LogStorage -------------------------------------------------------------------------
 
-    def _fetch(self, request: Request, *, primary: bool = False, wait: bool = True) -> list[_Row]:
+    def _fetch(
+        self,
+        request: Request,
+        *,
+        primary: bool = False,
+        wait: bool = True,
+        behind: Callable[[list[_Row]], bool] | None = None,
+    ) -> list[_Row]:
         """The rows of a read: from a read replica that has replayed this log's writes, or
         the primary (``primary``: always; ``wait``: False for a catch-up, which does not wait
         for a replica; see :mod:`~agentsession.backends.postgres.replicas`).
         A read that falls back to the primary also reads the primary's WAL position, so that
-        this log's later reads never see a replica behind what it saw."""
+        this log's later reads never see a replica behind what it saw; so does a replica's
+        answer that ``behind`` finds behind what is known to be stored."""
         reads = self._reads
         if reads is None:
             return self._db.fetch(*request)
@@ -491,9 +499,12 @@ class PostgresLog:
         db, replica = (self._db, None) if primary else reads.reader(fresh, wait)
         if replica is not None:
             try:
-                return db.fetch(action, statement, params)
+                rows = db.fetch(action, statement, params)
             except StorageError as exc:
                 replica.failed(exc)
+            else:
+                if behind is None or not behind(rows):
+                    return rows
 
         def read(conn: _Conn) -> tuple[list[_Row], int | None]:
             cursor = psycopg.RawCursor(conn)
@@ -534,8 +545,18 @@ class PostgresLog:
         if self._stale:
             return REOPEN
         after = view.seen_seq
-        rows = self._fetch(self.refresh_request(after), primary=primary, wait=False)
+        request = self.refresh_request(after)
+        rows = self._fetch(request, primary=primary, wait=False, behind=self.behind)
         return self.take_refresh(rows, after)
+
+    def behind(self, rows: list[_Row]) -> bool:
+        """Whether a catch-up's rows (:meth:`refresh_request`) read from a replica are behind
+        the latest seq a notification announced for this session (read replicas only)."""
+        reads = self._reads
+        if reads is None:
+            return False
+        notified = reads.notified(self._id)
+        return bool(notified) and (not rows or int(rows[0][9]) < notified)
 
     def read(self, after: int, limit: int | None) -> list[Event]:
         rows = self._fetch(self.read_request(after, limit), wait=False)

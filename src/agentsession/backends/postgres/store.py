@@ -635,7 +635,9 @@ class PostgresStore(BaseStore):
                 locker=lambda: locker,
                 async_backend=lambda executor: _async_backend(self, executor, db, sql, reads),
                 reconnect_timeout=float(reconnect_timeout),
-                watcher=lambda: PostgresWatcher(db, notify_channel(target.schema)),
+                watcher=lambda: PostgresWatcher(
+                    db, notify_channel(target.schema), reads.heard if reads.enabled else None
+                ),
                 index=catalog_index,
             )
 

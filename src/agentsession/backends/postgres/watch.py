@@ -57,9 +57,17 @@ class PostgresWatcher:
     store's connections (how to reach the server, and the translation of its errors, without
     the password), ``channel`` the schema's channel."""
 
-    def __init__(self, db: Connections, channel: str) -> None:
+    def __init__(
+        self,
+        db: Connections,
+        channel: str,
+        heard: Callable[[str, int], None] | None = None,
+    ) -> None:
         self._db = db
         self._channel = channel
+        self._heard = heard
+        """Told each notification's session id and latest seq before ``changed`` (a store
+        with read replicas: a follower woken by it then reads past a replica behind it)."""
         key = listen_lock_key(db.target.schema)
         self._listen = b"LISTEN %s; SELECT pg_advisory_lock_shared(%d)" % (
             sql.Identifier(channel).as_bytes(None),
@@ -115,9 +123,14 @@ class PostgresWatcher:
             raise self._db.failure(exc, self._doing) from None
         return conn
 
-    @staticmethod
-    def _relay(conn: _Conn, changed: Callable[[str | None], None], stop: threading.Event) -> None:
+    def _relay(
+        self, conn: _Conn, changed: Callable[[str | None], None], stop: threading.Event
+    ) -> None:
         """Turn ``conn``'s notifications into calls of ``changed`` until ``stop`` is set."""
+        heard = self._heard
         while not stop.is_set():
             for note in conn.notifies(timeout=POLL):
-                changed(session_of(note.payload))
+                session_id = session_of(note.payload)
+                if heard is not None and session_id is not None:
+                    heard(session_id, int(note.payload.partition(" ")[0]))
+                changed(session_id)
