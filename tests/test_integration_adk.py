@@ -1840,3 +1840,70 @@ async def _get(service: AgentSessionService) -> Session:
     got = await service.get_session(app_name="app", user_id="ada", session_id="s")
     assert got is not None
     return got
+
+
+def test_adks_own_compaction_becomes_a_marker_as_the_runner_appends_it(tmp_path: Path) -> None:
+    """ADK's runner with an ``EventsCompactionConfig`` appends its compaction event through the
+    service: the same write ends with a ``session/compaction`` marker, so ``messages()`` shows
+    ADK's summary in place of the invocations it compacted, and ADK still reads its own
+    compaction event once."""
+    import warnings
+
+    from google.adk.apps.app import App, EventsCompactionConfig
+    from google.adk.apps.llm_event_summarizer import LlmEventSummarizer
+    from google.adk.runners import Runner
+
+    import agentsession as ags
+    from agentsession.integrations.adk import OWN_COMPACTION_META
+
+    class EchoLlm(BaseLlm):
+        model: str = "echo"
+
+        async def generate_content_async(  # type: ignore[override]
+            self, llm_request: LlmRequest, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            last = llm_request.contents[-1]
+            text = "".join(p.text or "" for p in last.parts or [])
+            if "conversation_history" in text or "ummar" in text:  # the summariser's prompt
+                reply = "Summary: the user said one and two."
+            else:
+                reply = f"re: {text}"
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=reply)]))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ADK marks its compaction config experimental
+        app = App(
+            name="shop",
+            root_agent=LlmAgent(name="helper", model=EchoLlm()),
+            events_compaction_config=EventsCompactionConfig(
+                compaction_interval=2, overlap_size=0, summarizer=LlmEventSummarizer(llm=EchoLlm())
+            ),
+        )
+    url = str(tmp_path / "store")
+
+    async def main() -> list[Any]:
+        async with AgentSessionService(url) as service:
+            runner = Runner(app=app, session_service=service)
+            await service.create_session(app_name="shop", user_id="ada", session_id="c1")
+            for text in ("one", "two", "three"):
+                async for _ in runner.run_async(
+                    user_id="ada",
+                    session_id="c1",
+                    new_message=types.Content(role="user", parts=[types.Part(text=text)]),
+                ):
+                    pass
+            got = await service.get_session(app_name="shop", user_id="ada", session_id="c1")
+            assert got is not None
+            return list(got.events)
+
+    adk_events = asyncio.run(main())
+    assert sum(1 for e in adk_events if e.actions and e.actions.compaction) == 1
+    with ags.open_store(url) as store:
+        [sid] = [i.id for i in store.list()]
+        session = store.get(sid)
+        markers = [e for e in session.read() if e.type == "session/compaction"]
+        assert len(markers) == 1 and OWN_COMPACTION_META in markers[0].meta
+        texts = [m.text for m in session.messages()]
+        assert texts[0] == "Summary: the user said one and two."
+        assert "one" not in texts and "two" not in texts
+        assert texts[-2:] == ["three", "re: three"]

@@ -67,7 +67,11 @@ reads itself) is read as ADK's own
 compaction: an ADK event with ``actions.compaction`` (``EventCompaction``) whose timestamp range
 covers the ADK events the marker summarised and whose content is the summary's text, so ADK's
 content builder sends the summary in their place (a marker without a summary leaves those
-events out instead). Derived on read; nothing new is stored.
+events out instead). Derived on read; nothing new is stored. The other way round, an ADK
+compaction event the runner appends (an app with an ``EventsCompactionConfig``) is stored with
+its marker in the same conditional write (:func:`compaction_marker`: ADK's summary as the
+marker's, the retained tail from the first ADK event after the compacted range), so that
+``messages()`` shows what ADK's model is sent.
 
 **Rewind.** ADK's rewind (``Runner.rewind_async(..., rewind_before_invocation_id=X)``) appends
 an ADK event whose ``actions.rewind_before_invocation_id`` is ``X`` and whose ``state_delta``
@@ -108,6 +112,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime as _dt
 import functools
 import math
 import os
@@ -151,7 +156,8 @@ from ..children import (
     update_store_value,
 )
 from ..codec import decode, encode
-from ..compaction import memory_cutoff_seq
+from ..compaction import memory_cutoff_seq, plan_compaction
+from ..derive import Deriver
 from ..errors import (
     ConflictError,
     DuplicateSession,
@@ -184,6 +190,7 @@ __all__ = [
     "REWIND_KIND",
     "AgentSessionService",
     "StoreTarget",
+    "compaction_marker",
     "session_key",
 ]
 
@@ -195,8 +202,9 @@ time (``app_name``, ``user_id``, ``id``, ``state``, ``last_update_time``)."""
 
 OWN_COMPACTION_META: Final = "adk_compaction"
 """The meta key of a ``session/compaction`` marker that stands for an ADK compaction event
-stored in the log (``agentsession import adk``: the event's ``EventCompaction``): ADK reads
-that event itself, so no compaction event is derived from the marker."""
+stored in the log (appended by ADK's runner through :class:`AgentSessionService`, or by
+``agentsession import adk``: the event's ``EventCompaction``): ADK reads that event itself, so
+no compaction event is derived from the marker."""
 
 COMPACTION_ID_PREFIX: Final = "agentsession-compaction-"
 """What the id of an ADK compaction event derived from a ``session/compaction`` marker starts
@@ -574,6 +582,114 @@ async def _append_rewind(
     raise ConflictError(
         f"session {log.id!r}: other writers kept appending while ADK's rewind before "
         f"invocation {invocation_id!r} was written ({_REWIND_TRIES} tries)"
+    )
+
+
+_STAMP_SLACK: Final = 1e-6
+"""Seconds by which an ADK event's stored timestamp may miss a compaction range's bounds and
+still be inside it (a column rounded to the microsecond, a float's last digit)."""
+
+
+def _is_compaction(event: Event) -> bool:
+    """Whether an ``adk/event`` is one of ADK's compaction events."""
+    doc = msgspec.json.decode(bytes(event.data))
+    actions = doc.get("actions") if isinstance(doc, dict) else None
+    return isinstance(actions, dict) and bool(actions.get("compaction"))
+
+
+def compaction_marker(
+    before: Sequence[Event],
+    compaction: Mapping[str, Any],
+    *,
+    meta: Mapping[str, Any] | None = None,
+    time: _dt.datetime | None = None,
+    event_id: str = "",
+) -> Event | None:
+    """The ``session/compaction`` marker of ADK's compaction ``compaction`` (an
+    ``EventCompaction`` as JSON: ``start_timestamp``, ``end_timestamp``,
+    ``compacted_content``), to follow ``before`` (the session's events so far, seqs 1..n in
+    order): ADK's compacted content as the summary (a user message, as ``compact()`` writes),
+    the retained tail starting with the first ADK event after the last one in the compacted
+    range, or nothing kept when no later one comes before it; ``compaction`` in the meta
+    (:data:`OWN_COMPACTION_META`, so no second ADK compaction event is derived from it). None
+    when the range holds no ADK event before it, the content has no text, or the history
+    cannot be cut there (a tool call unanswered at that point): the ADK event alone then
+    stays, as ADK reads it."""
+    try:
+        start = float(compaction["start_timestamp"])
+        end = float(compaction["end_timestamp"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    content = compaction.get("compacted_content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    text = "".join(
+        p["text"] for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)
+    )
+    if not text:
+        return None
+    numbered = [msgspec.structs.replace(e, seq=n) for n, e in enumerate(before, 1)]
+    last_covered = -1
+    for i, event in enumerate(numbered):
+        if event.type != ADK_EVENT or _is_compaction(event):
+            continue  # an earlier compaction is not itself compacted
+        doc = msgspec.json.decode(bytes(event.data))
+        stamp = doc.get("timestamp") if isinstance(doc, dict) else None
+        # A stored timestamp may be rounded to the microsecond (ADK's older schema's column)
+        # where the range keeps ADK's float: within _STAMP_SLACK is inside.
+        if isinstance(stamp, (int, float)) and start - _STAMP_SLACK <= stamp <= end + _STAMP_SLACK:
+            last_covered = i
+    if last_covered < 0:
+        return None
+    first_kept = len(numbered) + 1
+    for event in numbered[last_covered + 1 :]:
+        if event.type == ADK_EVENT and not _is_compaction(event):
+            first_kept = event.seq
+            break
+    try:
+        marker = plan_compaction(
+            numbered,
+            Deriver.from_events(numbered),
+            len(numbered),
+            Message.user(text),
+            first_kept_seq=first_kept,
+        )
+    except UsageError:
+        return None
+    if marker is None:
+        return None
+    return Event.new(
+        COMPACTION,
+        marker,
+        meta={**(meta or {}), OWN_COMPACTION_META: dict(compaction)},
+        time=time,
+        id=event_id,
+    )
+
+
+async def _append_compaction(
+    log: AsyncSession, batch: Sequence[Event], compaction: Mapping[str, Any]
+) -> list[int]:
+    """Append ``batch`` (an ADK compaction event and its mirror) followed, in the same write,
+    by its ``session/compaction`` marker (:func:`compaction_marker`), so that ``messages()``
+    shows ADK's summary in place of what it compacted. Planned on the log as it stands and
+    written only if nothing was appended since (``expect_seq``); planned again on what another
+    writer added when one came first."""
+    events = await log.read()
+    meta = {"turn_id": batch[0].meta["turn_id"]} if "turn_id" in batch[0].meta else {}
+    backoff = Backoff(tries=_REWIND_TRIES)
+    while backoff.next_try():
+        if pause := backoff.contention_pause():
+            await asyncio.sleep(pause)
+        planned_at = events[-1].seq if events else 0
+        marker = compaction_marker([*events, *batch], compaction, meta=meta)
+        written = [*batch, marker] if marker is not None else list(batch)
+        try:
+            return await log.append_many(written, expect_seq=planned_at)
+        except ConflictError:
+            events += await log.read(planned_at)
+    raise ConflictError(
+        f"session {log.id!r}: other writers kept appending while ADK's compaction event was "
+        f"written ({_REWIND_TRIES} tries)"
     )
 
 
@@ -1084,8 +1200,11 @@ class AgentSessionService(BaseSessionService):
         try:
             # The append is the async API's own (inline, in a thread or native, as the
             # backend places it); the rest of this call runs only in the rare cases it names.
+            compaction = actions.get("compaction") if isinstance(actions, dict) else None
             if event.actions.rewind_before_invocation_id:
                 seqs = await _append_rewind(log, batch, event.actions.rewind_before_invocation_id)
+            elif isinstance(compaction, dict) and self.mirror_messages:
+                seqs = await _append_compaction(log, batch, compaction)
             elif len(batch) == 1:
                 seqs = [await log.append(batch[0])]
             else:

@@ -49,13 +49,11 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from ..compaction import plan_compaction
 from ..core import check_event
-from ..derive import INTERRUPTED_TOOL_RESULT_TEXT, Deriver
+from ..derive import INTERRUPTED_TOOL_RESULT_TEXT
 from ..errors import UsageError
 from ..events import (
     ASSISTANT_MESSAGE,
-    COMPACTION,
     MAX_EVENT_ID_CHARS,
     SESSION_REWIND,
     TOOL_RESULT,
@@ -65,7 +63,7 @@ from ..events import (
     SessionRewind,
     Usage,
 )
-from ..messages import Message, ToolCall
+from ..messages import ToolCall
 from .healing import META_CALL_IDS, META_HEALED, SET_ASIDE, Defect, HealHooks, heal, survey
 from .importers import (
     ImportSource,
@@ -870,76 +868,17 @@ class AdkSource(ForeignSource):
         return notes
 
 
-_STAMP_SLACK: Final = 1e-6
-"""Seconds by which an ADK event's stored timestamp may miss a compaction range's bounds and
-still be inside it (a column rounded to the microsecond, a float's last digit)."""
-
-
 def _adk_compaction_marker(before: list[Event], pending: Event) -> Event | None:
-    """The ``session/compaction`` marker of an ADK compaction event, to follow ``before`` (the
-    session's events so far, seqs 1..n in order): ADK's compacted content as the summary (a
-    user message, as ``compact()`` writes), the retained tail starting with the first ADK
-    event after the last one in the compacted range (``start_timestamp..end_timestamp``), or
-    nothing kept when no later one comes before it; ADK's ``EventCompaction`` in the meta
-    (:data:`ADK_COMPACTION_META`). None when the range holds no ADK event before it, the
-    content has no text, or the history cannot be cut there (a tool call unanswered at that
-    point): the ADK event alone then stays, as ADK reads it."""
-    from ..integrations.adk import ADK_EVENT
+    """The ``session/compaction`` marker of the ADK compaction event ``pending`` stands for,
+    to follow ``before`` (see :func:`agentsession.integrations.adk.compaction_marker`)."""
+    from ..integrations.adk import compaction_marker
 
     raw = msgspec.json.decode(bytes(pending.data))
     compaction = raw.get("compaction") if isinstance(raw, dict) else None
     if not isinstance(compaction, dict):
         return None
-    try:
-        start = float(compaction["start_timestamp"])
-        end = float(compaction["end_timestamp"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    content = compaction.get("compacted_content")
-    parts = content.get("parts") if isinstance(content, dict) else None
-    text = "".join(
-        p["text"] for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)
-    )
-    if not text:
-        return None
-    numbered = [msgspec.structs.replace(e, seq=n) for n, e in enumerate(before, 1)]
-    last_covered = -1
-    for i, event in enumerate(numbered):
-        if event.type != ADK_EVENT:
-            continue
-        if _is_adk_compaction(event):
-            continue  # an earlier compaction is not itself compacted
-        doc = msgspec.json.decode(bytes(event.data))
-        stamp = doc.get("timestamp") if isinstance(doc, dict) else None
-        # A stored timestamp may be rounded to the microsecond (the older schema's column)
-        # where the range keeps ADK's float: within _STAMP_SLACK is inside.
-        if isinstance(stamp, (int, float)) and start - _STAMP_SLACK <= stamp <= end + _STAMP_SLACK:
-            last_covered = i
-    if last_covered < 0:
-        return None
-    first_kept = len(numbered) + 1
-    for event in numbered[last_covered + 1 :]:
-        if event.type == ADK_EVENT and not _is_adk_compaction(event):
-            first_kept = event.seq
-            break
-    try:
-        marker = plan_compaction(
-            numbered,
-            Deriver.from_events(numbered),
-            len(numbered),
-            Message.user(text),
-            first_kept_seq=first_kept,
-        )
-    except UsageError:
-        return None
-    if marker is None:
-        return None
-    return Event.new(
-        COMPACTION,
-        marker,
-        meta={**pending.meta, ADK_COMPACTION_META: compaction},
-        time=pending.time,
-        id=pending.id,
+    return compaction_marker(
+        before, compaction, meta=pending.meta, time=pending.time, event_id=pending.id
     )
 
 
