@@ -283,12 +283,10 @@ def adk_db(path: Path, url: str | None = None, *, legacy: bool = False) -> str:
     return url or str(path)
 
 
-def adk_compacted_db(path: Path, *, legacy: bool = False) -> str:
-    """An ADK ``DatabaseSessionService`` database written by ADK's ``Runner`` for an ``App``
-    with an ``EventsCompactionConfig`` (every 2 invocations, no overlap; the summariser an
-    ``LlmEventSummarizer`` over a scripted LLM): session ``c1`` with three invocations, ADK's
-    own compaction event after the second summarising the first two. ``legacy``: in ADK's
-    older schema (v0)."""
+def adk_compaction_app() -> Any:
+    """An ADK ``App`` with an ``EventsCompactionConfig`` (every 2 invocations, no overlap; the
+    summariser an ``LlmEventSummarizer``) over a scripted LLM that echoes (``re: <text>``) and
+    summarises as ``Summary: the user said one and two.``"""
     import warnings
 
     from google.adk.agents import LlmAgent
@@ -296,8 +294,6 @@ def adk_compacted_db(path: Path, *, legacy: bool = False) -> str:
     from google.adk.apps.llm_event_summarizer import LlmEventSummarizer
     from google.adk.models.base_llm import BaseLlm
     from google.adk.models.llm_response import LlmResponse
-    from google.adk.runners import Runner
-    from google.adk.sessions import DatabaseSessionService
     from google.genai import types
 
     class EchoLlm(BaseLlm):
@@ -312,17 +308,29 @@ def adk_compacted_db(path: Path, *, legacy: bool = False) -> str:
                 reply = f"re: {text}"
             yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=reply)]))
 
-    if legacy:
-        _legacy_adk_tables(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ADK marks its compaction config experimental
-        app = App(
+        return App(
             name="shop",
             root_agent=LlmAgent(name="helper", model=EchoLlm()),
             events_compaction_config=EventsCompactionConfig(
                 compaction_interval=2, overlap_size=0, summarizer=LlmEventSummarizer(llm=EchoLlm())
             ),
         )
+
+
+def adk_compacted_db(path: Path, *, legacy: bool = False) -> str:
+    """An ADK ``DatabaseSessionService`` database written by ADK's ``Runner`` for
+    :func:`adk_compaction_app`: session ``c1`` with three invocations, ADK's own compaction
+    event after the second summarising the first two. ``legacy``: in ADK's older schema
+    (v0)."""
+    from google.adk.runners import Runner
+    from google.adk.sessions import DatabaseSessionService
+    from google.genai import types
+
+    if legacy:
+        _legacy_adk_tables(path)
+    app = adk_compaction_app()
 
     async def main() -> None:
         service = DatabaseSessionService(f"sqlite+aiosqlite:///{path}")

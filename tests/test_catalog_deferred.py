@@ -144,11 +144,11 @@ _WRITER = textwrap.dedent(
 )
 
 
-def test_a_writer_killed_mid_turn_is_caught_up_from_its_log(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    url = f"sqlite:///{path}"
+def kill_writer_mid_turn(url: str, messages: int) -> None:
+    """Run a process that opens a turn on session ``killed`` of the store at ``url`` and
+    appends ``messages`` user messages in it, then SIGKILL it (and reap it)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, url, "7"],
+        [sys.executable, "-c", _WRITER, url, str(messages)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -163,6 +163,12 @@ def test_a_writer_killed_mid_turn_is_caught_up_from_its_log(tmp_path: Path) -> N
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_writer_killed_mid_turn_is_caught_up_from_its_log(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    url = f"sqlite:///{path}"
+    kill_writer_mid_turn(url, 7)
     assert _raw_messages(path, "killed") == 0  # the killed turn never reached its row
     with open_store(url) as store:
         [info] = store.list(order="id")
@@ -280,22 +286,7 @@ def test_jsonl_a_writer_killed_mid_turn_loses_nothing_from_the_catalog(tmp_path:
     url = str(root)
     with open_store(url) as store:
         store.list()  # the sidecar exists before the writer starts
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, url, "7"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    try:
-        assert proc.stdout is not None
-        assert readline_within(proc.stdout, 60) == "written\n"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    kill_writer_mid_turn(url, 7)
     with open_store(url) as store:
         [info] = store.list(order="id")
         assert (info.messages, info.turns, info.last_seq) == (7, 1, 8)

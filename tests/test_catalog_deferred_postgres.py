@@ -8,10 +8,6 @@ Needs a server: set ``AGENTSESSION_TEST_POSTGRES_DSN``.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +20,7 @@ from agentsession import Event, Message, open_store
 from agentsession.backends.postgres.schema import MIGRATIONS
 from agentsession.events import TurnEnd, TurnStart
 
-from .pipes import readline_within
-from .test_catalog_deferred import _WRITER, _listed, _rebuilt, _turn
+from .test_catalog_deferred import _listed, _rebuilt, _turn, kill_writer_mid_turn
 from .test_conformance_postgres import (
     DSN,
     SKIP_REASON,
@@ -99,22 +94,7 @@ def test_two_writers_of_one_session_never_count_an_event_twice(url: str) -> None
 
 
 def test_a_writer_killed_mid_turn_is_caught_up_from_its_log(url: str, tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, url, "7"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    try:
-        assert proc.stdout is not None
-        assert readline_within(proc.stdout, 60) == "written\n"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    kill_writer_mid_turn(url, 7)
     assert _state(url, "killed") == (0, 1, False, 1, 8)
     with open_store(url, pool_max_size=3) as store:
         [info] = store.list(order="id")

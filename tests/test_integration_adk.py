@@ -1847,38 +1847,14 @@ def test_adks_own_compaction_becomes_a_marker_as_the_runner_appends_it(tmp_path:
     service: the same write ends with a ``session/compaction`` marker, so ``messages()`` shows
     ADK's summary in place of the invocations it compacted, and ADK still reads its own
     compaction event once."""
-    import warnings
-
-    from google.adk.apps.app import App, EventsCompactionConfig
-    from google.adk.apps.llm_event_summarizer import LlmEventSummarizer
     from google.adk.runners import Runner
 
     import agentsession as ags
     from agentsession.integrations.adk import OWN_COMPACTION_META
 
-    class EchoLlm(BaseLlm):
-        model: str = "echo"
+    from .import_sources import adk_compaction_app
 
-        async def generate_content_async(  # type: ignore[override]
-            self, llm_request: LlmRequest, stream: bool = False
-        ) -> AsyncGenerator[LlmResponse, None]:
-            last = llm_request.contents[-1]
-            text = "".join(p.text or "" for p in last.parts or [])
-            if "conversation_history" in text or "ummar" in text:  # the summariser's prompt
-                reply = "Summary: the user said one and two."
-            else:
-                reply = f"re: {text}"
-            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=reply)]))
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # ADK marks its compaction config experimental
-        app = App(
-            name="shop",
-            root_agent=LlmAgent(name="helper", model=EchoLlm()),
-            events_compaction_config=EventsCompactionConfig(
-                compaction_interval=2, overlap_size=0, summarizer=LlmEventSummarizer(llm=EchoLlm())
-            ),
-        )
+    app = adk_compaction_app()
     url = str(tmp_path / "store")
 
     async def main() -> list[Any]:

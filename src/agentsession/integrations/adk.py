@@ -549,39 +549,58 @@ def _rewind_target(events: Sequence[Event], invocation_id: str) -> int | None:
     return first - 1 if first - 1 >= floor else None
 
 
-async def _append_rewind(
-    log: AsyncSession, batch: Sequence[Event], invocation_id: str
+async def _append_planned(
+    log: AsyncSession,
+    batch: Sequence[Event],
+    plan: Callable[[list[Event]], Event | None],
+    what: str,
 ) -> list[int]:
-    """Append ``batch`` (an ADK rewind event and its mirror) followed, in the same write, by
-    the ``session/rewind`` marker (kind ``adk.rewind``) to :func:`_rewind_target`'s seq, if
-    there is one. The marker is planned on the log as it stands and the write is made only if
-    nothing was appended since (``expect_seq``); when another writer came first, the events
-    it added are read and the marker planned again (a compaction marker among them may have
-    raised the floor)."""
+    """Append ``batch`` followed, in the same write, by the marker ``plan`` makes of the log as
+    it stands (all its events; None: no marker), written only if nothing was appended since
+    (``expect_seq``); when another writer came first, the events it added are read and the
+    marker planned again. ``what`` names the write for the error after
+    :data:`_REWIND_TRIES` tries in a row."""
     events = await log.read()
-    meta = {"turn_id": batch[0].meta["turn_id"]} if "turn_id" in batch[0].meta else {}
     backoff = Backoff(tries=_REWIND_TRIES)
     while backoff.next_try():
         if pause := backoff.contention_pause():
             await asyncio.sleep(pause)
         planned_at = events[-1].seq if events else 0
-        target = _rewind_target(events, invocation_id)
-        written = list(batch)
-        if target is not None:
-            marker = SessionRewind(
-                to_seq=target,
-                kind=REWIND_KIND,
-                reason=f"before invocation {invocation_id}",
-                min_revision=REWIND_REVISION,
-            )
-            written.append(Event.new(SESSION_REWIND, marker, meta=meta))
+        marker = plan(events)
+        written = [*batch, marker] if marker is not None else list(batch)
         try:
             return await log.append_many(written, expect_seq=planned_at)
         except ConflictError:
             events += await log.read(planned_at)
     raise ConflictError(
-        f"session {log.id!r}: other writers kept appending while ADK's rewind before "
-        f"invocation {invocation_id!r} was written ({_REWIND_TRIES} tries)"
+        f"session {log.id!r}: other writers kept appending while {what} was written "
+        f"({_REWIND_TRIES} tries)"
+    )
+
+
+async def _append_rewind(
+    log: AsyncSession, batch: Sequence[Event], invocation_id: str
+) -> list[int]:
+    """Append ``batch`` (an ADK rewind event and its mirror) followed, in the same write, by
+    the ``session/rewind`` marker (kind ``adk.rewind``) to :func:`_rewind_target`'s seq, if
+    there is one, planned on the log as it stands (:func:`_append_planned`: a compaction
+    marker another writer added may have raised the floor)."""
+    meta = {"turn_id": batch[0].meta["turn_id"]} if "turn_id" in batch[0].meta else {}
+
+    def plan(events: list[Event]) -> Event | None:
+        target = _rewind_target(events, invocation_id)
+        if target is None:
+            return None
+        marker = SessionRewind(
+            to_seq=target,
+            kind=REWIND_KIND,
+            reason=f"before invocation {invocation_id}",
+            min_revision=REWIND_REVISION,
+        )
+        return Event.new(SESSION_REWIND, marker, meta=meta)
+
+    return await _append_planned(
+        log, batch, plan, f"ADK's rewind before invocation {invocation_id!r}"
     )
 
 
@@ -671,25 +690,14 @@ async def _append_compaction(
 ) -> list[int]:
     """Append ``batch`` (an ADK compaction event and its mirror) followed, in the same write,
     by its ``session/compaction`` marker (:func:`compaction_marker`), so that ``messages()``
-    shows ADK's summary in place of what it compacted. Planned on the log as it stands and
-    written only if nothing was appended since (``expect_seq``); planned again on what another
-    writer added when one came first."""
-    events = await log.read()
+    shows ADK's summary in place of what it compacted; planned on the log as it stands
+    (:func:`_append_planned`)."""
     meta = {"turn_id": batch[0].meta["turn_id"]} if "turn_id" in batch[0].meta else {}
-    backoff = Backoff(tries=_REWIND_TRIES)
-    while backoff.next_try():
-        if pause := backoff.contention_pause():
-            await asyncio.sleep(pause)
-        planned_at = events[-1].seq if events else 0
-        marker = compaction_marker([*events, *batch], compaction, meta=meta)
-        written = [*batch, marker] if marker is not None else list(batch)
-        try:
-            return await log.append_many(written, expect_seq=planned_at)
-        except ConflictError:
-            events += await log.read(planned_at)
-    raise ConflictError(
-        f"session {log.id!r}: other writers kept appending while ADK's compaction event was "
-        f"written ({_REWIND_TRIES} tries)"
+    return await _append_planned(
+        log,
+        batch,
+        lambda events: compaction_marker([*events, *batch], compaction, meta=meta),
+        "ADK's compaction event",
     )
 
 
