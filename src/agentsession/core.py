@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import msgspec
 
+from .archive import ARCHIVE_KIND, SEGMENT_KIND, decode_index, decode_segment
 from .backoff import Backoff
 from .branching import shift
 from .codec import check_json, encode
@@ -706,7 +707,9 @@ class SessionCore:
         self._full = complete
         if events:
             self._latest_seq = events[-1].seq
-            self._window_start = self._first if complete else events[0].seq
+            # (a log whose first events are archived is whole from its first live event on)
+            complete_from_first = complete and events[0].seq <= self._first
+            self._window_start = self._first if complete_from_first else events[0].seq
         else:
             self._latest_seq = self._base
             self._window_start = self._first
@@ -1352,7 +1355,34 @@ class SessionCore:
                     return shared
             after = base
         events = yield Read(after, limit)
+        if not base and after < self._latest_seq and (not events or events[0].seq > after + 1):
+            events = yield from self._with_archived(after, limit, events)
         return shared + (yield from self._from_storage(events))
+
+    def _with_archived(self, after: int, limit: int | None, live: list[Event]) -> Plan[list[Event]]:
+        """A read whose live events start later than asked: the archived events after
+        ``after`` (:mod:`agentsession.archive`), then the live ones past the archive's mark."""
+        index = decode_index(self._id, (yield MetaGet(ARCHIVE_KIND, self._id)))
+        if after >= index.through:
+            return live
+        out: list[Event] = []
+        for segment in index.segments:
+            if segment.last <= after:
+                continue
+            text = yield MetaGet(SEGMENT_KIND, segment.key)
+            if text is None:
+                raise CorruptLogError(
+                    f"session {self._id!r}: archive segment {segment.key!r} is missing",
+                    session_id=self._id,
+                )
+            out.extend(e for e in decode_segment(self._id, text) if after < e.seq <= index.through)
+            if limit is not None and len(out) >= limit:
+                return out[:limit]
+        if live and live[0].seq <= index.through:
+            # Archived, and not yet dropped from the live log: read the live log past the mark.
+            live = yield Read(index.through, None if limit is None else limit - len(out))
+        out.extend(live if limit is None else live[: limit - len(out)])
+        return out
 
     # -- branches -------------------------------------------------------------------------
 

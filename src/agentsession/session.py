@@ -76,7 +76,7 @@ from .recorder import Turn
 from .rewind import again as _again
 from .rewind import branch as _branch
 from .rewind import rewind as _rewind
-from .storage import LogStorage, Reopen
+from .storage import DiscardingLog, LogStorage, Reopen
 
 # ID_WINDOW, Clock, SessionHost, SessionPlans and check_event live in agentsession.core and are
 # re-exported here, where other modules import them from.
@@ -165,6 +165,22 @@ class BaseSession(SessionCore):
     def _storage_read(self, after: int, limit: int | None) -> list[Event]:
         """Events with ``seq > after`` from storage."""
         return self._required_log().read(after, limit)
+
+    def _storage_discard_through(self, seq: int) -> tuple[int | None, int | None] | None:
+        """Drop the archived events up to ``seq`` from the live log
+        (:class:`~agentsession.storage.DiscardingLog`); None when the log storage cannot (a
+        branch, or a backend without it). Called with the session lock held."""
+        log = self._log
+        if log is None or isinstance(log, ShiftedLog) or not isinstance(log, DiscardingLog):
+            return None
+        return log.discard_through(seq)
+
+    def _storage_can_discard(self) -> bool:
+        """Whether :meth:`_storage_discard_through` can drop events."""
+        log = self._log
+        return (
+            log is not None and not isinstance(log, ShiftedLog) and isinstance(log, DiscardingLog)
+        )
 
     def _storage_close(self) -> None:
         """Release backend resources (the session stays usable and reopens them)."""

@@ -18,14 +18,14 @@ log again at its tail and (for an append) tries again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from .events import Event
 
 if TYPE_CHECKING:
     from .listing import CatalogChange
 
-__all__ = ["REOPEN", "LogStorage", "LogView", "Reopen"]
+__all__ = ["ARCHIVED", "REOPEN", "DiscardingLog", "LogStorage", "LogView", "Reopen"]
 
 
 class Reopen:
@@ -41,6 +41,11 @@ REOPEN: Final = Reopen()
 """What :meth:`LogStorage.refresh` and :meth:`LogStorage.append` return when the log the
 session read is gone (deleted, perhaps created again): nothing was written, and the session
 opens the log again."""
+
+
+ARCHIVED: Final = "agentsession/archived"
+"""The type of the stub a log storage may keep in an archived event's place (the memory
+backend does); a log storage never returns one from a read."""
 
 
 class LogView(Protocol):
@@ -148,4 +153,17 @@ class LogStorage(Protocol):
     def after_fork(self) -> None:
         """In a forked child, before any use: stop sharing descriptors, connections and locks
         with the parent."""
+        ...
+
+
+@runtime_checkable
+class DiscardingLog(Protocol):
+    """A log storage that can drop archived events from the live log (every built-in backend's
+    does; ``docs/retention.md``). The store calls it only once the events are archived and the
+    archive's index says so: what a crash leaves is the old log or the new one, never a gap."""
+
+    def discard_through(self, seq: int) -> tuple[int | None, int | None]:
+        """Drop every stored event with a seq up to ``seq`` (the last event of the log is always
+        kept), atomically; returns the live log's stored size before and after, in bytes
+        (None where the backend keeps no size)."""
         ...

@@ -27,6 +27,14 @@ import msgspec
 
 from . import _trace, children, indexing
 from ._durations import as_timedelta
+from .archive import (
+    ARCHIVE_KIND,
+    SEGMENT_KIND,
+    ArchiveReport,
+    SessionArchive,
+    archive_session,
+    segment_keys,
+)
 from .branching import BRANCHES_KIND, branches_problem, live_branches, remove_branch
 from .catalog import Catalog, MetaStorage, StoreParts, meta_update
 from .codec import utcnow
@@ -85,13 +93,15 @@ SESSION_META_KINDS: tuple[str, ...] = (
     "adk-snapshot",
     BRANCHES_KIND,
     RENEWED_KIND,
+    ARCHIVE_KIND,
 )
 """Meta namespaces keyed by session id, whose entries are deleted with their session (the chat
 layer's agent binding lives in ``bind``; an encrypted store's session keys in
 ``crypto-session`` and ``crypto-active``, so deleting a session also destroys its key; the
 session record in ``record``; a parent's children index in ``children``; the ADK
 integration's session-state snapshot in ``adk-snapshot``; the latest renewal by an update in
-``renewed``). Shredding a session removes them
+``renewed``; the archive index in ``archive``, whose segments are deleted with it). Shredding a
+session removes them
 too, except its key's tombstone (``crypto-session``) and the ids its children index keeps."""
 
 _KEPT_BY_SHRED = frozenset({SESSION_KIND, children.CHILDREN_KIND})
@@ -739,9 +749,12 @@ class BaseStore:
         if self._catalog.exists(sid):
             self._forget_child(sid)
         self._drop_cached(sid)
+        segments = segment_keys(sid, self._meta_get(ARCHIVE_KIND, sid))
         deleted = self._catalog.delete(sid, SESSION_META_KINDS)
+        for key in segments:  # after the index: a crash leaves unreferenced segments, no gap
+            self._meta_set(SEGMENT_KIND, key, None)
         self._keys.forget(sid)
-        return deleted
+        return deleted or bool(segments)
 
     def _forget_child(self, session_id: str) -> None:
         """Take a child that is being deleted out of its parent's index (even when it expired).
@@ -793,6 +806,51 @@ class BaseStore:
 
         self._meta_update(RENEWED_KIND, session_id, later)
         self._catalog.renew(session_id)
+
+    def archive(
+        self,
+        session_id: str | None = None,
+        *,
+        before: int | None = None,
+        keep_after_marker: bool = True,
+    ) -> ArchiveReport:
+        """Move the events no derived history needs out of the live log of ``session_id``
+        (None: of every session) into its archive, and report what moved, session by
+        session (``docs/retention.md``).
+
+        What stays live: everything from the latest compaction marker that rebuilds the
+        history for every agent on (with ``keep_after_marker``, from its first kept seq on),
+        what a rewind after it goes back to, every seq from a branch point or a child's fork
+        point on, and every seq from ``before`` on. Seqs never change, and :meth:`BaseSession.
+        read` reads archived seqs from the archive; opening a session and ``messages()``
+        never read it. A session without such a marker, a branch, or one of a backend that
+        cannot drop events is skipped (its entry says why)."""
+        self._check_open()
+        if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
+            raise UsageError(f"archive(before=...) must be a seq (int) or None, not {before!r}")
+        if session_id is not None:
+            ids = [check_session_id(session_id)]
+        else:
+            ids = [info.id for info in self.list(order="id")]
+        return ArchiveReport([self._archive_one(sid, before, keep_after_marker) for sid in ids])
+
+    def _archive_one(self, sid: str, before: int | None, keep_after_marker: bool) -> SessionArchive:
+        if not self._catalog.exists(sid):
+            return SessionArchive(sid, skipped="no such session")
+        if self.encrypted and self.is_shredded(sid):
+            return SessionArchive(sid, skipped="shredded")
+        forks = [child.fork_seq or 0 for child in children.children_of(self, sid)]
+        session = self._open_session(sid)
+        try:
+            report = archive_session(
+                self, session, sid, before=before, keep_after_marker=keep_after_marker,
+                fork_points=forks,
+            )  # fmt: skip
+        finally:
+            session.close()
+        if report.moved:
+            self._drop_cached(sid)  # the next get() opens the log as it is now
+        return report
 
     def purge_expired(self) -> builtins.list[str]:
         """Delete every expired session; returns their ids."""

@@ -1,12 +1,9 @@
 """The memory backend: the reference implementation of the storage contract.
 
 Every session of a store lives in a list inside that store; nothing survives the process.
-Everything is composed, nothing subclassed: :class:`MemoryLog` is a session's storage (a
-:class:`~agentsession.storage.LogStorage`), :class:`MemoryCatalog` (a
-:class:`~agentsession.catalog.Catalog`) keeps the lists, a
-:class:`~agentsession.catalog.MetaInMemory` the meta values and a
-:class:`~agentsession.indexing.MemoryIndex` the catalog rows; :class:`MemoryStore` hands them
-to :class:`~agentsession.store.BaseStore`.
+Everything is composed: :class:`MemoryLog` is a session's storage, :class:`MemoryCatalog` keeps
+the lists, a ``MetaInMemory`` the meta values and a ``MemoryIndex`` the catalog rows;
+:class:`MemoryStore` hands them to :class:`~agentsession.store.BaseStore`.
 """
 
 from __future__ import annotations
@@ -25,17 +22,18 @@ from ..follow import LocalWatcher
 from ..indexing import MemoryIndex
 from ..locks import ThreadLocker
 from ..session import BaseSession, SessionHost
-from ..storage import REOPEN, LogView, Reopen
+from ..storage import ARCHIVED, REOPEN, LogView, Reopen
 from ..store import BaseStore
 
 __all__ = ["MemoryCatalog", "MemoryLog", "MemoryStore", "MetaInMemory", "open_memory"]
+_NULL = msgspec.Raw(b"null")
 
 
 class MemoryLog:
-    """One session's log in a :class:`MemoryStore`: a list in the store's dict. Logs for one
-    id share the list, so seqs stay unique and gap-free as on the durable backends. A log
-    remembers which list it read (its *life*): when the store's list for the id is another
-    (deleted, perhaps created again), it answers :data:`~agentsession.storage.REOPEN`."""
+    """One session's log in a :class:`MemoryStore`: a list in the store's dict (seq ``n`` at
+    index ``n - 1``; an archived event's place holds a stub of :data:`ARCHIVED` type), shared
+    by the logs of one id. A log remembers which list it read (its *life*): when the store's
+    list for the id is another (deleted, created again), it answers ``REOPEN``."""
 
     def __init__(
         self, logs: dict[str, list[Event]], lock: threading.RLock, sid: str, store: str,
@@ -45,10 +43,8 @@ class MemoryLog:
         self._identity = ("memory", store, sid)
         self._life: list[Event] | None = None  # the store's list this object has read
 
-    @property
-    def location(self) -> str:
-        """Always ``memory``."""
-        return "memory"
+    location = "memory"
+    """Always ``memory``."""
 
     @property
     def identity(self) -> tuple[str, ...]:
@@ -58,7 +54,7 @@ class MemoryLog:
     def open(self, view: LogView) -> tuple[list[Event], bool]:
         with self._lock:
             self._life = self._logs.get(self._id)
-            return list(self._life or ()), True
+            return [e for e in self._life or () if e.type != ARCHIVED], True
 
     def open_tail(self, view: LogView) -> tuple[list[Event], bool]:
         with self._lock:
@@ -87,10 +83,7 @@ class MemoryLog:
                 return log
             foreign = log[view.seen_seq :]
             base = len(log)
-            if (
-                (expect_seq is not None and base != expect_seq)
-                or not view.admits(foreign, events)
-            ):
+            if (expect_seq is not None and base != expect_seq) or not view.admits(foreign, events):
                 return foreign, []
             if self._life is None:
                 log = self._life = self._logs.setdefault(self._id, [])
@@ -104,23 +97,30 @@ class MemoryLog:
 
     def refresh(self, view: LogView) -> list[Event] | Reopen:
         with self._lock:
-            log = self._current(view)
-            return log if isinstance(log, Reopen) else log[view.seen_seq :]
+            return log if isinstance(log := self._current(view), Reopen) else log[view.seen_seq :]
 
     def read(self, after: int, limit: int | None) -> list[Event]:
         with self._lock:
+            log = self._logs.get(self._id, [])[after : None if limit is None else after + limit]
+            return [e for e in log if e.type != ARCHIVED]
+
+    def discard_through(self, seq: int) -> tuple[int | None, int | None]:
+        """Drop the (archived) events up to ``seq``, the last event excepted: one stub each."""
+        with self._lock:
             log = self._logs.get(self._id, [])
-            return log[after : None if limit is None else after + limit]
+            if (count := min(seq, len(log) - 1)) > 0:
+                stub = msgspec.structs.replace(log[0], type=ARCHIVED, data=_NULL, meta={})
+                log[:count] = [stub] * count
+            return None, None
 
     def quarantine(self, event: Event, reason: str) -> bool:
         """Nothing is quarantined in memory."""
         return False
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Nothing to release (nor, in a forked child, anything shared: :meth:`after_fork`)."""
 
-    def after_fork(self) -> None:
-        """Nothing is shared with another process."""
+    after_fork = close
 
     def _current(self, view: LogView) -> list[Event] | Reopen:
         """The store's list for the id, or REOPEN when it is not the one this log read (and

@@ -69,7 +69,7 @@ _SEARCH_SPAN = 64 << 10  # below this many bytes, reading beats seeking
 _READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 _flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN
-_lseek, _write, _SEEK_END = os.lseek, os.write, os.SEEK_END
+_lseek, _write, _SEEK_END, _fstat = os.lseek, os.write, os.SEEK_END, os.fstat
 _replace = msgspec.structs.replace
 _seq_of = operator.attrgetter("seq")
 _lt = operator.lt
@@ -703,7 +703,9 @@ class JsonlLog:
         self._locked = True
         try:
             size = _lseek(fd, 0, _SEEK_END)
-            if size > self._size or (size == self._size and (size or os.fstat(fd).st_nlink)):
+            # A file no name leads to any more (replaced by an archive run that stopped before
+            # emptying it, or deleted) is never written to: open the path's file instead.
+            if size >= self._size and os.fstat(fd).st_nlink:
                 if not seen:
                     self._size = 0  # the session forgot what it read: read it all again
                 return self._catch_up(size, seen, locked=True) if size > self._size else []
@@ -727,8 +729,10 @@ class JsonlLog:
         try:
             _flock(fd, _LOCK_EX)
             try:
-                if _lseek(fd, 0, _SEEK_END) != size:
-                    return None  # someone else wrote: take the general path
+                if _lseek(fd, 0, _SEEK_END) != size or not _fstat(fd).st_nlink:
+                    # Someone else wrote, or the file was replaced (archived: see
+                    # discard_through) or deleted: the general path finds out which.
+                    return None
                 stored = _replace(event, seq=seen + 1)
                 line = one_line(stored)
                 journal = self._files.journal
@@ -841,6 +845,64 @@ class JsonlLog:
             else:
                 lo = self._find_newline(probe[1], end) + 1
         return lo
+
+    def discard_through(self, seq: int) -> tuple[int | None, int | None]:
+        """Drop the lines of the (archived) events up to ``seq`` (never the last line): under
+        the file lock, the rest is written to a new file, synced, renamed over the log and the
+        directory synced; then the old file is emptied, so that every other log object that
+        has it open (in any process) sees it gone and opens the new one (``REOPEN``). A crash
+        leaves the old file or the new one at the path, each whole."""
+        if not self._open_fd(create=False):
+            return None, None
+        try:
+            return self._with_lock(self._discard_locked, seq)
+        except OSError as exc:
+            raise self._error("archiving", exc) from exc
+
+    def _discard_locked(self, seq: int) -> tuple[int | None, int | None]:
+        fd = self._fd
+        size = _lseek(fd, 0, _SEEK_END)
+        if os.fstat(fd).st_nlink == 0 or size == 0:
+            return None, None  # replaced or deleted meanwhile: nothing of it to drop
+        if not SEQ_HEAD.match(os.pread(fd, HEAD_BYTES, 0)):
+            raise StorageError(
+                f"session {self._id!r}: {self._path} is not in agentsession's own line "
+                "format; its events cannot be archived"
+            )
+        pos = self._offset_after(seq, size)
+        last = self._line_start_before(size - 1) if size > 1 else 0
+        while pos < size:
+            found = self._seq_at(pos, size)
+            if found is None or found[0] > seq or found[1] >= last:
+                pos = size if found is None else found[1]
+                break
+            pos = self._find_newline(found[1], size) + 1
+        if pos <= 0 or pos >= size:
+            return size, size
+        tmp = f"{self._path}.{os.getpid()}.archive.tmp"
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        try:
+            at = pos
+            while at < size:
+                chunk = pread_all(fd, min(_CHUNK, size - at), at)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]
+                at += len(chunk)
+            os.fsync(out)
+        except BaseException:
+            os.close(out)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        os.close(out)
+        os.replace(tmp, self._path)
+        sync_dir(os.path.dirname(self._path))
+        # The old file is unlinked: empty it, so that a log object holding it sees it gone.
+        os.ftruncate(fd, 0)
+        self._size = 0
+        self._reload = True
+        return size, size - pos
 
     def read(self, after: int, limit: int | None) -> list[Event]:
         """Events with ``seq > after`` up to what this log read, found by a binary search
