@@ -201,7 +201,8 @@ class BaseSession(SessionCore):
         if inner is None:
             if base:
                 raise UsageError(
-                    f"{type(self).__name__} stores without a log storage: it cannot hold a branch"
+                    f"{type(self).__name__} stores without a log storage: it cannot hold a "
+                    "branch"
                 )
             return
         self._log = ShiftedLog(inner, base) if base else inner
@@ -711,7 +712,9 @@ class BaseSession(SessionCore):
         this id, ``~`` and 12 hex digits); an id that exists raises
         :class:`~agentsession.errors.DuplicateSession`. Listed by :meth:`branches`; its
         :attr:`origin` names this session and the point. See :mod:`agentsession.branching`."""
-        made: BaseSession = _branch(self, self._store, at_turn=at_turn, at_seq=at_seq, branch_id=id)
+        made: BaseSession = _branch(
+            self, self._store, at_turn=at_turn, at_seq=at_seq, branch_id=id
+        )
         return made
 
     def branches(self) -> list[BranchRef]:

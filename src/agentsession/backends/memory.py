@@ -26,14 +26,12 @@ from ..storage import ARCHIVED, REOPEN, LogView, Reopen
 from ..store import BaseStore
 
 __all__ = ["MemoryCatalog", "MemoryLog", "MemoryStore", "MetaInMemory", "open_memory"]
-_NULL = msgspec.Raw(b"null")
 
 
 class MemoryLog:
-    """One session's log in a :class:`MemoryStore`: a list in the store's dict (seq ``n`` at
-    index ``n - 1``; an archived event's place holds a stub of :data:`ARCHIVED` type), shared
-    by the logs of one id. A log remembers which list it read (its *life*): when the store's
-    list for the id is another (deleted, created again), it answers ``REOPEN``."""
+    """One session's log: a list in the store's dict, shared by the logs of one id (seq ``n`` at
+    index ``n - 1``; an archived event's place holds an ``ARCHIVED`` stub). It remembers which
+    list it read (its *life*): when the store's list for the id is another, it says ``REOPEN``."""
 
     def __init__(
         self, logs: dict[str, list[Event]], lock: threading.RLock, sid: str, store: str,
@@ -83,7 +81,10 @@ class MemoryLog:
                 return log
             foreign = log[view.seen_seq :]
             base = len(log)
-            if (expect_seq is not None and base != expect_seq) or not view.admits(foreign, events):
+            if (
+                (expect_seq is not None and base != expect_seq)
+                or not view.admits(foreign, events)
+            ):
                 return foreign, []
             if self._life is None:
                 log = self._life = self._logs.setdefault(self._id, [])
@@ -108,9 +109,8 @@ class MemoryLog:
         """Drop the (archived) events up to ``seq``, the last event excepted: one stub each."""
         with self._lock:
             log = self._logs.get(self._id, [])
-            if (count := min(seq, len(log) - 1)) > 0:
-                stub = msgspec.structs.replace(log[0], type=ARCHIVED, data=_NULL, meta={})
-                log[:count] = [stub] * count
+            count = max(0, min(seq, len(log) - 1))  # one stub, shared:
+            log[:count] = [msgspec.structs.replace(log[0], type=ARCHIVED)] * count if count else []
             return None, None
 
     def quarantine(self, event: Event, reason: str) -> bool:

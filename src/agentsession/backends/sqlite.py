@@ -253,6 +253,9 @@ _INSERT_IF_CURRENT = (
     f"INSERT INTO events ({_NAMES}) SELECT {_VALUES} "
     f"WHERE EXISTS (SELECT 1 FROM sessions WHERE key = ?1 >> {_SEQ_BITS})"
 )
+_EVENTS_SIZE = "SELECT coalesce(sum(length(data)), 0) FROM events WHERE key > ? AND key < ?"
+"""The bytes of a key range's stored event data (an archive run's report)."""
+
 _HEAD = (
     "SELECT s.key, s.compaction_seq, (SELECT max(e.key) FROM events AS e "
     f"WHERE e.key > (s.key << {_SEQ_BITS}) AND e.key < ((s.key + 1) << {_SEQ_BITS})) "
@@ -729,6 +732,34 @@ class SqliteLog:
             )
         except sqlite3.Error as exc:
             raise self._error("reading", exc) from exc
+
+    def discard_through(self, seq: int) -> tuple[int | None, int | None]:
+        """Delete the rows of the (archived) events up to ``seq``, the last event's excepted,
+        in one write transaction; returns the bytes of the session's stored event data before
+        and after."""
+        conn = self._db.connection()
+        try:
+            with self._db.write_lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    head = self._head(conn)
+                    if head is None:
+                        conn.execute("COMMIT")
+                        return None, None
+                    base = head[0] << _SEQ_BITS
+                    span = (base, base + _MAX_SEQ + 1)
+                    size = _EVENTS_SIZE
+                    before = int(conn.execute(size, span).fetchone()[0])
+                    upto = base + min(seq, head[2] - 1)  # head[2]: the last seq
+                    conn.execute("DELETE FROM events WHERE key > ? AND key <= ?", (base, upto))
+                    after = int(conn.execute(size, span).fetchone()[0])
+                    conn.execute("COMMIT")
+                except BaseException:
+                    _rollback(conn)
+                    raise
+        except sqlite3.Error as exc:
+            raise self._error("archiving", exc) from exc
+        return before, after
 
     # -- appending --------------------------------------------------------------------------
 

@@ -783,8 +783,9 @@ class JsonlLog:
                 return foreign
             try:
                 first = (foreign[-1].seq if foreign else seen) + 1
-                if (expect_seq is not None and first - 1 != expect_seq) or not view.admits(
-                    foreign, events
+                if (
+                    (expect_seq is not None and first - 1 != expect_seq)
+                    or not view.admits(foreign, events)
                 ):
                     return foreign, []
                 self._detect(os.pread(self._fd, 6, 0))

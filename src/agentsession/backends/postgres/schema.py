@@ -832,6 +832,8 @@ class Statements:
     expired: bytes
     delete_session: bytes
     delete_events: bytes
+    discard_events: bytes
+    events_size: bytes
     delete_meta_of: bytes
     delete_usage: bytes
     delete_documents: bytes
@@ -881,6 +883,17 @@ class Statements:
                 "DELETE FROM {s}.sessions WHERE id = %s RETURNING last_seq, {notify}"
             ),
             delete_events=render("DELETE FROM {s}.events WHERE session_id = %s"),
+            # Archived events (never the last): the session row is locked first, as an append
+            # locks it, so the latest seq read is the stored one.
+            discard_events=render(
+                "WITH s AS (SELECT last_seq FROM {s}.sessions WHERE id = %(id)s FOR UPDATE) "
+                "DELETE FROM {s}.events WHERE session_id = %(id)s AND seq <= %(seq)s "
+                "AND seq < (SELECT last_seq FROM s)"
+            ),
+            events_size=render(
+                "SELECT coalesce(sum(pg_column_size(e.*)), 0) FROM {s}.events AS e "
+                "WHERE e.session_id = %s"
+            ),
             delete_usage=render("DELETE FROM {s}.usage WHERE session_id = %s"),
             delete_documents=render("DELETE FROM {s}.documents WHERE session_id = %s"),
             # A rebuild's usage rows and documents (the row's columns are set apart).

@@ -562,6 +562,26 @@ class PostgresLog:
         rows = self._fetch(self.read_request(after, limit), wait=False)
         return _events_of(rows, self._id)
 
+    def discard_through(self, seq: int) -> tuple[int | None, int | None]:
+        """Delete the rows of the (archived) events up to ``seq``, the last event's excepted,
+        in one transaction (the session row locked first, as appends lock it); returns the
+        rows' stored size before and after."""
+        statements, sid = self._sql, self._id
+
+        def discard(conn: Any) -> tuple[int, int]:
+            with conn.transaction():
+                before = int(conn.execute(statements.events_size, (sid,)).fetchone()[0])
+                conn.execute(statements.discard_events, {"id": sid, "seq": seq})
+                after = int(conn.execute(statements.events_size, (sid,)).fetchone()[0])
+            return before, after
+
+        sizes: tuple[int, int] = self._db.run(
+            f"archiving session {sid!r}",
+            discard,
+            write="the archived events may or may not have been dropped from the live log",
+        )
+        return sizes
+
     def append_one_request(
         self, view: LogView, event: Event, marker: bool, seen: int
     ) -> AppendRequest | None:

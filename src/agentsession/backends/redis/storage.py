@@ -438,6 +438,24 @@ class RedisLog:
     def read(self, after: int, limit: int | None) -> list[Event]:
         return self.decode(self._call(self.read_call(after, limit)))
 
+    def discard_through(self, seq: int) -> tuple[int | None, int | None]:
+        """Trim the stream's entries of the (archived) events up to ``seq`` (``XTRIM MINID``,
+        exact; the store never asks for the last event); returns the stream's memory usage
+        before and after, as the server reports it."""
+        db, stream = self._db, self._keys[1]
+
+        def trim() -> tuple[int | None, int | None]:
+            before = db.client.memory_usage(stream)
+            db.client.xtrim(stream, minid=f"{seq + 1}-0", approximate=False)
+            return before, db.client.memory_usage(stream)
+
+        sizes: tuple[int | None, int | None] = db.run(
+            f"archiving session {self._id!r}",
+            trim,
+            "the archived events may or may not have been dropped from the live log",
+        )
+        return sizes
+
     def append_one(self, view: LogView, event: Event, marker: bool) -> Event | None:
         """The fast path: the append script for one event at ``seen_seq + 1`` in the life
         read; None (nothing written) when this log read no life, must open again, or another
