@@ -35,6 +35,7 @@ from .archive import (
     archive_session,
     segment_keys,
 )
+from . import retention as _retention
 from .branching import BRANCHES_KIND, branches_problem, live_branches, remove_branch
 from .catalog import Catalog, MetaStorage, StoreParts, meta_update
 from .codec import utcnow
@@ -67,6 +68,8 @@ from .listing import Hit, Page, Price, Totals
 from .locks import _HeldRegistry
 from .messages import Message
 from .recovery import recover_store
+from .retention import AuditEntry, ErasureReport, Hold, Retention, RetentionReport
+from .retention import as_rules as retention_rules
 from .registry import migrate_store, open_url, path_of, register_backend
 from .session import BaseSession
 from .stats import SessionStats, StoreStats, session_stats, store_stats
@@ -163,6 +166,7 @@ class BaseStore:
         revive_expired: bool = False,
         renew_on_update: bool = False,
         compaction: CompactionPolicy | None = None,
+        retention: Retention | Sequence[Retention] | None = None,
     ) -> None:
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
             raise UsageError(
@@ -205,6 +209,8 @@ class BaseStore:
             shred_clears=[k for k in SESSION_META_KINDS if k not in _KEPT_BY_SHRED],
         )
         """The store's encryption lifecycle (its key ring once unlocked)."""
+        self.retention: tuple[Retention, ...] = retention_rules(retention)
+        """The retention rules :meth:`apply_retention` applies (``docs/retention.md``)."""
         self.max_messages = max_messages
         """History cap: at a new user turn, older whole turns beyond this many derived
         messages are dropped from the history by a prune compaction (never deleted)."""
@@ -737,6 +743,11 @@ class BaseStore:
         """
         self._check_open()
         sid = check_session_id(session_id)
+        held = _retention.hold_of(self, sid)
+        if held is not None:
+            raise UsageError(
+                f"session {sid!r} is under a legal hold ({held.reason}); release it first"
+            )
         branches = live_branches(self, sid) if self._catalog.exists(sid) else []
         if branches and not recursive:
             raise UsageError(branches_problem(sid, branches, "delete(recursive=True) deletes"))
@@ -852,9 +863,74 @@ class BaseStore:
             self._drop_cached(sid)  # the next get() opens the log as it is now
         return report
 
+    # -- retention ------------------------------------------------------------------------------
+
+    def apply_retention(self, *, dry_run: bool = False) -> RetentionReport:
+        """Archive or delete sessions as the store's retention rules say (``retention=`` of
+        :func:`open_store`: :class:`~agentsession.retention.Retention`), never one under a
+        legal hold; every action is recorded in the audit log. With ``dry_run``, report what
+        would be done and change nothing."""
+        self._check_open()
+        return _retention.apply_retention(self, dry_run=dry_run)
+
+    def hold(self, session_id: str, reason: str) -> None:
+        """Place a legal hold on the session: no retention rule, erasure or :meth:`delete`
+        touches it until :meth:`release` (recorded in the audit log)."""
+        self._check_open()
+        sid = check_session_id(session_id)
+        if not isinstance(reason, str) or not reason.strip():
+            raise UsageError("hold(session_id, reason): the reason must be a non-empty string")
+        record = _retention.Hold(reason=reason, since=self.clock())
+        self._meta_set(_retention.HOLD_KIND, sid, msgspec.json.encode(record).decode())
+        _retention.audit(self, "hold", sid, reason)
+
+    def release(self, session_id: str) -> bool:
+        """Lift the session's legal hold; True when it had one (recorded in the audit log)."""
+        self._check_open()
+        sid = check_session_id(session_id)
+        held = _retention.hold_of(self, sid)
+        if held is None:
+            return False
+        self._meta_set(_retention.HOLD_KIND, sid, None)
+        _retention.audit(self, "release", sid, held.reason)
+        return True
+
+    def holds(self) -> dict[str, Hold]:
+        """Every legal hold, by session id."""
+        self._check_open()
+        return _retention.holds(self)
+
+    def audit_log(self) -> builtins.list[AuditEntry]:
+        """The store's audit log (retention actions, holds, data-subject requests), oldest
+        first."""
+        self._check_open()
+        return _retention.audit_log(self)
+
+    def export_user(self, user: str, dest: str | os.PathLike[str] | None = None) -> str:
+        """Write every session ``user`` took part in (the catalog's user, or any event's),
+        whole and read through the archive, as JSONL files with a ``manifest.json`` into
+        ``dest`` (None: a new private temporary directory); returns the directory."""
+        self._check_open()
+        return _retention.export_user(self, user, dest)
+
+    def erase_user(self, user: str) -> ErasureReport:
+        """Erase every session ``user`` took part in that no legal hold keeps (with its
+        branches and children): shredded, then deleted, in an encrypted store; deleted
+        otherwise. Returns what was erased and what a hold kept."""
+        self._check_open()
+        return _retention.erase_user(self, user)
+
+    def _read_all(self, session_id: str) -> builtins.list[Event]:
+        """Every event of a session, archived ones included (a fresh session object)."""
+        session = self._open_session(session_id)
+        try:
+            return session.read()
+        finally:
+            session.close()
+
     def purge_expired(self) -> builtins.list[str]:
-        """Delete every expired session; returns their ids."""
-        ids = self.expired()
+        """Delete every expired session (but those under a legal hold); returns their ids."""
+        ids = [sid for sid in self.expired() if _retention.hold_of(self, sid) is None]
         for session_id in ids:
             self.delete(session_id)
         return ids
