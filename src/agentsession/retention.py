@@ -337,9 +337,7 @@ def sessions_of_user(
     return out
 
 
-def export_user(
-    store: RetentionHost, user: str, dest: str | os.PathLike[str] | None
-) -> str:
+def export_user(store: RetentionHost, user: str, dest: str | os.PathLike[str] | None) -> str:
     """Write every session ``user`` took part in as JSONL (one file per session, the events
     as the JSONL format stores them, opened) with ``manifest.json``; returns the directory."""
     found = sessions_of_user(store, user)
@@ -414,4 +412,3 @@ def holds(store: RetentionHost) -> dict[str, Hold]:
         if hold is not None:
             out[key] = hold
     return out
-

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast, overload
 import msgspec
 
 from . import _trace, children, indexing
+from . import retention as _retention
 from ._durations import as_timedelta
 from .archive import (
     ARCHIVE_KIND,
@@ -35,7 +36,6 @@ from .archive import (
     archive_session,
     segment_keys,
 )
-from . import retention as _retention
 from .branching import BRANCHES_KIND, branches_problem, live_branches, remove_branch
 from .catalog import Catalog, MetaStorage, StoreParts, meta_update
 from .codec import utcnow
@@ -68,9 +68,9 @@ from .listing import Hit, Page, Price, Totals
 from .locks import _HeldRegistry
 from .messages import Message
 from .recovery import recover_store
+from .registry import migrate_store, open_url, path_of, register_backend
 from .retention import AuditEntry, ErasureReport, Hold, Retention, RetentionReport
 from .retention import as_rules as retention_rules
-from .registry import migrate_store, open_url, path_of, register_backend
 from .session import BaseSession
 from .stats import SessionStats, StoreStats, session_stats, store_stats
 
