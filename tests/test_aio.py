@@ -183,7 +183,7 @@ def test_every_sync_operation_has_an_async_one() -> None:
                      (step.sync, step)]
             settings = {"clock", "durability", "ttl", "max_messages", "max_cached_sessions",
                         "cache_idle_ttl", "max_loaded_events", "default_delivery_policy",
-                        "revive_expired", "renew_on_update", "compaction"}
+                        "revive_expired", "renew_on_update", "compaction", "retention"}
             for sync, wrapper in pairs:
                 assert _public(sync) - settings - _sync_only(sync) <= _public(wrapper)
         lock = await store.lock("s")

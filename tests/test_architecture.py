@@ -202,6 +202,7 @@ def test_the_cycle_finder_finds_cycles() -> None:
 
 
 CORE = {
+    "agentsession.archive",
     "agentsession.children",
     "agentsession.codec",
     "agentsession.compaction",
@@ -222,6 +223,7 @@ CORE = {
     "agentsession.recorder",
     "agentsession.recovery",
     "agentsession.registry",
+    "agentsession.retention",
     "agentsession.runstate",
     "agentsession.session",
     "agentsession.stats",
@@ -322,6 +324,7 @@ CORE_IMPORTS = {
     "agentsession.messages",
     "agentsession.ops",
     "agentsession.storage",
+    "agentsession.archive",  # the archive's format, read through by reads (pure)
 }
 NEVER_IN_THE_CORE = {
     "agentsession.session",

@@ -24,6 +24,7 @@ from collections.abc import (
 )
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from ..archive import ArchiveReport
 from ..children import ChildInfo, LifecycleEvent, LifecycleHook
 from ..contract import SessionInfo, StoreRecoveryReport
 from ..errors import LeaseLost, LockTimeout, UsageError
@@ -33,6 +34,7 @@ from ..follow import Change
 from ..inbox import Delivery
 from ..listing import Hit, Page, Price, Totals
 from ..messages import Message
+from ..retention import AuditEntry, ErasureReport, Hold, RetentionReport
 from ..session import BaseSession
 from ..stats import SessionStats, StoreStats
 from ..store import BaseStore, open_store
@@ -478,6 +480,53 @@ class AsyncStore:
     async def expired(self) -> builtins.list[str]:
         """Ids of the sessions whose last append is older than the TTL."""
         return await self._call("store.expired", self._sync.expired)
+
+    async def archive(
+        self,
+        session_id: str | None = None,
+        *,
+        before: int | None = None,
+        keep_after_marker: bool = True,
+    ) -> ArchiveReport:
+        """Move what no derived history needs out of the live logs
+        (:meth:`agentsession.BaseStore.archive`)."""
+        fn = functools.partial(
+            self._sync.archive, session_id, before=before, keep_after_marker=keep_after_marker
+        )
+        return await self._call("store.archive", fn)
+
+    async def apply_retention(self, *, dry_run: bool = False) -> RetentionReport:
+        """Archive or delete sessions as the retention rules say
+        (:meth:`agentsession.BaseStore.apply_retention`)."""
+        fn = functools.partial(self._sync.apply_retention, dry_run=dry_run)
+        return await self._call("store.apply_retention", fn)
+
+    async def hold(self, session_id: str, reason: str) -> None:
+        """Place a legal hold on the session (:meth:`agentsession.BaseStore.hold`)."""
+        await self._call("store.hold", functools.partial(self._sync.hold, session_id, reason))
+
+    async def release(self, session_id: str) -> bool:
+        """Lift the session's legal hold (:meth:`agentsession.BaseStore.release`)."""
+        return await self._call("store.release", functools.partial(self._sync.release, session_id))
+
+    async def holds(self) -> dict[str, Hold]:
+        """Every legal hold, by session id (:meth:`agentsession.BaseStore.holds`)."""
+        return await self._call("store.holds", self._sync.holds, kind="read")
+
+    async def audit_log(self) -> builtins.list[AuditEntry]:
+        """The store's audit log, oldest first (:meth:`agentsession.BaseStore.audit_log`)."""
+        return await self._call("store.audit_log", self._sync.audit_log, kind="read")
+
+    async def export_user(self, user: str, dest: str | os.PathLike[str] | None = None) -> str:
+        """Write everything ``user`` took part in as JSONL with a manifest
+        (:meth:`agentsession.BaseStore.export_user`); returns the directory."""
+        fn = functools.partial(self._sync.export_user, user, dest)
+        return await self._call("store.export_user", fn)
+
+    async def erase_user(self, user: str) -> ErasureReport:
+        """Erase every session ``user`` took part in that no hold keeps
+        (:meth:`agentsession.BaseStore.erase_user`)."""
+        return await self._call("store.erase_user", functools.partial(self._sync.erase_user, user))
 
     async def purge_expired(self) -> builtins.list[str]:
         """Delete every expired session; returns their ids."""
