@@ -41,6 +41,7 @@ from .events import (
     SESSION_REWIND,
     SESSION_ROLLBACK,
     Event,
+    SessionRewind,
     SessionRollback,
     compaction_of,
     decode_event_lines,
@@ -306,11 +307,10 @@ NO_MARKER: Final = "no compaction marker that rebuilds the history for every age
 
 def _rewind_to(event: Event) -> int | None:
     try:
-        data = msgspec.json.decode(bytes(event.data))
-    except msgspec.DecodeError:
+        marker = msgspec.json.decode(bytes(event.data), type=SessionRewind)
+    except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    target = data.get("to_seq") if isinstance(data, dict) else None
-    return target if isinstance(target, int) and target >= 0 else None
+    return marker.to_seq if marker.to_seq >= 0 else None
 
 
 @dataclass(frozen=True)
