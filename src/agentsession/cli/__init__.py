@@ -56,7 +56,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 # Importing the command modules registers their commands on the group.
-from . import catalog, demo, imports, keys, maintenance, serve, sessions, transcript  # noqa: F401
+from . import (  # noqa: F401
+    catalog,
+    demo,
+    imports,
+    keys,
+    maintenance,
+    retention,
+    serve,
+    sessions,
+    transcript,
+)
 from ._group import _accept_global_options, cli
 from ._output import (
     EXIT_BROKEN_PIPE,
