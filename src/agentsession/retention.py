@@ -7,9 +7,10 @@ Everything here is kept in the store's meta entries, so it works alike on every 
 * ``hold/<session id>``: a legal hold (:class:`Hold`), set by :meth:`BaseStore.hold` and
   removed by :meth:`BaseStore.release`; a held session is never archived or deleted by a
   policy, never erased by :meth:`BaseStore.erase_user`, and :meth:`BaseStore.delete` refuses it;
-* ``audit/<time>-<random>``: one :class:`AuditEntry` per action taken (a policy's archive or
-  delete, a hold, a release, an export, an erasure), oldest first by key. Entries name
-  sessions and reasons, never a user: a data-subject request records the SHA-256 of the user.
+* ``audit/<time>-<host time in ns>-<random>``: one :class:`AuditEntry` per action taken (a
+  policy's archive or delete, a hold, a release, an export, an erasure), oldest first by key.
+  Entries name sessions and reasons, never a user: a data-subject request records the SHA-256
+  of the user.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
@@ -257,7 +259,9 @@ def audit(store: RetentionHost, action: str, session_id: str = "", reason: str =
     now = store.clock()
     entry = AuditEntry(now, action, session_id, reason, detail)
     stamp = now.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    store._meta_set(AUDIT_KIND, f"{stamp}-{secrets.token_hex(4)}", _ENCODE.encode(entry).decode())
+    # The store's clock first, then this host's, then a random part: in the order taken.
+    key = f"{stamp}-{time.time_ns():020d}-{secrets.token_hex(4)}"
+    store._meta_set(AUDIT_KIND, key, _ENCODE.encode(entry).decode())
 
 
 def audit_log(store: RetentionHost) -> builtins.list[AuditEntry]:
@@ -306,11 +310,10 @@ def _act(store: RetentionHost, session_id: str, action: str, reason: str) -> Ret
             detail = "deleted"
         else:
             entry = store.archive(session_id).sessions[0]
-            detail = (
-                f"{entry.moved} events archived (through seq {entry.through_seq})"
-                if entry.skipped is None
-                else f"nothing archived: {entry.skipped}"
-            )
+            if entry.skipped is not None:  # nothing changed: nothing to record
+                detail = f"nothing archived: {entry.skipped}"
+                return RetentionAction(session_id, action, reason, False, detail)
+            detail = f"{entry.moved} events archived (through seq {entry.through_seq})"
     except SessionError as exc:
         return RetentionAction(session_id, action, reason, False, f"failed: {exc}")
     audit(store, action, session_id, reason, detail)
