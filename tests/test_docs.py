@@ -15,6 +15,7 @@ RUNNABLE = (
     "chat.md",
     "catalog.md",
     "compaction.md",
+    "retention.md",
 )
 """Pages whose Python blocks are whole programs (others show fragments, such as a PostgreSQL
 URL of a server that does not exist here)."""
