@@ -364,3 +364,23 @@ def test_the_golden_archive_of_this_format_loads(tmp_path: Path) -> None:
     assert [json.loads(encode_event(e)) for e in events] == expected
     assert store.get("golden")._storage_read(0, None)[0].seq > 1
     assert store.get("golden").messages()
+
+
+def test_a_copy_holds_every_event_live_and_no_archive(tmp_path: Path) -> None:
+    """copy_store reads through the archive and writes the copy's logs whole; the archive's
+    entries (sealed under the source's keys in an encrypted store) are not copied."""
+    from agentsession import copy_store
+
+    source = open_store(str(tmp_path / "a"), passphrase="one")
+    _grow(source, "s", 3)
+    assert source.archive("s").sessions[0].moved
+    before = source.get("s").read()
+    target = open_store(str(tmp_path / "b"), passphrase="two", create=True)
+    copy_store(source, target)
+    assert target._meta_get(ARCHIVE_KIND, "s") is None
+    assert [e.seq for e in target.get("s")._storage_read(0, None)] == [e.seq for e in before]
+    assert target.archive("s").sessions[0].moved  # and it archives on its own
+    target._drop_cached("s")
+    assert target.get("s").read() == before
+    source.close()
+    target.close()

@@ -35,6 +35,7 @@ from typing import Final
 
 import msgspec
 
+from .archive import ARCHIVE_KIND, SEGMENT_KIND
 from .branching import BRANCHES_KIND, branch_refs
 from .children import (
     CHILDREN_KIND,
@@ -66,6 +67,9 @@ BATCH: Final = 1000
 KEY_RECORD_KINDS: Final = frozenset({STORE_KIND, SESSION_KIND, ACTIVE_KIND})
 """Meta namespaces of an encrypted store's keys: never copied (each store has its own)."""
 
+_ARCHIVE_KINDS: Final = frozenset({ARCHIVE_KIND, SEGMENT_KIND})
+"""Not copied: the copy's logs are written whole (an archive's events sealed under the
+source's keys would not open in the destination)."""
 _SEALED_IN_ENCRYPTED: Final = frozenset({RECORD_KIND, CHILDREN_KIND, "adk-snapshot"})
 """Session-keyed namespaces the library seals in an encrypted store whatever the source did
 (the session record, the children index, the ADK integration's state snapshot)."""
@@ -424,8 +428,8 @@ class _Copier:
     def _source_entries(self, wanted: set[str], shredded: set[str]) -> list[_Entry]:
         entries: list[_Entry] = []
         for kind, key, raw in self.src._meta_list():
-            if kind in KEY_RECORD_KINDS:
-                continue
+            if kind in KEY_RECORD_KINDS or kind in _ARCHIVE_KINDS:
+                continue  # (a copy's logs hold every event live: read through the archive)
             if key in shredded or (kind in SESSION_META_KINDS and self._shredded(key)):
                 continue  # sealed under a destroyed key, or the state of a session left out
             if not self.whole and key not in wanted:
