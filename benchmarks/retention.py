@@ -69,6 +69,9 @@ def main() -> None:
     parser.add_argument("--archive-every", type=int, default=10_000)
     parser.add_argument("--compact-every", type=int, default=1_000)
     parser.add_argument("--store", choices=["jsonl", "sqlite"], default="jsonl")
+    parser.add_argument(
+        "--rows", type=int, default=20, help="at most this many checkpoints printed (and the last)"
+    )
     args = parser.parse_args()
     if args.archive_every % args.compact_every:
         sys.exit("--archive-every must be a multiple of --compact-every")
@@ -122,6 +125,11 @@ def main() -> None:
             opened, derived = timed_open(url)
             if base is None:
                 base = (peak, opened, derived)
+            checkpoints = args.turns // args.archive_every
+            step = max(1, -(-checkpoints // max(1, args.rows)))
+            number = written // args.archive_every
+            if number % step and number != 1 and written + args.compact_every <= args.turns:
+                continue
             print(
                 f"{written:>10,} {session.latest_seq:>10,} {peak:>11,} {peak / base[0]:>6.2f} "
                 f"{live:>10,} "
