@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from agentsession import BaseStore, CorruptLogError, UsageError, open_store
+from agentsession import BaseStore, CorruptLogError, Event, Message, UsageError, open_store
 from agentsession import archive as archive_module
 from agentsession.archive import ARCHIVE_KIND, SEGMENT_KIND, ArchiveReport, decode_index
 from agentsession.events import encode_event
@@ -384,3 +384,30 @@ def test_a_copy_holds_every_event_live_and_no_archive(tmp_path: Path) -> None:
     assert target.get("s").read() == before
     source.close()
     target.close()
+
+
+@pytest.mark.parametrize("emptied", [True, False])
+def test_a_writer_holding_the_replaced_jsonl_file_writes_to_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, emptied: bool
+) -> None:
+    """Another store object (here: in this process) has the log open when an archive run
+    replaces the file; its next appends land in the new file, also when the run stopped
+    before emptying the old one (``emptied=False``: as if killed right after the rename)."""
+    directory = str(tmp_path / "store")
+    writer = open_store(directory)
+    _grow(writer, "s", 3)
+    held = writer.get("s")
+    assert held.latest_seq  # the writer's log has the file open
+    archiver = open_store(directory)
+    if not emptied:
+        monkeypatch.setattr(os, "ftruncate", lambda fd, size: None)
+    assert archiver.archive("s").sessions[0].moved
+    monkeypatch.undo()
+    seq = held.append(Event.new("user/message", Message.user("after the archive")))
+    _turns(writer, "s", 1, start=99)
+    reader = open_store(directory)
+    events = reader.get("s").read()
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert seq in [e.seq for e in events]
+    for s in (writer, archiver, reader):
+        s.close()

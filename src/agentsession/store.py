@@ -850,6 +850,9 @@ class BaseStore:
             return SessionArchive(sid, skipped="no such session")
         if self.encrypted and self.is_shredded(sid):
             return SessionArchive(sid, skipped="shredded")
+        if self._index is not None and self._indexing.catalog:
+            # A catalog caught up from the logs (JSONL's) takes in what is about to leave it.
+            self.list(sid, limit=1)
         forks = [child.fork_seq or 0 for child in children.children_of(self, sid)]
         session = self._open_session(sid)
         try:
