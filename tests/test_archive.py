@@ -411,3 +411,32 @@ def test_a_writer_holding_the_replaced_jsonl_file_writes_to_the_new_one(
     assert seq in [e.seq for e in events]
     for s in (writer, archiver, reader):
         s.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", "jsonl", "postgres", "redis"])
+def test_async_reads_go_through_the_archive(backend: str, tmp_path: Path) -> None:
+    """The async API's reads (natively driven on PostgreSQL and Redis) read archived seqs
+    through the archive too."""
+    import asyncio
+
+    from agentsession.aio import open_async_store
+
+    urls = store_url(backend, tmp_path)
+    url = next(urls)
+
+    async def main() -> None:
+        store = await open_async_store(url)
+        _grow(store.sync, "s", 3)
+        before = store.sync.get("s").read()
+        report = await store.archive("s")
+        assert report.sessions[0].moved
+        store.sync._drop_cached("s")
+        session = await store.get("s")
+        assert await session.read() == before
+        assert await session.read(2, 3) == before[2:5]
+        await store.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        urls.close()  # drops the schema or the key prefix
