@@ -743,12 +743,13 @@ class BaseStore:
         """
         self._check_open()
         sid = check_session_id(session_id)
-        held = _retention.hold_of(self, sid)
+        existed = self._catalog.exists(sid)
+        held = _retention.hold_of(self, sid) if existed else None
         if held is not None:
             raise UsageError(
                 f"session {sid!r} is under a legal hold ({held.reason}); release it first"
             )
-        branches = live_branches(self, sid) if self._catalog.exists(sid) else []
+        branches = live_branches(self, sid) if existed else []
         if branches and not recursive:
             raise UsageError(branches_problem(sid, branches, "delete(recursive=True) deletes"))
         for branch in branches:
@@ -760,7 +761,7 @@ class BaseStore:
         if self._catalog.exists(sid):
             self._forget_child(sid)
         self._drop_cached(sid)
-        segments = segment_keys(sid, self._meta_get(ARCHIVE_KIND, sid))
+        segments = segment_keys(sid, self._meta_get(ARCHIVE_KIND, sid)) if existed else []
         deleted = self._catalog.delete(sid, SESSION_META_KINDS)
         for key in segments:  # after the index: a crash leaves unreferenced segments, no gap
             self._meta_set(SEGMENT_KIND, key, None)
