@@ -440,3 +440,37 @@ def test_async_reads_go_through_the_archive(backend: str, tmp_path: Path) -> Non
         asyncio.run(main())
     finally:
         urls.close()  # drops the schema or the key prefix
+
+
+def test_a_jsonl_run_stopped_before_the_rename_leaves_a_log_that_reads_and_grows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = str(tmp_path / "store")
+    store = open_store(directory)
+    _grow(store, "s", 3)
+    before = store.get("s").read()
+
+    real_replace = os.replace
+
+    def killed(src: str, dst: str, **kwargs: object) -> None:
+        if str(dst).endswith(".jsonl"):  # the log's rename, not a meta entry's
+            raise KeyboardInterrupt
+        real_replace(src, dst, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        store.archive("s")
+    monkeypatch.undo()
+    other = open_store(directory)
+    assert other.get("s").read() == before
+    _turns(other, "s", 2, start=200)
+    events = open_store(directory).get("s").read()
+    assert events[: len(before)] == before
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    # The next run drops what the stopped one archived (its temporary file is made anew).
+    index = decode_index("s", other._meta_get(ARCHIVE_KIND, "s"))
+    entry = other.archive("s").sessions[0]
+    assert entry.skipped is None and entry.moved == 0 and entry.through_seq == index.through
+    assert other.get("s")._storage_read(0, 1)[0].seq == index.through + 1
+    assert [e.seq for e in open_store(directory).get("s").read()] == [e.seq for e in events]
+    assert other.archive("s").sessions[0].skipped == "nothing new to archive"

@@ -447,6 +447,18 @@ def archive_session(
             return SessionArchive(session_id, through_seq=index.through, skipped=why)
         through = min(through, latest - 1)
         if through <= index.through:
+            head = session._storage_read(0, 1)
+            if index.through and head and head[0].seq <= index.through:
+                # An earlier run stopped after its index: drop what it archived now.
+                sizes = session._storage_discard_through(index.through)
+                before_bytes, after_bytes = sizes if sizes is not None else (None, None)
+                return SessionArchive(
+                    session_id,
+                    through_seq=index.through,
+                    live_bytes_before=before_bytes,
+                    live_bytes_after=after_bytes,
+                    archive_total_bytes=sum(seg.bytes for seg in index.segments),
+                )
             return SessionArchive(
                 session_id, through_seq=index.through, skipped="nothing new to archive"
             )

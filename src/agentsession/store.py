@@ -863,7 +863,7 @@ class BaseStore:
             )  # fmt: skip
         finally:
             session.close()
-        if report.moved:
+        if report.skipped is None:
             self._drop_cached(sid)  # the next get() opens the log as it is now
         return report
 

@@ -69,7 +69,7 @@ _SEARCH_SPAN = 64 << 10  # below this many bytes, reading beats seeking
 _READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 _flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN
-_lseek, _write, _SEEK_END, _fstat = os.lseek, os.write, os.SEEK_END, os.fstat
+_lseek, _write, _SEEK_END = os.lseek, os.write, os.SEEK_END
 _replace = msgspec.structs.replace
 _seq_of = operator.attrgetter("seq")
 _lt = operator.lt
@@ -729,9 +729,10 @@ class JsonlLog:
         try:
             _flock(fd, _LOCK_EX)
             try:
-                if _lseek(fd, 0, _SEEK_END) != size or not _fstat(fd).st_nlink:
+                if _lseek(fd, 0, _SEEK_END) != size:
                     # Someone else wrote, or the file was replaced (archived: see
-                    # discard_through) or deleted: the general path finds out which.
+                    # discard_through, which grows the old file first) or deleted: the
+                    # general path finds out which.
                     return None
                 stored = _replace(event, seq=seen + 1)
                 line = one_line(stored)
@@ -880,7 +881,7 @@ class JsonlLog:
             pos = self._find_newline(found[1], size) + 1
         if pos <= 0 or pos >= size:
             return size, size
-        tmp = f"{self._path}.{os.getpid()}.archive.tmp"
+        tmp = f"{self._path}.archive.tmp"  # one at a time: under the lock
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
         try:
             at = pos
@@ -897,6 +898,10 @@ class JsonlLog:
                 os.unlink(tmp)
             raise
         os.close(out)
+        # A blank line on the old file first (readers step over it): should this process
+        # die between the rename and emptying the old file, every writer holding it finds
+        # it grown, takes the general path and, seeing no name leads to it, opens the new one.
+        os.write(fd, b"\n")
         os.replace(tmp, self._path)
         sync_dir(os.path.dirname(self._path))
         # The old file is unlinked: empty it, so that a log object holding it sees it gone.
