@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import itertools
+import json
 import multiprocessing
 import operator
+import shutil
 import subprocess
 import sys
 import uuid
@@ -68,6 +70,7 @@ def _example() -> Any:
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # the graph's state type hints are looked up there
     spec.loader.exec_module(module)
     return module
 
@@ -499,3 +502,42 @@ def test_the_langgraph_example_runs_without_a_warning(tmp_path: Path) -> None:
     assert "on the fork: I did not look." in out.stdout
     assert "  tool: Sunny and 21 degrees in Paris." in out.stdout
     assert out.stderr == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Stored forms of earlier versions.
+
+GOLDEN = Path(__file__).parent / "golden" / "langgraph_v1"
+
+
+def test_a_thread_written_by_the_first_stored_form_still_reads(tmp_path: Path) -> None:
+    """A thread written by the version that kept every channel value's bytes in the
+    checkpoint events, uncompressed (tests/golden/langgraph_v1/make.py): every checkpoint
+    reads back its values, pending writes and parent, and the thread goes on."""
+    golden = _load_golden()
+    directory = tmp_path / "store"
+    shutil.copytree(GOLDEN / "jsonl", directory)
+    with AgentSessionSaver(str(directory)) as saver:
+        got = golden.expected(saver)
+        assert got == json.loads((GOLDEN / "expected.json").read_text())
+        assert len(got) == 26
+        # the thread goes on from its latest checkpoint in the current form
+        config = {"configurable": {"thread_id": golden.THREAD}, "recursion_limit": 50}
+        graph = golden.graph(saver)
+        graph.invoke({"messages": [HumanMessage("more", id="human-2")]}, config)
+        state = graph.get_state(config)
+        assert [m.id for m in state.values["messages"]][-2:] == ["human-2", "ai-24"]
+        assert state.values["items"][-1] == "m24"
+    with AgentSessionSaver(str(directory)) as fresh:
+        again = golden.expected(fresh)
+        for checkpoint_id, wanted in got.items():
+            assert again[checkpoint_id] == wanted
+
+
+def _load_golden() -> Any:
+    spec = importlib.util.spec_from_file_location("langgraph_golden", GOLDEN / "make.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # the graph's state type hints are looked up there
+    spec.loader.exec_module(module)
+    return module
