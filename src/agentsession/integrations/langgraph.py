@@ -69,6 +69,7 @@ import logging
 import os
 import random
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Final
@@ -129,6 +130,10 @@ SNAPSHOT_EVERY: Final = 1024
 as deltas). Rebuilding a version walks its deltas in memory (the index holds them): their
 bytes add up to the value's, so a longer chain costs lookups, not bytes."""
 
+_SQUEEZE_FROM = 96
+"""Bytes from which a value is deflated before it is stored (when that makes it smaller)."""
+_SQUEEZE_LEVEL = 6
+"""zlib's level for stored values."""
 _COPY_CHUNK = 1000
 """Events per batch when ``copy_thread`` copies a log."""
 _THREADS_KEPT = 256
@@ -162,6 +167,8 @@ class Blob(msgspec.Struct, frozen=True, omit_defaults=True):
     """The version this delta extends; None for a whole value."""
     n: int = 0
     """A delta's item count of the whole list."""
+    z: bool = False
+    """``d`` holds the bytes deflated (zlib); False (and absent) for bytes as they are."""
 
 
 class CheckpointData(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -179,6 +186,9 @@ class CheckpointData(msgspec.Struct, frozen=True, omit_defaults=True):
     """The metadata: type tag and base64 bytes."""
     blobs: list[Blob] = []
     """The channel versions new in this checkpoint."""
+    z: bool = False
+    """``cp`` and ``md`` hold their bytes deflated (zlib); False (and absent) for bytes as
+    they are."""
 
 
 class WriteData(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -200,6 +210,8 @@ class WriteData(msgspec.Struct, frozen=True, omit_defaults=True):
     """The checkpoint namespace."""
     path: str = ""
     """The task path."""
+    z: bool = False
+    """``d`` holds the bytes deflated (zlib); False (and absent) for bytes as they are."""
 
 
 class RemovedData(msgspec.Struct, frozen=True):
@@ -219,6 +231,21 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     return base64.b64decode(text)
+
+
+def _squeeze(data: bytes) -> tuple[str, bool]:
+    """``data`` in base64, deflated first when that makes it smaller (and whether it is)."""
+    if len(data) >= _SQUEEZE_FROM:
+        squeezed = zlib.compress(data, _SQUEEZE_LEVEL)
+        if len(squeezed) < len(data):
+            return _b64(squeezed), True
+    return _b64(data), False
+
+
+def _unsqueeze(text: str, squeezed: bool) -> bytes:
+    """The bytes :func:`_squeeze` (or a form without deflation, ``squeezed`` False) stored."""
+    data = _unb64(text)
+    return zlib.decompress(data) if squeezed else data
 
 
 def _array_header(data: bytes) -> int:
@@ -267,6 +294,10 @@ class _Last(msgspec.Struct):
     body: bytes
     count: int
     depth: int
+
+
+_Decoded = dict[tuple[str, str, str | int | float], builtins.list[Any]]
+"""A list channel's versions decoded in one ``list`` call, by (namespace, channel, version)."""
 
 
 class _Checkpoint(msgspec.Struct):
@@ -326,9 +357,7 @@ class _Thread:
             if cached is not None:
                 parts.append(cached)
                 break
-            added = self.added.get(key)
-            if added is None:
-                added = self.added[key] = _unb64(current.d)
+            added = self.added_bytes(key, current)
             parts.append(added)
             current = self.blobs.get((ns, current.ch, current.base))
         else:
@@ -340,7 +369,7 @@ class _Thread:
                     self.session.id,
                 )
                 return None
-            data = _unb64(current.d)
+            data = _unsqueeze(current.d, current.z)
             parts.append(data[_array_header(data) :])
         whole = b"".join(reversed(parts))
         self.bodies[(ns, blob.ch, blob.v)] = whole
@@ -348,12 +377,19 @@ class _Thread:
             self.bodies.popitem(last=False)
         return whole
 
+    def added_bytes(self, key: tuple[str, str, str | int | float], blob: Blob) -> bytes:
+        """The bytes of the items a delta blob adds (decoded once, then kept)."""
+        added = self.added.get(key)
+        if added is None:
+            added = self.added[key] = _unsqueeze(blob.d, blob.z)
+        return added
+
     def value(self, ns: str, blob: Blob) -> tuple[str, bytes] | None:
         """The typed bytes of ``blob`` (None for an empty channel or a lost base)."""
         if blob.t == "empty":
             return None
         if blob.base is None:
-            return blob.t, _unb64(blob.d)
+            return blob.t, _unsqueeze(blob.d, blob.z)
         body = self.body(ns, blob)
         return None if body is None else (blob.t, _header_for(blob.n) + body)
 
@@ -501,21 +537,39 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _tuple(self, thread_id: str, thread: _Thread, entry: _Checkpoint) -> CheckpointTuple:
+    def _tuple(
+        self,
+        thread_id: str,
+        thread: _Thread,
+        entry: _Checkpoint,
+        decoded: _Decoded | None = None,
+    ) -> CheckpointTuple:
+        """The tuple of one checkpoint. With ``decoded`` (one ``list`` call's), a list
+        channel's versions stored as deltas decode each added item once for the whole call:
+        the tuples get lists of their own that share those items."""
         data = entry.data
         ns = data.ns
-        checkpoint: Checkpoint = self.serde.loads_typed((data.cp[0], _unb64(data.cp[1])))
+        checkpoint: Checkpoint = self.serde.loads_typed(
+            (data.cp[0], _unsqueeze(data.cp[1], data.z))
+        )
         values: dict[str, Any] = {}
         for channel, version in checkpoint["channel_versions"].items():
             blob = thread.blobs.get((ns, channel, version))
-            typed = None if blob is None else thread.value(ns, blob)
+            if blob is None or blob.t == "empty":
+                continue
+            if decoded is not None and blob.base is not None:
+                items = self._items(thread, ns, blob, decoded)
+                if items is not None:
+                    values[channel] = [*items]
+                    continue
+            typed = thread.value(ns, blob)
             if typed is not None:
                 values[channel] = self.serde.loads_typed(typed)
         checkpoint["channel_values"] = values
         stored = thread.writes.get((ns, data.id), {})
         ordered = sorted(stored.values(), key=lambda w: writes_sort_key(w.path, w.task, w.idx))
         pending: list[PendingWrite] = [
-            (w.task, w.ch, self.serde.loads_typed((w.t, _unb64(w.d)))) for w in ordered
+            (w.task, w.ch, self.serde.loads_typed((w.t, _unsqueeze(w.d, w.z)))) for w in ordered
         ]
         parent: RunnableConfig | None = None
         if data.parent:
@@ -540,10 +594,46 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
             pending_writes=pending,
         )
 
+    def _items(
+        self, thread: _Thread, ns: str, blob: Blob, decoded: _Decoded
+    ) -> builtins.list[Any] | None:
+        """The items of a list version stored as a delta, each delta's items decoded once
+        into ``decoded``; None when the chain is not one of msgpack lists (the caller then
+        decodes the whole value's bytes)."""
+        chain: builtins.list[Blob] = []  # the deltas still to decode, newest first
+        current = blob
+        while (ns, current.ch, current.v) not in decoded and current.base is not None:
+            if current.t != "msgpack":
+                return None
+            chain.append(current)
+            below = thread.blobs.get((ns, current.ch, current.base))
+            if below is None:
+                return None
+            current = below
+        key = (ns, current.ch, current.v)
+        items = decoded.get(key)
+        if items is None:  # a whole value: the chain's start
+            if current.t != "msgpack":
+                return None
+            whole = self.serde.loads_typed((current.t, _unsqueeze(current.d, current.z)))
+            if not isinstance(whole, builtins.list):
+                return None
+            items = decoded[key] = whole
+        for delta in reversed(chain):
+            count = delta.n - len(items)
+            if count < 0:
+                return None
+            added = thread.added_bytes((ns, delta.ch, delta.v), delta)
+            new = self.serde.loads_typed((delta.t, _header_for(count) + added))
+            if not isinstance(new, builtins.list) or len(new) != count:
+                return None
+            items = decoded[(ns, delta.ch, delta.v)] = [*items, *new]
+        return items
+
     def _metadata(self, entry: _Checkpoint) -> CheckpointMetadata:
         if entry.metadata is None:
             md = entry.data.md
-            entry.metadata = self.serde.loads_typed((md[0], _unb64(md[1])))
+            entry.metadata = self.serde.loads_typed((md[0], _unsqueeze(md[1], entry.data.z)))
         metadata: CheckpointMetadata = dict(entry.metadata)  # type: ignore[assignment]
         return metadata
 
@@ -590,6 +680,7 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
                 return
             thread = self._thread(thread_id)
             found: list[CheckpointTuple] = []
+            decoded: _Decoded = {}
             with thread.lock:
                 entries = [
                     entry
@@ -609,7 +700,7 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
                         metadata = self._metadata(entry)
                         if not all(metadata.get(k) == v for k, v in filter.items()):
                             continue
-                    found.append(self._tuple(thread_id, thread, entry))
+                    found.append(self._tuple(thread_id, thread, entry, decoded))
                     if left is not None:
                         left -= 1
             yield from found
@@ -625,7 +716,8 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         header = _array_header(data) if kind == "msgpack" else 0
         if not header:
             thread.last.pop((ns, channel), None)
-            return Blob(channel, version, kind, _b64(data))
+            encoded, squeezed = _squeeze(data)
+            return Blob(channel, version, kind, encoded, z=squeezed)
         count = _array_count(data, header)
         body = data[header:]
         last = thread.last.get((ns, channel))
@@ -638,10 +730,11 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
             and body.startswith(last.body)
         ):
             thread.last[(ns, channel)] = _Last(version, body, count, last.depth + 1)
-            added = body[len(last.body) :]
-            return Blob(channel, version, kind, _b64(added), base=last.version, n=count)
+            encoded, squeezed = _squeeze(body[len(last.body) :])
+            return Blob(channel, version, kind, encoded, base=last.version, n=count, z=squeezed)
         thread.last[(ns, channel)] = _Last(version, body, count, 0)
-        return Blob(channel, version, kind, _b64(data))
+        encoded, squeezed = _squeeze(data)
+        return Blob(channel, version, kind, encoded, z=squeezed)
 
     def _mirror(self, thread_id: str, thread: _Thread, value: Any) -> builtins.list[Event]:
         """The typed events of the messages in ``value`` the thread has not recorded."""
@@ -699,13 +792,25 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
                 mirror = self._mirror(thread_id, thread, values.get(channel))
         cp_type, cp_bytes = self.serde.dumps_typed(skeleton)
         md_type, md_bytes = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
+        cp_text, cp_z = _squeeze(cp_bytes)
+        md_text, md_z = _squeeze(md_bytes)
+        if cp_z != md_z:  # one flag for both: deflate both, or neither
+            cp_text, md_text = (
+                (
+                    _b64(zlib.compress(cp_bytes, _SQUEEZE_LEVEL)),
+                    _b64(zlib.compress(md_bytes, _SQUEEZE_LEVEL)),
+                )
+                if cp_z
+                else (_b64(cp_bytes), _b64(md_bytes))
+            )
         data = CheckpointData(
             id=checkpoint["id"],
             ns=ns,
             parent=conf.get("checkpoint_id"),
-            cp=(cp_type, _b64(cp_bytes)),
-            md=(md_type, _b64(md_bytes)),
+            cp=(cp_type, cp_text),
+            md=(md_type, md_text),
             blobs=blobs,
+            z=cp_z,
         )
         event = Event.new(CHECKPOINT, data, id=_event_id("c", thread_id, ns, checkpoint["id"]))
         try:
@@ -742,7 +847,7 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         for index, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, index)
             kind, data = self.serde.dumps_typed(value)
-            encoded = _b64(data)
+            encoded, squeezed = _squeeze(data)
             parts = [thread_id, ns, checkpoint_id, task_id, str(idx)]
             if idx < 0:  # a special write replaces the last one: one id per value
                 parts += [channel, kind, hashlib.sha256(data).hexdigest()]
@@ -755,6 +860,7 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
                 d=encoded,
                 ns=ns,
                 path=task_path,
+                z=squeezed,
             )
             events.append(Event.new(WRITE, payload, id=_event_id("w", *parts)))
         if events:
@@ -818,7 +924,8 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
             write = event.decode(WriteData)
             parts = [target, write.ns, write.cp, write.task, str(write.idx)]
             if write.idx < 0:
-                parts += [write.ch, write.t, hashlib.sha256(_unb64(write.d)).hexdigest()]
+                raw = _unsqueeze(write.d, write.z)
+                parts += [write.ch, write.t, hashlib.sha256(raw).hexdigest()]
             new_id = _event_id("w", *parts)
         else:
             new_id = _event_id("x", target, source, event.id or str(event.seq))
