@@ -30,7 +30,7 @@ pytest.importorskip("langgraph.checkpoint.base")
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
@@ -52,6 +52,7 @@ from agentsession.integrations.langgraph import (
     WRITE,
     AgentSessionSaver,
     CheckpointData,
+    WriteData,
 )
 from agentsession.validation import provider_errors
 
@@ -274,6 +275,34 @@ def test_a_list_channel_is_stored_as_deltas_and_reads_back_whole(store: BaseStor
         assert state.values.get("items", []) == [f"item {i}" for i in range(steps)]
 
 
+def test_values_are_stored_deflated_when_that_is_smaller(store: BaseStore) -> None:
+    """A value, a pending write and a checkpoint that deflate smaller are stored deflated
+    (``z``), small ones as they are, and all read back as given."""
+    saver = AgentSessionSaver(store)
+    long = "the same words again " * 400  # 8 KB that deflates well
+    checkpoint: Checkpoint = {
+        **empty_checkpoint(),
+        "channel_values": {"long": long, "short": 7},
+        "channel_versions": {"long": "1", "short": "1"},
+    }
+    stored = saver.put(config_of("z"), checkpoint, {"note": long}, {"long": "1", "short": "1"})
+    saver.put_writes(stored, [("long", long), ("short", 8)], "task")
+    [event] = _events(store, "lg:z", CHECKPOINT)
+    data = event.decode(CheckpointData)
+    blobs = {blob.ch: blob for blob in data.blobs}
+    assert blobs["long"].z and len(blobs["long"].d) < len(long) // 10
+    assert not blobs["short"].z
+    assert data.z and len(data.md[1]) < len(long) // 10
+    writes = {w.ch: w for w in (e.decode(WriteData) for e in _events(store, "lg:z", WRITE))}
+    assert writes["long"].z and len(writes["long"].d) < len(long) // 10
+    assert not writes["short"].z
+    tup = AgentSessionSaver(store).get_tuple(config_of("z"))
+    assert tup is not None
+    assert tup.checkpoint["channel_values"] == {"long": long, "short": 7}
+    assert tup.metadata["note"] == long
+    assert [(c, v) for _, c, v in tup.pending_writes or []] == [("long", long), ("short", 8)]
+
+
 def test_a_retried_put_or_put_writes_is_stored_once(shared_url: str) -> None:
     config = config_of("retry")
     checkpoint = empty_checkpoint()
@@ -372,6 +401,107 @@ def test_every_version_of_a_list_channel_reads_back_equal(
         tup = fresh.get_tuple(config_of(thread, checkpoint_id=checkpoint_id))
         assert tup is not None
         assert tup.checkpoint["channel_values"]["v"] == wanted
+    # list() decodes each delta's items once for the whole call: every tuple still gets the
+    # value it was given, in a list of its own
+    listed = list(AgentSessionSaver(store).list(config_of(thread)))
+    assert {t.config["configurable"]["checkpoint_id"] for t in listed} == set(expected)
+    values = [t.checkpoint["channel_values"]["v"] for t in listed]
+    for tup, value in zip(listed, values, strict=True):
+        assert value == expected[tup.config["configurable"]["checkpoint_id"]]
+    assert len({id(value) for value in values}) == len(values)
+    store.close()
+
+
+def test_a_history_read_decodes_each_message_once_and_gives_each_checkpoint_its_own_list(
+    tmp_path: Path,
+) -> None:
+    """Reading a thread's history deserializes each message once, not once per checkpoint
+    that holds it; changing one checkpoint's list leaves the others as they were."""
+    golden = _load_golden()
+    directory = tmp_path / "store"
+    shutil.copytree(GOLDEN / "jsonl", directory)
+    with AgentSessionSaver(str(directory)) as saver:
+        made = 0
+        loads = saver.serde.loads_typed
+
+        def counting(data: tuple[str, bytes]) -> Any:
+            nonlocal made
+            value = loads(data)
+            if isinstance(value, list):
+                made += sum(isinstance(item, BaseMessage) for item in value)
+            return value
+
+        saver.serde.loads_typed = counting  # type: ignore[method-assign]
+        history = list(saver.list({"configurable": {"thread_id": golden.THREAD}}))
+        assert len(history) == 26
+        lists = [t.checkpoint["channel_values"].get("messages", []) for t in history]
+        held = sum(len(messages) for messages in lists)
+        distinct = {m.id for messages in lists for m in messages}
+        assert held > 10 * len(distinct)
+        # each stored message decoded about once (the first run's whole lists and the second
+        # run's taken-out versions included), not once per checkpoint that holds it
+        assert made <= 2 * len(distinct) + 4
+        lists[0].append(HumanMessage("only here"))
+        assert all(len(m) < len(lists[0]) for m in lists[1:])
+        assert golden.expected(saver) == json.loads((GOLDEN / "expected.json").read_text())
+
+
+message_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add", "add", "mutate", "extra", "replace", "same"]),
+        st.text(max_size=12),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(message_steps)
+def test_a_message_list_changed_in_place_is_stored_as_changed(
+    steps: list[tuple[str, str]],
+) -> None:
+    """The same list objects handed to ``put`` again and again, their messages added to,
+    changed in place (content, tool calls, an extra field), replaced or left alone: each
+    checkpoint reads back what the whole value's bytes at its ``put`` read back as."""
+    from langchain_core.messages import AIMessage
+
+    store = open_store("memory:")
+    saver = AgentSessionSaver(store)
+    thread = uuid.uuid4().hex
+    value: list[Any] = []
+    version: str | None = None
+    parent: str | None = None
+    expected: dict[str, bytes] = {}
+    for number, (step, text) in enumerate(steps):
+        if step == "add" or not value:
+            value.append(AIMessage(text, id=f"m{number}"))
+        elif step == "mutate":
+            value[len(value) // 2].content += text
+            value[-1].tool_calls.append({"name": "f", "args": {"t": text}, "id": f"c{number}"})
+        elif step == "extra":
+            value[0].additional_kwargs[f"k{number}"] = [text]
+        elif step == "replace":
+            value[-1] = AIMessage(text, id=value[-1].id)
+        version = saver.get_next_version(version, None)
+        checkpoint: Checkpoint = {
+            **empty_checkpoint(),
+            "channel_values": {"messages": value},
+            "channel_versions": {"messages": version},
+        }
+        config = config_of(thread, **({"checkpoint_id": parent} if parent else {}))
+        stored = saver.put(config, checkpoint, {}, {"messages": version})
+        parent = stored["configurable"]["checkpoint_id"]
+        expected[parent] = saver.serde.dumps_typed(value)
+    fresh = AgentSessionSaver(store)
+    for checkpoint_id, wanted in expected.items():
+        tup = fresh.get_tuple(config_of(thread, checkpoint_id=checkpoint_id))
+        assert tup is not None
+        got = tup.checkpoint["channel_values"]["messages"]
+        assert got == saver.serde.loads_typed(wanted)
+        assert [m.model_dump() for m in got] == [
+            m.model_dump() for m in saver.serde.loads_typed(wanted)
+        ]
     store.close()
 
 

@@ -64,6 +64,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import copy
 import hashlib
 import logging
 import os
@@ -294,6 +295,40 @@ class _Last(msgspec.Struct):
     body: bytes
     count: int
     depth: int
+    items: list[Any] | None = None
+    """The list's items when each is one :func:`_snapshot` can vouch for (else None)."""
+    seen: list[Any] | None = None
+    """Their snapshots, as they were serialized."""
+    wait: int = 0
+    """Whole serializations left before the items are snapshotted again."""
+    backoff: int = 1
+    """What ``wait`` is set to after the next miss (doubled at each miss in a row)."""
+
+
+_UNSAFE: Final = object()
+"""The snapshot of an item whose serialized bytes cannot be vouched for without serializing."""
+_ATOMS: Final = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def _snapshot(item: Any) -> Any:
+    """What tells, later, that ``item`` (the same object) still serializes to the bytes it did:
+    an immutable scalar itself; a message, a deep copy of its fields; else :data:`_UNSAFE`."""
+    if type(item) in _ATOMS:
+        return None
+    if isinstance(item, BaseMessage):
+        try:
+            return copy.deepcopy((item.__dict__, item.__pydantic_extra__))
+        except Exception:  # a field that cannot be copied: serialize it each time
+            return _UNSAFE
+    return _UNSAFE
+
+
+def _unchanged(item: Any, seen: Any) -> bool:
+    """Whether ``item`` still is what its snapshot ``seen`` recorded."""
+    if seen is None:
+        return True  # an immutable scalar
+    fields, extra = seen
+    return bool(item.__dict__ == fields and item.__pydantic_extra__ == extra)
 
 
 _Decoded = dict[tuple[str, str, str | int | float], builtins.list[Any]]
@@ -711,7 +746,15 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         self, thread: _Thread, ns: str, channel: str, version: str | int | float, value: Any
     ) -> Blob:
         """The blob of one new channel version: a delta when the value is a list extending
-        the last list this saver stored for the channel."""
+        the last list this saver stored for the channel. When the list's first items are the
+        very objects of that last list, unchanged since (messages compared field by field
+        with a copy taken when they were serialized; immutable scalars), only the items
+        after them are serialized."""
+        last = thread.last.get((ns, channel))
+        if isinstance(value, builtins.list) and last is not None:
+            blob = self._tail_blob(thread, ns, channel, version, value, last)
+            if blob is not None:
+                return blob
         kind, data = self.serde.dumps_typed(value)
         header = _array_header(data) if kind == "msgpack" else 0
         if not header:
@@ -720,7 +763,23 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
             return Blob(channel, version, kind, encoded, z=squeezed)
         count = _array_count(data, header)
         body = data[header:]
-        last = thread.last.get((ns, channel))
+        # Snapshot the items for the next put's tail, unless snapshots keep missing (the list's
+        # objects are new at each put, or change in place): then only after a wait that
+        # doubles at each miss, so such a channel pays for few snapshots.
+        wait, backoff = 0, 1
+        if last is not None and last.items:  # the snapshot was there, and missed
+            backoff = min(last.backoff * 2, SNAPSHOT_EVERY)
+            wait = backoff
+        elif last is not None and last.items is None:
+            wait, backoff = max(last.wait - 1, 0), last.backoff
+        items: builtins.list[Any] | None = None
+        seen: builtins.list[Any] | None = None
+        if wait == 0 and isinstance(value, builtins.list):
+            seen = [_snapshot(item) for item in value]
+            if any(snap is _UNSAFE for snap in seen):
+                seen = None
+            else:
+                items = [*value]
         if (
             last is not None
             and last.count
@@ -729,12 +788,55 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
             and last.version != version
             and body.startswith(last.body)
         ):
-            thread.last[(ns, channel)] = _Last(version, body, count, last.depth + 1)
+            thread.last[(ns, channel)] = _Last(
+                version, body, count, last.depth + 1, items, seen, wait, backoff
+            )
             encoded, squeezed = _squeeze(body[len(last.body) :])
             return Blob(channel, version, kind, encoded, base=last.version, n=count, z=squeezed)
-        thread.last[(ns, channel)] = _Last(version, body, count, 0)
+        thread.last[(ns, channel)] = _Last(version, body, count, 0, items, seen, wait, backoff)
         encoded, squeezed = _squeeze(data)
         return Blob(channel, version, kind, encoded, z=squeezed)
+
+    def _tail_blob(
+        self,
+        thread: _Thread,
+        ns: str,
+        channel: str,
+        version: str | int | float,
+        value: builtins.list[Any],
+        last: _Last,
+    ) -> Blob | None:
+        """The delta of ``value`` over ``last`` made by serializing only the items after
+        ``last``'s, when its first items are ``last``'s own objects, unchanged; None when
+        they are not (the caller serializes the whole value)."""
+        items, seen = last.items, last.seen
+        if (
+            items is None
+            or seen is None
+            or not last.count
+            or last.depth + 1 >= SNAPSHOT_EVERY
+            or last.version == version
+            or len(value) < len(items)
+        ):
+            return None
+        for index, item in enumerate(items):
+            if value[index] is not item or not _unchanged(item, seen[index]):
+                return None
+        tail = value[len(items) :]
+        snaps = [_snapshot(item) for item in tail]
+        if any(s is _UNSAFE for s in snaps):
+            return None
+        kind, data = self.serde.dumps_typed(tail)
+        header = _array_header(data) if kind == "msgpack" else 0
+        if not header or _array_count(data, header) != len(tail):
+            return None
+        added = data[header:]
+        count = len(value)
+        thread.last[(ns, channel)] = _Last(
+            version, last.body + added, count, last.depth + 1, [*value], [*seen, *snaps]
+        )
+        encoded, squeezed = _squeeze(added)
+        return Blob(channel, version, kind, encoded, base=last.version, n=count, z=squeezed)
 
     def _mirror(self, thread_id: str, thread: _Thread, value: Any) -> builtins.list[Event]:
         """The typed events of the messages in ``value`` the thread has not recorded."""
