@@ -20,7 +20,8 @@ Pairs: agentsession on SQLite against ``SqliteSaver`` (WAL, ``synchronous`` at S
 default FULL), also with agentsession at ``durability="fsync"`` (``synchronous=FULL``: the same
 durability); agentsession on PostgreSQL against ``PostgresSaver``, each in a fresh schema
 (dropped afterwards; needs ``--postgres`` or ``AGENTSESSION_TEST_POSTGRES_DSN``); agentsession on
-JSONL for reference. Ratios are agentsession's value over the baseline's.
+JSONL for reference (its ratios against both baselines are printed too). Ratios are
+agentsession's value over the baseline's.
 """
 
 from __future__ import annotations
@@ -256,6 +257,8 @@ def main() -> None:
         ("agentsession sqlite", "SqliteSaver"),
         ("agentsession sqlite (fsync)", "SqliteSaver"),
         ("agentsession postgres", "PostgresSaver"),
+        ("agentsession jsonl", "SqliteSaver"),
+        ("agentsession jsonl", "PostgresSaver"),
     ]
     print("\nratios (agentsession / baseline): run throughput, history throughput, bytes")
     for mine, theirs in pairs:

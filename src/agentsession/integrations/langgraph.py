@@ -29,9 +29,13 @@ apply to it as to any session. Its log holds, in the application namespace ``lan
   serialized items must start with the previous value's), so reading it back rebuilds exactly
   the bytes the full value would have had. A growing list so takes the bytes of its items
   once, not once per checkpoint (at least every :data:`SNAPSHOT_EVERY`-th version is stored
-  whole).
+  whole). When the list's first items are the very objects the saver serialized for the
+  previous version, unchanged since (a message's fields compared with a copy taken then), only
+  the items after them are serialized: a ``put`` costs the new messages, not the whole list.
 * ``langgraph/write``: one per pending write (``put_writes``): namespace, checkpoint id, task
   id, index, channel, task path and value. All writes of one call are one atomic batch.
+* Bytes (checkpoints, metadata, values, writes) are stored deflated (zlib) when that makes
+  them smaller (``z`` on the payload); threads written before that read as they were.
 * ``langgraph/removed``: the checkpoints ``delete_for_runs`` and ``prune`` took out (their
   writes with them). Nothing is deleted from the log; ``delete_thread`` deletes the session.
 
@@ -56,7 +60,9 @@ out of it, with a warning.
 
 **Reading.** Each saver keeps, per thread, an index of the log it read (the checkpoints, the
 blobs' places, the writes) and brings it up to date with the events appended since (by any
-process) at each read, so a read costs one catch-up plus the decoding of what it returns.
+process) at each read, so a read costs one catch-up plus the decoding of what it returns. A
+``list`` decodes a list channel's delta chain item by item, once for the whole call: each
+tuple gets a list of its own, holding the items (the message objects) the call decoded once.
 """
 
 from __future__ import annotations
