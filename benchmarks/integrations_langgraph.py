@@ -1,11 +1,14 @@
 """``AgentSessionSaver`` against LangGraph's own ``SqliteSaver`` and ``PostgresSaver``.
 
     python benchmarks/integrations_langgraph.py [--steps 200] [--repeat 3] [--postgres DSN]
+                                                [--text repeated|varied]
 
 Workload: one ``StateGraph`` run of ``--steps`` super-steps on a new thread, an agent loop over
 a ``messages`` channel (``add_messages``): the model node adds an ``AIMessage`` with a tool
 call (~300 B of text), the tool node a ~1 KB ``ToolMessage``, alternately, so the message list
-grows by one per step; then the thread's state history read back
+grows by one per step (``--text repeated``, the default: every message the same repeated
+sentences, which compress well; ``--text varied``: each message its own random words, less
+compressible than prose); then the thread's state history read back
 (``graph.get_state_history``) through a new saver and connection or store object.
 
 Measured, best of ``--repeat`` (a fresh database each time):
@@ -29,8 +32,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import shutil
 import sqlite3
+import string
 import sys
 import tempfile
 import time
@@ -52,6 +57,26 @@ from agentsession.integrations.langgraph import AgentSessionSaver
 
 TEXT = "The quick brown fox jumps over the lazy dog. " * 7  # ~300 B
 RESULT = "Sunny, 21 degrees, light wind from the west. " * 23  # ~1 KB
+VARIED = False
+"""``--text varied``: each message a text of its own, of random words (seeded)."""
+_WORDS = random.Random(7)
+_VOCABULARY = [
+    "".join(_WORDS.choice(string.ascii_lowercase) for _ in range(_WORDS.randint(2, 9)))
+    for _ in range(5000)
+]
+
+
+def text_of(template: str, n: int) -> str:
+    """Message ``n``'s text: ``template``, or (``--text varied``) as many random words."""
+    if not VARIED:
+        return template
+    rng = random.Random(n)
+    words: list[str] = []
+    size = 0
+    while size < len(template):
+        words.append(rng.choice(_VOCABULARY))
+        size += len(words[-1]) + 1
+    return " ".join(words)
 
 
 class State(MessagesState):
@@ -66,11 +91,13 @@ def build(saver: BaseCheckpointSaver[Any], steps: int) -> Any:
     def model(state: State) -> dict[str, Any]:
         n = state.get("steps", 0)
         call = {"name": "lookup", "args": {"n": n}, "id": f"call_{n}"}
-        return {"messages": [AIMessage(TEXT, tool_calls=[call])], "steps": n + 1}
+        reply = AIMessage(text_of(TEXT, n), tool_calls=[call])
+        return {"messages": [reply], "steps": n + 1}
 
     def tool(state: State) -> dict[str, Any]:
         n = state["steps"]
-        return {"messages": [ToolMessage(RESULT, tool_call_id=f"call_{n - 1}")], "steps": n + 1}
+        result = ToolMessage(text_of(RESULT, n), tool_call_id=f"call_{n - 1}")
+        return {"messages": [result], "steps": n + 1}
 
     def after_model(state: State) -> Literal["tool", "__end__"]:
         return "tool" if state["steps"] < steps else "__end__"
@@ -181,8 +208,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--postgres", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN"))
+    parser.add_argument(
+        "--text",
+        choices=["repeated", "varied"],
+        default="repeated",
+        help="repeated: every message the same sentences (they compress well); varied: each "
+        "message its own random words",
+    )
     args = parser.parse_args()
     steps = args.steps
+    global VARIED
+    VARIED = args.text == "varied"
 
     rows: dict[str, tuple[float, float, int]] = {}
 
@@ -198,7 +234,7 @@ def main() -> None:
         run, read, size = rows[name]
         print(f"  {name:34} {run:9.0f} steps/s {read:9.0f} checkpoints/s {size:>12,} B")
 
-    print(f"{steps} super-steps, best of {args.repeat}:")
+    print(f"{steps} super-steps, {args.text} text, best of {args.repeat}:")
     repeat(
         "SqliteSaver",
         lambda d: measure(
