@@ -57,12 +57,14 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 from psycopg import sql
 
 __all__ = [
+    "APPEND_MANY_CATALOG_PARAMS",
+    "APPEND_MANY_PARAMS",
     "CATALOG_PARAMS",
     "LATEST_VERSION",
     "TAIL_EVENTS",
@@ -810,6 +812,27 @@ ORDER BY updated_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s
 """
 
 
+def _positional(template: str) -> str:
+    """``template`` with its named parameters (``%(name)s``, ``%(name)b``) as ``$1``,
+    ``$2``... in the order of :func:`positional_names`: a long statement with named
+    parameters is parsed again by psycopg at every execution (it caches only statements
+    under 4096 characters), a ``$n`` one runs as it is on a raw cursor."""
+    names = positional_names(template)
+    return re.sub(r"%\((\w+)\)[sb]", lambda m: f"${names.index(m.group(1)) + 1}", template)
+
+
+def positional_names(template: str) -> tuple[str, ...]:
+    """The named parameters of ``template``, in the order of their first use (the order of
+    the ``$n`` parameters :func:`_positional` gives it)."""
+    return tuple(dict.fromkeys(re.findall(r"%\((\w+)\)[sb]", template)))
+
+
+APPEND_MANY_PARAMS: Final = positional_names(_with_catalog(_APPEND_MANY, False, False))
+"""The batch append statement's parameters, in ``$n`` order (without the catalog)."""
+APPEND_MANY_CATALOG_PARAMS: Final = positional_names(_with_catalog(_APPEND_MANY, True, False))
+"""The batch append statement's parameters, in ``$n`` order (with the catalog)."""
+
+
 @dataclass(frozen=True)
 class Statements:
     """Every statement the store runs, with its schema filled in (rendered once per store)."""
@@ -863,10 +886,10 @@ class Statements:
         return cls(
             append_next=render(_with_catalog(_APPEND_NEXT, False, True)),
             append_one=render(_with_catalog(_APPEND_ONE, False, True)),
-            append_many=render(_with_catalog(_APPEND_MANY, False, False)),
+            append_many=render(_positional(_with_catalog(_APPEND_MANY, False, False))),
             append_next_catalog=render(_with_catalog(_APPEND_NEXT, True, True)),
             append_one_catalog=render(_with_catalog(_APPEND_ONE, True, True)),
-            append_many_catalog=render(_with_catalog(_APPEND_MANY, True, False)),
+            append_many_catalog=render(_positional(_with_catalog(_APPEND_MANY, True, False))),
             open_tail=render(_OPEN_TAIL),
             open=render(_OPEN),
             refresh=render(_REFRESH),

@@ -29,7 +29,7 @@ from ...storage import REOPEN, LogView, Reopen
 from .connections import Connections, _Conn, _Row
 from .index import PostgresIndex, _readable, catalog_params, raw_catalog_params
 from .replicas import Freshness, ReplicaSet, write_lsn
-from .schema import TAIL_EVENTS, Statements
+from .schema import APPEND_MANY_CATALOG_PARAMS, APPEND_MANY_PARAMS, TAIL_EVENTS, Statements
 
 __all__ = ["AppendRequest", "PostgresLog", "PostgresSession", "Request", "check_text"]
 
@@ -418,9 +418,11 @@ class PostgresLog:
             return AppendRequest(action, _UNKNOWN, sql.append_one_catalog, one, True)
         many = _append_many_params(self._id, events, marker, after, life)
         if catalog is None:
-            return AppendRequest(action, _UNKNOWN, sql.append_many, many, False)
+            ordered = tuple(many[name] for name in APPEND_MANY_PARAMS)
+            return AppendRequest(action, _UNKNOWN, sql.append_many, ordered, True)
         many.update(catalog)
-        return AppendRequest(action, _UNKNOWN, sql.append_many_catalog, many, False)
+        ordered = tuple(many[name] for name in APPEND_MANY_CATALOG_PARAMS)
+        return AppendRequest(action, _UNKNOWN, sql.append_many_catalog, ordered, True)
 
     def catalog(self, view: LogView, events: list[Event], after: int) -> dict[str, Any] | None:
         """The catalog's parameters of an append of ``events`` after seq ``after`` (what
