@@ -49,23 +49,44 @@ def test_delete_leaves_nothing_of_the_session_in_the_index(tmp_path: Path) -> No
         session.append(Event.new("user/message", Message.user("hello there"), agent="x"))
         session.update(tags=["t"])
         assert all(_counts(path, "a")[t] for t in ("catalog", "catalog_tags", "catalog_agents"))
-        assert _counts(path, "a")["catalog_pending"] == 1
+        assert [h.seq for h in store.search("hello")] == [1]
+        assert _counts(path, "a")["catalog_documents"] == 1
+        session.append(Event.new("user/message", Message.user("hello again"), agent="x"))
+        assert _marks(path) == [(1, 1)]  # its second document is not indexed yet
         store.delete("a")
+        assert set(_counts(path, "a").values()) == {0}
+        assert store.index_documents() == 0  # the mark of the deleted session goes
+        assert _marks(path) == []
         assert set(_counts(path, "a").values()) == {0}
 
 
-def test_documents_move_into_fts5_in_batches_and_stay_found(tmp_path: Path) -> None:
+def _marks(path: Path) -> list[tuple[int, int]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT skey, after FROM catalog_search_dirty ORDER BY skey").fetchall()
+    finally:
+        conn.close()
+
+
+def test_appends_leave_documents_to_the_search_which_indexes_them_once(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with open_store(f"sqlite:///{path}") as store:
         session = store.get("a")
         for n in range(PENDING_AT_MOST + 5):
             session.append(Event.new("user/message", Message.user(f"needle number{n}")))
         counts = _counts(path, "a")
-        assert counts["catalog_documents"] >= PENDING_AT_MOST
-        assert 0 < counts["catalog_pending"] < PENDING_AT_MOST
+        assert counts["catalog_documents"] == counts["catalog_pending"] == 0
+        assert _marks(path) == [(1, 0)]  # the seq before its first document not indexed
         hits = store.search("needle", limit=1000)
         assert sorted(h.seq for h in hits) == list(range(1, PENDING_AT_MOST + 6))
+        assert _counts(path, "a")["catalog_documents"] == PENDING_AT_MOST + 5
+        assert _marks(path) == []
+        session.append(Event.new("user/message", Message.user("needle last")))
+        assert _marks(path) == [(1, PENDING_AT_MOST + 5)]
         assert [h.seq for h in store.search("number3")] == [4]
+        assert store.index_documents() == 0  # the search indexed it
+        assert _counts(path, "a")["catalog_documents"] == PENDING_AT_MOST + 6
+        assert [h.seq for h in store.search("last")] == [PENDING_AT_MOST + 6]
 
 
 # -- the migration from version 2 --------------------------------------------------------------
@@ -103,10 +124,14 @@ def test_a_version_2_database_is_migrated_and_its_catalog_filled_once(tmp_path: 
     store = open_store(f"sqlite:///{path}")
     try:
         assert isinstance(store, sqlite_backend.SqliteStore)
-        assert store.applied_migrations == (3, 4)
+        assert store.applied_migrations == (3, 4, 5)
         [info] = store.list()
         assert (info.id, info.title, info.user, info.agents, info.messages) == (
-            "chat", "Where is the café?", "U1", ("guide",), 2
+            "chat",
+            "Where is the café?",
+            "U1",
+            ("guide",),
+            2,
         )
         assert info.usage.input_tokens == 12
         assert [h.seq for h in store.search("cafe")] == [1]
@@ -115,7 +140,7 @@ def test_a_version_2_database_is_migrated_and_its_catalog_filled_once(tmp_path: 
         store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (5,)
     finally:
         conn.close()
 

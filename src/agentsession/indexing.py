@@ -160,6 +160,10 @@ class Indexing:
         be caught up from its log before the catalog is read), and the append that ends the
         turn hands it the change of the whole turn (see
         :meth:`~agentsession.core.SessionCore._catalog_change`). Set by the backend."""
+        self.documents_apart = False
+        """Whether the backend indexes search documents apart from the appends (from its
+        logs, before a search): the changes appends hand it then hold no documents
+        (:meth:`change`). Set by the backend."""
         self._prices: dict[str, Price] | None = None
         self._sealer: FieldSealer | None = None
         self._lock = threading.Lock()
@@ -187,15 +191,20 @@ class Indexing:
             self._sealer = ring.field_sealer()
         return self._sealer
 
-    def change(self, stored: Sequence[Event]) -> CatalogChange | None:
+    def change(
+        self, stored: Sequence[Event], *, documents: bool | None = None
+    ) -> CatalogChange | None:
         """What ``stored`` (plaintext, with seqs) changes; None when the store keeps no
-        catalog."""
+        catalog. ``documents``: whether it holds the search documents (when the store is
+        searchable; None: unless the backend indexes them apart, :attr:`documents_apart`)."""
         if not self.catalog or not stored:
             return None
+        if documents is None:
+            documents = not self.documents_apart
         return change_of(
             stored,
             prices=self.prices() or None,
-            searchable=self.searchable,
+            searchable=self.searchable and documents,
             sealer=self.sealer(),
         )
 
@@ -203,11 +212,14 @@ class Indexing:
 _prices_decoder: Final = msgspec.json.Decoder(dict[str, Price])
 
 
-def change_for(store: IndexHost, events: Sequence[Event]) -> CatalogChange | None:
+def change_for(
+    store: IndexHost, events: Sequence[Event], *, documents: bool | None = None
+) -> CatalogChange | None:
     """What ``events`` (plaintext, with seqs: read back from a log) change in ``store``'s
     catalog (None: it keeps none): for an index that catches up with logs after they were
-    written (the JSONL store's sidecar) rather than where they are stored."""
-    return store._indexing.change(events)
+    written (the JSONL store's sidecar) rather than where they are stored. ``documents`` as
+    for :meth:`Indexing.change`."""
+    return store._indexing.change(events, documents=documents)
 
 
 # -- the reference index ------------------------------------------------------------------------
@@ -639,7 +651,7 @@ def reindex(
         except SessionShredded:
             index.shredded(sid)
             continue
-        change = store._indexing.change(events) if events else None
+        change = store._indexing.change(events, documents=True) if events else None
         fields = record_fields(store, sid) if events else Fields()
         index.rebuild(sid, change, fields, True)
         count += 1

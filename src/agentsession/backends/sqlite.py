@@ -89,7 +89,7 @@ from ..errors import (
     UsageError,
 )
 from ..events import Event
-from ..listing import CatalogChange
+from ..listing import OPEN, CatalogChange, Document
 from ..locks import FileLocker
 from ..session import BaseSession, SessionHost
 from ..storage import REOPEN, LogView, Reopen
@@ -115,7 +115,7 @@ __all__ = [
     "sqlite_path",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema version this module writes (``PRAGMA user_version``): ``len(_MIGRATIONS)``."""
 
 APPLICATION_ID = 0x41475353
@@ -228,11 +228,54 @@ def _add_catalog_dirty(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+SEARCH_DIRTY_DDL: Final = (
+    """
+    CREATE TABLE IF NOT EXISTS catalog_search_dirty (
+        skey  INTEGER PRIMARY KEY,  -- sessions.key of a session with documents to index
+        after INTEGER NOT NULL      -- its documents are indexed up to this seq
+    )
+    """,
+    f"""
+    CREATE TRIGGER IF NOT EXISTS catalog_search_mark AFTER INSERT ON events
+    BEGIN
+        INSERT OR IGNORE INTO catalog_search_dirty (skey, after)
+        VALUES (new.key >> {32}, new.seq - 1);
+    END
+    """,
+)
+"""Version 5: the sessions whose search documents are behind their log. The first event
+inserted after a session's documents were indexed marks it with the seq before it (events
+are inserted in seq order, so every later event of the session is after it; later inserts
+find the mark and write nothing). Appends never index documents: a search first indexes those
+of every marked session from its log and removes the mark, in batches of sessions per write
+transaction (:meth:`SqliteStore.index_documents`); a store that cannot write the file matches
+them in their events instead."""
+
+
+def _add_search_dirty(conn: sqlite3.Connection) -> None:
+    """Version 5: :data:`SEARCH_DIRTY_DDL`. A version 4 file's documents are current but for
+    the sessions it marks in ``catalog_dirty`` (their documents go with their row's catch-up
+    there): those are marked from their row's last seq."""
+    for statement in SEARCH_DIRTY_DDL:
+        conn.execute(statement)
+    conn.execute(
+        "INSERT OR IGNORE INTO catalog_search_dirty (skey, after) "
+        "SELECT d.skey, coalesce(c.last_seq, 0) FROM catalog_dirty AS d "
+        "JOIN sessions AS s ON s.key = d.skey LEFT JOIN catalog AS c ON c.id = s.id"
+    )
+
+
+DOCUMENTS_BATCH: Final = 64
+"""Sessions whose documents :meth:`SqliteStore.index_documents` indexes per write
+transaction."""
+_MARKED_FOR_SEARCH: Final = "SELECT skey FROM catalog_search_dirty ORDER BY skey LIMIT 4096"
+
 _MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_v1,
     _add_event_ids,
     _add_catalog,
     _add_catalog_dirty,
+    _add_search_dirty,
 ]
 """``_MIGRATIONS[n]`` turns a version ``n`` database into version ``n + 1`` (0: empty file)."""
 
@@ -464,6 +507,7 @@ class _Database:
         "path",
         "rows",
         "rows_if_current",
+        "search_marks",
         "synchronous",
         "uri",
         "write_lock",
@@ -476,6 +520,7 @@ class _Database:
         self.uri: str | None = None  # a read-only connection's URI (None: read and write)
         self.rows, self.rows_if_current = _ROWS, _ROWS_IF_CURRENT
         self.catalog = True  # the catalog tables exist (False: an older version read as is)
+        self.search_marks = True  # catalog_search_dirty exists (False: version 3 or 4 read)
         self.closed = False
         self._local = threading.local()
         self._connections: set[sqlite3.Connection] = set()
@@ -1001,7 +1046,11 @@ def _hand_over(
             return
         change = since
     index.apply(view.id, change, conn)
-    conn.execute("DELETE FROM catalog_dirty WHERE skey = ?", (key,))
+    if change.status != OPEN:
+        # A turn's start keeps the mark: its next event would set it again at once (a
+        # write of the mark's page in each of two commits), and a catch-up of a row that
+        # holds every event changes nothing.
+        conn.execute("DELETE FROM catalog_dirty WHERE skey = ?", (key,))
 
 
 class SqliteCatalog(CatalogDefaults):
@@ -1404,8 +1453,10 @@ def _check_schema_for_reading(db: _Database, conn: sqlite3.Connection) -> None:
         db.catalog = False  # no catalog tables: listed by ids and times, as then
         if version == 1:
             db.rows, db.rows_if_current = _ROWS_V1, _ROWS_IF_CURRENT_V1
-    elif version == 3:
-        pass  # its catalog is kept with each append: read as it is
+    elif version in (3, 4):
+        # Its documents are indexed with the rows (3: each append, 4: at turn boundaries):
+        # read as they are.
+        db.search_marks = False
     elif version != target:
         raise StoreUnavailable(
             f"{path}: schema version {version} is older than {target}; run "
@@ -1604,6 +1655,9 @@ class SqliteStore(BaseStore):
         if self._tables is not None:
             self._tables.catch_up = self.catch_up_catalog
             self._indexing.deferred = self._db.uri is None and not read_only
+            if self._db.search_marks:
+                self._indexing.documents_apart = self._indexing.deferred
+                self._tables.documents_behind = self._documents_behind
         if self._db.uri is None and not read_only and self._db.catalog:
             try:
                 self.fill_catalog()
@@ -1704,6 +1758,123 @@ class SqliteStore(BaseStore):
         except sqlite3.Error as exc:
             raise _storage_error(exc, "catching up the catalog of", db.path) from exc
         return done
+
+    def index_documents(self) -> int:
+        """Index the search documents of the sessions marked behind their logs
+        (:data:`SEARCH_DIRTY_DDL`: appends never index documents), in batches of
+        :data:`DOCUMENTS_BATCH` sessions per write transaction (one FTS5 segment each);
+        returns how many sessions were read. Run by every ``search`` first; a writer may run
+        it after appending, so that the next search (in any process, one opened read-only
+        too) finds the documents indexed. Nothing on a store that cannot write the file, or
+        keeps no search index.
+
+        Each session's mark goes in the transaction that indexes its documents, so a crash
+        leaves it for the next run, and indexing a document again replaces it."""
+        indexing_ = self._indexing
+        if not (indexing_.catalog and indexing_.searchable and indexing_.documents_apart):
+            return 0
+        db = self._db
+        conn = db.connection()
+        done = 0
+        try:
+            for _ in range(4):  # writers may mark sessions meanwhile: a few rounds, not forever
+                marks = [r[0] for r in conn.execute(_MARKED_FOR_SEARCH)]
+                if not marks:
+                    break
+                for start in range(0, len(marks), DOCUMENTS_BATCH):
+                    with db.write_lock:
+                        conn.execute("BEGIN IMMEDIATE")
+                        try:
+                            for skey in marks[start : start + DOCUMENTS_BATCH]:
+                                done += self._index_session_documents(conn, skey)
+                            conn.execute("COMMIT")
+                        except BaseException:
+                            _rollback(conn)
+                            raise
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, "indexing the documents of", db.path) from exc
+        return done
+
+    def _index_session_documents(self, conn: sqlite3.Connection, skey: int) -> int:
+        """Inside the caller's write transaction: index the documents of the session whose
+        ``sessions.key`` is ``skey`` after its mark's seq, and remove the mark (kept when the
+        session has no catalog row yet: its documents need one); returns 1 when its log was
+        read."""
+        mark = conn.execute(
+            "SELECT after FROM catalog_search_dirty WHERE skey = ?", (skey,)
+        ).fetchone()
+        if mark is None:
+            return 0  # indexed by another process meanwhile
+        found = self._marked_events(conn, skey, mark[0])
+        if found is None:
+            conn.execute("DELETE FROM catalog_search_dirty WHERE skey = ?", (skey,))
+            return 0
+        sid, events = found
+        change = self._indexing.change(events, documents=True) if events else None
+        if change is not None:
+            index = self._tables
+            assert index is not None
+            if not index.add_documents(sid, change, conn):
+                return 0  # no row yet (caught up by the next listing): the mark stays
+        conn.execute("DELETE FROM catalog_search_dirty WHERE skey = ?", (skey,))
+        return 1
+
+    def _marked_events(
+        self, conn: sqlite3.Connection, skey: int, after: int
+    ) -> tuple[str, list[Event]] | None:
+        """The id of the session whose ``sessions.key`` is ``skey`` and its events after the
+        mark's ``after`` (a seq of its own storage: a branch's events are read with the
+        seqs its reader presents), plaintext; None when there is nothing to index (deleted,
+        shredded, or unreadable now: logged)."""
+        row = conn.execute(
+            "SELECT CAST(s.id AS BLOB), (SELECT max(e.key) FROM events AS e "
+            "WHERE e.key > (s.key << 32) AND e.key < ((s.key + 1) << 32)), "
+            "(SELECT c.status FROM catalog AS c WHERE c.id = s.id) "
+            "FROM sessions AS s WHERE s.key = ?",
+            (skey,),
+        ).fetchone()
+        if row is None or row[1] is None or row[2] == "shredded":
+            return None
+        sid = _surrogate_text(row[0])
+        stored_last = row[1] & _MAX_SEQ
+        session = self._catalog.open_session(self, sid)
+        try:
+            shared = session.latest_seq - stored_last  # a branch's history before its own
+            return sid, session.read(after=after + max(shared, 0))
+        except SessionShredded:
+            return None
+        except (CorruptLogError, EncryptionError, SessionExpired) as exc:
+            log.warning("search: session %r not indexed: %s", sid, type(exc).__name__)
+            return None
+        finally:
+            session.close()
+
+    def _documents_behind(self) -> list[tuple[str, Document, bool]]:
+        """For :attr:`SqliteIndex.documents_behind`: a store that may write indexes them
+        (:meth:`index_documents`); one that cannot (opened read-only) reads them from the
+        marked sessions' logs, with the flags their own rewinds set."""
+        if self._indexing.documents_apart:
+            self.index_documents()
+            return []
+        db = self._db
+        conn = db.connection()
+        out: list[tuple[str, Document, bool]] = []
+        try:
+            marks = conn.execute("SELECT skey, after FROM catalog_search_dirty").fetchall()
+            for skey, after in marks:
+                found = self._marked_events(conn, skey, after)
+                if found is None or not found[1]:
+                    continue
+                sid, events = found
+                change = self._indexing.change(events, documents=True)
+                if change is None:
+                    continue
+                for doc in change.documents:
+                    rewound = any(to < doc.seq < at for to, at in change.rewound)
+                    out.append((sid, doc, rewound))
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, "searching", db.path) from exc
+        return out
 
     @property
     def path(self) -> str:

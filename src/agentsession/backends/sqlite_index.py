@@ -44,6 +44,7 @@ from ..indexing import Fields
 from ..listing import (
     CatalogChange,
     CatalogRow,
+    Document,
     Filter,
     Hit,
     ListQuery,
@@ -220,8 +221,9 @@ def _casefold(value: str | None) -> str | None:
 # -- statements --------------------------------------------------------------------------------
 
 _T = "CAST(? AS TEXT)"
-# An append's change in the common case: counters and times, one row and one index entry
-# written (the row is found by its id, and columns other indexes hold are left alone).
+# An append's change in the common case: counters, times and the status (a turn's start and
+# end change it), one row written with its entries in the indexes on updated_key (the row is
+# found by its id, and columns other indexes hold are left alone).
 _BUMP = """
 UPDATE catalog SET
     updated_key = CASE WHEN ?1 = '' THEN updated_key ELSE ?1 END,
@@ -232,10 +234,10 @@ UPDATE catalog SET
     output_tokens = output_tokens + ?6,
     cache_read_tokens = cache_read_tokens + ?7,
     cache_write_tokens = cache_write_tokens + ?8,
-    cost = cost + ?9
+    cost = cost + ?9,
+    status = CASE WHEN ?13 IS NULL OR status IN ('shredded', 'archived') THEN status ELSE ?13 END
 WHERE id = CAST(?10 AS TEXT)
 RETURNING key, created_key = '' OR (user = '' AND ?11 != '') OR (title = '' AND ?12 != '')
-    OR (?13 IS NOT NULL AND status != ?13 AND status NOT IN ('shredded', 'archived'))
     OR compacted_before < ?14
 """
 # The rest, when _BUMP says something else changes.
@@ -271,6 +273,10 @@ ON CONFLICT (session_id, day, agent) DO UPDATE SET
 """
 _ADD_DOCUMENT = (
     "INSERT OR REPLACE INTO catalog_pending "
+    f"(rowid, session_id, seq, role, rewound, text, body) VALUES (?, {_T}, ?, ?, 0, ?, ?)"
+)
+_ADD_INDEXED = (
+    "INSERT OR REPLACE INTO catalog_documents "
     f"(rowid, session_id, seq, role, rewound, text, body) VALUES (?, {_T}, ?, ?, 0, ?, ?)"
 )
 _DOCUMENT_TABLES: Final = ("catalog_documents", "catalog_pending")
@@ -411,6 +417,36 @@ def _strings(raw: str) -> list[str]:
         return [str(v) for v in decode(raw)]
 
 
+def _document_rows(
+    base: int, sid: str | bytes, change: CatalogChange, *, ascii_as_is: bool = False
+) -> list[tuple[Any, ...]]:
+    """The rows of ``change``'s documents (rowid, session id, seq, role, words, body).
+    ``ascii_as_is`` (rows for the FTS5 table, never matched word by word): ASCII text is
+    its own ``text``, without a ``body`` (FTS5's ``unicode61`` splits and folds ASCII
+    exactly as :func:`~agentsession.listing.words` does)."""
+    rows: list[tuple[Any, ...]] = []
+    for doc in change.documents:
+        if ascii_as_is and doc.text.isascii():
+            rows.append((base | doc.seq, sid, doc.seq, doc.role, doc.text, None))
+            continue
+        text = " ".join(_words(doc.text))
+        body = None if text == doc.text else _bind(doc.text)
+        rows.append((base | doc.seq, sid, doc.seq, doc.role, text, body))
+    return rows
+
+
+def _flag_rewound(conn: sqlite3.Connection, base: int, change: CatalogChange) -> None:
+    """Flag the documents ``change``'s rewinds went back past (``base``: the session's rowid
+    range)."""
+    for to_seq, marker_seq in change.rewound:
+        if marker_seq > to_seq + 1:
+            for table in _DOCUMENT_TABLES:
+                conn.execute(
+                    f"UPDATE {table} SET rewound = 1 WHERE rowid > ? AND rowid < ? AND rewound = 0",
+                    (base + to_seq, base + marker_seq),
+                )
+
+
 def _delete_documents(conn: sqlite3.Connection, key: int) -> None:
     """Delete the documents of the session whose catalog key is ``key`` (a rowid range)."""
     base = key << _SEQ_BITS
@@ -464,6 +500,11 @@ class SqliteIndex:
         """The database file, for errors."""
         self.catch_up: Callable[[], object] | None = None
         """What :meth:`sync` runs before the catalog is read (None: nothing)."""
+        self.documents_behind: Callable[[], Sequence[tuple[str, Document, bool]]] | None = None
+        """What :meth:`search` runs first when the store indexes documents apart from its
+        appends: it indexes those its logs hold and the tables do not (where it may write)
+        and returns what is still not indexed, as ``(session id, document, rewound)``,
+        which the search matches word by word (None: the tables hold every document)."""
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -575,31 +616,32 @@ class SqliteIndex:
             )
         base = key << _SEQ_BITS
         if change.documents:
-            rows = []
-            for doc in change.documents:
-                text = " ".join(_words(doc.text))
-                rows.append(
-                    (
-                        base | doc.seq,
-                        sid,
-                        doc.seq,
-                        doc.role,
-                        text,
-                        None if text == doc.text else _bind(doc.text),
-                    )
-                )
-            conn.executemany(_ADD_DOCUMENT, rows)
-            self._pending += len(rows)
+            conn.executemany(_ADD_DOCUMENT, _document_rows(base, sid, change))
+            self._pending += len(change.documents)
             if self._pending >= PENDING_AT_MOST:
                 self.flush(conn)
-        for to_seq, marker_seq in change.rewound:
-            if marker_seq > to_seq + 1:
-                for table in _DOCUMENT_TABLES:
-                    conn.execute(
-                        f"UPDATE {table} SET rewound = 1 "
-                        "WHERE rowid > ? AND rowid < ? AND rewound = 0",
-                        (base + to_seq, base + marker_seq),
-                    )
+        _flag_rewound(conn, base, change)
+
+    def add_documents(
+        self, session_id: str, change: CatalogChange, conn: sqlite3.Connection
+    ) -> bool:
+        """Index the documents of ``change`` (made from events of the session read back from
+        its log) straight into the FTS5 table and flag what its rewinds went back past,
+        inside the caller's open transaction on ``conn``: for a store that indexes documents
+        apart from its appends, in batches. A document indexed already is replaced (its
+        rowid is its seq), so indexing one twice changes nothing. Returns False when the
+        session has no catalog row (nothing done: its documents need one)."""
+        sid = _bind(session_id)
+        row = conn.execute(_KEY_OF, (sid,)).fetchone()
+        if row is None:
+            return False
+        base = row[0] << _SEQ_BITS
+        if change.documents:
+            rows = _document_rows(base, sid, change, ascii_as_is=True)
+            conn.executemany(_ADD_INDEXED, rows)
+            conn.executemany("DELETE FROM catalog_pending WHERE rowid = ?", [r[:1] for r in rows])
+        _flag_rewound(conn, base, change)
+        return True
 
     def flush(self, conn: sqlite3.Connection | None = None) -> None:
         """Move the documents waiting in ``catalog_pending`` into the FTS5 table (in the
@@ -724,8 +766,66 @@ class SqliteIndex:
         return [_row_of(r) for r in self._read("listing", sql, params, title)]
 
     def search(self, query: SearchQuery) -> builtins.list[Hit]:
-        """Documents in the FTS5 table ranked by ``-bm25``, and those still pending (matched
-        word by word in their normalised text) with rank 0, after them."""
+        """Documents in the FTS5 table ranked by ``-bm25``, and those still pending or not
+        indexed yet (:attr:`documents_behind`; matched word by word in their normalised
+        text) with rank 0, after them."""
+        behind = () if self.documents_behind is None else self.documents_behind()
+        hits = self._search_tables(query)
+        if behind:
+            hits = self._with_behind(query, hits, behind)
+        return hits
+
+    def _with_behind(
+        self,
+        query: SearchQuery,
+        hits: builtins.list[Hit],
+        behind: Sequence[tuple[str, Document, bool]],
+    ) -> builtins.list[Hit]:
+        """``hits`` (the tables', at most ``query.limit``) with the documents of ``behind``
+        that match ``query``, in the order of the tables' hits (rank 0 for these)."""
+        terms = builtins.set(query.terms)
+        found = [
+            (sid, doc, rewound)
+            for sid, doc, rewound in behind
+            if (query.session_id is None or sid == query.session_id)
+            and terms.issubset(doc.text.split() if query.blind else _words(doc.text))
+        ]
+        if not found:
+            return hits
+        ids = sorted({sid for sid, _, _ in found})
+        where, params, title = _filter_sql(query.where)
+        rows = self._read(
+            "searching",
+            f"SELECT c.id, c.compacted_before FROM catalog AS c WHERE {where} AND c.id IN "
+            f"({', '.join([_T] * len(ids))})",
+            [*params, *(_bind(i) for i in ids)],
+            title,
+        )
+        compacted = dict(rows)
+        seen = {(h.session_id, h.seq) for h in hits}
+        mark = None if query.after is None else (-query.after[0], query.after[1], query.after[2])
+        for sid, doc, rewound in found:
+            if sid not in compacted or (sid, doc.seq) in seen:
+                continue
+            if mark is not None and (-0.0, sid, doc.seq) <= mark:
+                continue
+            seen.add((sid, doc.seq))
+            hits.append(
+                Hit(
+                    session_id=sid,
+                    seq=doc.seq,
+                    role=doc.role,
+                    snippet="" if query.blind else snippet(doc.text, query.terms),
+                    rank=0.0,
+                    rewound=rewound,
+                    compacted=doc.seq < compacted[sid],
+                )
+            )
+        hits.sort(key=lambda h: (-h.rank, h.session_id, h.seq))
+        return hits[: query.limit]
+
+    def _search_tables(self, query: SearchQuery) -> builtins.list[Hit]:
+        """The hits of the FTS5 table and of ``catalog_pending``."""
         where, params, title = _filter_sql(query.where)
         session = ""
         session_params: list[Any] = []
