@@ -1397,6 +1397,7 @@ def _prepare_schema(db: _Database, read_only: bool) -> tuple[int, ...]:
         if str(mode).lower() != "wal":
             raise StoreUnavailable(f"{path} cannot use WAL mode (journal mode {mode})")
         if _schema_state(conn) == (target, APPLICATION_ID):
+            db.search_marks = _has_table(conn, "catalog_search_dirty")
             return ()
         with db.write_lock:
             conn.execute("BEGIN IMMEDIATE")
@@ -1419,6 +1420,7 @@ def _prepare_schema(db: _Database, read_only: bool) -> tuple[int, ...]:
                     )
                 for migrate in _MIGRATIONS[version:]:
                     migrate(conn)
+                db.search_marks = _has_table(conn, "catalog_search_dirty")
                 applied = tuple(range(version + 1, target + 1))
                 conn.execute(f"PRAGMA user_version={target}")
                 conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
@@ -1429,6 +1431,14 @@ def _prepare_schema(db: _Database, read_only: bool) -> tuple[int, ...]:
                 raise
     except sqlite3.Error as exc:
         raise _storage_error(exc, "opening", path) from exc
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    return bool(
+        conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchall()
+    )
 
 
 def _check_schema_for_reading(db: _Database, conn: sqlite3.Connection) -> None:
