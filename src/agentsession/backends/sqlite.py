@@ -60,6 +60,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as _dt
+import functools
 import logging
 import os
 import sqlite3
@@ -1037,7 +1038,8 @@ def _hand_over(
     """Inside an append's transaction: apply ``change`` to the catalog when it continues what
     the catalog holds (its ``first_seq`` follows the row's last seq), or else the change since
     the row's last seq when the session object holds those events, and clear the session's
-    mark; otherwise leave the mark, so the session is caught up from its log before the
+    mark (but at a turn's start, whose next event would mark it again); otherwise leave the
+    mark, so the session is caught up from its log before the
     catalog is next read (a turn another object wrote part of, or one a crash cut short)."""
     held = index.indexed_seq(view.id, conn) or 0
     if change.first_seq and change.first_seq != held + 1:
@@ -1124,6 +1126,89 @@ class SqliteCatalog(CatalogDefaults):
             return 0
         finally:
             session.close()
+
+    def index_session_documents(
+        self, store: BaseStore, index: SqliteIndex, conn: sqlite3.Connection, skey: int
+    ) -> int:
+        """Inside the caller's write transaction on ``conn``: index the documents of the
+        session whose ``sessions.key`` is ``skey`` after its mark's seq
+        (:data:`SEARCH_DIRTY_DDL`), and remove the mark (kept when the session has no catalog
+        row yet: its documents need one); returns 1 when its log was read."""
+        mark = conn.execute(
+            "SELECT after FROM catalog_search_dirty WHERE skey = ?", (skey,)
+        ).fetchone()
+        if mark is None:
+            return 0  # indexed by another process meanwhile
+        found = self.marked_events(store, conn, skey, mark[0])
+        if found is None:
+            conn.execute("DELETE FROM catalog_search_dirty WHERE skey = ?", (skey,))
+            return 0
+        sid, events = found
+        change = indexing.change_for(store, events, documents=True) if events else None
+        if change is not None and not index.add_documents(sid, change, conn):
+            return 0  # no row yet (caught up by the next listing): the mark stays
+        conn.execute("DELETE FROM catalog_search_dirty WHERE skey = ?", (skey,))
+        return 1
+
+    def marked_events(
+        self, store: BaseStore, conn: sqlite3.Connection, skey: int, after: int
+    ) -> tuple[str, list[Event]] | None:
+        """The id of the session whose ``sessions.key`` is ``skey`` and its events after a
+        mark's ``after`` (a seq of its own storage: a branch's events are read with the seqs
+        its reader presents), plaintext, read on ``conn``; None when there is nothing to
+        index (deleted, shredded, or unreadable now: logged)."""
+        row = conn.execute(
+            "SELECT CAST(s.id AS BLOB), (SELECT max(e.key) FROM events AS e "
+            "WHERE e.key > (s.key << 32) AND e.key < ((s.key + 1) << 32)), "
+            "(SELECT c.status FROM catalog AS c WHERE c.id = s.id) "
+            "FROM sessions AS s WHERE s.key = ?",
+            (skey,),
+        ).fetchone()
+        if row is None or row[1] is None or row[2] == "shredded":
+            return None
+        sid = _surrogate_text(row[0])
+        stored_last = row[1] & _MAX_SEQ
+        session = self.open_session(store, sid)
+        try:
+            shared = session.latest_seq - stored_last  # a branch's history before its own
+            return sid, session.read(after=after + max(shared, 0))
+        except SessionShredded:
+            return None
+        except (CorruptLogError, EncryptionError, SessionExpired) as exc:
+            log.warning("search: session %r not indexed: %s", sid, type(exc).__name__)
+            return None
+        finally:
+            session.close()
+
+    def documents_behind(
+        self, store: SqliteStore, *, index_first: bool
+    ) -> builtins.list[tuple[str, Document, bool]]:
+        """What :attr:`SqliteIndex.documents_behind` asks before a search: with
+        ``index_first`` (a store that may write the file) the documents of the marked
+        sessions are indexed (:meth:`SqliteStore.index_documents`) and nothing is returned;
+        otherwise (opened read-only) they are read from those sessions' logs, each with the
+        flag its session's later rewinds set."""
+        if index_first:
+            store.index_documents()
+            return []
+        conn = self._db.connection()
+        out: builtins.list[tuple[str, Document, bool]] = []
+        try:
+            marks = conn.execute("SELECT skey, after FROM catalog_search_dirty").fetchall()
+            for skey, after in marks:
+                found = self.marked_events(store, conn, skey, after)
+                if found is None or not found[1]:
+                    continue
+                sid, events = found
+                change = indexing.change_for(store, events, documents=True)
+                if change is None:
+                    continue
+                for doc in change.documents:
+                    rewound = any(to < doc.seq < at for to, at in change.rewound)
+                    out.append((sid, doc, rewound))
+        except sqlite3.Error as exc:
+            raise self._error("searching", exc) from exc
+        return out
 
     def exists(self, session_id: str) -> bool:
         conn = self._db.connection()
@@ -1667,7 +1752,11 @@ class SqliteStore(BaseStore):
             self._indexing.deferred = self._db.uri is None and not read_only
             if self._db.search_marks:
                 self._indexing.documents_apart = self._indexing.deferred
-                self._tables.documents_behind = self._documents_behind
+                catalog = self._catalog
+                assert isinstance(catalog, SqliteCatalog)
+                self._tables.documents_behind = functools.partial(
+                    catalog.documents_behind, self, index_first=self._indexing.deferred
+                )
         if self._db.uri is None and not read_only and self._db.catalog:
             try:
                 self.fill_catalog()
@@ -1783,6 +1872,10 @@ class SqliteStore(BaseStore):
         indexing_ = self._indexing
         if not (indexing_.catalog and indexing_.searchable and indexing_.documents_apart):
             return 0
+        index = self._tables
+        assert index is not None
+        catalog = self._catalog
+        assert isinstance(catalog, SqliteCatalog)
         db = self._db
         conn = db.connection()
         done = 0
@@ -1796,7 +1889,7 @@ class SqliteStore(BaseStore):
                         conn.execute("BEGIN IMMEDIATE")
                         try:
                             for skey in marks[start : start + DOCUMENTS_BATCH]:
-                                done += self._index_session_documents(conn, skey)
+                                done += catalog.index_session_documents(self, index, conn, skey)
                             conn.execute("COMMIT")
                         except BaseException:
                             _rollback(conn)
@@ -1804,87 +1897,6 @@ class SqliteStore(BaseStore):
         except sqlite3.Error as exc:
             raise _storage_error(exc, "indexing the documents of", db.path) from exc
         return done
-
-    def _index_session_documents(self, conn: sqlite3.Connection, skey: int) -> int:
-        """Inside the caller's write transaction: index the documents of the session whose
-        ``sessions.key`` is ``skey`` after its mark's seq, and remove the mark (kept when the
-        session has no catalog row yet: its documents need one); returns 1 when its log was
-        read."""
-        mark = conn.execute(
-            "SELECT after FROM catalog_search_dirty WHERE skey = ?", (skey,)
-        ).fetchone()
-        if mark is None:
-            return 0  # indexed by another process meanwhile
-        found = self._marked_events(conn, skey, mark[0])
-        if found is None:
-            conn.execute("DELETE FROM catalog_search_dirty WHERE skey = ?", (skey,))
-            return 0
-        sid, events = found
-        change = self._indexing.change(events, documents=True) if events else None
-        if change is not None:
-            index = self._tables
-            assert index is not None
-            if not index.add_documents(sid, change, conn):
-                return 0  # no row yet (caught up by the next listing): the mark stays
-        conn.execute("DELETE FROM catalog_search_dirty WHERE skey = ?", (skey,))
-        return 1
-
-    def _marked_events(
-        self, conn: sqlite3.Connection, skey: int, after: int
-    ) -> tuple[str, list[Event]] | None:
-        """The id of the session whose ``sessions.key`` is ``skey`` and its events after the
-        mark's ``after`` (a seq of its own storage: a branch's events are read with the
-        seqs its reader presents), plaintext; None when there is nothing to index (deleted,
-        shredded, or unreadable now: logged)."""
-        row = conn.execute(
-            "SELECT CAST(s.id AS BLOB), (SELECT max(e.key) FROM events AS e "
-            "WHERE e.key > (s.key << 32) AND e.key < ((s.key + 1) << 32)), "
-            "(SELECT c.status FROM catalog AS c WHERE c.id = s.id) "
-            "FROM sessions AS s WHERE s.key = ?",
-            (skey,),
-        ).fetchone()
-        if row is None or row[1] is None or row[2] == "shredded":
-            return None
-        sid = _surrogate_text(row[0])
-        stored_last = row[1] & _MAX_SEQ
-        session = self._catalog.open_session(self, sid)
-        try:
-            shared = session.latest_seq - stored_last  # a branch's history before its own
-            return sid, session.read(after=after + max(shared, 0))
-        except SessionShredded:
-            return None
-        except (CorruptLogError, EncryptionError, SessionExpired) as exc:
-            log.warning("search: session %r not indexed: %s", sid, type(exc).__name__)
-            return None
-        finally:
-            session.close()
-
-    def _documents_behind(self) -> list[tuple[str, Document, bool]]:
-        """For :attr:`SqliteIndex.documents_behind`: a store that may write indexes them
-        (:meth:`index_documents`); one that cannot (opened read-only) reads them from the
-        marked sessions' logs, with the flags their own rewinds set."""
-        if self._indexing.documents_apart:
-            self.index_documents()
-            return []
-        db = self._db
-        conn = db.connection()
-        out: list[tuple[str, Document, bool]] = []
-        try:
-            marks = conn.execute("SELECT skey, after FROM catalog_search_dirty").fetchall()
-            for skey, after in marks:
-                found = self._marked_events(conn, skey, after)
-                if found is None or not found[1]:
-                    continue
-                sid, events = found
-                change = self._indexing.change(events, documents=True)
-                if change is None:
-                    continue
-                for doc in change.documents:
-                    rewound = any(to < doc.seq < at for to, at in change.rewound)
-                    out.append((sid, doc, rewound))
-        except sqlite3.Error as exc:
-            raise _storage_error(exc, "searching", db.path) from exc
-        return out
 
     @property
     def path(self) -> str:

@@ -18,8 +18,10 @@ sidecar database beside logs kept elsewhere alike. The tables (:data:`INDEX_SCHE
   them never scans the table). ``text`` holds the document's words as
   :func:`agentsession.listing.words` makes them, space separated (blind tokens as they are), so
   FTS5's ``unicode61`` tokenizer splits exactly where search's normalisation does; ``body`` the
-  text as written when it differs (NULL otherwise), from which a hit's snippet is made. Ranked
-  by ``bm25``.
+  text as written when it differs (NULL otherwise), from which a hit's snippet is made. A
+  document :meth:`SqliteIndex.add_documents` indexes (read back from a log, for a store that
+  indexes documents apart from its appends) keeps ASCII text as written in ``text``, which
+  ``unicode61`` splits and folds exactly as ``words`` does. Ranked by ``bm25``.
 
 The tables hold what the store hands them: on an encrypted store sealed titles, users, tenants
 and tags, and blind tokens for words (``body`` is then NULL: tokens are their own words).
