@@ -255,14 +255,14 @@ them in their events instead."""
 
 def _add_search_dirty(conn: sqlite3.Connection) -> None:
     """Version 5: :data:`SEARCH_DIRTY_DDL`. A version 4 file's documents are current but for
-    the sessions it marks in ``catalog_dirty`` (their documents go with their row's catch-up
-    there): those are marked from their row's last seq."""
+    the sessions it marks in ``catalog_dirty`` (their documents went with their row's
+    catch-up): those are marked from seq 0 (a row's last seq counts a branch's shared history,
+    a mark does not; indexing a document again replaces it)."""
     for statement in SEARCH_DIRTY_DDL:
         conn.execute(statement)
     conn.execute(
         "INSERT OR IGNORE INTO catalog_search_dirty (skey, after) "
-        "SELECT d.skey, coalesce(c.last_seq, 0) FROM catalog_dirty AS d "
-        "JOIN sessions AS s ON s.key = d.skey LEFT JOIN catalog AS c ON c.id = s.id"
+        "SELECT d.skey, 0 FROM catalog_dirty AS d JOIN sessions AS s ON s.key = d.skey"
     )
 
 
