@@ -302,3 +302,17 @@ def test_search_always_matches_a_rebuild(tmp_path_factory: Any, ops: list[Any]) 
         _documents(path)  # none indexed twice
     finally:
         store.close()
+
+
+def test_one_index_run_indexes_every_marked_session(tmp_path: Path, monkeypatch: Any) -> None:
+    path = tmp_path / "s.db"
+    with open_store(f"sqlite:///{path}") as store:
+        for n in range(11):
+            _turn(store.get(f"s{n}"), n)
+        store.list(order="id")
+        # Read two marks at a time: far fewer than the sessions marked.
+        marked = sqlite_backend._MARKED_FOR_SEARCH.replace("LIMIT 4096", "LIMIT 2")
+        monkeypatch.setattr(sqlite_backend, "_MARKED_FOR_SEARCH", marked)
+        assert store.index_documents() == 11
+        assert _sql(path, "SELECT * FROM catalog_search_dirty") == []
+        assert _documents(path) == 22

@@ -269,7 +269,9 @@ def _add_search_dirty(conn: sqlite3.Connection) -> None:
 DOCUMENTS_BATCH: Final = 64
 """Sessions whose documents :meth:`SqliteStore.index_documents` indexes per write
 transaction."""
-_MARKED_FOR_SEARCH: Final = "SELECT skey FROM catalog_search_dirty ORDER BY skey LIMIT 4096"
+_MARKED_FOR_SEARCH: Final = (
+    "SELECT skey FROM catalog_search_dirty WHERE skey > ? ORDER BY skey LIMIT 4096"
+)
 
 _MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_v1,
@@ -1881,19 +1883,21 @@ class SqliteStore(BaseStore):
         done = 0
         try:
             for _ in range(4):  # writers may mark sessions meanwhile: a few rounds, not forever
-                marks = [r[0] for r in conn.execute(_MARKED_FOR_SEARCH)]
-                if not marks:
+                seen = 0  # every mark once per round, in key order (some may stay: no row yet)
+                while marks := [r[0] for r in conn.execute(_MARKED_FOR_SEARCH, (seen,))]:
+                    seen = marks[-1]
+                    for start in range(0, len(marks), DOCUMENTS_BATCH):
+                        with db.write_lock:
+                            conn.execute("BEGIN IMMEDIATE")
+                            try:
+                                for skey in marks[start : start + DOCUMENTS_BATCH]:
+                                    done += catalog.index_session_documents(self, index, conn, skey)
+                                conn.execute("COMMIT")
+                            except BaseException:
+                                _rollback(conn)
+                                raise
+                if not seen:
                     break
-                for start in range(0, len(marks), DOCUMENTS_BATCH):
-                    with db.write_lock:
-                        conn.execute("BEGIN IMMEDIATE")
-                        try:
-                            for skey in marks[start : start + DOCUMENTS_BATCH]:
-                                done += catalog.index_session_documents(self, index, conn, skey)
-                            conn.execute("COMMIT")
-                        except BaseException:
-                            _rollback(conn)
-                            raise
         except sqlite3.Error as exc:
             raise _storage_error(exc, "indexing the documents of", db.path) from exc
         return done
