@@ -291,3 +291,17 @@ def test_jsonl_a_writer_killed_mid_turn_loses_nothing_from_the_catalog(tmp_path:
         [info] = store.list(order="id")
         assert (info.messages, info.turns, info.last_seq) == (7, 1, 8)
         assert _listed(store) == _rebuilt(store)
+
+
+def test_one_listing_catches_up_every_marked_session_however_many(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with open_store(f"sqlite:///{path}", catalog=False) as writer:  # every append marks
+        for n in range(2100):  # more than any fixed number of rounds of 512
+            writer.get(f"s{n:04d}").append(
+                Event.new("user/message", Message.user(f"hi {n}"), agent="bot")
+            )
+    assert len(_dirty(path)) == 2100
+    with open_store(f"sqlite:///{path}") as store:
+        listed = store.list(order="id")
+        assert len(listed) == 2100 and all(i.messages == 1 for i in listed)
+        assert _dirty(path) == []

@@ -1842,10 +1842,17 @@ class SqliteStore(BaseStore):
         conn = db.connection()
         done = 0
         try:
-            for _ in range(4):  # writers may mark sessions meanwhile: a few rounds, not forever
-                keys = [r[0] for r in conn.execute("SELECT skey FROM catalog_dirty LIMIT 512")]
-                if not keys:
-                    break
+            # Every session marked when it starts, once, in key order (one marked again
+            # meanwhile, by a writer, waits for the next catch-up: never an endless loop).
+            seen = -1
+            while keys := [
+                r[0]
+                for r in conn.execute(
+                    "SELECT skey FROM catalog_dirty WHERE skey > ? ORDER BY skey LIMIT 512",
+                    (seen,),
+                )
+            ]:
+                seen = keys[-1]
                 for key in keys:
                     with db.write_lock:
                         conn.execute("BEGIN IMMEDIATE")
