@@ -15,6 +15,7 @@ names are re-exported here. An encrypted store's keys are a
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as _dt
 import os
 import threading
@@ -114,8 +115,11 @@ _live_stores: weakref.WeakSet[BaseStore] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
+    # Every store, whatever another's reset raises (the interpreter would stop at the first
+    # error and leave the rest holding the parent's lock records, thread ids and pools).
     for store in list(_live_stores):
-        store._after_fork()
+        with contextlib.suppress(Exception):  # a child cannot report it safely: carry on
+            store._after_fork()
 
 
 if hasattr(os, "register_at_fork"):
