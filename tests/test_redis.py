@@ -9,6 +9,7 @@ a Redis store (this module's ``store`` fixture).
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import random
 from collections.abc import Iterator
@@ -105,8 +106,33 @@ def populate(store: ags.BaseStore, seed: int, sessions: int = 40) -> None:
             user=rng.choice(["ann", "bob"]),
         )
         if rng.random() < 0.2:  # a turn left open: status live
-            turn = session.turn(agent="bot").__enter__()
-            turn.user("still running " + rng.choice(WORDS))
+            # In a context of its own (the turn id it sets stays there), and recorded, so
+            # that the test forgets it as a crashed process would (_forget_open_turns).
+            def leave_open(session: Any = session) -> None:
+                turn = session.turn(agent="bot").__enter__()
+                turn.user("still running " + rng.choice(WORDS))
+                LEFT_OPEN.append(turn)
+
+            contextvars.copy_context().run(leave_open)
+
+
+LEFT_OPEN: list[Any] = []
+"""Turns :func:`populate` left open, forgotten after each test."""
+
+
+@pytest.fixture(autouse=True)
+def _forget_open_turns() -> Iterator[None]:
+    """After each test, this process forgets the turns populate left open (as if it had
+    crashed with them open), so that later tests find no open turn of theirs."""
+    yield
+    from agentsession import recorder
+
+    with recorder._open_turns_lock:
+        for turn in LEFT_OPEN:
+            for key, open_turn in list(recorder._open_turns.items()):
+                if open_turn is turn:
+                    del recorder._open_turns[key]
+    LEFT_OPEN.clear()
 
 
 def pages(store: ags.BaseStore, **kwargs: Any) -> list[list[str]]:
