@@ -34,7 +34,7 @@ from ...ops import Plan, adrive
 from ...session import BaseSession
 from ...storage import REOPEN, LogView, Reopen
 from ...store import BaseStore
-from .server import Server, script_sha, script_text
+from .server import COMMANDS, Server, script_sha, script_text
 from .storage import RedisLog, Request, numbered
 
 __all__ = ["RedisAsyncBackend", "RedisNativeLog"]
@@ -106,6 +106,8 @@ class RedisNativeLog:
             raise UsageError(f"store {db.target.location} is closed")
         client = self._client
         try:
+            if request.name in COMMANDS:
+                return await client.execute_command(request.name, *request.keys, *request.args)
             try:
                 return await client.evalsha(
                     script_sha(request.name), len(request.keys), *request.keys, *request.args

@@ -25,7 +25,6 @@ __all__ = [
     "META_ADD",
     "OPEN",
     "QUERY",
-    "READ",
     "REBUILD",
     "REFRESH",
     "RENEW",
@@ -268,31 +267,53 @@ return index_row(ARGV[1], ARGV[2], cmsgpack.unpack(ARGV[3]), cmsgpack.unpack(ARG
 """
 )
 
-OPEN: Final = r"""
+_JOINED: Final = r"""
+-- Stream entries as two strings, so that the client parses two bulk replies, not an array
+-- per entry: the entry ids joined by spaces and the lines joined by line breaks (a stored
+-- line holds none: an event line is JSON; a line that does shows as a count that differs).
+local function joined(entries)
+  local ids, lines = {}, {}
+  for i, entry in ipairs(entries) do
+    ids[i] = entry[1]
+    lines[i] = entry[2][2]
+  end
+  return {table.concat(ids, ' '), table.concat(lines, '\n')}
+end
+"""
+
+OPEN: Final = (
+    _JOINED
+    + r"""
 -- KEYS: s, e. ARGV: 'tail' or 'window', the tail's size.
--- Returns {life or '', last, entries}.
+-- Returns {life or '', last, entries (joined, oldest first)}.
 local f = redis.call('HMGET', KEYS[1], 'life', 'last', 'marker')
-if not f[1] then return {'', 0, {}} end
+if not f[1] then return {'', 0, {'', ''}} end
 local entries
 if ARGV[1] == 'tail' then
-  entries = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', ARGV[2])
+  local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', ARGV[2])
+  entries = {}
+  for i = #newest, 1, -1 do entries[#entries + 1] = newest[i] end
 else
   entries = redis.call('XRANGE', KEYS[2], (f[3] or '1') .. '-0', '+')
 end
-return {f[1], tonumber(f[2] or '0'), entries}
+return {f[1], tonumber(f[2] or '0'), joined(entries)}
 """
+)
 
-REFRESH: Final = r"""
--- KEYS: s, e. ARGV: the seq seen. Returns {life or '', last, entries after it}.
+REFRESH: Final = (
+    _JOINED
+    + r"""
+-- KEYS: s, e. ARGV: the seq seen. Returns {life or '', last, entries after it (joined)}.
 local f = redis.call('HMGET', KEYS[1], 'life', 'last')
-if not f[1] then return {'', 0, {}} end
+if not f[1] then return {'', 0, {'', ''}} end
 local last = tonumber(f[2] or '0')
 local entries = {}
 if last > tonumber(ARGV[1]) then
   entries = redis.call('XRANGE', KEYS[2], string.format('%d', tonumber(ARGV[1]) + 1) .. '-0', '+')
 end
-return {f[1], last, entries}
+return {f[1], last, joined(entries)}
 """
+)
 
 DELETE: Final = r"""
 -- KEYS: s, e, i, d, u, the lock. Returns {had events (1/0), documents (flat seq, packed)}.
@@ -477,13 +498,4 @@ UNLOCK: Final = r"""
 -- KEYS: the lock. ARGV: token. Deletes the lock only while it is ours.
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
-"""
-
-READ: Final = r"""
--- KEYS: e. ARGV: after, limit ('' none), up to and including ('' none).
-local lo = string.format('%d', tonumber(ARGV[1]) + 1) .. '-0'
-local hi = '+'
-if ARGV[3] ~= '' then hi = ARGV[3] .. '-0' end
-if ARGV[2] ~= '' then return redis.call('XRANGE', KEYS[1], lo, hi, 'COUNT', ARGV[2]) end
-return redis.call('XRANGE', KEYS[1], lo, hi)
 """

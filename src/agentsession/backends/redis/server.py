@@ -25,7 +25,7 @@ import redis.exceptions as rex
 from ...errors import OutcomeUnknown, StorageError, StoreUnavailable, UsageError
 from . import scripts
 
-__all__ = ["DEFAULT_PREFIX", "Keys", "Server", "Target", "session_tag"]
+__all__ = ["COMMANDS", "DEFAULT_PREFIX", "Keys", "Server", "Target", "session_tag"]
 
 log = logging.getLogger("agentsession.backends.redis")
 
@@ -274,6 +274,10 @@ _SCRIPTS: Final = {name: getattr(scripts, name) for name in scripts.__all__}
 _SHAS: Final = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()}
 
 
+COMMANDS: Final = frozenset({"XRANGE"})
+"""Requests that are plain commands (keys, then arguments), not scripts."""
+
+
 def script_sha(name: str) -> str:
     """The SHA1 of a script (what ``EVALSHA`` names it by)."""
     return _SHAS[name]
@@ -344,6 +348,8 @@ class Server:
         """Run the script ``name`` (loading it when the server does not know it), untranslated
         (call it inside :meth:`run`)."""
         use = self.client if client is None else client
+        if name in COMMANDS:
+            return use.execute_command(name, *keys, *args)
         sha = _SHAS[name]
         try:
             return use.evalsha(sha, len(keys), *keys, *args)

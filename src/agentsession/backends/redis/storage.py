@@ -43,6 +43,7 @@ __all__ = [
     "micros",
     "numbered",
     "pack",
+    "pack_text",
     "row_words",
     "text_words",
     "time_of_micros",
@@ -96,6 +97,19 @@ def pack(value: Any) -> bytes:
     return bytes(out)
 
 
+_msgpack_encode: Final = msgspec.msgpack.Encoder().encode
+
+
+def pack_text(value: Any) -> bytes:
+    """:func:`pack` for a value without bytes (lists, strings, ints, None): msgspec's encoder,
+    which writes strings as :func:`pack` does; :func:`pack` itself when a string holds a lone
+    surrogate (which UTF-8 cannot encode strictly)."""
+    try:
+        return _msgpack_encode(value)
+    except UnicodeEncodeError:
+        return pack(value)
+
+
 def _pack_into(out: bytearray, value: Any) -> None:
     if isinstance(value, str):
         value = value.encode("utf-8", "surrogatepass")
@@ -143,7 +157,7 @@ def _usage(u: Any) -> list[Any]:
 def change_blob(change: CatalogChange) -> bytes:
     """``change`` as the scripts read it (msgpack; times as :func:`micros`, costs as
     ``repr``)."""
-    return pack(
+    return pack_text(
         [
             micros(change.first_time),
             micros(change.last_time),
@@ -204,24 +218,57 @@ class Request(NamedTuple):
     """What a lost connection leaves unknown (a write), else empty."""
 
 
-def _decode(entries: Sequence[Any], session_id: str) -> list[Event]:
-    """Events of stream entries ``[id, [b"e", line]]``, in the order given."""
-    lines = [entry[1][1] for entry in entries]
+def _decode(reply: Sequence[Any], session_id: str) -> list[Event]:
+    """Events of the entries a script returned joined (``{ids, lines}``: the entry ids joined
+    by spaces, the event lines by line breaks), in the order given. A stored event line holds
+    no line break (it is JSON); one that does shows as a count of lines other than of ids."""
+    ids_blob, lines_blob = bytes(reply[0]), bytes(reply[1])
+    if not ids_blob:
+        return []
+    ids = ids_blob.split(b" ")
     try:
-        return decode_event_lines(b"\n".join(lines))
+        events = decode_event_lines(lines_blob)
     except (msgspec.DecodeError, ValueError, TypeError):
         pass
+    else:
+        if len(events) == len(ids):
+            return events
+    lines = lines_blob.split(b"\n")
+    if len(lines) != len(ids):
+        raise CorruptLogError(
+            f"session {session_id!r}: an event with a seq from {_seq_of(ids[0])} to"
+            f" {_seq_of(ids[-1])} does not decode: its line holds a line break",
+            session_id=session_id,
+        )
     out = []
-    for entry, line in zip(entries, lines, strict=True):
+    for entry_id, line in zip(ids, lines, strict=True):
         try:
             out.append(decode_event(line))
         except (msgspec.DecodeError, ValueError, TypeError) as exc:
-            seq = bytes(entry[0]).split(b"-")[0].decode()
             raise CorruptLogError(
-                f"session {session_id!r}: the event with seq {seq} does not decode: {exc}",
+                f"session {session_id!r}: the event with seq {_seq_of(entry_id)} does not"
+                f" decode: {exc}",
                 session_id=session_id,
             ) from None
     return out
+
+
+def _decode_entries(entries: Sequence[Any], session_id: str) -> list[Event]:
+    """Events of ``XRANGE`` entries (``(id, fields)``, the fields a mapping or a flat list),
+    in the order given."""
+    if not entries:
+        return []
+    ids, lines = [], []
+    for entry_id, fields in entries:
+        ids.append(bytes(entry_id))
+        line = fields.get(b"e") if isinstance(fields, dict) else fields[1]
+        lines.append(b"" if line is None else bytes(line))
+    return _decode([b" ".join(ids), b"\n".join(lines)], session_id)
+
+
+def _seq_of(entry_id: bytes) -> str:
+    """The seq of a stream entry id (``<seq>-0``)."""
+    return entry_id.split(b"-")[0].decode("ascii", "replace")
 
 
 class RedisLog:
@@ -302,7 +349,7 @@ class RedisLog:
             self._life = None
             return [], True
         self._life = bytes(life)
-        events = _decode(entries[::-1] if tail else entries, self._id)
+        events = _decode(entries, self._id)
         return events, not events or events[0].seq <= 1
 
     def refresh_call(self, after: int) -> Request:
@@ -322,17 +369,16 @@ class RedisLog:
         return _decode(entries, self._id)
 
     def read_call(self, after: int, limit: int | None, upto: int | None = None) -> Request:
-        """Events with ``after < seq`` (``<= upto``), at most ``limit``."""
-        return Request(
-            "READ",
-            self._keys[1:2],
-            [after, "" if limit is None else limit, "" if upto is None else upto],
-            self._reading,
-        )
+        """Events with ``after < seq`` (``<= upto``), at most ``limit``: a plain ``XRANGE`` (no
+        script: the server answers the entries as it stores them)."""
+        args: list[Any] = [f"{after + 1}-0", "+" if upto is None else f"{upto}-0"]
+        if limit is not None:
+            args += ("COUNT", limit)
+        return Request("XRANGE", self._keys[1:2], args, self._reading)
 
     def decode(self, entries: Sequence[Any]) -> list[Event]:
-        """Events of the stream entries a read returned."""
-        return _decode(entries, self._id)
+        """Events of the stream entries a read (:meth:`read_call`) returned."""
+        return _decode_entries(entries, self._id)
 
     def append_call(
         self,
@@ -357,7 +403,7 @@ class RedisLog:
             ID_WINDOW,
             change_blob(change) if change is not None else b"",
             self._db.keys.catalog if inline_catalog else b"",
-            pack(row_words(change)) if inline_catalog else b"\x90",
+            pack_text(row_words(change)) if inline_catalog else b"\x90",
             self._sid,
             count,
             *per_event,
@@ -407,7 +453,7 @@ class RedisLog:
         return Request(
             "INDEX_ROW",
             [catalog + b"x"],
-            [catalog, self._sid, row, pack(row_words(change)), b"0", b"\x90"],
+            [catalog, self._sid, row, pack_text(row_words(change)), b"0", b"\x90"],
             f"indexing session {self._id!r}",
         )
 
