@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import agentsession as ags
 from agentsession.errors import StorageError
@@ -504,3 +506,78 @@ def test_an_unreachable_server_is_store_unavailable_without_the_password() -> No
     with pytest.raises(StoreUnavailable) as caught:
         ags.open_store("redis://u:hunter2@127.0.0.1:1/0", connect_timeout=1)
     assert "hunter2" not in str(caught.value) and "127.0.0.1:1" in str(caught.value)
+
+
+# -- reads: entries as the server returns them, damaged ones located ---------------------------
+
+
+def _damage(url: str, prefix: str, sid: str, seq: int, line: bytes) -> None:
+    """Replace the stream entry of ``seq`` (kept in place) with ``line``."""
+    import redis
+
+    client = redis.Redis.from_url(url.split("?")[0])
+    try:
+        key = f"{prefix}{{{sid}}}:e"
+        entries = client.xrange(key)
+        client.delete(key)
+        for entry_id, fields in entries:
+            keep = line if entry_id == f"{seq}-0".encode() else fields[b"e"]
+            client.xadd(key, {"e": keep}, id=entry_id)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    "line", [b'{"not": "an event"', b'{"type": "user.message"}\n{"seq": 3}'], ids=["json", "break"]
+)
+def test_a_damaged_entry_is_reported_by_every_read_with_its_seq(
+    prefixes: list[str], line: bytes
+) -> None:
+    from agentsession.errors import CorruptLogError
+
+    url = redis_url(prefixes)
+    with ags.open_store(url) as store:
+        session = store.get("d")
+        session.append_many([ags.Event.new("user.message", {"text": f"m{i}"}) for i in range(20)])
+    _damage(url, prefixes[-1], "d", 3, line)  # before the tail opening reads (16 events)
+    with ags.open_store(url) as store:
+        session = store.get("d")
+        assert [e.seq for e in session.read(3)] == list(range(4, 21))
+        with pytest.raises(CorruptLogError, match="seq 3"):
+            session.read(0, 3)
+        with pytest.raises(CorruptLogError, match="seq 3"):
+            session.read()
+    _damage(url, prefixes[-1], "d", 18, line)  # within the tail: opening finds it
+    with (
+        ags.open_store(url) as store,
+        pytest.raises(CorruptLogError, match="seq 18"),
+    ):
+        store.get("d").read(19)
+
+
+def test_reads_of_every_kind_return_the_events_in_order(prefixes: list[str]) -> None:
+    url = redis_url(prefixes)
+    texts = [f"line {i}\nwith a break and \u00e9 and \U0001f600" for i in range(40)]
+    with ags.open_store(url) as store:
+        store.get("r").append_many([ags.Event.new("user.message", {"text": t}) for t in texts])
+        other = store.get("r")
+        assert [e.seq for e in other.read(10, 5)] == [11, 12, 13, 14, 15]
+        assert [e.payload()["text"] for e in other.read()] == texts
+        store.get("r").append(ags.Event.new("user.message", {"text": "more"}))
+        assert other.read(40)[0].payload()["text"] == "more"  # caught up by REFRESH
+    with ags.open_store(url) as store:
+        assert [e.seq for e in store.get("r").read()] == list(range(1, 42))
+        assert store.get("empty").read() == []
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers(-(2**63), 2**64 - 1) | st.text(),
+        lambda inner: st.lists(inner, max_size=20),
+        max_leaves=50,
+    )
+)
+def test_pack_text_packs_as_pack_does(value: Any) -> None:
+    from agentsession.backends.redis.storage import pack, pack_text
+
+    assert pack_text(value) == pack(value)

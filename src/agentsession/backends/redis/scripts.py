@@ -268,16 +268,17 @@ return index_row(ARGV[1], ARGV[2], cmsgpack.unpack(ARGV[3]), cmsgpack.unpack(ARG
 )
 
 _JOINED: Final = r"""
--- Stream entries as two strings, so that the client parses two bulk replies, not an array
--- per entry: the entry ids joined by spaces and the lines joined by line breaks (a stored
--- line holds none: an event line is JSON; a line that does shows as a count that differs).
+-- Stream entries as three strings, so that the client parses three bulk replies, not an array
+-- per entry: the entry ids joined by spaces, the lines joined by line breaks and the lines'
+-- lengths joined by spaces (which locate each line even when one holds a line break).
 local function joined(entries)
-  local ids, lines = {}, {}
+  local ids, lines, sizes = {}, {}, {}
   for i, entry in ipairs(entries) do
     ids[i] = entry[1]
     lines[i] = entry[2][2]
+    sizes[i] = #lines[i]
   end
-  return {table.concat(ids, ' '), table.concat(lines, '\n')}
+  return {table.concat(ids, ' '), table.concat(lines, '\n'), table.concat(sizes, ' ')}
 end
 """
 
@@ -287,7 +288,7 @@ OPEN: Final = (
 -- KEYS: s, e. ARGV: 'tail' or 'window', the tail's size.
 -- Returns {life or '', last, entries (joined, oldest first)}.
 local f = redis.call('HMGET', KEYS[1], 'life', 'last', 'marker')
-if not f[1] then return {'', 0, {'', ''}} end
+if not f[1] then return {'', 0, {'', '', ''}} end
 local entries
 if ARGV[1] == 'tail' then
   local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', ARGV[2])
@@ -305,7 +306,7 @@ REFRESH: Final = (
     + r"""
 -- KEYS: s, e. ARGV: the seq seen. Returns {life or '', last, entries after it (joined)}.
 local f = redis.call('HMGET', KEYS[1], 'life', 'last')
-if not f[1] then return {'', 0, {'', ''}} end
+if not f[1] then return {'', 0, {'', '', ''}} end
 local last = tonumber(f[2] or '0')
 local entries = {}
 if last > tonumber(ARGV[1]) then

@@ -219,27 +219,54 @@ class Request(NamedTuple):
 
 
 def _decode(reply: Sequence[Any], session_id: str) -> list[Event]:
-    """Events of the entries a script returned joined (``{ids, lines}``: the entry ids joined
-    by spaces, the event lines by line breaks), in the order given. A stored event line holds
-    no line break (it is JSON); one that does shows as a count of lines other than of ids."""
-    ids_blob, lines_blob = bytes(reply[0]), bytes(reply[1])
+    """Events of the entries a script returned joined (``{ids, lines, lengths}``: the entry
+    ids joined by spaces, the event lines by line breaks, their lengths by spaces), in the
+    order given."""
+    ids_blob, blob = bytes(reply[0]), bytes(reply[1])
     if not ids_blob:
         return []
     ids = ids_blob.split(b" ")
+    events = _decode_joined(blob, len(ids))
+    if events is not None:
+        return events
+    lines, at = [], 0
+    for size in bytes(reply[2]).split(b" "):
+        lines.append(blob[at : at + int(size)])
+        at += int(size) + 1
+    return _decode_each(ids, lines, session_id)
+
+
+def _decode_entries(entries: Sequence[Any], session_id: str) -> list[Event]:
+    """Events of ``XRANGE`` entries (``(id, fields)``, the fields a mapping or a flat list),
+    in the order given."""
+    if not entries:
+        return []
+    lines = []
+    for _, fields in entries:
+        line = fields.get(b"e") if isinstance(fields, dict) else fields[1]
+        lines.append(b"" if line is None else bytes(line))
+    events = _decode_joined(b"\n".join(lines), len(lines))
+    if events is not None:
+        return events
+    return _decode_each([bytes(entry[0]) for entry in entries], lines, session_id)
+
+
+def _decode_joined(blob: bytes, count: int) -> list[Event] | None:
+    """The fast path: ``count`` event lines joined by line breaks decoded at once; None when
+    a line holds a line break or does not decode as one event (:func:`_decode_each` says
+    which)."""
+    if blob.count(b"\n") != count - 1:
+        return None
     try:
-        events = decode_event_lines(lines_blob)
+        events = decode_event_lines(blob)
     except (msgspec.DecodeError, ValueError, TypeError):
-        pass
-    else:
-        if len(events) == len(ids):
-            return events
-    lines = lines_blob.split(b"\n")
-    if len(lines) != len(ids):
-        raise CorruptLogError(
-            f"session {session_id!r}: an event with a seq from {_seq_of(ids[0])} to"
-            f" {_seq_of(ids[-1])} does not decode: its line holds a line break",
-            session_id=session_id,
-        )
+        return None
+    return events if len(events) == count else None
+
+
+def _decode_each(ids: Sequence[bytes], lines: Sequence[bytes], session_id: str) -> list[Event]:
+    """Events of the lines of the entries ``ids``, one by one: the first that does not decode
+    raises :class:`~agentsession.errors.CorruptLogError` naming its seq."""
     out = []
     for entry_id, line in zip(ids, lines, strict=True):
         try:
@@ -251,19 +278,6 @@ def _decode(reply: Sequence[Any], session_id: str) -> list[Event]:
                 session_id=session_id,
             ) from None
     return out
-
-
-def _decode_entries(entries: Sequence[Any], session_id: str) -> list[Event]:
-    """Events of ``XRANGE`` entries (``(id, fields)``, the fields a mapping or a flat list),
-    in the order given."""
-    if not entries:
-        return []
-    ids, lines = [], []
-    for entry_id, fields in entries:
-        ids.append(bytes(entry_id))
-        line = fields.get(b"e") if isinstance(fields, dict) else fields[1]
-        lines.append(b"" if line is None else bytes(line))
-    return _decode([b" ".join(ids), b"\n".join(lines)], session_id)
 
 
 def _seq_of(entry_id: bytes) -> str:
