@@ -115,12 +115,31 @@ local function add_cost(key, field, amount)
   redis.call('HSET', key, field, string.format('%.17g', old + tonumber(amount)))
 end
 
+-- The row fields a change reads, in the order :func:`read_row` returns them.
+local ROW_FIELDS = {'created', 'updated', 'user', 'title', 'status', 'compacted', 'agents'}
+
+-- The fields of ``ROW_FIELDS`` of the session hash ``s``, by name (absent: nil).
+local function read_row(s)
+  local got = redis.call('HMGET', s, unpack(ROW_FIELDS))
+  local f = {}
+  for i, name in ipairs(ROW_FIELDS) do f[name] = got[i] or nil end
+  return f
+end
+
 -- Apply a CatalogChange (msgpack: {first_us, last_us, messages, turns, usage, usage_rows,
 -- agents, user, title, status, compacted_before, rewound, documents}) to the row fields of
--- the session hash ``s``, its usage rows ``u`` and its documents ``d``.
-local function apply_change(s, u, d, c)
-  if c[1] ~= '' then redis.call('HSETNX', s, 'created', c[1]) end
-  if c[2] ~= '' then redis.call('HSET', s, 'updated', c[2]) end
+-- the session hash ``s``, its usage rows ``u`` and its documents ``d``. ``f`` holds the
+-- hash's fields of ``ROW_FIELDS`` as read (:func:`read_row`); the plain fields the change
+-- sets are put in ``f`` and appended to ``writes`` (name, value pairs) for the caller's one
+-- ``HSET``; counters are added to in place (``HINCRBY``: exact integers).
+local function apply_change(s, u, d, c, f, writes)
+  local function put(name, value)
+    f[name] = value
+    writes[#writes + 1] = name
+    writes[#writes + 1] = value
+  end
+  if c[1] ~= '' and not f.created then put('created', c[1]) end
+  if c[2] ~= '' then put('updated', c[2]) end
   add_int(s, 'messages', c[3])
   add_int(s, 'turns', c[4])
   local usage = c[5]
@@ -139,26 +158,25 @@ local function apply_change(s, u, d, c)
     add_cost(u, base .. '$', r[8])
   end
   if #c[7] > 0 then
-    local agents = unpacked(redis.call('HGET', s, 'agents'))
+    local agents = unpacked(f.agents)
     local known = {}
     for _, a in ipairs(agents) do known[a] = true end
     local grew = false
     for _, a in ipairs(c[7]) do
       if not known[a] then agents[#agents + 1] = a; known[a] = true; grew = true end
     end
-    if grew then redis.call('HSET', s, 'agents', cmsgpack.pack(agents)) end
+    if grew then put('agents', cmsgpack.pack(agents)) end
   end
-  local cur = redis.call('HMGET', s, 'user', 'title', 'status', 'compacted')
-  if (not cur[1] or cur[1] == '') and c[8] ~= '' then redis.call('HSET', s, 'user', c[8]) end
-  if (not cur[2] or cur[2] == '') and c[9] ~= '' then redis.call('HSET', s, 'title', c[9]) end
-  if c[10] ~= '' and cur[3] ~= 'shredded' and cur[3] ~= 'archived' then
-    redis.call('HSET', s, 'status', c[10])
+  if (not f.user or f.user == '') and c[8] ~= '' then put('user', c[8]) end
+  if (not f.title or f.title == '') and c[9] ~= '' then put('title', c[9]) end
+  if c[10] ~= '' and f.status ~= 'shredded' and f.status ~= 'archived' then
+    put('status', c[10])
   end
-  if tonumber(c[11]) > tonumber(cur[4] or '0') then redis.call('HSET', s, 'compacted', c[11]) end
+  if tonumber(c[11]) > tonumber(f.compacted or '0') then put('compacted', c[11]) end
   if #c[12] > 0 then
     local rewound = unpacked(redis.call('HGET', s, 'rewound'))
     for _, r in ipairs(c[12]) do rewound[#rewound + 1] = r end
-    redis.call('HSET', s, 'rewound', cmsgpack.pack(rewound))
+    put('rewound', cmsgpack.pack(rewound))
   end
   for _, doc in ipairs(c[13]) do
     redis.call('HSET', d, doc[1], cmsgpack.pack({doc[2], doc[3]}))
@@ -177,7 +195,8 @@ APPEND: Final = (
 -- Returns {1, base, life, row...} stored; {0, last, life} nothing written (another seq or
 -- life); {-1, last, life} an id of the batch is stored within the window.
 local s = KEYS[1]
-local cur = redis.call('HMGET', s, 'last', 'life', 'size', 'v', 'created')
+local cur = redis.call('HMGET', s, 'last', 'life', 'size', 'v', 'created', 'updated', 'user',
+                       'title', 'status', 'compacted', 'agents', 'tenant', 'tags')
 local last = tonumber(cur[1] or '0')
 local life = cur[2]
 if ARGV[2] == '' then
@@ -223,12 +242,16 @@ fields[#fields + 1] = 'size'; fields[#fields + 1] = string.format('%d', size)
 fields[#fields + 1] = 'v'; fields[#fields + 1] = v
 if not cur[5] then fields[#fields + 1] = 'created'; fields[#fields + 1] = created end
 if ARGV[4] ~= '0' then fields[#fields + 1] = 'marker'; fields[#fields + 1] = ARGV[4] end
-redis.call('HSET', s, unpack(fields))
 local row = nil
-if change then
-  apply_change(s, KEYS[5], KEYS[4], change)
-  row = row_state(s)
+if change then  -- the row's fields as read, then as changed: one HSET, no read after it
+  local f = {created = created, updated = updated, user = cur[7] or nil, title = cur[8] or nil,
+             status = cur[9] or nil, compacted = cur[10] or nil, agents = cur[11] or nil}
+  apply_change(s, KEYS[5], KEYS[4], change, f, fields)
+  redis.call('HSET', s, unpack(fields))
+  row = {v, f.status or 'idle', f.user or '', cur[12] or '', unpacked(cur[13]),
+         unpacked(f.agents), f.updated, f.created}
 else  -- no catalog: only the list orders
+  redis.call('HSET', s, unpack(fields))
   row = {v, 'idle', '', '', {}, {}, updated, created}
 end
 local C = ARGV[8]
@@ -371,7 +394,11 @@ redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HDEL', s, 'messages', 'turns', 'u_in', 'u_out', 'u_cr', 'u_cw', 'u_cost',
            'agents', 'user', 'title', 'title_set', 'status', 'compacted', 'rewound', 'tags',
            'tenant')
-if change then apply_change(s, KEYS[3], KEYS[2], change) end
+if change then
+  local writes = {}
+  apply_change(s, KEYS[3], KEYS[2], change, read_row(s), writes)
+  if #writes > 0 then redis.call('HSET', s, unpack(writes)) end
+end
 if ARGV[2] ~= '' then redis.call('HSET', s, 'title', ARGV[2], 'title_set', ARGV[3]) end
 redis.call('HSET', s, 'tags', ARGV[4])
 if ARGV[5] ~= '' then redis.call('HSET', s, 'user', ARGV[5]) end
