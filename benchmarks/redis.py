@@ -10,7 +10,9 @@ baseline and the ratio (targets in brackets):
 * **append**: events/s appending one event per call (the agent-transcript workload of
   ``_workload.py``) vs a raw redis-py loop of ``XADD`` of the same event lines to one stream;
   interleaved rounds, best rates; with and without the catalog and search index (one script
-  per append on one server) [ratio >= 0.7];
+  per append on one server) [ratio >= 0.7]; then one more run of each with the server's
+  ``INFO commandstats`` read before and after (deltas: other clients of the server count too):
+  server time per append and the commands the script runs per append;
 * **reload**: a new store object opening the session and reading every event vs a raw
   ``XRANGE`` of the stream (bytes, nothing decoded), best of the rounds [ratio <= 1.5];
 * **OpenAI Agents SDK**: items/s added one per ``add_items`` call by ``OpenAIAgentsSession``
@@ -96,6 +98,33 @@ def raw_append(client: redis.Redis, key: str, work: list[tuple[str, Any]]) -> fl
     for line in lines:
         client.xadd(key, {"e": line})
     return len(lines) / (time.perf_counter() - start)
+
+
+def commandstats(client: redis.Redis) -> dict[str, tuple[int, int]]:
+    """``INFO commandstats``: command -> (calls, microseconds)."""
+    return {
+        name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+        for name, v in client.info("commandstats").items()
+    }
+
+
+def server_cost(client: redis.Redis, run: Any, count: int, command: str) -> str:
+    """What ``run()`` (``count`` appends, each one ``command`` call) cost the server."""
+    before = commandstats(client)
+    run()
+    after = commandstats(client)
+    delta = {
+        k: (v[0] - before.get(k, (0, 0))[0], v[1] - before.get(k, (0, 0))[1])
+        for k, v in after.items()
+    }
+    calls, usec = delta.get(command.lower(), (0, 0))
+    inner = (
+        sum(c for k, (c, _) in delta.items() if k != command.lower()) if command != "XADD" else 0
+    )
+    return (
+        f"{usec / count:6.1f} us of server time per append ({calls} {command}),"
+        f" {inner / count:.1f} other commands per append"
+    )
 
 
 def ours_reload(url: str, sid: str) -> tuple[float, int]:
@@ -322,6 +351,15 @@ def main() -> None:
         print(f"append, {args.appends} events one per call (best of {args.rounds}):")
         for name, rate in best.items():
             print(f"  {name:22} {rate:10,.0f} events/s  {rate / best['raw XADD']:.2f}x raw")
+        print("  server side (INFO commandstats deltas, one more run each):")
+        costs = {
+            "ours": lambda: ours_append(url, work),
+            "ours, catalog=False": lambda: ours_append(url, work, catalog=False),
+            "raw XADD": lambda: raw_append(client, f"{prefix}raw-cost", work),
+        }
+        for name, run in costs.items():
+            command = "XADD" if name == "raw XADD" else "EVALSHA"
+            print(f"  {name:22} {server_cost(client, run, len(work), command)}")
         with ags.open_store(url) as store:
             session = store.get("reload")
             session.append_many([ags.Event.new(k, p) for k, p in work])
