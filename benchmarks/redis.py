@@ -297,14 +297,14 @@ def catalog_run(url: str, sessions: int) -> None:
     subprocess.run([sys.executable, "-c", "import redis"], check=True)
     print(f"  (a process importing redis-py alone: {(time.perf_counter() - start) * 1000:.0f} ms)")
     for what, label in (("list", "first page"), ("filtered", "tenant + tag"), ("search", "search")):
-        ms, found = bench_catalog._median_probe(["--probe", store_url, what])
+        ms, found, _ = bench_catalog._median_probe(["--probe", store_url, what])
         mine = []
         for _ in range(3):
             out = subprocess.run(
                 [sys.executable, __file__, "--probe", store_url, what],
                 capture_output=True, text=True, check=True,
             ).stdout  # fmt: skip
-            mine.append(json.loads(out)["ms"])
+            mine.append(json.loads(out.strip().splitlines()[-1])["ms"])
         print(
             f"  {label:22} {ms:8.1f} ms  ({found} found); after importing the backend:"
             f" {sorted(mine)[1]:.1f} ms"

@@ -295,8 +295,8 @@ class Server:
     def __init__(self, target: Target, client: Any) -> None:
         self.target = target
         """The store's URL, parsed."""
-        self.client = client
-        """The redis-py client (thread-safe: a connection pool)."""
+        self._client = client
+        self._reconnect = False
         self.keys = Keys(_b(target.prefix))
         """The store's key names."""
         self.closed = False
@@ -304,6 +304,17 @@ class Server:
         self.replica_timeout = 5.0
         """Seconds ``WAIT`` waits for the replicas (``replicas=N``)."""
         self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client (thread-safe: a connection pool); in a forked child, a cluster
+        client of its own, made at its first use there (see :meth:`after_fork`)."""
+        if self._reconnect:
+            with self._lock:
+                if self._reconnect:
+                    self._client = self.target.connect(socket_timeout=30.0, connect_timeout=10.0)
+                    self._reconnect = False
+        return self._client
 
     @property
     def cluster(self) -> bool:
@@ -394,13 +405,18 @@ class Server:
             if self.closed:
                 return
             self.closed = True
+        if self._reconnect:  # a forked child that never used it: the parent's to close
+            self._reconnect = False
+            return
         try:
-            self.client.close()
+            self._client.close()
         except Exception:
             log.debug("closing %s failed", self.target.location, exc_info=True)
 
     def after_fork(self) -> None:
         """In a forked child: connections of its own (redis-py's pools notice the new pid;
-        a cluster client is rebuilt)."""
-        if self.cluster:
-            self.client = self.target.connect(socket_timeout=30.0, connect_timeout=10.0)
+        a cluster client is made again at its first use, so that a fork never waits for, or
+        fails on, a cluster it will not use)."""
+        self._lock = threading.Lock()
+        if self.cluster and not self.closed:
+            self._reconnect = True
