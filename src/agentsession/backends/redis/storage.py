@@ -1,13 +1,13 @@
 """A Redis session's log: a stream of events under a hash, every key in the session's slot.
 
-:class:`RedisLog` is the session's log storage (a :class:`~agentsession.storage.LogStorage`).
-Each operation is one server-side script (:mod:`~agentsession.backends.redis.scripts`), run
-atomically: opening reads the life and the tail (or the window from the latest compaction
-marker) together; an append writes only when the session's latest seq is still the one the
-session has seen (or ``expect_seq``) and its life the one this log read, when none of the
-batch's ids is stored within the id window (the session's ``i`` hash), numbering the batch
-after it, so the stream entry ids (``<seq>-0``) are the seqs and the server itself refuses one
-out of order. The catalog row's change is applied by the same script.
+:class:`RedisLog` is the session's log storage (a :class:`~agentsession.storage.LogStorage`). Each
+operation is one server-side script (:mod:`~agentsession.backends.redis.scripts`), run atomically,
+except reads past what opening read (a plain ``XRANGE``): opening reads the life and the tail (or
+the window from the latest compaction marker) together; an append writes only when the session's
+latest seq is still the one the session has seen (or ``expect_seq``) and its life the one this log
+read, when none of the batch's ids is stored within the id window (the session's ``i`` hash),
+numbering the batch after it, so the stream entry ids (``<seq>-0``) are the seqs and the server
+itself refuses one out of order. The catalog row's change is applied by the same script.
 
 The log builds each script's keys and arguments (``*_call``) and takes the reply in
 (``opened``, ``take_refresh``, ``decode``, ``take_append``), so that the async API
