@@ -581,3 +581,24 @@ def test_pack_text_packs_as_pack_does(value: Any) -> None:
     from agentsession.backends.redis.storage import pack, pack_text
 
     assert pack_text(value) == pack(value)
+
+
+def test_a_forked_child_connects_to_a_cluster_at_its_first_use_only() -> None:
+    """The fork hook of a cluster store connects to nothing: one whose cluster is gone must
+    not fail it (which would stop the hook for every store after it)."""
+    from agentsession.backends.redis.server import Server, Target
+    from agentsession.errors import StoreUnavailable
+
+    from .redis_servers import free_port
+
+    url = f"redis+cluster://127.0.0.1:{free_port()}/"  # nothing listens there
+    target = Target.parse(url, cluster=None, prefix=None, replicas=None, lock_ttl=None)
+    inherited = object()
+    server = Server(target, inherited)
+    server.after_fork()  # in a child: nothing connected yet
+    with pytest.raises(StoreUnavailable):
+        server.run("reading", lambda: server.client.ping())  # the first use connects
+    closed = Server(target, inherited)
+    closed.closed = True
+    closed.after_fork()
+    assert closed.client is inherited  # a closed store is never connected again

@@ -334,7 +334,14 @@ class Server:
             text = text.replace(self.target.password, "***")
         if isinstance(exc, rex.ResponseError) and text.split(" ", 1)[0] in _CLUSTER_DOWN:
             return StoreUnavailable(f"{action}: {where} refused the command for now ({text})")
-        if isinstance(exc, (rex.ConnectionError, rex.TimeoutError, rex.ClusterError, OSError)):
+        unreachable = (
+            rex.ConnectionError,
+            rex.TimeoutError,
+            rex.ClusterError,
+            rex.RedisClusterUnreachableError,  # not a RedisError: a cluster client made anew
+            OSError,
+        )
+        if isinstance(exc, unreachable):
             if write:
                 return OutcomeUnknown(
                     f"{action}: the connection to {where} was lost ({text}); {write}"
@@ -348,7 +355,7 @@ class Server:
             raise UsageError(f"store {self.target.location} is closed")
         try:
             return call()
-        except rex.RedisError as exc:
+        except (rex.RedisError, rex.RedisClusterException) as exc:
             raise self.failure(exc, action, write) from None
         except OSError as exc:
             raise self.failure(exc, action, write) from None
