@@ -253,7 +253,8 @@ _WORKER = textwrap.dedent(
                     f.write(str(os.getpid()))
                 with session.turn(user=name) as turn:
                     turn.user(f"{name} {done}")
-                    time.sleep(0.02)  # a model call: the lease is held for a while
+                    time.sleep(0.1)  # a model call: the lease is held for a while (long
+                    # enough that the stops below mostly land on a holder mid-turn)
                     session.append(ags.Event.new("test/mark", {"epoch": lease.epoch}, meta=meta))
                     turn.assistant(f"answer {done}")
                 done += 1
