@@ -1,7 +1,11 @@
-"""What keeping the SQLite catalog and search index costs an append, on the agent-transcript
-workload (benchmarks/_workload.py: 16 events per turn, ~7 KB of text).
+"""What keeping the catalog and search index costs an append, on the agent-transcript
+workload (benchmarks/_workload.py: 16 events per turn, ~7 KB of text), per backend.
 
     python benchmarks/catalog_append.py [--sessions 8] [--turns 40] [--rounds 5]
+        [--backends sqlite,jsonl,memory,postgres] [--postgres DSN]
+
+PostgreSQL needs a server (``--postgres`` or ``AGENTSESSION_TEST_POSTGRES_DSN``; a fresh schema
+per store, dropped after); its CPU figure is the client's only.
 
 Three stores side by side, each a new database file per round, the rounds alternating their
 order: the catalog and search index kept (the default), ``searchable=False`` (the catalog rows
@@ -37,10 +41,10 @@ CONFIGS: dict[str, dict[str, bool]] = {
 }
 
 
-def run(path: Path, options: dict[str, bool], sessions: int, turns: int) -> tuple[float, ...]:
-    """Append the workload to a new store at ``path``; returns CPU and wall seconds of the
+def run(url: str, options: dict[str, bool], sessions: int, turns: int) -> tuple[float, ...]:
+    """Append the workload to a new store at ``url``; returns CPU and wall seconds of the
     appends, CPU and wall seconds of the first search after them, and the events appended."""
-    store = ags.open_store(f"sqlite:///{path}", **options)
+    store = ags.open_store(url, **options)
     items = list(transcript(turns))
     per_turn = len(items) // turns
     handles = [store.get(f"agent:{n}") for n in range(sessions)]
@@ -70,20 +74,55 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--backends", default="sqlite")
+    parser.add_argument("--postgres", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN"))
     args = parser.parse_args()
+    for backend in args.backends.split(","):
+        if backend == "postgres" and not args.postgres:
+            print("postgres: skipped (no --postgres DSN)")
+            continue
+        print(f"## {backend}")
+        report(measure(backend, args), args)
+        print()
+
+
+def _target(backend: str, work: Path, label: str, dsn: str | None) -> tuple[str, str | None]:
+    """A new store's URL (and a PostgreSQL schema to drop after)."""
+    if backend == "sqlite":
+        return f"sqlite:///{work / label}.db", None
+    if backend == "jsonl":
+        return str(work / label), None
+    if backend == "memory":
+        return "memory:", None
+    assert dsn is not None
+    from _postgres import postgres_url
+
+    url, schema = postgres_url(dsn)
+    return url, schema
+
+
+def measure(backend: str, args: argparse.Namespace) -> dict[str, list[tuple[float, ...]]]:
     work = Path(tempfile.mkdtemp(prefix="agentsession-catalog-append-"))
     results: dict[str, list[tuple[float, ...]]] = {name: [] for name in CONFIGS}
     try:
         names = list(CONFIGS)
         for r in range(args.rounds):
             for name in names if r % 2 == 0 else reversed(names):
-                path = work / f"r{r}-{names.index(name)}.db"
-                results[name].append(run(path, CONFIGS[name], args.sessions, args.turns))
-                for suffix in ("", "-wal", "-shm"):
-                    if os.path.exists(f"{path}{suffix}"):
-                        os.unlink(f"{path}{suffix}")
+                url, schema = _target(backend, work, f"r{r}-{names.index(name)}", args.postgres)
+                try:
+                    results[name].append(run(url, CONFIGS[name], args.sessions, args.turns))
+                finally:
+                    if schema is not None:
+                        from _postgres import drop_schema
+
+                        drop_schema(args.postgres, schema)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def report(results: dict[str, list[tuple[float, ...]]], args: argparse.Namespace) -> None:
+    """Print one backend's table (ratios to ``catalog=False`` measured in the same rounds)."""
 
     def per_event(name: str, column: int) -> float:
         return statistics.median(r[column] / r[4] * 1e6 for r in results[name])
