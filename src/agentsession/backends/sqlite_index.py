@@ -32,7 +32,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as _dt
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -431,7 +430,7 @@ def _document_rows(
         if ascii_as_is and doc.text.isascii():
             rows.append((base | doc.seq, sid, doc.seq, doc.role, doc.text, None))
             continue
-        text = " ".join(_words(doc.text))
+        text = " ".join(words(doc.text))
         body = None if text == doc.text else _bind(doc.text)
         rows.append((base | doc.seq, sid, doc.seq, doc.role, text, body))
     return rows
@@ -456,17 +455,6 @@ def _delete_documents(conn: sqlite3.Connection, key: int) -> None:
         conn.execute(
             f"DELETE FROM {table} WHERE rowid > ? AND rowid < ?", (base, base + (1 << _SEQ_BITS))
         )
-
-
-_ASCII_WORD: Final = re.compile(r"[A-Za-z0-9_]+")
-
-
-def _words(text: str) -> list[str]:
-    """:func:`agentsession.listing.words`, with a fast path for ASCII text (where
-    normalising and removing accents change nothing and case-folding is ``lower``)."""
-    if text.isascii():
-        return _ASCII_WORD.findall(text.lower())
-    return words(text)
 
 
 def _match_of(terms: Sequence[str]) -> str:
@@ -790,7 +778,7 @@ class SqliteIndex:
             (sid, doc, rewound)
             for sid, doc, rewound in behind
             if (query.session_id is None or sid == query.session_id)
-            and terms.issubset(doc.text.split() if query.blind else _words(doc.text))
+            and terms.issubset(doc.text.split() if query.blind else words(doc.text))
         ]
         if not found:
             return hits
