@@ -147,8 +147,14 @@ _WRITER = textwrap.dedent(
 def kill_writer_mid_turn(url: str, messages: int) -> None:
     """Run a process that opens a turn on session ``killed`` of the store at ``url`` and
     appends ``messages`` user messages in it, then SIGKILL it (and reap it)."""
+    run_then_kill(_WRITER, url, str(messages))
+
+
+def run_then_kill(script: str, *args: str, timeout: float = 60) -> None:
+    """Run ``script`` with ``args`` in a new Python process, wait for its ``written`` line,
+    then SIGKILL it (wherever it has got to since) and reap it."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, url, str(messages)],
+        [sys.executable, "-c", script, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -156,7 +162,7 @@ def kill_writer_mid_turn(url: str, messages: int) -> None:
     )
     try:
         assert proc.stdout is not None
-        assert readline_within(proc.stdout, 60) == "written\n"
+        assert readline_within(proc.stdout, timeout) == "written\n"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
     finally:

@@ -7,11 +7,7 @@ ends, and a version 4 file is migrated (and read as it is when read-only)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -24,7 +20,7 @@ from agentsession import Event, Message, StorageError, open_store
 from agentsession.backends import sqlite as sqlite_backend
 from agentsession.events import TurnEnd, TurnStart
 
-from .pipes import readline_within
+from .test_catalog_deferred import run_then_kill
 
 
 def _hits(store: Any, query: str) -> list[tuple[Any, ...]]:
@@ -200,22 +196,7 @@ def test_a_process_killed_while_indexing_loses_and_doubles_nothing(tmp_path: Pat
     path = tmp_path / "s.db"
     url = f"sqlite:///{path}"
     count = 600
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _INDEXER, url, str(count)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    try:
-        assert proc.stdout is not None
-        assert readline_within(proc.stdout, 120) == "written\n"
-        os.kill(proc.pid, signal.SIGKILL)  # wherever its index run has got to
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    run_then_kill(_INDEXER, url, str(count), timeout=120)  # wherever its index run is
     with open_store(url) as store:
         hits = store.search("needle", limit=10_000)
         assert sorted(h.session_id for h in hits) == sorted(f"s{n}" for n in range(count))
