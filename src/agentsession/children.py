@@ -236,9 +236,7 @@ class _Session(Protocol):
 
     def entries(self, agent: str | None = None) -> builtins.list[IndexedMessage]: ...
 
-    def _settled_entries(
-        self, agent: str | None
-    ) -> tuple[builtins.list[IndexedMessage], int]: ...
+    def _settled_entries(self, agent: str | None) -> tuple[builtins.list[IndexedMessage], int]: ...
 
     def _last_time(self) -> _dt.datetime | None: ...
 
@@ -533,9 +531,7 @@ def keep_ids_of_children(store: ChildHost, parent_id: str) -> None:
             return raw
         ring = store._keyring
         try:
-            plain = raw if ring is None else ring.cipher(parent_id).open_value(
-                CHILDREN_KIND, raw
-            )
+            plain = raw if ring is None else ring.cipher(parent_id).open_value(CHILDREN_KIND, raw)
         except SessionShredded:
             return raw
         return _encode_shredded(_decode_index(plain))
@@ -656,9 +652,7 @@ def tree(store: ChildHost, infos: Sequence[SessionInfo]) -> builtins.list[Sessio
     parent is missing from the listing is at the top."""
     listed = {info.id: info for info in infos}
     # One children_of per listed session: finding the top sessions reads one meta entry each.
-    kids_of: dict[str, builtins.list[ChildInfo]] = {
-        sid: children_of(store, sid) for sid in listed
-    }
+    kids_of: dict[str, builtins.list[ChildInfo]] = {sid: children_of(store, sid) for sid in listed}
     nested = {child.id for kids in kids_of.values() for child in kids}
     placed: set[str] = set()
 
@@ -798,8 +792,10 @@ def fork(
         meta={_FORK_ID: fork_id},
     )
     seq = parent.append(link)
-    _fire(store, LifecycleEvent(type="fork", child_id=sid, parent_id=parent.id, agent=agent,
-                                parent_seq=seq))
+    _fire(
+        store,
+        LifecycleEvent(type="fork", child_id=sid, parent_id=parent.id, agent=agent, parent_seq=seq),
+    )
     return child
 
 
@@ -969,14 +965,16 @@ def merge(
             )
             seq = parent.append_many([*batch, end])[-1]
             _mark(store, child, fork, "merged", seq, mode, len(merged))
-    _fire(store, LifecycleEvent(type="merge", child_id=child.id, parent_id=fork.parent,
-                                agent=fork.agent, parent_seq=seq))
+    _fire(
+        store,
+        LifecycleEvent(
+            type="merge", child_id=child.id, parent_id=fork.parent, agent=fork.agent, parent_seq=seq
+        ),
+    )
     return seq
 
 
-def discard(
-    store: ChildHost, child: _Session, reason: str, *, lock_timeout: float | None
-) -> int:
+def discard(store: ChildHost, child: _Session, reason: str, *, lock_timeout: float | None) -> int:
     """Discard ``child`` (see :meth:`agentsession.session.BaseSession.discard`); returns the
     seq of the note in the parent."""
     reason = _check_text("reason", reason)
@@ -987,22 +985,36 @@ def discard(
         if ended is not None:
             done = ended.decode(SubagentEnd)
             if done.status == "merged":
-                _mark(store, child, fork, "merged", ended.seq,
-                      str(ended.meta.get("mode", "")), int(ended.meta.get("messages", 0)))
+                _mark(
+                    store,
+                    child,
+                    fork,
+                    "merged",
+                    ended.seq,
+                    str(ended.meta.get("mode", "")),
+                    int(ended.meta.get("messages", 0)),
+                )
                 raise ChildStateError(child.id, "merged")
             seq = ended.seq
         else:
             note = Event.new(
                 SUBAGENT_END,
-                SubagentEnd(agent=fork.agent, session=child.id, status="discarded",
-                            summary=reason),
+                SubagentEnd(agent=fork.agent, session=child.id, status="discarded", summary=reason),
                 agent=entry.parent_agent,
                 meta={_FORK_ID: fork.fork_id},
             )
             seq = parent.append(note)
         _mark(store, child, fork, "discarded", seq, reason, 0)
-    _fire(store, LifecycleEvent(type="discard", child_id=child.id, parent_id=fork.parent,
-                                agent=fork.agent, parent_seq=seq))
+    _fire(
+        store,
+        LifecycleEvent(
+            type="discard",
+            child_id=child.id,
+            parent_id=fork.parent,
+            agent=fork.agent,
+            parent_seq=seq,
+        ),
+    )
     return seq
 
 
@@ -1019,15 +1031,21 @@ def _mark(
     if state == "merged":
         event = Event.new(
             SESSION_MERGE,
-            SessionMerge(parent=fork.parent, fork_id=fork.fork_id, parent_seq=parent_seq,
-                         mode=detail, messages=count),
+            SessionMerge(
+                parent=fork.parent,
+                fork_id=fork.fork_id,
+                parent_seq=parent_seq,
+                mode=detail,
+                messages=count,
+            ),
             agent=fork.agent,
         )
     else:
         event = Event.new(
             SESSION_DISCARD,
-            SessionDiscard(parent=fork.parent, fork_id=fork.fork_id, parent_seq=parent_seq,
-                           reason=detail),
+            SessionDiscard(
+                parent=fork.parent, fork_id=fork.fork_id, parent_seq=parent_seq, reason=detail
+            ),
             agent=fork.agent,
         )
     # The mark's time (the store's clock, as an append would stamp it) is the index's too.
@@ -1047,8 +1065,7 @@ def _fire(store: ChildHost, event: LifecycleEvent) -> None:
             hook(event)
         except Exception:
             log.exception(
-                "a lifecycle hook failed on %s of child session %r (the %s is written and "
-                "stays)",
+                "a lifecycle hook failed on %s of child session %r (the %s is written and stays)",
                 event.type,
                 event.child_id,
                 event.type,
@@ -1120,18 +1137,16 @@ def update_record(
     tenant: str | None = None,
 ) -> SessionRecord:
     """Change the session's record (see :meth:`agentsession.session.BaseSession.update`)."""
-    fields: dict[str, Any] = {}
-    for name, value in (
-        ("agent_id", agent_id),
-        ("channel_type", channel_type),
-        ("channel_id", channel_id),
-        ("model", model),
-        ("title", title),
-        ("user", user),
-        ("tenant", tenant),
-    ):
-        if value is not None:
-            fields[name] = _check_text(name, value)
+    fields = _checked_fields(
+        metadata,
+        agent_id=agent_id,
+        channel_type=channel_type,
+        channel_id=channel_id,
+        model=model,
+        title=title,
+        user=user,
+        tenant=tenant,
+    )
     if tags is not None:
         if isinstance(tags, str):
             raise UsageError("update(tags=...) takes a list of tags, not one string")
@@ -1140,8 +1155,6 @@ def update_record(
             if not isinstance(tag, str) or not tag.strip():
                 raise UsageError(f"a tag must be a non-blank string, not {tag!r}")
         fields["tags"] = checked
-    if metadata is not None:
-        fields["metadata"] = _check_metadata(metadata)
     if session.latest_seq == 0 and read_session_value(store, RECORD_KIND, session.id) is None:
         raise SessionNotFound(
             session.id, f"session {session.id!r} has no events: there is no record to update"
@@ -1155,6 +1168,15 @@ def update_record(
     update_session_value(store, RECORD_KIND, session.id, change)
     return record_of(store, session)
 
+
+def _checked_fields(metadata: Mapping[str, str] | None, **texts: str | None) -> dict[str, Any]:
+    """The record fields given (not None), each text checked, and the metadata checked."""
+    fields: dict[str, Any] = {
+        name: _check_text(name, value) for name, value in texts.items() if value is not None
+    }
+    if metadata is not None:
+        fields["metadata"] = _check_metadata(metadata)
+    return fields
 
 
 def create_record(
@@ -1170,17 +1192,13 @@ def create_record(
     """Write the record of a session created without events (see
     :meth:`agentsession.BaseStore.create`); :class:`DuplicateSession` when it has events or a
     record already."""
-    fields: dict[str, Any] = {}
-    for name, value in (
-        ("agent_id", agent_id),
-        ("channel_type", channel_type),
-        ("channel_id", channel_id),
-        ("model", model),
-    ):
-        if value is not None:
-            fields[name] = _check_text(name, value)
-    if metadata is not None:
-        fields["metadata"] = _check_metadata(metadata)
+    fields = _checked_fields(
+        metadata,
+        agent_id=agent_id,
+        channel_type=channel_type,
+        channel_id=channel_id,
+        model=model,
+    )
 
     def duplicate() -> DuplicateSession:
         return DuplicateSession(session.id, f"session {session.id!r} already exists")
