@@ -200,6 +200,70 @@ def test_options_are_checked(pair: ReplicatedPair, schema: str) -> None:
         open_store(primary, read_url=f"{pair.replica.dsn}?schema=elsewhere")
 
 
+def test_the_store_url_reopens_the_store_with_its_replicas(
+    pair: ReplicatedPair, schema: str
+) -> None:
+    """``store.url`` carries the replicas and ``replica_wait`` as URL parameters: a store
+    opened from it (a worker process's, say) reads from the same replica."""
+    primary, replica = urls(pair, schema)
+    writer = open_store(primary)
+    first = open_store(primary, read_url=replica, replica_wait=0.25)
+    again = open_store(first.url)
+    try:
+        assert "read_url=" in first.url and "replica_wait=0.25" in first.url
+        assert "read_url" not in first.location
+        writer.get("a").append(said("one"))
+        pair.wait_replayed()
+        pair.pause_replay()
+        writer.get("a").append(said("two"))
+        # The reopened store reads the paused replica, as the first one does.
+        assert texts(again.open("a").read()) == ["one"]
+        assert texts(first.open("a").read()) == ["one"]
+        assert again.url == first.url
+        # Its own appends it reads at once: from the primary after replica_wait.
+        session = again.get("a")
+        session.append(said("three"))
+        assert texts(session.read()) == ["one", "two", "three"]
+    finally:
+        pair.resume_replay()
+        for store in (writer, first, again):
+            store.close()
+
+
+def test_replicas_named_in_the_url_and_the_options_must_agree(
+    pair: ReplicatedPair, schema: str
+) -> None:
+    primary, replica = urls(pair, schema)
+    in_url = open_store(primary, read_url=replica).url
+    same = open_store(in_url, read_url=replica)  # the same replica in both places: fine
+    same.close()
+    other = f"{pair.replica.dsn}?schema={schema}&application_name=x"
+    with pytest.raises(UsageError, match="read replicas"):
+        open_store(in_url, read_url=other)
+    with pytest.raises(UsageError, match="replica_wait"):
+        open_store(f"{in_url}&replica_wait=1", replica_wait=2)
+    with pytest.raises(UsageError, match="replica_wait"):
+        open_store(f"{primary}&replica_wait=soon")
+    with pytest.raises(UsageError, match="cannot name read replicas"):
+        open_store(primary, read_url=in_url)
+
+
+def test_a_replica_password_stays_out_of_messages_and_location(
+    pair: ReplicatedPair, schema: str
+) -> None:
+    primary, _ = urls(pair, schema)
+    secret = "s3cr3t-replica-pw"
+    nowhere = f"postgresql://postgres:{secret}@127.0.0.1:{free_port()}/postgres?connect_timeout=1"
+    store = open_store(primary, read_url=nowhere, pool_timeout=2)
+    try:
+        assert secret in store.url  # it must reopen the store
+        assert secret not in store.location and secret not in repr(store)
+        store.get("a").append(said("one"))
+        assert texts(store.open("a").read()) == ["one"]
+    finally:
+        store.close()
+
+
 def test_many_threads_read_their_own_writes(pair: ReplicatedPair, schema: str) -> None:
     """Each thread's session object appends and at once reads every event it appended,
     whatever the replica's lag."""

@@ -511,9 +511,12 @@ class PostgresStore(BaseStore):
       searches and totals read from, round robin; every write, turn lock, ``meta`` read and
       live feed goes to the primary (``url``). A session object reads its own appends: its
       reads go to a replica only once that replica has replayed past its last append. See
-      :mod:`~agentsession.backends.postgres.replicas`.
-    * ``replica_wait`` (default 0.5 s): how long a read of a session object that appended
-      waits for a replica to replay the append before it reads from the primary.
+      :mod:`~agentsession.backends.postgres.replicas`. The URL may name them too, as
+      ``?read_url=<percent-encoded URL>`` once per replica (a URL and options that name
+      different replicas raise :class:`~agentsession.errors.UsageError`).
+    * ``replica_wait`` (default 0.5 s; ``?replica_wait=`` in the URL): how long a read of a
+      session object that appended waits for a replica to replay the append before it reads
+      from the primary.
     * ``partitions`` (default None): the events table as that many hash partitions by session
       id (1: one plain table). A schema created on open gets that layout; an existing one
       must have it (:class:`~agentsession.errors.UsageError` otherwise: lay it out anew with
@@ -528,8 +531,11 @@ class PostgresStore(BaseStore):
     Its parts: a :class:`PostgresCatalog`, a :class:`PostgresMeta` and a
     :class:`~agentsession.backends.postgres.locks.PostgresLocker` (advisory locks).
 
-    ``url`` includes the URL's password when it had one (it must reopen the store); prefer a
-    ``.pgpass`` file or ``PGPASSWORD``. Messages and ``location`` never include it.
+    ``url`` reopens the store as it was opened: with its schema, replicas (``read_url=``) and
+    ``replica_wait=`` as URL parameters, so a worker process given ``store.url`` reads from the
+    same replicas. It includes the URL's (and the replicas') password when they had one (it
+    must reopen the store); prefer a ``.pgpass`` file or ``PGPASSWORD``. Messages and
+    ``location`` never include it.
     """
 
     capabilities = Capabilities(native_async=True)
@@ -553,7 +559,7 @@ class PostgresStore(BaseStore):
         search_language: str = "simple",
         read_url: str | None = None,
         read_urls: Sequence[str] | None = None,
-        replica_wait: float = DEFAULT_REPLICA_WAIT,
+        replica_wait: float | None = None,
         partitions: int | None = None,
         **options: Any,
     ) -> None:
@@ -578,10 +584,10 @@ class PostgresStore(BaseStore):
                 raise UsageError(f"pool_timeout must be positive, not {pool_timeout}")
             if partitions is not None:
                 _checked_partitions(partitions)
-            target = self._target = _Target.parse(url, schema)
-            replica_targets = [
-                _Target.parse(u, target.schema) for u in _read_urls(read_url, read_urls)
-            ]
+            target = self._target = _Target.parse(
+                url, schema, _read_urls(read_url, read_urls), replica_wait
+            )
+            replica_targets = [_replica_target(u, target.schema) for u in target.read_urls]
 
             def connections(where: _Target, replica: bool = False) -> Connections:
                 return Connections(
@@ -598,7 +604,9 @@ class PostgresStore(BaseStore):
 
             db = self._db = connections(target)
             reads = ReplicaSet(
-                db, [connections(t, replica=True) for t in replica_targets], replica_wait
+                db,
+                [connections(t, replica=True) for t in replica_targets],
+                DEFAULT_REPLICA_WAIT if target.replica_wait is None else target.replica_wait,
             )
             locker = PostgresLocker(db, target.schema)
             # One connection, made directly (for the precise error when the server cannot
@@ -667,6 +675,14 @@ def _read_urls(read_url: str | None, read_urls: Sequence[str] | None) -> builtin
             raise UsageError("read_urls must be a list of URLs, not one string (use read_url)")
         urls.extend(read_urls)
     return urls
+
+
+def _replica_target(url: str, schema: str) -> _Target:
+    """A read replica's target: the primary's schema; a replica has no replicas of its own."""
+    target = _Target.parse(url, schema)
+    if target.read_urls or target.replica_wait is not None:
+        raise UsageError("a read replica's URL cannot name read replicas or replica_wait itself")
+    return target
 
 
 def _async_backend(
