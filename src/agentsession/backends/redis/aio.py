@@ -34,7 +34,14 @@ from ...ops import Plan, adrive
 from ...session import BaseSession
 from ...storage import REOPEN, LogView, Reopen
 from ...store import BaseStore
-from .server import COMMANDS, Server, script_sha, script_text
+from .server import (
+    COMMANDS,
+    Server,
+    eval_command,
+    evalsha_command,
+    script_sha,
+    script_text,
+)
 from .storage import RedisLog, Request, numbered
 
 __all__ = ["RedisAsyncBackend", "RedisNativeLog"]
@@ -106,6 +113,8 @@ class RedisNativeLog:
             raise UsageError(f"store {db.target.location} is closed")
         client = self._client
         try:
+            if request.unknown and not db.cluster:
+                return await self._packed(client, request)
             if request.name in COMMANDS:
                 return await client.execute_command(request.name, *request.keys, *request.args)
             try:
@@ -118,6 +127,31 @@ class RedisNativeLog:
                 )
         except (rex.RedisError, OSError) as exc:
             raise db.failure(exc, request.action, request.unknown) from None
+
+    async def _packed(self, client: Any, request: Request) -> Any:
+        """An append's script on one server, packed here and sent on a connection of the
+        client's pool (``Server.packed_script``, on the asyncio client)."""
+        pool = client.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(
+                [evalsha_command(script_sha(request.name), request.keys, request.args)]
+            )
+            try:
+                return await connection.read_response()
+            except rex.NoScriptError:
+                text = script_text(request.name)
+                await connection.send_packed_command(
+                    [eval_command(text, request.keys, request.args)]
+                )
+                return await connection.read_response()
+        except rex.ResponseError:
+            raise  # an answer: the connection is fine
+        except BaseException:
+            await connection.disconnect(nowait=True)  # a reply may be on its way
+            raise
+        finally:
+            await pool.release(connection)
 
     # -- ops.AsyncLog -------------------------------------------------------------------------
 
@@ -196,12 +230,12 @@ class RedisNativeLog:
         except asyncio.CancelledError:
             log.mark_stale()  # interrupted (the loop shutting down): open again when used
             raise
-        status, row = log.take_append(reply)
+        status, reply = log.take_append(reply)
         if status != 1:
             return None
-        if db.cluster and row is not None:
+        if db.cluster:
             with contextlib.suppress(StorageError):  # stored: reindex repairs the index
-                await self._run(log.index_call(row, change))
+                await self._run(log.index_call(reply, stored))
         return stored
 
 
