@@ -464,9 +464,9 @@ def test_a_store_records_its_key_layout_and_refuses_a_newer_one(prefixes: list[s
     ags.open_store(url).close()
     client = redis.Redis.from_url(url.split("?")[0])
     key = f"{prefixes[-1]}{{~meta}}:layout"
-    assert client.get(key) == b"1"
-    client.set(key, 2)
-    with pytest.raises(StoreUnavailable, match="key layout version 2"):
+    assert client.get(key) == b"2"
+    client.set(key, 3)
+    with pytest.raises(StoreUnavailable, match="key layout version 3"):
         ags.open_store(url)
 
 

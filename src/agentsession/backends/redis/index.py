@@ -24,10 +24,14 @@ returns is read from the session's own hash and checked against the filter
 from __future__ import annotations
 
 import builtins
+import logging
 import struct
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from ... import indexing
+from ...errors import SessionError, SessionShredded
 from ...listing import (
     CatalogChange,
     CatalogRow,
@@ -44,11 +48,22 @@ from ...listing import (
     select,
     totals_of,
 )
-from .storage import bytes_of, micros, pack, row_words, text_words, time_of_micros
+from .storage import (
+    bytes_of,
+    change_blob,
+    index_args,
+    micros,
+    pack,
+    row_words,
+    text_words,
+    time_of_micros,
+)
 
 if TYPE_CHECKING:
     from ...indexing import Fields, IndexHost
     from .server import Server
+
+log = logging.getLogger("agentsession.backends.redis")
 
 __all__ = ["RedisIndex", "row_of", "unpack"]
 
@@ -180,6 +195,12 @@ class RedisIndex:
     def __init__(self, db: Server) -> None:
         self._db = db
         self._catalog = db.keys.catalog
+        self.deferred = False
+        """Whether appends leave rows and documents to be caught up from the logs (set by
+        the store: a store that keeps its catalog)."""
+        self.searchable = False
+        """Whether the store keeps search documents (set by the store)."""
+        self._host: weakref.ref[IndexHost] | None = None
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -218,7 +239,129 @@ class RedisIndex:
         return {sid: _list(v) for sid, v in zip(ids, found, strict=True)}
 
     def sync(self, store: IndexHost) -> None:
-        """Nothing: the append's scripts keep the index."""
+        """Catch up the rows of the sessions marked behind their logs (``m:r``: appends
+        inside a turn, a change that did not continue the row, a writer killed mid-turn)."""
+        self._host = weakref.ref(store)
+        if not self.deferred:
+            return
+        db = self._db
+        marks = db.run(
+            "reading the catalog's marks", lambda: db.client.hgetall(self._catalog + b"m:r")
+        )
+        for sid, mark in marks.items():
+            self._catch_up_row(store, _text(sid), int(mark))
+
+    def _catch_up_row(self, store: IndexHost, session_id: str, mark: int) -> None:
+        """Apply to the row of ``session_id`` the change of its events after the seq the row
+        holds, read from its log (plaintext), where the row still holds that seq; the mark
+        goes once the row holds the seq it names, and the documents read are marked for the
+        next search."""
+        db = self._db
+        keys = db.keys.session(session_id)
+        sid = bytes_of(session_id)
+        life, cs, last_raw = db.run(
+            f"reading session {session_id!r}",
+            lambda: db.client.hmget(keys[0], "life", "cs", "last"),
+        )
+        last = _int(last_raw)
+        held = int(cs) if cs is not None else last
+        if life is None or held >= last:
+            self._run_index(
+                session_id, index_args(self._catalog, sid, done=b"r", done_seq=max(mark, held))
+            )
+            return
+        try:
+            events = store.get(session_id).read(after=held)
+        except SessionShredded:
+            self.shredded(session_id)
+            self._run_index(session_id, index_args(self._catalog, sid, done=b"r", done_seq=mark))
+            return
+        except SessionError as exc:
+            log.warning("catalog: session %r not caught up: %s", session_id, type(exc).__name__)
+            return
+        change = indexing.change_for(store, events) if events else None
+        if change is None:
+            return
+        through = events[-1].seq
+        args = [held, change_blob(change), through]
+        reply = db.run(
+            f"catching up the catalog row of session {session_id!r}",
+            lambda: db.script("CATCH_UP", [keys[0], keys[3], keys[4]], args),
+        )
+        if int(reply[0]) != 1:
+            return  # the row moved meanwhile: whoever moved it marked it again if need be
+        self._run_index(
+            session_id,
+            index_args(
+                self._catalog,
+                sid,
+                row=bytes(reply[1]),
+                mark=b"d" if self.searchable else b"",
+                mark_seq=through,
+                done=b"r",
+                done_seq=through,
+            ),
+        )
+
+    def index_documents(self, store: IndexHost) -> int:
+        """Index the search documents of the sessions marked behind their logs (``m:d``:
+        appends never write documents), read from their logs after the seq indexed (``di``);
+        returns how many sessions were read. Run by every search first."""
+        db = self._db
+        c = self._catalog
+        marks = db.run("reading the catalog's marks", lambda: db.client.hgetall(c + b"m:d"))
+        if not marks:
+            return 0
+        ids = builtins.list(marks)
+        indexed = db.run("reading the catalog's marks", lambda: db.client.hmget(c + b"di", ids))
+        done = 0
+        for sid, seq in zip(ids, indexed, strict=True):
+            done += self._index_session_documents(store, _text(sid), int(marks[sid]), _int(seq))
+        return done
+
+    def _index_session_documents(
+        self, store: IndexHost, session_id: str, mark: int, indexed: int
+    ) -> int:
+        db = self._db
+        sid = bytes_of(session_id)
+        keys = db.keys.session(session_id)
+        try:
+            events = store.get(session_id).read(after=indexed)
+        except SessionShredded:
+            events = []
+        except SessionError as exc:
+            log.warning("search: session %r not indexed: %s", session_id, type(exc).__name__)
+            return 0
+        change = indexing.change_for(store, events, documents=True) if events else None
+        through = events[-1].seq if events else indexed
+        if change is not None and change.documents:
+            docs: list[Any] = []
+            for doc in change.documents:
+                docs += (doc.seq, pack([doc.role, doc.text]))
+            written = db.run(
+                f"indexing the documents of session {session_id!r}",
+                lambda: db.script("DOCUMENTS", [keys[0], keys[3]], docs),
+            )
+            if not int(written):
+                change = None  # gone or shredded meanwhile: nothing of it goes in the index
+        args = index_args(
+            self._catalog,
+            sid,
+            words=row_words(change),
+            done=b"d",
+            done_seq=max(through, mark) if not events else through,
+            through=through,
+            session=b"" if db.cluster else keys[0],
+        )
+        self._run_index(session_id, args)
+        return 1
+
+    def _run_index(self, session_id: str, args: list[Any]) -> None:
+        db = self._db
+        db.run(
+            f"indexing session {session_id!r}",
+            lambda: db.script("INDEX_ROW", [self._catalog + b"x"], args),
+        )
 
     def _groups(self, query: ListQuery) -> list[Any]:
         """The filter's set keys as the query script takes them (count, keys...)."""
@@ -292,6 +435,9 @@ class RedisIndex:
     def search(self, query: SearchQuery) -> builtins.list[Hit]:
         c = self._catalog
         db = self._db
+        host = self._host() if self._host is not None else None
+        if self.searchable and self.deferred and host is not None:
+            self.index_documents(host)
         term_keys = [c + b"w:" + bytes_of(t) for t in query.terms]
         refs = db.run("searching", lambda: db.client.sinter(term_keys))
         by_session: dict[bytes, list[int]] = {}
@@ -355,24 +501,16 @@ class RedisIndex:
     # -- writing ----------------------------------------------------------------------------
 
     def _index(self, session_id: str, row: bytes, new: list[Any], gone: list[Any]) -> None:
-        db = self._db
-        c = self._catalog
-        args = [c, bytes_of(session_id), row, _packed(new), b"0", _packed(gone)]
-        db.run(
-            f"indexing session {session_id!r}",
-            lambda: db.script("INDEX_ROW", [c + b"x"], args),
-        )
+        args = index_args(self._catalog, bytes_of(session_id), row=row, words=new, gone=gone)
+        self._run_index(session_id, args)
 
     def unindex(self, session_id: str, documents: Sequence[Any]) -> None:
         """Remove a deleted session from the store-wide index (``documents``: its documents
-        as ``HGETALL`` listed them)."""
-        db = self._db
-        c = self._catalog
-        args = [c, bytes_of(session_id), b"", b"\x90", b"1", _packed(_doc_words(documents))]
-        db.run(
-            f"unindexing session {session_id!r}",
-            lambda: db.script("INDEX_ROW", [c + b"x"], args),
+        as ``HGETALL`` listed them), its marks with it."""
+        args = index_args(
+            self._catalog, bytes_of(session_id), remove=True, gone=_doc_words(documents)
         )
+        self._run_index(session_id, args)
 
     def _set_fields(self, session_id: str, args: list[Any]) -> None:
         db = self._db
@@ -399,8 +537,6 @@ class RedisIndex:
     def rebuild(
         self, session_id: str, change: CatalogChange | None, fields: Fields, rewound: bool
     ) -> None:
-        from .storage import change_blob
-
         db = self._db
         keys = db.keys.session(session_id)
         title = fields.title or ""
@@ -411,6 +547,7 @@ class RedisIndex:
             _packed(list(fields.tags or ())),
             bytes_of(fields.user or ""),
             bytes_of(fields.tenant or ""),
+            change.last_seq if change is not None else 0,
         ]
         reply = db.run(
             f"rebuilding the catalog row of session {session_id!r}",
@@ -422,7 +559,17 @@ class RedisIndex:
         if change is None:
             self.unindex(session_id, reply[2])
             return
-        self._index(session_id, bytes(reply[1]), row_words(change), _doc_words(reply[2]))
+        args = index_args(
+            self._catalog,
+            bytes_of(session_id),
+            row=bytes(reply[1]),
+            words=row_words(change),
+            gone=_doc_words(reply[2]),
+            done=b"rd",
+            done_seq=change.last_seq,
+            through=change.last_seq,
+        )
+        self._run_index(session_id, args)
 
 
 def _packed(value: list[Any]) -> bytes:

@@ -18,8 +18,11 @@ from typing import Final
 
 __all__ = [
     "APPEND",
+    "APPEND_PLAIN",
     "CAS",
+    "CATCH_UP",
     "DELETE",
+    "DOCUMENTS",
     "INDEX_ROW",
     "LOCK",
     "META_ADD",
@@ -184,19 +187,24 @@ local function apply_change(s, u, d, c, f, writes)
 end
 """
 
-APPEND: Final = (
-    _INDEX_FUNCTIONS
-    + _ROW_FUNCTIONS
-    + r"""
+_APPEND_BODY: Final = r"""
 -- KEYS: s (session hash), e (stream), i (event ids), d (documents), u (usage rows).
 -- ARGV: after, life ('' none read), new life, marker seq (0: none), expiry ms (0: none),
--- id window, change (msgpack, '' none), catalog prefix ('' : the caller indexes), words
--- (msgpack), session id, count, then per event: id, line, time (us).
--- Returns {1, base, life, row...} stored; {0, last, life} nothing written (another seq or
--- life); {-1, last, life} an id of the batch is stored within the window.
+-- id window, change (msgpack, '' none), catalog prefix ('' : the caller indexes), catalog
+-- kept ('': no; 'r': rows; 'rd': rows and search documents), session id, count, then per
+-- event: id, line, time (us).
+-- Returns {1, base, life, row or '', mark} stored (row: packed when the caller indexes and
+-- the change was applied; mark: '', 'r' rows behind or 'd' documents behind, for a caller
+-- that indexes); {0, last, life} nothing written (another seq or life); {-1, last, life} an
+-- id of the batch is stored within the window.
 local s = KEYS[1]
-local cur = redis.call('HMGET', s, 'last', 'life', 'size', 'v', 'created', 'updated', 'user',
-                       'title', 'status', 'compacted', 'agents', 'tenant', 'tags')
+local cur
+if ARGV[7] ~= '' then
+  cur = redis.call('HMGET', s, 'last', 'life', 'size', 'v', 'created', 'cs', 'user', 'title',
+                   'status', 'compacted', 'agents', 'tenant', 'tags')
+else  -- no catalog change: the fields the append itself keeps
+  cur = redis.call('HMGET', s, 'last', 'life', 'size', 'v', 'created', 'cs')
+end
 local last = tonumber(cur[1] or '0')
 local life = cur[2]
 if ARGV[2] == '' then
@@ -207,19 +215,31 @@ end
 local after = tonumber(ARGV[1])
 if last ~= after then return {0, last, life or ''} end
 local n = tonumber(ARGV[11])
-local floor = last - tonumber(ARGV[6])
-for j = 0, n - 1 do
-  local id = ARGV[12 + 3 * j]
-  if id ~= '' then
-    local seen = redis.call('HGET', KEYS[3], id)
-    if seen and tonumber(seen) > floor then return {-1, last, life or ''} end
-  end
-end
 -- Everything decoded before the first write: a script that fails midway keeps what it wrote.
 local change = nil
 if ARGV[7] ~= '' then change = cmsgpack.unpack(ARGV[7]) end
-local words = {}
-if ARGV[8] ~= '' and change then words = cmsgpack.unpack(ARGV[9]) end
+-- The ids: each taken with HSETNX (one command for a new id); one already stored within the
+-- window undoes the ids taken and writes nothing; one stored before the window (or twice in
+-- the batch) is given its new seq once every id was checked.
+local floor = last - tonumber(ARGV[6])
+local taken, stale = {}, {}
+for j = 0, n - 1 do
+  local id = ARGV[12 + 3 * j]
+  if id ~= '' then
+    local seq = string.format('%d', last + j + 1)
+    if redis.call('HSETNX', KEYS[3], id, seq) == 1 then
+      taken[#taken + 1] = id
+    else
+      local seen = tonumber(redis.call('HGET', KEYS[3], id))
+      if seen > floor and seen <= last then
+        if #taken > 0 then redis.call('HDEL', KEYS[3], unpack(taken)) end
+        return {-1, last, life or ''}
+      end
+      stale[#stale + 1] = id; stale[#stale + 1] = seq
+    end
+  end
+end
+if #stale > 0 then redis.call('HSET', KEYS[3], unpack(stale)) end
 local fields = {}
 if not life then
   life = ARGV[3]
@@ -227,22 +247,39 @@ if not life then
 end
 local size = tonumber(cur[3] or '0')
 for j = 0, n - 1 do
-  local seq = string.format('%d', last + j + 1)
-  local id, line = ARGV[12 + 3 * j], ARGV[13 + 3 * j]
-  redis.call('XADD', KEYS[2], seq .. '-0', 'e', line)
-  if id ~= '' then redis.call('HSET', KEYS[3], id, seq) end
+  local line = ARGV[13 + 3 * j]
+  redis.call('XADD', KEYS[2], string.format('%d', last + j + 1) .. '-0', 'e', line)
   size = size + #line
 end
+local top = string.format('%d', last + n)
 local v = string.format('%d', tonumber(cur[4] or '0') + 1)
 local created = cur[5] or ARGV[14]
 local updated = ARGV[11 + 3 * n]
-fields[#fields + 1] = 'last'; fields[#fields + 1] = string.format('%d', last + n)
+fields[#fields + 1] = 'last'; fields[#fields + 1] = top
 fields[#fields + 1] = 'updated'; fields[#fields + 1] = updated
 fields[#fields + 1] = 'size'; fields[#fields + 1] = string.format('%d', size)
 fields[#fields + 1] = 'v'; fields[#fields + 1] = v
 if not cur[5] then fields[#fields + 1] = 'created'; fields[#fields + 1] = created end
 if ARGV[4] ~= '0' then fields[#fields + 1] = 'marker'; fields[#fields + 1] = ARGV[4] end
-local row = nil
+-- The catalog row holds the events up to ``cs`` (absent: every event before this append, as
+-- an older writer kept it). A change is applied only where it continues the row; else, and
+-- for an append without one (inside a turn), the session is marked: its row is caught up from
+-- its log before the catalog is read. Search documents are never written here: the session
+-- is marked, and its documents are indexed from its log before the next search.
+local mark = ''
+local kept = ARGV[9]
+if kept ~= '' then
+  local cs = tonumber(cur[6] or cur[1] or '0')
+  if change and tonumber(change[14]) == cs + 1 then
+    fields[#fields + 1] = 'cs'; fields[#fields + 1] = top
+    if kept == 'rd' then mark = 'd' end
+  else
+    change = nil
+    mark = 'r'
+    if not cur[6] then fields[#fields + 1] = 'cs'; fields[#fields + 1] = string.format('%d', cs) end
+  end
+end
+local row = ''
 if change then  -- the row's fields as read, then as changed: one HSET, no read after it
   local f = {created = created, updated = updated, user = cur[7] or nil, title = cur[8] or nil,
              status = cur[9] or nil, compacted = cur[10] or nil, agents = cur[11] or nil}
@@ -250,45 +287,119 @@ if change then  -- the row's fields as read, then as changed: one HSET, no read 
   redis.call('HSET', s, unpack(fields))
   row = {v, f.status or 'idle', f.user or '', cur[12] or '', unpacked(cur[13]),
          unpacked(f.agents), f.updated, f.created}
-else  -- no catalog: only the list orders
+else  -- no change applied: only the list orders
   redis.call('HSET', s, unpack(fields))
-  row = {v, 'idle', '', '', {}, {}, updated, created}
 end
 local C = ARGV[8]
 if C ~= '' then
   if change then
-    index_row(C, ARGV[10], row, words)
+    index_row(C, ARGV[10], row, {})
+    redis.call('HDEL', C .. 'm:r', ARGV[10])  -- the row holds every event: nothing behind
   else
     redis.call('ZADD', C .. 'z:u', updated, ARGV[10])
-    redis.call('ZADD', C .. 'z:c', 'NX', created, ARGV[10])
-    redis.call('ZADD', C .. 'z:i', 'NX', 0, ARGV[10])
+    if not cur[5] then  -- a new session (reindex puts back what the index lost)
+      redis.call('ZADD', C .. 'z:c', 'NX', created, ARGV[10])
+      redis.call('ZADD', C .. 'z:i', 'NX', 0, ARGV[10])
+    end
   end
+  if mark ~= '' then redis.call('HSET', C .. 'm:' .. mark, ARGV[10], top) end
 end
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   for k = 1, 5 do redis.call('PEXPIRE', KEYS[k], ttl) end
 end
-if C ~= '' then return {1, last, life, ''} end
-return {1, last, life, cmsgpack.pack(row)}
+if C ~= '' or row == '' then return {1, last, life, '', mark} end
+return {1, last, life, cmsgpack.pack(row), mark}
 """
-)
+
+APPEND: Final = _INDEX_FUNCTIONS + _ROW_FUNCTIONS + _APPEND_BODY
+"""The append with a catalog change (it applies the change to the row and, on one
+server, to the store-wide index)."""
+
+APPEND_PLAIN: Final = "local apply_change, index_row, unpacked = nil, nil, nil\n" + _APPEND_BODY
+"""The append without a change: the same script without the catalog's functions, whose
+definitions alone cost the server a few microseconds per run."""
 
 INDEX_ROW: Final = (
     _INDEX_FUNCTIONS
     + r"""
--- KEYS: the catalog's x hash. ARGV: catalog prefix, session id, row (msgpack), words
--- (msgpack), whether to remove the row instead ('1'), words to remove (msgpack).
+-- KEYS: the catalog's x hash. ARGV: catalog prefix, session id, row (msgpack, '' none),
+-- words to add (msgpack), whether to remove the row instead ('1'), words to remove
+-- (msgpack), a mark to set ('r' rows behind, 'd' documents behind, '' none) and its seq, the
+-- list orders' times without a row (updated, '' none; created), marks whose seq is at most
+-- a seq to drop ('', 'r', 'd' or 'rd') and that seq, the seq the documents are indexed
+-- through ('' unchanged), the session's hash ('' not given: on a Cluster, another slot),
+-- whose words are not added once it is gone or shredded.
+local C, sid = ARGV[1], ARGV[2]
 if ARGV[5] == '1' then
-  unindex_row(ARGV[1], ARGV[2], cmsgpack.unpack(ARGV[6]))
+  unindex_row(C, sid, cmsgpack.unpack(ARGV[6]))
+  redis.call('HDEL', C .. 'm:r', sid)
+  redis.call('HDEL', C .. 'm:d', sid)
+  redis.call('HDEL', C .. 'di', sid)
   return 1
 end
 local gone = cmsgpack.unpack(ARGV[6])
 for i = 1, #gone, 2 do
-  redis.call('SREM', ARGV[1] .. 'w:' .. gone[i], ARGV[2] .. '\0' .. gone[i + 1])
+  redis.call('SREM', C .. 'w:' .. gone[i], sid .. '\0' .. gone[i + 1])
 end
-return index_row(ARGV[1], ARGV[2], cmsgpack.unpack(ARGV[3]), cmsgpack.unpack(ARGV[4]))
+local words = cmsgpack.unpack(ARGV[4])
+if ARGV[14] ~= '' and #words > 0 then
+  local f = redis.call('HMGET', ARGV[14], 'life', 'status')
+  if not f[1] or f[2] == 'shredded' then words = {} end
+end
+for i = 1, #words, 2 do
+  redis.call('SADD', C .. 'w:' .. words[i], sid .. '\0' .. words[i + 1])
+end
+local done = 0
+if ARGV[3] ~= '' then
+  done = index_row(C, sid, cmsgpack.unpack(ARGV[3]), {})
+elseif ARGV[9] ~= '' then
+  redis.call('ZADD', C .. 'z:u', ARGV[9], sid)
+  redis.call('ZADD', C .. 'z:c', 'NX', ARGV[10], sid)
+  redis.call('ZADD', C .. 'z:i', 'NX', 0, sid)
+end
+if ARGV[7] ~= '' then
+  local key = C .. 'm:' .. ARGV[7]
+  local old = redis.call('HGET', key, sid)
+  if not old or tonumber(old) < tonumber(ARGV[8]) then redis.call('HSET', key, sid, ARGV[8]) end
+end
+if ARGV[13] ~= '' then redis.call('HSET', C .. 'di', sid, ARGV[13]) end
+for kind in string.gmatch(ARGV[11], '.') do
+  local key = C .. 'm:' .. kind
+  local old = redis.call('HGET', key, sid)
+  if old and tonumber(old) <= tonumber(ARGV[12]) then redis.call('HDEL', key, sid) end
+end
+return done
 """
 )
+
+CATCH_UP: Final = (
+    _ROW_FUNCTIONS
+    + r"""
+-- KEYS: s, d, u. ARGV: the seq the row holds as read (``cs``), change (msgpack), the seq the
+-- change runs to. Applies the change of the events after the row's seq, when the row still
+-- holds that seq. Returns {0} (the row moved meanwhile, or no session), else
+-- {1, row (msgpack)}.
+local s = KEYS[1]
+local f = redis.call('HMGET', s, 'life', 'cs', 'last')
+if not f[1] or tonumber(f[2] or f[3] or '0') ~= tonumber(ARGV[1]) then return {0} end
+local change = cmsgpack.unpack(ARGV[2])
+local writes = {'cs', ARGV[3]}
+apply_change(s, KEYS[3], KEYS[2], change, read_row(s), writes)
+redis.call('HSET', s, unpack(writes))
+redis.call('HINCRBY', s, 'v', 1)
+return {1, cmsgpack.pack(row_state(s))}
+"""
+)
+
+DOCUMENTS: Final = r"""
+-- KEYS: s, d. ARGV: seq, packed [role, text], ... Writes a session's search documents (none
+-- once the session is gone or shredded). Returns 1 written, 0 not.
+local f = redis.call('HMGET', KEYS[1], 'life', 'status')
+if not f[1] or f[2] == 'shredded' then return 0 end
+if #ARGV > 0 then redis.call('HSET', KEYS[2], unpack(ARGV)) end
+return 1
+"""
 
 _JOINED: Final = r"""
 -- Stream entries as three strings, so that the client parses three bulk replies, not an array
@@ -383,7 +494,7 @@ REBUILD: Final = (
     _ROW_FUNCTIONS
     + r"""
 -- KEYS: s, d, u. ARGV: change (msgpack, '' none), title, title set, tags (msgpack), user,
--- tenant. Replaces the row fields, usage rows and documents.
+-- tenant, the seq the change runs to. Replaces the row fields, usage rows and documents.
 -- Returns {0} without a session, else {1, row (msgpack), old documents (flat)}.
 local s = KEYS[1]
 if redis.call('HEXISTS', s, 'life') == 0 then return {0} end
@@ -394,6 +505,7 @@ redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HDEL', s, 'messages', 'turns', 'u_in', 'u_out', 'u_cr', 'u_cw', 'u_cost',
            'agents', 'user', 'title', 'title_set', 'status', 'compacted', 'rewound', 'tags',
            'tenant')
+redis.call('HSET', s, 'cs', ARGV[7])
 if change then
   local writes = {}
   apply_change(s, KEYS[3], KEYS[2], change, read_row(s), writes)

@@ -39,6 +39,7 @@ __all__ = [
     "RedisLog",
     "bytes_of",
     "Request",
+    "index_args",
     "change_blob",
     "micros",
     "numbered",
@@ -172,8 +173,51 @@ def change_blob(change: CatalogChange) -> bytes:
             change.compacted_before,
             [list(pair) for pair in change.rewound],
             [[d.seq, d.role, d.text] for d in change.documents],
+            change.first_seq,
         ]
     )
+
+
+def index_args(
+    catalog: bytes,
+    sid: bytes,
+    *,
+    row: bytes = b"",
+    words: list[Any] | None = None,
+    remove: bool = False,
+    gone: list[Any] | None = None,
+    mark: bytes = b"",
+    mark_seq: int = 0,
+    updated: str = "",
+    created: str = "",
+    done: bytes = b"",
+    done_seq: int = 0,
+    through: int | None = None,
+    session: bytes = b"",
+) -> list[Any]:
+    """The arguments of the store-wide index's script
+    (:data:`~agentsession.backends.redis.scripts.INDEX_ROW`) for session ``sid``: its row
+    (msgpack, as a script returned it), words to add and to remove (``word, seq`` pairs), a
+    mark to set (``r``: the row is behind the log, ``d``: its documents are) at ``mark_seq``,
+    the list orders' times when there is no row, the marks to drop when they are at most
+    ``done_seq``, the seq its documents are indexed ``through``, and the session's hash
+    (given on one server: no words are added once it is gone or shredded)."""
+    return [
+        catalog,
+        sid,
+        row,
+        pack(words or []),
+        b"1" if remove else b"0",
+        pack(gone or []),
+        mark,
+        mark_seq,
+        updated,
+        created,
+        done,
+        done_seq,
+        b"" if through is None else through,
+        session,
+    ]
 
 
 def row_words(change: CatalogChange | None) -> list[Any]:
@@ -296,6 +340,7 @@ class RedisLog:
         "_expiry_ms",
         "_id",
         "_identity",
+        "_kept",
         "_keys",
         "_life",
         "_location",
@@ -304,8 +349,9 @@ class RedisLog:
         "_stale",
     )
 
-    def __init__(self, db: Server, session_id: str, expiry_ms: int) -> None:
+    def __init__(self, db: Server, session_id: str, expiry_ms: int, kept: bytes = b"") -> None:
         self._db = db
+        self._kept = kept
         self._id = session_id
         self._sid = session_id.encode("utf-8", "surrogatepass")
         self._keys = db.keys.session(session_id)
@@ -417,25 +463,25 @@ class RedisLog:
             ID_WINDOW,
             change_blob(change) if change is not None else b"",
             self._db.keys.catalog if inline_catalog else b"",
-            pack_text(row_words(change)) if inline_catalog else b"\x90",
+            self._kept,
             self._sid,
             count,
             *per_event,
         ]
         action = f"appending {count} event{'s' if count > 1 else ''} to session {self._id!r}"
-        return Request("APPEND", self._keys[:5], args, action, _UNKNOWN)
+        name = "APPEND" if change is not None else "APPEND_PLAIN"
+        return Request(name, self._keys[:5], args, action, _UNKNOWN)
 
-    def take_append(self, reply: Any) -> tuple[int, bytes | None]:
+    def take_append(self, reply: Any) -> tuple[int, Any]:
         """What the append script answered: 1 (stored, with the life), 0 (another seq or
         life: nothing written), -1 (an id stored within the window: nothing written, the
-        session opens again)."""
+        session opens again); and the reply itself."""
         status = int(reply[0])
         if status == 1:
             self._life = bytes(reply[2])
-            return 1, bytes(reply[3])
-        if status < 0:
+        elif status < 0:
             self._stale = True
-        return status, None
+        return status, reply
 
     def refused(
         self, expect_seq: int | None, found: list[Event] | Reopen
@@ -460,16 +506,24 @@ class RedisLog:
             f"failed; the session reloads when next used ({exc})"
         )
 
-    def index_call(self, row: bytes, change: CatalogChange | None) -> Request:
+    def index_call(self, reply: Any, stored: list[Event]) -> Request:
         """On a Cluster: the store-wide index update after a stored append (the catalog's
-        slot is another)."""
+        slot is another), given the append script's reply: the row when its change was
+        applied, else the list orders; the mark the script asks for."""
         catalog = self._db.keys.catalog
-        return Request(
-            "INDEX_ROW",
-            [catalog + b"x"],
-            [catalog, self._sid, row, pack_text(row_words(change)), b"0", b"\x90"],
-            f"indexing session {self._id!r}",
+        row = bytes(reply[3])
+        args = index_args(
+            catalog,
+            self._sid,
+            row=row,
+            mark=bytes(reply[4]),
+            mark_seq=stored[-1].seq,
+            done=b"r" if row else b"",
+            done_seq=stored[-1].seq,
+            updated=micros(stored[-1].time) or "0",
+            created=micros(stored[0].time) or "0",
         )
+        return Request("INDEX_ROW", [catalog + b"x"], args, f"indexing session {self._id!r}")
 
     # -- LogStorage ---------------------------------------------------------------------------
 
@@ -559,11 +613,11 @@ class RedisLog:
         change = view.indexed(stored)
         request = self.append_call(stored, marker, after, change, not db.cluster)
         reply = db.run(request.action, lambda: db.append(request), request.unknown)
-        status, row = self.take_append(reply)
+        status, reply = self.take_append(reply)
         if status != 1:
             return None
-        if db.cluster and row is not None:
-            index = self.index_call(row, change)
+        if db.cluster:
+            index = self.index_call(reply, stored)
             try:
                 self._call(index)
             except StorageError as exc:  # stored: the index catches up at reindex

@@ -80,6 +80,9 @@ class RedisCatalog(CatalogDefaults):
         self._db = db
         self._index = index
         self._expiry_ms = expiry_ms
+        self.kept = b""
+        """What appends keep of the catalog (the append script's flag: ``b""`` nothing,
+        ``b"r"`` rows, ``b"rd"`` rows and search documents; set by the store)."""
 
     @property
     def location(self) -> str:
@@ -92,7 +95,8 @@ class RedisCatalog(CatalogDefaults):
         return self._db.target.url
 
     def open_session(self, store: SessionHost, session_id: str) -> BaseSession:
-        return BaseSession(store, session_id, RedisLog(self._db, session_id, self._expiry_ms))
+        log = RedisLog(self._db, session_id, self._expiry_ms, self.kept)
+        return BaseSession(store, session_id, log)
 
     def _hash(self, session_id: str) -> bytes:
         return self._db.keys.session(session_id)[0]
@@ -460,8 +464,13 @@ def _renew_loop(ref: weakref.ref[RedisLocker], interval: float, stop: threading.
 
 # -- the key layout's version ----------------------------------------------------------------
 
-LAYOUT_VERSION = 1
-"""The version of the key layout (``docs/format.md``), kept in ``<prefix>{~meta}:layout``."""
+LAYOUT_VERSION = 2
+"""The version of the key layout (``docs/format.md``), kept in ``<prefix>{~meta}:layout``.
+Version 2 (catalog rows at turn boundaries, search documents indexed before a search: the
+row's ``cs`` seq, the marks ``m:r`` and ``m:d``, ``di``) reads version 1 as it is (a row
+without ``cs`` holds every event, documents without ``di`` are indexed again when their
+session is marked) and records itself in it, so that version 1 code, which would write rows
+and documents past the marks, refuses the store."""
 
 
 def check_layout(db: Server, create: bool) -> None:
@@ -470,9 +479,12 @@ def check_layout(db: Server, create: bool) -> None:
     key = db.keys.prefix + b"{~meta}:layout"
 
     def read() -> Any:
-        if create:
-            with contextlib.suppress(rex.ReadOnlyError):  # a replica: read what it has
+        with contextlib.suppress(rex.ReadOnlyError):  # a replica: read what it has
+            if create:
                 db.client.set(key, LAYOUT_VERSION, nx=True)
+            found = db.client.get(key)
+            if found is not None and int(found) < LAYOUT_VERSION:
+                db.client.set(key, LAYOUT_VERSION)  # read as it is, written as version 2
         return db.client.get(key)
 
     found = db.run("reading the key layout's version", read)
@@ -633,6 +645,36 @@ class RedisStore(BaseStore):
             )
 
         super().__init__(parts, **options)
+        # The catalog is caught up from the logs: rows at turn boundaries (appends inside a
+        # turn mark the session), search documents before each search (appends only mark).
+        indexing = self._indexing
+        catalog = self._catalog
+        index = self._index
+        assert isinstance(catalog, RedisCatalog) and isinstance(index, RedisIndex)
+        if indexing.catalog:
+            indexing.deferred = True
+            indexing.documents_apart = indexing.searchable
+            catalog.kept = b"rd" if indexing.searchable else b"r"
+        index.deferred = indexing.catalog
+        index.searchable = indexing.catalog and indexing.searchable
+
+    def catch_up_catalog(self) -> None:
+        """Bring the catalog rows of the sessions marked behind their logs up to date (as
+        ``list`` by field, ``search`` and ``totals`` do first)."""
+        index = self._index
+        assert isinstance(index, RedisIndex)
+        index.sync(self)
+
+    def index_documents(self) -> int:
+        """Index the search documents of the sessions whose appends marked them (as every
+        ``search`` does first; a writer may run it after appending, so that the next search
+        finds them indexed); returns how many sessions were read."""
+        index = self._index
+        assert isinstance(index, RedisIndex)
+        if not index.searchable:
+            return 0
+        index.sync(self)
+        return index.index_documents(self)
 
     @property
     def prefix(self) -> str:

@@ -1,0 +1,284 @@
+"""The Redis store's catalog taken at turn boundaries and its search documents indexed apart
+(key layout version 2): appends inside a turn mark the session (``m:r``) instead of writing
+its row, every append with documents marks them (``m:d``) instead of indexing them, and
+reading the catalog first catches up what is marked from the logs, so that what is listed and
+found always matches a rebuild, whoever wrote and however a writer ended; a version 1 store
+(rows and documents written by every append) is read as it is."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import agentsession as ags
+from agentsession import Event, Message
+from agentsession.backends.redis.storage import pack
+from agentsession.events import TurnEnd, TurnStart, Usage, encode_event
+
+from .redis_servers import drop_prefixes, new_prefix, requires_redis, url_with_prefix
+from .test_catalog_deferred import run_then_kill
+
+pytestmark = [pytest.mark.redis, requires_redis]
+
+
+@pytest.fixture
+def prefixes() -> Iterator[list[str]]:
+    made: list[str] = []
+    try:
+        yield made
+    finally:
+        drop_prefixes(made)
+
+
+def _url(prefixes: list[str]) -> str:
+    prefix = new_prefix()
+    prefixes.append(prefix)
+    return url_with_prefix(prefix)
+
+
+def _client(url: str) -> Any:
+    import redis
+
+    return redis.Redis.from_url(url.split("?")[0])
+
+
+def _row(info: Any) -> tuple[Any, ...]:
+    return (
+        info.id,
+        info.last_seq,
+        info.messages,
+        info.turns,
+        info.title,
+        info.user,
+        info.agents,
+        info.usage.input_tokens,
+        info.status,
+    )
+
+
+def _listed(store: Any) -> list[tuple[Any, ...]]:
+    return sorted(_row(i) for i in store.list(order="id"))
+
+
+def _found(store: Any, word: str) -> list[tuple[str, int]]:
+    return sorted((h.session_id, h.seq) for h in store.search(word, limit=1000))
+
+
+def _marks(url: str, prefix: str, kind: str) -> dict[bytes, bytes]:
+    found: dict[bytes, bytes] = _client(url).hgetall(f"{prefix}{{~catalog}}:m:{kind}")
+    return found
+
+
+def test_appends_inside_a_turn_mark_the_session_and_reading_catches_it_up(
+    prefixes: list[str],
+) -> None:
+    url = _url(prefixes)
+    prefix = prefixes[-1]
+    with ags.open_store(url) as writer, ags.open_store(url) as reader:
+        session = writer.get("chat")
+        session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        session.append(Event.new("user/message", Message.user("where is my parcel"), agent="bot"))
+        session.append(Event.new("usage", Usage(input_tokens=7), agent="bot"))
+        assert set(_marks(url, prefix, "r")) == {b"chat"}  # the row waits for the turn's end
+        assert set(_marks(url, prefix, "d")) == {b"chat"}  # documents wait for a search
+        [info] = reader.list(order="id")  # caught up from the log
+        assert (info.messages, info.turns, info.usage.input_tokens, info.status) == (
+            1,
+            1,
+            7,
+            "needs_recovery",  # a turn open, its lock held by no one
+        )
+        assert _marks(url, prefix, "r") == {}
+        assert _found(reader, "parcel") == [("chat", 2)]
+        assert _marks(url, prefix, "d") == {}
+        session.append(Event.new("assistant/message", Message.assistant("parcel found")))
+        session.append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
+        # The reader moved the row past what the writer's turn end continues: marked again.
+        assert set(_marks(url, prefix, "r")) == {b"chat"}
+        assert _found(reader, "parcel") == [("chat", 2), ("chat", 4)]
+        assert _marks(url, prefix, "r") == {} and _marks(url, prefix, "d") == {}
+        assert _listed(reader) == _rebuilt(reader)
+        session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        session.append(Event.new("user/message", Message.user("and a refund")))
+        session.append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
+        assert _marks(url, prefix, "r") == {}  # a turn nobody read meanwhile: its end's change
+        [info] = reader.list(order="id")
+        assert (info.messages, info.turns, info.status) == (3, 2, "idle")
+
+
+def _rebuilt(store: Any) -> list[tuple[Any, ...]]:
+    store.reindex()
+    return _listed(store)
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    import agentsession as ags
+    from agentsession.events import TurnStart
+    store = ags.open_store(sys.argv[1])
+    session = store.get("killed")
+    session.append(ags.Event.new("turn/start", TurnStart(), agent="bot"))
+    for n in range(int(sys.argv[2])):
+        session.append(ags.Event.new("user/message", ags.Message.user(f"refund m{n}"), agent="bot"))
+    print("written", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_a_writer_killed_mid_turn_loses_nothing_of_the_catalog(prefixes: list[str]) -> None:
+    url = _url(prefixes)
+    run_then_kill(_WRITER, url, "7")
+    with ags.open_store(url) as store:
+        [info] = store.list(order="id")
+        assert (info.messages, info.turns, info.last_seq) == (7, 1, 8)
+        assert info.status == "needs_recovery"
+        assert _found(store, "refund") == [("killed", seq) for seq in range(2, 9)]
+        assert _listed(store) == _rebuilt(store)
+        assert _found(store, "refund") == [("killed", seq) for seq in range(2, 9)]
+
+
+def test_delete_and_shred_leave_nothing_marked_or_indexed(prefixes: list[str]) -> None:
+    pytest.importorskip("cryptography")
+    url = _url(prefixes)
+    prefix = prefixes[-1]
+    with ags.open_store(url, passphrase="pw") as store:
+        for sid in ("gone", "shredded"):
+            session = store.get(sid)
+            session.append(Event.new("turn/start", TurnStart()))
+            session.append(Event.new("user/message", Message.user("secret refund")))
+        store.delete("gone")
+        store.shred("shredded")
+        assert store.search("refund").items == []
+        assert _marks(url, prefix, "r") == {} or set(_marks(url, prefix, "r")) <= {b"shredded"}
+        assert _marks(url, prefix, "d") == {}
+        client = _client(url)
+        assert list(client.scan_iter(match=f"{prefix}{{~catalog}}:w:*")) == []
+        assert client.hget(f"{prefix}{{~catalog}}:di", "gone") is None
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from([0, 1]),  # which store object writes
+        st.sampled_from(["a", "b"]),  # which session
+        st.sampled_from(["start", "user", "assistant", "usage", "end", "list", "search"]),
+    ),
+    max_size=30,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=OPS)
+def test_the_catalog_and_search_always_match_a_rebuild(prefixes: list[str], ops: list[Any]) -> None:
+    url = _url(prefixes)
+    stores = [ags.open_store(url), ags.open_store(url)]
+    try:
+        for who, sid, op in ops:
+            store = stores[who]
+            session = store.get(sid)
+            agent = f"agent{who}"
+            if op == "start":
+                session.append(Event.new("turn/start", TurnStart(), agent=agent))
+            elif op == "end":
+                session.append(Event.new("turn/end", TurnEnd(steps=0), agent=agent))
+            elif op == "user":
+                session.append(Event.new("user/message", Message.user(f"u {sid}"), agent=agent))
+            elif op == "assistant":
+                session.append(Event.new("assistant/message", Message.assistant("u"), agent=agent))
+            elif op == "usage":
+                session.append(
+                    Event.new("usage", Usage(input_tokens=3, output_tokens=1), agent=agent)
+                )
+            elif op == "list":
+                store.list(order="id")
+            else:
+                store.search("u")
+        listed, found = _listed(stores[0]), _found(stores[0], "u")
+        assert listed == _rebuilt(stores[1])
+        assert found == _found(stores[1], "u")
+    finally:
+        for store in stores:
+            store.close()
+
+
+# -- a version 1 store --------------------------------------------------------------------------
+
+
+def build_version_1(url: str, prefix: str) -> None:
+    """A store as key layout version 1 wrote it (docs/format.md before version 2): session
+    ``old`` with two events, its row and documents written by the appends, its words in the
+    inverted index, no ``cs``, no marks."""
+    import msgspec
+
+    client = _client(url)
+    t0 = 1_700_000_000_000_000
+    events = [
+        msgspec.structs.replace(Event.new("turn/start", TurnStart(), agent="bot"), seq=1),
+        msgspec.structs.replace(
+            Event.new("user/message", Message.user("an old invoice"), agent="bot"), seq=2
+        ),
+    ]
+    base = f"{prefix}{{old}}:"
+    catalog = f"{prefix}{{~catalog}}:"
+    for event in events:
+        client.xadd(base + "e", {"e": encode_event(event)}, id=f"{event.seq}-0")
+    client.hset(base + "i", mapping={e.id: e.seq for e in events})
+    client.hset(
+        base + "s",
+        mapping={
+            "sid": "old",
+            "life": "0123456789abcdef",
+            "last": 2,
+            "created": t0,
+            "updated": t0 + 1,
+            "size": 100,
+            "v": 2,
+            "messages": 1,
+            "turns": 1,
+            "title": "an old invoice",
+            "status": "live",
+            "agents": msgspec.msgpack.encode(["bot"]),
+            "tags": msgspec.msgpack.encode([]),
+        },
+    )
+    client.hset(base + "d", 2, msgspec.msgpack.encode(["user", "an old invoice"]))
+    for word in ("an", "old", "invoice"):
+        client.sadd(catalog + "w:" + word, b"old\x002")
+    # As the scripts' cmsgpack packs it: byte strings as msgpack strings.
+    packed = pack(["live", "", "", [], ["bot"]])
+    client.hset(catalog + "x", "old", pack(["2", packed]))
+    client.zadd(catalog + "z:u", {"old": t0 + 1})
+    client.zadd(catalog + "z:c", {"old": t0})
+    client.zadd(catalog + "z:i", {"old": 0})
+    client.sadd(catalog + "f:status:live", "old")
+    client.sadd(catalog + "f:user:", "old")
+    client.sadd(catalog + "f:tenant:", "old")
+    client.sadd(catalog + "f:agent:bot", "old")
+    client.set(f"{prefix}{{~meta}}:layout", 1)
+
+
+def test_a_version_1_store_loads_searches_and_goes_on(prefixes: list[str]) -> None:
+    url = _url(prefixes)
+    prefix = prefixes[-1]
+    build_version_1(url, prefix)
+    with ags.open_store(url) as store:
+        assert _client(url).get(f"{prefix}{{~meta}}:layout") == b"2"
+        [info] = store.list(where={"agent": "bot"})
+        assert (info.id, info.messages, info.turns, info.title) == ("old", 1, 1, "an old invoice")
+        assert _found(store, "invoice") == [("old", 2)]
+        session = store.get("old")
+        session.append(Event.new("user/message", Message.user("a new invoice"), agent="bot"))
+        session.append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
+        assert _found(store, "invoice") == [("old", 2), ("old", 3)]
+        [info] = store.list(order="id")
+        assert (info.messages, info.turns, info.status, info.last_seq) == (2, 1, "idle", 4)
+        assert _listed(store) == _rebuilt(store)
+        assert _found(store, "invoice") == [("old", 2), ("old", 3)]
