@@ -282,3 +282,30 @@ def test_a_version_1_store_loads_searches_and_goes_on(prefixes: list[str]) -> No
         assert (info.messages, info.turns, info.status, info.last_seq) == (2, 1, "idle", 4)
         assert _listed(store) == _rebuilt(store)
         assert _found(store, "invoice") == [("old", 2), ("old", 3)]
+
+
+def _pages(store: Any, query: str, limit: int) -> list[tuple[str, int, float]]:
+    out: list[tuple[str, int, float]] = []
+    cursor = None
+    while True:
+        page = store.search(query, limit=limit, cursor=cursor)
+        out += [(h.session_id, h.seq, h.rank) for h in page.items]
+        cursor = page.next_cursor
+        if cursor is None:
+            return out
+
+
+def test_search_pages_through_many_tied_ranks_as_the_reference_does(prefixes: list[str]) -> None:
+    """More documents than one read of the ranked word sets takes, most of them tied (the same
+    words, the same length), some not: every page, with one word and with several, is the
+    reference's."""
+    reference = ags.open_store("memory:")
+    with ags.open_store(_url(prefixes)) as store:
+        for target in (store, reference):
+            for n in range(130):
+                session = target.get(f"s{n % 7}")
+                extra = " alpha" * (n % 3) + " beta" * (n % 5 == 0)
+                session.append(Event.new("user/message", Message.user(f"alpha beta gamma{extra}")))
+        for query, limit in (("alpha", 7), ("alpha beta", 9), ("beta alpha gamma", 50)):
+            assert _pages(store, query, limit) == _pages(reference, query, limit), query
+    reference.close()

@@ -188,6 +188,17 @@ def _doc_words(flat: Sequence[Any]) -> list[Any]:
     return out
 
 
+def _ref(member: Any) -> tuple[bytes, int]:
+    """The session and seq of an inverted index member (``session NUL seq``)."""
+    sid, _, seq = bytes(member).rpartition(b"\x00")
+    return sid, int(seq)
+
+
+def _margin(rank: float) -> float:
+    """How far a sum of several words' scores may be from the rank computed at once."""
+    return 1e-9 * max(1.0, abs(rank))
+
+
 class RedisIndex:
     """The catalog rows, usage rows and documents of a Redis store (see the module
     docstring)."""
@@ -433,24 +444,66 @@ class RedisIndex:
         return out
 
     def search(self, query: SearchQuery) -> builtins.list[Hit]:
+        """The documents holding every term, best first: the terms' sorted sets (``W:``)
+        read in order of their summed scores, a batch at a time, until the page is certain
+        (each batch's documents ranked exactly by :func:`~agentsession.listing.search_rows`),
+        and every document of the version 1 sets (``w:``)."""
         c = self._catalog
         db = self._db
         host = self._host() if self._host is not None else None
         if self.searchable and self.deferred and host is not None:
             self.index_documents(host)
-        term_keys = [c + b"w:" + bytes_of(t) for t in query.terms]
-        refs = db.run("searching", lambda: db.client.sinter(term_keys))
+        terms = [bytes_of(t) for t in query.terms]
+        old = [c + b"w:" + t for t in terms]
+        refs: list[tuple[bytes, int]] = [
+            _ref(ref) for ref in db.run("searching", lambda: db.client.sinter(old))
+        ]
+        keys = [c + b"W:" + t for t in terms]
+        chunk = max(4 * query.limit, 100)
+        # Scores are minus the ranks: the hits after a cursor have a score of at least minus
+        # its rank (a sum of several words' scores may be off by a rounding: a margin).
+        lowest = "-inf" if query.after is None else repr(-query.after[0] - _margin(query.after[0]))
+        docs: dict[tuple[bytes, int], tuple[str, Document, bool]] = {}
+        rows: dict[bytes, CatalogRow] = {}
+        offset = 0
+        while True:
+            args = [c, lowest, offset, chunk, *keys]
+            found = db.run("searching", lambda args=args: db.script("SEARCH", keys[:1], args))
+            batch = [_ref(m) for m in found[0::2]]
+            offset += len(batch)
+            self._documents(query, batch + refs, docs, rows)
+            refs = []
+            hits = search_rows(docs.values(), {_text(k): v for k, v in rows.items()}, query)
+            if len(batch) < chunk:
+                return hits
+            if len(hits) >= query.limit:
+                # Done when no document not read yet can rank with the page's last hit: one
+                # word's scores are its exact ranks, and ties list in (session, seq) order.
+                last, rank = -float(found[-1]), hits[-1].rank
+                if len(terms) == 1 or last < rank - _margin(rank):
+                    return hits
+
+    def _documents(
+        self,
+        query: SearchQuery,
+        refs: Sequence[tuple[bytes, int]],
+        docs: dict[tuple[bytes, int], tuple[str, Document, bool]],
+        rows: dict[bytes, CatalogRow],
+    ) -> None:
+        """Add to ``docs`` (by session and seq) the documents ``refs`` names whose session is
+        ``query``'s and matches its filter, with its rewound flag; and their rows to
+        ``rows``."""
+        db = self._db
         by_session: dict[bytes, list[int]] = {}
-        for ref in refs:
-            sid, _, seq = bytes(ref).rpartition(b"\x00")
-            if query.session_id is not None and sid != bytes_of(query.session_id):
-                continue
-            by_session.setdefault(sid, []).append(int(seq))
+        wanted = None if query.session_id is None else bytes_of(query.session_id)
+        for sid, seq in refs:
+            if (wanted is None or sid == wanted) and (sid, seq) not in docs:
+                by_session.setdefault(sid, []).append(seq)
         if not by_session:
-            return []
-        ids = list(by_session)
-        rows = self._rows(ids)
-        ids = [i for i in ids if i in rows and matches(rows[i], query.where)]
+            return
+        new = [sid for sid in by_session if sid not in rows]
+        rows.update(self._rows(new))
+        ids = [i for i in by_session if i in rows and matches(rows[i], query.where)]
         rewound = self._rewound(ids)
         keys = db.keys
 
@@ -461,7 +514,6 @@ class RedisIndex:
             return list(pipe.execute())
 
         found = db.run("reading search documents", read) if ids else []
-        docs: list[tuple[str, Document, bool]] = []
         for owner, packed in zip(ids, found, strict=True):
             ranges = rewound[owner]
             for at_seq, doc in zip(by_session[owner], packed, strict=True):
@@ -470,8 +522,7 @@ class RedisIndex:
                 role, text = unpack(bytes(doc))
                 flagged = any(int(lo) < at_seq < int(hi) for lo, hi in ranges)
                 document = Document(seq=at_seq, role=_text(role), text=_text(text))
-                docs.append((_text(owner), document, flagged))
-        return search_rows(docs, {_text(k): v for k, v in rows.items()}, query)
+                docs[owner, at_seq] = (_text(owner), document, flagged)
 
     def totals(self, query: TotalsQuery) -> builtins.list[Totals]:
         rows = self.query(ListQuery(where=query.where, order="id", limit=None))

@@ -30,12 +30,33 @@ __all__ = [
     "QUERY",
     "REBUILD",
     "REFRESH",
+    "SEARCH",
     "RENEW",
     "SET_FIELDS",
     "UNLOCK",
 ]
 
 _INDEX_FUNCTIONS: Final = r"""
+-- A document's entries in the inverted index: ``w:<word>`` (version 1: sets of
+-- ``session NUL seq``) and ``W:<word>`` (sorted sets of ``session NUL seq``, the seq in 20
+-- digits so that ties list in seq order, scored by minus the word's rank in the document).
+local function doc_member(sid, seq)
+  return sid .. '\0' .. string.format('%020d', seq)
+end
+
+local function add_words(C, sid, words)
+  for i = 1, #words, 3 do
+    redis.call('ZADD', C .. 'W:' .. words[i], words[i + 2], doc_member(sid, words[i + 1]))
+  end
+end
+
+local function remove_words(C, sid, words)
+  for i = 1, #words, 2 do
+    redis.call('SREM', C .. 'w:' .. words[i], sid .. '\0' .. words[i + 1])
+    redis.call('ZREM', C .. 'W:' .. words[i], doc_member(sid, words[i + 1]))
+  end
+end
+
 local function add_members(C, sid, st, user, tenant, tags, agents)
   redis.call('SADD', C .. 'f:status:' .. st, sid)
   redis.call('SADD', C .. 'f:user:' .. user, sid)
@@ -58,9 +79,7 @@ end
 -- created}; a row older than the one indexed (a lower version ``v``) only adds its words.
 -- ``x`` keeps, per session, {v, memberships packed}.
 local function index_row(C, sid, row, words)
-  for i = 1, #words, 2 do
-    redis.call('SADD', C .. 'w:' .. words[i], sid .. '\0' .. words[i + 1])
-  end
+  add_words(C, sid, words)
   local x = C .. 'x'
   local old = redis.call('HGET', x, sid)
   local prev = nil
@@ -81,9 +100,7 @@ local function index_row(C, sid, row, words)
 end
 
 local function unindex_row(C, sid, words)
-  for i = 1, #words, 2 do
-    redis.call('SREM', C .. 'w:' .. words[i], sid .. '\0' .. words[i + 1])
-  end
+  remove_words(C, sid, words)
   local x = C .. 'x'
   local old = redis.call('HGET', x, sid)
   if old then remove_members(C, sid, cmsgpack.unpack(cmsgpack.unpack(old)[2])) end
@@ -324,12 +341,12 @@ INDEX_ROW: Final = (
     _INDEX_FUNCTIONS
     + r"""
 -- KEYS: the catalog's x hash. ARGV: catalog prefix, session id, row (msgpack, '' none),
--- words to add (msgpack), whether to remove the row instead ('1'), words to remove
--- (msgpack), a mark to set ('r' rows behind, 'd' documents behind, '' none) and its seq, the
--- list orders' times without a row (updated, '' none; created), marks whose seq is at most
--- a seq to drop ('', 'r', 'd' or 'rd') and that seq, the seq the documents are indexed
--- through ('' unchanged), the session's hash ('' not given: on a Cluster, another slot),
--- whose words are not added once it is gone or shredded.
+-- words to add (msgpack: word, seq, score), whether to remove the row instead ('1'), words
+-- to remove (msgpack: word, seq), a mark to set ('r' rows behind, 'd' documents behind, ''
+-- none) and its seq, the list orders' times without a row (updated, '' none; created),
+-- marks whose seq is at most a seq to drop ('', 'r', 'd' or 'rd') and that seq, the seq the
+-- documents are indexed through ('' unchanged), the session's hash ('' not given: on a
+-- Cluster, another slot), whose words are not added once it is gone or shredded.
 local C, sid = ARGV[1], ARGV[2]
 if ARGV[5] == '1' then
   unindex_row(C, sid, cmsgpack.unpack(ARGV[6]))
@@ -338,18 +355,13 @@ if ARGV[5] == '1' then
   redis.call('HDEL', C .. 'di', sid)
   return 1
 end
-local gone = cmsgpack.unpack(ARGV[6])
-for i = 1, #gone, 2 do
-  redis.call('SREM', C .. 'w:' .. gone[i], sid .. '\0' .. gone[i + 1])
-end
+remove_words(C, sid, cmsgpack.unpack(ARGV[6]))
 local words = cmsgpack.unpack(ARGV[4])
 if ARGV[14] ~= '' and #words > 0 then
   local f = redis.call('HMGET', ARGV[14], 'life', 'status')
   if not f[1] or f[2] == 'shredded' then words = {} end
 end
-for i = 1, #words, 2 do
-  redis.call('SADD', C .. 'w:' .. words[i], sid .. '\0' .. words[i + 1])
-end
+add_words(C, sid, words)
 local done = 0
 if ARGV[3] ~= '' then
   done = index_row(C, sid, cmsgpack.unpack(ARGV[3]), {})
@@ -586,6 +598,26 @@ else
   end
 end
 if #temp > 0 then redis.call('DEL', unpack(temp)) end
+return out
+"""
+
+SEARCH: Final = r"""
+-- KEYS: the first word's sorted set. ARGV: catalog prefix, lowest score ('-inf' or a number),
+-- offset, count, then the words' sorted sets. Returns the documents holding every word,
+-- ``member, score`` flat, by score (minus the summed ranks) then member, from the offset:
+-- one word's set is read as it is, several are intersected (summing the scores) into a
+-- temporary key deleted before the script returns.
+local source = KEYS[1]
+local n = #ARGV - 4
+if n > 1 then
+  source = ARGV[1] .. 'tmp:s'
+  local args = {source, n}
+  for j = 5, #ARGV do args[#args + 1] = ARGV[j] end
+  redis.call('ZINTERSTORE', unpack(args))
+end
+local out = redis.call('ZRANGEBYSCORE', source, ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', ARGV[3],
+                       ARGV[4])
+if n > 1 then redis.call('DEL', source) end
 return out
 """
 

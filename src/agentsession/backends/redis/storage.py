@@ -17,6 +17,7 @@ life, whether it must open again) in one object.
 
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import logging
 import os
@@ -221,14 +222,19 @@ def index_args(
 
 
 def row_words(change: CatalogChange | None) -> list[Any]:
-    """The store-wide search index entries of ``change``'s documents: ``word, seq`` pairs,
-    flat (a blind token is a word of its own: 24 hex digits)."""
+    """The store-wide search index entries of ``change``'s documents: ``word, seq, score``
+    triples, flat (a blind token is a word of its own: 24 hex digits). The score is minus the
+    word's rank in the document as :func:`agentsession.listing.search_rows` ranks a one-word
+    query (its occurrences over one plus the document's words over 50), exact as a double, so
+    that a word's sorted set lists its documents best first."""
     out: list[Any] = []
     if change is None:
         return out
     for doc in change.documents:
-        for word in dict.fromkeys(text_words(doc.text)):
-            out += (word, doc.seq)
+        found = text_words(doc.text)
+        length = 1.0 + len(found) / 50.0
+        for word, count in collections.Counter(found).items():
+            out += (word, doc.seq, repr(-(count / length)))
     return out
 
 
