@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
@@ -20,8 +21,16 @@ from agentsession import Event, Message
 from agentsession.backends.redis.storage import pack
 from agentsession.events import TurnEnd, TurnStart, Usage, encode_event
 
-from .redis_servers import drop_prefixes, new_prefix, requires_redis, url_with_prefix
+from .redis_servers import (
+    SERVER_SKIP,
+    drop_prefixes,
+    new_prefix,
+    redis_server,
+    requires_redis,
+    url_with_prefix,
+)
 from .test_catalog_deferred import run_then_kill
+from .test_redis import wait_for_replica
 
 pytestmark = [pytest.mark.redis, requires_redis]
 
@@ -309,3 +318,24 @@ def test_search_pages_through_many_tied_ranks_as_the_reference_does(prefixes: li
         for query, limit in (("alpha", 7), ("alpha beta", 9), ("beta alpha gamma", 50)):
             assert _pages(store, query, limit) == _pages(reference, query, limit), query
     reference.close()
+
+
+@pytest.mark.skipif(bool(SERVER_SKIP), reason=SERVER_SKIP or "-")
+def test_a_store_on_a_replica_finds_what_is_not_indexed_yet_in_the_logs(tmp_path: Path) -> None:
+    with redis_server(tmp_path / "primary") as primary:
+        url = f"redis://127.0.0.1:{primary.port}/0"
+        with redis_server(
+            tmp_path / "replica", "--replicaof", "127.0.0.1", str(primary.port)
+        ) as replica:
+            wait_for_replica(primary.port)
+            with ags.open_store(url, replicas=1) as store:
+                session = store.get("chat")
+                session.append(Event.new("turn/start", TurnStart()))
+                session.append(Event.new("user/message", Message.user("an indexed parcel")))
+                assert _found(store, "parcel") == [("chat", 2)]  # indexed by this search
+                session.append(Event.new("user/message", Message.user("a parcel since")))
+            with ags.open_store(f"redis://127.0.0.1:{replica.port}/0") as copy:
+                assert _found(copy, "parcel") == [("chat", 2), ("chat", 3)]
+                # The row as the primary's search caught it up: the replica cannot catch it up.
+                [info] = copy.list(order="id")
+                assert (info.last_seq, info.messages) == (3, 1)

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ... import indexing
-from ...errors import SessionError, SessionShredded
+from ...errors import SessionError, SessionShredded, StoreUnavailable
 from ...listing import (
     CatalogChange,
     CatalogRow,
@@ -253,14 +253,18 @@ class RedisIndex:
         """Catch up the rows of the sessions marked behind their logs (``m:r``: appends
         inside a turn, a change that did not continue the row, a writer killed mid-turn)."""
         self._host = weakref.ref(store)
-        if not self.deferred:
-            return
         db = self._db
+        if not self.deferred or db.read_only:
+            return  # a replica: each row as of its latest turn boundary
         marks = db.run(
             "reading the catalog's marks", lambda: db.client.hgetall(self._catalog + b"m:r")
         )
-        for sid, mark in marks.items():
-            self._catch_up_row(store, _text(sid), int(mark))
+        try:
+            for sid, mark in marks.items():
+                self._catch_up_row(store, _text(sid), int(mark))
+        except StoreUnavailable:
+            if not db.read_only:
+                raise
 
     def _catch_up_row(self, store: IndexHost, session_id: str, mark: int) -> None:
         """Apply to the row of ``session_id`` the change of its events after the seq the row
@@ -451,8 +455,16 @@ class RedisIndex:
         c = self._catalog
         db = self._db
         host = self._host() if self._host is not None else None
+        behind: list[tuple[bytes, Document, bool]] = []
         if self.searchable and self.deferred and host is not None:
-            self.index_documents(host)
+            try:
+                if not db.read_only:
+                    self.index_documents(host)
+            except StoreUnavailable:
+                if not db.read_only:
+                    raise
+            if db.read_only:  # a replica cannot index: what is behind, read from the logs
+                behind = self._documents_behind(host)
         terms = [bytes_of(t) for t in query.terms]
         old = [c + b"w:" + t for t in terms]
         refs: list[tuple[bytes, int]] = [
@@ -472,6 +484,9 @@ class RedisIndex:
             batch = [_ref(m) for m in found[0::2]]
             offset += len(batch)
             self._documents(query, batch + refs, docs, rows)
+            if behind:
+                self._add_behind(query, behind, docs, rows)
+                behind = []
             refs = []
             hits = search_rows(docs.values(), {_text(k): v for k, v in rows.items()}, query)
             if len(batch) < chunk:
@@ -482,6 +497,51 @@ class RedisIndex:
                 last, rank = -float(found[-1]), hits[-1].rank
                 if len(terms) == 1 or last < rank - _margin(rank):
                     return hits
+
+    def _documents_behind(self, store: IndexHost) -> list[tuple[bytes, Document, bool]]:
+        """The documents of the marked sessions (``m:d``, and ``m:r``: rows behind have their
+        documents behind too) not indexed yet, read from their logs (on a replica, which
+        cannot index them), each flagged by its session's later rewinds."""
+        db = self._db
+        c = self._catalog
+        # Rows behind have their documents behind too (the row's catch-up marks them).
+        marks = db.run(
+            "reading the catalog's marks",
+            lambda: [*db.client.hkeys(c + b"m:d"), *db.client.hkeys(c + b"m:r")],
+        )
+        ids = builtins.list(dict.fromkeys(bytes(m) for m in marks))
+        if not ids:
+            return []
+        indexed = db.run("reading the catalog's marks", lambda: db.client.hmget(c + b"di", ids))
+        out: list[tuple[bytes, Document, bool]] = []
+        for sid, seq in zip(ids, indexed, strict=True):
+            try:
+                events = store.get(_text(sid)).read(after=_int(seq))
+            except SessionError:
+                continue
+            change = indexing.change_for(store, events, documents=True) if events else None
+            for doc in change.documents if change is not None else ():
+                out.append((sid, doc, any(lo < doc.seq < hi for lo, hi in change.rewound)))
+        return out
+
+    def _add_behind(
+        self,
+        query: SearchQuery,
+        behind: list[tuple[bytes, Document, bool]],
+        docs: dict[tuple[bytes, int], tuple[str, Document, bool]],
+        rows: dict[bytes, CatalogRow],
+    ) -> None:
+        """Add to ``docs`` the documents read from the logs (:meth:`_documents_behind`) of
+        ``query``'s sessions that match its filter."""
+        wanted = None if query.session_id is None else bytes_of(query.session_id)
+        rows.update(self._rows([sid for sid, _, _ in behind if sid not in rows]))
+        for sid, doc, flagged in behind:
+            if (
+                (wanted is None or sid == wanted)
+                and sid in rows
+                and matches(rows[sid], query.where)
+            ):
+                docs[sid, doc.seq] = (_text(sid), doc, flagged)
 
     def _documents(
         self,

@@ -210,10 +210,10 @@ _APPEND_BODY: Final = r"""
 -- id window, change (msgpack, '' none), catalog prefix ('' : the caller indexes), catalog
 -- kept ('': no; 'r': rows; 'rd': rows and search documents), session id, count, then per
 -- event: id, line, time (us).
--- Returns {1, base, life, row or '', mark} stored (row: packed when the caller indexes and
--- the change was applied; mark: '', 'r' rows behind or 'd' documents behind, for a caller
--- that indexes); {0, last, life} nothing written (another seq or life); {-1, last, life} an
--- id of the batch is stored within the window.
+-- Returns '1 <base> <life>' stored, when the script indexes; {1, base, life, row or '',
+-- mark} stored, for a caller that indexes (row: packed when the change was applied; mark:
+-- '', 'r' rows behind or 'd' documents behind); {0, last, life} nothing written (another
+-- seq or life); {-1, last, life} an id of the batch is stored within the window.
 local s = KEYS[1]
 local cur
 if ARGV[7] ~= '' then
@@ -325,7 +325,8 @@ local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   for k = 1, 5 do redis.call('PEXPIRE', KEYS[k], ttl) end
 end
-if C ~= '' or row == '' then return {1, last, life, '', mark} end
+if C ~= '' then return '1 ' .. last .. ' ' .. life end  -- one string: the least to parse
+if row == '' then return {1, last, life, '', mark} end
 return {1, last, life, cmsgpack.pack(row), mark}
 """
 

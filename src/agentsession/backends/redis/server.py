@@ -11,8 +11,10 @@ turn lock outlives a holder that stopped renewing it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -308,6 +310,23 @@ def eval_command(text: str, keys: Sequence[bytes], args: Sequence[Any]) -> bytes
     return b"*%d\r\n$4\r\nEVAL\r\n" % (len(parts) + 1) + b"".join(map(_bulk, parts))
 
 
+class _Held:
+    """A connection taken from a pool for one thread, given back when the thread's locals
+    go (the thread ended, or the server was closed)."""
+
+    __slots__ = ("connection", "pid", "pool")
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.pid = os.getpid()
+        self.connection = pool.get_connection()
+
+    def __del__(self) -> None:
+        if self.pid == os.getpid():
+            with contextlib.suppress(Exception):
+                self.pool.release(self.connection)
+
+
 class Server:
     """A store's client and what every call goes through: scripts by name (``EVALSHA``,
     loaded on ``NOSCRIPT``), and the translation of driver errors (:meth:`failure`)."""
@@ -323,7 +342,11 @@ class Server:
         """Whether the store closed it."""
         self.replica_timeout = 5.0
         """Seconds ``WAIT`` waits for the replicas (``replicas=N``)."""
+        self.read_only = False
+        """Whether the server refused a write as a read-only replica (the catalog is then
+        read as it stands, and the documents not indexed yet are read from the logs)."""
         self._lock = threading.Lock()
+        self._local = threading.local()
 
     @property
     def client(self) -> Any:
@@ -376,6 +399,8 @@ class Server:
         try:
             return call()
         except (rex.RedisError, rex.RedisClusterException) as exc:
+            if isinstance(exc, rex.ReadOnlyError) and not self.cluster:
+                self.read_only = True
             raise self.failure(exc, action, write) from None
         except OSError as exc:
             raise self.failure(exc, action, write) from None
@@ -398,9 +423,8 @@ class Server:
         """:meth:`script` on one server, packed here and sent on a connection of the client's
         pool: the hot append's path, which skips the half of a call's client time that
         redis-py spends around the command (its generic packing, retries, observability)."""
-        pool = self.client.connection_pool
         command = evalsha_command(_SHAS[name], keys, args)
-        connection = pool.get_connection()
+        connection = self._connection()
         try:
             connection.send_packed_command([command])
             return connection.read_response()
@@ -412,8 +436,15 @@ class Server:
         except BaseException:
             connection.disconnect()  # the reply may be on its way: not for the next command
             raise
-        finally:
-            pool.release(connection)
+
+    def _connection(self) -> Any:
+        """This thread's connection for :meth:`packed_script`: taken from the client's pool
+        at its first use in this thread and process, given back when the thread ends."""
+        pool = self.client.connection_pool
+        held = getattr(self._local, "held", None)
+        if held is None or held.pool is not pool or held.pid != os.getpid():
+            held = self._local.held = _Held(pool)
+        return held.connection
 
     def append(self, request: Any) -> Any:
         """Run an append's script (a :class:`~agentsession.backends.redis.storage.Request`);
@@ -439,7 +470,8 @@ class Server:
             except rex.NoScriptError:
                 client.script_load(_SCRIPTS[request.name])
                 continue
-            if int(reply[0]) == 1 and int(acked) < wanted:
+            stored = type(reply) is bytes or int(reply[0]) == 1  # bytes: '1 <base> <life>'
+            if stored and int(acked) < wanted:
                 raise StorageError(
                     f"{request.action}: stored on the primary of {self.target.location}, but "
                     f"only {acked} of {wanted} replicas acknowledged it within "
@@ -468,5 +500,6 @@ class Server:
         a cluster client is made again at its first use, so that a fork never waits for, or
         fails on, a cluster it will not use)."""
         self._lock = threading.Lock()
+        self._local = threading.local()
         if self.cluster and not self.closed:
             self._reconnect = True

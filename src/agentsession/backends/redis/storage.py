@@ -482,6 +482,9 @@ class RedisLog:
         """What the append script answered: 1 (stored, with the life), 0 (another seq or
         life: nothing written), -1 (an id stored within the window: nothing written, the
         session opens again); and the reply itself."""
+        if type(reply) is bytes:  # stored, as the script answers when it indexes
+            self._life = reply.split(b" ")[2]
+            return 1, reply
         status = int(reply[0])
         if status == 1:
             self._life = bytes(reply[2])

@@ -479,12 +479,14 @@ def check_layout(db: Server, create: bool) -> None:
     key = db.keys.prefix + b"{~meta}:layout"
 
     def read() -> Any:
-        with contextlib.suppress(rex.ReadOnlyError):  # a replica: read what it has
+        try:
             if create:
                 db.client.set(key, LAYOUT_VERSION, nx=True)
             found = db.client.get(key)
             if found is not None and int(found) < LAYOUT_VERSION:
                 db.client.set(key, LAYOUT_VERSION)  # read as it is, written as version 2
+        except rex.ReadOnlyError:  # a replica: read what it has
+            db.read_only = not db.cluster
         return db.client.get(key)
 
     found = db.run("reading the key layout's version", read)
