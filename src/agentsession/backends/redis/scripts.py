@@ -136,7 +136,8 @@ local function add_cost(key, field, amount)
 end
 
 -- The row fields a change reads, in the order :func:`read_row` returns them.
-local ROW_FIELDS = {'created', 'updated', 'user', 'title', 'status', 'compacted', 'agents'}
+local ROW_FIELDS = {'created', 'updated', 'user', 'title', 'status', 'compacted', 'agents',
+                    'messages', 'turns'}
 
 -- The fields of ``ROW_FIELDS`` of the session hash ``s``, by name (absent: nil).
 local function read_row(s)
@@ -151,7 +152,8 @@ end
 -- the session hash ``s``, its usage rows ``u`` and its documents ``d``. ``f`` holds the
 -- hash's fields of ``ROW_FIELDS`` as read (:func:`read_row`); the plain fields the change
 -- sets are put in ``f`` and appended to ``writes`` (name, value pairs) for the caller's one
--- ``HSET``; counters are added to in place (``HINCRBY``: exact integers).
+-- ``HSET``, the message and turn counts with them (counts far below 2^53: exact as Lua's
+-- numbers); the other counters are added to in place (``HINCRBY``: exact integers).
 local function apply_change(s, u, d, c, f, writes)
   local function put(name, value)
     f[name] = value
@@ -160,8 +162,8 @@ local function apply_change(s, u, d, c, f, writes)
   end
   if c[1] ~= '' and not f.created then put('created', c[1]) end
   if c[2] ~= '' then put('updated', c[2]) end
-  add_int(s, 'messages', c[3])
-  add_int(s, 'turns', c[4])
+  if c[3] ~= 0 then put('messages', string.format('%d', tonumber(f.messages or '0') + c[3])) end
+  if c[4] ~= 0 then put('turns', string.format('%d', tonumber(f.turns or '0') + c[4])) end
   local usage = c[5]
   add_int(s, 'u_in', usage[1])
   add_int(s, 'u_out', usage[2])
@@ -218,7 +220,8 @@ local s = KEYS[1]
 local cur
 if ARGV[7] ~= '' then
   cur = redis.call('HMGET', s, 'last', 'life', 'size', 'v', 'created', 'cs', 'user', 'title',
-                   'status', 'compacted', 'agents', 'tenant', 'tags')
+                   'status', 'compacted', 'agents', 'tenant', 'tags', 'messages', 'turns',
+                   'ix')
 else  -- no catalog change: the fields the append itself keeps
   cur = redis.call('HMGET', s, 'last', 'life', 'size', 'v', 'created', 'cs')
 end
@@ -297,21 +300,31 @@ if kept ~= '' then
   end
 end
 local row = ''
+local C = ARGV[8]
+local same = false
 if change then  -- the row's fields as read, then as changed: one HSET, no read after it
   local f = {created = created, updated = updated, user = cur[7] or nil, title = cur[8] or nil,
-             status = cur[9] or nil, compacted = cur[10] or nil, agents = cur[11] or nil}
+             status = cur[9] or nil, compacted = cur[10] or nil, agents = cur[11] or nil,
+             messages = cur[14] or nil, turns = cur[15] or nil}
   apply_change(s, KEYS[5], KEYS[4], change, f, fields)
-  redis.call('HSET', s, unpack(fields))
   row = {v, f.status or 'idle', f.user or '', cur[12] or '', unpacked(cur[13]),
          unpacked(f.agents), f.updated, f.created}
-else  -- no change applied: only the list orders
-  redis.call('HSET', s, unpack(fields))
+  -- Indexed by an append before (``ix``) under the same memberships (status, user, agents;
+  -- a change sets neither tenant nor tags): only the list order moves below.
+  same = C ~= '' and cur[16] and f.status == cur[9] and f.user == cur[7]
+         and f.agents == cur[11]
+  if C ~= '' and not same then fields[#fields + 1] = 'ix'; fields[#fields + 1] = '1' end
 end
-local C = ARGV[8]
+redis.call('HSET', s, unpack(fields))
 if C ~= '' then
-  if change then
+  if same then  -- the indexed row's version may stay behind the row's: only newer ones pass
+    redis.call('ZADD', C .. 'z:u', updated, ARGV[10])
+  elseif change then
     index_row(C, ARGV[10], row, {})
-    redis.call('HDEL', C .. 'm:r', ARGV[10])  -- the row holds every event: nothing behind
+  end
+  if change then
+    -- The row holds every event: a rows-behind mark, left by appends inside the turn, goes.
+    if cur[6] and tonumber(cur[6]) < last then redis.call('HDEL', C .. 'm:r', ARGV[10]) end
   else
     redis.call('ZADD', C .. 'z:u', updated, ARGV[10])
     if not cur[5] then  -- a new session (reindex puts back what the index lost)
@@ -508,7 +521,7 @@ REBUILD: Final = (
     + r"""
 -- KEYS: s, d, u. ARGV: change (msgpack, '' none), title, title set, tags (msgpack), user,
 -- tenant, the seq the change runs to. Replaces the row fields, usage rows and documents.
--- Returns {0} without a session, else {1, row (msgpack), old documents (flat)}.
+-- Returns {0} without a session, else {1, row (msgpack), old documents (flat), latest seq}.
 local s = KEYS[1]
 if redis.call('HEXISTS', s, 'life') == 0 then return {0} end
 local change = nil
@@ -517,7 +530,7 @@ local old = redis.call('HGETALL', KEYS[2])
 redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HDEL', s, 'messages', 'turns', 'u_in', 'u_out', 'u_cr', 'u_cw', 'u_cost',
            'agents', 'user', 'title', 'title_set', 'status', 'compacted', 'rewound', 'tags',
-           'tenant')
+           'tenant', 'ix')
 redis.call('HSET', s, 'cs', ARGV[7])
 if change then
   local writes = {}
@@ -529,7 +542,7 @@ redis.call('HSET', s, 'tags', ARGV[4])
 if ARGV[5] ~= '' then redis.call('HSET', s, 'user', ARGV[5]) end
 if ARGV[6] ~= '' then redis.call('HSET', s, 'tenant', ARGV[6]) end
 redis.call('HINCRBY', s, 'v', 1)
-return {1, cmsgpack.pack(row_state(s)), old}
+return {1, cmsgpack.pack(row_state(s)), old, redis.call('HGET', s, 'last') or '0'}
 """
 )
 
