@@ -7,8 +7,6 @@ found always matches a rebuild, whoever wrote and however a writer ended; a vers
 
 from __future__ import annotations
 
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,57 +19,20 @@ from agentsession import Event, Message
 from agentsession.backends.redis.storage import pack
 from agentsession.events import TurnEnd, TurnStart, Usage, encode_event
 
-from .redis_servers import (
-    SERVER_SKIP,
-    drop_prefixes,
-    new_prefix,
-    redis_server,
-    requires_redis,
-    url_with_prefix,
-)
-from .test_catalog_deferred import run_then_kill
-from .test_redis import wait_for_replica
+from . import test_redis
+from .redis_servers import SERVER_SKIP, redis_server, requires_redis
+from .test_catalog_deferred import _listed, _rebuilt, kill_writer_mid_turn
+from .test_redis import redis_url, wait_for_replica
+
+prefixes = test_redis.prefixes  # the fixture: the key prefixes a test made, dropped after it
 
 pytestmark = [pytest.mark.redis, requires_redis]
-
-
-@pytest.fixture
-def prefixes() -> Iterator[list[str]]:
-    made: list[str] = []
-    try:
-        yield made
-    finally:
-        drop_prefixes(made)
-
-
-def _url(prefixes: list[str]) -> str:
-    prefix = new_prefix()
-    prefixes.append(prefix)
-    return url_with_prefix(prefix)
 
 
 def _client(url: str) -> Any:
     import redis
 
     return redis.Redis.from_url(url.split("?")[0])
-
-
-def _row(info: Any) -> tuple[Any, ...]:
-    return (
-        info.id,
-        info.last_seq,
-        info.messages,
-        info.turns,
-        info.title,
-        info.user,
-        info.agents,
-        info.usage.input_tokens,
-        info.status,
-    )
-
-
-def _listed(store: Any) -> list[tuple[Any, ...]]:
-    return sorted(_row(i) for i in store.list(order="id"))
 
 
 def _found(store: Any, word: str) -> list[tuple[str, int]]:
@@ -86,7 +47,7 @@ def _marks(url: str, prefix: str, kind: str) -> dict[bytes, bytes]:
 def test_appends_inside_a_turn_mark_the_session_and_reading_catches_it_up(
     prefixes: list[str],
 ) -> None:
-    url = _url(prefixes)
+    url = redis_url(prefixes)
     prefix = prefixes[-1]
     with ags.open_store(url) as writer, ags.open_store(url) as reader:
         session = writer.get("chat")
@@ -120,42 +81,22 @@ def test_appends_inside_a_turn_mark_the_session_and_reading_catches_it_up(
         assert (info.messages, info.turns, info.status) == (3, 2, "idle")
 
 
-def _rebuilt(store: Any) -> list[tuple[Any, ...]]:
-    store.reindex()
-    return _listed(store)
-
-
-_WRITER = textwrap.dedent(
-    """
-    import sys
-    import agentsession as ags
-    from agentsession.events import TurnStart
-    store = ags.open_store(sys.argv[1])
-    session = store.get("killed")
-    session.append(ags.Event.new("turn/start", TurnStart(), agent="bot"))
-    for n in range(int(sys.argv[2])):
-        session.append(ags.Event.new("user/message", ags.Message.user(f"refund m{n}"), agent="bot"))
-    print("written", flush=True)
-    sys.stdin.read()
-    """
-)
-
-
 def test_a_writer_killed_mid_turn_loses_nothing_of_the_catalog(prefixes: list[str]) -> None:
-    url = _url(prefixes)
-    run_then_kill(_WRITER, url, "7")
+    url = redis_url(prefixes)
+    kill_writer_mid_turn(url, 7)  # a turn's start and 7 user messages, "m0" to "m6"
+    every = [("killed", seq) for seq in range(2, 9)]
     with ags.open_store(url) as store:
         [info] = store.list(order="id")
         assert (info.messages, info.turns, info.last_seq) == (7, 1, 8)
         assert info.status == "needs_recovery"
-        assert _found(store, "refund") == [("killed", seq) for seq in range(2, 9)]
+        assert [hit for n in range(7) for hit in _found(store, f"m{n}")] == every
         assert _listed(store) == _rebuilt(store)
-        assert _found(store, "refund") == [("killed", seq) for seq in range(2, 9)]
+        assert [hit for n in range(7) for hit in _found(store, f"m{n}")] == every
 
 
 def test_delete_and_shred_leave_nothing_marked_or_indexed(prefixes: list[str]) -> None:
     pytest.importorskip("cryptography")
-    url = _url(prefixes)
+    url = redis_url(prefixes)
     prefix = prefixes[-1]
     with ags.open_store(url, passphrase="pw") as store:
         for sid in ("gone", "shredded"):
@@ -172,44 +113,34 @@ def test_delete_and_shred_leave_nothing_marked_or_indexed(prefixes: list[str]) -
         assert client.hget(f"{prefix}{{~catalog}}:di", "gone") is None
 
 
-OPS = st.lists(
-    st.tuples(
-        st.sampled_from([0, 1]),  # which store object writes
-        st.sampled_from(["a", "b"]),  # which session
-        st.sampled_from(["start", "user", "assistant", "usage", "end", "list", "search"]),
-    ),
-    max_size=30,
+EVENTS: dict[str, Any] = {
+    "start": lambda agent: Event.new("turn/start", TurnStart(), agent=agent),
+    "end": lambda agent: Event.new("turn/end", TurnEnd(steps=0), agent=agent),
+    "user": lambda agent: Event.new("user/message", Message.user("u"), agent=agent),
+    "assistant": lambda agent: Event.new("assistant/message", Message.assistant("u"), agent=agent),
+    "usage": lambda agent: Event.new("usage", Usage(input_tokens=3, output_tokens=1), agent=agent),
+}
+"""The events an operation of the property test appends, by its name."""
+
+# Which store object writes, which session, what it does.
+STEP = st.tuples(
+    st.sampled_from([0, 1]), st.sampled_from("ab"), st.sampled_from([*EVENTS, "list", "search"])
 )
+CHECKS = HealthCheck.function_scoped_fixture
 
 
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(ops=OPS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[CHECKS])
+@given(ops=st.lists(STEP, max_size=30))
 def test_the_catalog_and_search_always_match_a_rebuild(prefixes: list[str], ops: list[Any]) -> None:
-    url = _url(prefixes)
+    url = redis_url(prefixes)
     stores = [ags.open_store(url), ags.open_store(url)]
     try:
         for who, sid, op in ops:
             store = stores[who]
-            session = store.get(sid)
-            agent = f"agent{who}"
-            if op == "start":
-                session.append(Event.new("turn/start", TurnStart(), agent=agent))
-            elif op == "end":
-                session.append(Event.new("turn/end", TurnEnd(steps=0), agent=agent))
-            elif op == "user":
-                session.append(Event.new("user/message", Message.user(f"u {sid}"), agent=agent))
-            elif op == "assistant":
-                session.append(Event.new("assistant/message", Message.assistant("u"), agent=agent))
-            elif op == "usage":
-                session.append(
-                    Event.new("usage", Usage(input_tokens=3, output_tokens=1), agent=agent)
-                )
-            elif op == "list":
-                store.list(order="id")
+            if op in ("list", "search"):
+                store.list(order="id") if op == "list" else store.search("u")
             else:
-                store.search("u")
+                store.get(sid).append(EVENTS[op](f"agent{who}"))
         listed, found = _listed(stores[0]), _found(stores[0], "u")
         assert listed == _rebuilt(stores[1])
         assert found == _found(stores[1], "u")
@@ -275,7 +206,7 @@ def build_version_1(url: str, prefix: str) -> None:
 
 
 def test_a_version_1_store_loads_searches_and_goes_on(prefixes: list[str]) -> None:
-    url = _url(prefixes)
+    url = redis_url(prefixes)
     prefix = prefixes[-1]
     build_version_1(url, prefix)
     with ags.open_store(url) as store:
@@ -309,7 +240,7 @@ def test_search_pages_through_many_tied_ranks_as_the_reference_does(prefixes: li
     words, the same length), some not: every page, with one word and with several, is the
     reference's."""
     reference = ags.open_store("memory:")
-    with ags.open_store(_url(prefixes)) as store:
+    with ags.open_store(redis_url(prefixes)) as store:
         for target in (store, reference):
             for n in range(130):
                 session = target.get(f"s{n % 7}")

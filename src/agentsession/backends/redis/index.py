@@ -670,27 +670,20 @@ class RedisIndex:
         if change is None:
             self.unindex(session_id, reply[2])
             return
+        latest = int(reply[3])
+        behind = latest > change.last_seq  # appended since the log was read: caught up later
         args = index_args(
             self._catalog,
             bytes_of(session_id),
             row=bytes(reply[1]),
             words=row_words(change),
             gone=_doc_words(reply[2]),
-            done=b"rd",
+            mark=b"r" if behind else b"",
+            mark_seq=latest,
+            done=b"" if behind else b"rd",
             done_seq=change.last_seq,
             through=change.last_seq,
         )
-        if int(reply[3]) > change.last_seq:  # appended since the log was read: caught up later
-            args = index_args(
-                self._catalog,
-                bytes_of(session_id),
-                row=bytes(reply[1]),
-                words=row_words(change),
-                gone=_doc_words(reply[2]),
-                mark=b"r",
-                mark_seq=int(reply[3]),
-                through=change.last_seq,
-            )
         self._run_index(session_id, args)
 
 
