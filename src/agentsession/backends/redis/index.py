@@ -479,8 +479,12 @@ class RedisIndex:
         rows: dict[bytes, CatalogRow] = {}
         offset = 0
         while True:
-            args = [c, lowest, offset, chunk, *keys]
-            found = db.run("searching", lambda args=args: db.script("SEARCH", keys[:1], args))
+            args: list[Any] = [c, lowest, offset, chunk, *keys]
+
+            def ranked(args: list[Any] = args) -> Any:
+                return db.script("SEARCH", keys[:1], args)
+
+            found = db.run("searching", ranked)
             batch = [_ref(m) for m in found[0::2]]
             offset += len(batch)
             self._documents(query, batch + refs, docs, rows)
@@ -520,7 +524,9 @@ class RedisIndex:
             except SessionError:
                 continue
             change = indexing.change_for(store, events, documents=True) if events else None
-            for doc in change.documents if change is not None else ():
+            if change is None:
+                continue
+            for doc in change.documents:
                 out.append((sid, doc, any(lo < doc.seq < hi for lo, hi in change.rewound)))
         return out
 
