@@ -208,9 +208,10 @@ end
 
 _APPEND_BODY: Final = r"""
 -- KEYS: s (session hash), e (stream), i (event ids), d (documents), u (usage rows).
--- ARGV: after, life ('' none read), new life, marker seq (0: none), expiry ms (0: none),
--- id window, change (msgpack, '' none), catalog prefix ('' : the caller indexes), catalog
--- kept ('': no; 'r': rows; 'rd': rows and search documents), session id, count, then per
+-- ARGV: expiry ms (0: none), id window, catalog prefix ('' : the caller indexes), catalog
+-- kept ('': no; 'r': rows; 'rd': rows and search documents), session id (the five the same
+-- for every append of a session: packed once, see server.evalsha_command), after, life (''
+-- none read), new life, marker seq (0: none), change (msgpack, '' none), count, then per
 -- event: id, line, time (us).
 -- Returns '1 <base> <life>' stored, when the script indexes; {1, base, life, row or '',
 -- mark} stored, for a caller that indexes (row: packed when the change was applied; mark:
@@ -218,7 +219,7 @@ _APPEND_BODY: Final = r"""
 -- seq or life); {-1, last, life} an id of the batch is stored within the window.
 local s = KEYS[1]
 local cur
-if ARGV[7] ~= '' then
+if ARGV[10] ~= '' then
   cur = redis.call('HMGET', s, 'last', 'life', 'size', 'v', 'created', 'cs', 'user', 'title',
                    'status', 'compacted', 'agents', 'tenant', 'tags', 'messages', 'turns',
                    'ix')
@@ -227,21 +228,21 @@ else  -- no catalog change: the fields the append itself keeps
 end
 local last = tonumber(cur[1] or '0')
 local life = cur[2]
-if ARGV[2] == '' then
+if ARGV[7] == '' then
   if life then return {0, last, life} end
-elseif life ~= ARGV[2] then
+elseif life ~= ARGV[7] then
   return {0, last, life or ''}
 end
-local after = tonumber(ARGV[1])
+local after = tonumber(ARGV[6])
 if last ~= after then return {0, last, life or ''} end
 local n = tonumber(ARGV[11])
 -- Everything decoded before the first write: a script that fails midway keeps what it wrote.
 local change = nil
-if ARGV[7] ~= '' then change = cmsgpack.unpack(ARGV[7]) end
+if ARGV[10] ~= '' then change = cmsgpack.unpack(ARGV[10]) end
 -- The ids: each taken with HSETNX (one command for a new id); one already stored within the
 -- window undoes the ids taken and writes nothing; one stored before the window (or twice in
 -- the batch) is given its new seq once every id was checked.
-local floor = last - tonumber(ARGV[6])
+local floor = last - tonumber(ARGV[2])
 local taken, stale = {}, {}
 for j = 0, n - 1 do
   local id = ARGV[12 + 3 * j]
@@ -262,8 +263,8 @@ end
 if #stale > 0 then redis.call('HSET', KEYS[3], unpack(stale)) end
 local fields = {}
 if not life then
-  life = ARGV[3]
-  fields = {'life', life, 'sid', ARGV[10]}
+  life = ARGV[8]
+  fields = {'life', life, 'sid', ARGV[5]}
 end
 local size = tonumber(cur[3] or '0')
 for j = 0, n - 1 do
@@ -280,14 +281,14 @@ fields[#fields + 1] = 'updated'; fields[#fields + 1] = updated
 fields[#fields + 1] = 'size'; fields[#fields + 1] = string.format('%d', size)
 fields[#fields + 1] = 'v'; fields[#fields + 1] = v
 if not cur[5] then fields[#fields + 1] = 'created'; fields[#fields + 1] = created end
-if ARGV[4] ~= '0' then fields[#fields + 1] = 'marker'; fields[#fields + 1] = ARGV[4] end
+if ARGV[9] ~= '0' then fields[#fields + 1] = 'marker'; fields[#fields + 1] = ARGV[9] end
 -- The catalog row holds the events up to ``cs`` (absent: every event before this append, as
 -- an older writer kept it). A change is applied only where it continues the row; else, and
 -- for an append without one (inside a turn), the session is marked: its row is caught up from
 -- its log before the catalog is read. Search documents are never written here: the session
 -- is marked, and its documents are indexed from its log before the next search.
 local mark = ''
-local kept = ARGV[9]
+local kept = ARGV[4]
 if kept ~= '' then
   local cs = tonumber(cur[6] or cur[1] or '0')
   if change and tonumber(change[14]) == cs + 1 then
@@ -300,7 +301,7 @@ if kept ~= '' then
   end
 end
 local row = ''
-local C = ARGV[8]
+local C = ARGV[3]
 local same = false
 if change then  -- the row's fields as read, then as changed: one HSET, no read after it
   local f = {created = created, updated = updated, user = cur[7] or nil, title = cur[8] or nil,
@@ -318,23 +319,23 @@ end
 redis.call('HSET', s, unpack(fields))
 if C ~= '' then
   if same then  -- the indexed row's version may stay behind the row's: only newer ones pass
-    redis.call('ZADD', C .. 'z:u', updated, ARGV[10])
+    redis.call('ZADD', C .. 'z:u', updated, ARGV[5])
   elseif change then
-    index_row(C, ARGV[10], row, {})
+    index_row(C, ARGV[5], row, {})
   end
   if change then
     -- The row holds every event: a rows-behind mark, left by appends inside the turn, goes.
-    if cur[6] and tonumber(cur[6]) < last then redis.call('HDEL', C .. 'm:r', ARGV[10]) end
+    if cur[6] and tonumber(cur[6]) < last then redis.call('HDEL', C .. 'm:r', ARGV[5]) end
   else
-    redis.call('ZADD', C .. 'z:u', updated, ARGV[10])
+    redis.call('ZADD', C .. 'z:u', updated, ARGV[5])
     if not cur[5] then  -- a new session (reindex puts back what the index lost)
-      redis.call('ZADD', C .. 'z:c', 'NX', created, ARGV[10])
-      redis.call('ZADD', C .. 'z:i', 'NX', 0, ARGV[10])
+      redis.call('ZADD', C .. 'z:c', 'NX', created, ARGV[5])
+      redis.call('ZADD', C .. 'z:i', 'NX', 0, ARGV[5])
     end
   end
-  if mark ~= '' then redis.call('HSET', C .. 'm:' .. mark, ARGV[10], top) end
+  if mark ~= '' then redis.call('HSET', C .. 'm:' .. mark, ARGV[5], top) end
 end
-local ttl = tonumber(ARGV[5])
+local ttl = tonumber(ARGV[1])
 if ttl > 0 then
   for k = 1, 5 do redis.call('PEXPIRE', KEYS[k], ttl) end
 end

@@ -12,6 +12,7 @@ turn lock outlives a holder that stopped renewing it).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -297,11 +298,26 @@ def _bulk(value: Any) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
-def evalsha_command(sha: str, keys: Sequence[bytes], args: Sequence[Any]) -> bytes:
+APPEND_FIXED: Final = 5
+"""How many of an append script's first arguments are the same for every append of a session
+(packed once, :func:`evalsha_command`)."""
+
+
+def evalsha_command(
+    sha: str, keys: Sequence[bytes], args: Sequence[Any], fixed: int = APPEND_FIXED
+) -> bytes:
     """``EVALSHA sha numkeys keys... args...`` in the protocol (arguments: bytes, strings
-    as UTF-8, integers)."""
-    head = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%b\r\n" % (3 + len(keys) + len(args), sha.encode())
-    return head + _bulk(len(keys)) + b"".join(map(_bulk, keys)) + b"".join(map(_bulk, args))
+    as UTF-8, integers); the part up to the first ``fixed`` arguments, the same for every
+    append of a session, is packed once (kept for the latest sessions)."""
+    head = _head(sha, tuple(keys), tuple(args[:fixed]))
+    count = b"*%d\r\n$7\r\nEVALSHA\r\n" % (3 + len(keys) + len(args))
+    return count + head + b"".join(map(_bulk, args[fixed:]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _head(sha: str, keys: tuple[bytes, ...], fixed: tuple[Any, ...]) -> bytes:
+    """The packed sha, key count, keys and fixed arguments of :func:`evalsha_command`."""
+    return b"".join(map(_bulk, (sha, len(keys), *keys, *fixed)))
 
 
 def eval_command(text: str, keys: Sequence[bytes], args: Sequence[Any]) -> bytes:

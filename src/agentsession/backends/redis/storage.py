@@ -461,16 +461,16 @@ class RedisLog:
             per_event += (event.id, encode_event(event), micros(event.time) or "0")
         count = len(stored)
         args: list[Any] = [
+            self._expiry_ms,  # the first APPEND_FIXED: the same for every append of the log
+            ID_WINDOW,
+            self._db.keys.catalog if inline_catalog else b"",
+            self._kept,
+            self._sid,
             after,
             self._life or b"",
             os.urandom(8).hex() if self._life is None else b"",
             after + marker + 1 if marker >= 0 else 0,
-            self._expiry_ms,
-            ID_WINDOW,
             change_blob(change) if change is not None else b"",
-            self._db.keys.catalog if inline_catalog else b"",
-            self._kept,
-            self._sid,
             count,
             *per_event,
         ]
