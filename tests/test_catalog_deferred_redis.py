@@ -270,3 +270,13 @@ def test_a_store_on_a_replica_finds_what_is_not_indexed_yet_in_the_logs(tmp_path
                 # The row as the primary's search caught it up: the replica cannot catch it up.
                 [info] = copy.list(order="id")
                 assert (info.last_seq, info.messages) == (3, 1)
+
+
+def test_a_long_log_is_indexed_in_parts(prefixes: list[str]) -> None:
+    """More documents than one script takes (a script's arguments are bounded) are indexed
+    in parts, all of them."""
+    with ags.open_store(redis_url(prefixes)) as store:
+        events = [Event.new("user/message", Message.user(f"note n{n} hello")) for n in range(4500)]
+        store.get("long").append_many(events)
+        assert _found(store, "n4250") == [("long", 4251)]
+        assert len(store.search("hello", limit=1000).items) == 1000

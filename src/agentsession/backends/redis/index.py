@@ -349,16 +349,18 @@ class RedisIndex:
             return 0
         change = indexing.change_for(store, events, documents=True) if events else None
         through = events[-1].seq if events else indexed
-        if change is not None and change.documents:
+        documents = change.documents if change is not None else ()
+        for start in range(0, len(documents), _CHUNK):  # a script's arguments are bounded
             docs: list[Any] = []
-            for doc in change.documents:
+            for doc in documents[start : start + _CHUNK]:
                 docs += (doc.seq, pack([doc.role, doc.text]))
-            written = db.run(
-                f"indexing the documents of session {session_id!r}",
-                lambda: db.script("DOCUMENTS", [keys[0], keys[3]], docs),
-            )
-            if not int(written):
+
+            def write(docs: list[Any] = docs) -> Any:
+                return db.script("DOCUMENTS", [keys[0], keys[3]], docs)
+
+            if not int(db.run(f"indexing the documents of session {session_id!r}", write)):
                 change = None  # gone or shredded meanwhile: nothing of it goes in the index
+                break
         args = index_args(
             self._catalog,
             sid,

@@ -253,14 +253,14 @@ for j = 0, n - 1 do
     else
       local seen = tonumber(redis.call('HGET', KEYS[3], id))
       if seen > floor and seen <= last then
-        if #taken > 0 then redis.call('HDEL', KEYS[3], unpack(taken)) end
+        for _, taken_id in ipairs(taken) do redis.call('HDEL', KEYS[3], taken_id) end
         return {-1, last, life or ''}
       end
       stale[#stale + 1] = id; stale[#stale + 1] = seq
     end
   end
 end
-if #stale > 0 then redis.call('HSET', KEYS[3], unpack(stale)) end
+for i = 1, #stale, 2 do redis.call('HSET', KEYS[3], stale[i], stale[i + 1]) end
 local fields = {}
 if not life then
   life = ARGV[8]
