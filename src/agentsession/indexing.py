@@ -10,6 +10,15 @@ encrypted, its field sealer); the backend applies that :class:`~agentsession.lis
 where it stores the batch. This module turns the store's calls into index queries and index
 rows into :class:`~agentsession.contract.SessionInfo` (opening sealed fields, telling ``live``
 from ``needs_recovery`` by the turn lock).
+
+**Branches.** A branch (:meth:`agentsession.session.BaseSession.branch`) presents its origin's
+history up to its fork point as seqs ``1..N``; the catalog counts only its own events (its
+``session/branch`` marker at ``N + 1`` and after): its row's messages, turns and usage are what
+the branch added (so :func:`totals` counts every token once, where it was spent), its title is
+its own first user message unless set, and a search finds a shared message in the origin only.
+Every path that reads a log for the catalog (catching up, indexing documents, ``reindex``)
+reads through :func:`catalogued`, so what appending hands the catalog and what a rebuild makes
+agree.
 """
 
 from __future__ import annotations
@@ -210,6 +219,14 @@ class Indexing:
 
 
 _prices_decoder: Final = msgspec.json.Decoder(dict[str, Price])
+
+
+def catalogued(session: Any, after: int = 0) -> list[Event]:
+    """The events of ``session`` (a session object) after seq ``after`` that its catalog row
+    and search documents are made of: every one, except a branch's shared history (seqs up to
+    its fork point, which are its origin's)."""
+    origin = session.origin
+    return list(session.read(after=after if origin is None else max(after, origin.seq)))
 
 
 def change_for(
@@ -646,8 +663,7 @@ def reindex(
     count = 0
     for sid in ids:
         try:
-            session = store.get(sid)
-            events = session.read()
+            events = catalogued(store.get(sid))
         except SessionShredded:
             index.shredded(sid)
             continue

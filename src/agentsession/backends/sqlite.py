@@ -1113,7 +1113,7 @@ class SqliteCatalog(CatalogDefaults):
                 return 1
             if latest == held:
                 return 0
-            events = session.read(after=held)
+            events = indexing.catalogued(session, held)
             change = indexing.change_for(store, events)
             if change is not None:
                 index.apply(sid, change, conn)

@@ -49,7 +49,7 @@ from ...errors import (
     StorageError,
     UsageError,
 )
-from ...indexing import Fields, IndexHost, change_for, record_fields
+from ...indexing import Fields, IndexHost, catalogued, change_for, record_fields
 from ...listing import CatalogChange, CatalogRow, Hit, ListQuery, SearchQuery, Totals, TotalsQuery
 from ...session import BaseSession
 from ..sqlite_index import SqliteIndex, create_index_tables, surrogate_text
@@ -422,9 +422,9 @@ class SidecarIndex:
                     self._set_seen(conn, session_id, 0)
                 elif latest < seen:
                     # Fewer events than indexed: deleted and made again meanwhile.
-                    self._rebuild_from(store, conn, session_id, session.read())
+                    self._rebuild_from(store, conn, session_id, catalogued(session))
                 elif latest > seen:
-                    events = session.read(after=seen)
+                    events = catalogued(session, seen)
                     change = change_for(store, events)
                     if change is not None:
                         self._inner.apply(session_id, change, conn)
