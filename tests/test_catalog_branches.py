@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from agentsession import Event, Message, open_store
+from agentsession.events import Usage
 from agentsession.store import BaseStore
 
 from .store_urls import store_url
 
-BACKENDS = ["memory", "jsonl", "sqlite"]
+BACKENDS = ["memory", "jsonl", "sqlite", "redis"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -50,9 +51,7 @@ def write(session: Any, events: list[Event], in_turn: bool) -> None:
 
 
 def rows(store: BaseStore) -> list[tuple[Any, ...]]:
-    return sorted(
-        (i.id, i.messages, i.turns, i.title, i.status, i.last_seq) for i in store.list(limit=None)
-    )
+    return sorted((i.id, i.messages, i.turns, i.title, i.status) for i in store.list(limit=None))
 
 
 def hits(store: BaseStore, query: str) -> list[tuple[str, int]]:
@@ -62,10 +61,12 @@ def hits(store: BaseStore, query: str) -> list[tuple[str, int]]:
 @pytest.mark.parametrize("in_turn", [True, False], ids=["turns", "outside-turns"])
 def test_a_branch_is_catalogued_as_the_log_it_presents(store: BaseStore, in_turn: bool) -> None:
     origin = store.get("origin")
-    write(origin, [said("shared zebra question"), answered("shared reply")], in_turn)
+    spent = Event.new("usage", Usage(input_tokens=100, output_tokens=10, model="m"))
+    write(origin, [said("shared zebra question"), answered("shared reply"), spent], in_turn)
     write(origin, [said("later origin words"), answered("origin answer")], in_turn)
     at_head = origin.branch(id="head")
-    write(at_head, [said("branch only okapi"), answered("branch reply")], in_turn)
+    own_spend = Event.new("usage", Usage(input_tokens=7, output_tokens=1, model="m"))
+    write(at_head, [said("branch only okapi"), answered("branch reply"), own_spend], in_turn)
     early = origin.branch(at_seq=origin.read()[1].seq, id="early")
     write(early, [said("early okapi")], in_turn)
 
@@ -82,9 +83,13 @@ def test_a_branch_is_catalogued_as_the_log_it_presents(store: BaseStore, in_turn
     assert by_id["origin"][1:4] == (4, 2 if in_turn else 0, "shared zebra question")
     assert by_id["head"][1:4] == (2, 1 if in_turn else 0, "branch only okapi")
     assert by_id["early"][1:4] == (1, 1 if in_turn else 0, "early okapi")
-    for sid in ("head", "early"):
-        assert by_id[sid][5] == store.get(sid).latest_seq
+
+    # Each token once, where it was spent: the origin's 100 and the head branch's 7.
+    [total] = store.totals(group_by="tenant")
+    assert (total.usage.input_tokens, total.usage.output_tokens, total.calls) == (107, 11, 2)
+    assert total.sessions == 2
 
     assert store.reindex() == 3
+    assert store.totals(group_by="tenant") == [total]
     assert rows(store) == appended_rows
     assert (hits(store, "zebra"), hits(store, "okapi")) == appended_hits

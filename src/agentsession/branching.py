@@ -185,11 +185,18 @@ class _ShiftedView:
         return self._view.admits(shift(foreign, self._base), events)
 
     def indexed(self, stored: Sequence[Event]) -> CatalogChange | None:
-        # The catalog and documents of a branch carry the seqs its reader presents.
-        return self._view.indexed(shift(stored, self._base))
+        # The catalog and documents of a branch carry the seqs its reader presents; ``shared``
+        # says how to take them back to its own storage's.
+        return self._shared(self._view.indexed(shift(stored, self._base)))
 
     def indexed_since(self, after: int, stored: Sequence[Event]) -> CatalogChange | None:
-        return self._view.indexed_since(after, shift(stored, self._base))
+        # ``after``: a seq the catalog holds, as the reader presents it.
+        return self._shared(self._view.indexed_since(after, shift(stored, self._base)))
+
+    def _shared(self, change: CatalogChange | None) -> CatalogChange | None:
+        if change is None:
+            return None
+        return msgspec.structs.replace(change, shared=self._base)
 
     def catalog_due(self, kinds: Sequence[str], first: int, last: int) -> bool:
         return self._view.catalog_due(kinds, first + self._base, last + self._base)

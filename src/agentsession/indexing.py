@@ -221,12 +221,18 @@ class Indexing:
 _prices_decoder: Final = msgspec.json.Decoder(dict[str, Price])
 
 
+def shared_until(session: Any) -> int:
+    """The seq a branch's history shares with its origin up to (0: ``session``, a session
+    object, is not a branch): its own storage's seqs are the presented ones minus this."""
+    origin = session.origin
+    return 0 if origin is None else int(origin.seq)
+
+
 def catalogued(session: Any, after: int = 0) -> list[Event]:
     """The events of ``session`` (a session object) after seq ``after`` that its catalog row
     and search documents are made of: every one, except a branch's shared history (seqs up to
     its fork point, which are its origin's)."""
-    origin = session.origin
-    return list(session.read(after=after if origin is None else max(after, origin.seq)))
+    return list(session.read(after=max(after, shared_until(session))))
 
 
 def change_for(
@@ -663,11 +669,15 @@ def reindex(
     count = 0
     for sid in ids:
         try:
-            events = catalogued(store.get(sid))
+            session = store.get(sid)
+            events = catalogued(session)
         except SessionShredded:
             index.shredded(sid)
             continue
         change = store._indexing.change(events, documents=True) if events else None
+        shared = shared_until(session)
+        if change is not None and shared:
+            change = msgspec.structs.replace(change, shared=shared)
         fields = record_fields(store, sid) if events else Fields()
         index.rebuild(sid, change, fields, True)
         count += 1

@@ -216,6 +216,10 @@ class CatalogChange(msgspec.Struct, frozen=True, kw_only=True):
     """The batch's last seq."""
     first_seq: int = 0
     """The batch's first seq (0: not known)."""
+    shared: int = 0
+    """For a branch's change: the length of the history it shares with its origin (its fork
+    point). The change's seqs are those its reader presents; minus ``shared`` they are its own
+    storage's, which a backend that keeps the catalog's seqs beside its log compares."""
     events: int = 0
     """Events in the batch."""
     messages: int = 0

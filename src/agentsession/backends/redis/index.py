@@ -286,7 +286,10 @@ class RedisIndex:
             )
             return
         try:
-            events = store.get(session_id).read(after=held)
+            # The row's seqs are the stream's: a branch's own, its reader's minus its shared part.
+            session = store.get(session_id)
+            shared = indexing.shared_until(session)
+            events = indexing.catalogued(session, held + shared)
         except SessionShredded:
             self.shredded(session_id)
             self._run_index(session_id, index_args(self._catalog, sid, done=b"r", done_seq=mark))
@@ -297,7 +300,7 @@ class RedisIndex:
         change = indexing.change_for(store, events) if events else None
         if change is None:
             return
-        through = events[-1].seq
+        through = events[-1].seq - shared
         args = [held, change_blob(change), through]
         reply = db.run(
             f"catching up the catalog row of session {session_id!r}",
@@ -340,8 +343,12 @@ class RedisIndex:
         db = self._db
         sid = bytes_of(session_id)
         keys = db.keys.session(session_id)
+        shared = 0
         try:
-            events = store.get(session_id).read(after=indexed)
+            # ``indexed`` (di) is a seq as the reader presents it; marks are the stream's.
+            session = store.get(session_id)
+            shared = indexing.shared_until(session)
+            events = indexing.catalogued(session, indexed)
         except SessionShredded:
             events = []
         except SessionError as exc:
@@ -366,7 +373,7 @@ class RedisIndex:
             sid,
             words=row_words(change),
             done=b"d",
-            done_seq=max(through, mark) if not events else through,
+            done_seq=max(through - shared, mark) if not events else through - shared,
             through=through,
             session=b"" if db.cluster else keys[0],
         )
@@ -522,7 +529,7 @@ class RedisIndex:
         out: list[tuple[bytes, Document, bool]] = []
         for sid, seq in zip(ids, indexed, strict=True):
             try:
-                events = store.get(_text(sid)).read(after=_int(seq))
+                events = indexing.catalogued(store.get(_text(sid)), _int(seq))
             except SessionError:
                 continue
             change = indexing.change_for(store, events, documents=True) if events else None
@@ -666,7 +673,7 @@ class RedisIndex:
             _packed(list(fields.tags or ())),
             bytes_of(fields.user or ""),
             bytes_of(fields.tenant or ""),
-            change.last_seq if change is not None else 0,
+            change.last_seq - change.shared if change is not None else 0,
         ]
         reply = db.run(
             f"rebuilding the catalog row of session {session_id!r}",
@@ -679,7 +686,8 @@ class RedisIndex:
             self.unindex(session_id, reply[2])
             return
         latest = int(reply[3])
-        behind = latest > change.last_seq  # appended since the log was read: caught up later
+        own = change.last_seq - change.shared  # the stream's seq (a branch's own)
+        behind = latest > own  # appended since the log was read: caught up later
         args = index_args(
             self._catalog,
             bytes_of(session_id),
@@ -689,7 +697,7 @@ class RedisIndex:
             mark=b"r" if behind else b"",
             mark_seq=latest,
             done=b"" if behind else b"rd",
-            done_seq=change.last_seq,
+            done_seq=own,
             through=change.last_seq,
         )
         self._run_index(session_id, args)

@@ -174,7 +174,7 @@ def change_blob(change: CatalogChange) -> bytes:
             change.compacted_before,
             [list(pair) for pair in change.rewound],
             [[d.seq, d.role, d.text] for d in change.documents],
-            change.first_seq,
+            change.first_seq - change.shared,  # the row's seqs are the stream's (a branch's own)
         ]
     )
 
