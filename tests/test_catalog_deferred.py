@@ -1,8 +1,8 @@
-"""The SQLite store's catalog taken at turn boundaries (schema version 4): appends inside a
-turn mark the session instead of writing its row, the turn's end hands the row the whole
-turn, and reading the catalog first catches up every marked session from its log, so what
-is listed always matches the logs (checked against a rebuild), whoever wrote and however a
-writer ended."""
+"""The SQLite store's catalog taken at turns' ends (schema versions 4 and 6): appends inside
+a turn (its start too) mark the session instead of writing its row, the turn's end hands the
+row the whole turn, appends outside turns hand it over every few events, and reading the
+catalog first catches up every marked session from its log, so what is listed always matches
+the logs (checked against a rebuild), whoever wrote and however a writer ended."""
 
 from __future__ import annotations
 
@@ -57,10 +57,10 @@ def _dirty(path: Path) -> list[int]:
         conn.close()
 
 
-def _raw_messages(path: Path, session_id: str) -> int:
+def _raw_messages(path: Path, session_id: str, column: str = "messages") -> int:
     conn = sqlite3.connect(path)
     try:
-        row = conn.execute("SELECT messages FROM catalog WHERE id = ?", (session_id,)).fetchone()
+        row = conn.execute(f"SELECT {column} FROM catalog WHERE id = ?", (session_id,)).fetchone()
         return -1 if row is None else int(row[0])
     finally:
         conn.close()
@@ -72,7 +72,7 @@ def _turn(session: Any, n: int, agent: str = "bot") -> None:
         turn.assistant(f"answer {n}")
 
 
-def test_a_turn_writes_the_row_at_its_start_and_end_only(tmp_path: Path) -> None:
+def test_a_turn_writes_the_row_at_its_end_only(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with open_store(f"sqlite:///{path}") as store:
         session = store.get("a")
@@ -80,8 +80,9 @@ def test_a_turn_writes_the_row_at_its_start_and_end_only(tmp_path: Path) -> None
         assert _dirty(path) == []
         assert _raw_messages(path, "a") == 2
         session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        assert _raw_messages(path, "a", "turns") == 1 and len(_dirty(path)) == 1
         session.append(Event.new("user/message", Message.user("inside"), agent="bot"))
-        # The row has the turn's start; its message waits for the turn's end.
+        # The turn's start and its message wait for the turn's end (or a reader's catch-up).
         assert _raw_messages(path, "a") == 2 and len(_dirty(path)) == 1
         [info] = store.list(order="id")  # reading the catalog catches up
         assert (info.messages, info.turns) == (3, 2)
@@ -92,7 +93,7 @@ def test_a_turn_writes_the_row_at_its_start_and_end_only(tmp_path: Path) -> None
         assert store.list()[0].messages == 3
 
 
-def test_a_read_only_reader_sees_each_session_as_of_its_latest_boundary(tmp_path: Path) -> None:
+def test_a_read_only_reader_sees_each_session_as_of_its_latest_turn_end(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with open_store(f"sqlite:///{path}") as store:
         session = store.get("a")
@@ -102,7 +103,7 @@ def test_a_read_only_reader_sees_each_session_as_of_its_latest_boundary(tmp_path
         before = path.read_bytes()
         with open_store(f"sqlite:///{path}", read_only=True) as reader:
             [info] = reader.list(order="id")
-            assert (info.messages, info.turns) == (2, 2)  # as of the second turn's start
+            assert (info.messages, info.turns, info.status) == (2, 1, "idle")  # first turn's end
         assert path.read_bytes() == before  # the reader wrote nothing
         session.append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
         with open_store(f"sqlite:///{path}", read_only=True) as reader:
@@ -201,7 +202,7 @@ def test_a_version_3_database_is_migrated_and_read_as_is_when_read_only(
     assert path.read_bytes() == before
     with open_store(f"sqlite:///{path}") as store:
         assert isinstance(store, sqlite_backend.SqliteStore)
-        assert store.applied_migrations == (4, 5)
+        assert store.applied_migrations == (4, 5, 6)
         _turn(store.get("chat"), 9)
         assert store.list(order="id")[0].messages == 4
         assert _listed(store) == _rebuilt(store)
@@ -301,13 +302,95 @@ def test_jsonl_a_writer_killed_mid_turn_loses_nothing_from_the_catalog(tmp_path:
 
 def test_one_listing_catches_up_every_marked_session_however_many(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    with open_store(f"sqlite:///{path}", catalog=False) as writer:  # every append marks
+    with open_store(f"sqlite:///{path}") as writer:
         for n in range(2100):  # more than any fixed number of rounds of 512
-            writer.get(f"s{n:04d}").append(
-                Event.new("user/message", Message.user(f"hi {n}"), agent="bot")
-            )
+            session = writer.get(f"s{n:04d}")
+            session.append(Event.new("turn/start", TurnStart(), agent="bot"))  # marks only
+            session.append(Event.new("user/message", Message.user(f"hi {n}"), agent="bot"))
     assert len(_dirty(path)) == 2100
     with open_store(f"sqlite:///{path}") as store:
         listed = store.list(order="id")
-        assert len(listed) == 2100 and all(i.messages == 1 for i in listed)
+        assert len(listed) == 2100 and all((i.messages, i.turns) == (1, 1) for i in listed)
         assert _dirty(path) == []
+
+
+def test_appends_outside_turns_hand_over_the_first_event_and_every_sixteenth(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    with open_store(f"sqlite:///{path}") as store:
+        session = store.get("a")
+        for n in range(40):
+            session.append(Event.new("user/message", Message.user(f"m{n}"), agent="bot"))
+            # The first event (a reader opened read-only finds the session), then seqs 17
+            # and 33 hand over what waited; the rest only mark the session.
+            handed = 1 if n < 16 else 17 if n < 32 else 33
+            assert _raw_messages(path, "a") == handed, n
+        assert _dirty(path) != []
+        with open_store(f"sqlite:///{path}", read_only=True) as reader:
+            assert reader.list(order="id")[0].messages == 33
+        assert store.list(order="id")[0].messages == 40  # a writer's listing catches up
+        assert _dirty(path) == []
+        assert _listed(store) == _rebuilt(store)
+
+
+def test_a_store_without_the_catalog_writes_no_mark_and_the_file_has_no_trigger(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    with open_store(f"sqlite:///{path}", catalog=False) as store:
+        session = store.get("a")
+        session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        session.append(Event.new("user/message", Message.user("hi"), agent="bot"))
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall() == []
+        assert conn.execute("SELECT count(*) FROM catalog_search_dirty").fetchone() == (0,)
+    finally:
+        conn.close()
+    assert _dirty(path) == []
+    with open_store(f"sqlite:///{path}") as store:
+        assert store.list(where={"agent": "bot"}) == []  # not kept: reindex builds it
+        assert store.reindex() == 1
+        [info] = store.list(where={"agent": "bot"})
+        assert (info.messages, info.turns) == (1, 1)
+
+
+def _triggers(path: Path) -> list[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")]
+    finally:
+        conn.close()
+
+
+def test_a_version_5_database_loses_its_triggers_and_keeps_its_marks(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    path = tmp_path / "v5.db"
+    url = f"sqlite:///{path}"
+    with monkeypatch.context() as m:
+        m.setattr(sqlite_backend, "_MIGRATIONS", sqlite_backend._MIGRATIONS[:5])
+        with open_store(url) as store:
+            _turn(store.get("done"), 0)
+            open_turn = store.get("open")
+            _turn(open_turn, 1)
+            open_turn.append(Event.new("turn/start", TurnStart(), agent="bot"))
+            open_turn.append(Event.new("user/message", Message.user("mid-turn"), agent="bot"))
+    assert sorted(_triggers(path)) == ["catalog_dirty_mark", "catalog_search_mark"]
+    assert len(_dirty(path)) == 1  # the turn left open, marked by version 5's trigger
+    before = path.read_bytes()
+    with open_store(url, read_only=True) as reader:  # read as it is
+        assert [(i.id, i.messages) for i in reader.list(order="id")] == [("done", 2), ("open", 2)]
+        assert [h.session_id for h in reader.search("mid")] == ["open"]
+    assert path.read_bytes() == before
+    with open_store(url) as store:
+        assert isinstance(store, sqlite_backend.SqliteStore)
+        assert store.applied_migrations == (6,)
+        assert _triggers(path) == []
+        assert [(i.id, i.messages) for i in store.list(order="id")] == [("done", 2), ("open", 3)]
+        session = store.get("done")
+        session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        assert len(_dirty(path)) == 1  # marked by the connection's own trigger
+        assert [h.session_id for h in store.search("mid")] == ["open"]
+        assert _listed(store) == _rebuilt(store)

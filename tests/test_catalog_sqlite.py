@@ -124,7 +124,7 @@ def test_a_version_2_database_is_migrated_and_its_catalog_filled_once(tmp_path: 
     store = open_store(f"sqlite:///{path}")
     try:
         assert isinstance(store, sqlite_backend.SqliteStore)
-        assert store.applied_migrations == (3, 4, 5)
+        assert store.applied_migrations == (3, 4, 5, 6)
         [info] = store.list()
         assert (info.id, info.title, info.user, info.agents, info.messages) == (
             "chat",
@@ -140,7 +140,7 @@ def test_a_version_2_database_is_migrated_and_its_catalog_filled_once(tmp_path: 
         store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (5,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (6,)
     finally:
         conn.close()
 

@@ -1961,8 +1961,8 @@ def test_reading_commands_read_a_version_1_sqlite_store_and_change_no_byte(
         assert (code, err) == (0, ""), args
         assert shown in out, args
     # A write still migrates.
-    assert invoke(url, "migrate") == (0, "applied migrations 2, 3, 4, 5\n", "")
-    assert sqlite_state(db)[1] == 5
+    assert invoke(url, "migrate") == (0, "applied migrations 2, 3, 4, 5, 6\n", "")
+    assert sqlite_state(db)[1] == 6
 
 
 def test_reading_commands_refuse_a_sqlite_schema_they_cannot_read_and_change_no_byte(
@@ -1975,17 +1975,17 @@ def test_reading_commands_refuse_a_sqlite_schema_they_cannot_read_and_change_no_
     with ags.open_store(url) as store:
         store.get("s").append(ags.Event.new("user/message", ags.Message.user("hi")))
 
-    def to_v6(conn: sqlite3.Connection) -> None:
+    def to_v7(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE sessions ADD COLUMN title TEXT")
 
-    monkeypatch.setattr(sqlite_backend, "_MIGRATIONS", [*sqlite_backend._MIGRATIONS, to_v6])
+    monkeypatch.setattr(sqlite_backend, "_MIGRATIONS", [*sqlite_backend._MIGRATIONS, to_v7])
     before = sqlite_state(db)
-    assert before[1] == 5
+    assert before[1] == 6
     for args, _ in reading_commands("s", 1, 1, "hi", tmp_path):
         code, out, err = run_reading_command(url, args, monkeypatch)
         assert (code, out) == (1, ""), args
         assert err.strip().endswith(
-            "schema version 5 is older than 6; run `agentsession migrate`"
+            "schema version 6 is older than 7; run `agentsession migrate`"
         ), args
         assert sqlite_state(db) == before, args
     assert not (tmp_path / "copied").exists()

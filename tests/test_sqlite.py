@@ -340,7 +340,7 @@ def build_v1(path: Path) -> None:
 
 
 def test_schema_version_and_application_id_are_recorded(store: SqliteStore, db: Path) -> None:
-    assert SCHEMA_VERSION == 5 == len(sqlite_backend._MIGRATIONS)
+    assert SCHEMA_VERSION == 6 == len(sqlite_backend._MIGRATIONS)
     assert APPLICATION_ID == 1095193427
     with raw(db) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
@@ -409,20 +409,20 @@ def test_read_only_refuses_an_older_schema_it_cannot_read(
 ) -> None:
     open_db(db).close()
 
-    def to_v6(conn: sqlite3.Connection) -> None:
+    def to_v7(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE sessions ADD COLUMN title TEXT")
 
-    monkeypatch.setattr(sqlite_backend, "_MIGRATIONS", [*sqlite_backend._MIGRATIONS, to_v6])
+    monkeypatch.setattr(sqlite_backend, "_MIGRATIONS", [*sqlite_backend._MIGRATIONS, to_v7])
     before = db.read_bytes()
     with pytest.raises(
-        StoreUnavailable, match=r"schema version 5 is older than 6; run `agentsession migrate`$"
+        StoreUnavailable, match=r"schema version 6 is older than 7; run `agentsession migrate`$"
     ):
         open_db(db, read_only=True)
     assert db.read_bytes() == before
     open_db(db).close()  # a store opened to write migrates
     conn = raw(db)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (6,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (7,)
     finally:
         conn.close()
 
@@ -454,15 +454,15 @@ def test_migrations_run_in_order_from_an_older_version(
 ) -> None:
     build_v1(db)
 
-    def to_v6(conn: sqlite3.Connection) -> None:
+    def to_v7(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE sessions ADD COLUMN title TEXT")
 
-    monkeypatch.setattr(sqlite_backend, "_MIGRATIONS", [*sqlite_backend._MIGRATIONS, to_v6])
+    monkeypatch.setattr(sqlite_backend, "_MIGRATIONS", [*sqlite_backend._MIGRATIONS, to_v7])
     store = open_db(db)
     assert store.get("slack:C001").latest_seq == 4
     store.close()
     with raw(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (6,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (7,)
         columns = [row[1] for row in conn.execute("PRAGMA table_info(sessions)")]
         event_columns = [row[1] for row in conn.execute("PRAGMA table_info(events)")]
     assert columns[-1] == "title"
@@ -472,8 +472,8 @@ def test_migrations_run_in_order_from_an_older_version(
 def test_a_newer_schema_version_is_refused_clearly(db: Path) -> None:
     build_v1(db)
     with raw(db) as conn:
-        conn.execute("PRAGMA user_version = 7")
-    with pytest.raises(StoreUnavailable, match=r"schema version 7, newer .* supports \(5\)"):
+        conn.execute("PRAGMA user_version = 8")
+    with pytest.raises(StoreUnavailable, match=r"schema version 8, newer .* supports \(6\)"):
         open_db(db)
 
 

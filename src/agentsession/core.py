@@ -163,6 +163,11 @@ _DEFERRED_AT_MOST = 256
 """Events a turn appends before a catalog that takes changes at turn boundaries is handed
 them anyway (so one long turn does not leave it far behind)."""
 
+_LAZY_OUTSIDE_TURNS = 16
+"""Events appended outside turns that a catalog taking changes at turns' ends only
+(:attr:`agentsession.indexing.Indexing.lazy`) lets wait for a catch-up before it is handed
+them (a store that cannot catch up, opened read-only, is at most this far behind)."""
+
 _RETRYABLE = (OutcomeUnknown, StoreUnavailable)
 """Append failures the pipeline rides out within the store's ``reconnect_timeout``: the
 connection was lost (the write may or may not have landed) or the server could not be reached
@@ -176,6 +181,9 @@ class Indexer(Protocol):
     deferred: bool
     """Whether the backend takes changes at turn boundaries (see
     :attr:`agentsession.indexing.Indexing.deferred`)."""
+    lazy: bool
+    """Whether it takes them at turns' ends only (see
+    :attr:`agentsession.indexing.Indexing.lazy`)."""
 
     def change(self, stored: Sequence[Event]) -> CatalogChange | None:
         """What ``stored`` (plaintext, with seqs) changes in the catalog (None: it keeps
@@ -1008,24 +1016,36 @@ class SessionCore:
         if not indexing.deferred or not stored or self._base:
             return indexing.change(stored)
         done = self._catalog_seq
-        if not self._catalog_due([e.type for e in stored], stored[0].seq):
+        if not self._catalog_due([e.type for e in stored], stored[0].seq, lazy=indexing.lazy):
             return None  # inside a turn: handed over at its end
         return self._catalog_since(done, stored)
 
-    def _catalog_due(self, kinds: Sequence[str], first: int) -> bool:
+    def _catalog_due(self, kinds: Sequence[str], first: int, *, lazy: bool = False) -> bool:
         """Whether a batch of events of types ``kinds`` stored from seq ``first`` is one a
         catalog taken at turn boundaries is handed (it starts or ends a turn, is outside
         one, or a turn has gone on for :data:`_DEFERRED_AT_MOST` events); notes whether this
-        object's writes leave a turn open."""
+        object's writes leave a turn open.
+
+        ``lazy`` (:attr:`agentsession.indexing.Indexing.lazy`: the backend marks the
+        session at every append it gets no change for): a turn's start is not handed over
+        (its mark is enough: a reader catches the session up) unless it is the session's first
+        event, and outside turns only that and every :data:`_LAZY_OUTSIDE_TURNS` events are."""
         turn = self._catalog_turn
-        starts = False
+        starts = ends = False
         for kind in kinds:
             if kind == TURN_START:
                 turn = starts = True
             elif kind == TURN_END:
-                turn = False
+                turn, ends = False, True
         self._catalog_turn = turn
-        return not turn or starts or first - self._catalog_seq > _DEFERRED_AT_MOST
+        behind = first - self._catalog_seq
+        if behind > _DEFERRED_AT_MOST:
+            return True
+        if not lazy:
+            return not turn or starts
+        if ends or first == 1:  # (a session's first event makes its row)
+            return True
+        return not turn and behind + len(kinds) > _LAZY_OUTSIDE_TURNS
 
     def _catalog_noted(self, kinds: Sequence[str], first: int, last: int) -> bool:
         """:meth:`_catalog_due` for a backend whose catalog catches up from the logs by

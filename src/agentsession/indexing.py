@@ -169,6 +169,12 @@ class Indexing:
         be caught up from its log before the catalog is read), and the append that ends the
         turn hands it the change of the whole turn (see
         :meth:`~agentsession.core.SessionCore._catalog_change`). Set by the backend."""
+        self.lazy = False
+        """With :attr:`deferred`: whether the backend marks the session at every append it
+        gets no change for (SQLite's connection triggers, :class:`MemoryIndex`'s marks), so
+        that a turn's start needs no change either, and appends outside turns hand one over
+        only at the session's first event and every few events (see
+        :meth:`~agentsession.core.SessionCore._catalog_due`). Set by the backend."""
         self.documents_apart = False
         """Whether the backend indexes search documents apart from the appends (from its
         logs, before a search): the changes appends hand it then hold no documents

@@ -770,7 +770,8 @@ def change_of(
         elif kind == TURN_END:
             status = "idle"
         try:
-            if kind in _TEXT_TYPES:
+            if kind in _TEXT_TYPES and (searchable or (kind == USER_MESSAGE and not title)):
+                # (without documents only a title is read: the first user message's)
                 role, text, first_title = _text_of(event, searchable)
                 if first_title and not title:
                     title = first_title

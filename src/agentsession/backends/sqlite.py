@@ -116,7 +116,7 @@ __all__ = [
     "sqlite_path",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema version this module writes (``PRAGMA user_version``): ``len(_MIGRATIONS)``."""
 
 APPLICATION_ID = 0x41475353
@@ -220,7 +220,9 @@ CATALOG_DIRTY_DDL: Final = (
 already); an append that hands the catalog its change clears the mark in its transaction, and
 reading the catalog first catches up every marked session from its log
 (:meth:`SqliteStore.catch_up_catalog`). Appends inside a turn leave the mark, so a turn costs
-the catalog one write at its start and one at its end instead of one per event."""
+the catalog one write at its start and one at its end instead of one per event. Version 6
+drops the trigger: the connections of a store that keeps the catalog mark instead
+(:data:`MARKING_TRIGGERS`)."""
 
 
 def _add_catalog_dirty(conn: sqlite3.Connection) -> None:
@@ -266,6 +268,41 @@ def _add_search_dirty(conn: sqlite3.Connection) -> None:
     )
 
 
+def _drop_insert_triggers(conn: sqlite3.Connection) -> None:
+    """Version 6: the insert triggers of versions 4 and 5 go (every insert paid them, a store
+    opened with ``catalog=False`` too); each connection of a store that keeps the catalog
+    makes the same marks with triggers of its own (:data:`MARKING_TRIGGERS`). The marks in
+    ``catalog_dirty`` and ``catalog_search_dirty`` stay as they are."""
+    conn.execute("DROP TRIGGER IF EXISTS catalog_dirty_mark")
+    conn.execute("DROP TRIGGER IF EXISTS catalog_search_mark")
+
+
+MARKING_TRIGGERS: Final = (
+    f"""
+    CREATE TEMP TRIGGER IF NOT EXISTS agentsession_current BEFORE INSERT ON main.events
+    WHEN NOT EXISTS (SELECT 1 FROM main.sessions WHERE key = new.key >> {32})
+    BEGIN
+        SELECT RAISE(IGNORE);
+    END
+    """,
+    f"""
+    CREATE TEMP TRIGGER IF NOT EXISTS agentsession_mark AFTER INSERT ON main.events
+    BEGIN
+        INSERT OR IGNORE INTO catalog_dirty (skey) VALUES (new.key >> {32});
+        INSERT OR IGNORE INTO catalog_search_dirty (skey, after)
+        VALUES (new.key >> {32}, new.seq - 1);
+    END
+    """,
+)
+"""What each connection of a store that keeps the catalog (and may write the file) creates
+for itself (``TEMP`` triggers: the file holds none, so a store opened with ``catalog=False``
+pays nothing): every event it inserts marks its session in ``catalog_dirty`` and
+``catalog_search_dirty`` as the triggers of versions 4 and 5 did, and an event of a session
+whose row is gone is not inserted (the checked append's condition: with a trigger on the
+table, an ``INSERT ... SELECT ... WHERE EXISTS`` would copy its row through a temporary table
+first, so these connections insert with ``VALUES``). A turn so costs the catalog one write, at
+its end."""
+
 DOCUMENTS_BATCH: Final = 64
 """Sessions whose documents :meth:`SqliteStore.index_documents` indexes per write
 transaction."""
@@ -279,6 +316,7 @@ _MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _add_catalog,
     _add_catalog_dirty,
     _add_search_dirty,
+    _drop_insert_triggers,
 ]
 """``_MIGRATIONS[n]`` turns a version ``n`` database into version ``n + 1`` (0: empty file)."""
 
@@ -507,6 +545,8 @@ class _Database:
         "busy_timeout",
         "catalog",
         "closed",
+        "insert_checked",
+        "marks",
         "path",
         "rows",
         "rows_if_current",
@@ -524,6 +564,8 @@ class _Database:
         self.rows, self.rows_if_current = _ROWS, _ROWS_IF_CURRENT
         self.catalog = True  # the catalog tables exist (False: an older version read as is)
         self.search_marks = True  # catalog_search_dirty exists (False: version 3 or 4 read)
+        self.marks = False  # each connection makes MARKING_TRIGGERS (enable_marks)
+        self.insert_checked = _INSERT_IF_CURRENT  # the append that checks the session's row
         self.closed = False
         self._local = threading.local()
         self._connections: set[sqlite3.Connection] = set()
@@ -572,7 +614,24 @@ class _Database:
                 raise _storage_error(exc, "opening", self.path) from exc
             self._connections.add(conn)
             held = self._local.held = _ThreadConnection(conn, self._connections)
-            return held
+        if self.marks:
+            self._make_triggers(conn)
+        return held
+
+    def enable_marks(self) -> None:
+        """From now on every connection marks the sessions it appends to
+        (:data:`MARKING_TRIGGERS`, made on this thread's connection now and on every other
+        when it opens); its checked append inserts with ``VALUES``."""
+        self.insert_checked = _INSERT
+        self.marks = True
+        self._make_triggers(self.connection())
+
+    def _make_triggers(self, conn: sqlite3.Connection) -> None:
+        try:
+            for statement in MARKING_TRIGGERS:
+                conn.execute(statement)
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, "opening", self.path) from exc
 
     def close(self) -> None:
         """Close every thread's connection; a later use raises :class:`UsageError`."""
@@ -846,7 +905,7 @@ class SqliteLog:
             return self._append_one_indexed(view, params, stored, change, index)
         with db.write_lock:
             try:
-                if db.held().cursor.execute(_INSERT_IF_CURRENT, params).rowcount != 1:
+                if db.held().cursor.execute(db.insert_checked, params).rowcount != 1:
                     return None  # the session's row is gone
             except (sqlite3.IntegrityError, UnicodeEncodeError):
                 return None  # another writer took the seq, or a string needs care
@@ -871,7 +930,7 @@ class SqliteLog:
             try:
                 cursor.execute("BEGIN IMMEDIATE")
                 try:
-                    if cursor.execute(_INSERT_IF_CURRENT, params).rowcount != 1:
+                    if cursor.execute(db.insert_checked, params).rowcount != 1:
                         cursor.execute("ROLLBACK")
                         return None  # the session's row is gone
                     _hand_over(held.conn, index, view, (stored,), params[0] >> _SEQ_BITS, change)
@@ -944,7 +1003,9 @@ class SqliteLog:
                     conn.execute("ROLLBACK")
                     return [], 0
                 try:
-                    cursor = conn.executemany(_INSERT_IF_CURRENT, _rows(key, first, fields))
+                    cursor = conn.executemany(
+                        self._db.insert_checked, _rows(key, first, fields)
+                    )
                     stored = cursor.rowcount == count
                 except sqlite3.IntegrityError:
                     pass  # another writer took the seq
@@ -1105,8 +1166,9 @@ class SqliteCatalog(CatalogDefaults):
             return 0  # deleted since: its row went with it
         sid = _surrogate_text(row[0])
         held = index.indexed_seq(sid, conn) or 0
-        session = self.open_session(store, sid)
+        session = None
         try:
+            session = self.open_session(store, sid)  # (a shredded one raises as it opens)
             latest = session.latest_seq
             if latest < held:  # made again since: fewer events than indexed
                 indexing.reindex(store, [sid])
@@ -1127,7 +1189,8 @@ class SqliteCatalog(CatalogDefaults):
             log.warning("catalog: session %r not caught up: %s", sid, type(exc).__name__)
             return 0
         finally:
-            session.close()
+            if session is not None:
+                session.close()
 
     def index_session_documents(
         self, store: BaseStore, index: SqliteIndex, conn: sqlite3.Connection, skey: int
@@ -1170,8 +1233,9 @@ class SqliteCatalog(CatalogDefaults):
             return None
         sid = _surrogate_text(row[0])
         stored_last = row[1] & _MAX_SEQ
-        session = self.open_session(store, sid)
+        session = None
         try:
+            session = self.open_session(store, sid)  # (a shredded one raises as it opens)
             shared = session.latest_seq - stored_last  # a branch's history before its own
             return sid, session.read(after=after + max(shared, 0))
         except SessionShredded:
@@ -1180,7 +1244,8 @@ class SqliteCatalog(CatalogDefaults):
             log.warning("search: session %r not indexed: %s", sid, type(exc).__name__)
             return None
         finally:
-            session.close()
+            if session is not None:
+                session.close()
 
     def documents_behind(
         self, store: SqliteStore, *, index_first: bool
@@ -1554,7 +1619,7 @@ def _check_schema_for_reading(db: _Database, conn: sqlite3.Connection) -> None:
         # Its documents are indexed with the rows (3: each append, 4: at turn boundaries):
         # read as they are.
         db.search_marks = False
-    elif version != target:
+    elif version != target and version != 5:  # (5 differs in its triggers: read as it is)
         raise StoreUnavailable(
             f"{path}: schema version {version} is older than {target}; run "
             "`agentsession migrate`" + (" with write access" if db.uri is not None else "")
@@ -1752,6 +1817,11 @@ class SqliteStore(BaseStore):
         if self._tables is not None:
             self._tables.catch_up = self.catch_up_catalog
             self._indexing.deferred = self._db.uri is None and not read_only
+            if self._indexing.deferred and self._indexing.catalog and self._db.search_marks:
+                # Its connections mark what they append: a turn's start and most appends
+                # outside turns hand the catalog nothing (Indexing.lazy).
+                self._db.enable_marks()
+                self._indexing.lazy = True
             if self._db.search_marks:
                 self._indexing.documents_apart = self._indexing.deferred
                 catalog = self._catalog
