@@ -18,7 +18,7 @@ from typing import Any
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
-from agentsession import Event, Message, open_store
+from agentsession import Event, Message, core, open_store
 from agentsession.backends import sqlite as sqlite_backend
 from agentsession.events import TurnEnd, TurnStart, Usage
 
@@ -314,22 +314,23 @@ def test_one_listing_catches_up_every_marked_session_however_many(tmp_path: Path
         assert _dirty(path) == []
 
 
-def test_appends_outside_turns_hand_over_the_first_event_and_every_sixteenth(
-    tmp_path: Path,
-) -> None:
+def test_appends_outside_turns_hand_over_the_first_event_and_every_64th(tmp_path: Path) -> None:
+    assert core._LAZY_OUTSIDE_TURNS == 64
     path = tmp_path / "s.db"
     with open_store(f"sqlite:///{path}") as store:
         session = store.get("a")
-        for n in range(40):
+        for n in range(140):
             session.append(Event.new("user/message", Message.user(f"m{n}"), agent="bot"))
-            # The first event (a reader opened read-only finds the session), then seqs 17
-            # and 33 hand over what waited; the rest only mark the session.
-            handed = 1 if n < 16 else 17 if n < 32 else 33
+            # The first event (a reader opened read-only finds the session), then seqs 65
+            # and 129 hand over what waited; the rest only mark the session.
+            handed = 1 if n < 64 else 65 if n < 128 else 129
             assert _raw_messages(path, "a") == handed, n
         assert _dirty(path) != []
         with open_store(f"sqlite:///{path}", read_only=True) as reader:
-            assert reader.list(order="id")[0].messages == 33
-        assert store.list(order="id")[0].messages == 40  # a writer's listing catches up
+            assert reader.list(order="id")[0].messages == 129
+        session.rewind(to_seq=100)  # a rewind marker is handed over at once
+        assert _raw_messages(path, "a", "last_seq") == 141
+        assert store.list(order="id")[0].messages == 140  # a writer's listing catches up
         assert _dirty(path) == []
         assert _listed(store) == _rebuilt(store)
 

@@ -68,6 +68,7 @@ from .events import (
     MAX_EVENT_ID_CHARS,
     PAYLOAD_TYPES,
     SESSION_BRANCH,
+    SESSION_REWIND,
     TURN_END,
     TURN_START,
     USER_MESSAGE,
@@ -163,10 +164,13 @@ _DEFERRED_AT_MOST = 256
 """Events a turn appends before a catalog that takes changes at turn boundaries is handed
 them anyway (so one long turn does not leave it far behind)."""
 
-_LAZY_OUTSIDE_TURNS = 16
+_LAZY_OUTSIDE_TURNS = 64
 """Events appended outside turns that a catalog taking changes at turns' ends only
 (:attr:`agentsession.indexing.Indexing.lazy`) lets wait for a catch-up before it is handed
 them (a store that cannot catch up, opened read-only, is at most this far behind)."""
+
+_FLAGGING = frozenset((SESSION_REWIND, COMPACTION))
+"""Markers whose batch a lazy catalog is handed outside turns (they flag documents)."""
 
 _RETRYABLE = (OutcomeUnknown, StoreUnavailable)
 """Append failures the pipeline rides out within the store's ``reconnect_timeout``: the
@@ -1029,14 +1033,18 @@ class SessionCore:
         ``lazy`` (:attr:`agentsession.indexing.Indexing.lazy`: the backend marks the
         session at every append it gets no change for): a turn's start is not handed over
         (its mark is enough: a reader catches the session up) unless it is the session's first
-        event, and outside turns only that and every :data:`_LAZY_OUTSIDE_TURNS` events are."""
+        event, and outside turns only that, a rewind or compaction marker (what flags search
+        hits, for a reader that cannot catch up too) and every :data:`_LAZY_OUTSIDE_TURNS`
+        events are."""
         turn = self._catalog_turn
-        starts = ends = False
+        starts = ends = marker = False
         for kind in kinds:
             if kind == TURN_START:
                 turn = starts = True
             elif kind == TURN_END:
                 turn, ends = False, True
+            elif kind in _FLAGGING:
+                marker = True
         self._catalog_turn = turn
         behind = first - self._catalog_seq
         if behind > _DEFERRED_AT_MOST:
@@ -1045,7 +1053,7 @@ class SessionCore:
             return not turn or starts
         if ends or first == 1:  # (a session's first event makes its row)
             return True
-        return not turn and behind + len(kinds) > _LAZY_OUTSIDE_TURNS
+        return not turn and (marker or behind + len(kinds) > _LAZY_OUTSIDE_TURNS)
 
     def _catalog_noted(self, kinds: Sequence[str], first: int, last: int) -> bool:
         """:meth:`_catalog_due` for a backend whose catalog catches up from the logs by

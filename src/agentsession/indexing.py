@@ -67,6 +67,7 @@ from .listing import (
 
 if TYPE_CHECKING:
     from .crypto import KeyRing
+    from .storage import LogView
 
 
 class IndexHost(Protocol):
@@ -266,6 +267,30 @@ class MemoryIndex:
         """Usage rows by session id, then ``(day, agent)``."""
         self.documents: dict[str, dict[int, Any]] = {}
         """Documents by session id, then seq, as ``[document, rewound]``."""
+        self.lazy = False
+        """Whether the store takes the catalog at turns' ends (:attr:`Indexing.lazy`): an
+        append that hands no change over marks its session, caught up by :meth:`sync`."""
+        self.marked: builtins.set[str] = builtins.set()
+        """The sessions whose rows may be behind their logs."""
+
+    def take(self, session_id: str, view: LogView, stored: Sequence[Event]) -> None:
+        """Where the memory log stores a batch, under the store's lock: apply the change the
+        session hands over (``view.indexed``) when it continues the row, or else the change
+        since the row's last seq; mark the session when it hands over none, or none that
+        continues the row (what SQLite's ``_hand_over`` does)."""
+        change = view.indexed(stored)
+        if change is not None:
+            row = self.rows.get(session_id)
+            held = 0 if row is None else row.last_seq
+            if change.first_seq != held + 1:
+                change = view.indexed_since(held, stored)
+            if change is not None and change.first_seq == held + 1:
+                self.apply(session_id, change)
+                if change.status != OPEN:
+                    self.marked.discard(session_id)
+                return
+        if self.lazy:
+            self.marked.add(session_id)
 
     def apply(self, session_id: str, change: CatalogChange | None) -> None:
         """Apply an append's change (called by the memory log where it stores the batch; None:
@@ -302,12 +327,34 @@ class MemoryIndex:
     def delete(self, session_id: str) -> None:
         """Forget the session (its log was deleted)."""
         with self._lock:
+            self.marked.discard(session_id)
             self.rows.pop(session_id, None)
             self.usage.pop(session_id, None)
             self.documents.pop(session_id, None)
 
     def sync(self, store: IndexHost) -> None:
-        """Nothing: updated as the store appends."""
+        """Catch up every marked session from its log (read without the store's lock, which
+        an append takes inside its session's lock); a row another append moved meanwhile
+        stays marked for the next catch-up."""
+        with self._lock:
+            todo = [(sid, row.last_seq if (row := self.rows.get(sid)) else 0) for sid in self.marked]
+            self.marked.clear()
+        for sid, held in todo:
+            try:
+                events = store.get(sid).read(after=held)
+            except SessionShredded:
+                self.shredded(sid)
+                continue
+            change = change_for(store, events)
+            fields = record_fields(store, sid) if change is not None and not held else None
+            with self._lock:
+                row = self.rows.get(sid)
+                if (0 if row is None else row.last_seq) != held:
+                    self.marked.add(sid)
+                elif change is not None and change.first_seq == held + 1:
+                    self.apply(sid, change)
+                    if fields is not None:
+                        set_row_fields(self.rows[sid], fields)
 
     def query(self, query: ListQuery) -> builtins.list[CatalogRow]:
         with self._lock:

@@ -3,8 +3,7 @@
 Every session of a store lives in a list inside that store; nothing survives the process.
 Everything is composed: :class:`MemoryLog` is a session's storage, :class:`MemoryCatalog` keeps
 the lists, a ``MetaInMemory`` the meta values and a ``MemoryIndex`` the catalog rows;
-:class:`MemoryStore` hands them to :class:`~agentsession.store.BaseStore`.
-"""
+:class:`MemoryStore` hands them to :class:`~agentsession.store.BaseStore`."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ class MemoryLog:
         self._identity = ("memory", store, sid)
         self._life: list[Event] | None = None  # the store's list this object has read
 
-    location = "memory"
-    """Always ``memory``."""
+    location = "memory"  # always
 
     @property
     def identity(self) -> tuple[str, ...]:
@@ -69,7 +67,7 @@ class MemoryLog:
                 return None
             stored = msgspec.structs.replace(event, seq=len(log) + 1)
             log.append(stored)
-            self._index.apply(self._id, view.indexed([stored]))  # catalog and documents
+            self._index.take(self._id, view, [stored])  # catalog and documents (or a mark)
             return stored
 
     def append(
@@ -93,7 +91,7 @@ class MemoryLog:
                 for i, event in enumerate(events, start=1)
             ]
             log.extend(stored)
-            self._index.apply(self._id, view.indexed(stored))
+            self._index.take(self._id, view, stored)
             return foreign, stored
 
     def refresh(self, view: LogView) -> list[Event] | Reopen:
@@ -190,6 +188,8 @@ class MemoryStore(BaseStore):
             catalog, catalog.meta, ThreadLocker, watcher=LocalWatcher, index=catalog.index
         )
         super().__init__(parts, **options)
+        # A turn's change is handed over at its end; a listing catches up what waits:
+        catalog.index.lazy = self._indexing.deferred = self._indexing.lazy = self.keeps_catalog
 
 
 def open_memory(url: str, **options: Any) -> MemoryStore:
