@@ -1015,14 +1015,14 @@ class SessionCore:
         the batch that starts or ends a turn, or any batch outside one, the change of every
         event since the last one it got (from the window), whose ``first_seq`` lets the
         backend apply it only where it continues what the catalog holds."""
-        stored = self._plain_of(stored)
         indexing = self._store._indexing
         if not indexing.deferred or not stored or self._base:
-            return indexing.change(stored)
+            return indexing.change(self._plain_of(stored))
         done = self._catalog_seq
-        if not self._catalog_due([e.type for e in stored], stored[0].seq, lazy=indexing.lazy):
+        kinds = (stored[0].type,) if len(stored) == 1 else [e.type for e in stored]
+        if not self._catalog_due(kinds, stored[0].seq, lazy=indexing.lazy):
             return None  # inside a turn: handed over at its end
-        return self._catalog_since(done, stored)
+        return self._catalog_since(done, self._plain_of(stored))
 
     def _catalog_due(self, kinds: Sequence[str], first: int, *, lazy: bool = False) -> bool:
         """Whether a batch of events of types ``kinds`` stored from seq ``first`` is one a

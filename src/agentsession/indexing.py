@@ -272,6 +272,18 @@ class MemoryIndex:
         append that hands no change over marks its session, caught up by :meth:`sync`."""
         self.marked: builtins.set[str] = builtins.set()
         """The sessions whose rows may be behind their logs."""
+        self.unindexed: builtins.set[str] = builtins.set()
+        """With :attr:`lazy`: the sessions whose documents may be behind their logs (indexed
+        from their logs by :meth:`sync`, as SQLite's are before a search)."""
+        self.documents_upto: dict[str, int] = {}
+        """With :attr:`lazy`: the seq each session's documents are indexed up to."""
+
+    def defer(self, indexing: Indexing) -> None:
+        """Take the catalog at turns' ends and the documents apart from the appends
+        (:attr:`Indexing.lazy`, :attr:`Indexing.documents_apart`), when the store keeps one:
+        the memory store's setting."""
+        indexing.deferred = indexing.lazy = indexing.documents_apart = indexing.catalog
+        self.lazy = indexing.catalog
 
     def take(self, session_id: str, view: LogView, stored: Sequence[Event]) -> None:
         """Where the memory log stores a batch, under the store's lock: apply the change the
@@ -288,9 +300,11 @@ class MemoryIndex:
                 self.apply(session_id, change)
                 if change.status != OPEN:
                     self.marked.discard(session_id)
+                self.unindexed.add(session_id)
                 return
         if self.lazy:
             self.marked.add(session_id)
+            self.unindexed.add(session_id)
 
     def apply(self, session_id: str, change: CatalogChange | None) -> None:
         """Apply an append's change (called by the memory log where it stores the batch; None:
@@ -300,13 +314,17 @@ class MemoryIndex:
         with self._lock:
             self.rows[session_id] = apply_change(self.rows.get(session_id), session_id, change)
             self._add_usage(session_id, change)
-            docs = self.documents.setdefault(session_id, {})
-            for doc in change.documents:
-                docs[doc.seq] = [doc, False]
-            for to_seq, marker_seq in change.rewound:
-                for seq, entry in docs.items():
-                    if to_seq < seq < marker_seq:
-                        entry[1] = True
+            self._add_documents(session_id, change)
+
+    def _add_documents(self, session_id: str, change: CatalogChange) -> None:
+        """The change's documents, and the flags its rewinds set on the session's."""
+        docs = self.documents.setdefault(session_id, {})
+        for doc in change.documents:
+            docs[doc.seq] = [doc, False]
+        for to_seq, marker_seq in change.rewound:
+            for seq, entry in docs.items():
+                if to_seq < seq < marker_seq:
+                    entry[1] = True
 
     def _add_usage(self, session_id: str, change: CatalogChange) -> None:
         rows = self.usage.setdefault(session_id, {})
@@ -328,33 +346,52 @@ class MemoryIndex:
         """Forget the session (its log was deleted)."""
         with self._lock:
             self.marked.discard(session_id)
+            self.unindexed.discard(session_id)
+            self.documents_upto.pop(session_id, None)
             self.rows.pop(session_id, None)
             self.usage.pop(session_id, None)
             self.documents.pop(session_id, None)
 
     def sync(self, store: IndexHost) -> None:
-        """Catch up every marked session from its log (read without the store's lock, which
-        an append takes inside its session's lock); a row another append moved meanwhile
-        stays marked for the next catch-up."""
+        """Catch up every marked session's row from its log, then index the documents of
+        every session they are behind for (read without the store's lock, which an append
+        takes inside its session's lock); what another append moved meanwhile stays marked
+        for the next catch-up."""
         with self._lock:
-            todo = [(sid, row.last_seq if (row := self.rows.get(sid)) else 0) for sid in self.marked]
+            rows = [(sid, r.last_seq if (r := self.rows.get(sid)) else 0) for sid in self.marked]
+            docs = [(sid, self.documents_upto.get(sid, 0)) for sid in self.unindexed]
             self.marked.clear()
-        for sid, held in todo:
-            try:
-                events = store.get(sid).read(after=held)
-            except SessionShredded:
-                self.shredded(sid)
-                continue
-            change = change_for(store, events)
-            fields = record_fields(store, sid) if change is not None and not held else None
-            with self._lock:
-                row = self.rows.get(sid)
-                if (0 if row is None else row.last_seq) != held:
-                    self.marked.add(sid)
-                elif change is not None and change.first_seq == held + 1:
-                    self.apply(sid, change)
-                    if fields is not None:
-                        set_row_fields(self.rows[sid], fields)
+            self.unindexed.clear()
+        for sid, held in rows:
+            self._catch_up(store, sid, held, documents=False)
+        for sid, upto in docs if store._indexing.searchable else ():
+            self._catch_up(store, sid, upto, documents=True)
+
+    def _catch_up(self, store: IndexHost, sid: str, after: int, *, documents: bool) -> None:
+        """Apply the change of the session's events after ``after`` to its row, or (with
+        ``documents``) add their documents."""
+        try:
+            events = store.get(sid).read(after=after)
+        except SessionShredded:
+            self.shredded(sid)
+            return
+        change = change_for(store, events, documents=documents)
+        fields = record_fields(store, sid) if change and not (after or documents) else None
+        with self._lock:
+            if documents:
+                if self.documents_upto.get(sid, 0) != after:
+                    self.unindexed.add(sid)
+                elif change is not None and change.first_seq == after + 1:
+                    self._add_documents(sid, change)
+                    self.documents_upto[sid] = change.last_seq
+                return
+            row = self.rows.get(sid)
+            if (0 if row is None else row.last_seq) != after:
+                self.marked.add(sid)
+            elif change is not None and change.first_seq == after + 1:
+                self.apply(sid, change)
+                if fields is not None:
+                    set_row_fields(self.rows[sid], fields)
 
     def query(self, query: ListQuery) -> builtins.list[CatalogRow]:
         with self._lock:
@@ -395,6 +432,7 @@ class MemoryIndex:
             if change is not None:
                 self.apply(session_id, change)
                 set_row_fields(self.rows[session_id], fields)
+                self.documents_upto[session_id] = change.last_seq
 
 
 def set_row_fields(row: CatalogRow, fields: Fields) -> None:

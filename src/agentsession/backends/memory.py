@@ -188,8 +188,7 @@ class MemoryStore(BaseStore):
             catalog, catalog.meta, ThreadLocker, watcher=LocalWatcher, index=catalog.index
         )
         super().__init__(parts, **options)
-        # A turn's change is handed over at its end; a listing catches up what waits:
-        catalog.index.lazy = self._indexing.deferred = self._indexing.lazy = self.keeps_catalog
+        catalog.index.defer(self._indexing)  # the catalog at turns' ends, documents apart
 
 
 def open_memory(url: str, **options: Any) -> MemoryStore:

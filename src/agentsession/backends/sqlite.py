@@ -1003,9 +1003,7 @@ class SqliteLog:
                     conn.execute("ROLLBACK")
                     return [], 0
                 try:
-                    cursor = conn.executemany(
-                        self._db.insert_checked, _rows(key, first, fields)
-                    )
+                    cursor = conn.executemany(self._db.insert_checked, _rows(key, first, fields))
                     stored = cursor.rowcount == count
                 except sqlite3.IntegrityError:
                     pass  # another writer took the seq
