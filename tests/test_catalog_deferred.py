@@ -6,12 +6,14 @@ the logs (checked against a rebuild), whoever wrote and however a writer ended."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +51,27 @@ def _rebuilt(store: Any) -> list[tuple[Any, ...]]:
     return _listed(store)
 
 
-def _dirty(path: Path) -> list[int]:
+def sql_rows(path: Path, query: str) -> list[Any]:
+    """The rows of ``query`` on the database at ``path`` (a connection of its own)."""
     conn = sqlite3.connect(path)
     try:
-        return [r[0] for r in conn.execute("SELECT skey FROM catalog_dirty ORDER BY skey")]
+        return conn.execute(query).fetchall()
     finally:
         conn.close()
+
+
+def _dirty(path: Path) -> list[int]:
+    return [r[0] for r in sql_rows(path, "SELECT skey FROM catalog_dirty ORDER BY skey")]
+
+
+@contextlib.contextmanager
+def store_at_version(url: str, version: int, monkeypatch: Any) -> Iterator[Any]:
+    """A store at ``url`` opened (so created or migrated) as the SQLite schema ``version``
+    of an earlier release was."""
+    with monkeypatch.context() as m:
+        m.setattr(sqlite_backend, "_MIGRATIONS", sqlite_backend._MIGRATIONS[:version])
+        with open_store(url) as store:
+            yield store
 
 
 def _raw_messages(path: Path, session_id: str, column: str = "messages") -> int:
@@ -189,9 +206,8 @@ def test_a_version_3_database_is_migrated_and_read_as_is_when_read_only(
 ) -> None:
     path = tmp_path / "v3.db"
     build_v2(path)
-    with monkeypatch.context() as m:
-        m.setattr(sqlite_backend, "_MIGRATIONS", sqlite_backend._MIGRATIONS[:3])
-        open_store(f"sqlite:///{path}").close()  # version 3: catalog filled from the logs
+    with store_at_version(f"sqlite:///{path}", 3, monkeypatch):
+        pass  # version 3: catalog filled from the logs
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone() == (3,)
     conn.close()
@@ -358,11 +374,7 @@ def test_a_store_without_the_catalog_writes_no_mark_and_the_file_has_no_trigger(
 
 
 def _triggers(path: Path) -> list[str]:
-    conn = sqlite3.connect(path)
-    try:
-        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")]
-    finally:
-        conn.close()
+    return [r[0] for r in sql_rows(path, "SELECT name FROM sqlite_master WHERE type = 'trigger'")]
 
 
 def test_a_version_5_database_loses_its_triggers_and_keeps_its_marks(
@@ -370,14 +382,12 @@ def test_a_version_5_database_loses_its_triggers_and_keeps_its_marks(
 ) -> None:
     path = tmp_path / "v5.db"
     url = f"sqlite:///{path}"
-    with monkeypatch.context() as m:
-        m.setattr(sqlite_backend, "_MIGRATIONS", sqlite_backend._MIGRATIONS[:5])
-        with open_store(url) as store:
-            _turn(store.get("done"), 0)
-            open_turn = store.get("open")
-            _turn(open_turn, 1)
-            open_turn.append(Event.new("turn/start", TurnStart(), agent="bot"))
-            open_turn.append(Event.new("user/message", Message.user("mid-turn"), agent="bot"))
+    with store_at_version(url, 5, monkeypatch) as store:
+        _turn(store.get("done"), 0)
+        open_turn = store.get("open")
+        _turn(open_turn, 1)
+        open_turn.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        open_turn.append(Event.new("user/message", Message.user("mid-turn"), agent="bot"))
     assert sorted(_triggers(path)) == ["catalog_dirty_mark", "catalog_search_mark"]
     assert len(_dirty(path)) == 1  # the turn left open, marked by version 5's trigger
     before = path.read_bytes()

@@ -20,7 +20,8 @@ from agentsession import Event, Message, StorageError, open_store
 from agentsession.backends import sqlite as sqlite_backend
 from agentsession.events import TurnEnd, TurnStart
 
-from .test_catalog_deferred import run_then_kill
+from .test_catalog_deferred import run_then_kill, store_at_version
+from .test_catalog_deferred import sql_rows as _sql
 
 
 def _hits(store: Any, query: str) -> list[tuple[Any, ...]]:
@@ -28,14 +29,6 @@ def _hits(store: Any, query: str) -> list[tuple[Any, ...]]:
         (h.session_id, h.seq, h.role, h.rewound, h.compacted, h.snippet)
         for h in store.search(query, limit=1000)
     )
-
-
-def _sql(path: Path, query: str) -> list[Any]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(query).fetchall()
-    finally:
-        conn.close()
 
 
 _ALL_DOCUMENTS = "SELECT rowid FROM catalog_documents UNION ALL SELECT rowid FROM catalog_pending"
@@ -209,13 +202,11 @@ def test_a_version_4_database_is_migrated_and_read_as_is_when_read_only(
 ) -> None:
     path = tmp_path / "v4.db"
     url = f"sqlite:///{path}"
-    with monkeypatch.context() as m:
-        m.setattr(sqlite_backend, "_MIGRATIONS", sqlite_backend._MIGRATIONS[:4])
-        with open_store(url) as store:  # version 4: documents written with the rows
-            _turn(store.get("done"), 0)
-            inside = store.get("inside")
-            inside.append(Event.new("turn/start", TurnStart(), agent="bot"))
-            inside.append(Event.new("user/message", Message.user("mid turn pandas"), agent="bot"))
+    with store_at_version(url, 4, monkeypatch) as store:  # documents written with the rows
+        _turn(store.get("done"), 0)
+        inside = store.get("inside")
+        inside.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        inside.append(Event.new("user/message", Message.user("mid turn pandas"), agent="bot"))
     assert _sql(path, "PRAGMA user_version") == [(4,)]
     assert _sql(path, "SELECT count(*) FROM catalog_dirty") == [(1,)]  # "inside" is behind
     before = path.read_bytes()
