@@ -169,8 +169,9 @@ _LAZY_OUTSIDE_TURNS = 64
 (:attr:`agentsession.indexing.Indexing.lazy`) lets wait for a catch-up before it is handed
 them (a store that cannot catch up, opened read-only, is at most this far behind)."""
 
-_FLAGGING = frozenset((SESSION_REWIND, COMPACTION))
-"""Markers whose batch a lazy catalog is handed outside turns (they flag documents)."""
+_FLAGGING = frozenset((SESSION_REWIND, COMPACTION, SHRED_NOTICE))
+"""Markers whose batch a lazy catalog is handed outside turns: they flag documents, or (the
+shred notice) end what can be read of the log to catch up from."""
 
 _RETRYABLE = (OutcomeUnknown, StoreUnavailable)
 """Append failures the pipeline rides out within the store's ``reconnect_timeout``: the
@@ -1034,8 +1035,8 @@ class SessionCore:
         session at every append it gets no change for): a turn's start is not handed over
         (its mark is enough: a reader catches the session up) unless it is the session's first
         event, and outside turns only that, a rewind or compaction marker (what flags search
-        hits, for a reader that cannot catch up too) and every :data:`_LAZY_OUTSIDE_TURNS`
-        events are."""
+        hits, for a reader that cannot catch up too), a shred notice (after it the log cannot
+        be read) and every :data:`_LAZY_OUTSIDE_TURNS` events are."""
         turn = self._catalog_turn
         starts = ends = marker = False
         for kind in kinds:
