@@ -279,15 +279,10 @@ def _drop_insert_triggers(conn: sqlite3.Connection) -> None:
 
 MARKING_TRIGGERS: Final = (
     f"""
-    CREATE TEMP TRIGGER IF NOT EXISTS agentsession_current BEFORE INSERT ON main.events
-    WHEN NOT EXISTS (SELECT 1 FROM main.sessions WHERE key = new.key >> {32})
+    CREATE TEMP TRIGGER IF NOT EXISTS agentsession_mark BEFORE INSERT ON main.events
     BEGIN
-        SELECT RAISE(IGNORE);
-    END
-    """,
-    f"""
-    CREATE TEMP TRIGGER IF NOT EXISTS agentsession_mark AFTER INSERT ON main.events
-    BEGIN
+        SELECT RAISE(IGNORE)
+        WHERE NOT EXISTS (SELECT 1 FROM main.sessions WHERE key = new.key >> {32});
         INSERT OR IGNORE INTO catalog_dirty (skey) VALUES (new.key >> {32});
         INSERT OR IGNORE INTO catalog_search_dirty (skey, after)
         VALUES (new.key >> {32}, new.seq - 1);
@@ -295,13 +290,13 @@ MARKING_TRIGGERS: Final = (
     """,
 )
 """What each connection of a store that keeps the catalog (and may write the file) creates
-for itself (``TEMP`` triggers: the file holds none, so a store opened with ``catalog=False``
-pays nothing): every event it inserts marks its session in ``catalog_dirty`` and
-``catalog_search_dirty`` as the triggers of versions 4 and 5 did, and an event of a session
-whose row is gone is not inserted (the checked append's condition: with a trigger on the
-table, an ``INSERT ... SELECT ... WHERE EXISTS`` would copy its row through a temporary table
-first, so these connections insert with ``VALUES``). A turn so costs the catalog one write, at
-its end."""
+for itself (a ``TEMP`` trigger: the file holds none, so a store opened with ``catalog=False``
+pays nothing): an event of a session whose row is gone is not inserted (the checked append's
+condition: with a trigger on the table, an ``INSERT ... SELECT ... WHERE EXISTS`` would copy
+its row through a temporary table first, so these connections insert with ``VALUES``), and
+every other marks its session in ``catalog_dirty`` and ``catalog_search_dirty`` as the
+triggers of versions 4 and 5 did (an insert that fails takes its marks back with it). A turn
+so costs the catalog one write, at its end."""
 
 DOCUMENTS_BATCH: Final = 64
 """Sessions whose documents :meth:`SqliteStore.index_documents` indexes per write
@@ -1102,13 +1097,14 @@ def _hand_over(
     mark (but at a turn's start, whose next event would mark it again); otherwise leave the
     mark, so the session is caught up from its log before the
     catalog is next read (a turn another object wrote part of, or one a crash cut short)."""
-    held = index.indexed_seq(view.id, conn) or 0
-    if change.first_seq and change.first_seq != held + 1:
+    first = change.first_seq
+    if not index.apply(view.id, change, conn, after=first - 1 if first else None):
+        held = index.indexed_seq(view.id, conn) or 0
         since = view.indexed_since(held, stored)
         if since is None or since.first_seq != held + 1:
             return
         change = since
-    index.apply(view.id, change, conn)
+        index.apply(view.id, change, conn)
     if change.status != OPEN:
         # A turn's start keeps the mark: its next event would set it again at once (a
         # write of the mark's page in each of two commits), and a catch-up of a row that

@@ -175,9 +175,9 @@ def time_key(moment: _dt.datetime | None) -> str:
     instants do (naive times taken as UTC; None is ``''``, before every time)."""
     if moment is None:
         return ""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_UTC)
-    return moment.astimezone(_UTC).isoformat(timespec="microseconds")
+    if moment.tzinfo is not _UTC:  # (the codec's times are UTC already)
+        moment = moment.replace(tzinfo=_UTC) if moment.tzinfo is None else moment.astimezone(_UTC)
+    return moment.isoformat(timespec="microseconds")
 
 
 def _time_of(key: str) -> _dt.datetime | None:
@@ -237,9 +237,9 @@ UPDATE catalog SET
     cache_write_tokens = cache_write_tokens + ?8,
     cost = cost + ?9,
     status = CASE WHEN ?13 IS NULL OR status IN ('shredded', 'archived') THEN status ELSE ?13 END
-WHERE id = CAST(?10 AS TEXT)
+WHERE id = CAST(?10 AS TEXT) AND (?15 IS NULL OR last_seq = ?15)
 RETURNING key, created_key = '' OR (user = '' AND ?11 != '') OR (title = '' AND ?12 != '')
-    OR compacted_before < ?14
+    OR compacted_before < ?14, agents
 """
 # The rest, when _BUMP says something else changes.
 _SETTLE = """
@@ -256,6 +256,7 @@ INSERT INTO catalog (id, created_key, updated_key, last_seq, messages, turns, in
     output_tokens, cache_read_tokens, cache_write_tokens, cost, user, title, status,
     compacted_before)
 VALUES ({_T}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_T}, {_T}, coalesce(?, 'idle'), ?)
+ON CONFLICT (id) DO NOTHING
 RETURNING key
 """
 _ADD_AGENT = f"INSERT OR IGNORE INTO catalog_agents (session_id, agent) VALUES ({_T}, {_T})"
@@ -531,16 +532,19 @@ class SqliteIndex:
         session_id: str,
         change: CatalogChange,
         conn: sqlite3.Connection | None = None,
-    ) -> None:
+        *,
+        after: int | None = None,
+    ) -> bool:
         """Apply an append's change to the session's row, usage rows and documents, inside the
         caller's open transaction on ``conn`` (default: this thread's connection); a
-        ``sqlite3.Error`` is the caller's to handle (it rolls the append back)."""
+        ``sqlite3.Error`` is the caller's to handle (it rolls the append back). With
+        ``after``, only when the row's last seq is ``after`` (0: it has no row yet): returns
+        whether the change was applied."""
         if conn is None:
             conn = self._connection()
         sid = _bind(session_id)
         usage = change.usage
         user, title, status = _bind(change.user), _bind(change.title), change.status
-        created = time_key(change.first_time)
         found = conn.execute(
             _BUMP,
             (
@@ -558,14 +562,18 @@ class SqliteIndex:
                 title,
                 status,
                 change.compacted_before,
+                after,
             ),
         ).fetchone()
+        known: builtins.list[str] = []
         if found is None:
-            (key,) = conn.execute(
+            if after:
+                return False  # the row is elsewhere, or there is none
+            inserted = conn.execute(
                 _INSERT_ROW,
                 (
                     sid,
-                    created,
+                    time_key(change.first_time),
                     time_key(change.last_time),
                     change.last_seq,
                     change.messages,
@@ -581,12 +589,18 @@ class SqliteIndex:
                     change.compacted_before,
                 ),
             ).fetchone()
+            if inserted is None:
+                return False  # (after=0) a row is there
+            key = inserted[0]
         else:
-            key, unsettled = found
+            key, unsettled, listed = found
             if unsettled:
+                created = time_key(change.first_time)
                 conn.execute(_SETTLE, (key, created, user, title, status, change.compacted_before))
+            if change.agents:
+                known = _strings(listed)
         for agent in change.agents:
-            if conn.execute(_ADD_AGENT, (sid, _bind(agent))).rowcount:
+            if agent not in known and conn.execute(_ADD_AGENT, (sid, _bind(agent))).rowcount:
                 conn.execute(_APPEND_AGENT, (encode(agent).decode(), key))
         for row in change.usage_rows:
             used = row.usage
@@ -611,6 +625,7 @@ class SqliteIndex:
             if self._pending >= PENDING_AT_MOST:
                 self.flush(conn)
         _flag_rewound(conn, base, change)
+        return True
 
     def add_documents(
         self, session_id: str, change: CatalogChange, conn: sqlite3.Connection
