@@ -405,3 +405,22 @@ def test_a_version_5_database_loses_its_triggers_and_keeps_its_marks(
         assert len(_dirty(path)) == 1  # marked by the connection's own trigger
         assert [h.session_id for h in store.search("mid")] == ["open"]
         assert _listed(store) == _rebuilt(store)
+
+
+def test_the_memory_store_takes_the_catalog_at_a_turns_end_and_catches_up_when_read() -> None:
+    with open_store("memory:") as store:
+        index = store._index
+        session = store.get("a")
+        _turn(session, 0)
+        assert (index.rows["a"].messages, index.marked) == (2, set())
+        session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        session.append(Event.new("user/message", Message.user("inside pandas"), agent="bot"))
+        assert (index.rows["a"].messages, index.rows["a"].turns) == (2, 1)  # not written yet
+        assert index.marked == {"a"} and 3 not in index.documents.get("a", {})
+        [info] = store.list(order="id")  # reading the catalog catches up
+        assert (info.messages, info.turns, index.marked) == (3, 2, set())
+        assert [h.seq for h in store.search("inside")] == [6]  # documents indexed then too
+        session.append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
+        assert index.marked == set() and index.rows["a"].last_seq == 7
+        assert _listed(store) == _rebuilt(store)
+        assert sorted(h.seq for h in store.search("pandas")) == [2, 6]
