@@ -90,7 +90,7 @@ from ..errors import (
     UsageError,
 )
 from ..events import Event
-from ..listing import OPEN, CatalogChange, Document
+from ..listing import CatalogChange, Document
 from ..locks import FileLocker
 from ..session import BaseSession, SessionHost
 from ..storage import REOPEN, LogView, Reopen
@@ -297,6 +297,21 @@ its row through a temporary table first, so these connections insert with ``VALU
 every other marks its session in ``catalog_dirty`` and ``catalog_search_dirty`` as the
 triggers of versions 4 and 5 did (an insert that fails takes its marks back with it). A turn
 so costs the catalog one write, at its end."""
+
+_CLEAR_CURRENT_MARKS: Final = f"""
+DELETE FROM catalog_dirty WHERE skey IN (
+    SELECT d.skey FROM catalog_dirty AS d
+    JOIN sessions AS s ON s.key = d.skey
+    JOIN catalog AS c ON c.id = s.id
+    WHERE c.last_seq = (SELECT max(e.key) FROM events AS e WHERE e.key > (s.key << {32})
+                        AND e.key < ((s.key + 1) << {32})) - (s.key << {32})
+    AND EXISTS (SELECT 1 FROM events AS f WHERE f.key = (s.key << {32}) + 1
+                AND f.type != 'session/branch'))
+"""
+"""Version 6: remove the marks of sessions whose catalog row holds their log's last seq (an
+append that hands the catalog its change leaves the mark). A branch (its first event a
+``session/branch`` marker: its row's seqs count the shared history, its events' do not), or a
+session whose first event is gone (archived), is left to the catch-up that reads its log."""
 
 DOCUMENTS_BATCH: Final = 64
 """Sessions whose documents :meth:`SqliteStore.index_documents` indexes per write
@@ -928,7 +943,7 @@ class SqliteLog:
                     if cursor.execute(db.insert_checked, params).rowcount != 1:
                         cursor.execute("ROLLBACK")
                         return None  # the session's row is gone
-                    _hand_over(held.conn, index, view, (stored,), params[0] >> _SEQ_BITS, change)
+                    _hand_over(held.conn, index, view, (stored,), change)
                     cursor.execute("COMMIT")
                 except BaseException:
                     _rollback(held.conn)
@@ -1030,7 +1045,7 @@ class SqliteLog:
                 change = view.indexed(numbered)
                 if change is not None:
                     assert key is not None
-                    _hand_over(conn, self._index, view, numbered, key, change)
+                    _hand_over(conn, self._index, view, numbered, change)
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
@@ -1088,28 +1103,23 @@ def _hand_over(
     index: SqliteIndex,
     view: LogView,
     stored: Sequence[Event],
-    key: int,
     change: CatalogChange,
 ) -> None:
     """Inside an append's transaction: apply ``change`` to the catalog when it continues what
     the catalog holds (its ``first_seq`` follows the row's last seq), or else the change since
-    the row's last seq when the session object holds those events, and clear the session's
-    mark (but at a turn's start, whose next event would mark it again); otherwise leave the
-    mark, so the session is caught up from its log before the
-    catalog is next read (a turn another object wrote part of, or one a crash cut short)."""
+    the row's last seq when the session object holds those events; otherwise apply nothing,
+    so the session is caught up from its log before the catalog is next read (a turn another
+    object wrote part of, or one a crash cut short). The session's mark stays either way:
+    the next event would set it again at once (a write of its page in another commit), and
+    the next catch-up clears the marks of rows that hold their logs' last seq in one
+    statement (:data:`_CLEAR_CURRENT_MARKS`)."""
     first = change.first_seq
     if not index.apply(view.id, change, conn, after=first - 1 if first else None):
         held = index.indexed_seq(view.id, conn) or 0
         since = view.indexed_since(held, stored)
         if since is None or since.first_seq != held + 1:
             return
-        change = since
-        index.apply(view.id, change, conn)
-    if change.status != OPEN:
-        # A turn's start keeps the mark: its next event would set it again at once (a
-        # write of the mark's page in each of two commits), and a catch-up of a row that
-        # holds every event changes nothing.
-        conn.execute("DELETE FROM catalog_dirty WHERE skey = ?", (key,))
+        index.apply(view.id, since, conn)
 
 
 class SqliteCatalog(CatalogDefaults):
@@ -1906,6 +1916,16 @@ class SqliteStore(BaseStore):
         conn = db.connection()
         done = 0
         try:
+            if conn.execute("SELECT 1 FROM catalog_dirty LIMIT 1").fetchone() is None:
+                return 0
+            with db.write_lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(_CLEAR_CURRENT_MARKS)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    _rollback(conn)
+                    raise
             # Every session marked when it starts, once, in key order (one marked again
             # meanwhile, by a writer, waits for the next catch-up: never an endless loop).
             seen = -1
