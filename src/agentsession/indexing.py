@@ -371,7 +371,9 @@ class MemoryIndex:
         """Apply the change of the session's events after ``after`` to its row, or (with
         ``documents``) add their documents."""
         try:
-            events = store.get(sid).read(after=after)
+            session = store.get(sid)
+            start = max(after, shared_until(session))  # a branch's own events (catalogued)
+            events = catalogued(session, start)
         except SessionShredded:
             self.shredded(sid)
             return
@@ -381,14 +383,14 @@ class MemoryIndex:
             if documents:
                 if self.documents_upto.get(sid, 0) != after:
                     self.unindexed.add(sid)
-                elif change is not None and change.first_seq == after + 1:
+                elif change is not None and change.first_seq == start + 1:
                     self._add_documents(sid, change)
                     self.documents_upto[sid] = change.last_seq
                 return
             row = self.rows.get(sid)
             if (0 if row is None else row.last_seq) != after:
                 self.marked.add(sid)
-            elif change is not None and change.first_seq == after + 1:
+            elif change is not None and change.first_seq == start + 1:
                 self.apply(sid, change)
                 if fields is not None:
                     set_row_fields(self.rows[sid], fields)
