@@ -647,14 +647,15 @@ class RedisStore(BaseStore):
             )
 
         super().__init__(parts, **options)
-        # The catalog is caught up from the logs: rows at turn boundaries (appends inside a
-        # turn mark the session), search documents before each search (appends only mark).
+        # The catalog is caught up from the logs: rows at turns' ends (every other append
+        # marks the session: Indexing.lazy), search documents before each search (appends
+        # only mark).
         indexing = self._indexing
         catalog = self._catalog
         index = self._index
         assert isinstance(catalog, RedisCatalog) and isinstance(index, RedisIndex)
         if indexing.catalog:
-            indexing.deferred = True
+            indexing.deferred = indexing.lazy = True
             indexing.documents_apart = indexing.searchable
             catalog.kept = b"rd" if indexing.searchable else b"r"
         index.deferred = indexing.catalog
