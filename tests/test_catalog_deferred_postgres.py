@@ -110,13 +110,13 @@ def test_a_version_5_store_migrates_and_a_reader_lists_it_as_it_is(url: str) -> 
         store.get("b").append(Event.new("turn/start", TurnStart(), agent="bot"))
         store.get("b").append(Event.new("user/message", Message.user("cut"), agent="bot"))
     schema = url.split("schema=")[1]
-    # Back to version 5: no catalog_seq (b's row is not indexed, as version 5 left rows
-    # written with catalog=False).
+    # Back to version 5: no catalog_seq, no search marks (b's row is not indexed, as version 5
+    # left rows written with catalog=False).
     with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute(
             sql.SQL(
-                "ALTER TABLE {s}.sessions DROP COLUMN catalog_seq; "
-                "DELETE FROM {s}.schema_migrations WHERE version = 6"
+                "ALTER TABLE {s}.sessions DROP COLUMN catalog_seq; DROP TABLE {s}.search_dirty; "
+                "DELETE FROM {s}.schema_migrations WHERE version >= 6"
             ).format(s=sql.Identifier(schema))
         )
     with open_store(url, read_only=True, pool_max_size=3) as reader:
@@ -126,4 +126,4 @@ def test_a_version_5_store_migrates_and_a_reader_lists_it_as_it_is(url: str) -> 
         assert _state(url, "b")[2:] == (False, 0, 6)  # type: ignore[index]
         assert [(i.id, i.messages) for i in store.list(order="id")] == [("a", 2), ("b", 3)]
         assert _listed(store) == _rebuilt(store)
-    assert [m.version for m in MIGRATIONS][-1] == 6
+    assert [m.version for m in MIGRATIONS][-1] == 7

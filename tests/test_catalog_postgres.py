@@ -275,12 +275,12 @@ def test_a_version_4_store_migrates_and_lists_with_catalog_fields(schemas: list[
     fill(mem)
     with open_store(url, catalog=False) as old:
         fill(old)
-        # Version 4 had no catalog: drop what versions 5 and 6 added, and go back to version 4.
+        # Version 4 had no catalog: drop what versions 5 to 7 added, and go back to version 4.
         with psycopg.connect(DSN, autocommit=True) as conn:
             conn.execute(
                 sql.SQL(
-                    "DROP TABLE {s}.usage, {s}.documents; DELETE FROM {s}.schema_migrations "
-                    "WHERE version >= 5"
+                    "DROP TABLE {s}.usage, {s}.documents, {s}.search_dirty; "
+                    "DELETE FROM {s}.schema_migrations WHERE version >= 5"
                 ).format(s=sql.Identifier(name))
             )
             cols = [

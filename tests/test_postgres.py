@@ -211,6 +211,7 @@ def test_migrate_records_versions_and_is_idempotent(
         ("meta", "BASE TABLE"),
         ("usage", "BASE TABLE"),
         ("documents", "BASE TABLE"),
+        ("search_dirty", "BASE TABLE"),
         ("events_json", "VIEW"),
     }
 
@@ -1173,12 +1174,12 @@ def test_a_version_2_store_with_data_migrates_to_byte_exact_payloads_and_reads_b
     assert lives == {"golden:chat": 1, "golden:numbers": 39, "golden:odd": 42, "golden:again": 46}
 
     # Without auto_migrate, a version-2 schema is refused as clearly as any older one.
-    with pytest.raises(StorageError, match=r"not at version 6 \(it is at version 2\).*migrate"):
+    with pytest.raises(StorageError, match=r"not at version 7 \(it is at version 2\).*migrate"):
         open_store(url, auto_migrate=False)
 
     with open_store(url) as store:
         versions = rows(admin, schema, "SELECT version FROM {s}.schema_migrations ORDER BY 1")
-        assert [v for (v,) in versions] == [1, 2, 3, 4, 5, 6]
+        assert [v for (v,) in versions] == [1, 2, 3, 4, 5, 6, 7]
         assert rows(admin, schema, "SELECT pg_typeof(data)::text FROM {s}.events LIMIT 1") == [
             ("bytea",)
         ]
@@ -1302,8 +1303,8 @@ def test_reading_commands_read_a_version_3_store_as_it_is_and_migrate_nothing(
         assert decode(events[0].data, Message).text == "nul\x00inside"
         assert [e.id for e in events] == ["", "", ""]
     # A write still migrates.
-    assert invoke(url, "migrate") == (0, "applied migrations 4, 5, 6\n", "")
-    assert [v for (v,) in catalog(admin, schema)["versions"]] == [1, 2, 3, 4, 5, 6]
+    assert invoke(url, "migrate") == (0, "applied migrations 4, 5, 6, 7\n", "")
+    assert [v for (v,) in catalog(admin, schema)["versions"]] == [1, 2, 3, 4, 5, 6, 7]
 
 
 def test_reading_commands_refuse_a_version_2_store_and_migrate_nothing(
@@ -1319,11 +1320,11 @@ def test_reading_commands_refuse_a_version_2_store_and_migrate_nothing(
         code, out, err = run_reading_command(url, args, monkeypatch)
         assert (code, out) == (1, ""), args
         assert err.strip().endswith(
-            "schema version 2 is older than 6; run `agentsession migrate`"
+            "schema version 2 is older than 7; run `agentsession migrate`"
         ), args
         assert catalog(admin, schema) == before, args
     assert not (tmp_path / "copied").exists()
-    with pytest.raises(StoreUnavailable, match="older than 6"):
+    with pytest.raises(StoreUnavailable, match="older than 7"):
         open_store(url, read_only=True)
     assert catalog(admin, schema) == before
 

@@ -35,12 +35,13 @@ should use one language (``store.reindex()`` rewrites the documents with the cur
 from __future__ import annotations
 
 import builtins
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from psycopg import sql
 
-from ...errors import SessionShredded
+from ...errors import CorruptLogError, EncryptionError, SessionExpired, SessionShredded
 from ...indexing import Fields, IndexHost, change_for, reindex, set_row_fields
 from ...listing import (
     CatalogChange,
@@ -56,12 +57,18 @@ from ...listing import (
     sort_totals,
 )
 from .replicas import ReplicaSet
-from .schema import CATALOG_PARAMS, Statements
+from .schema import APPEND_CATALOG_PARAMS, Statements
 
 if TYPE_CHECKING:
     from .connections import Connections, _Conn
 
-__all__ = ["PostgresIndex", "catalog_params", "document_words"]
+__all__ = [
+    "PostgresIndex",
+    "append_params",
+    "catalog_params",
+    "document_words",
+    "documents_params",
+]
 
 MAX_LEXEME_BYTES: Final = 2046
 """Longer words are left out of a document's tsvector (PostgreSQL's limit is 2047 bytes)."""
@@ -127,17 +134,12 @@ def _readable(value: str) -> str:
     return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-def catalog_params(change: CatalogChange, language: str | None, blind: bool) -> dict[str, Any]:
-    """The catalog's parameters of an append statement (:data:`CATALOG_PARAMS`) for
-    ``change``: ``language`` None keeps exact words (``simple``); ``blind``: the documents
-    hold blind tokens (an encrypted store: no text is kept, the tokens are matched exactly)."""
-    from ...listing import words as words_of
-
+def append_params(change: CatalogChange) -> dict[str, Any]:
+    """The catalog's parameters of an append statement
+    (:data:`~agentsession.backends.postgres.schema.APPEND_CATALOG_PARAMS`) for ``change``:
+    what it adds to the session row and its usage rows (its documents are indexed apart)."""
     usage = change.usage
     rows = change.usage_rows
-    docs = change.documents
-    rewinds = change.rewound
-    language = None if blind else language
     return {
         "c_messages": change.messages,
         "c_turns": change.turns,
@@ -159,6 +161,22 @@ def catalog_params(change: CatalogChange, language: str | None, blind: bool) -> 
         "u_cache_read": [r.usage.cache_read_tokens for r in rows],
         "u_cache_write": [r.usage.cache_write_tokens for r in rows],
         "u_cost": [float(r.usage.cost) for r in rows],
+        "c_first": change.first_seq,
+        "c_last": change.last_seq,
+    }
+
+
+def documents_params(change: CatalogChange, language: str | None, blind: bool) -> dict[str, Any]:
+    """The parameters of ``change``'s documents and rewinds (``d_*``, ``r_*`` of
+    :data:`CATALOG_PARAMS`): ``language`` None keeps exact words (``simple``); ``blind``: the
+    documents hold blind tokens (an encrypted store: no text is kept, the tokens are matched
+    exactly)."""
+    from ...listing import words as words_of
+
+    docs = change.documents
+    rewinds = change.rewound
+    language = None if blind else language
+    return {
         "d_seqs": [d.seq for d in docs],
         "d_roles": [d.role for d in docs],
         "d_texts": ["" if blind else _readable(d.text) for d in docs],
@@ -167,16 +185,20 @@ def catalog_params(change: CatalogChange, language: str | None, blind: bool) -> 
         ],
         "d_rewound": [any(t < d.seq < m for t, m in rewinds) for d in docs],
         "d_language": language,
-        "c_first": change.first_seq,
-        "c_last": change.last_seq,
         "r_to": [t for t, _ in rewinds],
         "r_marker": [m for _, m in rewinds],
     }
 
 
-def raw_catalog_params(params: dict[str, Any]) -> tuple[Any, ...]:
-    """:func:`catalog_params` in the order of the ``$13`` ... placeholders."""
-    return tuple(params[name] for name in CATALOG_PARAMS)
+def catalog_params(change: CatalogChange, language: str | None, blind: bool) -> dict[str, Any]:
+    """Every catalog parameter (:data:`CATALOG_PARAMS`) of ``change``: :func:`append_params`
+    and :func:`documents_params`."""
+    return append_params(change) | documents_params(change, language, blind)
+
+
+def raw_append_params(params: dict[str, Any]) -> tuple[Any, ...]:
+    """:func:`append_params` in the order of the ``$13`` ... placeholders."""
+    return tuple(params[name] for name in APPEND_CATALOG_PARAMS)
 
 
 # -- the queries --------------------------------------------------------------------------------
@@ -277,7 +299,9 @@ class PostgresIndex:
     store's queries and writes what ``session.update``, ``shred`` and ``reindex`` change.
 
     ``language``: the text search configuration of the documents (None: ``simple``, exact
-    words); ``read_only``: a store that must not write (:meth:`sync` rebuilds nothing)."""
+    words); ``read_only``: a store that must not write (:meth:`sync` rebuilds nothing, a
+    search indexes nothing); ``marks``: the schema has the search marks (version 7), whose
+    sessions' documents a search indexes first (:meth:`index_documents`)."""
 
     def __init__(
         self,
@@ -288,8 +312,10 @@ class PostgresIndex:
         language: str | None = None,
         read_only: bool = False,
         reads: ReplicaSet | None = None,
+        marks: bool = False,
     ) -> None:
         self._db = db
+        self._marks = marks and not read_only
         self._read = (reads or ReplicaSet(db, (), 0.0)).run
         """How lists, searches and totals read: on a read replica when the store has one."""
         self._sql = statements
@@ -363,6 +389,82 @@ class PostgresIndex:
         )
         return True
 
+    def index_documents(self, store: IndexHost) -> int:
+        """Index the search documents of the sessions marked behind their logs (version 7:
+        appends write no documents, they mark their session in ``search_dirty`` with the seq
+        before them); returns how many sessions' logs were read. Run by every ``search``
+        first; a writer may run it after appending (``store.index_documents()``), so that the
+        next search finds the documents indexed. Nothing on a store opened read-only (its
+        searches find the documents indexed so far) or on an older schema.
+
+        Each marked session is read after its mark's seq, and its documents written in one
+        transaction that first locks the session row (as appends lock it), so the latest seq
+        read there is the stored one: the mark goes when the documents reach it, else it moves
+        to the seq they reach (an append meanwhile left it, and is read next time). A crash
+        leaves the mark; indexing a document again replaces it."""
+        if not self._marks:
+            return 0
+        statement = self._sql.marked
+
+        def _marked(conn: _Conn, after: str) -> builtins.list[Any]:
+            return conn.execute(statement, (after,)).fetchall()
+
+        done = 0
+        seen = ""
+        while True:
+            rows = self._db.run("finding sessions to index", functools.partial(_marked, after=seen))
+            if not rows:
+                return done
+            seen = rows[-1][0]
+            for sid, after in rows:
+                done += self._index_marked(store, sid, int(after))
+
+    def _index_marked(self, store: IndexHost, session_id: str, after: int) -> int:
+        """Index the documents of one marked session after its mark's seq ``after`` (one of
+        its storage's own seqs: a branch's reader presents them after its shared history)."""
+        from .connections import log
+
+        try:
+            session = store.get(session_id)
+            latest = session.latest_seq
+            origin = session.origin
+            shared = origin.seq if origin is not None else 0
+            events = session.read(after=after + shared)
+        except SessionShredded:
+            self.shredded(session_id)
+            return 1
+        except (CorruptLogError, EncryptionError, SessionExpired) as exc:
+            log.warning("search: session %r not indexed: %s", session_id, type(exc).__name__)
+            return 0
+        change = change_for(store, events, documents=True) if events else None
+        docs: dict[str, Any] | None = None
+        if change is not None and (change.documents or change.rewound):
+            docs = documents_params(change, self.language, self.blind())
+            docs["id"] = session_id
+        upto = (events[-1].seq if events else latest) - shared
+        statements = self._sql
+        mark = {"id": session_id, "after": after, "upto": upto}
+
+        def write(conn: _Conn) -> None:
+            with conn.transaction():
+                found = conn.execute(statements.lock_session, (session_id,)).fetchone()
+                if found is None:  # deleted since
+                    conn.execute(statements.mark_done, mark)
+                    return
+                if found[0] < upto:  # made again since: read again next time
+                    return
+                if docs is not None:
+                    conn.execute(statements.documents_add, docs)
+                done = statements.mark_done if found[0] == upto else statements.mark_moved
+                conn.execute(done, mark)
+
+        self._db.run(
+            f"indexing the documents of session {session_id!r}",
+            write,
+            write="the session's documents may or may not have been indexed",
+        )
+        return 1
+
     def query(self, query: ListQuery) -> builtins.list[CatalogRow]:
         params: dict[str, Any] = {}
         conditions = _conditions(query.where, params, "s")
@@ -395,6 +497,10 @@ class PostgresIndex:
         return [_row(r) for r in rows]
 
     def search(self, query: SearchQuery) -> builtins.list[Hit]:
+        host = self.host
+        # Read where documents were just written, if any: a replica may not have them yet.
+        indexed = host is not None and self.index_documents(host) > 0
+        read = self._db.run if indexed else self._read
         params: dict[str, Any] = {"limit": query.limit}
         exact = query.blind or self.language is None
         if exact:
@@ -450,7 +556,7 @@ class PostgresIndex:
             w=_where(conditions),
             outer=_where(outer),
         )
-        rows = self._read("searching", lambda c: c.execute(statement, params).fetchall())
+        rows = read("searching", lambda c: c.execute(statement, params).fetchall())
         return [
             Hit(
                 session_id=r[0],
@@ -541,12 +647,15 @@ class PostgresIndex:
             WHERE id = %s
             """
         )
-        delete = self._sql.delete_documents
+        statements = self._sql
+        marks = self._marks
 
         def shred(conn: _Conn) -> None:
             with conn.transaction():
                 conn.execute(update, (session_id,))
-                conn.execute(delete, (session_id,))
+                conn.execute(statements.delete_documents, (session_id,))
+                if marks:
+                    conn.execute(statements.delete_mark, (session_id,))
 
         self._db.run(
             f"shredding session {session_id!r} in the catalog",
@@ -592,6 +701,7 @@ class PostgresIndex:
             "compacted": row.compacted_before,
         }
         statements = self._sql
+        marks = self._marks
         blind = self.blind()
         docs: dict[str, Any] | None = None
         if change is not None:
@@ -610,6 +720,8 @@ class PostgresIndex:
                     return
                 conn.execute(statements.delete_usage, (session_id,))
                 conn.execute(statements.delete_documents, (session_id,))
+                if marks:  # its documents are rebuilt here, up to the latest seq
+                    conn.execute(statements.delete_mark, (session_id,))
                 if found is None:
                     return
                 conn.execute(update, values)

@@ -67,6 +67,8 @@ __all__ = [
     "APPEND_MANY_PARAMS",
     "CATALOG_PARAMS",
     "LATEST_VERSION",
+    "MARKS_VERSION",
+    "APPEND_CATALOG_PARAMS",
     "TAIL_EVENTS",
     "MIGRATIONS",
     "READABLE_AS_IT_IS",
@@ -261,6 +263,28 @@ MIGRATIONS: tuple[Migration, ...] = (
             "UPDATE {s}.sessions SET catalog_seq = last_seq WHERE indexed",
         ),
     ),
+    Migration(
+        7,
+        "search documents indexed apart from the appends: search_dirty",
+        (
+            # The sessions whose search documents are behind their log: an append marks its
+            # session with the seq before it (nothing written when it is marked already), and
+            # a search first indexes the documents of the marked sessions from their logs
+            # (PostgresIndex.index_documents). Appends write no documents (no GIN entries).
+            """
+            CREATE TABLE {s}.search_dirty (
+                session_id text COLLATE "C" PRIMARY KEY,
+                after bigint NOT NULL
+            )
+            """,
+            # Version 6 kept the documents of a row up to its catalog_seq; those after it went
+            # with the row's catch-up, which from now on leaves documents to the marks.
+            """
+            INSERT INTO {s}.search_dirty (session_id, after)
+            SELECT id, catalog_seq FROM {s}.sessions WHERE NOT indexed AND catalog_seq > 0
+            """,
+        ),
+    ),
 )
 """Every migration, oldest first. Append new ones; never edit one that has shipped."""
 
@@ -272,7 +296,11 @@ LATEST_VERSION = MIGRATIONS[-1].version
 
 CATALOG_VERSION = 5
 """The oldest schema version with the catalog's columns and tables (a store opened to read
-lists and searches it; version 6 adds only what writers use)."""
+lists and searches it; versions 6 and 7 add only what writers use)."""
+
+MARKS_VERSION = 7
+"""The schema version with ``search_dirty``: appends mark their sessions, and searches index
+the marked sessions' documents first."""
 
 _BOOTSTRAP = """
 CREATE TABLE IF NOT EXISTS {s}.schema_migrations (
@@ -738,23 +766,46 @@ _CATALOG_CTES = (
     f"catalog_rewound AS ({_REWIND_CTE}\n)"
 )
 
+# What an append changes in the catalog (version 7): the row's columns and the usage rows.
+# Its documents are left to the search marks.
+_APPEND_CATALOG_CTES = f",\ncatalog_usage AS ({_USAGE_CTE}\n)"
 
-def _with_catalog(template: str, catalog: bool, raw: bool) -> str:
+# The search mark (version 7): the session, with the seq before the append, unless it is
+# marked already (a probe of the primary key; nothing written then). ``/*BASE*/`` is the
+# template's expression of the seq before the append.
+_MARK_CTE = """,
+search_mark AS (
+    INSERT INTO {s}.search_dirty (session_id, after) SELECT %(id)s, /*BASE*/ FROM s
+    ON CONFLICT (session_id) DO NOTHING
+)"""
+
+APPEND_CATALOG_PARAMS: Final = tuple(
+    name for name in CATALOG_PARAMS if not name.startswith(("d_", "r_"))
+)
+"""The parameters the catalog adds to an append statement (``$13`` on for the one-event
+statements): :data:`CATALOG_PARAMS` but the documents and rewinds, which the search marks
+leave to :meth:`~agentsession.backends.postgres.index.PostgresIndex.index_documents`."""
+
+
+def _with_catalog(template: str, catalog: bool, raw: bool, base: str, marks: bool) -> str:
     """An append statement with the catalog's parts (``catalog``) or marking the row not
-    indexed; ``raw``: the catalog's parameters numbered after the statement's 12."""
+    indexed; ``marks``: with the search mark (``base``: the seq before the append); ``raw``:
+    the catalog's parameters numbered after the statement's 12."""
+    ctes = _MARK_CTE.replace("/*BASE*/", base) if marks else ""
     if not catalog:
         plain = template.replace("/*SET*/", ",\n        indexed = false")
         plain = plain.replace("/*COLS*/", ", indexed").replace("/*VALS*/", ", false")
-        return plain.replace("/*CTES*/", "").replace("/*RET*/", "")
-    out = (
-        template.replace("/*SET*/", _CATALOG_SET)
-        .replace("/*RET*/", ", s.indexed AS caught")
-        .replace("/*COLS*/", _CATALOG_COLS)
-        .replace("/*VALS*/", _CATALOG_VALS)
-        .replace("/*CTES*/", _CATALOG_CTES)
-    )
+        out = plain.replace("/*CTES*/", ctes).replace("/*RET*/", "")
+    else:
+        out = (
+            template.replace("/*SET*/", _CATALOG_SET)
+            .replace("/*RET*/", ", s.indexed AS caught")
+            .replace("/*COLS*/", _CATALOG_COLS)
+            .replace("/*VALS*/", _CATALOG_VALS)
+            .replace("/*CTES*/", _APPEND_CATALOG_CTES + ctes)
+        )
     if raw:
-        numbers = {name: f"${i}" for i, name in enumerate(CATALOG_PARAMS, start=13)}
+        numbers = {name: f"${i}" for i, name in enumerate(APPEND_CATALOG_PARAMS, start=13)}
         numbers["id"] = "$1"
         out = re.sub(r"%\((\w+)\)s", lambda m: numbers[m.group(1)], out)
     return out
@@ -827,9 +878,11 @@ def positional_names(template: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(re.findall(r"%\((\w+)\)[sb]", template)))
 
 
-APPEND_MANY_PARAMS: Final = positional_names(_with_catalog(_APPEND_MANY, False, False))
+APPEND_MANY_PARAMS: Final = positional_names(_with_catalog(_APPEND_MANY, False, False, "", False))
 """The batch append statement's parameters, in ``$n`` order (without the catalog)."""
-APPEND_MANY_CATALOG_PARAMS: Final = positional_names(_with_catalog(_APPEND_MANY, True, False))
+APPEND_MANY_CATALOG_PARAMS: Final = positional_names(
+    _with_catalog(_APPEND_MANY, True, False, "", False)
+)
 """The batch append statement's parameters, in ``$n`` order (with the catalog)."""
 
 
@@ -860,6 +913,12 @@ class Statements:
     delete_meta_of: bytes
     delete_usage: bytes
     delete_documents: bytes
+    delete_mark: bytes
+    marked: bytes
+    lock_session: bytes
+    documents_add: bytes
+    mark_done: bytes
+    mark_moved: bytes
     catalog_rebuild: bytes
     catalog_apply: bytes
     meta_get: bytes
@@ -873,9 +932,12 @@ class Statements:
     meta_cas_delete: bytes
 
     @classmethod
-    def for_schema(cls, schema: str, *, event_ids: bool = True) -> Statements:
+    def for_schema(cls, schema: str, *, event_ids: bool = True, marks: bool = False) -> Statements:
         """The statements for the tables in ``schema``. Without ``event_ids`` (a version 3
-        schema opened read-only, which has no ``events.eid``), reads return NULL for it."""
+        schema opened read-only, which has no ``events.eid``), reads return NULL for it.
+        ``marks``: appends mark their sessions in ``search_dirty`` (version 7; a store that
+        keeps a search index), whose documents a search indexes first."""
+        before_next = "$2::bigint - 1"
 
         def render(template: str) -> bytes:
             if not event_ids:
@@ -884,12 +946,18 @@ class Statements:
             return _render(template, schema)
 
         return cls(
-            append_next=render(_with_catalog(_APPEND_NEXT, False, True)),
-            append_one=render(_with_catalog(_APPEND_ONE, False, True)),
-            append_many=render(_positional(_with_catalog(_APPEND_MANY, False, False))),
-            append_next_catalog=render(_with_catalog(_APPEND_NEXT, True, True)),
-            append_one_catalog=render(_with_catalog(_APPEND_ONE, True, True)),
-            append_many_catalog=render(_positional(_with_catalog(_APPEND_MANY, True, False))),
+            append_next=render(_with_catalog(_APPEND_NEXT, False, True, before_next, marks)),
+            append_one=render(_with_catalog(_APPEND_ONE, False, True, "s.base", marks)),
+            append_many=render(
+                _positional(_with_catalog(_APPEND_MANY, False, False, "s.base", marks))
+            ),
+            append_next_catalog=render(
+                _with_catalog(_APPEND_NEXT, True, True, before_next, marks)
+            ),
+            append_one_catalog=render(_with_catalog(_APPEND_ONE, True, True, "s.base", marks)),
+            append_many_catalog=render(
+                _positional(_with_catalog(_APPEND_MANY, True, False, "s.base", marks))
+            ),
             open_tail=render(_OPEN_TAIL),
             open=render(_OPEN),
             refresh=render(_REFRESH),
@@ -919,6 +987,33 @@ class Statements:
             ),
             delete_usage=render("DELETE FROM {s}.usage WHERE session_id = %s"),
             delete_documents=render("DELETE FROM {s}.documents WHERE session_id = %s"),
+            delete_mark=render("DELETE FROM {s}.search_dirty WHERE session_id = %s"),
+            # The marked sessions after an id, in id order (a keyset scan of the marks).
+            marked=render(
+                "SELECT session_id, after FROM {s}.search_dirty WHERE session_id > %s "
+                "ORDER BY session_id LIMIT 500"
+            ),
+            # Waits out an append in flight and keeps the next one waiting (appends lock the
+            # row first): what is read then is the latest seq stored.
+            lock_session=render("SELECT last_seq FROM {s}.sessions WHERE id = %s FOR UPDATE"),
+            # A marked session's documents, and the rewinds among its events flagging those
+            # stored before.
+            documents_add=render(
+                "WITH s AS (SELECT true AS caught), catalog_documents AS ("
+                + _DOCUMENTS_CTE
+                + "\n), catalog_rewound AS ("
+                + _REWIND_CTE
+                + "\n) SELECT 1"
+            ),
+            # The mark, once the documents up to the latest seq are indexed; or moved to the
+            # seq they were indexed up to (appended to since). Only while it is the mark read.
+            mark_done=render(
+                "DELETE FROM {s}.search_dirty WHERE session_id = %(id)s AND after = %(after)s"
+            ),
+            mark_moved=render(
+                "UPDATE {s}.search_dirty SET after = %(upto)s "
+                "WHERE session_id = %(id)s AND after = %(after)s"
+            ),
             # A rebuild's usage rows and documents (the row's columns are set apart).
             catalog_rebuild=render(
                 "WITH s AS (SELECT true AS caught)" + _CATALOG_CTES + " SELECT 1"

@@ -27,7 +27,7 @@ from ...events import Event, decode_event, encode_event
 from ...session import BaseSession
 from ...storage import REOPEN, LogView, Reopen
 from .connections import Connections, _Conn, _Row
-from .index import PostgresIndex, _readable, catalog_params, raw_catalog_params
+from .index import PostgresIndex, _readable, append_params, raw_append_params
 from .replicas import Freshness, ReplicaSet, write_lsn
 from .schema import APPEND_MANY_CATALOG_PARAMS, APPEND_MANY_PARAMS, TAIL_EVENTS, Statements
 
@@ -414,7 +414,7 @@ class PostgresLog:
             one = _append_one_params(self._id, events[0], marker == 0, after, life)
             if catalog is None:
                 return AppendRequest(action, _UNKNOWN, sql.append_one, one, True)
-            one += raw_catalog_params(catalog)
+            one += raw_append_params(catalog)
             return AppendRequest(action, _UNKNOWN, sql.append_one_catalog, one, True)
         many = _append_many_params(self._id, events, marker, after, life)
         if catalog is None:
@@ -427,15 +427,15 @@ class PostgresLog:
     def catalog(self, view: LogView, events: list[Event], after: int) -> dict[str, Any] | None:
         """The catalog's parameters of an append of ``events`` after seq ``after`` (what
         ``view.indexed`` says they change, as stored with seqs ``after + 1...``: an append is
-        only ever stored right after the seq it is conditional on); None when the store keeps
-        no catalog."""
-        index = self._index
-        if index is None:
+        only ever stored right after the seq it is conditional on; its documents are indexed
+        apart, see :meth:`PostgresIndex.index_documents`); None when the store keeps no
+        catalog."""
+        if self._index is None:
             return None
         change = view.indexed(_numbered(events, after))
         if change is None:
             return None
-        return catalog_params(change, index.language, index.blind())
+        return append_params(change)
 
     def take_append(self, life: int) -> None:
         """Take in the life an append landed in (the one this log read, or the first one)."""
@@ -598,7 +598,7 @@ class PostgresLog:
         catalog = self.catalog(view, [event], seen)
         if catalog is None:
             return AppendRequest(self._one_action, _UNKNOWN, self._sql.append_next, params, True)
-        params += raw_catalog_params(catalog)
+        params += raw_append_params(catalog)
         statement = self._sql.append_next_catalog
         return AppendRequest(self._one_action, _UNKNOWN, statement, params, True)
 

@@ -118,6 +118,7 @@ from .replicas import DEFAULT_REPLICA_WAIT, ReplicaSet
 from .schema import (
     CATALOG_VERSION,
     LATEST_VERSION,
+    MARKS_VERSION,
     READABLE_AS_IT_IS,
     Statements,
     apply_migrations,
@@ -355,6 +356,7 @@ class PostgresCatalog(CatalogDefaults):
                 conn.execute(statements.delete_events, (session_id,))
                 conn.execute(statements.delete_usage, (session_id,))
                 conn.execute(statements.delete_documents, (session_id,))
+                conn.execute(statements.delete_mark, (session_id,))
                 conn.execute(statements.delete_meta_of, (list(meta_kinds), session_id))
             return row is not None
 
@@ -619,7 +621,9 @@ class PostgresStore(BaseStore):
                     conn = _prepare_schema(
                         db, target, self.durability, auto_migrate, create, partitions
                     )
-                    sql = Statements.for_schema(target.schema)
+                    # Appends mark their sessions for search where a store keeps documents.
+                    marks = bool(options.get("catalog", True) and options.get("searchable", True))
+                    sql = Statements.for_schema(target.schema, marks=marks)
             except BaseException:
                 db.pool.close()  # not open yet, unless something opened it early
                 raise
@@ -630,7 +634,13 @@ class PostgresStore(BaseStore):
             for replica in reads.replicas:
                 replica.db.open_in_background()
             index = self._pg_index = PostgresIndex(
-                db, target.schema, sql, language=language, read_only=read_only, reads=reads
+                db,
+                target.schema,
+                sql,
+                language=language,
+                read_only=read_only,
+                reads=reads,
+                marks=version >= MARKS_VERSION,
             )
             # Versions 3 and 4 (no catalog) are read as they are, version 5 with its catalog
             # (a store opened to read catches nothing up: catalog_seq is not read).
@@ -651,9 +661,23 @@ class PostgresStore(BaseStore):
 
         super().__init__(parts, **options)
         self._pg_index.host = self
-        # Changes at turn boundaries (schema version 6: sessions.catalog_seq); see
-        # agentsession.indexing.Indexing.deferred.
+        # Changes at turn boundaries (schema version 6: sessions.catalog_seq), and documents
+        # indexed apart by searches (version 7: search_dirty); see
+        # agentsession.indexing.Indexing.deferred and documents_apart.
         self._indexing.deferred = not read_only
+        self._indexing.documents_apart = not read_only
+
+    def index_documents(self) -> int:
+        """Index the search documents of the sessions whose appends marked them (appends
+        write none); returns how many sessions' logs were read. Every ``search`` runs it first;
+        a writer may run it after appending, so that the next search, in any process (one
+        opened read-only too), finds the documents indexed. Nothing on a store opened
+        read-only or with ``catalog=False`` or ``searchable=False``. See
+        :meth:`PostgresIndex.index_documents
+        <agentsession.backends.postgres.index.PostgresIndex.index_documents>`."""
+        if not (self._indexing.catalog and self._indexing.searchable):
+            return 0
+        return self._pg_index.index_documents(self)
 
     # -- the async API ----------------------------------------------------------------------
 
