@@ -233,3 +233,39 @@ def test_a_version_6_schema_is_read_as_it_is_and_migrated(url: str) -> None:
         expected = _hits(store, "pandas")
         store.reindex()
         assert _hits(store, "pandas") == expected
+
+
+def test_the_filter_indexes_hold_only_rows_with_a_value_and_serve_the_filters(url: str) -> None:
+    with open_store(url, pool_max_size=3) as store:
+        for n in range(40):
+            store.get(f"s{n}").append(Event.new("user/message", Message.user("hi")))
+        store.get("s7").update(tenant="acme", user="ada", tags=["x"])
+        for where in ({"tenant": "acme"}, {"user": "ada"}, {"tags": ["x"]}):
+            assert [i.id for i in store.list(where=where)] == ["s7"]
+        assert len(store.list(where={"tenant": ""}, limit=100)) == 39
+    schema = url.split("schema=")[1]
+    predicates = _sql(
+        url,
+        "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname IN "
+        "('sessions_tenant_idx', 'sessions_user_idx', 'sessions_tags_idx') ORDER BY 1",
+        schema,
+    )
+    assert predicates == [
+        ("sessions_tags_idx", "(tags <> '{}'::text[])"),
+        ("sessions_tenant_idx", "(tenant <> ''::text)"),
+        ("sessions_user_idx", "(\"user\" <> ''::text)"),
+    ]
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute("SET enable_seqscan = off")
+        for condition, index in (
+            ("tenant = ANY(ARRAY['acme']) AND tenant <> ''", "sessions_tenant_idx"),
+            ("\"user\" = ANY(ARRAY['ada']) AND \"user\" <> ''", "sessions_user_idx"),
+            ("tags @> ARRAY['x'] AND tags <> '{}'", "sessions_tags_idx"),
+        ):
+            plan = conn.execute(
+                sql.SQL("EXPLAIN SELECT id FROM {}.sessions WHERE ").format(sql.Identifier(schema))
+                + sql.SQL(condition)  # type: ignore[arg-type]
+            ).fetchall()
+            assert index in " ".join(r[0] for r in plan)

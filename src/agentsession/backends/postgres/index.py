@@ -250,14 +250,22 @@ def _conditions(where: Filter, params: dict[str, Any], alias: str) -> list[sql.C
         add("starts_with({a}.id, {p}::text)", "w_prefix", where.prefix)
     if where.ids is not None:
         add("{a}.id = ANY({p}::text[])", "w_ids", list(where.ids))
+    # The indexes of user, tenant and tags hold only the rows that have one (schema version
+    # 7): a filter that cannot match an empty one says so, for the planner to use them.
     if where.user is not None:
         add('{a}."user" = ANY({p}::text[])', "w_user", list(where.user))
+        if "" not in where.user:
+            out.append(sql.SQL("{a}.\"user\" <> ''").format(a=a))
     if where.tenant is not None:
         add("{a}.tenant = ANY({p}::text[])", "w_tenant", list(where.tenant))
+        if "" not in where.tenant:
+            out.append(sql.SQL("{a}.tenant <> ''").format(a=a))
     if where.agent is not None:
         add("{a}.agents && {p}::text[]", "w_agent", list(where.agent))
     if where.tags is not None:
         add("{a}.tags @> {p}::text[]", "w_tags", list(where.tags))
+        if where.tags:
+            out.append(sql.SQL("{a}.tags <> '{{}}'").format(a=a))
     if where.status is not None:
         add("{a}.status = ANY({p}::text[])", "w_status", list(where.status))
     for field, bounds in (("updated_at", where.updated), ("created_at", where.created)):
