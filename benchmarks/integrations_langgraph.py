@@ -16,8 +16,16 @@ Measured, best of ``--repeat`` (a fresh database each time):
 * **run**: super-steps per second of the run (each super-step is one ``put_writes`` and one
   ``put``);
 * **history**: checkpoints per second of the history read;
-* **bytes**: what the thread takes on disk: the SQLite file (after a WAL checkpoint), the
-  PostgreSQL tables' total relation size (heap, TOAST and indexes), the JSONL directory.
+* **bytes**: what the store takes on disk after the run: the SQLite file (after a WAL
+  checkpoint), the PostgreSQL tables' total relation size (heap, TOAST and indexes), the JSONL
+  directory;
+* **added**: what the run added to it: bytes after the run minus bytes of the same store
+  initialised and empty (opened, its tables made, before the run). Each side's fixed pages
+  (an empty table's or index's first pages, the migrations' records) are left out, so a small
+  thread is compared on what it costs, not on what each schema costs empty.
+
+agentsession's PostgreSQL appends write no search documents (they mark the thread; the first
+search indexes them): what indexing them adds is printed below its row.
 
 Pairs: agentsession on SQLite against ``SqliteSaver`` (WAL, ``synchronous`` at SQLite's
 default FULL), also with agentsession at ``durability="fsync"`` (``synchronous=FULL``: the same
@@ -114,14 +122,20 @@ def build(saver: BaseCheckpointSaver[Any], steps: int) -> Any:
     return builder.compile(checkpointer=saver)
 
 
+Measured = tuple[float, float, int, int]
+"""Super-steps/s of the run, checkpoints/s of the history read, stored bytes, bytes added."""
+
+
 def measure(
     open_saver: Callable[[], contextlib.AbstractContextManager[BaseCheckpointSaver[Any]]],
     size: Callable[[], int],
     steps: int,
-) -> tuple[float, float, int]:
-    """(super-steps/s of the run, checkpoints/s of the history read, stored bytes)."""
+) -> Measured:
+    """(super-steps/s of the run, checkpoints/s of the history read, stored bytes, bytes the
+    run added to the store initialised and empty)."""
     config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": steps + 10}
     with open_saver() as saver:
+        empty = size()
         graph = build(saver, steps)
         start = time.perf_counter()
         result = graph.invoke({"messages": [], "steps": 0}, config)
@@ -134,11 +148,12 @@ def measure(
         read = time.perf_counter() - start
         assert len(history) == steps + 2, len(history)
         assert len(history[0].values["messages"]) == steps
-    return steps / run, len(history) / read, size()
+    stored = size()
+    return steps / run, len(history) / read, stored, stored - empty
 
 
 def dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
 
 def sqlite_bytes(path: Path) -> int:
@@ -199,8 +214,13 @@ def postgres_saver(dsn: str, schema: str) -> Iterator[BaseCheckpointSaver[Any]]:
         conn.close()
 
 
-def best(runs: list[tuple[float, float, int]]) -> tuple[float, float, int]:
-    return max(r[0] for r in runs), max(r[1] for r in runs), min(r[2] for r in runs)
+def best(runs: list[Measured]) -> Measured:
+    return (
+        max(r[0] for r in runs),
+        max(r[1] for r in runs),
+        min(r[2] for r in runs),
+        min(r[3] for r in runs),
+    )
 
 
 def main() -> None:
@@ -220,9 +240,9 @@ def main() -> None:
     global VARIED
     VARIED = args.text == "varied"
 
-    rows: dict[str, tuple[float, float, int]] = {}
+    rows: dict[str, Measured] = {}
 
-    def repeat(name: str, once: Callable[[Path], tuple[float, float, int]]) -> None:
+    def repeat(name: str, once: Callable[[Path], Measured]) -> None:
         runs = []
         for _ in range(args.repeat):
             where = Path(tempfile.mkdtemp(prefix="lgbench-"))
@@ -231,8 +251,11 @@ def main() -> None:
             finally:
                 shutil.rmtree(where, ignore_errors=True)
         rows[name] = best(runs)
-        run, read, size = rows[name]
-        print(f"  {name:34} {run:9.0f} steps/s {read:9.0f} checkpoints/s {size:>12,} B")
+        run, read, size, added = rows[name]
+        print(
+            f"  {name:28} {run:6.0f} steps/s {read:6.0f} checkpoints/s {size:>11,} B "
+            f"{added:>11,} B added"
+        )
 
     print(f"{steps} super-steps, {args.text} text, best of {args.repeat}:")
     repeat(
@@ -262,14 +285,20 @@ def main() -> None:
     if args.postgres:
         dsn = args.postgres
 
-        def pg(kind: str) -> Callable[[Path], tuple[float, float, int]]:
-            def once(_: Path) -> tuple[float, float, int]:
+        def pg(kind: str) -> Callable[[Path], Measured]:
+            def once(_: Path) -> Measured:
                 url, schema = postgres_url(dsn)
                 try:
                     if kind == "ours":
-                        return measure(
+                        measured = measure(
                             lambda: ours(url), lambda: postgres_bytes(dsn, schema), steps
                         )
+                        # The search documents of the mirrored messages, which the first
+                        # search indexes (appends only mark the thread): what they add.
+                        with ags.open_store(url) as store:
+                            store.index_documents()  # type: ignore[attr-defined]
+                        searched.append(postgres_bytes(dsn, schema) - measured[2])
+                        return measured
                     import psycopg
 
                     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -284,8 +313,13 @@ def main() -> None:
 
             return once
 
+        searched: list[int] = []
         repeat("PostgresSaver", pg("theirs"))
         repeat("agentsession postgres", pg("ours"))
+        print(
+            f"  {'  + its search documents':28} {min(searched):>44,} B more once a search "
+            "indexed them"
+        )
     else:
         print("  (no PostgreSQL: pass --postgres DSN or set AGENTSESSION_TEST_POSTGRES_DSN)")
 
@@ -296,13 +330,16 @@ def main() -> None:
         ("agentsession jsonl", "SqliteSaver"),
         ("agentsession jsonl", "PostgresSaver"),
     ]
-    print("\nratios (agentsession / baseline): run throughput, history throughput, bytes")
+    print(
+        "\nratios (agentsession / baseline): run throughput, history throughput, bytes, "
+        "bytes added"
+    )
     for mine, theirs in pairs:
         if mine in rows and theirs in rows:
             a, b = rows[mine], rows[theirs]
             print(
                 f"  {mine:28} / {theirs:14} {a[0] / b[0]:6.2f}x {a[1] / b[1]:6.2f}x "
-                f"{a[2] / b[2]:6.3f}x"
+                f"{a[2] / b[2]:6.3f}x {a[3] / b[3]:6.3f}x"
             )
 
 

@@ -3,6 +3,12 @@
 hands it the whole turn where it continues ``catalog_seq``, and reading the catalog catches up
 the rows not indexed from their logs, so what is listed always matches a rebuild.
 
+Its search documents indexed apart from the appends (schema version 7): an append only marks
+its session in ``search_dirty`` (in its own statement), a search first indexes every marked
+session's documents from its log, and a store opened read-only searches what is indexed. What
+a search finds never depends on when the documents were indexed (checked against a rebuild),
+and a version 6 schema is migrated (and read as it is when read-only).
+
 Needs a server: set ``AGENTSESSION_TEST_POSTGRES_DSN``.
 """
 
@@ -16,29 +22,22 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from agentsession import Event, Message, open_store
+from agentsession import Event, Message, StorageError, aio, open_store
+from agentsession.backends.postgres.index import PostgresIndex
 from agentsession.backends.postgres.schema import MIGRATIONS
 from agentsession.events import TurnEnd, TurnStart
 
 from .test_catalog_deferred import _listed, _rebuilt, _turn, kill_writer_mid_turn
-from .test_conformance_postgres import (
-    DSN,
-    SKIP_REASON,
-    drop_schemas,
-    new_schema_name,
-    url_with_schema,
-)
+from .test_catalog_search_deferred import check_branch_documents
+from .test_conformance_postgres import DSN, SKIP_REASON, fresh_schema_url
 
 pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not DSN, reason=SKIP_REASON)]
 
 
 @pytest.fixture
 def url() -> Iterator[str]:
-    name = new_schema_name()
-    try:
-        yield url_with_schema(name)
-    finally:
-        drop_schemas([name])
+    with fresh_schema_url() as fresh:
+        yield fresh
 
 
 def _state(url: str, session_id: str) -> tuple[Any, ...] | None:
@@ -127,3 +126,218 @@ def test_a_version_5_store_migrates_and_a_reader_lists_it_as_it_is(url: str) -> 
         assert [(i.id, i.messages) for i in store.list(order="id")] == [("a", 2), ("b", 3)]
         assert _listed(store) == _rebuilt(store)
     assert [m.version for m in MIGRATIONS][-1] == 7
+
+
+# -- search documents indexed apart (schema version 7) ----------------------------------------
+
+
+def _sql(url: str, query: str, *params: Any) -> list[Any]:
+    schema = url.split("schema=")[1]
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        cursor = conn.execute(sql.SQL(query).format(s=sql.Identifier(schema)), params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _marks(url: str) -> list[tuple[str, int]]:
+    return [tuple(r) for r in _sql(url, "SELECT * FROM {s}.search_dirty ORDER BY 1")]
+
+
+def _documents(url: str) -> int:
+    return int(_sql(url, "SELECT count(*) FROM {s}.documents")[0][0])
+
+
+def _hits(store: Any, query: str) -> list[tuple[Any, ...]]:
+    return sorted(
+        (h.session_id, h.seq, h.role, h.rewound, h.compacted, h.snippet)
+        for h in store.search(query, limit=1000)
+    )
+
+
+def test_appends_write_no_document_and_a_search_indexes_each_once(url: str) -> None:
+    with open_store(url, pool_max_size=3) as store:
+        for n in range(3):
+            _turn(store.get(f"s{n}"), n)
+        assert _documents(url) == 0
+        assert _marks(url) == [("s0", 0), ("s1", 0), ("s2", 0)]
+        assert len(store.search("pandas")) == 3
+        assert _documents(url) == 6 and _marks(url) == []
+        assert store.index_documents() == 0
+        _turn(store.get("s0"), 9)
+        assert _marks(url) == [("s0", 4)]
+        assert store.index_documents() == 1
+        assert _documents(url) == 8 and _marks(url) == []
+        expected = _hits(store, "pandas")
+        store.reindex()  # a rebuild changes nothing either
+        assert _documents(url) == 8 and _hits(store, "pandas") == expected
+
+
+def test_appends_inside_a_turn_mark_too(url: str) -> None:
+    with open_store(url, pool_max_size=3) as store:
+        session = store.get("a")
+        _turn(session, 0)
+        store.index_documents()
+        session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        store.index_documents()  # the turn's start alone: nothing left to index
+        assert _marks(url) == []
+        session.append(Event.new("user/message", Message.user("inside words"), agent="bot"))
+        assert _marks(url) == [("a", 5)]
+        session.append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
+        assert [(h.session_id, h.seq) for h in store.search("inside")] == [("a", 6)]
+
+
+def test_a_search_finds_what_a_rebuild_finds_after_rewinds_and_two_writers(url: str) -> None:
+    one = open_store(url, pool_max_size=3)
+    two = open_store(url, pool_max_size=3)
+    try:
+        a, b = one.get("s"), two.get("s")
+        _turn(a, 0)
+        one.search("pandas")  # the first turn indexed
+        _turn(b, 1)
+        a.append(Event.new("user/message", Message.user("café olé"), agent="bot"))
+        a.rewind(to_seq=4)  # the second turn and the message are rewound
+        _turn(two.get("t"), 2)
+        queries = ("pandas", "answer", "cafe", "ole 1", "dataframes")
+        expected = {q: _hits(two, q) for q in queries}
+        assert [h.rewound for h in two.search("answer 1")] == [True]
+        assert {q: _hits(one, q) for q in queries} == expected
+        one.reindex()
+        assert {q: _hits(two, q) for q in queries} == expected
+    finally:
+        one.close()
+        two.close()
+
+
+def test_a_read_only_store_searches_what_is_indexed_and_writes_nothing(url: str) -> None:
+    with open_store(url, pool_max_size=3) as store:
+        _turn(store.get("a"), 0)
+        store.index_documents()
+        _turn(store.get("b"), 1)
+    with open_store(url, read_only=True, pool_max_size=3) as reader:
+        assert [h.session_id for h in reader.search("pandas")] == ["a"]
+        assert reader.index_documents() == 0
+    assert _marks(url) == [("b", 0)]
+    with open_store(url, pool_max_size=3) as store:
+        assert sorted(h.session_id for h in store.search("pandas")) == ["a", "b"]
+
+
+def test_a_branch_documents_carry_the_seqs_its_reader_presents(url: str) -> None:
+    with open_store(url, pool_max_size=3) as store:
+        check_branch_documents(store)
+
+
+def test_an_encrypted_store_indexes_blind_tokens_only(url: str) -> None:
+    with open_store(url, key=bytes(range(32)), pool_max_size=3) as store:
+        _turn(store.get("secret"), 0)
+        [hit] = store.search("question pandas")
+        assert hit.snippet == "[question] 0 about [pandas]"
+    rows = _sql(url, "SELECT text, words::text FROM {s}.documents")
+    assert len(rows) == 2
+    assert all(text == "" and "pandas" not in words for text, words in rows)
+
+
+def test_an_index_run_that_fails_midway_leaves_its_marks(url: str, monkeypatch: Any) -> None:
+    with open_store(url, pool_max_size=3) as store:
+        for n in range(5):
+            _turn(store.get(f"s{n}"), n)
+        calls = []
+        real = PostgresIndex._index_marked
+
+        def failing(self: Any, *args: Any) -> int:
+            calls.append(1)
+            if len(calls) == 3:
+                raise StorageError("the server went away")
+            return real(self, *args)
+
+        monkeypatch.setattr(PostgresIndex, "_index_marked", failing)
+        with pytest.raises(StorageError, match="went away"):
+            store.index_documents()
+        monkeypatch.setattr(PostgresIndex, "_index_marked", real)
+        assert _documents(url) == 4 and [m[0] for m in _marks(url)] == ["s2", "s3", "s4"]
+        assert len(store.search("pandas", limit=100)) == 5
+        assert _documents(url) == 10 and _marks(url) == []
+
+
+def test_a_deleted_session_leaves_no_mark(url: str) -> None:
+    with open_store(url, pool_max_size=3) as store:
+        _turn(store.get("gone"), 0)
+        assert _marks(url) == [("gone", 0)]
+        store.delete("gone")
+        assert _marks(url) == [] and store.search("pandas").items == []
+
+
+def test_the_async_api_marks_as_the_sync_one_does(url: str) -> None:
+    import asyncio
+
+    async def write() -> None:
+        async with aio.open_async_store(url, pool_max_size=3) as store:
+            session = await store.get("a")
+            await session.append(Event.new("user/message", Message.user("async pandas")))
+            await session.append(Event.new("assistant/message", Message.assistant("async reply")))
+
+    asyncio.run(write())
+    assert _marks(url) == [("a", 0)] and _documents(url) == 0
+    with open_store(url, pool_max_size=3) as store:
+        assert [(h.session_id, h.seq) for h in store.search("async")] == [("a", 1), ("a", 2)]
+
+
+def test_a_version_6_schema_is_read_as_it_is_and_migrated(url: str) -> None:
+    with open_store(url, pool_max_size=3) as store:
+        _turn(store.get("done"), 0)
+        inside = store.get("inside")
+        inside.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        store.index_documents()  # what version 6 wrote with the rows at the turn boundaries
+        inside.append(Event.new("user/message", Message.user("mid turn pandas"), agent="bot"))
+    # Back to version 6: no search marks ("inside" is behind its row's catalog_seq, with no
+    # documents after it, as version 6 left a session mid-turn).
+    _sql(url, "DROP TABLE {s}.search_dirty; DELETE FROM {s}.schema_migrations WHERE version = 7")
+    assert _sql(url, "SELECT indexed, catalog_seq FROM {s}.sessions WHERE id = 'inside'") == [
+        (False, 1)
+    ]
+    with open_store(url, read_only=True, pool_max_size=3) as reader:
+        assert [h.session_id for h in reader.search("pandas")] == ["done"]  # as it is
+        assert [i.id for i in reader.list(order="id")] == ["done", "inside"]
+    assert _sql(url, "SELECT max(version) FROM {s}.schema_migrations") == [(6,)]
+    with open_store(url, pool_max_size=3) as store:
+        assert _sql(url, "SELECT max(version) FROM {s}.schema_migrations") == [(7,)]
+        assert _marks(url) == [("inside", 1)]  # marked from its row's catalog_seq
+        assert sorted(h.session_id for h in store.search("pandas")) == ["done", "inside"]
+        store.get("inside").append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
+        expected = _hits(store, "pandas")
+        store.reindex()
+        assert _hits(store, "pandas") == expected
+
+
+def test_the_filter_indexes_hold_only_rows_with_a_value_and_serve_the_filters(url: str) -> None:
+    with open_store(url, pool_max_size=3) as store:
+        for n in range(40):
+            store.get(f"s{n}").append(Event.new("user/message", Message.user("hi")))
+        store.get("s7").update(tenant="acme", user="ada", tags=["x"])
+        for where in ({"tenant": "acme"}, {"user": "ada"}, {"tags": ["x"]}):
+            assert [i.id for i in store.list(where=where)] == ["s7"]
+        assert len(store.list(where={"tenant": ""}, limit=100)) == 39
+    schema = url.split("schema=")[1]
+    predicates = _sql(
+        url,
+        "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname IN "
+        "('sessions_tenant_idx', 'sessions_user_idx', 'sessions_tags_idx') ORDER BY 1",
+        schema,
+    )
+    assert predicates == [
+        ("sessions_tags_idx", "(tags <> '{}'::text[])"),
+        ("sessions_tenant_idx", "(tenant <> ''::text)"),
+        ("sessions_user_idx", "(\"user\" <> ''::text)"),
+    ]
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute("SET enable_seqscan = off")
+        for condition, index in (
+            ("tenant = ANY(ARRAY['acme']) AND tenant <> ''", "sessions_tenant_idx"),
+            ("\"user\" = ANY(ARRAY['ada']) AND \"user\" <> ''", "sessions_user_idx"),
+            ("tags @> ARRAY['x'] AND tags <> '{}'", "sessions_tags_idx"),
+        ):
+            plan = conn.execute(
+                sql.SQL("EXPLAIN SELECT id FROM {}.sessions WHERE ").format(sql.Identifier(schema))
+                + sql.SQL(condition)  # type: ignore[arg-type]
+            ).fetchall()
+            assert index in " ".join(r[0] for r in plan)

@@ -112,19 +112,25 @@ def test_a_read_only_store_finds_documents_not_indexed_yet_and_writes_nothing(
         assert len(store.search("pandas", limit=100)) == 7
 
 
+def check_branch_documents(store: Any) -> None:
+    """A branch's documents carry the seqs its reader presents (after its shared history),
+    indexed apart from its appends."""
+    origin = store.get("o")
+    _turn(origin, 0)
+    _turn(origin, 1)
+    branch = origin.branch(at_seq=4)
+    branch.append(Event.new("user/message", Message.user("branch only words")))
+    hits = store.search("branch only")
+    [own] = [e for e in branch.read() if e.type == "user/message" and "branch" in e.payload().text]
+    assert [(h.session_id, h.seq) for h in hits] == [(branch.id, own.seq)]
+    assert [h.session_id for h in store.search("pandas")] == ["o", "o"]
+    branch.append(Event.new("assistant/message", Message.assistant("branch reply")))
+    assert [h.seq for h in store.search("reply")] == [own.seq + 1]
+
+
 def test_a_branch_documents_carry_the_seqs_its_reader_presents(tmp_path: Path) -> None:
     with open_store(f"sqlite:///{tmp_path}/s.db") as store:
-        origin = store.get("o")
-        _turn(origin, 0)
-        _turn(origin, 1)
-        branch = origin.branch(at_seq=4)
-        branch.append(Event.new("user/message", Message.user("branch only words")))
-        hits = store.search("branch only")
-        [own] = [
-            e for e in branch.read() if e.type == "user/message" and "branch" in e.payload().text
-        ]
-        assert [(h.session_id, h.seq) for h in hits] == [(branch.id, own.seq)]
-        assert [h.session_id for h in store.search("pandas")] == ["o", "o"]
+        check_branch_documents(store)
 
 
 def test_an_encrypted_store_indexes_blind_tokens_only(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ afterwards, so the tests run in parallel (``pytest -n 2``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -50,6 +51,16 @@ def drop_schemas(names: list[str]) -> None:
     with psycopg.connect(DSN, autocommit=True) as conn:
         for name in names:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@contextlib.contextmanager
+def fresh_schema_url() -> Iterator[str]:
+    """The URL of a schema no other test uses, dropped afterwards."""
+    name = new_schema_name()
+    try:
+        yield url_with_schema(name)
+    finally:
+        drop_schemas([name])
 
 
 class TestPostgresStore(StoreConformance):

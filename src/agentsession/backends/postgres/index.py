@@ -9,18 +9,25 @@ Where it lives (schema version 5, see :mod:`agentsession.backends.postgres.schem
   Listing is a keyset scan of an index: ``(updated_at DESC, id DESC)``, ``(created_at DESC,
   id DESC)``, the primary key for ``id``, ``(tenant, updated_at DESC, id DESC)`` and
   ``("user", updated_at DESC, id DESC)`` for those filters, GIN indexes on ``tags`` and
-  ``agents`` (arrays: ``tags @> ...``, ``agents && ...``);
+  ``agents`` (arrays: ``tags @> ...``, ``agents && ...``); since version 7 the tenant, user
+  and tags indexes hold only the rows that have one (the filters add that condition), so
+  an append to a session without them adds no entry there;
 * **usage rows** per (session, day, agent) in ``<schema>.usage`` (what ``totals`` sums);
 * **documents** in ``<schema>.documents``: one per message, tool call or tool result, with
   its text (NULL on an encrypted store), a ``tsvector`` (GIN index) and ``rewound``.
 
-Each append's :class:`~agentsession.listing.CatalogChange` is applied by the append statement
-itself (data-modifying CTEs fed by the session row it wrote: one statement, one transaction,
-one round trip, on the sync and the async path alike; the parameters are made here, by
-:func:`catalog_params`). ``sessions.indexed`` is false for rows whose catalog is not kept (rows
-that existed before version 5, or written by a store opened with ``catalog=False``):
-:meth:`PostgresIndex.sync` rebuilds them from their events before a listing, search or totals
-(in Python, through ``store.reindex``: an encrypted store's fields are sealed with its keys).
+Each append's :class:`~agentsession.listing.CatalogChange` (at a turn's start and end, see
+:attr:`~agentsession.indexing.Indexing.deferred`) is applied by the append statement itself
+(the session row it updates, and a data-modifying CTE for the usage rows: one statement, one
+transaction, one round trip, on the sync and the async path alike; the parameters are made
+here, by :func:`append_params`). Its documents are not (version 7): the statement marks the
+session in ``<schema>.search_dirty`` with the seq before it, and a search first indexes the
+marked sessions' documents from their logs (:meth:`PostgresIndex.index_documents`), so an
+append writes no ``tsvector`` and no GIN entry. ``sessions.indexed`` is false for rows whose
+catalog is not kept (rows that existed before version 5, or written by a store opened with
+``catalog=False``): :meth:`PostgresIndex.sync` rebuilds them from their events before a
+listing, search or totals (in Python, through ``store.reindex``: an encrypted store's fields
+are sealed with its keys).
 
 **Words.** With the default search language ``simple``, and always on an encrypted store
 (blind tokens), a document's tsvector holds exactly the words of
@@ -52,6 +59,7 @@ from ...listing import (
     SearchQuery,
     Totals,
     TotalsQuery,
+    UsageRow,
     UsageTotals,
     apply_change,
     sort_totals,
@@ -140,7 +148,7 @@ def append_params(change: CatalogChange) -> dict[str, Any]:
     what it adds to the session row and its usage rows (its documents are indexed apart)."""
     usage = change.usage
     rows = change.usage_rows
-    return {
+    params = {
         "c_messages": change.messages,
         "c_turns": change.turns,
         "c_input": usage.input_tokens,
@@ -153,6 +161,15 @@ def append_params(change: CatalogChange) -> dict[str, Any]:
         "c_title": _readable(change.title),
         "c_status": change.status,
         "c_compacted": change.compacted_before,
+        "c_first": change.first_seq,
+        "c_last": change.last_seq,
+    }
+    return params | (_usage_params(rows) if rows else _NO_USAGE)
+
+
+def _usage_params(rows: Sequence[UsageRow]) -> dict[str, Any]:
+    """The usage rows' parameters (``u_*``): one array per column."""
+    return {
         "u_days": [r.day for r in rows],
         "u_agents": [_readable(r.agent) for r in rows],
         "u_calls": [r.calls for r in rows],
@@ -161,9 +178,11 @@ def append_params(change: CatalogChange) -> dict[str, Any]:
         "u_cache_read": [r.usage.cache_read_tokens for r in rows],
         "u_cache_write": [r.usage.cache_write_tokens for r in rows],
         "u_cost": [float(r.usage.cost) for r in rows],
-        "c_first": change.first_seq,
-        "c_last": change.last_seq,
     }
+
+
+_NO_USAGE: Final = dict.fromkeys(_usage_params(()), None)
+"""No usage rows: NULL arrays (unnested as no rows), which cost the driver nothing to send."""
 
 
 def documents_params(change: CatalogChange, language: str | None, blind: bool) -> dict[str, Any]:
@@ -438,10 +457,10 @@ class PostgresIndex:
             origin = session.origin
             shared = origin.seq if origin is not None else 0
             events = session.read(after=after + shared)
-        except SessionShredded:
-            self.shredded(session_id)
-            return 1
-        except (CorruptLogError, EncryptionError, SessionExpired) as exc:
+        except (SessionShredded, CorruptLogError, EncryptionError, SessionExpired) as exc:
+            if isinstance(exc, SessionShredded):  # its documents went with its words
+                self.shredded(session_id)
+                return 1
             log.warning("search: session %r not indexed: %s", session_id, type(exc).__name__)
             return 0
         change = change_for(store, events, documents=True) if events else None

@@ -576,10 +576,12 @@ tail; the full window is read when something needs it)."""
 # speculative insertion, no evaluation of the life's sequence default, no separate lock record.
 #
 # Each append statement comes in two forms: without the catalog (``/*SET*/`` marks the row
-# as not indexed: a store opened with catalog=False does not keep it) and with it (the
-# catalog's columns of the session row changed in the same UPDATE, and its usage rows and
-# search documents written by data-modifying CTEs fed by the row the append wrote: one
-# statement, so one round trip and one transaction, as before). See CATALOG_PARAMS.
+# as not indexed: a store opened with catalog=False does not keep it, and an append inside a
+# turn leaves it for the turn's end) and with it (the catalog's columns of the session row
+# changed in the same UPDATE, and its usage rows written by a data-modifying CTE fed by the
+# row the append wrote: one statement, so one round trip and one transaction). In a store
+# that keeps a search index, both also mark the session for search (``/*CTES*/``, version 7).
+# See APPEND_CATALOG_PARAMS.
 _APPEND_NEXT = """
 WITH s AS (
     UPDATE {s}.sessions AS s
