@@ -312,7 +312,8 @@ def test_the_filter_indexes_hold_only_rows_with_a_value_and_serve_the_filters(ur
         for n in range(40):
             store.get(f"s{n}").append(Event.new("user/message", Message.user("hi")))
         store.get("s7").update(tenant="acme", user="ada", tags=["x"])
-        for where in ({"tenant": "acme"}, {"user": "ada"}, {"tags": ["x"]}):
+        store.get("s7").append(Event.new("assistant/message", Message.assistant("hi"), agent="bot"))
+        for where in ({"tenant": "acme"}, {"user": "ada"}, {"tags": ["x"]}, {"agent": "bot"}):
             assert [i.id for i in store.list(where=where)] == ["s7"]
         assert len(store.list(where={"tenant": ""}, limit=100)) == 39
     schema = url.split("schema=")[1]
@@ -320,11 +321,12 @@ def test_the_filter_indexes_hold_only_rows_with_a_value_and_serve_the_filters(ur
         url,
         "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
         "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %s AND c.relname IN "
-        "('sessions_tenant_idx', 'sessions_user_idx', 'sessions_tags_idx') ORDER BY 1",
+        "WHERE n.nspname = %s AND c.relname IN ('sessions_tenant_idx', 'sessions_user_idx', "
+        "'sessions_tags_idx', 'sessions_agents_idx') ORDER BY 1",
         schema,
     )
     assert predicates == [
+        ("sessions_agents_idx", "(agents <> '{}'::text[])"),
         ("sessions_tags_idx", "(tags <> '{}'::text[])"),
         ("sessions_tenant_idx", "(tenant <> ''::text)"),
         ("sessions_user_idx", "(\"user\" <> ''::text)"),
@@ -335,6 +337,7 @@ def test_the_filter_indexes_hold_only_rows_with_a_value_and_serve_the_filters(ur
             ("tenant = ANY(ARRAY['acme']) AND tenant <> ''", "sessions_tenant_idx"),
             ("\"user\" = ANY(ARRAY['ada']) AND \"user\" <> ''", "sessions_user_idx"),
             ("tags @> ARRAY['x'] AND tags <> '{}'", "sessions_tags_idx"),
+            ("agents && ARRAY['bot'] AND agents <> '{}'", "sessions_agents_idx"),
         ):
             plan = conn.execute(
                 sql.SQL("EXPLAIN SELECT id FROM {}.sessions WHERE ").format(sql.Identifier(schema))

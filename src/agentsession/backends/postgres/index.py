@@ -9,8 +9,8 @@ Where it lives (schema version 5, see :mod:`agentsession.backends.postgres.schem
   Listing is a keyset scan of an index: ``(updated_at DESC, id DESC)``, ``(created_at DESC,
   id DESC)``, the primary key for ``id``, ``(tenant, updated_at DESC, id DESC)`` and
   ``("user", updated_at DESC, id DESC)`` for those filters, GIN indexes on ``tags`` and
-  ``agents`` (arrays: ``tags @> ...``, ``agents && ...``); since version 7 the tenant, user
-  and tags indexes hold only the rows that have one (the filters add that condition), so
+  ``agents`` (arrays: ``tags @> ...``, ``agents && ...``); since version 7 the tenant, user,
+  tags and agents indexes hold only the rows that have one (the filters add that condition), so
   an append to a session without them adds no entry there;
 * **usage rows** per (session, day, agent) in ``<schema>.usage`` (what ``totals`` sums);
 * **documents** in ``<schema>.documents``: one per message, tool call or tool result, with
@@ -281,6 +281,7 @@ def _conditions(where: Filter, params: dict[str, Any], alias: str) -> list[sql.C
             out.append(sql.SQL("{a}.tenant <> ''").format(a=a))
     if where.agent is not None:
         add("{a}.agents && {p}::text[]", "w_agent", list(where.agent))
+        out.append(sql.SQL("{a}.agents <> '{{}}'").format(a=a))
     if where.tags is not None:
         add("{a}.tags @> {p}::text[]", "w_tags", list(where.tags))
         if where.tags:

@@ -285,8 +285,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
             # An append updates the session row (its latest seq and time), which adds an entry
             # to each of the table's indexes: those that serve only a listing's filters leave
-            # out the rows they never find (no tenant, no user, no tags), so the sessions that
-            # have none cost their appends no entry there. The queries say so (index.py).
+            # out the rows they never find (no tenant, no user, no tags, no agents), so the
+            # sessions that have none cost their appends no entry there. The queries say so
+            # (index.py).
             "DROP INDEX {s}.sessions_tenant_idx",
             """
             CREATE INDEX sessions_tenant_idx ON {s}.sessions (tenant, updated_at DESC, id DESC)
@@ -299,6 +300,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
             "DROP INDEX {s}.sessions_tags_idx",
             "CREATE INDEX sessions_tags_idx ON {s}.sessions USING gin (tags) WHERE tags <> '{{}}'",
+            "DROP INDEX {s}.sessions_agents_idx",
+            """
+            CREATE INDEX sessions_agents_idx ON {s}.sessions USING gin (agents)
+            WHERE agents <> '{{}}'
+            """,
         ),
     ),
 )
