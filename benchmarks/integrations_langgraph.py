@@ -191,7 +191,9 @@ def sqlite_saver(path: Path) -> Iterator[BaseCheckpointSaver[Any]]:
 
     conn = sqlite3.connect(path, check_same_thread=False)
     try:
-        yield SqliteSaver(conn)
+        saver = SqliteSaver(conn)
+        saver.setup()  # its tables, as an initialised empty store has them
+        yield saver
     finally:
         conn.close()
 
