@@ -27,8 +27,8 @@ from agentsession.backends.postgres.index import PostgresIndex
 from agentsession.backends.postgres.schema import MIGRATIONS
 from agentsession.events import TurnEnd, TurnStart
 
-from .test_catalog_deferred import _listed, _rebuilt, _turn, kill_writer_mid_turn
-from .test_catalog_search_deferred import check_branch_documents
+from .test_catalog_deferred import _listed, _rebuilt, _turn, kill_writer_mid_turn, run_then_kill
+from .test_catalog_search_deferred import _INDEXER, check_branch_documents
 from .test_conformance_postgres import DSN, SKIP_REASON, fresh_schema_url
 
 pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not DSN, reason=SKIP_REASON)]
@@ -344,3 +344,51 @@ def test_the_filter_indexes_hold_only_rows_with_a_value_and_serve_the_filters(ur
                 + sql.SQL(condition)  # type: ignore[arg-type]
             ).fetchall()
             assert index in " ".join(r[0] for r in plan)
+
+
+def test_indexing_while_another_store_appends_loses_no_document(url: str) -> None:
+    import threading
+
+    writer = open_store(url, pool_max_size=3)
+    indexer = open_store(url, pool_max_size=3)
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            for n in range(40):
+                session = writer.get(f"s{n % 4}")
+                session.append(Event.new("user/message", Message.user(f"needle {n} hay")))
+                session.append(Event.new("assistant/message", Message.assistant(f"reply {n}")))
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=write)
+    try:
+        thread.start()
+        runs = 0
+        while not done.is_set() or runs == 0:
+            indexer.index_documents()
+            runs += 1
+        thread.join()
+        assert failures == []
+        found = sorted((h.session_id, h.seq) for h in indexer.search("needle", limit=1000))
+        assert len(found) == 40 and _marks(url) == []
+        indexer.reindex()
+        assert sorted((h.session_id, h.seq) for h in indexer.search("needle", limit=1000)) == found
+        assert _documents(url) == 80
+    finally:
+        writer.close()
+        indexer.close()
+
+
+def test_a_process_killed_while_indexing_loses_and_doubles_nothing(url: str) -> None:
+    count = 300
+    run_then_kill(_INDEXER, url, str(count), timeout=120)  # wherever its index run is
+    with open_store(url, pool_max_size=3) as store:
+        hits = store.search("needle", limit=10_000)
+        assert sorted(h.session_id for h in hits) == sorted(f"s{n}" for n in range(count))
+        assert len(store.search("hay", limit=10_000)) == 2 * count
+    assert _documents(url) == 2 * count and _marks(url) == []
