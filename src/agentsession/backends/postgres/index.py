@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -215,9 +216,12 @@ def catalog_params(change: CatalogChange, language: str | None, blind: bool) -> 
     return append_params(change) | documents_params(change, language, blind)
 
 
+_in_append_order: Final = operator.itemgetter(*APPEND_CATALOG_PARAMS)
+
+
 def raw_append_params(params: dict[str, Any]) -> tuple[Any, ...]:
     """:func:`append_params` in the order of the ``$13`` ... placeholders."""
-    return tuple(params[name] for name in APPEND_CATALOG_PARAMS)
+    return _in_append_order(params)  # type: ignore[no-any-return]
 
 
 # -- the queries --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ on its own pool: it asks the log for each request (``open_request``, ``refresh_r
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -119,6 +120,10 @@ def _append_many_params(
     params["eids"] = [event.id or None for event in events]
     return params
 
+
+_in_many_order = operator.itemgetter(*APPEND_MANY_PARAMS)
+"""The batch statement's parameters from their dict, in ``$n`` order (one C call)."""
+_in_many_catalog_order = operator.itemgetter(*APPEND_MANY_CATALOG_PARAMS)
 
 _Raw = msgspec.Raw
 _replace = msgspec.structs.replace
@@ -418,10 +423,10 @@ class PostgresLog:
             return AppendRequest(action, _UNKNOWN, sql.append_one_catalog, one, True)
         many = _append_many_params(self._id, events, marker, after, life)
         if catalog is None:
-            ordered = tuple(many[name] for name in APPEND_MANY_PARAMS)
+            ordered = _in_many_order(many)
             return AppendRequest(action, _UNKNOWN, sql.append_many, ordered, True)
         many.update(catalog)
-        ordered = tuple(many[name] for name in APPEND_MANY_CATALOG_PARAMS)
+        ordered = _in_many_catalog_order(many)
         return AppendRequest(action, _UNKNOWN, sql.append_many_catalog, ordered, True)
 
     def catalog(self, view: LogView, events: list[Event], after: int) -> dict[str, Any] | None:
