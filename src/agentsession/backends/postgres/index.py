@@ -65,6 +65,7 @@ from ...listing import (
     apply_change,
     sort_totals,
 )
+from .connections import log
 from .replicas import ReplicaSet
 from .schema import APPEND_CATALOG_PARAMS, Statements
 
@@ -454,8 +455,6 @@ class PostgresIndex:
     def _index_marked(self, store: IndexHost, session_id: str, after: int) -> int:
         """Index the documents of one marked session after its mark's seq ``after`` (one of
         its storage's own seqs: a branch's reader presents them after its shared history)."""
-        from .connections import log
-
         try:
             session = store.get(session_id)
             latest = session.latest_seq
@@ -463,7 +462,7 @@ class PostgresIndex:
             shared = origin.seq if origin is not None else 0
             events = session.read(after=after + shared)
         except (SessionShredded, CorruptLogError, EncryptionError, SessionExpired) as exc:
-            if isinstance(exc, SessionShredded):  # its documents went with its words
+            if isinstance(exc, SessionShredded):  # no words of it may stay in the index
                 self.shredded(session_id)
                 return 1
             log.warning("search: session %r not indexed: %s", session_id, type(exc).__name__)
