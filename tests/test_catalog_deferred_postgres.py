@@ -207,17 +207,31 @@ def test_a_search_finds_what_a_rebuild_finds_after_rewinds_and_two_writers(url: 
         two.close()
 
 
-def test_a_read_only_store_searches_what_is_indexed_and_writes_nothing(url: str) -> None:
+def test_a_read_only_store_finds_documents_not_indexed_yet_and_writes_nothing(url: str) -> None:
     with open_store(url, pool_max_size=3) as store:
         _turn(store.get("a"), 0)
         store.index_documents()
         _turn(store.get("b"), 1)
+        _turn(store.get("a"), 2)
+        store.get("c").append(Event.new("user/message", Message.user("pandas and more")))
+    marks = _marks(url)
+    assert marks == [("a", 4), ("b", 0), ("c", 0)] and _documents(url) == 2
+    queries = ("pandas", "answer 2", "question", "more")
     with open_store(url, read_only=True, pool_max_size=3) as reader:
-        assert [h.session_id for h in reader.search("pandas")] == ["a"]
+        seen = {q: _hits(reader, q) for q in queries}
+        assert [h.session_id for h in reader.search("answer 2")] == ["a"]
+        assert len(reader.search("pandas", limit=100)) == 4
+        page = reader.search("pandas", limit=3)
+        rest = reader.search("pandas", limit=100, cursor=page.next_cursor)
+        assert {(h.session_id, h.seq) for h in page} | {(h.session_id, h.seq) for h in rest} == {
+            ("a", 2), ("a", 6), ("b", 2), ("c", 1)
+        }
+        assert len(page) + len(rest) == 4
+        assert [h.session_id for h in reader.search("pandas", where={"id": ["b"]})] == ["b"]
         assert reader.index_documents() == 0
-    assert _marks(url) == [("b", 0)]
+    assert _marks(url) == marks and _documents(url) == 2  # nothing written
     with open_store(url, pool_max_size=3) as store:
-        assert sorted(h.session_id for h in store.search("pandas")) == ["a", "b"]
+        assert {q: _hits(store, q) for q in queries} == seen  # as an index run writes them
 
 
 def test_a_branch_documents_carry_the_seqs_its_reader_presents(url: str) -> None:
@@ -228,6 +242,9 @@ def test_a_branch_documents_carry_the_seqs_its_reader_presents(url: str) -> None
 def test_an_encrypted_store_indexes_blind_tokens_only(url: str) -> None:
     with open_store(url, key=bytes(range(32)), pool_max_size=3) as store:
         _turn(store.get("secret"), 0)
+        with open_store(url, key=bytes(range(32)), read_only=True, pool_max_size=3) as reader:
+            [hit] = reader.search("question pandas")  # from the log: nothing indexed yet
+            assert hit.snippet == "[question] 0 about [pandas]"
         [hit] = store.search("question pandas")
         assert hit.snippet == "[question] 0 about [pandas]"
     rows = _sql(url, "SELECT text, words::text FROM {s}.documents")

@@ -325,6 +325,23 @@ def _where(conditions: list[sql.Composable]) -> sql.Composable:
 
 _HEADLINE_OPTIONS: Final = "StartSel=[, StopSel=], MaxWords=30, MinWords=12, ShortWord=2"
 
+# What a store opened read-only searches: the documents indexed, and those of the marked
+# sessions not indexed yet (``b_*``: read from their logs), each once.
+_WITH_BEHIND: Final = """(
+    SELECT session_id, seq, role, text, words, rewound FROM {s}.documents
+    UNION ALL
+    SELECT x.sid, x.seq, x.role, x.text,
+           CASE WHEN %(b_language)s::regconfig IS NULL THEN x.w::tsvector
+                ELSE to_tsvector(%(b_language)s::regconfig, x.w) END,
+           x.rewound
+    FROM unnest(%(b_sids)s::text[], %(b_seqs)s::bigint[], %(b_roles)s::text[],
+                %(b_texts)s::text[], %(b_words)s::text[], %(b_rewound)s::boolean[])
+         AS x(sid, seq, role, text, w, rewound)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {s}.documents e WHERE e.session_id = x.sid AND e.seq = x.seq
+    )
+)"""
+
 
 class PostgresIndex:
     """A :class:`~agentsession.indexing.CatalogIndex` over a PostgreSQL store's tables (see the
@@ -349,6 +366,9 @@ class PostgresIndex:
     ) -> None:
         self._db = db
         self._marks = marks and not read_only
+        self._behind = marks and read_only
+        """A store opened read-only on a schema with search marks: its searches also match
+        the marked sessions' documents not indexed yet, read from their logs."""
         self._read = (reads or ReplicaSet(db, (), 0.0)).run
         """How lists, searches and totals read: on a read replica when the store has one."""
         self._sql = statements
@@ -428,7 +448,8 @@ class PostgresIndex:
         before them); returns how many sessions' logs were read. Run by every ``search``
         first; a writer may run it after appending (``store.index_documents()``), so that the
         next search finds the documents indexed. Nothing on a store opened read-only (its
-        searches find the documents indexed so far) or on an older schema.
+        searches read the marked sessions' documents from their logs:
+        :meth:`documents_behind`) or on an older schema.
 
         Each marked session is read after its mark's seq, and its documents written in one
         transaction that first locks the session row (as appends lock it), so the latest seq
@@ -452,9 +473,13 @@ class PostgresIndex:
             for sid, after in rows:
                 done += self._index_marked(store, sid, int(after))
 
-    def _index_marked(self, store: IndexHost, session_id: str, after: int) -> int:
-        """Index the documents of one marked session after its mark's seq ``after`` (one of
-        its storage's own seqs: a branch's reader presents them after its shared history)."""
+    def _marked_change(
+        self, store: IndexHost, session_id: str, after: int
+    ) -> tuple[CatalogChange | None, int] | None:
+        """What the events of a marked session after its mark's seq ``after`` (one of its
+        storage's own seqs: a branch's reader presents them after its shared history) change,
+        with their documents, and the storage's seq they reach; None when its log cannot be
+        read now (logged), or it was shredded (its documents removed, unless read-only)."""
         try:
             session = store.get(session_id)
             latest = session.latest_seq
@@ -462,17 +487,24 @@ class PostgresIndex:
             shared = origin.seq if origin is not None else 0
             events = session.read(after=after + shared)
         except (SessionShredded, CorruptLogError, EncryptionError, SessionExpired) as exc:
-            if isinstance(exc, SessionShredded):  # no words of it may stay in the index
+            if not isinstance(exc, SessionShredded):
+                log.warning("search: session %r not indexed: %s", session_id, type(exc).__name__)
+            elif self._marks:  # no words of it may stay in the index
                 self.shredded(session_id)
-                return 1
-            log.warning("search: session %r not indexed: %s", session_id, type(exc).__name__)
-            return 0
+            return None
         change = change_for(store, events, documents=True) if events else None
+        return change, (events[-1].seq if events else latest) - shared
+
+    def _index_marked(self, store: IndexHost, session_id: str, after: int) -> int:
+        """Index the documents of one marked session after its mark's seq ``after``."""
+        found = self._marked_change(store, session_id, after)
+        if found is None:
+            return 0
+        change, upto = found
         docs: dict[str, Any] | None = None
         if change is not None and (change.documents or change.rewound):
             docs = documents_params(change, self.language, self.blind())
             docs["id"] = session_id
-        upto = (events[-1].seq if events else latest) - shared
         statements = self._sql
         mark = {"id": session_id, "after": after, "upto": upto}
 
@@ -495,6 +527,32 @@ class PostgresIndex:
             write="the session's documents may or may not have been indexed",
         )
         return 1
+
+    def documents_behind(self, store: IndexHost) -> dict[str, Any] | None:
+        """For a store opened read-only: the documents of the marked sessions not indexed yet
+        (read from their logs, as an index run would write them), as the search statement's
+        ``b_*`` parameters; None when there are none."""
+        if not self._behind:
+            return None
+        statement = self._sql.marked
+        out: dict[str, builtins.list[Any]] = {}
+        seen = ""
+        while rows := self._read(
+            "finding sessions not indexed",
+            functools.partial(lambda c, a: c.execute(statement, (a,)).fetchall(), a=seen),
+        ):
+            seen = rows[-1][0]
+            for sid, after in rows:
+                found = self._marked_change(store, sid, int(after))
+                if found is None or found[0] is None or not found[0].documents:
+                    continue
+                docs = documents_params(found[0], self.language, self.blind())
+                out.setdefault("b_sids", []).extend([sid] * len(docs["d_seqs"]))
+                for name in ("d_seqs", "d_roles", "d_texts", "d_words", "d_rewound"):
+                    out.setdefault("b_" + name[2:], []).extend(docs[name])
+        if not out:
+            return None
+        return {**out, "b_language": None if self.blind() else self.language}
 
     def query(self, query: ListQuery) -> builtins.list[CatalogRow]:
         params: dict[str, Any] = {}
@@ -533,6 +591,11 @@ class PostgresIndex:
         indexed = host is not None and self.index_documents(host) > 0
         read = self._db.run if indexed else self._read
         params: dict[str, Any] = {"limit": query.limit}
+        behind = None if host is None else self.documents_behind(host)
+        documents: sql.Composable = sql.SQL("{s}.documents").format(s=self._schema)
+        if behind is not None:
+            params.update(behind)
+            documents = self._q(_WITH_BEHIND)
         exact = query.blind or self.language is None
         if exact:
             params["q"] = " & ".join(_quoted(t) for t in query.terms)
@@ -573,7 +636,7 @@ class PostgresIndex:
                     SELECT d.session_id, d.seq, d.role, d.text, d.rewound,
                            d.seq < s.compacted_before AS compacted,
                            ts_rank(d.words, q.q) AS rank
-                    FROM q, {s}.documents d JOIN {s}.sessions s ON s.id = d.session_id
+                    FROM q, {documents} d JOIN {s}.sessions s ON s.id = d.session_id
                     WHERE d.words @@ q.q AND {w}
                 ) h
                 WHERE {outer}
@@ -583,6 +646,7 @@ class PostgresIndex:
             ORDER BY h.rank DESC, h.session_id, h.seq
             """,
             tsquery=tsquery,
+            documents=documents,
             headline=headline,
             w=_where(conditions),
             outer=_where(outer),

@@ -670,9 +670,10 @@ class PostgresStore(BaseStore):
     def index_documents(self) -> int:
         """Index the search documents of the sessions whose appends marked them (appends
         write none); returns how many sessions' logs were read. Every ``search`` runs it first;
-        a writer may run it after appending, so that the next search, in any process (one
-        opened read-only too), finds the documents indexed. Nothing on a store opened
-        read-only or with ``catalog=False`` or ``searchable=False``. See
+        a writer may run it after appending, so that the next search, in any process, finds
+        the documents indexed (one opened read-only reads those not indexed from their logs
+        at each search). Nothing on a store opened read-only or with ``catalog=False`` or
+        ``searchable=False``. See
         :meth:`PostgresIndex.index_documents
         <agentsession.backends.postgres.index.PostgresIndex.index_documents>`."""
         if not (self._indexing.catalog and self._indexing.searchable):
