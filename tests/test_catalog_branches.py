@@ -20,7 +20,7 @@ from agentsession.store import BaseStore
 
 from .store_urls import store_url
 
-BACKENDS = ["memory", "jsonl", "sqlite", "redis"]
+BACKENDS = ["memory", "jsonl", "sqlite", "postgres", "redis"]
 
 
 @pytest.fixture(params=BACKENDS)

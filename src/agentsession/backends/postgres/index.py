@@ -47,10 +47,19 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 from psycopg import sql
 
 from ...errors import CorruptLogError, EncryptionError, SessionExpired, SessionShredded
-from ...indexing import Fields, IndexHost, change_for, reindex, set_row_fields
+from ...indexing import (
+    Fields,
+    IndexHost,
+    catalogued,
+    change_for,
+    reindex,
+    set_row_fields,
+    shared_until,
+)
 from ...listing import (
     CatalogChange,
     CatalogRow,
@@ -163,8 +172,9 @@ def append_params(change: CatalogChange) -> dict[str, Any]:
         "c_title": _readable(change.title),
         "c_status": change.status,
         "c_compacted": change.compacted_before,
-        "c_first": change.first_seq,
-        "c_last": change.last_seq,
+        # The row's catalog_seq is the storage's seq (a branch's own: CatalogChange.shared).
+        "c_first": change.first_seq - change.shared,
+        "c_last": change.last_seq - change.shared,
     }
     return params | (_usage_params(rows) if rows else _NO_USAGE)
 
@@ -422,16 +432,20 @@ class PostgresIndex:
         whole (fewer events than held: made again since)."""
         try:
             session = store.get(session_id)
-            latest = session.latest_seq
-            if latest < held:
+            # ``held`` is a seq of the session's own storage: a branch's reader presents its
+            # events after its shared history (indexing.shared_until).
+            shared = shared_until(session)
+            if session.latest_seq - shared < held:
                 return False
-            events = session.read(after=held)
+            events = catalogued(session, held + shared)
         except SessionShredded:
             self.shredded(session_id)
             return True
         change = change_for(store, events) if events else None
         if change is None:
             return True
+        if shared:
+            change = msgspec.structs.replace(change, shared=shared)
         params = catalog_params(change, self.language, self.blind())
         params["id"] = session_id
         statement = self._sql.catalog_apply
