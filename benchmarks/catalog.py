@@ -20,7 +20,8 @@ Appending with the catalog and search index kept costs [<= 1.3x] appending with
 ``catalog=False`` (the same 4,000 single appends over 200 sessions, alternating runs).
 
 Baselines, filled for at most ``--baseline-seconds`` each (the size they reach is printed):
-ADK's ``SqliteSessionService.list_sessions`` (one app and user, every session) and the OpenAI
+ADK's ``SqliteSessionService.list_sessions`` and ``DatabaseSessionService.list_sessions``
+(SQLAlchemy on ``sqlite+aiosqlite``; one app and user, every session) and the OpenAI
 Agents SDK's ``SQLiteSession`` (open and ``get_items(limit=5)`` of one session), each in a
 fresh process likewise. ``--large`` fills 1,000,000 sessions on SQLite and PostgreSQL instead.
 """
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _postgres import drop_schema, postgres_url
 
@@ -150,13 +152,24 @@ def append_ratio(url_on: str, url_off: str, repeat: int = 3) -> float:
 # -- baselines ------------------------------------------------------------------------------------
 
 
+def adk_service(path: str) -> Any:
+    """ADK's session service on the file ``path``: ``SqliteSessionService``, or, for a path
+    ending ``.sqlalchemy.db``, ``DatabaseSessionService`` (SQLAlchemy, ``sqlite+aiosqlite``)."""
+    if path.endswith(".sqlalchemy.db"):
+        from google.adk.sessions import DatabaseSessionService
+
+        return DatabaseSessionService(f"sqlite+aiosqlite:///{path}")
+    from google.adk.sessions.sqlite_session_service import SqliteSessionService
+
+    return SqliteSessionService(path)
+
+
 def adk_fill(path: str, seconds: float) -> int:
     from google.adk.events.event import Event
-    from google.adk.sessions.sqlite_session_service import SqliteSessionService
     from google.genai import types
 
     async def run() -> int:
-        service = SqliteSessionService(path)
+        service = adk_service(path)
         deadline = time.perf_counter() + seconds
         n = 0
         while time.perf_counter() < deadline:
@@ -173,12 +186,10 @@ def adk_fill(path: str, seconds: float) -> int:
 
 
 def adk_probe(path: str) -> None:
-    from google.adk.sessions.sqlite_session_service import SqliteSessionService
-
     start = time.perf_counter()
 
     async def run() -> int:
-        service = SqliteSessionService(path)
+        service = adk_service(path)
         listed = await service.list_sessions(app_name="bench", user_id="u")
         return len(listed.sessions)
 
@@ -292,16 +303,20 @@ def main() -> None:
                 if schema is not None:
                     for name in (schema, schema_on, schema_off):
                         drop_schema(args.postgres, name)
-        adk_path = str(tmp / "adk.db")
-        try:
-            adk_n = adk_fill(adk_path, args.baseline_seconds)
-            adk_ms, adk_found, _ = _median_probe(["--adk-probe", adk_path])
-            rows.append(
-                f"| ADK SqliteSessionService.list_sessions | {adk_n:,} | {adk_ms:.1f} "
-                f"({adk_found} sessions, every one) | - | - | - |"
-            )
-        except ImportError:
-            rows.append("| ADK | skipped (pip install google-adk) | | | | |")
+        for service, file in (
+            ("SqliteSessionService", "adk.db"),
+            ("DatabaseSessionService", "adk.sqlalchemy.db"),
+        ):
+            adk_path = str(tmp / file)
+            try:
+                adk_n = adk_fill(adk_path, args.baseline_seconds)
+                adk_ms, adk_found, _ = _median_probe(["--adk-probe", adk_path])
+                rows.append(
+                    f"| ADK {service}.list_sessions | {adk_n:,} | {adk_ms:.1f} "
+                    f"({adk_found} sessions, every one) | - | - | - |"
+                )
+            except ImportError as exc:
+                rows.append(f"| ADK {service} | skipped ({exc}) | | | | |")
         oai_path = str(tmp / "openai.db")
         try:
             oai_n = openai_fill(oai_path, sessions, args.messages, args.baseline_seconds)
