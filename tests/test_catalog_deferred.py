@@ -20,7 +20,7 @@ from typing import Any
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
-from agentsession import Event, Message, core, open_store
+from agentsession import Event, Message, open_store
 from agentsession.backends import sqlite as sqlite_backend
 from agentsession.events import TurnEnd, TurnStart, Usage
 
@@ -92,7 +92,7 @@ def _turn(session: Any, n: int, agent: str = "bot") -> None:
         turn.assistant(f"answer {n}")
 
 
-def test_a_turn_writes_the_row_at_its_end_only(tmp_path: Path) -> None:
+def test_a_turn_writes_the_row_at_its_start_and_end_only(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with open_store(f"sqlite:///{path}") as store:
         session = store.get("a")
@@ -102,9 +102,10 @@ def test_a_turn_writes_the_row_at_its_end_only(tmp_path: Path) -> None:
         store.list(order="id")  # a catch-up clears the marks of rows that hold their log
         assert _dirty(path) == []
         session.append(Event.new("turn/start", TurnStart(), agent="bot"))
-        assert _raw_messages(path, "a", "turns") == 1 and len(_dirty(path)) == 1
+        # The row has the turn's start (a reader opened read-only sees the turn open).
+        assert _raw_messages(path, "a", "turns") == 2 and len(_dirty(path)) == 1
         session.append(Event.new("user/message", Message.user("inside"), agent="bot"))
-        # The turn's start and its message wait for the turn's end (or a reader's catch-up).
+        # Its message waits for the turn's end (or a reader's catch-up).
         assert _raw_messages(path, "a") == 2 and len(_dirty(path)) == 1
         [info] = store.list(order="id")  # reading the catalog catches up
         assert (info.messages, info.turns) == (3, 2)
@@ -115,7 +116,7 @@ def test_a_turn_writes_the_row_at_its_end_only(tmp_path: Path) -> None:
         assert store.list()[0].messages == 3 and _dirty(path) == []
 
 
-def test_a_read_only_reader_sees_each_session_as_of_its_latest_turn_end(tmp_path: Path) -> None:
+def test_a_read_only_reader_sees_each_session_as_of_its_latest_boundary(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with open_store(f"sqlite:///{path}") as store:
         session = store.get("a")
@@ -125,11 +126,26 @@ def test_a_read_only_reader_sees_each_session_as_of_its_latest_turn_end(tmp_path
         before = path.read_bytes()
         with open_store(f"sqlite:///{path}", read_only=True) as reader:
             [info] = reader.list(order="id")
-            assert (info.messages, info.turns, info.status) == (2, 1, "idle")  # first turn's end
+            # As of the second turn's start: open, and its lock is held (by this process).
+            assert (info.messages, info.turns) == (2, 2)
+            assert info.status in ("live", "needs_recovery")
         assert path.read_bytes() == before  # the reader wrote nothing
         session.append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
         with open_store(f"sqlite:///{path}", read_only=True) as reader:
             assert reader.list(order="id")[0].messages == 3
+
+
+def test_a_read_only_reader_sees_a_turn_a_killed_writer_left_open(tmp_path: Path) -> None:
+    """The turn's start is handed over, so the command line (read-only) finds the session a
+    killed writer left mid-turn as needing recovery."""
+    path = tmp_path / "s.db"
+    with open_store(f"sqlite:///{path}") as store:
+        session = store.get("a")
+        _turn(session, 0)
+        session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        session.append(Event.new("user/message", Message.user("cut off"), agent="bot"))
+    with open_store(f"sqlite:///{path}", read_only=True) as reader:
+        assert [i.id for i in reader.list(where={"status": "needs_recovery"})] == ["a"]
 
 
 def test_two_writers_of_one_session_never_count_an_event_twice(tmp_path: Path) -> None:
@@ -335,23 +351,20 @@ def test_one_listing_catches_up_every_marked_session_however_many(tmp_path: Path
         assert _dirty(path) == []
 
 
-def test_appends_outside_turns_hand_over_the_first_event_and_every_64th(tmp_path: Path) -> None:
-    assert core._LAZY_OUTSIDE_TURNS == 64
+def test_appends_outside_turns_are_each_handed_over(tmp_path: Path) -> None:
+    """Outside turns every append hands the catalog its change, so a reader opened read-only
+    (which cannot catch up) lists every event."""
     path = tmp_path / "s.db"
     with open_store(f"sqlite:///{path}") as store:
         session = store.get("a")
-        for n in range(140):
+        for n in range(70):
             session.append(Event.new("user/message", Message.user(f"m{n}"), agent="bot"))
-            # The first event (a reader opened read-only finds the session), then seqs 65
-            # and 129 hand over what waited; the rest only mark the session.
-            handed = 1 if n < 64 else 65 if n < 128 else 129
-            assert _raw_messages(path, "a") == handed, n
-        assert _dirty(path) != []
+            assert _raw_messages(path, "a") == n + 1, n
         with open_store(f"sqlite:///{path}", read_only=True) as reader:
-            assert reader.list(order="id")[0].messages == 129
-        session.rewind(to_seq=100)  # a rewind marker is handed over at once
-        assert _raw_messages(path, "a", "last_seq") == 141
-        assert store.list(order="id")[0].messages == 140  # a writer's listing catches up
+            assert reader.list(order="id")[0].messages == 70
+        session.rewind(to_seq=50)
+        assert _raw_messages(path, "a", "last_seq") == 71
+        assert store.list(order="id")[0].messages == 70
         assert _dirty(path) == []
         assert _listed(store) == _rebuilt(store)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as _dt
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
@@ -32,7 +33,15 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 import msgspec
 
 from .contract import SessionInfo
-from .errors import SessionShredded, StorageError, StoreUnavailable, UsageError
+from .errors import (
+    CorruptLogError,
+    EncryptionError,
+    SessionExpired,
+    SessionShredded,
+    StorageError,
+    StoreUnavailable,
+    UsageError,
+)
 from .events import Event
 from .listing import (
     OPEN,
@@ -64,6 +73,8 @@ from .listing import (
     totals_of,
     words,
 )
+
+_log = logging.getLogger("agentsession.catalog")
 
 if TYPE_CHECKING:
     from .crypto import KeyRing
@@ -376,6 +387,13 @@ class MemoryIndex:
             events = catalogued(session, start)
         except SessionShredded:
             self.shredded(sid)
+            return
+        except SessionExpired:
+            return  # gone for every reader: nothing to catch up
+        except (CorruptLogError, EncryptionError) as exc:
+            _log.warning("catalog: session %r not caught up: %s", sid, type(exc).__name__)
+            with self._lock:
+                (self.unindexed if documents else self.marked).add(sid)
             return
         change = change_for(store, events, documents=documents)
         fields = record_fields(store, sid) if change and not (after or documents) else None

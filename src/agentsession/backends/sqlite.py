@@ -1822,10 +1822,12 @@ class SqliteStore(BaseStore):
             self._tables.catch_up = self.catch_up_catalog
             self._indexing.deferred = self._db.uri is None and not read_only
             if self._indexing.deferred and self._indexing.catalog and self._db.search_marks:
-                # Its connections mark what they append: a turn's start and most appends
-                # outside turns hand the catalog nothing (Indexing.lazy).
+                # Its connections mark what they append. A turn's start and appends outside
+                # turns are still handed over (not Indexing.lazy): a store opened read-only
+                # (the command line, the viewer), which cannot catch up, lists what was
+                # handed over, so it must hold every turn's start (`live`,
+                # `needs_recovery`) and every append outside turns.
                 self._db.enable_marks()
-                self._indexing.lazy = True
             if self._db.search_marks:
                 self._indexing.documents_apart = self._indexing.deferred
                 catalog = self._catalog
