@@ -40,6 +40,14 @@ def sync_dir(path: str) -> None:
         os.close(fd)
 
 
+def write_synced(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (however many writes it takes), then ``fsync`` it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
 def atomic_write(path: str, data: bytes, *, dir_fd: int | None = None) -> None:
     """Write ``data`` to ``path`` (owner-only) so that readers see the old or the new content,
     never a mix. A failed write (a full disk, say) leaves no temporary file behind. With
@@ -51,10 +59,7 @@ def atomic_write(path: str, data: bytes, *, dir_fd: int | None = None) -> None:
     try:
         fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            write_synced(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

@@ -909,6 +909,28 @@ def select(rows: Iterable[CatalogRow], query: ListQuery) -> list[CatalogRow]:
     return found if query.limit is None else found[: query.limit]
 
 
+def document_hit(
+    session_id: str,
+    doc: Document,
+    query: SearchQuery,
+    rank: float,
+    *,
+    rewound: bool,
+    compacted: bool,
+) -> Hit:
+    """The hit of the session's document ``doc`` for ``query``, its snippet made from the
+    document's text (none of blind tokens)."""
+    return Hit(
+        session_id=session_id,
+        seq=doc.seq,
+        role=doc.role,
+        snippet="" if query.blind else snippet(doc.text, query.terms),
+        rank=rank,
+        rewound=rewound,
+        compacted=compacted,
+    )
+
+
 def search_rows(
     docs: Iterable[tuple[str, Document, bool]],
     rows: Mapping[str, CatalogRow],
@@ -930,17 +952,8 @@ def search_rows(
             continue
         count = sum(1 for w in found if w in terms)
         rank = count / (1.0 + len(found) / 50.0)
-        hits.append(
-            Hit(
-                session_id=sid,
-                seq=doc.seq,
-                role=doc.role,
-                snippet="" if query.blind else snippet(doc.text, query.terms),
-                rank=rank,
-                rewound=rewound,
-                compacted=doc.seq < row.compacted_before,
-            )
-        )
+        compacted = doc.seq < row.compacted_before
+        hits.append(document_hit(sid, doc, query, rank, rewound=rewound, compacted=compacted))
     hits.sort(key=lambda h: (-h.rank, h.session_id, h.seq))
     if query.after is not None:
         rank, sid, seq = query.after

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 import msgspec
 
 from ._durations import as_timedelta
+from ._files import O_CLOEXEC, O_NOFOLLOW, write_synced
 from .errors import SessionError, UsageError
 from .events import encode_event
 
@@ -397,12 +398,9 @@ def erase_user(store: RetentionHost, user: str) -> ErasureReport:
 
 
 def _write_private(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        write_synced(fd, data)
     finally:
         os.close(fd)
 

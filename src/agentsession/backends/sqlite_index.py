@@ -53,6 +53,7 @@ from ..listing import (
     Totals,
     TotalsQuery,
     UsageTotals,
+    document_hit,
     snippet,
     words,
 )
@@ -816,14 +817,8 @@ class SqliteIndex:
                 continue
             seen.add((sid, doc.seq))
             hits.append(
-                Hit(
-                    session_id=sid,
-                    seq=doc.seq,
-                    role=doc.role,
-                    snippet="" if query.blind else snippet(doc.text, query.terms),
-                    rank=0.0,
-                    rewound=rewound,
-                    compacted=doc.seq < compacted[sid],
+                document_hit(
+                    sid, doc, query, 0.0, rewound=rewound, compacted=doc.seq < compacted[sid]
                 )
             )
         hits.sort(key=lambda h: (-h.rank, h.session_id, h.seq))
