@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import msgspec
 import pytest
 
 pytest.importorskip("langgraph.checkpoint.base")
@@ -42,7 +43,7 @@ from langgraph.checkpoint.serde.types import INTERRUPT
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
-from agentsession import BaseStore, copy_store, open_store
+from agentsession import BaseStore, Event, copy_store, open_store
 from agentsession.errors import UsageError
 from agentsession.integrations.langgraph import (
     CHECKPOINT,
@@ -50,9 +51,11 @@ from agentsession.integrations.langgraph import (
     REMOVED,
     SNAPSHOT_EVERY,
     WRITE,
+    WRITES,
     AgentSessionSaver,
     CheckpointData,
     WriteData,
+    WritesData,
 )
 from agentsession.validation import provider_errors
 
@@ -293,7 +296,8 @@ def test_values_are_stored_deflated_when_that_is_smaller(store: BaseStore) -> No
     assert blobs["long"].z and len(blobs["long"].d) < len(long) // 10
     assert not blobs["short"].z
     assert data.z and len(data.md[1]) < len(long) // 10
-    writes = {w.ch: w for w in (e.decode(WriteData) for e in _events(store, "lg:z", WRITE))}
+    [event] = _events(store, "lg:z", WRITES)
+    writes = {w.ch: w for w in event.decode(WritesData).w}
     assert writes["long"].z and len(writes["long"].d) < len(long) // 10
     assert not writes["short"].z
     tup = AgentSessionSaver(store).get_tuple(config_of("z"))
@@ -320,7 +324,8 @@ def test_a_retried_put_or_put_writes_is_stored_once(shared_url: str) -> None:
             ("task-1", "b", {"x": [1, 2]}),
         ]
         assert len(_events(one.store, "lg:retry", CHECKPOINT)) == 1
-        assert len(_events(one.store, "lg:retry", WRITE)) == 3
+        [event] = _events(one.store, "lg:retry", WRITES)  # the call's writes: one event
+        assert [w.idx for w in event.decode(WritesData).w] == [0, 1, -3]
         # A special write with another value replaces the first; a regular one does not.
         one.put_writes(stored, [("a", 2), (INTERRUPT, "again")], "task-1")
         tup = two.get_tuple(stored)
@@ -671,3 +676,49 @@ def _load_golden() -> Any:
     sys.modules[spec.name] = module  # the graph's state type hints are looked up there
     spec.loader.exec_module(module)
     return module
+
+
+def _tuples(saver: AgentSessionSaver, thread_id: str) -> list[Any]:
+    """Every checkpoint of a thread as plain data (what a saver hands LangGraph, less the
+    thread id in the configs)."""
+    return [
+        (
+            tup.config["configurable"]["checkpoint_id"],
+            tup.parent_config and tup.parent_config["configurable"]["checkpoint_id"],
+            tup.checkpoint,
+            tup.metadata,
+            tup.pending_writes,
+        )
+        for tup in saver.list(config_of(thread_id))
+    ]
+
+
+def test_a_thread_whose_writes_are_one_event_each_still_reads(store: BaseStore) -> None:
+    """The form before ``langgraph/writes``: each pending write its own ``langgraph/write``
+    event (deflated or not). A thread rewritten in that form reads back equal to the same
+    thread as ``put_writes`` now stores it, and goes on."""
+    saver = AgentSessionSaver(store)
+    _count_graph(saver).invoke({"items": [], "steps": 0}, config_of("now"))
+    earlier = [*saver.list(config_of("now"))][5].config  # a special write too, and a path
+    saver.put_writes(earlier, [("items", ["long " * 100]), (INTERRUPT, "why")], "task-i", "p")
+    old: list[Any] = []
+    for event in store.get("lg:now").read():
+        if event.type != WRITES:
+            old.append(msgspec.structs.replace(event, seq=0, id=""))
+            continue
+        batch = event.decode(WritesData)
+        for w in batch.w:
+            write = WriteData(
+                batch.cp, batch.task, w.idx, w.ch, w.t, w.d, batch.ns, batch.path, w.z
+            )
+            old.append(Event.new(WRITE, write))
+    assert sum(e.type == WRITE for e in old) > len(_events(store, "lg:now", WRITES))
+    store.get("lg:old").append_many(old)
+    fresh = AgentSessionSaver(store)
+    assert _tuples(fresh, "old") == _tuples(fresh, "now")
+    assert any(tup[4] for tup in _tuples(fresh, "old"))
+    assert any(w.z for e in _events(store, "lg:old", WRITE) for w in [e.decode(WriteData)])
+    # the thread goes on (its list's deltas extend the old form's), writes in the new form
+    final = _count_graph(fresh).invoke({"items": [], "steps": 0}, config_of("old"))
+    assert final["items"] == [f"item {i}" for i in range(40)] * 2
+    assert _events(store, "lg:old", WRITES)

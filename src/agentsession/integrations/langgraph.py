@@ -32,17 +32,19 @@ apply to it as to any session. Its log holds, in the application namespace ``lan
   whole). When the list's first items are the very objects the saver serialized for the
   previous version, unchanged since (a message's fields compared with a copy taken then), only
   the items after them are serialized: a ``put`` costs the new messages, not the whole list.
-* ``langgraph/write``: one per pending write (``put_writes``): namespace, checkpoint id, task
-  id, index, channel, task path and value. All writes of one call are one atomic batch.
+* ``langgraph/writes``: one per ``put_writes`` call: namespace, checkpoint id, task id and
+  task path once, then each write's index, channel and value. (Threads written before hold a
+  ``langgraph/write`` event per write instead, the call's writes in one atomic batch; they read
+  as they were.)
 * Bytes (checkpoints, metadata, values, writes) are stored deflated (zlib) when that makes
   them smaller (``z`` on the payload); threads written before that read as they were.
 * ``langgraph/removed``: the checkpoints ``delete_for_runs`` and ``prune`` took out (their
   writes with them). Nothing is deleted from the log; ``delete_thread`` deletes the session.
 
 **Exactly once.** Every event's id is derived from what it records: a checkpoint's from
-(thread, namespace, checkpoint id), a write's from (thread, namespace, checkpoint id, task
-id, index), a special write's (an error, an interrupt, a resume: LangGraph's negative
-indexes, which replace an earlier one) also from its value. agentsession stores an id once,
+(thread, namespace, checkpoint id), a call's writes from (thread, namespace, checkpoint id,
+task id, each write's index), with a special write's (an error, an interrupt, a resume:
+LangGraph's negative indexes, which replace an earlier one) value too. agentsession stores an id once,
 so a retried ``put`` or ``put_writes``, from this process or another, stores nothing again;
 reading keeps the first regular write of a (task, index) and the last special one, as
 LangGraph's own savers do.
@@ -117,6 +119,7 @@ __all__ = [
     "REMOVED",
     "SNAPSHOT_EVERY",
     "WRITE",
+    "WRITES",
     "AgentSessionSaver",
     "StoreTarget",
 ]
@@ -126,7 +129,10 @@ log = logging.getLogger(__name__)
 CHECKPOINT: Final = "langgraph/checkpoint"
 """Event type of one checkpoint (:class:`CheckpointData`)."""
 WRITE: Final = "langgraph/write"
-"""Event type of one pending write (:class:`WriteData`)."""
+"""Event type of one pending write (:class:`WriteData`): the form ``put_writes`` stored
+before :data:`WRITES`, still read."""
+WRITES: Final = "langgraph/writes"
+"""Event type of the pending writes of one ``put_writes`` call (:class:`WritesData`)."""
 REMOVED: Final = "langgraph/removed"
 """Event type naming checkpoints taken out by ``delete_for_runs`` or ``prune``
 (:class:`RemovedData`)."""
@@ -221,6 +227,37 @@ class WriteData(msgspec.Struct, frozen=True, omit_defaults=True):
     """``d`` holds the bytes deflated (zlib); False (and absent) for bytes as they are."""
 
 
+class WriteItem(msgspec.Struct, frozen=True, array_like=True):
+    """One write of a :class:`WritesData` (stored as a JSON array)."""
+
+    idx: int
+    """The write's index in its task (negative for LangGraph's special channels)."""
+    ch: str
+    """The channel."""
+    t: str
+    """The value's type tag."""
+    d: str
+    """The value's bytes, base64."""
+    z: bool
+    """``d`` holds the bytes deflated (zlib)."""
+
+
+class WritesData(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The payload of a :data:`WRITES` event: what one ``put_writes`` call stored (the fields
+    its writes share once, then each write)."""
+
+    cp: str
+    """The checkpoint id the writes belong to."""
+    task: str
+    """The task id."""
+    w: list[WriteItem]
+    """The writes, in the order of the call."""
+    ns: str = ""
+    """The checkpoint namespace."""
+    path: str = ""
+    """The task path."""
+
+
 class RemovedData(msgspec.Struct, frozen=True):
     """The payload of a :data:`REMOVED` event."""
 
@@ -288,6 +325,21 @@ def _event_id(kind: str, *parts: str) -> str:
     """An event id derived from ``parts`` (so the same record always gets the same id)."""
     digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
     return f"lg{kind}-{digest[:40]}"
+
+
+def _writes_id(
+    thread_id: str, ns: str, checkpoint_id: str, task_id: str, items: Sequence[WriteItem]
+) -> str:
+    """The id of a :data:`WRITES` event: from the thread, namespace, checkpoint, task and
+    each write's index, and a special write's (negative index: it replaces an earlier one)
+    channel, type and value too."""
+    parts = [thread_id, ns, checkpoint_id, task_id]
+    for item in items:
+        parts.append(str(item.idx))
+        if item.idx < 0:
+            raw = _unsqueeze(item.d, item.z)
+            parts += [item.ch, item.t, hashlib.sha256(raw).hexdigest()]
+    return _event_id("p", *parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,6 +423,23 @@ class _Thread:
                 self.checkpoints.setdefault(data.ns, {})[data.id] = _Checkpoint(data)
                 for blob in data.blobs:
                     self.blobs.setdefault((data.ns, blob.ch, blob.v), blob)
+            elif kind == WRITES:
+                batch = event.decode(WritesData)
+                stored = self.writes.setdefault((batch.ns, batch.cp), {})
+                for item in batch.w:
+                    key = (batch.task, item.idx)
+                    if item.idx < 0 or key not in stored:
+                        stored[key] = WriteData(
+                            batch.cp,
+                            batch.task,
+                            item.idx,
+                            item.ch,
+                            item.t,
+                            item.d,
+                            batch.ns,
+                            batch.path,
+                            item.z,
+                        )
             elif kind == WRITE:
                 write = event.decode(WriteData)
                 stored = self.writes.setdefault((write.ns, write.cp), {})
@@ -951,28 +1020,20 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         checkpoint_id = conf.get("checkpoint_id")
         if not checkpoint_id:
             raise UsageError("put_writes needs the checkpoint's id in configurable.checkpoint_id")
-        events: list[Event] = []
+        items: list[WriteItem] = []
+        dumps = self.serde.dumps_typed
         for index, (channel, value) in enumerate(writes):
-            idx = WRITES_IDX_MAP.get(channel, index)
-            kind, data = self.serde.dumps_typed(value)
+            kind, data = dumps(value)
             encoded, squeezed = _squeeze(data)
-            parts = [thread_id, ns, checkpoint_id, task_id, str(idx)]
-            if idx < 0:  # a special write replaces the last one: one id per value
-                parts += [channel, kind, hashlib.sha256(data).hexdigest()]
-            payload = WriteData(
-                cp=checkpoint_id,
-                task=task_id,
-                idx=idx,
-                ch=channel,
-                t=kind,
-                d=encoded,
-                ns=ns,
-                path=task_path,
-                z=squeezed,
+            items.append(
+                WriteItem(WRITES_IDX_MAP.get(channel, index), channel, kind, encoded, squeezed)
             )
-            events.append(Event.new(WRITE, payload, id=_event_id("w", *parts)))
-        if events:
-            self._thread(thread_id, read=False).session.append_many(events)
+        if items:
+            payload = WritesData(checkpoint_id, task_id, items, ns, task_path)
+            event_id = _writes_id(thread_id, ns, checkpoint_id, task_id, items)
+            self._thread(thread_id, read=False).session.append_many(
+                [Event.new(WRITES, payload, id=event_id)]
+            )
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's session (every checkpoint, write and mirrored message)."""
@@ -1035,6 +1096,9 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
                 raw = _unsqueeze(write.d, write.z)
                 parts += [write.ch, write.t, hashlib.sha256(raw).hexdigest()]
             new_id = _event_id("w", *parts)
+        elif kind == WRITES:
+            batch = event.decode(WritesData)
+            new_id = _writes_id(target, batch.ns, batch.cp, batch.task, batch.w)
         else:
             new_id = _event_id("x", target, source, event.id or str(event.seq))
         return msgspec.structs.replace(event, seq=0, id=new_id)
