@@ -19,6 +19,7 @@ import operator
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -722,3 +723,123 @@ def test_a_thread_whose_writes_are_one_event_each_still_reads(store: BaseStore) 
     final = _count_graph(fresh).invoke({"items": [], "steps": 0}, config_of("old"))
     assert final["items"] == [f"item {i}" for i in range(40)] * 2
     assert _events(store, "lg:old", WRITES)
+
+
+def _wait_for(condition: Any) -> None:
+    """Wait until ``condition()`` holds (another thread's progress); fails after 30 s."""
+    for _ in range(3000):
+        if condition():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the other threads did not get there")
+
+
+def test_calls_that_overlap_are_stored_in_one_append_each_returning_once_stored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While one append of a thread runs, the calls that arrive queue; the next stores all
+    their events in one append (the first caller's first, then in the order they came), and
+    each call returns only once its own events are in the log. When that combined append
+    fails, each call is appended on its own, so only the call at fault raises."""
+    from agentsession.integrations import langgraph as module
+
+    store = open_store("memory:")
+    saver = AgentSessionSaver(store)
+    first = saver.put(config_of("g"), empty_checkpoint(), {"step": -1}, {})
+    writer = saver._thread("g", read=False).writer
+    before = writer.appends
+    entered, release = threading.Event(), threading.Event()
+    calls: list[list[str]] = []
+    real = module._store
+
+    def store_held(session: Any, events: list[Any]) -> None:
+        calls.append([e.type for e in events])
+        if len(calls) == 1:
+            entered.set()
+            release.wait(30)
+        if any(e.type == WRITES and e.decode(WritesData).task == "bad" for e in events):
+            raise ValueError("refused")
+        real(session, events)
+
+    monkeypatch.setattr(module, "_store", store_held)
+    monkeypatch.setattr(module, "_LINGER", 0.0)
+    stored_on_return: dict[str, bool] = {}
+    errors: dict[str, BaseException] = {}
+
+    def write(task: str) -> None:
+        try:
+            saver.put_writes(first, [("a", task)], task)
+        except BaseException as exc:
+            errors[task] = exc
+            return
+        stored_on_return[task] = any(
+            e.type == WRITES and e.decode(WritesData).task == task for e in store.get("lg:g").read()
+        )
+
+    def put() -> None:
+        checkpoint = {**empty_checkpoint(), "id": "1f0-second"}
+        saver.put(first, checkpoint, {"step": 0}, {})
+        stored_on_return["put"] = any(
+            e.type == CHECKPOINT and e.decode(CheckpointData).id == "1f0-second"
+            for e in store.get("lg:g").read()
+        )
+
+    leader = threading.Thread(target=write, args=("one",))
+    leader.start()
+    assert entered.wait(30)
+    others = [threading.Thread(target=write, args=(t,)) for t in ("two", "bad", "three")]
+    others.append(threading.Thread(target=put))
+    for queued, thread in enumerate(others, start=1):
+        thread.start()
+        _wait_for(lambda n=queued: len(writer.queue) == n)  # queued in this order
+    release.set()
+    for thread in [leader, *others]:
+        thread.join(30)
+    # the leader's append; the four queued calls in one; that failing, each on its own
+    assert calls[:2] == [[WRITES], [WRITES, WRITES, WRITES, CHECKPOINT]]
+    assert calls[2:] == [[WRITES], [WRITES], [WRITES], [CHECKPOINT]]
+    assert writer.appends - before == 6
+    assert stored_on_return == {"one": True, "two": True, "three": True, "put": True}
+    assert isinstance(errors.pop("bad"), ValueError) and not errors
+    tup = AgentSessionSaver(store).get_tuple(first)
+    assert tup is not None
+    assert sorted(v for _, _, v in tup.pending_writes or []) == ["one", "three", "two"]
+
+
+def test_a_steps_writes_wait_for_its_checkpoint_and_are_stored_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``put_writes`` with nothing else queued waits (up to ``_LINGER``) for the ``put`` that
+    follows it: both are one append. A wait that sees no ``put`` come stores the writes alone
+    and the next calls do not wait."""
+    from agentsession.integrations import langgraph as module
+
+    store = open_store("memory:")
+    saver = AgentSessionSaver(store)
+    first = saver.put(config_of("l"), empty_checkpoint(), {"step": -1}, {})
+    writer = saver._thread("l", read=False).writer
+    calls: list[list[str]] = []
+    real = module._store
+
+    def store_seen(session: Any, events: list[Any]) -> None:
+        calls.append([e.type for e in events])
+        real(session, events)
+
+    monkeypatch.setattr(module, "_store", store_seen)
+    monkeypatch.setattr(module, "_LINGER", 60.0)  # only a put ends the wait here
+    writes = threading.Thread(target=saver.put_writes, args=(first, [("a", 1)], "task"))
+    writes.start()
+    _wait_for(lambda: writer.busy)
+    assert calls == []  # waiting for the put
+    saver.put(first, {**empty_checkpoint(), "id": "1f0-next"}, {"step": 0}, {})
+    writes.join(30)
+    assert calls == [[WRITES, CHECKPOINT]]
+    monkeypatch.setattr(module, "_LINGER", 0.01)
+    saver.put_writes(first, [("b", 2)], "task-2")  # no put follows
+    assert writer.skip == module._LINGER_AFTER_MISS
+    monkeypatch.setattr(module, "_LINGER", 60.0)
+    saver.put_writes(first, [("c", 3)], "task-3")  # stored at once: no wait after a miss
+    assert calls[1:] == [[WRITES], [WRITES]]
+    tup = AgentSessionSaver(store).get_tuple(first)
+    assert tup is not None
+    assert [(c, v) for _, c, v in tup.pending_writes or []] == [("a", 1), ("b", 2), ("c", 3)]

@@ -44,10 +44,15 @@ apply to it as to any session. Its log holds, in the application namespace ``lan
 **Exactly once.** Every event's id is derived from what it records: a checkpoint's from
 (thread, namespace, checkpoint id), a call's writes from (thread, namespace, checkpoint id,
 task id, each write's index), with a special write's (an error, an interrupt, a resume:
-LangGraph's negative indexes, which replace an earlier one) value too. agentsession stores an id once,
-so a retried ``put`` or ``put_writes``, from this process or another, stores nothing again;
-reading keeps the first regular write of a (task, index) and the last special one, as
-LangGraph's own savers do.
+LangGraph's negative indexes, which replace an earlier one) value too. agentsession stores
+an id once, so a retried ``put`` or ``put_writes``, from this process or another, stores
+nothing again; reading keeps the first regular write of a (task, index) and the last special
+one, as LangGraph's own savers do.
+
+**Calls that overlap, one commit.** LangGraph saves in worker threads, and does not wait for
+``put_writes``; a thread's calls that overlap are stored in one append (``_Writer``): a
+super-step's writes wait briefly for the checkpoint's ``put`` that follows them, and both are
+one commit. Each call returns only once its own events are stored.
 
 **The typed mirror.** When a root-namespace checkpoint holds a new version of the ``messages``
 channel (``messages_channel``), the messages in it that the thread has not recorded yet (by
@@ -78,6 +83,7 @@ import logging
 import os
 import random
 import threading
+import time
 import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -147,6 +153,12 @@ _SQUEEZE_FROM = 96
 """Bytes from which a value is deflated before it is stored (when that makes it smaller)."""
 _SQUEEZE_LEVEL = 6
 """zlib's level for stored values."""
+_LINGER = 0.005
+"""Seconds a thread's writes wait for the ``put`` that follows them, to be stored with it in
+one append (:class:`_Writer`)."""
+_LINGER_AFTER_MISS = 8
+"""Leader turns that do not wait after a wait that saw no ``put`` come (doubled at each such
+wait in a row)."""
 _COPY_CHUNK = 1000
 """Events per batch when ``copy_thread`` copies a log."""
 _THREADS_KEPT = 256
@@ -398,6 +410,125 @@ class _Checkpoint(msgspec.Struct):
     metadata: dict[str, Any] | None = None  # decoded on first use
 
 
+class _Pending:
+    """One call's events, waiting to be stored by :class:`_Writer`."""
+
+    __slots__ = ("checkpoint", "done", "error", "events")
+
+    def __init__(self, events: builtins.list[Event], checkpoint: bool) -> None:
+        self.events = events
+        self.checkpoint = checkpoint
+        self.done = False
+        self.error: BaseException | None = None
+
+
+def _store(session: BaseSession, events: builtins.list[Event]) -> None:
+    if len(events) == 1:
+        session.append(events[0])
+    else:
+        session.append_many(events)
+
+
+class _Writer:
+    """A thread's appends, stored together when calls overlap (a group commit).
+
+    LangGraph runs a graph's saves in worker threads: by default (``durability="async"``)
+    nothing waits for ``put_writes``, and each ``put`` waits only for the one before it; a
+    super-step's ``put_writes`` is followed by its checkpoint's ``put`` (LangGraph makes the
+    checkpoint right after the step's writes). The first caller stores its events; the calls
+    that arrive meanwhile queue, and the next of them stores every queued call's events in one
+    atomic append: one round trip and one commit for them all. A leader holding writes only
+    waits up to :data:`_LINGER` seconds for the ``put`` that follows, so a super-step's two
+    calls are one commit (after a wait that saw no ``put`` come, it stops waiting for a while:
+    :data:`_LINGER_AFTER_MISS`). Each call returns (or raises) only once its own events are
+    stored (or not): as durable when it returns as an append of its own. When a combined append
+    fails, each call's events are appended on their own, so each call gets its own outcome (a
+    retry stores nothing twice: the ids are derived)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.queue: builtins.list[_Pending] = []
+        self.busy = False
+        self.skip = 0
+        """Leader turns left that do not wait for a ``put`` (after a wait that saw none)."""
+        self.misses = 0
+        """Waits in a row that saw no ``put`` come."""
+        self.appends = 0
+        """Appends made (each one commit)."""
+
+    def append(
+        self, session: BaseSession, events: builtins.list[Event], *, checkpoint: bool
+    ) -> None:
+        """Store ``events`` (a ``put``'s when ``checkpoint``), with the calls that overlap."""
+        mine = _Pending(events, checkpoint)
+        cond = self.cond
+        with cond:
+            self.queue.append(mine)
+            cond.notify_all()  # a leader waiting for a put
+            while self.busy and not mine.done:
+                cond.wait()
+            lead = not mine.done
+            if lead:
+                self.busy = True
+                self._linger()
+                batch, self.queue = self.queue, []
+        if lead:
+            try:
+                self._store(session, batch)
+            finally:
+                with cond:
+                    for pending in batch:
+                        pending.done = True
+                    self.busy = False
+                    cond.notify_all()
+        if mine.error is not None:
+            raise mine.error
+
+    def _linger(self) -> None:
+        """(Holding the lock.) With writes only queued, wait for a ``put`` to join them."""
+        if any(p.checkpoint for p in self.queue):
+            return
+        if self.skip:
+            self.skip -= 1
+            return
+        deadline = time.monotonic() + _LINGER
+        while not any(p.checkpoint for p in self.queue):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.misses += 1
+                self.skip = min(_LINGER_AFTER_MISS << (self.misses - 1), SNAPSHOT_EVERY)
+                return
+            self.cond.wait(left)
+        self.misses = 0
+
+    def _store(self, session: BaseSession, batch: builtins.list[_Pending]) -> None:
+        """Store ``batch``'s events, setting each call's error."""
+        if len(batch) > 1:
+            seen: set[str] = set()
+            events = []
+            for pending in batch:
+                for event in pending.events:
+                    if event.id not in seen:  # a call and its retry, queued together
+                        seen.add(event.id)
+                        events.append(event)
+            try:
+                self.appends += 1
+                _store(session, events)
+                return
+            except Exception:
+                pass  # each call on its own, below
+            except BaseException as exc:
+                for pending in batch:
+                    pending.error = exc
+                raise
+        for pending in batch:
+            try:
+                self.appends += 1
+                _store(session, pending.events)
+            except BaseException as exc:
+                pending.error = exc
+
+
 class _Thread:
     """What a saver read of one thread's log."""
 
@@ -413,6 +544,7 @@ class _Thread:
         self.bodies: OrderedDict[tuple[str, str, str | int | float], bytes] = OrderedDict()
         self.added: dict[tuple[str, str, str | int | float], bytes] = {}  # deltas, decoded
         self.lock = threading.RLock()
+        self.writer = _Writer()
 
     def take(self, events: Sequence[Event]) -> None:
         """Index ``events`` (the log's next ones, in seq order)."""
@@ -991,7 +1123,7 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         )
         event = Event.new(CHECKPOINT, data, id=_event_id("c", thread_id, ns, checkpoint["id"]))
         try:
-            thread.session.append_many([*mirror, event])
+            thread.writer.append(thread.session, [*mirror, event], checkpoint=True)
         except BaseException:
             with thread.lock:  # what was kept for the next delta may not be stored
                 for blob in blobs:
@@ -1031,9 +1163,9 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         if items:
             payload = WritesData(checkpoint_id, task_id, items, ns, task_path)
             event_id = _writes_id(thread_id, ns, checkpoint_id, task_id, items)
-            self._thread(thread_id, read=False).session.append_many(
-                [Event.new(WRITES, payload, id=event_id)]
-            )
+            thread = self._thread(thread_id, read=False)
+            writes_event = Event.new(WRITES, payload, id=event_id)
+            thread.writer.append(thread.session, [writes_event], checkpoint=False)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's session (every checkpoint, write and mirrored message)."""
