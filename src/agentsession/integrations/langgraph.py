@@ -380,6 +380,21 @@ _UNSAFE: Final = object()
 _ATOMS: Final = frozenset({str, int, float, bool, bytes, type(None)})
 
 
+def _copied(value: Any) -> Any:
+    """A deep copy of ``value``: its dicts, lists and tuples copied (what ``copy.deepcopy``
+    does, without its memo), immutable scalars as they are, anything else deep-copied."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if kind is list:
+        return [_copied(item) for item in value]
+    if kind is tuple:
+        return tuple(_copied(item) for item in value)
+    return copy.deepcopy(value)
+
+
 def _snapshot(item: Any) -> Any:
     """What tells, later, that ``item`` (the same object) still serializes to the bytes it did:
     an immutable scalar itself; a message, a deep copy of its fields; else :data:`_UNSAFE`."""
@@ -387,18 +402,10 @@ def _snapshot(item: Any) -> Any:
         return None
     if isinstance(item, BaseMessage):
         try:
-            return copy.deepcopy((item.__dict__, item.__pydantic_extra__))
+            return _copied((item.__dict__, item.__pydantic_extra__))
         except Exception:  # a field that cannot be copied: serialize it each time
             return _UNSAFE
     return _UNSAFE
-
-
-def _unchanged(item: Any, seen: Any) -> bool:
-    """Whether ``item`` still is what its snapshot ``seen`` recorded."""
-    if seen is None:
-        return True  # an immutable scalar
-    fields, extra = seen
-    return bool(item.__dict__ == fields and item.__pydantic_extra__ == extra)
 
 
 _Decoded = dict[tuple[str, str, str | int | float], builtins.list[Any]]
@@ -951,23 +958,23 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
 
     def _blob(
         self, thread: _Thread, ns: str, channel: str, version: str | int | float, value: Any
-    ) -> Blob:
+    ) -> tuple[Blob, int]:
         """The blob of one new channel version: a delta when the value is a list extending
         the last list this saver stored for the channel. When the list's first items are the
         very objects of that last list, unchanged since (messages compared field by field
         with a copy taken when they were serialized; immutable scalars), only the items
-        after them are serialized."""
+        after them are serialized. With it, how many first items are those (0: none)."""
         last = thread.last.get((ns, channel))
         if isinstance(value, builtins.list) and last is not None:
             blob = self._tail_blob(thread, ns, channel, version, value, last)
             if blob is not None:
-                return blob
+                return blob, len(last.items or ())
         kind, data = self.serde.dumps_typed(value)
         header = _array_header(data) if kind == "msgpack" else 0
         if not header:
             thread.last.pop((ns, channel), None)
             encoded, squeezed = _squeeze(data)
-            return Blob(channel, version, kind, encoded, z=squeezed)
+            return Blob(channel, version, kind, encoded, z=squeezed), 0
         count = _array_count(data, header)
         body = data[header:]
         # Snapshot the items for the next put's tail, unless snapshots keep missing (the list's
@@ -999,10 +1006,11 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
                 version, body, count, last.depth + 1, items, seen, wait, backoff
             )
             encoded, squeezed = _squeeze(body[len(last.body) :])
-            return Blob(channel, version, kind, encoded, base=last.version, n=count, z=squeezed)
+            delta = Blob(channel, version, kind, encoded, base=last.version, n=count, z=squeezed)
+            return delta, 0
         thread.last[(ns, channel)] = _Last(version, body, count, 0, items, seen, wait, backoff)
         encoded, squeezed = _squeeze(data)
-        return Blob(channel, version, kind, encoded, z=squeezed)
+        return Blob(channel, version, kind, encoded, z=squeezed), 0
 
     def _tail_blob(
         self,
@@ -1027,7 +1035,12 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         ):
             return None
         for index, item in enumerate(items):
-            if value[index] is not item or not _unchanged(item, seen[index]):
+            if value[index] is not item:
+                return None
+            snap = seen[index]  # None: an immutable scalar; else the message's fields
+            if snap is not None and (
+                item.__dict__ != snap[0] or item.__pydantic_extra__ != snap[1]
+            ):
                 return None
         tail = value[len(items) :]
         snaps = [_snapshot(item) for item in tail]
@@ -1088,17 +1101,24 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         thread = self._thread(thread_id, read=False)
         values = checkpoint["channel_values"]
         skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        mirrored = self.messages_channel if ns == "" else None
         with thread.lock:
-            blobs = [
-                self._blob(thread, ns, channel, version, values[channel])
-                if channel in values
-                else Blob(channel, version, "empty")
-                for channel, version in new_versions.items()
-            ]
+            blobs: list[Blob] = []
+            known = 0  # the mirrored channel's first items the last put saw, unchanged
+            for channel, version in new_versions.items():
+                if channel not in values:
+                    blobs.append(Blob(channel, version, "empty"))
+                    continue
+                blob, same = self._blob(thread, ns, channel, version, values[channel])
+                blobs.append(blob)
+                if channel == mirrored:
+                    known = same
             mirror: list[Event] = []
-            channel = self.messages_channel
-            if ns == "" and channel is not None and channel in new_versions:
-                mirror = self._mirror(thread_id, thread, values.get(channel))
+            if mirrored is not None and mirrored in new_versions:
+                value = values.get(mirrored)
+                if isinstance(value, list) and known:
+                    value = value[known:]  # those went through the mirror when last stored
+                mirror = self._mirror(thread_id, thread, value)
         cp_type, cp_bytes = self.serde.dumps_typed(skeleton)
         md_type, md_bytes = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
         cp_text, cp_z = _squeeze(cp_bytes)
