@@ -694,16 +694,25 @@ def _tuples(saver: AgentSessionSaver, thread_id: str) -> list[Any]:
     ]
 
 
-def test_a_thread_whose_writes_are_one_event_each_still_reads(store: BaseStore) -> None:
-    """The form before ``langgraph/writes``: each pending write its own ``langgraph/write``
-    event (deflated or not). A thread rewritten in that form reads back equal to the same
-    thread as ``put_writes`` now stores it, and goes on."""
+def test_a_thread_in_the_forms_before_reads_back_equal_and_goes_on(store: BaseStore) -> None:
+    """The forms before ``langgraph/writes`` and the checkpoint's shared version: each
+    pending write its own ``langgraph/write`` event (deflated or not), each blob with its own
+    version. A thread rewritten in that form reads back equal to the same thread as the saver
+    now stores it, and goes on."""
     saver = AgentSessionSaver(store)
     _count_graph(saver).invoke({"items": [], "steps": 0}, config_of("now"))
     earlier = [*saver.list(config_of("now"))][5].config  # a special write too, and a path
     saver.put_writes(earlier, [("items", ["long " * 100]), (INTERRUPT, "why")], "task-i", "p")
     old: list[Any] = []
     for event in store.get("lg:now").read():
+        if event.type == CHECKPOINT:
+            data = event.decode(CheckpointData)
+            if len(data.blobs) > 1:  # the version the blobs share is stored once
+                assert data.v is not None and all(b.v == "" for b in data.blobs)
+                assert all(b.v == data.v for b in data.blobs_read())
+            whole = msgspec.structs.replace(data, blobs=data.blobs_read(), v=None)
+            old.append(Event.new(CHECKPOINT, whole))
+            continue
         if event.type != WRITES:
             old.append(msgspec.structs.replace(event, seq=0, id=""))
             continue
@@ -843,3 +852,42 @@ def test_a_steps_writes_wait_for_its_checkpoint_and_are_stored_with_it(
     tup = AgentSessionSaver(store).get_tuple(first)
     assert tup is not None
     assert [(c, v) for _, c, v in tup.pending_writes or []] == [("a", 1), ("b", 2), ("c", 3)]
+
+
+def test_the_version_blobs_share_is_stored_once_and_read_back_for_each(
+    store: BaseStore,
+) -> None:
+    """A checkpoint's blobs leave out the version most of them have (the checkpoint's ``v``);
+    each reads back with its own, whatever its type, an empty version included."""
+    saver = AgentSessionSaver(store)
+    versions: dict[str, Any] = {"a": "7.x", "b": "7.x", "c": 7, "d": 7.0, "e": "7.x"}
+    checkpoint: Checkpoint = {
+        **empty_checkpoint(),
+        "channel_values": {"a": [1], "b": "two", "c": 3, "d": {"four": 4}},
+        "channel_versions": versions,
+    }
+    stored = saver.put(config_of("v"), checkpoint, {}, versions)
+    [event] = _events(store, "lg:v", CHECKPOINT)
+    data = event.decode(CheckpointData)
+    assert data.v == "7.x"
+    assert [(b.ch, b.v) for b in data.blobs] == [
+        ("a", ""),
+        ("b", ""),
+        ("c", 7),
+        ("d", 7.0),
+        ("e", ""),
+    ]
+    read = [(b.ch, b.v, type(b.v)) for b in data.blobs_read()]
+    assert read == [(ch, v, type(v)) for ch, v in versions.items()]
+    tup = AgentSessionSaver(store).get_tuple(stored)
+    assert tup is not None
+    assert tup.checkpoint["channel_values"] == checkpoint["channel_values"]
+    # an empty version is never taken for the shared one
+    versions = {"a": "", "b": "8.x", "c": "8.x"}
+    checkpoint = {**empty_checkpoint(), "channel_values": {"a": 1, "b": 2, "c": 3}}
+    checkpoint["channel_versions"] = versions
+    stored = saver.put(stored, checkpoint, {}, versions)
+    data = _events(store, "lg:v", CHECKPOINT)[-1].decode(CheckpointData)
+    assert data.v is None and [b.v for b in data.blobs_read()] == ["", "8.x", "8.x"]
+    tup = AgentSessionSaver(store).get_tuple(stored)
+    assert tup is not None and tup.checkpoint["channel_values"] == {"a": 1, "b": 2, "c": 3}

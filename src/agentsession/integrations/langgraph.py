@@ -22,12 +22,15 @@ apply to it as to any session. Its log holds, in the application namespace ``lan
 * ``langgraph/checkpoint``: one per ``put``: the namespace, the checkpoint's id and its
   parent's, the checkpoint without its channel values and the metadata (each as LangGraph's
   serializer writes them), and a blob for each channel version that is new in it
-  (``new_versions``). A channel value is stored once per version, never again with each
-  later checkpoint. A list value (the ``messages`` channel, any ``operator.add`` channel) that
-  extends the channel's previous stored version is stored as a delta: the serialized bytes of
-  the items added, and the version it extends, checked byte for byte (the new value's
-  serialized items must start with the previous value's), so reading it back rebuilds exactly
-  the bytes the full value would have had. A growing list so takes the bytes of its items
+  (``new_versions``; the version most of them share, LangGraph giving every channel a
+  super-step writes the same one, is stored once, as the checkpoint's ``v``, and left out of
+  those blobs: earlier threads, each blob with its version, read as they were). A channel
+  value is stored once per version, never again with each later checkpoint. A list value
+  (the ``messages`` channel, any ``operator.add`` channel) that extends the channel's
+  previous stored version is stored as a delta: the serialized bytes of the items added, and
+  the version it extends, checked byte for byte (the new value's serialized items must start
+  with the previous value's), so reading it back rebuilds exactly the bytes the full value
+  would have had. A growing list so takes the bytes of its items
   once, not once per checkpoint (at least every :data:`SNAPSHOT_EVERY`-th version is stored
   whole). When the list's first items are the very objects the saver serialized for the
   previous version, unchanged since (a message's fields compared with a copy taken then), only
@@ -175,15 +178,16 @@ StoreTarget = str | os.PathLike[str] | BaseStore | AsyncStore
 # The payloads.
 
 
-class Blob(msgspec.Struct, frozen=True, omit_defaults=True):
+class Blob(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     """One channel version: the serialized value (``t``, ``d``: LangGraph's type tag and the
     bytes in base64; ``t == "empty"`` for a channel without a value), or, when ``base`` is
     set, the items appended to version ``base``'s list (``n``: the item count of the whole)."""
 
     ch: str
     """The channel."""
-    v: str | int | float
-    """The version."""
+    v: str | int | float = ""
+    """The version; stored as ``""`` (absent) when it is the checkpoint's ``v``, which
+    reading puts back (:meth:`CheckpointData.blobs_read`)."""
     t: str
     """The serializer's type tag (``"msgpack"``, ``"empty"``, ...)."""
     d: str = ""
@@ -214,6 +218,39 @@ class CheckpointData(msgspec.Struct, frozen=True, omit_defaults=True):
     z: bool = False
     """``cp`` and ``md`` hold their bytes deflated (zlib); False (and absent) for bytes as
     they are."""
+    v: str | int | float | None = None
+    """The version of the blobs stored without theirs (LangGraph gives every channel a
+    super-step writes the same new version); None (absent): each blob has its own."""
+
+    def blobs_read(self) -> builtins.list[Blob]:
+        """The blobs, each with its version (the checkpoint's ``v`` where it was left out)."""
+        shared = self.v
+        if shared is None:
+            return self.blobs
+        return [
+            msgspec.structs.replace(blob, v=shared) if blob.v == "" else blob for blob in self.blobs
+        ]
+
+
+def _shared_version(blobs: builtins.list[Blob]) -> tuple[builtins.list[Blob], Any]:
+    """``blobs`` without the version most of them have (stored once, as the checkpoint's
+    ``v``), and that version; ``blobs`` as they are and None when there is none to share
+    (a version ``""`` is stored as it is: it would read as the shared one)."""
+    counts: dict[Any, int] = {}
+    for blob in blobs:
+        if blob.v == "":
+            return blobs, None
+        key = (type(blob.v), blob.v)
+        counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return blobs, None
+    (kind, shared), count = max(counts.items(), key=lambda item: item[1])
+    if count < 2:
+        return blobs, None
+    return [
+        msgspec.structs.replace(blob, v="") if type(blob.v) is kind and blob.v == shared else blob
+        for blob in blobs
+    ], shared
 
 
 class WriteData(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -560,7 +597,7 @@ class _Thread:
             if kind == CHECKPOINT:
                 data = event.decode(CheckpointData)
                 self.checkpoints.setdefault(data.ns, {})[data.id] = _Checkpoint(data)
-                for blob in data.blobs:
+                for blob in data.blobs_read():
                     self.blobs.setdefault((data.ns, blob.ch, blob.v), blob)
             elif kind == WRITES:
                 batch = event.decode(WritesData)
@@ -974,7 +1011,7 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         if not header:
             thread.last.pop((ns, channel), None)
             encoded, squeezed = _squeeze(data)
-            return Blob(channel, version, kind, encoded, z=squeezed), 0
+            return Blob(ch=channel, v=version, t=kind, d=encoded, z=squeezed), 0
         count = _array_count(data, header)
         body = data[header:]
         # Snapshot the items for the next put's tail, unless snapshots keep missing (the list's
@@ -1006,11 +1043,13 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
                 version, body, count, last.depth + 1, items, seen, wait, backoff
             )
             encoded, squeezed = _squeeze(body[len(last.body) :])
-            delta = Blob(channel, version, kind, encoded, base=last.version, n=count, z=squeezed)
+            delta = Blob(
+                ch=channel, v=version, t=kind, d=encoded, base=last.version, n=count, z=squeezed
+            )
             return delta, 0
         thread.last[(ns, channel)] = _Last(version, body, count, 0, items, seen, wait, backoff)
         encoded, squeezed = _squeeze(data)
-        return Blob(channel, version, kind, encoded, z=squeezed), 0
+        return Blob(ch=channel, v=version, t=kind, d=encoded, z=squeezed), 0
 
     def _tail_blob(
         self,
@@ -1056,7 +1095,9 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
             version, last.body + added, count, last.depth + 1, [*value], [*seen, *snaps]
         )
         encoded, squeezed = _squeeze(added)
-        return Blob(channel, version, kind, encoded, base=last.version, n=count, z=squeezed)
+        return Blob(
+            ch=channel, v=version, t=kind, d=encoded, base=last.version, n=count, z=squeezed
+        )
 
     def _mirror(self, thread_id: str, thread: _Thread, value: Any) -> builtins.list[Event]:
         """The typed events of the messages in ``value`` the thread has not recorded."""
@@ -1107,7 +1148,7 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
             known = 0  # the mirrored channel's first items the last put saw, unchanged
             for channel, version in new_versions.items():
                 if channel not in values:
-                    blobs.append(Blob(channel, version, "empty"))
+                    blobs.append(Blob(ch=channel, v=version, t="empty"))
                     continue
                 blob, same = self._blob(thread, ns, channel, version, values[channel])
                 blobs.append(blob)
@@ -1132,14 +1173,16 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
                 if cp_z
                 else (_b64(cp_bytes), _b64(md_bytes))
             )
+        stored_blobs, shared = _shared_version(blobs)
         data = CheckpointData(
             id=checkpoint["id"],
             ns=ns,
             parent=conf.get("checkpoint_id"),
             cp=(cp_type, cp_text),
             md=(md_type, md_text),
-            blobs=blobs,
+            blobs=stored_blobs,
             z=cp_z,
+            v=shared,
         )
         event = Event.new(CHECKPOINT, data, id=_event_id("c", thread_id, ns, checkpoint["id"]))
         try:
