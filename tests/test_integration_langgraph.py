@@ -11,6 +11,7 @@ encryption; two processes resuming one thread under the turn lock.
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib.util
 import itertools
 import json
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import threading
 import uuid
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -694,11 +696,22 @@ def _tuples(saver: AgentSessionSaver, thread_id: str) -> list[Any]:
     ]
 
 
+def _plainly(d: str, z: bool | int) -> dict[str, Any]:
+    """A value stored as ``d``, ``z`` in the form before the preset dictionary: deflated
+    without it (``z`` True) or as it is."""
+    from agentsession.integrations.langgraph import _unsqueeze
+
+    if z != 2:
+        return {"d": d, "z": bool(z)}
+    raw = _unsqueeze(d, z)
+    return {"d": base64.b64encode(zlib.compress(raw)).decode("ascii"), "z": True}
+
+
 def test_a_thread_in_the_forms_before_reads_back_equal_and_goes_on(store: BaseStore) -> None:
-    """The forms before ``langgraph/writes`` and the checkpoint's shared version: each
-    pending write its own ``langgraph/write`` event (deflated or not), each blob with its own
-    version. A thread rewritten in that form reads back equal to the same thread as the saver
-    now stores it, and goes on."""
+    """The forms before ``langgraph/writes``, the checkpoint's shared version and the preset
+    dictionary: each pending write its own ``langgraph/write`` event, each blob with its own
+    version, values deflated without the dictionary (or not at all). A thread rewritten in
+    that form reads back equal to the same thread as the saver now stores it, and goes on."""
     saver = AgentSessionSaver(store)
     _count_graph(saver).invoke({"items": [], "steps": 0}, config_of("now"))
     earlier = [*saver.list(config_of("now"))][5].config  # a special write too, and a path
@@ -710,7 +723,9 @@ def test_a_thread_in_the_forms_before_reads_back_equal_and_goes_on(store: BaseSt
             if len(data.blobs) > 1:  # the version the blobs share is stored once
                 assert data.v is not None and all(b.v == "" for b in data.blobs)
                 assert all(b.v == data.v for b in data.blobs_read())
-            whole = msgspec.structs.replace(data, blobs=data.blobs_read(), v=None)
+            blobs = [msgspec.structs.replace(b, **_plainly(b.d, b.z)) for b in data.blobs]
+            whole = msgspec.structs.replace(data, blobs=blobs)
+            whole = msgspec.structs.replace(whole, blobs=whole.blobs_read(), v=None)
             old.append(Event.new(CHECKPOINT, whole))
             continue
         if event.type != WRITES:
@@ -718,11 +733,13 @@ def test_a_thread_in_the_forms_before_reads_back_equal_and_goes_on(store: BaseSt
             continue
         batch = event.decode(WritesData)
         for w in batch.w:
-            write = WriteData(
-                batch.cp, batch.task, w.idx, w.ch, w.t, w.d, batch.ns, batch.path, w.z
-            )
-            old.append(Event.new(WRITE, write))
+            write = WriteData(batch.cp, batch.task, w.idx, w.ch, w.t, ns=batch.ns, path=batch.path)
+            old.append(Event.new(WRITE, msgspec.structs.replace(write, **_plainly(w.d, w.z))))
     assert sum(e.type == WRITE for e in old) > len(_events(store, "lg:now", WRITES))
+    assert any(w.z == 2 for e in _events(store, "lg:now", WRITES) for w in e.decode(WritesData).w)
+    assert not any(
+        b.z == 2 for e in old if e.type == CHECKPOINT for b in e.decode(CheckpointData).blobs
+    )
     store.get("lg:old").append_many(old)
     fresh = AgentSessionSaver(store)
     assert _tuples(fresh, "old") == _tuples(fresh, "now")
