@@ -696,14 +696,14 @@ def _tuples(saver: AgentSessionSaver, thread_id: str) -> list[Any]:
     ]
 
 
-def _plainly(d: str, z: bool | int) -> dict[str, Any]:
-    """A value stored as ``d``, ``z`` in the form before the preset dictionary: deflated
-    without it (``z`` True) or as it is."""
-    from agentsession.integrations.langgraph import _unsqueeze
+def _plainly(d: str, z: bool | int, preset: bytes | None = None) -> dict[str, Any]:
+    """A value stored as ``d``, ``z`` in the form before the preset dictionaries: deflated
+    without one (``z`` True) or as it is."""
+    from agentsession.integrations.langgraph import _PRESET, _unsqueeze
 
     if z != 2:
         return {"d": d, "z": bool(z)}
-    raw = _unsqueeze(d, z)
+    raw = _unsqueeze(d, z, preset or _PRESET)
     return {"d": base64.b64encode(zlib.compress(raw)).decode("ascii"), "z": True}
 
 
@@ -724,7 +724,13 @@ def test_a_thread_in_the_forms_before_reads_back_equal_and_goes_on(store: BaseSt
                 assert data.v is not None and all(b.v == "" for b in data.blobs)
                 assert all(b.v == data.v for b in data.blobs_read())
             blobs = [msgspec.structs.replace(b, **_plainly(b.d, b.z)) for b in data.blobs]
-            whole = msgspec.structs.replace(data, blobs=blobs)
+            from agentsession.integrations.langgraph import _CHECKPOINT_PRESET as PRESET
+
+            assert data.z == 2
+            cp, md = (_plainly(text, 2, PRESET)["d"] for text in (data.cp[1], data.md[1]))
+            whole = msgspec.structs.replace(
+                data, blobs=blobs, cp=(data.cp[0], cp), md=(data.md[0], md), z=True
+            )
             whole = msgspec.structs.replace(whole, blobs=whole.blobs_read(), v=None)
             old.append(Event.new(CHECKPOINT, whole))
             continue

@@ -40,8 +40,9 @@ apply to it as to any session. Its log holds, in the application namespace ``lan
   ``langgraph/write`` event per write instead, the call's writes in one atomic batch; they read
   as they were.)
 * Bytes (checkpoints, metadata, values, writes) are stored deflated (zlib) when that makes
-  them smaller (``z`` on the payload; values and writes with a preset dictionary of LangChain
-  messages' field names, ``z`` 2); threads written before either read as they were.
+  them smaller (``z`` on the payload; ``z`` 2: with a preset dictionary, LangChain messages'
+  field names for values and writes, a checkpoint's for checkpoints and metadata); threads
+  written before either read as they were.
 * ``langgraph/removed``: the checkpoints ``delete_for_runs`` and ``prune`` took out (their
   writes with them). Nothing is deleted from the log; ``delete_thread`` deletes the session.
 
@@ -217,9 +218,9 @@ class CheckpointData(msgspec.Struct, frozen=True, omit_defaults=True):
     """The metadata: type tag and base64 bytes."""
     blobs: list[Blob] = []
     """The channel versions new in this checkpoint."""
-    z: bool = False
-    """``cp`` and ``md`` hold their bytes deflated (zlib); False (and absent) for bytes as
-    they are."""
+    z: bool | int = False
+    """``cp`` and ``md`` hold their bytes deflated (zlib): True, or 2 when deflated with the
+    preset dictionary :data:`_CHECKPOINT_PRESET`; False (and absent) for bytes as they are."""
     v: str | int | float | None = None
     """The version of the blobs stored without theirs (LangGraph gives every channel a
     super-step writes the same new version); None (absent): each blob has its own."""
@@ -354,27 +355,46 @@ own pays for each time (a ~300 B AI message deflates to about 270 B alone, 130 B
 of the stored form: never changed (another would be another ``z``)."""
 
 
+_CHECKPOINT_PRESET: Final = (
+    b"\x83\xa6source\xa4loop\xa4step\x01\xa7parents\x80\x86\xa1v\x04\xa2ts\xd9 2026-01-01T00:0"
+    b"0:00.000000+00:00\xa2id\xd9$1f000000-0000-6000-8000-000000000000\xb0channel_versions\x83"
+    b"\xa9__start__\xd9300000000000000000000000000000001.0.1234567890123456\xa8messages\xd9300"
+    b"000000000000000000000000000001.0.1234567890123456\xaabranch:to:\xd9300000000000000000000"
+    b"000000000001.0.1234567890123456\xadversions_seen\x82\xa9__input__\x80\xa9__start__\x81"
+    b"\xa9__start__\xd9300000000000000000000000000000001.0.1234567890123456\xb0updated_channel"
+    b"s\x91\xa8messages"
+)
+"""zlib's preset dictionary for a checkpoint (without its values) and its metadata (their
+``z`` 2): the serializer's bytes of a metadata and a checkpoint of LangGraph's form, field
+names and a version of this saver's form. Part of the stored form: never changed."""
+
+
+def _deflated(data: bytes, preset: bytes | None) -> bytes:
+    """``data`` deflated (zlib), with ``preset`` as the preset dictionary when given."""
+    if preset is None:
+        return zlib.compress(data, _SQUEEZE_LEVEL)
+    deflate = zlib.compressobj(_SQUEEZE_LEVEL, zdict=preset)
+    return deflate.compress(data) + deflate.flush()
+
+
 def _squeeze(data: bytes, preset: bool = False) -> tuple[str, bool | int]:
     """``data`` in base64, deflated first when that makes it smaller, and how: False (as it
     is), True (deflated) or, with ``preset``, 2 (deflated with :data:`_PRESET`)."""
     if len(data) >= _SQUEEZE_FROM:
-        if preset:
-            deflate = zlib.compressobj(_SQUEEZE_LEVEL, zdict=_PRESET)
-            squeezed = deflate.compress(data) + deflate.flush()
-        else:
-            squeezed = zlib.compress(data, _SQUEEZE_LEVEL)
+        squeezed = _deflated(data, _PRESET if preset else None)
         if len(squeezed) < len(data):
             return _b64(squeezed), 2 if preset else True
     return _b64(data), False
 
 
-def _unsqueeze(text: str, squeezed: bool | int) -> bytes:
-    """The bytes :func:`_squeeze` (or a form without deflation, ``squeezed`` False) stored."""
+def _unsqueeze(text: str, squeezed: bool | int, preset: bytes = _PRESET) -> bytes:
+    """The bytes :func:`_squeeze` (or a form without deflation, ``squeezed`` False) stored;
+    ``squeezed`` 2: deflated with ``preset``."""
     data = _unb64(text)
     if not squeezed:
         return data
     if squeezed == 2:
-        inflate = zlib.decompressobj(zdict=_PRESET)
+        inflate = zlib.decompressobj(zdict=preset)
         return inflate.decompress(data) + inflate.flush()
     return zlib.decompress(data)
 
@@ -874,7 +894,7 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         data = entry.data
         ns = data.ns
         checkpoint: Checkpoint = self.serde.loads_typed(
-            (data.cp[0], _unsqueeze(data.cp[1], data.z))
+            (data.cp[0], _unsqueeze(data.cp[1], data.z, _CHECKPOINT_PRESET))
         )
         values: dict[str, Any] = {}
         for channel, version in checkpoint["channel_versions"].items():
@@ -957,7 +977,9 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
     def _metadata(self, entry: _Checkpoint) -> CheckpointMetadata:
         if entry.metadata is None:
             md = entry.data.md
-            entry.metadata = self.serde.loads_typed((md[0], _unsqueeze(md[1], entry.data.z)))
+            entry.metadata = self.serde.loads_typed(
+                (md[0], _unsqueeze(md[1], entry.data.z, _CHECKPOINT_PRESET))
+            )
         metadata: CheckpointMetadata = dict(entry.metadata)  # type: ignore[assignment]
         return metadata
 
@@ -1200,17 +1222,14 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
                 mirror = self._mirror(thread_id, thread, value)
         cp_type, cp_bytes = self.serde.dumps_typed(skeleton)
         md_type, md_bytes = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
-        cp_text, cp_z = _squeeze(cp_bytes)
-        md_text, md_z = _squeeze(md_bytes)
-        if cp_z != md_z:  # one flag for both: deflate both, or neither
-            cp_text, md_text = (
-                (
-                    _b64(zlib.compress(cp_bytes, _SQUEEZE_LEVEL)),
-                    _b64(zlib.compress(md_bytes, _SQUEEZE_LEVEL)),
-                )
-                if cp_z
-                else (_b64(cp_bytes), _b64(md_bytes))
-            )
+        # one flag for both: both deflated (with the checkpoint's preset), or neither
+        cp_deflated = _deflated(cp_bytes, _CHECKPOINT_PRESET)
+        md_deflated = _deflated(md_bytes, _CHECKPOINT_PRESET)
+        cp_z: bool | int = len(cp_deflated) + len(md_deflated) < len(cp_bytes) + len(md_bytes)
+        if cp_z:
+            cp_z, cp_text, md_text = 2, _b64(cp_deflated), _b64(md_deflated)
+        else:
+            cp_text, md_text = _b64(cp_bytes), _b64(md_bytes)
         stored_blobs, shared = _shared_version(blobs)
         data = CheckpointData(
             id=checkpoint["id"],
@@ -1219,7 +1238,7 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
             cp=(cp_type, cp_text),
             md=(md_type, md_text),
             blobs=stored_blobs,
-            z=bool(cp_z),
+            z=cp_z,
             v=shared,
         )
         event = Event.new(CHECKPOINT, data, id=_event_id("c", thread_id, ns, checkpoint["id"]))
