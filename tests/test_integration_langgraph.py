@@ -842,8 +842,8 @@ def test_a_steps_writes_wait_for_its_checkpoint_and_are_stored_with_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``put_writes`` with nothing else queued waits (up to ``_LINGER``) for the ``put`` that
-    follows it: both are one append. A wait that sees no ``put`` come stores the writes alone
-    and the next calls do not wait."""
+    follows it: both are one append, made by the put's caller. A wait that sees no ``put``
+    come stores the writes alone and the next calls do not wait."""
     from agentsession.integrations import langgraph as module
 
     store = open_store("memory:")
@@ -853,8 +853,11 @@ def test_a_steps_writes_wait_for_its_checkpoint_and_are_stored_with_it(
     calls: list[list[str]] = []
     real = module._store
 
+    callers: list[threading.Thread] = []
+
     def store_seen(session: Any, events: list[Any]) -> None:
         calls.append([e.type for e in events])
+        callers.append(threading.current_thread())
         real(session, events)
 
     monkeypatch.setattr(module, "_store", store_seen)
@@ -866,6 +869,7 @@ def test_a_steps_writes_wait_for_its_checkpoint_and_are_stored_with_it(
     saver.put(first, {**empty_checkpoint(), "id": "1f0-next"}, {"step": 0}, {})
     writes.join(30)
     assert calls == [[WRITES, CHECKPOINT]]
+    assert callers == [threading.current_thread()]  # stored by the put's caller
     monkeypatch.setattr(module, "_LINGER", 0.01)
     saver.put_writes(first, [("b", 2)], "task-2")  # no put follows
     assert writer.skip == module._LINGER_AFTER_MISS

@@ -540,17 +540,20 @@ class _Writer:
     checkpoint right after the step's writes). The first caller stores its events; the calls
     that arrive meanwhile queue, and the next of them stores every queued call's events in one
     atomic append: one round trip and one commit for them all. A leader holding writes only
-    waits up to :data:`_LINGER` seconds for the ``put`` that follows, so a super-step's two
-    calls are one commit (after a wait that saw no ``put`` come, it stops waiting for a while:
-    :data:`_LINGER_AFTER_MISS`). Each call returns (or raises) only once its own events are
-    stored (or not): as durable when it returns as an append of its own. When a combined append
-    fails, each call's events are appended on their own, so each call gets its own outcome (a
-    retry stores nothing twice: the ids are derived)."""
+    waits up to :data:`_LINGER` seconds for the ``put`` that follows, which then stores them
+    with its own checkpoint, so a super-step's two calls are one commit (after a wait that saw
+    no ``put`` come, it stops waiting for a while: :data:`_LINGER_AFTER_MISS`). Each call
+    returns (or raises) only once its own events are stored (or not): as durable when it returns
+    as an append of its own. When a combined append fails, each call's events are appended on
+    their own, so each call gets its own outcome (a retry stores nothing twice: the ids are
+    derived)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.queue: builtins.list[_Pending] = []
         self.busy = False
+        self.lingering = False
+        """A leader holding writes only waits for a ``put`` (which then takes them)."""
         self.skip = 0
         """Leader turns left that do not wait for a ``put`` (after a wait that saw none)."""
         self.misses = 0
@@ -566,15 +569,17 @@ class _Writer:
         cond = self.cond
         with cond:
             self.queue.append(mine)
-            cond.notify_all()  # a leader waiting for a put
-            while self.busy and not mine.done:
-                cond.wait()
-            lead = not mine.done
-            if lead:
-                self.busy = True
-                self._linger()
-                batch, self.queue = self.queue, []
-        if lead:
+            if checkpoint and self.lingering:
+                # A leader waits for this put: store its writes with it, from this thread (the
+                # put's caller waits for it; nothing waits for the writes' caller to wake).
+                self.lingering = False
+                self.misses = 0
+                batch: builtins.list[_Pending] | None = self.queue
+                self.queue = []
+                cond.notify_all()
+            else:
+                batch = self._lead(mine)
+        if batch is not None:
             try:
                 self._store(session, batch)
             finally:
@@ -586,22 +591,39 @@ class _Writer:
         if mine.error is not None:
             raise mine.error
 
-    def _linger(self) -> None:
-        """(Holding the lock.) With writes only queued, wait for a ``put`` to join them."""
+    def _lead(self, mine: _Pending) -> builtins.list[_Pending] | None:
+        """(Holding the lock.) The calls ``mine`` stores, once no append runs, or None when
+        another call stored (or stores) it."""
+        cond = self.cond
+        while True:
+            while self.busy and not mine.done:
+                cond.wait()
+            if mine.done:
+                return None
+            self.busy = True
+            if self._linger():
+                batch, self.queue = self.queue, []
+                return batch
+
+    def _linger(self) -> bool:
+        """(Holding the lock, leading.) With writes only queued, wait for a ``put`` to take
+        them; False when one did (it leads now), True to store them."""
         if any(p.checkpoint for p in self.queue):
-            return
+            return True
         if self.skip:
             self.skip -= 1
-            return
+            return True
+        self.lingering = True
         deadline = time.monotonic() + _LINGER
-        while not any(p.checkpoint for p in self.queue):
+        while self.lingering:
             left = deadline - time.monotonic()
             if left <= 0:
+                self.lingering = False
                 self.misses += 1
                 self.skip = min(_LINGER_AFTER_MISS << (self.misses - 1), SNAPSHOT_EVERY)
-                return
+                return True
             self.cond.wait(left)
-        self.misses = 0
+        return False
 
     def _store(self, session: BaseSession, batch: builtins.list[_Pending]) -> None:
         """Store ``batch``'s events, setting each call's error."""
