@@ -429,9 +429,11 @@ def _header_for(count: int) -> bytes:
 
 
 def _event_id(kind: str, *parts: str) -> str:
-    """An event id derived from ``parts`` (so the same record always gets the same id)."""
-    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
-    return f"lg{kind}-{digest[:40]}"
+    """An event id derived from ``parts`` (so the same record always gets the same id): 120
+    bits of their SHA-256 in base64url (ids made before were 160 bits in hex, 44 characters:
+    each row of a thread's log keeps its id)."""
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).digest()
+    return f"lg{kind}-{base64.urlsafe_b64encode(digest[:15]).decode('ascii')}"
 
 
 def _writes_id(
@@ -918,6 +920,8 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint = self.serde.loads_typed(
             (data.cp[0], _unsqueeze(data.cp[1], data.z, _CHECKPOINT_PRESET))
         )
+        if "id" not in checkpoint:  # stored once, in the payload (the form before: in both)
+            checkpoint["id"] = data.id
         values: dict[str, Any] = {}
         for channel, version in checkpoint["channel_versions"].items():
             blob = thread.blobs.get((ns, channel, version))
@@ -1223,7 +1227,7 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         ns = str(conf.get("checkpoint_ns") or "")
         thread = self._thread(thread_id, read=False)
         values = checkpoint["channel_values"]
-        skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        skeleton = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
         mirrored = self.messages_channel if ns == "" else None
         with thread.lock:
             blobs: list[Blob] = []
