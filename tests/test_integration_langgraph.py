@@ -570,6 +570,37 @@ def test_the_mirror_records_each_message_once_with_its_id(tmp_path: Path) -> Non
         assert len(ids) == len(set(ids)) == 4
 
 
+def test_a_put_that_fails_leaves_its_messages_to_the_next_puts_mirror(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ``put`` whose append fails has not mirrored its messages: the next ``put`` of the
+    channel mirrors them (once each), as if the failed one had never run."""
+    from agentsession.integrations import langgraph as module
+
+    store = open_store("memory:")
+    saver = AgentSessionSaver(store)
+    first = saver.put(config_of("f"), empty_checkpoint(), {"step": -1}, {})
+    real = module._store
+    failing = [True]
+
+    def store_once_refused(session: Any, events: list[Any]) -> None:
+        if failing.pop() if failing else False:
+            raise ValueError("refused")
+        real(session, events)
+
+    monkeypatch.setattr(module, "_store", store_once_refused)
+    said = [HumanMessage("Hello", id="h1")]
+    checkpoint: Any = {**empty_checkpoint(), "id": "1f0-a", "channel_values": {"messages": said}}
+    with pytest.raises(ValueError, match="refused"):
+        saver.put(first, checkpoint, {"step": 0}, {"messages": "2"})
+    assert not [e for e in store.get("lg:f").read() if META_KEY in e.meta]
+    both = [*said, HumanMessage("Again", id="h2")]
+    checkpoint = {**empty_checkpoint(), "id": "1f0-b", "channel_values": {"messages": both}}
+    saver.put(first, checkpoint, {"step": 0}, {"messages": "3"})
+    ids = [e.meta[META_KEY]["message"] for e in store.get("lg:f").read() if META_KEY in e.meta]
+    assert ids == ["h1", "h2"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Two processes resuming one thread.
 

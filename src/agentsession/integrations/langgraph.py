@@ -1274,6 +1274,10 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
             with thread.lock:  # what was kept for the next delta may not be stored
                 for blob in blobs:
                     thread.last.pop((ns, blob.ch), None)
+                # nor the mirror's messages: the next put mirrors them again (their ids
+                # are derived, so an append that did store them stores nothing twice)
+                for made in mirror:
+                    thread.mirrored.discard(made.meta[META_KEY]["message"])
             raise
         return {
             "configurable": {
