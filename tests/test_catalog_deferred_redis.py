@@ -210,7 +210,7 @@ def test_a_version_1_store_loads_searches_and_goes_on(prefixes: list[str]) -> No
     prefix = prefixes[-1]
     build_version_1(url, prefix)
     with ags.open_store(url) as store:
-        assert _client(url).get(f"{prefix}{{~meta}}:layout") == b"2"
+        assert _client(url).get(f"{prefix}{{~meta}}:layout") == b"3"
         [info] = store.list(where={"agent": "bot"})
         assert (info.id, info.messages, info.turns, info.title) == ("old", 1, 1, "an old invoice")
         assert _found(store, "invoice") == [("old", 2)]
@@ -280,3 +280,156 @@ def test_a_long_log_is_indexed_in_parts(prefixes: list[str]) -> None:
         store.get("long").append_many(events)
         assert _found(store, "n4250") == [("long", 4251)]
         assert len(store.search("hello", limit=1000).items) == 1000
+
+
+# -- key layout 3: ids in the session's hash, a row behind marked once ----------------------------
+
+
+def test_appends_to_a_row_behind_mark_it_once_and_a_catch_up_raced_by_one_keeps_it(
+    prefixes: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On one server the append that leaves a row behind marks it (``m:r``, at its seq) and
+    the appends after it do not again; a catch-up that an append overtakes (between reading
+    the log and applying its change) leaves the mark, so that the next reader catches the
+    rest up."""
+    from agentsession import indexing
+
+    url = redis_url(prefixes)
+    prefix = prefixes[-1]
+    with ags.open_store(url) as writer, ags.open_store(url) as reader:
+        session = writer.get("chat")
+        session.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        session.append(Event.new("user/message", Message.user("one"), agent="bot"))
+        session.append(Event.new("user/message", Message.user("two"), agent="bot"))
+        # The session's first append wrote the row; the second left it behind and marked it.
+        assert _marks(url, prefix, "r") == {b"chat": b"2"}
+        read = indexing.catalogued
+
+        def overtaken(session_read: Any, after: int) -> Any:
+            events = read(session_read, after)
+            monkeypatch.setattr(indexing, "catalogued", read)
+            session.append(Event.new("user/message", Message.user("three"), agent="bot"))
+            return events
+
+        monkeypatch.setattr(indexing, "catalogued", overtaken)
+        reader.catch_up_catalog()  # applies seqs 1 to 3; seq 4 came after the read
+        assert set(_marks(url, prefix, "r")) == {b"chat"}
+        [info] = reader.list(order="id")
+        assert (info.messages, info.last_seq) == (3, 4)
+        assert _marks(url, prefix, "r") == {}
+        session.append(Event.new("user/message", Message.user("four"), agent="bot"))
+        assert _marks(url, prefix, "r") == {b"chat": b"5"}  # caught up, then behind again
+        assert _listed(reader) == _rebuilt(reader)
+
+
+def test_a_new_session_keeps_its_event_ids_in_its_hash(prefixes: list[str]) -> None:
+    url = redis_url(prefixes)
+    prefix = prefixes[-1]
+    client = _client(url)
+    events = [Event.new("test/n", {"n": n}) for n in range(2500)]  # more than a script reads
+    with ags.open_store(url) as store:
+        session = store.get("many")
+        assert session.append_many(events[:2400]) == list(range(1, 2401))
+        # The same ids again (a retry): recognised, nothing stored twice.
+        assert session.append_many(events[2300:]) == list(range(2301, 2501))
+        assert client.hget(f"{prefix}{{many}}:s", "ids") == b"s"
+        assert client.hget(f"{prefix}{{many}}:s", f"#{events[1234].id}") == b"1235"
+        assert client.exists(f"{prefix}{{many}}:i") == 0
+        [info] = store.list(order="id")
+        assert info.last_seq == 2500
+        # The script itself refuses a batch holding an id stored within the window.
+        from agentsession.backends.redis.storage import RedisLog, numbered
+
+        db = store._catalog._db  # type: ignore[attr-defined]
+        log = RedisLog(db, "many", 0)
+        log.open_tail(None)  # type: ignore[arg-type]
+        fresh = Event.new("test/n", {"n": "new"})
+        for batch, status in (([fresh, events[7]], -1), ([events[2499]], -1), ([fresh], 1)):
+            request = log.append_call(numbered(batch, 2500), -1, 2500, None, True)
+            reply = db.packed_script(request.name, request.keys, request.args)
+            assert log.take_append(reply)[0] == status
+    with ags.open_store(url) as other:  # a new object
+        assert other.get("many").append_many(events[2000:2010]) == list(range(2001, 2011))
+        assert other.get("many").latest_seq == 2501
+
+
+def build_version_2(url: str, prefix: str) -> list[Event]:
+    """A store as key layout version 2 wrote it (docs/format.md before version 3): session
+    ``two`` with three events, its ids in its own hash (``i``), its row holding the first
+    event only and marked behind (``m:r``) at the second; returns the events."""
+    import msgspec
+
+    client = _client(url)
+    t0 = 1_700_000_000_000_000
+    events = [
+        msgspec.structs.replace(Event.new("turn/start", TurnStart(), agent="bot"), seq=1),
+        msgspec.structs.replace(
+            Event.new("user/message", Message.user("a second invoice"), agent="bot"), seq=2
+        ),
+        msgspec.structs.replace(
+            Event.new("assistant/message", Message.assistant("found it"), agent="bot"), seq=3
+        ),
+    ]
+    base = f"{prefix}{{two}}:"
+    catalog = f"{prefix}{{~catalog}}:"
+    for event in events:
+        client.xadd(base + "e", {"e": encode_event(event)}, id=f"{event.seq}-0")
+    client.hset(base + "i", mapping={e.id: e.seq for e in events})
+    client.hset(
+        base + "s",
+        mapping={
+            "sid": "two",
+            "life": "fedcba9876543210",
+            "last": 3,
+            "created": t0,
+            "updated": t0 + 2,
+            "size": 300,
+            "v": 3,
+            "cs": 1,
+            "turns": 1,
+            "status": "live",
+            "agents": msgspec.msgpack.encode(["bot"]),
+            "tags": msgspec.msgpack.encode([]),
+        },
+    )
+    packed = pack(["live", "", "", [], ["bot"]])
+    client.hset(catalog + "x", "two", pack(["1", packed]))
+    client.zadd(catalog + "z:u", {"two": t0})
+    client.zadd(catalog + "z:c", {"two": t0})
+    client.zadd(catalog + "z:i", {"two": 0})
+    client.sadd(catalog + "f:status:live", "two")
+    client.sadd(catalog + "f:user:", "two")
+    client.sadd(catalog + "f:tenant:", "two")
+    client.sadd(catalog + "f:agent:bot", "two")
+    client.hset(catalog + "m:r", "two", 3)
+    client.set(f"{prefix}{{~meta}}:layout", 2)
+    return events
+
+
+def test_a_version_2_store_loads_and_keeps_its_sessions_ids_where_they_are(
+    prefixes: list[str],
+) -> None:
+    url = redis_url(prefixes)
+    prefix = prefixes[-1]
+    events = build_version_2(url, prefix)
+    client = _client(url)
+    with ags.open_store(url) as store:
+        assert client.get(f"{prefix}{{~meta}}:layout") == b"3"
+        [info] = store.list(where={"agent": "bot"})  # the row caught up from the log
+        assert (info.id, info.messages, info.turns, info.last_seq) == ("two", 2, 1, 3)
+        assert _found(store, "invoice") == [("two", 2)]
+        session = store.get("two")
+        assert [e.seq for e in session.read()] == [1, 2, 3]
+        # An id the session stored (in its ``i`` hash) is recognised, by a new object too.
+        assert session.append_many(events[1:]) == [2, 3]
+        with ags.open_store(url) as other:
+            assert other.get("two").append_many([events[2]]) == [3]
+        end = Event.new("turn/end", TurnEnd(steps=0), agent="bot")
+        assert session.append(end) == 4
+        with ags.open_store(url) as other:
+            assert other.get("two").append_many([end]) == [4]
+        assert client.hget(f"{prefix}{{two}}:i", end.id) == b"4"  # still its ids' hash
+        assert client.hget(f"{prefix}{{two}}:s", "ids") is None
+        [info] = store.list(order="id")
+        assert (info.messages, info.turns, info.status, info.last_seq) == (2, 1, "idle", 4)
+        assert _listed(store) == _rebuilt(store)

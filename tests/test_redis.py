@@ -314,9 +314,10 @@ def test_session_keys_expire_ttl_plus_grace_after_the_last_append(prefixes: list
         store.get("a").append(ags.Event.new("test/n"))
         keys = store._catalog._db.keys.session("a")  # type: ignore[attr-defined]
     client = redis.Redis.from_url(url.split("?")[0])
-    for key in keys[:3]:
+    for key in keys[:2]:  # the hash (with the event ids) and the stream
         left = client.pttl(key)
         assert 89 * 60_000 < left <= 90 * 60_000
+    assert client.exists(keys[2]) == 0  # no ids hash of its own (key layout 3)
 
 
 def test_an_update_with_renew_on_update_gives_the_keys_their_expiry_again(
@@ -336,7 +337,7 @@ def test_an_update_with_renew_on_update_gives_the_keys_their_expiry_again(
             for key in keys[:5]:
                 client.pexpire(key, 600_000)  # as if 80 minutes had gone by since the append
             session.update(model="m")
-        left = [client.pttl(key) for key in keys[:3]]  # the hash, stream and ids (d, u: unused)
+        left = [client.pttl(key) for key in keys[:2]]  # the hash (ids too) and the stream
         if renew:
             assert all(89 * 60_000 < ms <= 90 * 60_000 for ms in left), left
         else:
@@ -464,9 +465,9 @@ def test_a_store_records_its_key_layout_and_refuses_a_newer_one(prefixes: list[s
     ags.open_store(url).close()
     client = redis.Redis.from_url(url.split("?")[0])
     key = f"{prefixes[-1]}{{~meta}}:layout"
-    assert client.get(key) == b"2"
-    client.set(key, 3)
-    with pytest.raises(StoreUnavailable, match="key layout version 3"):
+    assert client.get(key) == b"3"
+    client.set(key, 4)
+    with pytest.raises(StoreUnavailable, match="key layout version 4"):
         ags.open_store(url)
 
 

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentsession.backends.redis")
 
-__all__ = ["RedisIndex", "row_of", "unpack"]
+__all__ = ["ROW_FIELDS", "RedisIndex", "row_of", "unpack"]
 
 _CHUNK: Final = 500
 _KEEP: Final = b"\x00"  # a field set_fields leaves as it is
@@ -153,6 +153,31 @@ def _usage(fields: Sequence[Any]) -> UsageTotals:
     )
 
 
+ROW_FIELDS: Final = (
+    b"created",
+    b"updated",
+    b"last",
+    b"size",
+    b"title",
+    b"title_set",
+    b"tags",
+    b"user",
+    b"tenant",
+    b"agents",
+    b"status",
+    b"messages",
+    b"turns",
+    b"u_in",
+    b"u_out",
+    b"u_cr",
+    b"u_cw",
+    b"u_cost",
+    b"compacted",
+)
+"""The fields of a session's hash that :func:`row_of` reads (the hash also holds the event
+ids of a session key layout 3 made: never read whole)."""
+
+
 def row_of(session_id: str, h: dict[bytes, Any]) -> CatalogRow | None:
     """The catalog row of a session hash (None: no session, or no events)."""
     if not h or not h.get(b"created"):
@@ -225,13 +250,13 @@ class RedisIndex:
         def read() -> list[Any]:
             pipe = db.client.pipeline(transaction=False)
             for sid in ids:
-                pipe.hgetall(keys.session(_text(sid))[0])
+                pipe.hmget(keys.session(_text(sid))[0], ROW_FIELDS)
             return list(pipe.execute())
 
         found = db.run("reading catalog rows", read)
         out: dict[bytes, CatalogRow] = {}
-        for sid, h in zip(ids, found, strict=True):
-            row = row_of(_text(sid), h)
+        for sid, values in zip(ids, found, strict=True):
+            row = row_of(_text(sid), dict(zip(ROW_FIELDS, values, strict=True)))
             if row is not None:
                 out[sid] = row
         return out
@@ -308,6 +333,9 @@ class RedisIndex:
         )
         if int(reply[0]) != 1:
             return  # the row moved meanwhile: whoever moved it marked it again if need be
+        # Appended meanwhile: the row is still behind, and its mark stays (on one server an
+        # append to a row behind does not mark it again).
+        caught_up = int(reply[2]) <= through
         self._run_index(
             session_id,
             index_args(
@@ -316,7 +344,7 @@ class RedisIndex:
                 row=bytes(reply[1]),
                 mark=b"d" if self.searchable else b"",
                 mark_seq=through,
-                done=b"r",
+                done=b"r" if caught_up else b"",
                 done_seq=through,
             ),
         )

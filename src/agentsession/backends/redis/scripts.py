@@ -207,7 +207,8 @@ end
 """
 
 _APPEND_BODY: Final = r"""
--- KEYS: s (session hash), e (stream), i (event ids), d (documents), u (usage rows).
+-- KEYS: s (session hash), e (stream), i (event ids of a session key layout 2 made), d
+-- (documents), u (usage rows).
 -- ARGV: expiry ms (0: none), id window, catalog prefix ('' : the caller indexes), catalog
 -- kept ('': no; 'r': rows; 'rd': rows and search documents), session id (the five the same
 -- for every append of a session: packed once, see server.evalsha_command), after, life (''
@@ -218,14 +219,22 @@ _APPEND_BODY: Final = r"""
 -- '', 'r' rows behind or 'd' documents behind); {0, last, life} nothing written (another
 -- seq or life); {-1, last, life} an id of the batch is stored within the window.
 local s = KEYS[1]
-local cur
+local n = tonumber(ARGV[11])
+-- One read: the bookkeeping (and the row, for a change), where the ids are (``ids``: 's',
+-- in this hash as '#<id>' fields; absent, in a session layout 2 made: the ``i`` hash), and
+-- the batch's ids as this hash would hold them. Past ``ID_READ`` ids, the rest are read apart
+-- (an unpacked list is bounded).
+local want
 if ARGV[10] ~= '' then
-  cur = redis.call('HMGET', s, 'last', 'life', 'size', 'v', 'created', 'cs', 'user', 'title',
-                   'status', 'compacted', 'agents', 'tenant', 'tags', 'messages', 'turns',
-                   'ix')
+  want = {'last', 'life', 'size', 'v', 'created', 'cs', 'user', 'title', 'status', 'compacted',
+          'agents', 'tenant', 'tags', 'messages', 'turns', 'ix', 'ids'}
 else  -- no catalog change: the fields the append itself keeps
-  cur = redis.call('HMGET', s, 'last', 'life', 'size', 'v', 'created', 'cs')
+  want = {'last', 'life', 'size', 'v', 'created', 'cs', 'ids'}
 end
+local nf = #want
+local ID_READ = 1000
+for j = 0, math.min(n, ID_READ) - 1 do want[nf + j + 1] = '#' .. ARGV[12 + 3 * j] end
+local cur = redis.call('HMGET', s, unpack(want))
 local last = tonumber(cur[1] or '0')
 local life = cur[2]
 if ARGV[7] == '' then
@@ -235,36 +244,61 @@ elseif life ~= ARGV[7] then
 end
 local after = tonumber(ARGV[6])
 if last ~= after then return {0, last, life or ''} end
-local n = tonumber(ARGV[11])
 -- Everything decoded before the first write: a script that fails midway keeps what it wrote.
 local change = nil
 if ARGV[10] ~= '' then change = cmsgpack.unpack(ARGV[10]) end
--- The ids: each taken with HSETNX (one command for a new id); one already stored within the
--- window undoes the ids taken and writes nothing; one stored before the window (or twice in
--- the batch) is given its new seq once every id was checked.
 local floor = last - tonumber(ARGV[2])
-local taken, stale = {}, {}
-for j = 0, n - 1 do
-  local id = ARGV[12 + 3 * j]
-  if id ~= '' then
-    local seq = string.format('%d', last + j + 1)
-    if redis.call('HSETNX', KEYS[3], id, seq) == 1 then
-      taken[#taken + 1] = id
-    else
-      local seen = tonumber(redis.call('HGET', KEYS[3], id))
-      if seen > floor and seen <= last then
-        for _, taken_id in ipairs(taken) do redis.call('HDEL', KEYS[3], taken_id) end
-        return {-1, last, life or ''}
+local fields = {}
+local own = not life or cur[nf] == 's'  -- the ids in this hash
+if own then
+  -- An id stored within the window writes nothing; one stored before it (or twice in the
+  -- batch) is given its new seq with the others, in the one HSET below.
+  for start = 0, n - 1, ID_READ do
+    local seen = cur
+    local at = nf + 1 - start
+    if start > 0 then
+      local more = {}
+      for j = start, math.min(n, start + ID_READ) - 1 do
+        more[#more + 1] = '#' .. ARGV[12 + 3 * j]
       end
-      stale[#stale + 1] = id; stale[#stale + 1] = seq
+      seen = redis.call('HMGET', s, unpack(more))
+      at = 1 - start
+    end
+    for j = start, math.min(n, start + ID_READ) - 1 do
+      local got = seen[at + j]
+      if got and ARGV[12 + 3 * j] ~= '' then
+        local seq = tonumber(got)
+        if seq > floor and seq <= last then return {-1, last, life or ''} end
+      end
     end
   end
+else
+  -- A session key layout 2 made: each id taken with HSETNX in ``i`` (one command for a new
+  -- id); one already stored within the window undoes the ids taken and writes nothing; one
+  -- stored before the window (or twice in the batch) is given its new seq once every id was
+  -- checked.
+  local taken, stale = {}, {}
+  for j = 0, n - 1 do
+    local id = ARGV[12 + 3 * j]
+    if id ~= '' then
+      local seq = string.format('%d', last + j + 1)
+      if redis.call('HSETNX', KEYS[3], id, seq) == 1 then
+        taken[#taken + 1] = id
+      else
+        local seen = tonumber(redis.call('HGET', KEYS[3], id))
+        if seen > floor and seen <= last then
+          for _, taken_id in ipairs(taken) do redis.call('HDEL', KEYS[3], taken_id) end
+          return {-1, last, life or ''}
+        end
+        stale[#stale + 1] = id; stale[#stale + 1] = seq
+      end
+    end
+  end
+  for i = 1, #stale, 2 do redis.call('HSET', KEYS[3], stale[i], stale[i + 1]) end
 end
-for i = 1, #stale, 2 do redis.call('HSET', KEYS[3], stale[i], stale[i + 1]) end
-local fields = {}
 if not life then
   life = ARGV[8]
-  fields = {'life', life, 'sid', ARGV[5]}
+  fields = {'life', life, 'sid', ARGV[5], 'ids', 's'}
 end
 local size = tonumber(cur[3] or '0')
 for j = 0, n - 1 do
@@ -289,6 +323,7 @@ if ARGV[9] ~= '0' then fields[#fields + 1] = 'marker'; fields[#fields + 1] = ARG
 -- is marked, and its documents are indexed from its log before the next search.
 local mark = ''
 local kept = ARGV[4]
+local C = ARGV[3]
 if kept ~= '' then
   local cs = tonumber(cur[6] or cur[1] or '0')
   if change and tonumber(change[14]) == cs + 1 then
@@ -296,12 +331,13 @@ if kept ~= '' then
     if kept == 'rd' then mark = 'd' end
   else
     change = nil
-    mark = 'r'
+    -- On one server a row behind its log is marked (the append that left it behind marked
+    -- it in its own run, and a mark goes only with the row caught up): no mark again.
+    if C == '' or cs >= last then mark = 'r' end
     if not cur[6] then fields[#fields + 1] = 'cs'; fields[#fields + 1] = string.format('%d', cs) end
   end
 end
 local row = ''
-local C = ARGV[3]
 local same = false
 if change then  -- the row's fields as read, then as changed: one HSET, no read after it
   local f = {created = created, updated = updated, user = cur[7] or nil, title = cur[8] or nil,
@@ -315,6 +351,22 @@ if change then  -- the row's fields as read, then as changed: one HSET, no read 
   same = C ~= '' and cur[16] and f.status == cur[9] and f.user == cur[7]
          and f.agents == cur[11]
   if C ~= '' and not same then fields[#fields + 1] = 'ix'; fields[#fields + 1] = '1' end
+end
+if own then  -- the batch's ids, with the bookkeeping (past ID_READ of them, apart)
+  local j = 0
+  while j < n do
+    local upto = math.min(n, j + ID_READ)
+    local put = fields
+    if j > 0 then put = {} end
+    for k = j, upto - 1 do
+      local id = ARGV[12 + 3 * k]
+      if id ~= '' then
+        put[#put + 1] = '#' .. id; put[#put + 1] = string.format('%d', last + k + 1)
+      end
+    end
+    if j > 0 and #put > 0 then redis.call('HSET', s, unpack(put)) end
+    j = upto
+  end
 end
 redis.call('HSET', s, unpack(fields))
 if C ~= '' then
@@ -337,7 +389,9 @@ if C ~= '' then
 end
 local ttl = tonumber(ARGV[1])
 if ttl > 0 then
-  for k = 1, 5 do redis.call('PEXPIRE', KEYS[k], ttl) end
+  for k = 1, 5 do
+    if k ~= 3 or not own then redis.call('PEXPIRE', KEYS[k], ttl) end
+  end
 end
 if C ~= '' then return '1 ' .. last .. ' ' .. life end  -- one string: the least to parse
 if row == '' then return {1, last, life, '', mark} end
@@ -406,7 +460,8 @@ CATCH_UP: Final = (
 -- KEYS: s, d, u. ARGV: the seq the row holds as read (``cs``), change (msgpack), the seq the
 -- change runs to. Applies the change of the events after the row's seq, when the row still
 -- holds that seq. Returns {0} (the row moved meanwhile, or no session), else
--- {1, row (msgpack)}.
+-- {1, row (msgpack), the session's latest seq} (above the change's: appended meanwhile, the
+-- row still behind).
 local s = KEYS[1]
 local f = redis.call('HMGET', s, 'life', 'cs', 'last')
 if not f[1] or tonumber(f[2] or f[3] or '0') ~= tonumber(ARGV[1]) then return {0} end
@@ -415,7 +470,7 @@ local writes = {'cs', ARGV[3]}
 apply_change(s, KEYS[3], KEYS[2], change, read_row(s), writes)
 redis.call('HSET', s, unpack(writes))
 redis.call('HINCRBY', s, 'v', 1)
-return {1, cmsgpack.pack(row_state(s))}
+return {1, cmsgpack.pack(row_state(s)), f[3] or '0'}
 """
 )
 

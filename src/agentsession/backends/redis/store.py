@@ -464,13 +464,16 @@ def _renew_loop(ref: weakref.ref[RedisLocker], interval: float, stop: threading.
 
 # -- the key layout's version ----------------------------------------------------------------
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 """The version of the key layout (``docs/format.md``), kept in ``<prefix>{~meta}:layout``.
 Version 2 (catalog rows at turn boundaries, search documents indexed before a search: the
 row's ``cs`` seq, the marks ``m:r`` and ``m:d``, ``di``) reads version 1 as it is (a row
 without ``cs`` holds every event, documents without ``di`` are indexed again when their
-session is marked) and records itself in it, so that version 1 code, which would write rows
-and documents past the marks, refuses the store."""
+session is marked). Version 3 keeps a new session's event ids in its hash (``#<id>``
+fields, the hash's ``ids`` field ``s``), not in a hash of their own (``i``), and on one
+server marks a row behind its log once, not at every append; it reads version 2 as it is (a
+session without ``ids`` keeps its ids in ``i``). Each records itself in the store it opens,
+so that older code, which would take ids or drop marks the older way, refuses the store."""
 
 
 def check_layout(db: Server, create: bool) -> None:
@@ -484,7 +487,7 @@ def check_layout(db: Server, create: bool) -> None:
                 db.client.set(key, LAYOUT_VERSION, nx=True)
             found = db.client.get(key)
             if found is not None and int(found) < LAYOUT_VERSION:
-                db.client.set(key, LAYOUT_VERSION)  # read as it is, written as version 2
+                db.client.set(key, LAYOUT_VERSION)  # read as it is, written as this version
         except rex.ReadOnlyError:  # a replica: read what it has
             db.read_only = not db.cluster
         return db.client.get(key)
