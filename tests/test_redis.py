@@ -603,3 +603,47 @@ def test_a_forked_child_connects_to_a_cluster_at_its_first_use_only() -> None:
     closed.closed = True
     closed.after_fork()
     assert closed.client is inherited  # a closed store is never connected again
+
+
+# -- the append's own socket ----------------------------------------------------------------
+
+
+@pytest.mark.skipif(bool(SERVER_SKIP), reason=SERVER_SKIP or "-")
+def test_the_appends_own_socket_logs_in_selects_the_database_and_connects_again(
+    tmp_path: Path,
+) -> None:
+    """The append's script goes on a socket of the thread's own (not redis-py's): it
+    authenticates as the URL's user, selects the URL's database, sends a script the server
+    forgot in full, connects again after the server dropped it, and closes with the store."""
+    import redis
+
+    with redis_server(tmp_path / "auth") as server:
+        admin = redis.Redis(port=server.port)
+        admin.acl_setuser(
+            "app", enabled=True, passwords=["+s3cret"], keys=["*"], channels=["*"],
+            commands=["+@all"],
+        )  # fmt: skip
+        admin.acl_setuser("default", enabled=False)  # nothing runs without logging in
+        client = redis.Redis(port=server.port, db=3, username="app", password="s3cret")
+        url = f"redis://app:s3cret@127.0.0.1:{server.port}/3"
+        with ags.open_store(url) as store:
+            session = store.get("chat")
+            assert [session.append(ags.Event.new("test/n", {"n": n})) for n in range(3)] == [
+                1,
+                2,
+                3,
+            ]
+            assert client.xlen("agentsession:{chat}:e") == 3  # in database 3
+            other = redis.Redis(port=server.port, db=0, username="app", password="s3cret")
+            assert other.dbsize() == 0
+            other.close()
+            client.script_flush()
+            assert session.append(ags.Event.new("test/n", {"n": 3})) == 4
+            client.client_kill_filter(_type="normal", skipme=True)  # the store's sockets go
+            assert session.append(ags.Event.new("test/n", {"n": 4})) == 5
+        # Closed with the store: no connection is left but this test's own.
+        assert [c["id"] for c in client.client_list()] == [str(client.client_id())]
+        with ags.open_store(url) as store:
+            assert [e.seq for e in store.get("chat").read()] == [1, 2, 3, 4, 5]
+        with pytest.raises(StorageError):
+            ags.open_store(f"redis://app:wrong@127.0.0.1:{server.port}/3")

@@ -16,7 +16,9 @@ import functools
 import hashlib
 import logging
 import os
+import socket
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -24,6 +26,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import redis
 import redis.exceptions as rex
+from redis._parsers import BaseParser as _REPLY_ERRORS
 
 from ...errors import OutcomeUnknown, StorageError, StoreUnavailable, UsageError
 from . import scripts
@@ -326,6 +329,151 @@ def eval_command(text: str, keys: Sequence[bytes], args: Sequence[Any]) -> bytes
     return b"*%d\r\n$4\r\nEVAL\r\n" % (len(parts) + 1) + b"".join(map(_bulk, parts))
 
 
+def _parse_error(text: str) -> Exception:
+    """The redis-py exception of an error reply (``NOSCRIPT ...``, ``READONLY ...``), as
+    redis-py's own parsers make it."""
+    error: Exception = _REPLY_ERRORS.parse_error(text)  # type: ignore[no-untyped-call]
+    return error
+
+
+def _reply(buf: bytearray, at: int) -> tuple[Any, int] | None:
+    """One RESP2 reply of ``buf`` from ``at`` and where it ends (None: not all of it read
+    yet): bulk strings as bytes, integers, arrays as lists, an error reply as its
+    exception (raised by the caller once the reply is whole)."""
+    end = buf.find(b"\r\n", at)
+    if end < 0:
+        return None
+    kind, head = buf[at], bytes(buf[at + 1 : end])
+    at = end + 2
+    if kind == 0x24:  # $: a bulk string
+        n = int(head)
+        if n < 0:
+            return None, at
+        if len(buf) < at + n + 2:
+            return None
+        return bytes(buf[at : at + n]), at + n + 2
+    if kind == 0x3A:  # :
+        return int(head), at
+    if kind == 0x2A:  # *: an array
+        n = int(head)
+        items: list[Any] = []
+        for _ in range(max(n, 0)):
+            got = _reply(buf, at)
+            if got is None:
+                return None
+            item, at = got
+            items.append(item)
+        return (items if n >= 0 else None), at
+    if kind == 0x2B:  # +: a simple string
+        return head, at
+    if kind == 0x2D:  # -: an error
+        return _parse_error(head.decode("utf-8", "replace")), at
+    raise rex.InvalidResponse(f"unexpected reply type {chr(kind)!r}")
+
+
+class _Direct:
+    """A socket of one thread's own to a plain-TCP server, for the append's script: sent and
+    read here (RESP2), without redis-py's connection and parser around each call, which cost
+    about as much client time as the rest of the append. Connected (and authenticated, its
+    database selected) at its first use and again after any failure; closed when the
+    thread's locals go, or by :meth:`Server.close`."""
+
+    __slots__ = ("__weakref__", "pid", "sock", "target", "timeouts")
+
+    def __init__(self, target: Target, timeouts: tuple[float, float]) -> None:
+        self.target = target
+        self.timeouts = timeouts
+        self.pid = os.getpid()
+        self.sock: socket.socket | None = None
+
+    def _connect(self) -> socket.socket:
+        target = self.target
+        socket_timeout, connect_timeout = self.timeouts
+        host, port = target.nodes[0]
+        try:
+            sock = socket.create_connection((host, port), timeout=connect_timeout)
+        except OSError as exc:
+            raise rex.ConnectionError(f"Error connecting to {host}:{port}. {exc}") from None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(socket_timeout)
+            setup: list[list[Any]] = []
+            if target.password is not None:
+                user = [target.username] if target.username else []
+                setup.append(["AUTH", *user, target.password])
+            if target.db:
+                setup.append(["SELECT", target.db])
+            if setup:
+                sock.sendall(b"".join(_command(parts) for parts in setup))
+                buf = bytearray()
+                for _ in setup:
+                    answer = self._read(sock, buf)
+                    if isinstance(answer, Exception):
+                        raise answer
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    @staticmethod
+    def _read(sock: socket.socket, buf: bytearray) -> Any:
+        """One reply, read from ``sock`` into ``buf`` (what follows it stays in ``buf``)."""
+        while True:
+            got = _reply(buf, 0) if buf else None
+            if got is not None:
+                del buf[: got[1]]
+                return got[0]
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise rex.ConnectionError("Connection closed by server.")
+            buf += chunk
+
+    def call(self, command: bytes) -> Any:
+        """Send ``command`` and read its reply (an error reply raised as redis-py's
+        exception; a failed send or read closes the socket and raises redis-py's
+        ``ConnectionError`` or ``TimeoutError``)."""
+        sock = self.sock
+        if sock is None:
+            sock = self.sock = self._connect()
+        try:
+            sock.sendall(command)
+            chunk = sock.recv(65536)
+            # The common answer, whole in one read: a bulk string.
+            if chunk[:1] == b"$" and chunk[-2:] == b"\r\n":
+                head, _, rest = chunk.partition(b"\r\n")
+                if len(rest) == int(head[1:]) + 2:
+                    return rest[:-2]
+            if not chunk:
+                raise rex.ConnectionError("Connection closed by server.")
+            answer = self._read(sock, bytearray(chunk))
+        except TimeoutError:
+            self.close()
+            raise rex.TimeoutError("Timeout reading from the server") from None
+        except OSError as exc:
+            self.close()
+            raise rex.ConnectionError(f"Error while talking to the server: {exc}") from None
+        except BaseException:
+            self.close()  # the reply may be on its way: not for the next command
+            raise
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None and self.pid == os.getpid():
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _command(parts: Sequence[Any]) -> bytes:
+    """A command in the protocol (its parts bytes, strings or integers)."""
+    return b"*%d\r\n" % len(parts) + b"".join(map(_bulk, parts))
+
+
 class _Held:
     """A connection taken from a pool for one thread, given back when the thread's locals
     go (the thread ended, or the server was closed)."""
@@ -361,8 +509,11 @@ class Server:
         self.read_only = False
         """Whether the server refused a write as a read-only replica (the catalog is then
         read as it stands, and the documents not indexed yet are read from the logs)."""
+        self.timeouts = (30.0, 10.0)
+        """The socket and connect timeouts (seconds) of the append's own sockets."""
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._directs: weakref.WeakSet[_Direct] = weakref.WeakSet()
 
     @property
     def client(self) -> Any:
@@ -436,10 +587,17 @@ class Server:
             return use.eval(_SCRIPTS[name], len(keys), *keys, *args)
 
     def packed_script(self, name: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        """:meth:`script` on one server, packed here and sent on a connection of the client's
-        pool: the hot append's path, which skips the half of a call's client time that
-        redis-py spends around the command (its generic packing, retries, observability)."""
+        """:meth:`script` on one server, packed here: the hot append's path, which skips the
+        client time redis-py spends around a command (its generic packing, retries,
+        observability, its parser). Sent on this thread's own socket (:class:`_Direct`) to a
+        plain-TCP server, on a connection of the client's pool with TLS."""
         command = evalsha_command(_SHAS[name], keys, args)
+        if not self.target.tls:
+            direct = self._direct()
+            try:
+                return direct.call(command)
+            except rex.NoScriptError:
+                return direct.call(eval_command(_SCRIPTS[name], keys, args))
         connection = self._connection()
         try:
             connection.send_packed_command([command])
@@ -452,6 +610,16 @@ class Server:
         except BaseException:
             connection.disconnect()  # the reply may be on its way: not for the next command
             raise
+
+    def _direct(self) -> _Direct:
+        """This thread's socket for :meth:`packed_script` (made at its first use in this
+        thread and process)."""
+        direct: _Direct | None = getattr(self._local, "direct", None)
+        if direct is None or direct.pid != os.getpid():
+            direct = self._local.direct = _Direct(self.target, self.timeouts)
+            with self._lock:
+                self._directs.add(direct)
+        return direct
 
     def _connection(self) -> Any:
         """This thread's connection for :meth:`packed_script`: taken from the client's pool
@@ -503,6 +671,9 @@ class Server:
             if self.closed:
                 return
             self.closed = True
+            directs = list(self._directs)
+        for direct in directs:
+            direct.close()
         if self._reconnect:  # a forked child that never used it: the parent's to close
             self._reconnect = False
             return
@@ -517,5 +688,6 @@ class Server:
         fails on, a cluster it will not use)."""
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._directs = weakref.WeakSet()
         if self.cluster and not self.closed:
             self._reconnect = True

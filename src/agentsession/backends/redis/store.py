@@ -627,6 +627,7 @@ class RedisStore(BaseStore):
                 raise StoreUnavailable(f"cannot reach {target.location}: {exc}") from None
             db = self._db = Server(target, client)
             db.replica_timeout = float(replica_timeout)
+            db.timeouts = (socket_timeout, connect_timeout)
             try:
                 db.run("connecting", client.ping)
                 check_layout(db, create)
