@@ -9,6 +9,7 @@ a Redis store (this module's ``store`` fixture).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import datetime as dt
 import random
@@ -641,9 +642,24 @@ def test_the_appends_own_socket_logs_in_selects_the_database_and_connects_again(
             assert session.append(ags.Event.new("test/n", {"n": 3})) == 4
             client.client_kill_filter(_type="normal", skipme=True)  # the store's sockets go
             assert session.append(ags.Event.new("test/n", {"n": 4})) == 5
+
+            async def appends() -> list[int]:  # the async API's own connections, likewise
+                from agentsession.aio import AsyncStore
+
+                astore = AsyncStore(store)
+                asession = await astore.get("chat")
+                seqs = [await asession.append(ags.Event.new("test/n", {"n": 5}))]
+                client.script_flush()
+                seqs.append(await asession.append(ags.Event.new("test/n", {"n": 6})))
+                client.client_kill_filter(_type="normal", skipme=True)
+                seqs.append(await asession.append(ags.Event.new("test/n", {"n": 7})))
+                await astore.close()
+                return seqs
+
+            assert asyncio.run(appends()) == [6, 7, 8]
         # Closed with the store: no connection is left but this test's own.
         assert [c["id"] for c in client.client_list()] == [str(client.client_id())]
         with ags.open_store(url) as store:
-            assert [e.seq for e in store.get("chat").read()] == [1, 2, 3, 4, 5]
+            assert [e.seq for e in store.get("chat").read()] == [1, 2, 3, 4, 5, 6, 7, 8]
         with pytest.raises(StorageError):
             ags.open_store(f"redis://app:wrong@127.0.0.1:{server.port}/3")

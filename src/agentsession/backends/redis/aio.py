@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import sys
 import weakref
 from typing import Any, TypeVar
 
@@ -37,8 +38,11 @@ from ...store import BaseStore
 from .server import (
     COMMANDS,
     Server,
+    Target,
     eval_command,
     evalsha_command,
+    pack_command,
+    parse_reply,
     script_sha,
     script_text,
 )
@@ -47,6 +51,103 @@ from .storage import RedisLog, Request, numbered
 __all__ = ["RedisAsyncBackend", "RedisNativeLog"]
 
 T = TypeVar("T")
+
+
+if sys.version_info >= (3, 11):
+    _within = asyncio.timeout
+else:  # pragma: no cover - Python 3.10
+
+    @contextlib.asynccontextmanager
+    async def _within(seconds: float) -> Any:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        handle = loop.call_later(seconds, expire)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if expired:
+                raise TimeoutError from None
+            raise
+        finally:
+            handle.cancel()
+
+
+class _AsyncDirect:
+    """A connection of the store's own to a plain-TCP server on one event loop, for the
+    append's script (``Server``'s ``_Direct`` on asyncio streams): sent and read here
+    (RESP2), without redis-py's pool, connection and parser around each call. One task uses
+    it at a time (the backend keeps the idle ones of a loop)."""
+
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def connect(cls, target: Target, connect_timeout: float, timeout: float) -> _AsyncDirect:
+        host, port = target.nodes[0]
+        try:
+            async with _within(connect_timeout):
+                reader, writer = await asyncio.open_connection(host, port)
+        except (OSError, TimeoutError) as exc:
+            raise rex.ConnectionError(f"Error connecting to {host}:{port}. {exc}") from None
+        direct = cls(reader, writer)
+        try:
+            setup = target.setup_commands()
+            if setup:
+                writer.write(b"".join(pack_command(parts) for parts in setup))
+                buf = bytearray()
+                for _ in setup:
+                    answer = await direct.read(buf, timeout)
+                    if isinstance(answer, Exception):
+                        raise answer
+        except BaseException:
+            direct.close()
+            raise
+        return direct
+
+    async def read(self, buf: bytearray, timeout: float) -> Any:
+        """One reply (what follows it stays in ``buf``)."""
+        while True:
+            got = parse_reply(buf, 0) if buf else None
+            if got is not None:
+                del buf[: got[1]]
+                return got[0]
+            async with _within(timeout):
+                chunk = await self.reader.read(65536)
+            if not chunk:
+                raise rex.ConnectionError("Connection closed by server.")
+            buf += chunk
+
+    async def call(self, command: bytes, timeout: float) -> Any:
+        """Send ``command`` and read its reply: an error reply raised as redis-py's
+        exception; a failed send or read raises redis-py's ``ConnectionError`` or
+        ``TimeoutError`` (the caller drops the connection)."""
+        try:
+            self.writer.write(command)
+            if self.writer.transport.get_write_buffer_size():
+                await self.writer.drain()
+            answer = await self.read(bytearray(), timeout)
+        except TimeoutError:
+            raise rex.TimeoutError("Timeout reading from the server") from None
+        except OSError as exc:
+            raise rex.ConnectionError(f"Error while talking to the server: {exc}") from None
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
 
 
 class RedisNativeLog:
@@ -129,8 +230,28 @@ class RedisNativeLog:
             raise db.failure(exc, request.action, request.unknown) from None
 
     async def _packed(self, client: Any, request: Request) -> Any:
-        """An append's script on one server, packed here and sent on a connection of the
-        client's pool (``Server.packed_script``, on the asyncio client)."""
+        """An append's script on one server, packed here: on a connection of the backend's
+        own to a plain-TCP server (:class:`_AsyncDirect`), else of the client's pool
+        (``Server.packed_script``, on the asyncio client)."""
+        backend = self._backend
+        if not backend.server.target.tls:
+            direct = await backend.take_direct()
+            try:
+                command = evalsha_command(script_sha(request.name), request.keys, request.args)
+                try:
+                    reply = await direct.call(command, backend.server.timeouts[0])
+                except rex.NoScriptError:
+                    text = script_text(request.name)
+                    command = eval_command(text, request.keys, request.args)
+                    reply = await direct.call(command, backend.server.timeouts[0])
+            except rex.ResponseError:
+                backend.give_back(direct)  # an answer: the connection is fine
+                raise
+            except BaseException:
+                direct.close()  # the reply may be on its way: not for the next command
+                raise
+            backend.give_back(direct)
+            return reply
         pool = client.connection_pool
         connection = await pool.get_connection()
         try:
@@ -257,6 +378,22 @@ class RedisAsyncBackend(AsyncBackend):
         self._logs: weakref.WeakKeyDictionary[BaseSession, RedisNativeLog] = (
             weakref.WeakKeyDictionary()
         )
+        self._idle: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_AsyncDirect]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def take_direct(self) -> _AsyncDirect:
+        """An idle connection of the running loop for an append's script (made when there
+        is none)."""
+        idle = self._idle.get(asyncio.get_running_loop())
+        if idle:
+            return idle.pop()
+        db = self.server
+        return await _AsyncDirect.connect(db.target, db.timeouts[1], db.timeouts[0])
+
+    def give_back(self, direct: _AsyncDirect) -> None:
+        """Keep ``direct`` for the running loop's next append."""
+        self._idle.setdefault(asyncio.get_running_loop(), []).append(direct)
 
     def client(self) -> Any:
         """The asyncio client of the running loop (made on first use)."""
@@ -290,6 +427,8 @@ class RedisAsyncBackend(AsyncBackend):
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
+        for direct in self._idle.pop(loop, []):
+            direct.close()
         client = self._clients.pop(loop, None)
         if client is not None:
             with contextlib.suppress(Exception):

@@ -31,7 +31,16 @@ from redis._parsers import BaseParser as _REPLY_ERRORS
 from ...errors import OutcomeUnknown, StorageError, StoreUnavailable, UsageError
 from . import scripts
 
-__all__ = ["COMMANDS", "DEFAULT_PREFIX", "Keys", "Server", "Target", "session_tag"]
+__all__ = [
+    "COMMANDS",
+    "DEFAULT_PREFIX",
+    "Keys",
+    "Server",
+    "Target",
+    "pack_command",
+    "parse_reply",
+    "session_tag",
+]
 
 log = logging.getLogger("agentsession.backends.redis")
 
@@ -214,6 +223,17 @@ class Target:
         host, port = self.nodes[0]
         return redis.Redis(host=host, port=port, db=self.db, retry=Retry(NoBackoff(), 0), **common)
 
+    def setup_commands(self) -> list[list[Any]]:
+        """What a connection of the store's own sends first: ``AUTH`` with the URL's user
+        and password, ``SELECT`` of its database (none needed: empty)."""
+        setup: list[list[Any]] = []
+        if self.password is not None:
+            user = [self.username] if self.username else []
+            setup.append(["AUTH", *user, self.password])
+        if self.db:
+            setup.append(["SELECT", self.db])
+        return setup
+
     def connect_async(self, *, socket_timeout: float, connect_timeout: float) -> Any:
         """A redis-py asyncio client for this target."""
         import redis.asyncio as aredis
@@ -336,7 +356,7 @@ def _parse_error(text: str) -> Exception:
     return error
 
 
-def _reply(buf: bytearray, at: int) -> tuple[Any, int] | None:
+def parse_reply(buf: bytearray, at: int) -> tuple[Any, int] | None:
     """One RESP2 reply of ``buf`` from ``at`` and where it ends (None: not all of it read
     yet): bulk strings as bytes, integers, arrays as lists, an error reply as its
     exception (raised by the caller once the reply is whole)."""
@@ -358,7 +378,7 @@ def _reply(buf: bytearray, at: int) -> tuple[Any, int] | None:
         n = int(head)
         items: list[Any] = []
         for _ in range(max(n, 0)):
-            got = _reply(buf, at)
+            got = parse_reply(buf, at)
             if got is None:
                 return None
             item, at = got
@@ -397,14 +417,9 @@ class _Direct:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(socket_timeout)
-            setup: list[list[Any]] = []
-            if target.password is not None:
-                user = [target.username] if target.username else []
-                setup.append(["AUTH", *user, target.password])
-            if target.db:
-                setup.append(["SELECT", target.db])
+            setup = target.setup_commands()
             if setup:
-                sock.sendall(b"".join(_command(parts) for parts in setup))
+                sock.sendall(b"".join(pack_command(parts) for parts in setup))
                 buf = bytearray()
                 for _ in setup:
                     answer = self._read(sock, buf)
@@ -419,7 +434,7 @@ class _Direct:
     def _read(sock: socket.socket, buf: bytearray) -> Any:
         """One reply, read from ``sock`` into ``buf`` (what follows it stays in ``buf``)."""
         while True:
-            got = _reply(buf, 0) if buf else None
+            got = parse_reply(buf, 0) if buf else None
             if got is not None:
                 del buf[: got[1]]
                 return got[0]
@@ -469,7 +484,7 @@ class _Direct:
         self.close()
 
 
-def _command(parts: Sequence[Any]) -> bytes:
+def pack_command(parts: Sequence[Any]) -> bytes:
     """A command in the protocol (its parts bytes, strings or integers)."""
     return b"*%d\r\n" % len(parts) + b"".join(map(_bulk, parts))
 
