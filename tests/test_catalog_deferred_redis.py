@@ -433,3 +433,46 @@ def test_a_version_2_store_loads_and_keeps_its_sessions_ids_where_they_are(
         [info] = store.list(order="id")
         assert (info.messages, info.turns, info.status, info.last_seq) == (2, 1, "idle", 4)
         assert _listed(store) == _rebuilt(store)
+
+
+def test_a_plain_list_places_a_session_marked_behind_by_its_latest_append(
+    prefixes: list[str],
+) -> None:
+    """An append to a row already behind its log leaves the session's place in the list
+    order (``z:u``) as it was; a plain ``list()`` places the marked sessions by their own
+    times, and a catch-up moves them."""
+    import datetime as dt
+
+    import msgspec
+
+    url = redis_url(prefixes)
+    prefix = prefixes[-1]
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def at(minute: int, kind: str = "user") -> Event:
+        return msgspec.structs.replace(EVENTS[kind]("bot"), time=t0 + dt.timedelta(minutes=minute))
+
+    with ags.open_store(url) as store:
+        a, b, c = store.get("a"), store.get("b"), store.get("c")
+        a.append(at(0, "start"))  # a's row
+        a.append(at(1))  # behind: marked, placed at minute 1
+        b.append(at(2, "start"))
+        c.append(at(3, "start"))
+        a.append(at(4))  # a row already behind: its place is left
+        a.append(at(5))
+        score = _client(url).zscore(f"{prefix}{{~catalog}}:z:u", "a")
+        assert score == (t0 + dt.timedelta(minutes=1)).timestamp() * 1e6
+        for limit, offset, ids in ((1, 0, ["a"]), (2, 0, ["a", "c"]), (2, 1, ["c", "b"])):
+            assert [i.id for i in store.list(limit=limit, offset=offset)] == ids
+        assert [i.id for i in store.list()] == ["a", "c", "b"]
+        store.catch_up_catalog()
+        assert _marks(url, prefix, "r") == {}
+        score = _client(url).zscore(f"{prefix}{{~catalog}}:z:u", "a")
+        assert score == (t0 + dt.timedelta(minutes=5)).timestamp() * 1e6
+        assert [i.id for i in store.list(limit=2)] == ["a", "c"]
+    with ags.open_store(url, catalog=False) as plain:  # no marks: every append places it
+        d = plain.get("d")
+        d.append(at(6, "start"))
+        d.append(at(7))
+        d.append(at(8))
+        assert [i.id for i in plain.list(limit=2)] == ["d", "a"]

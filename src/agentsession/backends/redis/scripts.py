@@ -322,6 +322,7 @@ if ARGV[9] ~= '0' then fields[#fields + 1] = 'marker'; fields[#fields + 1] = ARG
 -- its log before the catalog is read. Search documents are never written here: the session
 -- is marked, and its documents are indexed from its log before the next search.
 local mark = ''
+local marked = false
 local kept = ARGV[4]
 local C = ARGV[3]
 if kept ~= '' then
@@ -332,8 +333,11 @@ if kept ~= '' then
   else
     change = nil
     -- On one server a row behind its log is marked (the append that left it behind marked
-    -- it in its own run, and a mark goes only with the row caught up): no mark again.
-    if C == '' or cs >= last then mark = 'r' end
+    -- it in its own run, and a mark goes only with the row caught up): no mark again, and
+    -- its place in the list order is left (a plain list places marked sessions by their
+    -- hashes; a catch-up moves it).
+    marked = C ~= '' and cs < last
+    if not marked then mark = 'r' end
     if not cur[6] then fields[#fields + 1] = 'cs'; fields[#fields + 1] = string.format('%d', cs) end
   end
 end
@@ -379,7 +383,7 @@ if C ~= '' then
     -- The row holds every event: a rows-behind mark, left by appends inside the turn, goes.
     if cur[6] and tonumber(cur[6]) < last then redis.call('HDEL', C .. 'm:r', ARGV[5]) end
   else
-    redis.call('ZADD', C .. 'z:u', updated, ARGV[5])
+    if not marked then redis.call('ZADD', C .. 'z:u', updated, ARGV[5]) end
     if not cur[5] then  -- a new session (reindex puts back what the index lost)
       redis.call('ZADD', C .. 'z:c', 'NX', created, ARGV[5])
       redis.call('ZADD', C .. 'z:i', 'NX', 0, ARGV[5])

@@ -67,6 +67,8 @@ __all__ = [
 
 log = logging.getLogger("agentsession.backends.redis")
 
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
 
 def _text(value: Any) -> str:
     return bytes(value).decode("utf-8", "surrogatepass")
@@ -161,14 +163,36 @@ class RedisCatalog(CatalogDefaults):
     ) -> builtins.list[SessionInfo]:
         """A page newest first from the store-wide sorted set of last appends (ties by id,
         descending, as the server orders them); a prefix, or no limit, from
-        :meth:`list_all`."""
+        :meth:`list_all`. On one server an append to a row behind its log (marked in
+        ``m:r``) leaves the session's place in that set as it was: the marked sessions are
+        placed by their own hashes' times."""
         if prefix is not None or limit is None:
             return super().list_page(prefix, limit, offset)
         db = self._db
         zkey = db.keys.catalog + b"z:u"
         stop = offset + limit - 1
-        ids = db.run("listing sessions", lambda: db.client.zrevrange(zkey, offset, stop))
-        return self._infos([self._hash(_text(i)) for i in ids])
+        marks = db.keys.catalog + b"m:r"
+
+        def read() -> tuple[builtins.list[bytes], builtins.list[bytes]]:
+            if not self.kept or db.cluster:
+                return db.client.zrevrange(zkey, offset, stop), []
+            pipe = db.client.pipeline(transaction=False)
+            pipe.hkeys(marks)
+            pipe.zrevrange(zkey, 0, stop)
+            marked, ids = pipe.execute()
+            if not marked:
+                return ids[offset:], []
+            return ids, marked
+
+        ids, marked = db.run("listing sessions", read)
+        if not marked:
+            return self._infos([self._hash(_text(i)) for i in ids])
+        # A session that is not marked is placed right: those of the page are among the
+        # first offset + limit of the set (a marked one is only ever placed too late).
+        found = dict.fromkeys(bytes(i) for i in [*ids, *marked])
+        infos = self._infos([self._hash(_text(i)) for i in found])
+        infos.sort(key=lambda i: (i.updated_at or _EPOCH, bytes_of(i.id)), reverse=True)
+        return infos[offset : offset + limit]
 
     def expired_ids(self, cutoff: _dt.datetime) -> builtins.list[str]:
         db = self._db
