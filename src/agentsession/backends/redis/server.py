@@ -90,7 +90,8 @@ class Keys:
         return self.prefix + b"{~meta}:kinds"
 
     def session(self, session_id: str) -> list[bytes]:
-        """A session's keys: ``s`` (its hash), ``e`` (the stream), ``i`` (event ids), ``d``
+        """A session's keys: ``s`` (its hash), ``e`` (the stream), ``i`` (event ids of a
+        session key layout 2 made; layout 3 keeps them in ``s``), ``d``
         (documents), ``u`` (usage rows), ``l`` (the turn lock)."""
         base = self.prefix + b"{" + session_tag(session_id) + b"}:"
         return [base + kind for kind in (b"s", b"e", b"i", b"d", b"u", b"l")]

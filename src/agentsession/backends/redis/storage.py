@@ -5,7 +5,8 @@ operation is one server-side script (:mod:`~agentsession.backends.redis.scripts`
 except reads past what opening read (a plain ``XRANGE``): opening reads the life and the tail (or
 the window from the latest compaction marker) together; an append writes only when the session's
 latest seq is still the one the session has seen (or ``expect_seq``) and its life the one this log
-read, when none of the batch's ids is stored within the id window (the session's ``i`` hash),
+read, when none of the batch's ids is stored within the id window (``#<id>`` fields of the
+session's hash; a session key layout 2 made: its ``i`` hash),
 numbering the batch after it, so the stream entry ids (``<seq>-0``) are the seqs and the server
 itself refuses one out of order. The catalog row's change is applied by the same script.
 
