@@ -663,3 +663,25 @@ def test_the_appends_own_socket_logs_in_selects_the_database_and_connects_again(
             assert [e.seq for e in store.get("chat").read()] == [1, 2, 3, 4, 5, 6, 7, 8]
         with pytest.raises(StorageError):
             ags.open_store(f"redis://app:wrong@127.0.0.1:{server.port}/3")
+
+
+def test_the_appends_own_reply_reader_reads_what_the_scripts_answer() -> None:
+    import redis.exceptions as rex
+
+    from agentsession.backends.redis.server import pack_command, parse_reply
+
+    def whole(data: bytes) -> Any:
+        got = parse_reply(bytearray(data), 0)
+        assert got is not None and got[1] == len(data)
+        return got[0]
+
+    assert whole(b"$13\r\n1 41 abc\r\ndef\r\n") == b"1 41 abc\r\ndef"  # a line break inside
+    assert whole(b"*3\r\n:0\r\n:-7\r\n$4\r\nlife\r\n") == [0, -7, b"life"]
+    assert whole(b"*2\r\n$-1\r\n*0\r\n") == [None, []]
+    assert whole(b"+OK\r\n") == b"OK"
+    assert isinstance(whole(b"-NOSCRIPT No matching script.\r\n"), rex.NoScriptError)
+    assert isinstance(whole(b"-READONLY You can't write against a replica.\r\n"), rex.ReadOnlyError)
+    assert type(whole(b"-ERR something else\r\n")) is rex.ResponseError
+    for cut in (b"$12\r\n1 41", b"*3\r\n:0\r\n", b"*2\r\n$4\r\nli", b"$3"):
+        assert parse_reply(bytearray(cut), 0) is None  # not all of it read yet
+    assert pack_command(["SELECT", 3]) == b"*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n"

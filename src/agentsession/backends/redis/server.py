@@ -26,10 +26,15 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import redis
 import redis.exceptions as rex
-from redis._parsers import BaseParser as _REPLY_ERRORS
 
 from ...errors import OutcomeUnknown, StorageError, StoreUnavailable, UsageError
 from . import scripts
+
+_REPLY_ERRORS: Any
+try:  # redis-py's own mapping of error replies to its exceptions (redis-py 5 and later)
+    from redis._parsers import BaseParser as _REPLY_ERRORS
+except ImportError:  # pragma: no cover - a redis-py that moved it
+    _REPLY_ERRORS = None
 
 __all__ = [
     "COMMANDS",
@@ -353,8 +358,12 @@ def eval_command(text: str, keys: Sequence[bytes], args: Sequence[Any]) -> bytes
 def _parse_error(text: str) -> Exception:
     """The redis-py exception of an error reply (``NOSCRIPT ...``, ``READONLY ...``), as
     redis-py's own parsers make it."""
-    error: Exception = _REPLY_ERRORS.parse_error(text)  # type: ignore[no-untyped-call]
-    return error
+    if _REPLY_ERRORS is not None:
+        error: Exception = _REPLY_ERRORS.parse_error(text)
+        return error
+    code = text.split(" ", 1)[0]  # pragma: no cover - the few the append tells apart
+    kinds = {"NOSCRIPT": rex.NoScriptError, "READONLY": rex.ReadOnlyError}
+    return kinds.get(code, rex.ResponseError)(text)  # pragma: no cover
 
 
 def parse_reply(buf: bytearray, at: int) -> tuple[Any, int] | None:
