@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 
-from agentsession import Event, Message, open_store
+from agentsession import Event, Message, core, open_store
 from agentsession.backends import sqlite as sqlite_backend
 from agentsession.events import TurnEnd, TurnStart, Usage
 
@@ -92,7 +93,7 @@ def _turn(session: Any, n: int, agent: str = "bot") -> None:
         turn.assistant(f"answer {n}")
 
 
-def test_a_turn_writes_the_row_at_its_start_and_end_only(tmp_path: Path) -> None:
+def test_a_turn_writes_the_row_at_its_end_only(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with open_store(f"sqlite:///{path}") as store:
         session = store.get("a")
@@ -102,10 +103,9 @@ def test_a_turn_writes_the_row_at_its_start_and_end_only(tmp_path: Path) -> None
         store.list(order="id")  # a catch-up clears the marks of rows that hold their log
         assert _dirty(path) == []
         session.append(Event.new("turn/start", TurnStart(), agent="bot"))
-        # The row has the turn's start (a reader opened read-only sees the turn open).
-        assert _raw_messages(path, "a", "turns") == 2 and len(_dirty(path)) == 1
+        assert _raw_messages(path, "a", "turns") == 1 and len(_dirty(path)) == 1
         session.append(Event.new("user/message", Message.user("inside"), agent="bot"))
-        # Its message waits for the turn's end (or a reader's catch-up).
+        # The turn's start and its message wait for the turn's end (or a reader's catch-up).
         assert _raw_messages(path, "a") == 2 and len(_dirty(path)) == 1
         [info] = store.list(order="id")  # reading the catalog catches up
         assert (info.messages, info.turns) == (3, 2)
@@ -116,36 +116,160 @@ def test_a_turn_writes_the_row_at_its_start_and_end_only(tmp_path: Path) -> None
         assert store.list()[0].messages == 3 and _dirty(path) == []
 
 
-def test_a_read_only_reader_sees_each_session_as_of_its_latest_boundary(tmp_path: Path) -> None:
+def test_a_read_only_reader_catches_the_marked_sessions_up_in_memory(tmp_path: Path) -> None:
+    """The turn's start is not handed over; a store opened read-only, which cannot write the
+    catch-up, makes the marked session's row from its log for its listing, and writes
+    nothing."""
     path = tmp_path / "s.db"
     with open_store(f"sqlite:///{path}") as store:
         session = store.get("a")
         _turn(session, 0)
         session.append(Event.new("turn/start", TurnStart(), agent="bot"))
         session.append(Event.new("user/message", Message.user("more"), agent="bot"))
+        assert (_raw_messages(path, "a"), _raw_messages(path, "a", "turns")) == (2, 1)
         before = path.read_bytes()
         with open_store(f"sqlite:///{path}", read_only=True) as reader:
             [info] = reader.list(order="id")
-            # As of the second turn's start: open, and its lock is held (by this process).
-            assert (info.messages, info.turns) == (2, 2)
-            assert info.status in ("live", "needs_recovery")
+            # The turn is open (no lock was taken for it: needs_recovery).
+            assert (info.messages, info.turns, info.last_seq) == (3, 2, 6)
+            assert info.status == "needs_recovery"
+            assert [i.id for i in reader.list(where={"status": "needs_recovery"})] == ["a"]
+            assert reader.list(where={"status": "idle"}) == []
         assert path.read_bytes() == before  # the reader wrote nothing
+        assert (_raw_messages(path, "a"), _raw_messages(path, "a", "turns")) == (2, 1)
         session.append(Event.new("turn/end", TurnEnd(steps=0), agent="bot"))
         with open_store(f"sqlite:///{path}", read_only=True) as reader:
-            assert reader.list(order="id")[0].messages == 3
+            [info] = reader.list(order="id")
+            assert (info.messages, info.turns, info.status) == (3, 2, "idle")
+        assert _listed(store) == _rebuilt(store)
+
+
+def _answers(store: Any, encrypted: bool = False) -> dict[str, Any]:
+    """What ``store`` answers to listings (every order, filters, pages by cursor), searches
+    and totals: hits as sets (a store opened read-only ranks documents not indexed yet
+    after the others)."""
+
+    def rows(**kwargs: Any) -> list[tuple[Any, ...]]:
+        return [(*_row(i), i.tags, i.tenant, i.created_at, i.updated_at) for i in
+                store.list(**kwargs)]
+
+    def pages(**kwargs: Any) -> list[list[str]]:
+        out, cursor = [], None
+        while True:
+            page = store.list(limit=2, cursor=cursor, **kwargs)
+            out.append([i.id for i in page])
+            if page.next_cursor is None:
+                return out
+            cursor = page.next_cursor
+
+    def hits(query: str, **kwargs: Any) -> set[tuple[Any, ...]]:
+        found, cursor = set(), None
+        while True:
+            page = store.search(query, limit=3, cursor=cursor, **kwargs)
+            found |= {(h.session_id, h.seq, h.role, h.rewound, h.compacted) for h in page}
+            if page.next_cursor is None:
+                return found
+            cursor = page.next_cursor
+
+    wheres: list[dict[str, Any]] = [
+        {"tenant": "acme"},
+        {"tag": "vip"},
+        {"agent": "helper"},
+        {"status": "idle"},
+        {"status": "needs_recovery"},
+        {"user": "ann"},
+        {"id": ["open", "quiet", "new"]},
+    ]
+    if not encrypted:
+        wheres.append({"title": "pandas"})  # (refused on an encrypted store)
+    return {
+        "orders": [rows(order=o) for o in ("updated", "created", "id")],
+        "pages": [pages(order=o) for o in ("updated", "created", "id")],
+        "wheres": [rows(where=w, order="id") for w in wheres],
+        "filtered pages": pages(where={"status": "idle"}),
+        "hits": [hits("pandas"), hits("pandas", where={"agent": "helper"}), hits("question")],
+        "hits in": [hits("pandas", session_id=sid) for sid in ("open", "quiet", "rewound")],
+        "totals": [store.totals(group_by=g) for g in ("tenant", "user", "agent", "day")],
+        "totals where": store.totals(where={"tag": "vip"}, group_by="agent"),
+    }
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_a_read_only_reader_answers_as_a_caught_up_catalog_does(
+    tmp_path: Path, encrypted: bool
+) -> None:
+    """A store opened read-only answers listings, searches and totals from the tables and,
+    for the sessions whose rows are behind their logs, from rows caught up in memory: what a
+    writer's catch-up then writes, and a rebuild makes."""
+    path = tmp_path / "s.db"
+    url = f"sqlite:///{path}"
+    options: dict[str, Any] = {"passphrase": "pw"} if encrypted else {}
+    usage = Usage(input_tokens=10, output_tokens=5, model="m")
+    with open_store(url, **options) as store:
+        done = store.get("done")
+        _turn(done, 0)
+        done.update(tenant="acme", tags=["vip"])
+        quiet = store.get("quiet")
+        _turn(quiet, 1)
+        store.list()  # a writer's catch-up: the tables are current here
+        # Mid-turn: the row has the session's first event only (no title, no agent yet).
+        open_ = store.get("open")
+        open_.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        open_.append(Event.new("user/message", Message.user("pandas mid turn"), user="ann"))
+        open_.append(Event.new("usage", usage, agent="helper"))
+        open_.update(tenant="acme")
+        # Outside turns, fewer than 64 events since the last hand-over: marked only.
+        for n in range(5):
+            said = Message.user(f"pandas later {n}")
+            quiet.append(Event.new("user/message", said, agent="helper"))
+            quiet.append(Event.new("usage", usage, agent="helper"))
+        quiet.update(tags=["vip"])
+        # A rewind, then more in a turn (the rewind flags the earlier documents).
+        rewound = store.get("rewound")
+        for n in range(3):
+            _turn(rewound, 10 + n)
+        rewound.rewind(to_seq=4)
+        rewound.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        rewound.append(Event.new("user/message", Message.user("pandas again")))
+        # A session made by its first event only, and (encrypted) one shredded.
+        store.get("new").append(Event.new("user/message", Message.user("a new question")))
+        if encrypted:
+            gone = store.get("gone")
+            _turn(gone, 20)
+            gone.append(Event.new("user/message", Message.user("secret pandas")))
+            store.shred("gone")
+        marked = len(_dirty(path))
+        assert marked >= 4
+        assert [_raw_messages(path, sid) for sid in ("open", "quiet", "new")] == [0, 2, 1]
+        before = path.read_bytes()
+        with open_store(url, read_only=True, **options) as reader:
+            read_only = _answers(reader, encrypted)
+        assert path.read_bytes() == before  # the reader wrote nothing
+        assert len(_dirty(path)) == marked
+        assert read_only == _answers(store, encrypted)  # what a writer's catch-up writes
+        assert _dirty(path) == []
+        store.reindex()
+        assert read_only == _answers(store, encrypted)
+    with open_store(url, read_only=True, **options) as reader:  # the tables alone now
+        assert read_only == _answers(reader, encrypted)
 
 
 def test_a_read_only_reader_sees_a_turn_a_killed_writer_left_open(tmp_path: Path) -> None:
-    """The turn's start is handed over, so the command line (read-only) finds the session a
-    killed writer left mid-turn as needing recovery."""
+    """The command line (read-only) finds the session a writer left mid-turn (its turn's
+    start only marked it) as needing recovery."""
     path = tmp_path / "s.db"
     with open_store(f"sqlite:///{path}") as store:
         session = store.get("a")
         _turn(session, 0)
         session.append(Event.new("turn/start", TurnStart(), agent="bot"))
         session.append(Event.new("user/message", Message.user("cut off"), agent="bot"))
+    # The tables hold the session as of its first turn's end.
+    assert sql_rows(path, "SELECT status, turns FROM catalog WHERE id = 'a'") == [("idle", 1)]
     with open_store(f"sqlite:///{path}", read_only=True) as reader:
         assert [i.id for i in reader.list(where={"status": "needs_recovery"})] == ["a"]
+        assert reader.list(where={"status": "idle"}) == []
+        [info] = reader.list()
+        assert (info.status, info.messages, info.turns) == ("needs_recovery", 3, 2)
 
 
 def test_two_writers_of_one_session_never_count_an_event_twice(tmp_path: Path) -> None:
@@ -215,6 +339,9 @@ def test_a_writer_killed_mid_turn_is_caught_up_from_its_log(tmp_path: Path) -> N
     url = f"sqlite:///{path}"
     kill_writer_mid_turn(url, 7)
     assert _raw_messages(path, "killed") == 0  # the killed turn never reached its row
+    with open_store(url, read_only=True) as reader:  # the command line's store
+        [info] = reader.list(where={"status": "needs_recovery"})
+        assert (info.id, info.messages, info.turns, info.last_seq) == ("killed", 7, 1, 8)
     with open_store(url) as store:
         [info] = store.list(order="id")
         assert (info.messages, info.turns, info.last_seq) == (7, 1, 8)
@@ -284,7 +411,10 @@ def test_the_catalog_always_matches_a_rebuild(tmp_path_factory: Any, ops: list[A
             else:
                 store.close()
                 stores[who] = open_store(f"sqlite:///{path}")
+        with open_store(f"sqlite:///{path}", read_only=True) as reader:
+            read_only = _listed(reader)  # caught up in memory, before any writer's catch-up
         listed = _listed(stores[0])
+        assert listed == read_only
         assert listed == _rebuilt(stores[1])
     finally:
         for store in stores:
@@ -351,20 +481,25 @@ def test_one_listing_catches_up_every_marked_session_however_many(tmp_path: Path
         assert _dirty(path) == []
 
 
-def test_appends_outside_turns_are_each_handed_over(tmp_path: Path) -> None:
-    """Outside turns every append hands the catalog its change, so a reader opened read-only
-    (which cannot catch up) lists every event."""
+def test_appends_outside_turns_hand_over_the_first_event_and_every_64th(tmp_path: Path) -> None:
+    assert core._LAZY_OUTSIDE_TURNS == 64
     path = tmp_path / "s.db"
     with open_store(f"sqlite:///{path}") as store:
         session = store.get("a")
-        for n in range(70):
+        for n in range(140):
             session.append(Event.new("user/message", Message.user(f"m{n}"), agent="bot"))
-            assert _raw_messages(path, "a") == n + 1, n
+            # The first event (it makes the row), then seqs 65 and 129 hand over what
+            # waited; the rest only mark the session.
+            handed = 1 if n < 64 else 65 if n < 128 else 129
+            assert _raw_messages(path, "a") == handed, n
+        assert _dirty(path) != []
         with open_store(f"sqlite:///{path}", read_only=True) as reader:
-            assert reader.list(order="id")[0].messages == 70
-        session.rewind(to_seq=50)
-        assert _raw_messages(path, "a", "last_seq") == 71
-        assert store.list(order="id")[0].messages == 70
+            # A reader opened read-only catches the rest up in memory.
+            [info] = reader.list(order="id")
+            assert (info.messages, info.last_seq) == (140, 140)
+        session.rewind(to_seq=100)  # a rewind marker is handed over at once
+        assert _raw_messages(path, "a", "last_seq") == 141
+        assert store.list(order="id")[0].messages == 140  # a writer's listing catches up
         assert _dirty(path) == []
         assert _listed(store) == _rebuilt(store)
 
@@ -411,8 +546,8 @@ def test_a_version_5_database_loses_its_triggers_and_keeps_its_marks(
     # of the rows it hands turns to, as version 6 does) the other session.
     assert len(_dirty(path)) == 2
     before = path.read_bytes()
-    with open_store(url, read_only=True) as reader:  # read as it is
-        assert [(i.id, i.messages) for i in reader.list(order="id")] == [("done", 2), ("open", 2)]
+    with open_store(url, read_only=True) as reader:  # read as it is, marks caught up in memory
+        assert [(i.id, i.messages) for i in reader.list(order="id")] == [("done", 2), ("open", 3)]
         assert [h.session_id for h in reader.search("mid")] == ["open"]
     assert path.read_bytes() == before
     with open_store(url) as store:

@@ -57,6 +57,7 @@ from .listing import (
     Totals,
     TotalsQuery,
     UsageRow,
+    add_usage,
     apply_change,
     change_of,
     check_group,
@@ -324,7 +325,7 @@ class MemoryIndex:
             return
         with self._lock:
             self.rows[session_id] = apply_change(self.rows.get(session_id), session_id, change)
-            self._add_usage(session_id, change)
+            add_usage(self.usage.setdefault(session_id, {}), change)
             self._add_documents(session_id, change)
 
     def _add_documents(self, session_id: str, change: CatalogChange) -> None:
@@ -337,21 +338,6 @@ class MemoryIndex:
                 if to_seq < seq < marker_seq:
                     entry[1] = True
 
-    def _add_usage(self, session_id: str, change: CatalogChange) -> None:
-        rows = self.usage.setdefault(session_id, {})
-        for row in change.usage_rows:
-            key = (row.day, row.agent)
-            old = rows.get(key)
-            rows[key] = (
-                row
-                if old is None
-                else UsageRow(
-                    day=row.day,
-                    agent=row.agent,
-                    calls=old.calls + row.calls,
-                    usage=old.usage + row.usage,
-                )
-            )
 
     def delete(self, session_id: str) -> None:
         """Forget the session (its log was deleted)."""

@@ -79,6 +79,7 @@ __all__ = [
     "TotalsQuery",
     "UsageRow",
     "UsageTotals",
+    "add_usage",
     "apply_change",
     "change_of",
     "cost_of",
@@ -846,6 +847,24 @@ def apply_change(row: CatalogRow | None, session_id: str, change: CatalogChange)
         row.status = change.status
     row.compacted_before = max(row.compacted_before, change.compacted_before)
     return row
+
+
+def add_usage(rows: dict[tuple[str, str], UsageRow], change: CatalogChange) -> None:
+    """Add ``change``'s usage rows to a session's ``rows`` (by ``(day, agent)``), as every
+    backend sums them."""
+    for row in change.usage_rows:
+        key = (row.day, row.agent)
+        old = rows.get(key)
+        rows[key] = (
+            row
+            if old is None
+            else UsageRow(
+                day=row.day,
+                agent=row.agent,
+                calls=old.calls + row.calls,
+                usage=old.usage + row.usage,
+            )
+        )
 
 
 def _in_range(

@@ -95,7 +95,7 @@ from ..locks import FileLocker
 from ..session import BaseSession, SessionHost
 from ..storage import REOPEN, LogView, Reopen
 from ..store import BaseStore
-from .sqlite_index import SqliteIndex, create_index_tables
+from .sqlite_index import FreshRow, SqliteIndex, create_index_tables
 from .sqlite_index import fetch_all as _fetchall
 from .sqlite_index import surrogate_text as _surrogate_text
 
@@ -312,6 +312,20 @@ DELETE FROM catalog_dirty WHERE skey IN (
 append that hands the catalog its change leaves the mark). A branch (its first event a
 ``session/branch`` marker: its row's seqs count the shared history, its events' do not), or a
 session whose first event is gone (archived), is left to the catch-up that reads its log."""
+
+_MARKED_ROWS: Final = f"""
+SELECT CAST(s.id AS BLOB), c.last_seq, c.status,
+    (SELECT max(e.key) FROM events AS e WHERE e.key > (s.key << {32})
+     AND e.key < ((s.key + 1) << {32})) - (s.key << {32}),
+    EXISTS (SELECT 1 FROM events AS f WHERE f.key = (s.key << {32}) + 1
+            AND f.type != 'session/branch')
+FROM catalog_dirty AS d JOIN sessions AS s ON s.key = d.skey
+LEFT JOIN catalog AS c ON c.id = s.id
+"""
+"""The sessions ``catalog_dirty`` marks: id, the seq its catalog row holds (NULL: none), the
+row's status, its log's last seq, and whether its row's seqs are its log's (not a branch's,
+not one whose first event is gone): what a store opened read-only catches up in memory
+(:meth:`SqliteCatalog.rows_behind`)."""
 
 DOCUMENTS_BATCH: Final = 64
 """Sessions whose documents :meth:`SqliteStore.index_documents` indexes per write
@@ -555,6 +569,7 @@ class _Database:
         "busy_timeout",
         "catalog",
         "closed",
+        "dirty",
         "insert_checked",
         "marks",
         "path",
@@ -573,6 +588,7 @@ class _Database:
         self.uri: str | None = None  # a read-only connection's URI (None: read and write)
         self.rows, self.rows_if_current = _ROWS, _ROWS_IF_CURRENT
         self.catalog = True  # the catalog tables exist (False: an older version read as is)
+        self.dirty = True  # catalog_dirty exists (False: version 3 read as it is)
         self.search_marks = True  # catalog_search_dirty exists (False: version 3 or 4 read)
         self.marks = False  # each connection makes MARKING_TRIGGERS (enable_marks)
         self.insert_checked = _INSERT_IF_CURRENT  # the append that checks the session's row
@@ -1196,6 +1212,63 @@ class SqliteCatalog(CatalogDefaults):
             if session is not None:
                 session.close()
 
+    def rows_behind(
+        self, store: BaseStore, index: SqliteIndex, conn: sqlite3.Connection
+    ) -> builtins.list[FreshRow]:
+        """What a store that cannot write its catch-up (opened read-only) lists for the
+        sessions :data:`CATALOG_DIRTY_DDL` marks, read on ``conn`` (in the query's read
+        transaction): the rows of those behind their logs caught up in memory, as
+        :meth:`catch_up_session` would write them (:meth:`caught_up`). A marked session whose
+        row holds its log's last seq (an append that hands the catalog its change leaves the
+        mark: :data:`_CLEAR_CURRENT_MARKS`) or is shredded is read from the tables as it
+        is."""
+        try:
+            marked = _fetchall(conn, _MARKED_ROWS, ())
+        except sqlite3.Error as exc:
+            raise self._error("listing the sessions of", exc) from exc
+        out: builtins.list[FreshRow] = []
+        for raw_id, held, status, last, own_seqs in marked:
+            if last is None or status == "shredded" or (own_seqs and held == last):
+                continue
+            fresh = self.caught_up(store, index, _surrogate_text(raw_id), held or 0, conn)
+            if fresh is not None:
+                out.append(fresh)
+        return out
+
+    def caught_up(
+        self,
+        store: BaseStore,
+        index: SqliteIndex,
+        sid: str,
+        held: int,
+        conn: sqlite3.Connection,
+    ) -> FreshRow | None:
+        """:meth:`catch_up_session` in memory, writing nothing: the row of the session
+        ``sid``, whose catalog row holds seq ``held``, with the change of its events after
+        that (its whole log when it has fewer events than that: made again since) applied
+        (:meth:`SqliteIndex.caught_up`); None when it is current or cannot be read now
+        (corrupt, or expired: logged; its row is listed as the tables hold it)."""
+        session = None
+        try:
+            session = self.open_session(store, sid)  # (a shredded one raises as it opens)
+            latest = session.latest_seq
+            if latest == held:
+                return None
+            rebuilt = latest < held
+            events = indexing.catalogued(session, 0 if rebuilt else held)
+            change = indexing.change_for(store, events, documents=False) if events else None
+            # A new row, or one made again: what update() set is in the record.
+            fields = indexing.record_fields(store, sid) if rebuilt or not held else None
+            return index.caught_up(sid, change, conn, fields=fields, rebuilt=rebuilt)
+        except SessionShredded:
+            return index.caught_up(sid, None, conn, shredded=True)
+        except (CorruptLogError, EncryptionError, SessionExpired) as exc:
+            log.warning("catalog: session %r not caught up: %s", sid, type(exc).__name__)
+            return None
+        finally:
+            if session is not None:
+                session.close()
+
     def index_session_documents(
         self, store: BaseStore, index: SqliteIndex, conn: sqlite3.Connection, skey: int
     ) -> int:
@@ -1623,6 +1696,7 @@ def _check_schema_for_reading(db: _Database, conn: sqlite3.Connection) -> None:
         # Its documents are indexed with the rows (3: each append, 4: at turn boundaries):
         # read as they are.
         db.search_marks = False
+        db.dirty = version == 4
     elif version != target and version != 5:  # (5 differs in its triggers: read as it is)
         raise StoreUnavailable(
             f"{path}: schema version {version} is older than {target}; run "
@@ -1822,12 +1896,19 @@ class SqliteStore(BaseStore):
             self._tables.catch_up = self.catch_up_catalog
             self._indexing.deferred = self._db.uri is None and not read_only
             if self._indexing.deferred and self._indexing.catalog and self._db.search_marks:
-                # Its connections mark what they append. A turn's start and appends outside
-                # turns are still handed over (not Indexing.lazy): a store opened read-only
-                # (the command line, the viewer), which cannot catch up, lists what was
-                # handed over, so it must hold every turn's start (`live`,
-                # `needs_recovery`) and every append outside turns.
+                # Its connections mark what they append: a turn's start and most appends
+                # outside turns hand the catalog nothing (Indexing.lazy); every reader
+                # catches the marked sessions up (one opened read-only, in memory).
                 self._db.enable_marks()
+                self._indexing.lazy = True
+            elif not self._indexing.deferred and self._indexing.catalog and self._db.dirty:
+                # Opened read-only: it cannot write the catch-up, so it makes the marked
+                # sessions' rows in memory for each query (SqliteIndex.rows_behind).
+                catalog = self._catalog
+                assert isinstance(catalog, SqliteCatalog)
+                self._tables.rows_behind = functools.partial(
+                    catalog.rows_behind, self, self._tables
+                )
             if self._db.search_marks:
                 self._indexing.documents_apart = self._indexing.deferred
                 catalog = self._catalog
@@ -1902,8 +1983,9 @@ class SqliteStore(BaseStore):
         (:data:`CATALOG_DIRTY_DDL`: appends inside a turn, or by a writer that crashed
         mid-turn, leave the mark); returns how many sessions were caught up. Run before the
         catalog is read (``list`` with a ``where``/``order``/``cursor``, ``search``,
-        ``totals``); nothing on a store that cannot write the file (opened read-only: it
-        reads each session's row as of its latest turn boundary).
+        ``totals``); nothing on a store that cannot write the file (opened read-only: each
+        query makes the marked sessions' rows in memory instead,
+        :meth:`SqliteCatalog.rows_behind`).
 
         Each session is read after its row's last seq and its change applied in one write
         transaction, so an append by another process is either in what is read or marks the

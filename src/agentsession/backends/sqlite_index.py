@@ -34,14 +34,14 @@ import contextlib
 import datetime as _dt
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from ..codec import decode, encode
 from ..errors import StorageError
-from ..indexing import Fields
+from ..indexing import Fields, set_row_fields, shred_row
 from ..listing import (
     CatalogChange,
     CatalogRow,
@@ -52,16 +52,30 @@ from ..listing import (
     SearchQuery,
     Totals,
     TotalsQuery,
+    UsageRow,
     UsageTotals,
+    add_usage,
+    apply_change,
     document_hit,
+    matches,
+    select,
     snippet,
+    sort_totals,
+    totals_of,
     words,
 )
 
 if TYPE_CHECKING:
     from ..indexing import IndexHost
 
-__all__ = ["INDEX_SCHEMA", "INDEX_TABLES", "SqliteIndex", "create_index_tables", "time_key"]
+__all__ = [
+    "INDEX_SCHEMA",
+    "INDEX_TABLES",
+    "FreshRow",
+    "SqliteIndex",
+    "create_index_tables",
+    "time_key",
+]
 
 INDEX_TABLES: Final = (
     "catalog",
@@ -298,6 +312,7 @@ _ROW_COLUMNS = (
     "c.cache_read_tokens, c.cache_write_tokens, c.cost, c.compacted_before, c.key"
 )
 _KEY_OF = f"SELECT key FROM catalog WHERE id = {_T}"
+_ROW_OF = f"SELECT {_ROW_COLUMNS} FROM catalog AS c WHERE c.id = {_T}"
 _ORDERS: Final = {
     "updated": ("c.updated_key", "DESC"),
     "created": ("c.created_key", "DESC"),
@@ -464,6 +479,61 @@ def _match_of(terms: Sequence[str]) -> str:
     return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
+class FreshRow(msgspec.Struct, kw_only=True):
+    """A session's catalog row caught up in memory from its log, by a store that cannot write
+    its catch-up (opened read-only): what the index's queries answer for the session instead
+    of what its tables hold (:attr:`SqliteIndex.rows_behind`)."""
+
+    key: int | None
+    """The session's ``catalog.key`` (None: the tables hold no row for it)."""
+    row: CatalogRow
+    """The row as the catch-up would write it."""
+    usage: tuple[UsageRow, ...] = ()
+    """Its usage rows (what the tables hold with what the catch-up adds)."""
+    rewound: tuple[tuple[int, int], ...] = ()
+    """Rewind markers among the events read, as ``(to_seq, marker_seq)``: the session's
+    documents between are ``rewound``."""
+
+    def flags(self, seq: int) -> bool:
+        """Whether a rewind among the events read went back past ``seq``."""
+        return any(to < seq < at for to, at in self.rewound)
+
+
+_USAGE_OF: Final = (
+    "SELECT day, agent, calls, input_tokens, output_tokens, cache_read_tokens, "
+    f"cache_write_tokens, cost FROM catalog_usage WHERE session_id = {_T}"
+)
+_KEYS: Final = " AND c.key {} IN (SELECT value FROM json_each(?))"
+"""Rows whose ``catalog.key`` is (not) one of a JSON list's."""
+
+
+def _keys_sql(keys: Sequence[int], negate: bool) -> tuple[str, list[Any]]:
+    """A condition on the catalog row ``c`` (appended with ``AND``): its key is one of
+    ``keys`` (``negate``: none of them; nothing when there are none)."""
+    if not keys and negate:
+        return "", []
+    return _KEYS.format("NOT" if negate else ""), [encode(sorted(keys)).decode()]
+
+
+def _merge_totals(*groups: Sequence[Totals]) -> builtins.list[Totals]:
+    """Totals of disjoint sets of sessions summed by key."""
+    merged: dict[str, Totals] = {}
+    for group in groups:
+        for t in group:
+            old = merged.get(t.key)
+            merged[t.key] = (
+                t
+                if old is None
+                else Totals(
+                    key=t.key,
+                    sessions=old.sessions + t.sessions,
+                    calls=old.calls + t.calls,
+                    usage=old.usage + t.usage,
+                )
+            )
+    return sort_totals(list(merged.values()))
+
+
 # -- the index ---------------------------------------------------------------------------------
 
 
@@ -497,6 +567,14 @@ class SqliteIndex:
         appends: it indexes those its logs hold and the tables do not (where it may write)
         and returns what is still not indexed, as ``(session id, document, rewound)``,
         which the search matches word by word (None: the tables hold every document)."""
+        self.rows_behind: Callable[[sqlite3.Connection], Sequence[FreshRow]] | None = None
+        """What :meth:`query`, :meth:`search` and :meth:`totals` run first when the store
+        cannot write its catch-up (opened read-only) and its appends leave rows behind their
+        logs: the rows of those sessions caught up in memory (:meth:`caught_up`), read on
+        the connection given in the query's own read transaction, so that the tables' rows
+        and the logs are read as of one state of the file. The queries answer those
+        sessions from them and every other from the tables (None: the tables are current,
+        :meth:`sync` caught them up)."""
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -740,6 +818,86 @@ class SqliteIndex:
         ).fetchone()
         return None if row is None else int(row[0])
 
+    def caught_up(
+        self,
+        session_id: str,
+        change: CatalogChange | None,
+        conn: sqlite3.Connection,
+        *,
+        fields: Fields | None = None,
+        rebuilt: bool = False,
+        shredded: bool = False,
+    ) -> FreshRow | None:
+        """The session's row and usage rows as its catch-up writes them, in memory: what the
+        tables hold (nothing with ``rebuilt``: its log was made again) with ``change``
+        applied as :meth:`apply` applies it (:func:`~agentsession.listing.apply_change`),
+        then ``fields`` set and, when ``shredded``, cleared as :meth:`shredded` clears them;
+        read on ``conn``, writing nothing (what a store opened read-only lists). None when
+        there is no row to show."""
+        sid = _bind(session_id)
+        found = fetch_all(conn, _ROW_OF, (sid,))
+        key = int(found[0][-1]) if found else None
+        row = _row_of(found[0]) if found and not rebuilt else None
+        usage: dict[tuple[str, str], UsageRow] = {}
+        if row is not None:
+            for day, agent, calls, i, o, r, w, cost in fetch_all(conn, _USAGE_OF, (sid,)):
+                usage[(day, agent)] = UsageRow(
+                    day=day,
+                    agent=agent,
+                    calls=calls,
+                    usage=UsageTotals(
+                        input_tokens=i,
+                        output_tokens=o,
+                        cache_read_tokens=r,
+                        cache_write_tokens=w,
+                        cost=cost,
+                    ),
+                )
+        if change is not None:
+            row = apply_change(row, session_id, change)
+            add_usage(usage, change)
+        if row is None:
+            return None
+        row.id = session_id
+        if fields is not None:
+            set_row_fields(row, fields)
+        if shredded:
+            shred_row(row)
+        # As the tables keep them: UTC, to the microsecond (what the other rows sort by).
+        row.created_at = _time_of(time_key(row.created_at))
+        row.updated_at = _time_of(time_key(row.updated_at))
+        return FreshRow(
+            key=key,
+            row=row,
+            usage=tuple(usage.values()),
+            rewound=() if change is None else change.rewound,
+        )
+
+    @contextlib.contextmanager
+    def _snapshot(self, action: str) -> Iterator[sqlite3.Connection]:
+        """This thread's connection in one read transaction (the caller's when it holds
+        one): what is read in it, of the tables and of the logs, is one state of the file."""
+        conn = self._connection()
+        if conn.in_transaction:
+            yield conn
+            return
+        try:
+            conn.execute("BEGIN")
+        except sqlite3.Error as exc:
+            raise self._error(action, exc) from exc
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")  # (it read only)
+
+    def _fresh(self, conn: sqlite3.Connection) -> dict[str, FreshRow]:
+        """:attr:`rows_behind` by session id (empty when it is None)."""
+        if self.rows_behind is None:
+            return {}
+        return {f.row.id: f for f in self.rows_behind(conn)}
+
     def sync(self, store: IndexHost) -> None:
         """Run :attr:`catch_up` (set by a store whose appends leave sessions for a catch-up
         from their logs); nothing otherwise: the tables are written with each append."""
@@ -756,8 +914,26 @@ class SqliteIndex:
             raise self._error(action, exc) from exc
 
     def query(self, query: ListQuery) -> builtins.list[CatalogRow]:
+        if self.rows_behind is None:
+            return self._query_tables(query, ())
+        with self._snapshot("listing") as conn:
+            fresh = self._fresh(conn)
+            rows = self._query_tables(query, [f.key for f in fresh.values() if f.key is not None])
+        if not fresh:
+            return rows
+        # The tables' rows of the other sessions, and the fresh rows as the reference
+        # selects them, in one order (both sides are after query.after already).
+        picked = select([f.row for f in fresh.values()], query)
+        return select([*rows, *picked], ListQuery(order=query.order, limit=query.limit))
+
+    def _query_tables(self, query: ListQuery, skip: Sequence[int]) -> builtins.list[CatalogRow]:
+        """The rows of ``query`` in the tables, but those whose ``catalog.key`` is in
+        ``skip``."""
         column, direction = _ORDERS[query.order]
         where, params, title = _filter_sql(query.where)
+        skipped, skip_params = _keys_sql(skip, negate=True)
+        where += skipped
+        params += skip_params
         if query.after is not None:
             value, sid = query.after
             mark = value if query.order == "id" else time_key(value)
@@ -775,20 +951,60 @@ class SqliteIndex:
         """Documents in the FTS5 table ranked by ``-bm25``, and those still pending or not
         indexed yet (:attr:`documents_behind`; matched word by word in their normalised
         text) with rank 0, after them."""
-        behind = () if self.documents_behind is None else self.documents_behind()
-        hits = self._search_tables(query)
-        if behind:
-            hits = self._with_behind(query, hits, behind)
+        if self.rows_behind is None:
+            behind = () if self.documents_behind is None else self.documents_behind()
+            hits = self._search_tables(query)
+            if behind:
+                hits = self._with_behind(query, hits, behind, {})
+            return hits
+        with self._snapshot("searching") as conn:
+            fresh = self._fresh(conn)
+            behind = () if self.documents_behind is None else self.documents_behind()
+            hits = self._search_tables(query, [f.key for f in fresh.values() if f.key is not None])
+            shown = [
+                f.key
+                for f in fresh.values()
+                if f.key is not None and self._shows(f, query)
+            ]
+            if shown:
+                # The fresh rows' sessions, filtered by those rows (not the tables' ones).
+                more = self._search_tables(
+                    msgspec.structs.replace(query, where=Filter()), shown, only=True
+                )
+                for hit in more:
+                    f = fresh.get(hit.session_id)
+                    if f is not None:
+                        compacted = hit.seq < f.row.compacted_before
+                        rewound = hit.rewound or f.flags(hit.seq)
+                        hits.append(
+                            msgspec.structs.replace(hit, compacted=compacted, rewound=rewound)
+                        )
+                hits.sort(key=lambda h: (-h.rank, h.session_id, h.seq))
+                del hits[query.limit :]
+            if behind:
+                hits = self._with_behind(query, hits, behind, fresh)
         return hits
+
+    @staticmethod
+    def _shows(fresh: FreshRow, query: SearchQuery) -> bool:
+        """Whether ``query`` searches the session of the fresh row ``fresh``."""
+        row = fresh.row
+        return (
+            row.status != "shredded"
+            and (query.session_id is None or row.id == query.session_id)
+            and matches(row, query.where)
+        )
 
     def _with_behind(
         self,
         query: SearchQuery,
         hits: builtins.list[Hit],
         behind: Sequence[tuple[str, Document, bool]],
+        fresh: Mapping[str, FreshRow],
     ) -> builtins.list[Hit]:
         """``hits`` (the tables', at most ``query.limit``) with the documents of ``behind``
-        that match ``query``, in the order of the tables' hits (rank 0 for these)."""
+        that match ``query``, in the order of the tables' hits (rank 0 for these); the
+        sessions of ``fresh`` filtered by those rows rather than the tables'."""
         terms = builtins.set(query.terms)
         found = [
             (sid, doc, rewound)
@@ -798,16 +1014,20 @@ class SqliteIndex:
         ]
         if not found:
             return hits
-        ids = sorted({sid for sid, _, _ in found})
-        where, params, title = _filter_sql(query.where)
-        rows = self._read(
-            "searching",
-            f"SELECT c.id, c.compacted_before FROM catalog AS c WHERE {where} AND c.id IN "
-            f"({', '.join([_T] * len(ids))})",
-            [*params, *(_bind(i) for i in ids)],
-            title,
-        )
-        compacted = dict(rows)
+        ids = sorted({sid for sid, _, _ in found if sid not in fresh})
+        compacted: dict[str, int] = {
+            sid: f.row.compacted_before for sid, f in fresh.items() if self._shows(f, query)
+        }
+        if ids:
+            where, params, title = _filter_sql(query.where)
+            rows = self._read(
+                "searching",
+                f"SELECT c.id, c.compacted_before FROM catalog AS c WHERE {where} AND c.id IN "
+                f"({', '.join([_T] * len(ids))})",
+                [*params, *(_bind(i) for i in ids)],
+                title,
+            )
+            compacted.update(rows)
         seen = {(h.session_id, h.seq) for h in hits}
         mark = None if query.after is None else (-query.after[0], query.after[1], query.after[2])
         for sid, doc, rewound in found:
@@ -816,6 +1036,8 @@ class SqliteIndex:
             if mark is not None and (-0.0, sid, doc.seq) <= mark:
                 continue
             seen.add((sid, doc.seq))
+            if sid in fresh:
+                rewound = rewound or fresh[sid].flags(doc.seq)
             hits.append(
                 document_hit(
                     sid, doc, query, 0.0, rewound=rewound, compacted=doc.seq < compacted[sid]
@@ -824,9 +1046,15 @@ class SqliteIndex:
         hits.sort(key=lambda h: (-h.rank, h.session_id, h.seq))
         return hits[: query.limit]
 
-    def _search_tables(self, query: SearchQuery) -> builtins.list[Hit]:
-        """The hits of the FTS5 table and of ``catalog_pending``."""
+    def _search_tables(
+        self, query: SearchQuery, keys: Sequence[int] = (), *, only: bool = False
+    ) -> builtins.list[Hit]:
+        """The hits of the FTS5 table and of ``catalog_pending``, but in the sessions whose
+        ``catalog.key`` is in ``keys`` (``only``: in those only)."""
         where, params, title = _filter_sql(query.where)
+        restrict, restrict_params = _keys_sql(keys, negate=not only)
+        where += restrict
+        params += restrict_params
         session = ""
         session_params: list[Any] = []
         if query.session_id is not None:
@@ -892,7 +1120,24 @@ class SqliteIndex:
         return hits
 
     def totals(self, query: TotalsQuery) -> builtins.list[Totals]:
+        if self.rows_behind is None:
+            return self._totals_tables(query, ())
+        with self._snapshot("totals of") as conn:
+            fresh = self._fresh(conn)
+            found = self._totals_tables(query, [f.key for f in fresh.values() if f.key is not None])
+        if not fresh:
+            return found
+        rows = {sid: f.row for sid, f in fresh.items()}
+        usage = [(sid, u) for sid, f in fresh.items() for u in f.usage]
+        return _merge_totals(found, totals_of(usage, rows, query))
+
+    def _totals_tables(self, query: TotalsQuery, skip: Sequence[int]) -> builtins.list[Totals]:
+        """The totals of ``query`` in the tables, but of the sessions whose ``catalog.key``
+        is in ``skip``."""
         where, params, title = _filter_sql(query.where)
+        skipped, skip_params = _keys_sql(skip, negate=True)
+        where += skipped
+        params += skip_params
         group = _GROUPS[query.group_by]
         if query.since is not None:
             where += " AND u.day >= ?"
