@@ -90,7 +90,7 @@ from ..errors import (
     UsageError,
 )
 from ..events import Event
-from ..listing import CatalogChange, Document
+from ..listing import OPEN, CatalogChange, Document
 from ..locks import FileLocker
 from ..session import BaseSession, SessionHost
 from ..storage import REOPEN, LogView, Reopen
@@ -959,7 +959,8 @@ class SqliteLog:
                     if cursor.execute(db.insert_checked, params).rowcount != 1:
                         cursor.execute("ROLLBACK")
                         return None  # the session's row is gone
-                    _hand_over(held.conn, index, view, (stored,), change)
+                    skey = params[0] >> _SEQ_BITS if db.marks else None
+                    _hand_over(held.conn, index, view, (stored,), change, skey)
                     cursor.execute("COMMIT")
                 except BaseException:
                     _rollback(held.conn)
@@ -1061,7 +1062,8 @@ class SqliteLog:
                 change = view.indexed(numbered)
                 if change is not None:
                     assert key is not None
-                    _hand_over(conn, self._index, view, numbered, change)
+                    skey = key if self._db.marks else None
+                    _hand_over(conn, self._index, view, numbered, change, skey)
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
@@ -1120,22 +1122,31 @@ def _hand_over(
     view: LogView,
     stored: Sequence[Event],
     change: CatalogChange,
+    skey: int | None,
 ) -> None:
     """Inside an append's transaction: apply ``change`` to the catalog when it continues what
     the catalog holds (its ``first_seq`` follows the row's last seq), or else the change since
     the row's last seq when the session object holds those events; otherwise apply nothing,
     so the session is caught up from its log before the catalog is next read (a turn another
-    object wrote part of, or one a crash cut short). The session's mark stays either way:
-    the next event would set it again at once (a write of its page in another commit), and
-    the next catch-up clears the marks of rows that hold their logs' last seq in one
-    statement (:data:`_CLEAR_CURRENT_MARKS`)."""
+    object wrote part of, or one a crash cut short).
+
+    Applied, the row holds the log's last seq: unless it leaves a turn open (the turn's next
+    event would mark the session again at once, a second write of the mark's page), the
+    session's mark goes (``skey``: its ``sessions.key``, when this store's connections mark
+    what they append; :data:`MARKING_TRIGGERS`), so that the marks are the sessions with
+    appends since their rows were last handed a change (what a store opened read-only
+    catches up in memory at each query: :meth:`SqliteCatalog.rows_behind`)."""
     first = change.first_seq
+    status = change.status
     if not index.apply(view.id, change, conn, after=first - 1 if first else None):
         held = index.indexed_seq(view.id, conn) or 0
         since = view.indexed_since(held, stored)
         if since is None or since.first_seq != held + 1:
             return
         index.apply(view.id, since, conn)
+        status = since.status
+    if skey is not None and status != OPEN:
+        conn.execute("DELETE FROM catalog_dirty WHERE skey = ?", (skey,))
 
 
 class SqliteCatalog(CatalogDefaults):
