@@ -270,6 +270,43 @@ def test_a_read_only_reader_sees_a_turn_a_killed_writer_left_open(tmp_path: Path
         assert (info.status, info.messages, info.turns) == ("needs_recovery", 3, 2)
 
 
+def test_the_command_line_lists_and_searches_what_a_writer_left_marked(tmp_path: Path) -> None:
+    """``agentsession ls`` and ``search`` (a store opened read-only) see the appends outside
+    turns and inside a turn a writer left to a catch-up, and the turn it left open."""
+    import json
+
+    from click.testing import CliRunner
+
+    from agentsession.cli import cli
+
+    path = tmp_path / "s.db"
+    url = f"sqlite:///{path}"
+    with open_store(url) as store:
+        chat = store.get("chat")
+        _turn(chat, 0)
+        for n in range(3):
+            chat.append(Event.new("user/message", Message.user(f"aside {n}"), agent="bot"))
+        cut = store.get("cut")
+        _turn(cut, 1)
+        cut.append(Event.new("turn/start", TurnStart(), agent="bot"))
+        cut.append(Event.new("user/message", Message.user("walrus question"), agent="bot"))
+    assert [_raw_messages(path, sid) for sid in ("chat", "cut")] == [2, 2]
+
+    def invoke(*args: str) -> str:
+        result = CliRunner().invoke(cli, ["--store", url, *args], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    rows = {r["id"]: r for r in map(json.loads, invoke("ls", "--json", "--long").splitlines())}
+    assert (rows["chat"]["last_seq"], rows["chat"]["messages"]) == (7, 5)
+    assert (rows["cut"]["messages"], rows["cut"]["status"]) == (3, "needs_recovery")
+    listed = invoke("ls", "--json", "--status", "needs_recovery").splitlines()
+    assert [json.loads(line)["id"] for line in listed] == ["cut"]
+    [hit] = [json.loads(line) for line in invoke("search", "walrus", "--json").splitlines()]
+    assert (hit["session_id"], hit["seq"]) == ("cut", 6)
+    assert [_raw_messages(path, sid) for sid in ("chat", "cut")] == [2, 2]  # nothing written
+
+
 def test_two_writers_of_one_session_never_count_an_event_twice(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     one = open_store(f"sqlite:///{path}")

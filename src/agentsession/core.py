@@ -167,7 +167,7 @@ them anyway (so one long turn does not leave it far behind)."""
 _LAZY_OUTSIDE_TURNS = 64
 """Events appended outside turns that a catalog taking changes at turns' ends only
 (:attr:`agentsession.indexing.Indexing.lazy`) lets wait for a catch-up before it is handed
-them (a store that cannot catch up, opened read-only, is at most this far behind)."""
+them (a reader that cannot catch up, of a Redis replica, is at most this far behind)."""
 
 _FLAGGING = frozenset((SESSION_REWIND, COMPACTION, SHRED_NOTICE))
 """Markers whose batch a lazy catalog is handed outside turns: they flag documents, or (the
