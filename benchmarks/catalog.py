@@ -2,7 +2,8 @@
 each in a fresh process, and what keeping the catalog costs an append.
 
     python benchmarks/catalog.py [--sessions 100000] [--messages 10]
-        [--backends jsonl,sqlite,postgres] [--baseline-seconds 60] [--large] [--postgres DSN]
+        [--backends jsonl,sqlite,postgres] [--baseline-seconds 60] [--large] [--copies 1]
+        [--postgres DSN]
 
 Per backend, a store is filled with ``--sessions`` sessions of ``--messages`` messages (user and
 assistant in turn, one batch each), each with a tenant (one of 50) and a tag (one of 7) set by
@@ -24,6 +25,9 @@ ADK's ``SqliteSessionService.list_sessions`` and ``DatabaseSessionService.list_s
 (SQLAlchemy on ``sqlite+aiosqlite``; one app and user, every session) and the OpenAI
 Agents SDK's ``SQLiteSession`` (open and ``get_items(limit=5)`` of one session), each in a
 fresh process likewise. ``--large`` fills 1,000,000 sessions on SQLite and PostgreSQL instead.
+``--copies K`` (PostgreSQL): fill a K-th of the sessions through the store's API, then copy
+them in SQL K - 1 times under new ids (:func:`copy_postgres`): the tables and indexes reach the
+full size in minutes, the contents repeat (a search's rare word then matches K sessions).
 """
 
 from __future__ import annotations
@@ -86,6 +90,61 @@ def fill(url: str, sessions: int, messages: int) -> float:
         # step a writer runs after appending so that no later search pays for them.
         index_documents()
     store.close()
+    return time.perf_counter() - start
+
+
+def copy_postgres(dsn: str, schema: str, copies: int) -> float:
+    """Make ``copies - 1`` more of every session in ``schema``, in SQL, under new ids (the
+    session ``chat:0000042`` gets ``chat:0000042~1`` ...): each table that has a session's id
+    (``sessions.id``, the others' ``session_id``) gets its rows again with that id changed, so
+    the tables and their indexes hold ``copies`` times the sessions, events, usage rows and
+    search documents, with the contents of the filled ones repeated (``--large`` on
+    PostgreSQL, whose fill through the store's API would take hours). Returns the seconds it
+    took, ``ANALYZE`` included."""
+    import psycopg
+    from psycopg import sql
+
+    start = time.perf_counter()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = %s AND table_type = 'BASE TABLE' ORDER BY table_name",
+                (schema,),
+            ).fetchall()
+        ]
+        for table in tables:
+            columns = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = %s"
+                    " AND table_name = %s AND is_generated = 'NEVER' ORDER BY ordinal_position",
+                    (schema, table),
+                ).fetchall()
+            ]
+            key = "id" if table == "sessions" else "session_id"
+            if key not in columns:
+                continue
+            for k in range(1, copies):
+                picked = [
+                    sql.SQL("{} || {}").format(sql.Identifier(c), sql.Literal(f"~{k}"))
+                    if c == key
+                    else sql.Identifier(c)
+                    for c in columns
+                ]
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {t} ({cols}) SELECT {picked} FROM {t}"
+                        " WHERE strpos({key}, '~') = 0"
+                    ).format(
+                        t=sql.Identifier(schema, table),
+                        cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
+                        picked=sql.SQL(", ").join(picked),
+                        key=sql.Identifier(key),
+                    )
+                )
+            conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, table)))
     return time.perf_counter() - start
 
 
@@ -242,6 +301,12 @@ def main() -> None:
     parser.add_argument("--backends", default="jsonl,sqlite,postgres")
     parser.add_argument("--baseline-seconds", type=float, default=60.0)
     parser.add_argument("--large", action="store_true")
+    parser.add_argument(
+        "--copies",
+        type=int,
+        default=1,
+        help="PostgreSQL: fill SESSIONS / COPIES through the API, then copy them in SQL",
+    )
     parser.add_argument("--postgres", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN"))
     parser.add_argument("--probe", nargs=2, metavar=("URL", "WHAT"), help=argparse.SUPPRESS)
     parser.add_argument("--adk-probe", help=argparse.SUPPRESS)
@@ -285,11 +350,24 @@ def main() -> None:
                 off, schema_off = postgres_url(args.postgres)
                 ratio_urls = (on, off)
             try:
-                seconds = fill(url, sessions, args.messages)
-                print(f"{backend}: filled {sessions:,} sessions in {seconds:.0f} s", flush=True)
+                if schema is not None and args.copies > 1:
+                    filled = sessions // args.copies
+                    seconds = fill(url, filled, args.messages)
+                    print(f"{backend}: filled {filled:,} sessions in {seconds:.0f} s", flush=True)
+                    seconds = copy_postgres(args.postgres, schema, args.copies)
+                    print(
+                        f"{backend}: copied them to {filled * args.copies:,} sessions"
+                        f" in {seconds:.0f} s",
+                        flush=True,
+                    )
+                    sessions, searched = filled * args.copies, _refund_session(filled)
+                else:
+                    seconds = fill(url, sessions, args.messages)
+                    print(f"{backend}: filled {sessions:,} sessions in {seconds:.0f} s", flush=True)
+                    searched = _refund_session(sessions)
                 results = [
                     _median_probe(["--probe", url, w])
-                    for w in ("list", "filtered", f"search:{_refund_session(sessions)}")
+                    for w in ("list", "filtered", f"search:{searched}")
                 ]
                 ratio = append_ratio(*ratio_urls)
                 (lt, ft, st) = targets[backend]
