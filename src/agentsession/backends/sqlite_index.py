@@ -379,6 +379,20 @@ def _filter_sql(where: Filter) -> tuple[str, list[Any], bool]:
     return (" AND ".join(parts) or "1"), params, where.title is not None
 
 
+def _usage_totals(
+    input_tokens: int, output_tokens: int, cache_read: int, cache_write: int, cost: float
+) -> UsageTotals:
+    """The usage totals of a row's or a query's columns, in the order the tables keep them
+    (input, output, cache-read and cache-write tokens, cost)."""
+    return UsageTotals(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        cost=cost,
+    )
+
+
 def _row_of(values: Sequence[Any]) -> CatalogRow:
     (
         sid,
@@ -416,13 +430,7 @@ def _row_of(values: Sequence[Any]) -> CatalogRow:
         status=status,
         messages=messages,
         turns=turns,
-        usage=UsageTotals(
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cache_read_tokens=cache_read,
-            cache_write_tokens=cache_write,
-            cost=cost,
-        ),
+        usage=_usage_totals(input_tokens, output_tokens, cache_read, cache_write, cost),
         compacted_before=compacted,
     )
 
@@ -845,13 +853,7 @@ class SqliteIndex:
                     day=day,
                     agent=agent,
                     calls=calls,
-                    usage=UsageTotals(
-                        input_tokens=i,
-                        output_tokens=o,
-                        cache_read_tokens=r,
-                        cache_write_tokens=w,
-                        cost=cost,
-                    ),
+                    usage=_usage_totals(i, o, r, w, cost),
                 )
         if change is not None:
             row = apply_change(row, session_id, change)
@@ -961,11 +963,7 @@ class SqliteIndex:
             fresh = self._fresh(conn)
             behind = () if self.documents_behind is None else self.documents_behind()
             hits = self._search_tables(query, [f.key for f in fresh.values() if f.key is not None])
-            shown = [
-                f.key
-                for f in fresh.values()
-                if f.key is not None and self._shows(f, query)
-            ]
+            shown = [f.key for f in fresh.values() if f.key is not None and self._shows(f, query)]
             if shown:
                 # The fresh rows' sessions, filtered by those rows (not the tables' ones).
                 more = self._search_tables(
@@ -1158,13 +1156,7 @@ class SqliteIndex:
                 key=key,
                 sessions=sessions,
                 calls=calls,
-                usage=UsageTotals(
-                    input_tokens=i,
-                    output_tokens=o,
-                    cache_read_tokens=r,
-                    cache_write_tokens=w,
-                    cost=cost,
-                ),
+                usage=_usage_totals(i, o, r, w, cost),
             )
             for key, sessions, calls, i, o, r, w, cost in rows
         ]
