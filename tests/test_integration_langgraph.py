@@ -918,6 +918,42 @@ def test_a_steps_writes_wait_for_its_checkpoint_and_are_stored_with_it(
     assert [(c, v) for _, c, v in tup.pending_writes or []] == [("a", 1), ("b", 2), ("c", 3)]
 
 
+@pytest.mark.parametrize("channel", ["__interrupt__", "__error__"])
+def test_writes_that_end_a_step_do_not_wait_for_a_checkpoint(
+    monkeypatch: pytest.MonkeyPatch, channel: str
+) -> None:
+    """An interrupt's or an error's writes end the super-step: no ``put`` follows them, so
+    they are stored at once instead of waiting (which would delay every interrupted run)."""
+    from agentsession.integrations import langgraph as module
+
+    store = open_store("memory:")
+    saver = AgentSessionSaver(store)
+    first = saver.put(config_of("e"), empty_checkpoint(), {"step": -1}, {})
+    writer = saver._thread("e", read=False).writer
+    monkeypatch.setattr(module, "_LINGER", 60.0)  # a wait would only end with a put
+    done = threading.Event()
+
+    def write() -> None:
+        saver.put_writes(first, [(channel, "why")], "task")
+        done.set()
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    assert done.wait(30), "the writes waited for a checkpoint"
+    thread.join(30)
+    assert writer.misses == 0 and writer.skip == 0 and writer.appends == 2
+    tup = AgentSessionSaver(store).get_tuple(first)
+    assert tup is not None
+    assert [(c, v) for _, c, v in tup.pending_writes or []] == [(channel, "why")]
+    # Other writes still wait for their checkpoint: a put ends the wait.
+    other = threading.Thread(target=saver.put_writes, args=(first, [("a", 1)], "task-2"))
+    other.start()
+    _wait_for(lambda: writer.lingering)
+    saver.put(first, {**empty_checkpoint(), "id": "1f0-next"}, {"step": 0}, {})
+    other.join(30)
+    assert writer.appends == 3  # the writes and the checkpoint: one append
+
+
 def test_the_version_blobs_share_is_stored_once_and_read_back_for_each(
     store: BaseStore,
 ) -> None:

@@ -112,6 +112,7 @@ try:
         writes_sort_key,
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "agentsession.integrations.langgraph needs LangGraph: pip install 'agentsession[langgraph]'"
@@ -161,6 +162,10 @@ _SQUEEZE_LEVEL = 6
 _LINGER = 0.005
 """Seconds a thread's writes wait for the ``put`` that follows them, to be stored with it in
 one append (:class:`_Writer`)."""
+_ENDS_STEP: Final = frozenset({ERROR, INTERRUPT})
+"""The channels of writes no checkpoint follows in their super-step (a task that failed or
+was interrupted ends the run there): a ``put_writes`` with one of them does not wait for a
+``put``."""
 _LINGER_AFTER_MISS = 8
 """Leader turns that do not wait after a wait that saw no ``put`` come (doubled at each such
 wait in a row)."""
@@ -517,11 +522,13 @@ class _Checkpoint(msgspec.Struct):
 class _Pending:
     """One call's events, waiting to be stored by :class:`_Writer`."""
 
-    __slots__ = ("checkpoint", "done", "error", "events")
+    __slots__ = ("checkpoint", "done", "error", "events", "last")
 
-    def __init__(self, events: builtins.list[Event], checkpoint: bool) -> None:
+    def __init__(self, events: builtins.list[Event], checkpoint: bool, last: bool) -> None:
         self.events = events
         self.checkpoint = checkpoint
+        self.last = last
+        """Writes no ``put`` follows (an interrupt's, an error's): nothing waits for one."""
         self.done = False
         self.error: BaseException | None = None
 
@@ -564,10 +571,17 @@ class _Writer:
         """Appends made (each one commit)."""
 
     def append(
-        self, session: BaseSession, events: builtins.list[Event], *, checkpoint: bool
+        self,
+        session: BaseSession,
+        events: builtins.list[Event],
+        *,
+        checkpoint: bool,
+        last: bool = False,
     ) -> None:
-        """Store ``events`` (a ``put``'s when ``checkpoint``), with the calls that overlap."""
-        mine = _Pending(events, checkpoint)
+        """Store ``events`` (a ``put``'s when ``checkpoint``), with the calls that overlap;
+        ``last``: writes that end their super-step without a checkpoint (an interrupt's, an
+        error's), which do not wait for a ``put``."""
+        mine = _Pending(events, checkpoint, last)
         cond = self.cond
         with cond:
             self.queue.append(mine)
@@ -610,7 +624,7 @@ class _Writer:
     def _linger(self) -> bool:
         """(Holding the lock, leading.) With writes only queued, wait for a ``put`` to take
         them; False when one did (it leads now), True to store them."""
-        if any(p.checkpoint for p in self.queue):
+        if any(p.checkpoint or p.last for p in self.queue):
             return True
         if self.skip:
             self.skip -= 1
@@ -1315,7 +1329,8 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
             event_id = _writes_id(thread_id, ns, checkpoint_id, task_id, items)
             thread = self._thread(thread_id, read=False)
             writes_event = Event.new(WRITES, payload, id=event_id)
-            thread.writer.append(thread.session, [writes_event], checkpoint=False)
+            last = any(item.ch in _ENDS_STEP for item in items)
+            thread.writer.append(thread.session, [writes_event], checkpoint=False, last=last)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's session (every checkpoint, write and mirrored message)."""
