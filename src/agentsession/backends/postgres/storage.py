@@ -27,6 +27,7 @@ from ...errors import CorruptLogError, StorageError, StoreUnavailable, UsageErro
 from ...events import Event, decode_event, encode_event
 from ...session import BaseSession
 from ...storage import REOPEN, LogView, Reopen
+from .binary import bytea_array, text_array, timestamptz_array
 from .connections import Connections, _Conn, _Row
 from .index import PostgresIndex, _readable, append_params, raw_append_params
 from .replicas import Freshness, ReplicaSet, write_lsn
@@ -114,10 +115,15 @@ def _append_many_params(
         "life": life,
     }
     rows = [_columns(event) for event in events]
-    for index, name in enumerate(("types", "agents", "users", "datas", "metas", "raws")):
-        params[name] = [row[index] for row in rows]
-    params["times"] = [event.time for event in events]
-    params["eids"] = [event.id or None for event in events]
+    params["types"] = text_array([row[0] for row in rows])
+    params["agents"] = text_array([row[1] for row in rows])
+    params["users"] = text_array([row[2] for row in rows])
+    params["datas"] = bytea_array([row[3] for row in rows])
+    params["metas"] = bytea_array([row[4] for row in rows])
+    params["raws"] = bytea_array([row[5] for row in rows])
+    times = [event.time for event in events]  # stamped by append_many
+    params["times"] = timestamptz_array(times)  # type: ignore[arg-type]
+    params["eids"] = text_array([event.id or None for event in events])
     return params
 
 

@@ -13,7 +13,8 @@ covers running it at scale. How it keeps the storage contract:
   ... RETURNING`` that bumps ``sessions.last_seq`` by the batch size (creating the row on the
   first append), and a data-modifying CTE inserts the events with seqs after the returned
   previous value (scalar parameters for one event, ``unnest`` of one array per column for a
-  batch), conditional on the row still having the latest seq this object has seen and the life
+  batch, each array built in PostgreSQL's binary form and sent as it is:
+  :mod:`~agentsession.backends.postgres.binary`), conditional on the row still having the latest seq this object has seen and the life
   it read: the append pipeline checked the batch's event ids against everything up to it, and
   when another writer appended first, nothing is written and the pipeline reads those events,
   checks the ids again and tries again (``BaseSession._append_fresh``); when the session was
