@@ -1,7 +1,7 @@
 """``AgentSessionSaver`` against LangGraph's own ``SqliteSaver`` and ``PostgresSaver``.
 
     python benchmarks/integrations_langgraph.py [--steps 200] [--repeat 3] [--postgres DSN]
-                                                [--text repeated|varied]
+                                                [--text repeated|varied] [--resumes 8]
 
 Workload: one ``StateGraph`` run of ``--steps`` super-steps on a new thread, an agent loop over
 a ``messages`` channel (``add_messages``): the model node adds an ``AIMessage`` with a tool
@@ -40,12 +40,23 @@ can make this graph run here (LangGraph's own work per super-step, the saves' th
 and a serialization of what changed), so it tells how much of a target ratio is within reach.
 **run+history** is the whole workload's throughput ratio: the baseline's run and history read
 seconds over agentsession's.
+
+Last, **two processes resuming one thread**: each makes ``--resumes`` runs of one shared
+thread at the same time (a one-node graph whose state keeps every run's input, the node taking
+2 ms as a model call would, shortened), each run resuming from the thread's latest checkpoint;
+printed, how many of the inputs the thread's final state holds. LangGraph runs a thread from
+its latest checkpoint, so two runs at once both start from it and the later checkpoint drops
+the other run's input, whatever the saver; agentsession's turn lock (``store.lock`` on the
+thread's session, held around each run) makes the runs take turns. Run with ``--resumes 0`` to
+leave it out.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
+import operator
 import os
 import random
 import shutil
@@ -57,7 +68,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -231,6 +242,73 @@ def postgres_saver(dsn: str, schema: str) -> Iterator[BaseCheckpointSaver[Any]]:
         conn.close()
 
 
+# -- two processes resuming one thread ------------------------------------------------------
+
+
+class Items(TypedDict):
+    """The resumed thread's state: every input any run gave it."""
+
+    items: Annotated[list[str], operator.add]
+
+
+def resume_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+    """One node that takes 2 ms (a model call, shortened): each run adds its input."""
+
+    def work(state: Items) -> dict[str, Any]:
+        time.sleep(0.002)
+        return {}
+
+    builder = StateGraph(Items)
+    builder.add_node("work", work)
+    builder.add_edge(START, "work")
+    return builder.compile(checkpointer=saver)
+
+
+Opener = Callable[[], contextlib.AbstractContextManager[BaseCheckpointSaver[Any]]]
+
+
+def resumer(open_saver: Opener, name: str, rounds: int, locked: bool, start: Any) -> None:
+    """A process's ``rounds`` runs of the shared thread, each resuming from its latest
+    checkpoint; ``locked``: each run inside the thread's turn lock (agentsession's
+    ``store.lock``), else as LangGraph runs it."""
+    config = {"configurable": {"thread_id": "shared"}}
+    with open_saver() as saver:
+        graph = resume_graph(saver)
+        start.wait()
+        for index in range(rounds):
+            given = {"items": [f"{name}-{index}"]}
+            if locked:
+                assert isinstance(saver, AgentSessionSaver)
+                with saver.store.lock(saver.session_id("shared"), timeout=120):
+                    graph.invoke(given, config)
+            else:
+                graph.invoke(given, config)
+
+
+def resumed(open_saver: Opener, rounds: int, locked: bool) -> int:
+    """How many of the two processes' ``2 * rounds`` inputs the thread's final state holds."""
+    with open_saver():
+        pass  # the saver's tables, made once before the processes start
+    context = multiprocessing.get_context("fork")
+    start = context.Barrier(2)
+    workers = [
+        context.Process(target=resumer, args=(open_saver, name, rounds, locked, start))
+        for name in ("a", "b")
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(300)
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
+    if any(worker.exitcode != 0 for worker in workers):
+        raise RuntimeError(f"a resuming process failed: {[w.exitcode for w in workers]}")
+    with open_saver() as saver:
+        state = resume_graph(saver).get_state({"configurable": {"thread_id": "shared"}})
+    return len(set(state.values.get("items", [])))
+
+
 def best(runs: list[Measured]) -> Measured:
     return (
         max(r[0] for r in runs),
@@ -245,6 +323,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--postgres", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN"))
+    parser.add_argument(
+        "--resumes",
+        type=int,
+        default=8,
+        help="runs each of two processes makes of one shared thread (0: none)",
+    )
     parser.add_argument(
         "--text",
         choices=["repeated", "varied"],
@@ -361,6 +445,45 @@ def main() -> None:
                 f"  {mine:28} / {theirs:14} {a[0] / b[0]:6.2f}x {a[1] / b[1]:6.2f}x "
                 f"{whole:6.2f}x {stored}"
             )
+
+    if args.resumes:
+        print_resumers(args.resumes, args.postgres)
+
+
+def print_resumers(rounds: int, dsn: str | None) -> None:
+    """Two processes each making ``rounds`` runs of one thread at the same time."""
+    print(
+        f"\ntwo processes, {rounds} runs each of one thread: inputs the final state holds "
+        f"(of {2 * rounds})"
+    )
+    where = Path(tempfile.mkdtemp(prefix="lgbench-"))
+    schemas: list[str] = []
+    try:
+        cases: list[tuple[str, Opener, bool]] = [
+            ("SqliteSaver", lambda: sqlite_saver(where / "lg.db"), False),
+            ("agentsession sqlite", lambda: ours(f"sqlite:///{where / 'a.db'}"), False),
+            ("agentsession sqlite, turn lock", lambda: ours(f"sqlite:///{where / 'b.db'}"), True),
+        ]
+        if dsn:
+            theirs_schema = f"bench_{uuid.uuid4().hex[:10]}"
+            url, ours_schema = postgres_url(dsn)
+            schemas += [theirs_schema, ours_schema]
+            import psycopg
+
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f'CREATE SCHEMA "{theirs_schema}"')
+            cases += [
+                ("PostgresSaver", lambda: postgres_saver(dsn, theirs_schema), False),
+                ("agentsession postgres, turn lock", lambda: ours(url), True),
+            ]
+        for name, open_saver, locked in cases:
+            kept = resumed(open_saver, rounds, locked)
+            print(f"  {name:34} {kept:3} ({2 * rounds - kept} lost)")
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+        for schema in schemas:
+            assert dsn is not None
+            drop_schema(dsn, schema)
 
 
 if __name__ == "__main__":
