@@ -14,18 +14,19 @@ covers running it at scale. How it keeps the storage contract:
   first append), and a data-modifying CTE inserts the events with seqs after the returned
   previous value (scalar parameters for one event, ``unnest`` of one array per column for a
   batch, each array built in PostgreSQL's binary form and sent as it is:
-  :mod:`~agentsession.backends.postgres.binary`), conditional on the row still having the latest seq this object has seen and the life
-  it read: the append pipeline checked the batch's event ids against everything up to it, and
-  when another writer appended first, nothing is written and the pipeline reads those events,
-  checks the ids again and tries again (``BaseSession._append_fresh``); when the session was
-  deleted (and perhaps created again), nothing is written either and the session opens the log
-  again. The session row's lock serialises the writers of one session; other sessions proceed
-  in parallel. When an append conditional on a seq beyond what this session object has seen
-  (``expect_seq``) lands, the events in between (other writers') are read by key range right
-  after: they were committed before this append could lock the row and never change, so
-  reading them after the commit gives exactly the rows the same transaction would have seen.
-  The statements a session runs are prepared by psycopg after a few executions, and the append
-  statement runs on a cursor each connection keeps.
+  :mod:`~agentsession.backends.postgres.binary`), conditional on the row still having the latest
+  seq this object has seen and the life it read: the append pipeline checked the batch's event
+  ids against everything up to it, and when another writer appended first, nothing is written
+  and the pipeline reads those events, checks the ids again and tries again
+  (``BaseSession._append_fresh``); when the session was deleted (and perhaps created again),
+  nothing is written either and the session opens the log again. The session row's lock
+  serialises the writers of one session; other sessions proceed in parallel. When an append
+  conditional on a seq beyond what this session object has seen (``expect_seq``) lands, the
+  events in between (other writers') are read by key range right after: they were committed
+  before this append could lock the row and never change, so reading them after the commit gives
+  exactly the rows the same transaction would have seen. The statements a session runs are
+  prepared by psycopg after a few executions, and the append statement runs on a cursor each
+  connection keeps.
 * **Opening** reads the session's latest events (``TAIL_EVENTS``) by key range, with its
   life, in one round trip: O(tail) however long the log is. The full window, from
   ``sessions.compaction_seq`` (the latest compaction marker that rebuilds the history on its
