@@ -1,6 +1,6 @@
 """The PostgreSQL store against baselines measured in the same run.
 
-    python benchmarks/postgres.py [--postgres DSN] [--appends 2000] [--rounds 6]
+    python benchmarks/postgres.py [--postgres DSN] [--appends 2000] [--rounds 6] [--batch 5000]
                                   [--reload-items 16000] [--big 1000000] [--writers 8]
                                   [--writer-events 1000]
 
@@ -15,6 +15,9 @@ ratio (targets in brackets):
   (this process) and server CPU (the backend's ``/proc/<pid>/stat``, pid from
   ``pg_backend_pid()``) per append, summed over all rounds. Durability is the server's
   ``synchronous_commit`` for both [ratio >= 0.8];
+* **batch**: ``append_many`` of ``--batch`` transcript events into a new session vs the same
+  rows inserted by psycopg's ``executemany`` in one transaction (pipelined), interleaved
+  rounds, best of each (information only);
 * **reload**: a fresh process opening the store and reading every event of a session of
   ``--reload-items`` events, vs ``agents.SQLiteSession`` (openai-agents) reading the same items
   (``get_items()``), best of 3 [ratio <= 0.5];
@@ -203,6 +206,41 @@ def bench_append(dsn: str, url: str, schema: str, count: int, rounds: int) -> di
             "server_us": sum(s for _, _, s in runs) / total * 1e6,
         }
     return out
+
+
+def bench_batch(dsn: str, url: str, schema: str, count: int, rounds: int) -> dict[str, Any]:
+    """``append_many`` of ``count`` transcript events into a new session, against the same
+    rows inserted by psycopg's ``executemany`` in one transaction (``raw_events``, made by
+    :func:`bench_append`); interleaved rounds, best of each: (seconds, client CPU s)."""
+    events = events_of(items_of(count))
+    insert = sql.SQL(
+        'INSERT INTO {}.raw_events (session_id, seq, type, agent, "user", time, data, meta) '
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+    ).format(sql.Identifier(schema))
+    out: dict[str, list[tuple[float, float]]] = {"ours": [], "raw": []}
+    with ags.open_store(url) as store, psycopg.connect(dsn) as conn:
+        for _ in range(rounds):
+            session = store.get(f"batch-{uuid.uuid4().hex[:8]}")
+            client0, start = time.process_time(), time.perf_counter()
+            session.append_many(events)
+            out["ours"].append((time.perf_counter() - start, time.process_time() - client0))
+            sid = f"raw-{uuid.uuid4().hex[:8]}"
+            client0, start = time.process_time(), time.perf_counter()
+            rows = [
+                (sid, seq, e.type, e.agent, e.user, ags.codec.utcnow(), bytes(e.data),
+                 encode(e.meta) if e.meta else None)
+                for seq, e in enumerate(events, start=1)
+            ]  # fmt: skip
+            with conn.transaction(), conn.cursor() as cursor:
+                cursor.executemany(insert, rows)
+            out["raw"].append((time.perf_counter() - start, time.process_time() - client0))
+    return {
+        name: {
+            "rate": max(count / seconds for seconds, _ in runs),
+            "client_ms": min(cpu for _, cpu in runs) * 1e3,
+        }
+        for name, runs in out.items()
+    }
 
 
 # -- fresh processes --------------------------------------------------------------------------
@@ -439,6 +477,7 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("AGENTSESSION_TEST_POSTGRES_DSN"))
     parser.add_argument("--appends", type=int, default=2000, help="events per append round")
     parser.add_argument("--rounds", type=int, default=6, help="append rounds (best kept)")
+    parser.add_argument("--batch", type=int, default=5000, help="events in the one-batch append")
     parser.add_argument("--reload-items", type=int, default=16000)
     parser.add_argument("--big", type=int, default=1_000_000, help="events in the big session")
     parser.add_argument("--small", type=int, default=10_000, help="its comparison session")
@@ -483,6 +522,21 @@ def main() -> None:
             f"ratio agentsession / raw: {ours['rate'] / raw['rate']:.2f} (best rates), "
             f"{appends['paired']:.2f} (median of the rounds' ratios)   [target >= 0.80]\n"
         )
+
+        # One batch.
+        print("batch ...", file=sys.stderr, flush=True)
+        batch = bench_batch(dsn, url, schema, args.batch, args.rounds)
+        say(
+            f"append_many of {args.batch:,} transcript events into a new session (best of "
+            f"{args.rounds} rounds, interleaved)"
+        )
+        say(f"{'':<34}{'items/s':>10}{'client ms':>18}")
+        for label, name in (
+            ("agentsession PostgreSQL", "ours"),
+            ("raw psycopg executemany", "raw"),
+        ):
+            say(f"{label:<34}{batch[name]['rate']:>10,.0f}{batch[name]['client_ms']:>18.1f}")
+        say(f"ratio agentsession / raw: {batch['ours']['rate'] / batch['raw']['rate']:.2f}\n")
 
         # Reload of a long transcript, fresh processes.
         print("reload ...", file=sys.stderr, flush=True)
