@@ -2,6 +2,7 @@
 
     python benchmarks/integrations_langgraph.py [--steps 200] [--repeat 3] [--postgres DSN]
                                                 [--text repeated|varied] [--resumes 8]
+                                                [--async]
 
 Workload: one ``StateGraph`` run of ``--steps`` super-steps on a new thread, an agent loop over
 a ``messages`` channel (``add_messages``): the model node adds an ``AIMessage`` with a tool
@@ -41,6 +42,11 @@ and a serialization of what changed), so it tells how much of a target ratio is 
 **run+history** is the whole workload's throughput ratio: the baseline's run and history read
 seconds over agentsession's.
 
+``--async`` runs the graph with ``ainvoke`` and reads it with ``aget_state_history``, against
+``langgraph-checkpoint-sqlite``'s ``AsyncSqliteSaver`` and ``langgraph-checkpoint-postgres``'s
+``AsyncPostgresSaver`` (the rows keep their names); agentsession's saver is the same object,
+through its async methods.
+
 Last, **two processes resuming one thread**: each makes ``--resumes`` runs of one shared
 thread at the same time (a one-node graph whose state keeps every run's input, the node taking
 2 ms as a model call would, shortened), each run resuming from the thread's latest checkpoint;
@@ -54,6 +60,7 @@ leave it out.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import multiprocessing
 import operator
@@ -66,7 +73,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypedDict
 
@@ -144,13 +151,24 @@ Measured = tuple[float, float, int, int]
 """Super-steps/s of the run, checkpoints/s of the history read, stored bytes, bytes added."""
 
 
+ASYNC = False
+"""``--async``: the graph run with ``ainvoke`` and read with ``aget_state_history``, the
+baselines being LangGraph's async savers."""
+
+AsyncOpener = Callable[[], contextlib.AbstractAsyncContextManager[BaseCheckpointSaver[Any]]]
+
+
 def measure(
     open_saver: Callable[[], contextlib.AbstractContextManager[BaseCheckpointSaver[Any]]],
     size: Callable[[], int],
     steps: int,
+    aopen: AsyncOpener | None = None,
 ) -> Measured:
     """(super-steps/s of the run, checkpoints/s of the history read, stored bytes, bytes the
-    run added to the store initialised and empty)."""
+    run added to the store initialised and empty); with ``--async``, through ``aopen`` (by
+    default ``open_saver``'s saver: agentsession's serves both APIs)."""
+    if ASYNC:
+        return asyncio.run(ameasure(aopen or as_async(open_saver), size, steps))
     config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": steps + 10}
     with open_saver() as saver:
         empty = size()
@@ -168,6 +186,39 @@ def measure(
         assert len(history[0].values["messages"]) == steps
     stored = size()
     return steps / run, len(history) / read, stored, stored - empty
+
+
+async def ameasure(aopen: AsyncOpener, size: Callable[[], int], steps: int) -> Measured:
+    """:func:`measure` with ``ainvoke`` and ``aget_state_history``."""
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": steps + 10}
+    async with aopen() as saver:
+        empty = size()
+        graph = build(saver, steps)
+        start = time.perf_counter()
+        result = await graph.ainvoke({"messages": [], "steps": 0}, config)
+        run = time.perf_counter() - start
+        assert result["steps"] == steps and len(result["messages"]) == steps
+    async with aopen() as saver:
+        graph = build(saver, steps)
+        start = time.perf_counter()
+        history = [state async for state in graph.aget_state_history(config)]
+        read = time.perf_counter() - start
+        assert len(history) == steps + 2, len(history)
+    stored = size()
+    return steps / run, len(history) / read, stored, stored - empty
+
+
+def as_async(
+    open_saver: Callable[[], contextlib.AbstractContextManager[BaseCheckpointSaver[Any]]],
+) -> AsyncOpener:
+    """``open_saver``'s saver in an async context manager."""
+
+    @contextlib.asynccontextmanager
+    async def opened() -> AsyncIterator[BaseCheckpointSaver[Any]]:
+        with open_saver() as saver:
+            yield saver
+
+    return opened
 
 
 def dir_bytes(path: Path) -> int:
@@ -240,6 +291,33 @@ def postgres_saver(dsn: str, schema: str) -> Iterator[BaseCheckpointSaver[Any]]:
         yield saver
     finally:
         conn.close()
+
+
+@contextlib.asynccontextmanager
+async def asqlite_saver(path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        await saver.setup()
+        yield saver
+
+
+@contextlib.asynccontextmanager
+async def apostgres_saver(dsn: str, schema: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg import AsyncConnection
+    from psycopg.rows import dict_row
+
+    conn = await AsyncConnection.connect(
+        dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
+        options=f"-c search_path={schema}",
+    )  # fmt: skip
+    try:
+        saver = AsyncPostgresSaver(conn)
+        await saver.setup()
+        yield saver
+    finally:
+        await conn.close()
 
 
 # -- two processes resuming one thread ------------------------------------------------------
@@ -336,10 +414,17 @@ def main() -> None:
         help="repeated: every message the same sentences (they compress well); varied: each "
         "message its own random words",
     )
+    parser.add_argument(
+        "--async",
+        dest="use_async",
+        action="store_true",
+        help="ainvoke and aget_state_history, against AsyncSqliteSaver and AsyncPostgresSaver",
+    )
     args = parser.parse_args()
     steps = args.steps
-    global VARIED
+    global VARIED, ASYNC
     VARIED = args.text == "varied"
+    ASYNC = args.use_async
 
     rows: dict[str, Measured] = {}
 
@@ -356,11 +441,15 @@ def main() -> None:
         stored = f"{size:>11,} B {added:>11,} B added" if size >= 0 else "(nothing durable)"
         print(f"  {name:28} {run:6.0f} steps/s {read:6.0f} checkpoints/s {stored}")
 
-    print(f"{steps} super-steps, {args.text} text, best of {args.repeat}:")
+    how = "async (ainvoke; the baselines AsyncSqliteSaver, AsyncPostgresSaver)" if ASYNC else "sync"
+    print(f"{steps} super-steps, {args.text} text, {how}, best of {args.repeat}:")
     repeat(
         "SqliteSaver",
         lambda d: measure(
-            lambda: sqlite_saver(d / "lg.db"), lambda: sqlite_bytes(d / "lg.db"), steps
+            lambda: sqlite_saver(d / "lg.db"),
+            lambda: sqlite_bytes(d / "lg.db"),
+            steps,
+            lambda: asqlite_saver(d / "lg.db"),
         ),
     )
     repeat("InMemorySaver (reference)", lambda d: measure(in_memory(), lambda: -1, steps))
@@ -407,6 +496,7 @@ def main() -> None:
                         lambda: postgres_saver(dsn, schema),
                         lambda: postgres_bytes(dsn, schema),
                         steps,
+                        lambda: apostgres_saver(dsn, schema),
                     )
                 finally:
                     drop_schema(dsn, schema)
@@ -446,7 +536,7 @@ def main() -> None:
                 f"{whole:6.2f}x {stored}"
             )
 
-    if args.resumes:
+    if args.resumes and not ASYNC:
         print_resumers(args.resumes, args.postgres)
 
 
