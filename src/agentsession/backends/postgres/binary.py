@@ -36,8 +36,8 @@ _HEAD: Final = struct.Struct("!iiiii")
 """One dimension, whether an item is NULL, the items' type, the length, the lower bound."""
 _LENGTH: Final = struct.Struct("!i")
 _NULL: Final = _LENGTH.pack(-1)
-_MICROS: Final = struct.Struct("!iq")
-"""A timestamptz item: its length (8) and its microseconds."""
+_MICROS: Final = struct.Struct("!q")
+"""A timestamptz item: its microseconds since :data:`_EPOCH`."""
 _EPOCH: Final = _dt.datetime(2000, 1, 1, tzinfo=_dt.timezone.utc)
 _ONE_MICRO: Final = _dt.timedelta(microseconds=1)
 
@@ -93,11 +93,9 @@ def bytea_array(items: Sequence[bytes | None]) -> BinaryArray:
 
 def timestamptz_array(items: Sequence[_dt.datetime]) -> BinaryArray:
     """A ``timestamptz[]`` of ``items`` (timezone-aware)."""
-    if not items:
-        return _TimestamptzArray(struct.pack("!iii", 0, 0, _TIMESTAMPTZ))
     pack = _MICROS.pack
-    body = b"".join(pack(8, (item - _EPOCH) // _ONE_MICRO) for item in items)
-    return _TimestamptzArray(_HEAD.pack(1, 0, _TIMESTAMPTZ, len(items), 1) + body)
+    micros = [pack((item - _EPOCH) // _ONE_MICRO) for item in items]
+    return _items(_TimestamptzArray, _TIMESTAMPTZ, micros)
 
 
 def _dumper(kind: type[BinaryArray]) -> type[Dumper]:
