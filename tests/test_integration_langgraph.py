@@ -954,6 +954,36 @@ def test_writes_that_end_a_step_do_not_wait_for_a_checkpoint(
     assert writer.appends == 3  # the writes and the checkpoint: one append
 
 
+@pytest.mark.parametrize("channel", ["__interrupt__", "__error__"])
+def test_writes_that_end_a_step_relieve_a_leader_waiting_for_a_checkpoint(
+    monkeypatch: pytest.MonkeyPatch, channel: str
+) -> None:
+    """A leader waiting for a ``put`` to take its writes stops waiting when a parallel task's
+    interrupt or error comes instead (no ``put`` follows it): both calls' writes are stored
+    in one append, at once."""
+    from agentsession.integrations import langgraph as module
+
+    store = open_store("memory:")
+    saver = AgentSessionSaver(store)
+    first = saver.put(config_of("e"), empty_checkpoint(), {"step": -1}, {})
+    writer = saver._thread("e", read=False).writer
+    monkeypatch.setattr(module, "_LINGER", 60.0)  # a wait would only end with a put
+    waiting = threading.Thread(target=saver.put_writes, args=(first, [("a", 1)], "task-1"))
+    waiting.start()
+    _wait_for(lambda: writer.lingering)
+    ending = threading.Thread(target=saver.put_writes, args=(first, [(channel, "why")], "task-2"))
+    ending.start()
+    waiting.join(30)
+    ending.join(30)
+    assert not waiting.is_alive() and not ending.is_alive(), "the writes waited for a checkpoint"
+    assert writer.appends == 2  # the first put, then both calls' writes in one append
+    tup = AgentSessionSaver(store).get_tuple(first)
+    assert tup is not None
+    assert sorted((c, v) for _, c, v in tup.pending_writes or []) == sorted(
+        [("a", 1), (channel, "why")]
+    )
+
+
 def test_the_version_blobs_share_is_stored_once_and_read_back_for_each(
     store: BaseStore,
 ) -> None:

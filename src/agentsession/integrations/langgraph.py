@@ -522,13 +522,13 @@ class _Checkpoint(msgspec.Struct):
 class _Pending:
     """One call's events, waiting to be stored by :class:`_Writer`."""
 
-    __slots__ = ("checkpoint", "done", "error", "events", "last")
+    __slots__ = ("closes", "done", "error", "events")
 
-    def __init__(self, events: builtins.list[Event], checkpoint: bool, last: bool) -> None:
+    def __init__(self, events: builtins.list[Event], closes: bool) -> None:
         self.events = events
-        self.checkpoint = checkpoint
-        self.last = last
-        """Writes no ``put`` follows (an interrupt's, an error's): nothing waits for one."""
+        self.closes = closes
+        """The call ends its super-step's saves (a ``put``, or writes no ``put`` follows: an
+        interrupt's, an error's): nothing waits for a ``put`` after it."""
         self.done = False
         self.error: BaseException | None = None
 
@@ -551,7 +551,10 @@ class _Writer:
     atomic append: one round trip and one commit for them all. A leader holding writes only
     waits up to :data:`_LINGER` seconds for the ``put`` that follows, which then stores them
     with its own checkpoint, so a super-step's two calls are one commit (after a wait that saw
-    no ``put`` come, it stops waiting for a while: :data:`_LINGER_AFTER_MISS`). Each call
+    no ``put`` come, it stops waiting for a while: :data:`_LINGER_AFTER_MISS`). Writes that
+    end a super-step with no checkpoint (an interrupt's, an error's: :data:`_ENDS_STEP`) close
+    it as a ``put`` does: nothing waits after them, and a leader waiting stores its writes
+    with them. Each call
     returns (or raises) only once its own events are stored (or not): as durable when it returns
     as an append of its own. When a combined append fails, each call's events are appended on
     their own, so each call gets its own outcome (a retry stores nothing twice: the ids are
@@ -575,19 +578,18 @@ class _Writer:
         session: BaseSession,
         events: builtins.list[Event],
         *,
-        checkpoint: bool,
-        last: bool = False,
+        closes: bool,
     ) -> None:
-        """Store ``events`` (a ``put``'s when ``checkpoint``), with the calls that overlap;
-        ``last``: writes that end their super-step without a checkpoint (an interrupt's, an
-        error's), which do not wait for a ``put``."""
-        mine = _Pending(events, checkpoint, last)
+        """Store ``events``, with the calls that overlap; ``closes``: the call ends its
+        super-step's saves (a ``put``'s, or writes no ``put`` follows: an interrupt's, an
+        error's), so nothing waits for a ``put`` after it."""
+        mine = _Pending(events, closes)
         cond = self.cond
         with cond:
             self.queue.append(mine)
-            if checkpoint and self.lingering:
-                # A leader waits for this put: store its writes with it, from this thread (the
-                # put's caller waits for it; nothing waits for the writes' caller to wake).
+            if closes and self.lingering:
+                # A leader waits for this call: store its writes with it, from this thread (the
+                # caller waits for it; nothing waits for the writes' caller to wake).
                 self.lingering = False
                 self.misses = 0
                 batch: builtins.list[_Pending] | None = self.queue
@@ -624,7 +626,7 @@ class _Writer:
     def _linger(self) -> bool:
         """(Holding the lock, leading.) With writes only queued, wait for a ``put`` to take
         them; False when one did (it leads now), True to store them."""
-        if any(p.checkpoint or p.last for p in self.queue):
+        if any(p.closes for p in self.queue):
             return True
         if self.skip:
             self.skip -= 1
@@ -1283,7 +1285,7 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
         )
         event = Event.new(CHECKPOINT, data, id=_event_id("c", thread_id, ns, checkpoint["id"]))
         try:
-            thread.writer.append(thread.session, [*mirror, event], checkpoint=True)
+            thread.writer.append(thread.session, [*mirror, event], closes=True)
         except BaseException:
             with thread.lock:  # what was kept for the next delta may not be stored
                 for blob in blobs:
@@ -1329,8 +1331,8 @@ class AgentSessionSaver(BaseCheckpointSaver[str]):
             event_id = _writes_id(thread_id, ns, checkpoint_id, task_id, items)
             thread = self._thread(thread_id, read=False)
             writes_event = Event.new(WRITES, payload, id=event_id)
-            last = any(item.ch in _ENDS_STEP for item in items)
-            thread.writer.append(thread.session, [writes_event], checkpoint=False, last=last)
+            closes = any(item.ch in _ENDS_STEP for item in items)
+            thread.writer.append(thread.session, [writes_event], closes=closes)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's session (every checkpoint, write and mirrored message)."""
