@@ -28,10 +28,6 @@ from psycopg.pq import Format
 
 __all__ = ["BinaryArray", "bytea_array", "text_array", "timestamptz_array"]
 
-_TEXT: Final = 25
-_BYTEA: Final = 17
-_TIMESTAMPTZ: Final = 1184
-
 _HEAD: Final = struct.Struct("!iiiii")
 """One dimension, whether an item is NULL, the items' type, the length, the lower bound."""
 _LENGTH: Final = struct.Struct("!i")
@@ -44,24 +40,26 @@ _ONE_MICRO: Final = _dt.timedelta(microseconds=1)
 
 class BinaryArray(bytes):
     """An array in PostgreSQL's binary form (see the module docstring); each subclass is one
-    array type."""
+    array type: ``oid`` is the array type's, ``item_oid`` its items'."""
 
     oid = 0
+    item_oid = 0
 
 
 class _TextArray(BinaryArray):
-    oid = 1009
+    oid, item_oid = 1009, 25
 
 
 class _ByteaArray(BinaryArray):
-    oid = 1001
+    oid, item_oid = 1001, 17
 
 
 class _TimestamptzArray(BinaryArray):
-    oid = 1185
+    oid, item_oid = 1185, 1184
 
 
-def _items(kind: type[BinaryArray], item_oid: int, items: Sequence[bytes | None]) -> BinaryArray:
+def _items(kind: type[BinaryArray], items: Sequence[bytes | None]) -> BinaryArray:
+    item_oid = kind.item_oid
     if not items:
         return kind(struct.pack("!iii", 0, 0, item_oid))
     parts = [b""]
@@ -81,21 +79,19 @@ def _items(kind: type[BinaryArray], item_oid: int, items: Sequence[bytes | None]
 def text_array(items: Sequence[str | None]) -> BinaryArray:
     """A ``text[]`` of ``items`` (each one PostgreSQL's TEXT can hold: checked by the
     caller)."""
-    return _items(
-        _TextArray, _TEXT, [None if item is None else item.encode("utf-8") for item in items]
-    )
+    return _items(_TextArray, [None if item is None else item.encode("utf-8") for item in items])
 
 
 def bytea_array(items: Sequence[bytes | None]) -> BinaryArray:
     """A ``bytea[]`` of ``items``."""
-    return _items(_ByteaArray, _BYTEA, items)
+    return _items(_ByteaArray, items)
 
 
 def timestamptz_array(items: Sequence[_dt.datetime]) -> BinaryArray:
     """A ``timestamptz[]`` of ``items`` (timezone-aware)."""
     pack = _MICROS.pack
     micros = [pack((item - _EPOCH) // _ONE_MICRO) for item in items]
-    return _items(_TimestamptzArray, _TIMESTAMPTZ, micros)
+    return _items(_TimestamptzArray, micros)
 
 
 def _dumper(kind: type[BinaryArray]) -> type[Dumper]:
